@@ -1,0 +1,132 @@
+//! The command line. Every option can also come from the environment variable in brackets in
+//! its help; a flag wins over the variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub const DEFAULT_DEPLOY_ENV: &str = "/etc/fediversity-windmill/deploy-env.json";
+pub const DEFAULT_SECRETS_DIR: &str = "/run/fediversity-windmill/deploy-secrets";
+pub const DEFAULT_KEYS: &str = "/etc/fediversity-windmill/deploy-keys.json";
+pub const DEFAULT_ATTRIBUTES: &str = "/etc/fediversity-windmill/deployment-attributes.json";
+
+#[derive(Debug, Parser)]
+#[command(name = "fediversity-jobenv", version, about = "Run a deployment program with a vetted environment")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the deployment program for a job payload.
+    Run(RunArgs),
+    /// Print what `run` would execute and with which environment; run nothing.
+    Env(EnvArgs),
+    /// List the declared keys with their descriptions and defaults.
+    Keys(KeysArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// Node-owned keys, a JSON object [JOBENV_DEPLOY_ENV]
+    #[arg(long, value_name = "FILE", env = "JOBENV_DEPLOY_ENV", default_value = DEFAULT_DEPLOY_ENV)]
+    pub deploy_env: PathBuf,
+    /// Directory with one file per secret variable; repeatable [JOBENV_SECRETS_DIRS, ':'-separated]
+    #[arg(long = "secrets-dir", value_name = "DIR")]
+    pub secrets_dirs: Vec<PathBuf>,
+    /// File of KEY=VALUE secret lines; repeatable [JOBENV_SECRETS_ENV_FILES, ':'-separated]
+    #[arg(long = "secrets-env-file", value_name = "FILE")]
+    pub secrets_env_files: Vec<PathBuf>,
+    /// Declared keys with descriptions and defaults [JOBENV_KEYS]
+    #[arg(long, value_name = "FILE", env = "JOBENV_KEYS", default_value = DEFAULT_KEYS)]
+    pub keys: PathBuf,
+    /// JSON array of the deployment attributes that exist [JOBENV_ATTRIBUTES]
+    #[arg(long, value_name = "FILE", env = "JOBENV_ATTRIBUTES", default_value = DEFAULT_ATTRIBUTES)]
+    pub attributes: PathBuf,
+    /// The nix-shell to run: a name looked up in PATH, or a path [JOBENV_NIX_SHELL]
+    #[arg(long, value_name = "PATH", env = "JOBENV_NIX_SHELL", default_value = "nix-shell")]
+    pub nix_shell: String,
+}
+
+impl NodeArgs {
+    /// Repeatable options whose variable holds a ':'-separated list; the flags win.
+    pub fn secrets_dirs(&self) -> Vec<PathBuf> {
+        list_or_env(&self.secrets_dirs, "JOBENV_SECRETS_DIRS", Some(DEFAULT_SECRETS_DIR))
+    }
+
+    pub fn secrets_env_files(&self) -> Vec<PathBuf> {
+        list_or_env(&self.secrets_env_files, "JOBENV_SECRETS_ENV_FILES", None)
+    }
+}
+
+fn list_or_env(flags: &[PathBuf], var: &str, default: Option<&str>) -> Vec<PathBuf> {
+    if !flags.is_empty() {
+        return flags.to_vec();
+    }
+    match std::env::var_os(var) {
+        // Set but empty means "none": a node without secrets says so explicitly.
+        Some(value) => std::env::split_paths(&value).filter(|p| !p.as_os_str().is_empty()).collect(),
+        None => default.map(PathBuf::from).into_iter().collect(),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// The verb of the deployment program (apply, destroy, plan, ...)
+    #[arg(long)]
+    pub verb: String,
+    /// The job payload, a JSON object; `-` reads stdin
+    #[arg(long, value_name = "FILE", default_value = "-")]
+    pub payload: PathBuf,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Seconds between SIGTERM and SIGKILL of the program tree [JOBENV_GRACE]
+    #[arg(long, value_name = "SECONDS", env = "JOBENV_GRACE", default_value = "3", value_parser = parse_seconds)]
+    pub grace: Duration,
+    /// Wall-clock limit of the program in seconds [JOBENV_TIMEOUT]
+    #[arg(long, value_name = "SECONDS", env = "JOBENV_TIMEOUT", value_parser = parse_positive_seconds)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    /// Declared keys with descriptions and defaults [JOBENV_KEYS]
+    #[arg(long, value_name = "FILE", env = "JOBENV_KEYS", default_value = DEFAULT_KEYS)]
+    pub keys: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is not a non-negative number of seconds"))
+}
+
+fn parse_positive_seconds(text: &str) -> Result<Duration, String> {
+    match parse_seconds(text)? {
+        d if d.is_zero() => Err("must be more than 0 seconds".into()),
+        d => Ok(d),
+    }
+}

@@ -1,0 +1,93 @@
+//! fediversity-jobenv: the one runner of deployment programs on a node.
+//!
+//! Reading order: [`plan`] (the merge of the three layers and every rule of what may reach a
+//! program), [`policy`] (the name lists behind it), [`supervise`] (running and cancelling),
+//! [`redact`] (the streaming secret filter).
+
+pub mod cli;
+pub mod error;
+pub mod files;
+pub mod logging;
+pub mod node;
+pub mod payload;
+pub mod plan;
+pub mod policy;
+pub mod proctree;
+pub mod pump;
+pub mod reaper;
+pub mod redact;
+pub mod report;
+pub mod result;
+pub mod supervise;
+pub mod value;
+
+use std::path::{Path, PathBuf};
+
+use cli::JobArgs;
+use error::{Error, Problem};
+use plan::{Inputs, Plan};
+
+/// What a job says it is about, known as soon as its payload is read (for the job result,
+/// also when the job is rejected).
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    pub attribute: Option<String>,
+    pub namespace: Option<String>,
+}
+
+pub struct Prepared {
+    pub identity: Identity,
+    pub plan: Result<Plan, Error>,
+}
+
+/// Reads every input of a job and plans it; all problems found are reported together.
+pub fn prepare(job: &JobArgs) -> Prepared {
+    let mut problems: Vec<Problem> = Vec::new();
+    let mut identity = Identity::default();
+
+    let payload = payload::read(&job.payload).map_err(|p| problems.push(p)).ok();
+    if let Some(payload) = &payload {
+        let text = |key| payload.get(key).and_then(value::env_text);
+        identity = Identity { attribute: text("ATTRIBUTE"), namespace: text("NAMESPACE") };
+    }
+    let node_files = node::NodeFiles {
+        deploy_env: job.node.deploy_env.clone(),
+        secrets_dirs: job.node.secrets_dirs(),
+        secrets_env_files: job.node.secrets_env_files(),
+    };
+    let node = node::load(&node_files).map_err(|p| problems.extend(p)).ok();
+    let declared = files::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
+    let attributes = files::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
+    let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
+
+    let (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell), true) =
+        (payload, node, declared, attributes, nix_shell, problems.is_empty())
+    else {
+        return Prepared { identity, plan: Err(Error::Rejected(problems)) };
+    };
+    let inputs = Inputs {
+        verb: job.verb.clone(),
+        node,
+        declared,
+        attributes,
+        payload,
+        environ: std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect(),
+        nix_shell,
+        running_system: policy::running_system(),
+    };
+    Prepared { identity, plan: plan::plan(&inputs).map_err(Error::Rejected) }
+}
+
+/// A program named by path must be an executable file; a bare name is looked up in jobenv's
+/// own PATH (the node's), never in the program's.
+fn resolve_program(name: &str) -> Result<PathBuf, Problem> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let not_found = || Problem::NixShellNotFound(name.to_owned());
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        return if executable(&path) { Ok(path) } else { Err(not_found()) };
+    }
+    let search = std::env::var_os("PATH").ok_or_else(not_found)?;
+    std::env::split_paths(&search).map(|dir| dir.join(name)).find(|p| executable(p)).ok_or_else(not_found)
+}

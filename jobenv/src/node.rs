@@ -1,0 +1,251 @@
+//! The node layer: `deploy-env.json` plus the secrets (directories with one file per variable,
+//! and `KEY=VALUE` env files). The node owns these; nothing from a job overrides them.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::error::Problem;
+use crate::files::read_json;
+use crate::policy::is_valid_key;
+use crate::value::env_text;
+
+/// A value set by the node, with where it came from (a path, never the value, in messages).
+#[derive(Debug, Clone)]
+pub struct NodeValue {
+    pub value: String,
+    pub origin: String,
+    pub secret: bool,
+}
+
+/// Where the node layer is read from.
+#[derive(Debug, Clone, Default)]
+pub struct NodeFiles {
+    pub deploy_env: PathBuf,
+    pub secrets_dirs: Vec<PathBuf>,
+    pub secrets_env_files: Vec<PathBuf>,
+}
+
+/// Loads every node source; all problems of all sources are reported together.
+pub fn load(files: &NodeFiles) -> Result<BTreeMap<String, NodeValue>, Vec<Problem>> {
+    let mut layer = Layer::default();
+    layer.deploy_env(&files.deploy_env);
+    for dir in &files.secrets_dirs {
+        layer.secrets_dir(dir);
+    }
+    for file in &files.secrets_env_files {
+        layer.env_file(file);
+    }
+    if layer.problems.is_empty() { Ok(layer.values) } else { Err(layer.problems) }
+}
+
+#[derive(Default)]
+struct Layer {
+    values: BTreeMap<String, NodeValue>,
+    problems: Vec<Problem>,
+}
+
+impl Layer {
+    fn insert(&mut self, key: String, value: String, origin: String, secret: bool) {
+        if !is_valid_key(&key) {
+            self.problems.push(Problem::InvalidKey { key, origin });
+            return;
+        }
+        if value.contains('\0') {
+            self.problems.push(Problem::NulInValue { key, origin });
+            return;
+        }
+        if let Some(existing) = self.values.get(&key) {
+            self.problems.push(Problem::DuplicateNodeKey { key, first: existing.origin.clone(), second: origin });
+            return;
+        }
+        self.values.insert(key, NodeValue { value, origin, secret });
+    }
+
+    fn deploy_env(&mut self, path: &Path) {
+        const WHAT: &str = "deploy-env file";
+        let origin = path.display().to_string();
+        match read_json(WHAT, path) {
+            Ok(Value::Object(entries)) => {
+                for (key, value) in entries {
+                    if let Some(text) = env_text(&value) {
+                        self.insert(key, text, origin.clone(), false);
+                    }
+                }
+            }
+            Ok(_) => self.problems.push(Problem::WrongShape { what: WHAT, origin, expected: "a JSON object" }),
+            Err(problem) => self.problems.push(problem),
+        }
+    }
+
+    /// One file per variable: file name = key, content = value with one trailing newline
+    /// stripped. Only names that look like variables are read, so the temporary and backup
+    /// files an OpenBao agent leaves while rendering (digits-only names, `*.bak`) are skipped.
+    fn secrets_dir(&mut self, dir: &Path) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.problems.push(Problem::MissingSecretsDir(dir.to_owned()));
+                return;
+            }
+            Err(source) => {
+                self.problems.push(Problem::UnreadableFile { what: "secrets directory", path: dir.to_owned(), source });
+                return;
+            }
+        };
+        let canonical_dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+        let mut names: Vec<(String, PathBuf)> = Vec::new();
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(source) => {
+                    self.problems.push(Problem::UnreadableFile { what: "secrets directory", path: dir.to_owned(), source });
+                    return;
+                }
+            };
+            match entry.file_name().into_string() {
+                Ok(name) if is_variable_name(&name) => names.push((name, entry.path())),
+                _ => tracing::debug!("skipping {} in the secrets directory", entry.path().display()),
+            }
+        }
+        // read_dir order is arbitrary; a sorted walk keeps duplicate reports stable.
+        names.sort();
+        for (name, path) in names {
+            if let Some(value) = self.read_secret_file(&path, &canonical_dir) {
+                self.insert(name, value, path.display().to_string(), true);
+            }
+        }
+    }
+
+    fn read_secret_file(&mut self, path: &Path, canonical_dir: &Path) -> Option<String> {
+        let bad = |reason| Problem::BadSecretFile { path: path.to_owned(), reason };
+        match path.canonicalize() {
+            Ok(target) if target.parent() == Some(canonical_dir) => {}
+            Ok(_) => {
+                self.problems.push(bad("is a link that points outside its directory"));
+                return None;
+            }
+            Err(source) => {
+                self.problems.push(Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source });
+                return None;
+            }
+        }
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(meta) if meta.is_dir() => return None,
+            Ok(_) => {
+                self.problems.push(bad("is not a regular file"));
+                return None;
+            }
+            Err(source) => {
+                self.problems.push(Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source });
+                return None;
+            }
+        }
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(source) => {
+                self.problems.push(Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source });
+                return None;
+            }
+        };
+        let mut text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => {
+                self.problems.push(bad("is not UTF-8"));
+                return None;
+            }
+        };
+        if text.ends_with('\n') {
+            text.pop();
+        }
+        Some(text)
+    }
+
+    /// `KEY=VALUE` lines; blank lines and `#` comments are ignored; an `export ` prefix is
+    /// accepted. The value is everything after the first `=`, verbatim (no quote removal).
+    fn env_file(&mut self, path: &Path) {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.problems.push(Problem::MissingFile { what: "secrets env file", path: path.to_owned() });
+                return;
+            }
+            Err(source) => {
+                self.problems.push(Problem::UnreadableFile { what: "secrets env file", path: path.to_owned(), source });
+                return;
+            }
+        };
+        for item in parse_env_file(&text) {
+            match item {
+                Ok((key, value, line)) => {
+                    self.insert(key.to_owned(), value.to_owned(), format!("{}:{line}", path.display()), true)
+                }
+                Err((line, reason)) => {
+                    self.problems.push(Problem::BadEnvFileLine { path: path.to_owned(), line, reason })
+                }
+            }
+        }
+    }
+}
+
+/// Parses an env file into `(key, value, line number)`, or `(line number, reason)` for a line
+/// that is not `KEY=VALUE`. The reason never quotes the line: it may hold a secret.
+pub fn parse_env_file(text: &str) -> Vec<Result<(&str, &str, usize), (usize, &'static str)>> {
+    let mut out = Vec::new();
+    for (index, raw) in text.split('\n').enumerate() {
+        let line_no = index + 1;
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let line = trimmed.strip_prefix("export ").map(str::trim_start).unwrap_or(trimmed);
+        match line.split_once('=') {
+            Some((key, value)) => {
+                let key = key.trim_end();
+                if is_valid_key(key) {
+                    out.push(Ok((key, value, line_no)));
+                } else {
+                    out.push(Err((line_no, "has an empty or invalid variable name")));
+                }
+            }
+            None => out.push(Err((line_no, "is not KEY=VALUE"))),
+        }
+    }
+    out
+}
+
+/// `^[A-Za-z_][A-Za-z0-9_]*$`
+fn is_variable_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_file_lines() {
+        let parsed = parse_env_file("# c\n\nA=1\nexport B = x=y \r\n  C=\nnoequals\n=v\n");
+        assert_eq!(parsed[0], Ok(("A", "1", 3)));
+        assert_eq!(parsed[1], Ok(("B", " x=y ", 4)));
+        assert_eq!(parsed[2], Ok(("C", "", 5)));
+        assert_eq!(parsed[3], Err((6, "is not KEY=VALUE")));
+        assert_eq!(parsed[4], Err((7, "has an empty or invalid variable name")));
+        assert_eq!(parsed.len(), 5);
+    }
+
+    #[test]
+    fn variable_names() {
+        assert!(is_variable_name("TF_VAR_token"));
+        assert!(is_variable_name("_X"));
+        assert!(!is_variable_name("1234"));
+        assert!(!is_variable_name("KEY.bak"));
+        assert!(!is_variable_name(".hidden"));
+    }
+}

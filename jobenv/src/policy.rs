@@ -1,0 +1,178 @@
+//! Which names may come from where. These lists are the security boundary of jobenv: a name
+//! that is not admitted here never reaches a deployment program.
+
+/// The verbs of the deployment programs (`<group>-<method>-<machine>-<verb>`).
+pub const VERBS: &[&str] = &[
+    "apply",
+    "destroy",
+    "plan",
+    "refresh",
+    "validate",
+    "output",
+    "show",
+    "state-list",
+    "state-show",
+    "import",
+    "force-unlock",
+];
+
+/// Control keys only the node may set; jobenv consumes them and does not pass them on.
+pub const NODE_CONTROL_KEYS: &[&str] =
+    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS"];
+
+/// Control keys a job payload may set; jobenv consumes them and does not pass them on.
+pub const PAYLOAD_CONTROL_KEYS: &[&str] = &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE"];
+
+/// Control keys that the node may also set (node wins, like any key).
+pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM"];
+
+/// Variables jobenv computes itself; no layer may set them.
+pub const DERIVED_KEYS: &[&str] =
+    &["DEPLOYMENT_NAMESPACE", "TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"];
+
+/// Names that pass from jobenv's own environment besides the declared keys.
+pub const ENVIRON_PASSTHROUGH: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TZ",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "NIX_PATH",
+    "NIX_REMOTE",
+    "NIX_SSL_CERT_FILE",
+    "SSL_CERT_FILE",
+    "NIX_BUILD_SHELL",
+];
+
+/// Undeclared Nix and OpenTofu variables a node may still set (`TF_VAR_*` by prefix).
+const NODE_TOOL_KEYS: &[&str] = &[
+    "NIX_CONFIG",
+    "NIX_PATH",
+    "NIX_REMOTE",
+    "NIX_SSL_CERT_FILE",
+    "NIX_BUILD_SHELL",
+    "TF_HTTP_USERNAME",
+    "TF_HTTP_PASSWORD",
+    "TF_LOG",
+    "TF_PLUGIN_CACHE_DIR",
+    "TF_IN_AUTOMATION",
+    "TF_INPUT",
+];
+
+/// A Nix/OpenTofu variable that a node may set although the keys file does not declare it.
+pub fn is_node_tool_key(key: &str) -> bool {
+    NODE_TOOL_KEYS.contains(&key) || key.starts_with("TF_VAR_")
+}
+
+/// Names a payload may never set, even when declared: they would let a job steer the
+/// interpreter, the loader, Nix or the state backend of the node.
+pub fn is_reserved(key: &str) -> bool {
+    key == "PATH"
+        || key == "HOME"
+        || key.starts_with("NIX_")
+        || key.starts_with("TF_HTTP_")
+        || key.starts_with("LD_")
+        || key.starts_with("DYLD_")
+}
+
+pub fn is_node_control(key: &str) -> bool {
+    NODE_CONTROL_KEYS.contains(&key)
+}
+
+pub fn is_payload_control(key: &str) -> bool {
+    PAYLOAD_CONTROL_KEYS.contains(&key)
+}
+
+pub fn is_derived(key: &str) -> bool {
+    DERIVED_KEYS.contains(&key)
+}
+
+/// A variable name jobenv can pass to execve: non-empty, no `=`, no NUL.
+pub fn is_valid_key(key: &str) -> bool {
+    !key.is_empty() && !key.contains('=') && !key.contains('\0')
+}
+
+/// `^[a-z0-9_]+-[a-z0-9_]+$`
+pub fn is_valid_system(s: &str) -> bool {
+    let part = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    match s.split_once('-') {
+        Some((arch, os)) => part(arch) && part(os),
+        None => false,
+    }
+}
+
+/// `^[A-Za-z0-9][A-Za-z0-9_-]*$`
+pub fn is_valid_attribute(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `^[a-z0-9][a-z0-9-]{0,62}$`
+pub fn is_valid_namespace(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    s.len() <= 63
+        && matches!(bytes.next(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The system jobenv runs on, in Nix's spelling.
+pub fn running_system() -> String {
+    format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systems() {
+        assert!(is_valid_system("x86_64-linux"));
+        assert!(is_valid_system("aarch64-linux"));
+        assert!(!is_valid_system("x86_64-linux-gnu"));
+        assert!(!is_valid_system("X86-linux"));
+        assert!(!is_valid_system("-linux"));
+        assert!(!is_valid_system("x86_64"));
+        assert!(!is_valid_system("x86_64-linux; rm -rf /"));
+    }
+
+    #[test]
+    fn attributes() {
+        assert!(is_valid_attribute("web-nixos-vm1"));
+        assert!(is_valid_attribute("A_1"));
+        assert!(!is_valid_attribute("-web"));
+        assert!(!is_valid_attribute(""));
+        assert!(!is_valid_attribute("web;id"));
+        assert!(!is_valid_attribute("web.x"));
+    }
+
+    #[test]
+    fn namespaces() {
+        assert!(is_valid_namespace("a"));
+        assert!(is_valid_namespace("team-1"));
+        assert!(is_valid_namespace(&"a".repeat(63)));
+        assert!(!is_valid_namespace(&"a".repeat(64)));
+        assert!(!is_valid_namespace("-a"));
+        assert!(!is_valid_namespace("A"));
+        assert!(!is_valid_namespace("a/b"));
+        assert!(!is_valid_namespace(""));
+    }
+
+    #[test]
+    fn reserved_names() {
+        for k in ["PATH", "HOME", "NIX_PATH", "NIX_CONFIG", "TF_HTTP_ADDRESS", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES"] {
+            assert!(is_reserved(k), "{k}");
+        }
+        for k in ["PATHX", "HOSTING_CONFIG", "TF_VAR_x", "NIXOS"] {
+            assert!(!is_reserved(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn running_system_is_valid() {
+        assert!(is_valid_system(&running_system()));
+    }
+}

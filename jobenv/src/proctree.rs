@@ -1,0 +1,72 @@
+//! Finding the program tree in /proc. jobenv makes itself a child subreaper, so every
+//! descendant, even one whose parent died or that moved to another process group or session,
+//! stays a descendant of jobenv by parent pid until it is reaped.
+
+use std::collections::HashMap;
+
+use nix::unistd::Pid;
+
+struct Stat {
+    ppid: i32,
+    zombie: bool,
+}
+
+/// Reads `/proc/<pid>/stat`: `pid (comm) state ppid ...`; comm may hold spaces and parens.
+fn read_stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &text[text.rfind(')')? + 2..];
+    let mut fields = after_comm.split(' ');
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(Stat { ppid, zombie: state == "Z" || state == "X" })
+}
+
+/// The live (not zombie) descendants of `root`, parents before children.
+pub fn live_descendants(root: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut children: HashMap<i32, Vec<(i32, bool)>> = HashMap::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if let Some(stat) = read_stat(pid) {
+            children.entry(stat.ppid).or_default().push((pid, stat.zombie));
+        }
+    }
+    let mut out = Vec::new();
+    let mut queue = vec![root.as_raw()];
+    while let Some(parent) = queue.pop() {
+        for &(pid, zombie) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
+            // A zombie's children were already handed to us; it only waits to be reaped.
+            if !zombie {
+                out.push(Pid::from_raw(pid));
+            }
+            queue.push(pid);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_grandchild() {
+        // Other tests of this binary spawn processes too: look below our own child only.
+        let mut child = std::process::Command::new("/bin/sh").args(["-c", "sleep 5 & wait"]).spawn().unwrap();
+        let shell = Pid::from_raw(child.id() as i32);
+        let mut found = Vec::new();
+        for _ in 0..200 {
+            found = live_descendants(shell);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(found.len(), 1, "the backgrounded sleep: {found:?}");
+        assert!(live_descendants(nix::unistd::getpid()).contains(&shell));
+        for pid in found.into_iter().chain([shell]) {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        child.wait().unwrap();
+    }
+}

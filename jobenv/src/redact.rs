@@ -1,0 +1,297 @@
+//! Streaming redaction of secret values in a byte stream.
+//!
+//! Written by hand because no crate does this right (see the notes on chunk-boundary leaks in
+//! buildkite, goreleaser, concourse, varlock): aho-corasick's own stream replacer only supports
+//! `MatchKind::Standard`, which can leave the tail of an overlapping secret unredacted, and it
+//! pulls from a reader instead of being pushed chunks as they come.
+//!
+//! The contract:
+//! - every byte covered by an occurrence of any secret is replaced; overlapping or adjacent
+//!   occurrences (`hello`, `hello123`) become one `[REDACTED]`;
+//! - every other byte comes out unchanged, invalid UTF-8 included;
+//! - a secret split over any number of chunks is still redacted;
+//! - only bytes that could still be the start of a secret are held back (at most the longest
+//!   secret minus one byte), and never released on a timer: the rest goes out at once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, Input, MatchKind};
+
+pub const MARKER: &[u8] = b"[REDACTED]";
+
+/// Cloning is cheap (the search automaton is shared) and gives a redactor with fresh state,
+/// one per output stream.
+#[derive(Clone)]
+pub struct Redactor {
+    engine: Option<Arc<Engine>>,
+    /// Bytes received but not yet emitted: a possible start of a secret.
+    held: Vec<u8>,
+    /// How many leading bytes of `held` an already-found occurrence covers.
+    held_covered: usize,
+    /// The last emitted byte was redacted: a following covered byte continues that marker.
+    in_run: bool,
+    scratch: Vec<u8>,
+}
+
+struct Engine {
+    /// Leftmost-longest search, restarted one byte after each match start, enumerates every
+    /// start position that has an occurrence together with its longest occurrence: the union
+    /// of those is the union of all occurrences, overlaps included.
+    search: AhoCorasick,
+    /// Every proper prefix of every secret, to decide what to hold back.
+    prefixes: HashSet<Vec<u8>>,
+    first_bytes: [bool; 256],
+    longest: usize,
+}
+
+impl Redactor {
+    /// `secrets` must be non-empty byte strings; an empty list makes a pass-through.
+    pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> Self {
+        let secrets: Vec<&[u8]> = secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()).collect();
+        let engine = (!secrets.is_empty()).then(|| {
+            let search = AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(&secrets)
+                .expect("a few hundred short literals always build");
+            let mut prefixes = HashSet::new();
+            let mut first_bytes = [false; 256];
+            for secret in &secrets {
+                first_bytes[secret[0] as usize] = true;
+                for len in 1..secret.len() {
+                    prefixes.insert(secret[..len].to_vec());
+                }
+            }
+            let longest = secrets.iter().map(|s| s.len()).max().unwrap_or(0);
+            Arc::new(Engine { search, prefixes, first_bytes, longest })
+        });
+        Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
+    }
+
+    /// True when there is nothing to redact: callers may then copy bytes straight through.
+    pub fn is_passthrough(&self) -> bool {
+        self.engine.is_none()
+    }
+
+    /// Redacts `input` (the next chunk of the stream) and appends what can be released to `out`.
+    pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        if self.engine.is_none() {
+            out.extend_from_slice(input);
+            return;
+        }
+        if self.held.is_empty() {
+            self.process(input, false, out);
+        } else {
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.extend_from_slice(&self.held);
+            buf.extend_from_slice(input);
+            self.process(&buf, false, out);
+            self.scratch = buf;
+        }
+    }
+
+    /// End of stream: releases what was held back, redacted.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.engine.is_some() && !self.held.is_empty() {
+            let held = std::mem::take(&mut self.held);
+            self.process(&held, true, out);
+        }
+    }
+
+    /// How many bytes are held back right now (for tests and the memory bound).
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    fn process(&mut self, buf: &[u8], at_end: bool, out: &mut Vec<u8>) {
+        let engine = Arc::clone(self.engine.as_ref().expect("process is only called with an engine"));
+        let cut = if at_end { buf.len() } else { engine.hold_from(buf) };
+
+        // Covered intervals, merged, in order. The first one carries coverage found earlier.
+        let mut covered: Vec<(usize, usize)> = Vec::new();
+        if self.held_covered > 0 {
+            covered.push((0, self.held_covered));
+        }
+        let mut from = 0;
+        while from < buf.len() {
+            let Some(m) = engine.search.find(Input::new(buf).span(from..buf.len())) else { break };
+            match covered.last_mut() {
+                Some(last) if m.start() <= last.1 => last.1 = last.1.max(m.end()),
+                _ => covered.push((m.start(), m.end())),
+            }
+            from = m.start() + 1;
+        }
+
+        let mut pos = 0;
+        for &(start, end) in &covered {
+            if start >= cut {
+                break;
+            }
+            if start > pos {
+                out.extend_from_slice(&buf[pos..start]);
+                self.in_run = false;
+            }
+            if !self.in_run {
+                out.extend_from_slice(MARKER);
+                self.in_run = true;
+            }
+            pos = end.min(cut).max(pos);
+        }
+        if pos < cut {
+            out.extend_from_slice(&buf[pos..cut]);
+            self.in_run = false;
+        }
+
+        // Coverage that runs on past the cut must be carried: the occurrence that made it starts
+        // before the held bytes and will not be found again. (Intervals starting at or after
+        // the cut will be; carrying one that starts exactly there is harmless.)
+        self.held_covered = covered
+            .iter()
+            .find(|&&(start, end)| start <= cut && cut < end)
+            .map_or(0, |&(_, end)| end - cut);
+        self.held.clear();
+        self.held.extend_from_slice(&buf[cut..]);
+    }
+}
+
+impl Engine {
+    /// The smallest position whose suffix is a proper prefix of some secret: from there on, a
+    /// secret may still be completed by the next chunk. Only the last `longest - 1` positions
+    /// can qualify. Returns `buf.len()` when nothing needs holding back.
+    fn hold_from(&self, buf: &[u8]) -> usize {
+        let start = buf.len().saturating_sub(self.longest - 1);
+        (start..buf.len())
+            .find(|&p| self.first_bytes[buf[p] as usize] && self.prefixes.contains(&buf[p..]))
+            .unwrap_or(buf.len())
+    }
+}
+
+/// The reference semantics, whole-buffer and obviously correct: used by the tests to check
+/// the streaming version at every split point.
+pub fn redact_all<S: AsRef<[u8]>>(secrets: &[S], input: &[u8]) -> Vec<u8> {
+    let mut covered = vec![false; input.len()];
+    for secret in secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()) {
+        for start in 0..input.len() {
+            if input[start..].starts_with(secret) {
+                covered[start..start + secret.len()].iter_mut().for_each(|c| *c = true);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, &byte) in input.iter().enumerate() {
+        if !covered[i] {
+            out.push(byte);
+        } else if i == 0 || !covered[i - 1] {
+            out.extend_from_slice(MARKER);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streamed(secrets: &[&str], chunks: &[&[u8]]) -> Vec<u8> {
+        let mut r = Redactor::new(secrets);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            r.push(chunk, &mut out);
+        }
+        r.finish(&mut out);
+        out
+    }
+
+    fn every_split(secrets: &[&str], input: &[u8]) {
+        let expected = redact_all(secrets, input);
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let got = streamed(secrets, &[&input[..i], &input[i..j], &input[j..]]);
+                assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&expected),
+                    "split at {i},{j} of {:?}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn replaces_a_secret() {
+        assert_eq!(streamed(&["hunter22"], &[b"pw=hunter22!"]), b"pw=[REDACTED]!");
+    }
+
+    #[test]
+    fn overlapping_secrets_become_one_marker() {
+        assert_eq!(redact_all(&["hello", "hello123"], b"x hello123 y"), b"x [REDACTED] y");
+        assert_eq!(redact_all(&["abcd", "cdef"], b"abcdef"), b"[REDACTED]");
+        every_split(&["hello", "hello123"], b"x hello123 hello12 y");
+        every_split(&["abcd", "cdef"], b"zabcdefz abcd cdef");
+        every_split(&["aaaa"], b"aaaaaaaaa b aaa");
+    }
+
+    #[test]
+    fn every_split_point_of_mixed_input() {
+        every_split(&["s3cr3t-token", "tok3n"], b"a s3cr3t-tok3n s3cr3t-token\n\xff\xfe tok3");
+    }
+
+    #[test]
+    fn bytes_that_cannot_start_a_secret_are_not_held() {
+        let mut r = Redactor::new(&["secret"]);
+        let mut out = Vec::new();
+        r.push(b"hello world", &mut out);
+        assert_eq!(out, b"hello world");
+        assert_eq!(r.held_len(), 0);
+        r.push(b" sec", &mut out);
+        assert_eq!(out, b"hello world ");
+        assert_eq!(r.held_len(), 3);
+        r.push(b"ond", &mut out);
+        assert_eq!(out, b"hello world second");
+    }
+
+    #[test]
+    fn hold_back_is_bounded_by_the_longest_secret() {
+        let mut r = Redactor::new(&["abcdefgh"]);
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            r.push(b"abcdefg", &mut out);
+            assert!(r.held_len() <= 7);
+        }
+    }
+
+    #[test]
+    fn covered_bytes_that_are_held_stay_covered() {
+        // "abcd" is complete, but "abcdxyz1" could still follow: "abcd" is held covered.
+        every_split(&["abcd", "abcdxyz1", "bcdq"], b"abcdxyz abcdxyz1 abcdq");
+    }
+
+    #[test]
+    fn passthrough_without_secrets() {
+        let r = Redactor::new::<&str>(&[]);
+        assert!(r.is_passthrough());
+        assert_eq!(streamed(&[], &[b"abc"]), b"abc");
+    }
+}
+
+#[cfg(test)]
+mod carry_tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_after_carried_coverage_is_not_redacted() {
+        // "xxxxyy" ends at the cut region while "yy zz" is held: the gap must stay visible.
+        let secrets = ["xxxxyy", "zzzzzzzz", "q qq"];
+        let input = b"xxxxyy q zzzz";
+        let expected = redact_all(&secrets, input);
+        for i in 0..=input.len() {
+            let mut r = Redactor::new(&secrets);
+            let mut out = Vec::new();
+            r.push(&input[..i], &mut out);
+            r.push(&input[i..], &mut out);
+            r.finish(&mut out);
+            assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "split at {i}");
+        }
+    }
+}

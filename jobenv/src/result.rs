@@ -1,0 +1,34 @@
+//! The Windmill job result. On a real worker, a Python job that execs into a program which
+//! exits 0 without writing `result.json` is marked failed ("Result of job is invalid json
+//! (empty)"), so jobenv writes it, atomically, into its working directory (the job directory).
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// Never holds a secret: statuses, codes, names and validation messages only.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobResult {
+    /// `succeeded`, `failed`, `canceled`, `timed_out` or `rejected`.
+    pub status: &'static str,
+    pub exit_code: i32,
+    pub verb: String,
+    pub attribute: Option<String>,
+    pub namespace: Option<String>,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// Writes `result.json` in `dir`: a temporary file beside it, synced, then renamed over.
+pub fn write(dir: &Path, result: &JobResult) -> std::io::Result<()> {
+    let mut file = tempfile::Builder::new().prefix(".result.json.").tempfile_in(dir)?;
+    serde_json::to_writer(&mut file, result)?;
+    file.write_all(b"\n")?;
+    file.as_file().sync_all()?;
+    file.persist(dir.join("result.json")).map_err(|e| e.error)?;
+    Ok(())
+}
