@@ -1,0 +1,210 @@
+//! A node and a deployment repository for jobenv, on disk, for real `nix-shell`.
+//!
+//! The deployment root holds a `default.nix` with one dev shell per attribute, built from a
+//! `builtins.derivation` with `builder = "/bin/sh"`, so nix-shell instantiates it offline without
+//! nixpkgs; its PATH holds the fixture's programs. The node files (deploy-env.json, keys,
+//! attributes, a secrets directory) live beside it, and [`Fixture::command`] runs jobenv with
+//! exactly these files and a clean environment.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Map, Value, json};
+use tempfile::TempDir;
+
+pub struct Fixture {
+    dir: TempDir,
+    deploy_env: Map<String, Value>,
+    keys: Map<String, Value>,
+    attributes: Vec<String>,
+}
+
+/// The PATH jobenv itself runs with in tests: enough to find nix-shell and a shell.
+pub const TEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fixture {
+    /// A node whose deploy-env.json already sets the required control keys.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("jobenv-fixture-").tempdir().expect("temp dir");
+        for sub in ["root/bin", "secrets", "job"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("fixture dirs");
+        }
+        let root = dir.path().join("root").display().to_string();
+        let mut deploy_env = Map::new();
+        deploy_env.insert("DEPLOYMENT_ROOT".into(), json!(root));
+        deploy_env.insert("NIXPKGS".into(), json!(root));
+        // Skips nix-shell's evaluation of <nixpkgs>.bashInteractive, which needs nixpkgs.
+        deploy_env.insert("NIX_BUILD_SHELL".into(), json!("/bin/bash"));
+        Fixture { dir, deploy_env, keys: Map::new(), attributes: Vec::new() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.dir.path().join("secrets")
+    }
+
+    /// The working directory jobenv runs in (a Windmill job directory).
+    pub fn job_dir(&self) -> PathBuf {
+        self.dir.path().join("job")
+    }
+
+    pub fn deploy_env_path(&self) -> PathBuf {
+        self.dir.path().join("deploy-env.json")
+    }
+
+    pub fn keys_path(&self) -> PathBuf {
+        self.dir.path().join("deploy-keys.json")
+    }
+
+    pub fn attributes_path(&self) -> PathBuf {
+        self.dir.path().join("deployment-attributes.json")
+    }
+
+    /// The deployment program `<attribute>-<verb>`: a /bin/sh script with this body. The
+    /// attribute is published in the attribute list.
+    pub fn program(&mut self, attribute: &str, verb: &str, body: &str) -> &mut Self {
+        let path = self.root().join("bin").join(format!("{attribute}-{verb}"));
+        write_executable(&path, &format!("#!/bin/sh\nPATH=/usr/bin:/bin\n{body}\n"));
+        if !self.attributes.iter().any(|a| a == attribute) {
+            self.attributes.push(attribute.to_owned());
+        }
+        self
+    }
+
+    /// Publishes an attribute without a program (for validation tests).
+    pub fn attribute(&mut self, attribute: &str) -> &mut Self {
+        if !self.attributes.iter().any(|a| a == attribute) {
+            self.attributes.push(attribute.to_owned());
+        }
+        self
+    }
+
+    pub fn declare(&mut self, key: &str, default: Option<&str>) -> &mut Self {
+        let mut entry = Map::new();
+        entry.insert("description".into(), json!(format!("test key {key}")));
+        if let Some(default) = default {
+            entry.insert("default".into(), json!(default));
+        }
+        self.keys.insert(key.into(), Value::Object(entry));
+        self
+    }
+
+    /// Sets a key in deploy-env.json.
+    pub fn node(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
+        self.deploy_env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Removes a key from deploy-env.json.
+    pub fn unset_node(&mut self, key: &str) -> &mut Self {
+        self.deploy_env.remove(key);
+        self
+    }
+
+    /// A file in the secrets directory; its content is the value plus a newline.
+    pub fn secret(&mut self, key: &str, value: &str) -> &mut Self {
+        std::fs::write(self.secrets_dir().join(key), format!("{value}\n")).expect("secret file");
+        self
+    }
+
+    /// Writes deploy-env.json, the keys and attributes files and default.nix.
+    pub fn write(&self) -> &Self {
+        write_json(&self.deploy_env_path(), &Value::Object(self.deploy_env.clone()));
+        write_json(&self.keys_path(), &Value::Object(self.keys.clone()));
+        write_json(&self.attributes_path(), &json!(self.attributes));
+        let shells: String = self
+            .attributes
+            .iter()
+            .map(|a| format!("    {a:?} = shell {:?};\n", format!("{a}-shell")))
+            .collect();
+        let default_nix = format!(
+            r#"{{ ... }}:
+let
+  system = builtins.currentSystem;
+  shell = name: builtins.derivation {{
+    inherit name system;
+    builder = "/bin/sh";
+    args = [ "-c" "echo > $out" ];
+    PATH = "{bin}:/usr/bin:/bin";
+  }};
+in
+{{
+  devShells.${{system}} = {{
+{shells}  }};
+}}
+"#,
+            bin = self.root().join("bin").display()
+        );
+        std::fs::write(self.root().join("default.nix"), default_nix).expect("default.nix");
+        self
+    }
+
+    /// jobenv with this fixture's node files, in the job directory, with a clean environment
+    /// holding only PATH and HOME; add more with `.env(...)`.
+    pub fn command(&self, jobenv: &Path, args: &[&str]) -> Command {
+        self.write();
+        let mut command = Command::new(jobenv);
+        command
+            .args(args)
+            .current_dir(self.job_dir())
+            .env_clear()
+            .env("PATH", TEST_PATH)
+            .env("HOME", self.path())
+            .env("JOBENV_DEPLOY_ENV", self.deploy_env_path())
+            .env("JOBENV_KEYS", self.keys_path())
+            .env("JOBENV_ATTRIBUTES", self.attributes_path())
+            .env("JOBENV_SECRETS_DIRS", self.secrets_dir());
+        command
+    }
+
+    /// Runs jobenv to completion with `payload` on stdin.
+    pub fn run(&self, jobenv: &Path, args: &[&str], payload: &Value) -> Output {
+        run_with_stdin(self.command(jobenv, args), payload.to_string().as_bytes())
+    }
+}
+
+/// Runs a command with `stdin` as its input and collects its output.
+pub fn run_with_stdin(mut command: Command, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start jobenv");
+    child.stdin.take().expect("stdin").write_all(stdin).expect("write payload");
+    child.wait_with_output().expect("wait for jobenv")
+}
+
+pub fn write_executable(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write program");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod program");
+}
+
+fn write_json(path: &Path, value: &Value) {
+    std::fs::write(path, serde_json::to_vec_pretty(value).expect("json")).expect("write json");
+}
+
+/// Parses `KEY=VALUE` lines (the output of `env`) into a map; other lines are ignored.
+pub fn parse_env_lines(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .filter(|(key, _)| !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
