@@ -174,8 +174,13 @@ in
 
     /// Runs jobenv to completion with `payload` on stdin.
     pub fn run(&self, jobenv: &Path, args: &[&str], payload: &Value) -> Output {
-        run_with_stdin(self.command(jobenv, args), payload.to_string().as_bytes())
+        run_with_payload(self.command(jobenv, args), payload)
     }
+}
+
+/// Runs a command to completion with the JSON `payload` on stdin.
+pub fn run_with_payload(command: Command, payload: &Value) -> Output {
+    run_with_stdin(command, payload.to_string().as_bytes())
 }
 
 /// Runs a command with `stdin` as its input and collects its output.

