@@ -191,9 +191,12 @@ impl Layer {
     }
 }
 
-/// Parses an env file into `(key, value, line number)`, or `(line number, reason)` for a line
+/// One line of an env file: `(key, value, line number)`, or `(line number, reason)` for a line
 /// that is not `KEY=VALUE`. The reason never quotes the line: it may hold a secret.
-pub fn parse_env_file(text: &str) -> Vec<Result<(&str, &str, usize), (usize, &'static str)>> {
+pub type EnvLine<'a> = Result<(&'a str, &'a str, usize), (usize, &'static str)>;
+
+/// Parses an env file, skipping blank lines and comments.
+pub fn parse_env_file(text: &str) -> Vec<EnvLine<'_>> {
     let mut out = Vec::new();
     for (index, raw) in text.split('\n').enumerate() {
         let line_no = index + 1;

@@ -1,0 +1,99 @@
+//! `env` prints exactly what `run` would execute, with each variable's source, and runs
+//! nothing; `keys` lists the declared keys.
+
+use fediversity_testkit::jobenv_bin;
+use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
+use serde_json::{Value, json};
+
+#[test]
+fn env_json_shows_argv_and_every_source() {
+    let mut f = Fixture::new();
+    let started = f.path().join("started");
+    f.program("web", "apply", &format!("touch {}", started.display()));
+    f.declare("FROM_NODE", None).declare("FROM_PAYLOAD", None).declare("FROM_ENVIRON", None).declare("FROM_DEFAULT", Some("d"));
+    f.declare("FROM_SECRET", None).secret("FROM_SECRET", "secret-value-1");
+    f.node("FROM_NODE", "n").node("STATE_BASE_ADDRESS", "http://state/tf");
+    let mut command = f.command(jobenv_bin!(), &["env", "--verb", "apply", "--format", "json"]);
+    command.env("FROM_ENVIRON", "e");
+    let out = run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "FROM_PAYLOAD": "p"}));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!started.exists(), "env ran the program");
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = f.root().display().to_string();
+    assert_eq!(
+        shown["argv"],
+        json!([which_nix_shell(), root, "-I", format!("nixpkgs={root}"), "-A", format!("devShells.{}-linux.web", std::env::consts::ARCH), "--run", "exec web-apply"])
+    );
+    let source = |key: &str| shown["env"][key]["source"].as_str().unwrap_or("absent").to_owned();
+    assert_eq!(source("FROM_NODE"), "node");
+    assert_eq!(source("FROM_SECRET"), "secret");
+    assert_eq!(source("FROM_PAYLOAD"), "payload");
+    assert_eq!(source("FROM_ENVIRON"), "environ");
+    assert_eq!(source("FROM_DEFAULT"), "default");
+    assert_eq!(source("TF_HTTP_ADDRESS"), "derived");
+    assert_eq!(source("PATH"), "environ");
+    assert_eq!(shown["env"]["TF_HTTP_ADDRESS"]["value"], "http://state/tf/ns");
+    assert_eq!(shown["env"]["FROM_SECRET"]["value"], "[REDACTED]");
+}
+
+#[test]
+fn env_text_has_one_line_per_variable_with_its_source() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", "true").declare("DOMAIN", Some("example.org"));
+    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("DOMAIN=example.org  # default\n"), "{text}");
+    assert!(text.contains("DEPLOYMENT_NAMESPACE=ns  # derived\n"), "{text}");
+    assert!(text.contains("exec web-apply\n"), "{text}");
+}
+
+#[test]
+fn env_refuses_what_run_refuses() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", "true");
+    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "jobenv: error: payload rejected: undeclared keys: UNDECLARED\n");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn keys_lists_descriptions_and_defaults() {
+    let mut f = Fixture::new();
+    f.declare("DOMAIN", Some("example.org")).declare("HOSTING_CONFIG", None);
+    f.write();
+    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--keys"]).arg(f.keys_path()).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "DOMAIN\n    test key DOMAIN\n    default: example.org\nHOSTING_CONFIG\n    test key HOSTING_CONFIG\n"
+    );
+    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--format", "json", "--keys"]).arg(f.keys_path()).output().unwrap();
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(keys["DOMAIN"], json!({"description": "test key DOMAIN", "default": "example.org"}));
+}
+
+#[test]
+fn the_nix_shell_option_picks_the_program_that_runs() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", "true");
+    let stand_in = f.path().join("fake-nix-shell");
+    fediversity_testkit::nix_fixture::write_executable(&stand_in, "#!/bin/sh\necho stand-in \"$@\"\n");
+    let out = f.run(
+        jobenv_bin!(),
+        &["run", "--verb", "apply", "--nix-shell", stand_in.to_str().unwrap()],
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("stand-in "), "{out:?}");
+    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply", "--nix-shell", "/nonexistent/nix-shell"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nix-shell \"/nonexistent/nix-shell\" was not found or is not executable"));
+}
+
+fn which_nix_shell() -> String {
+    fediversity_testkit::nix_fixture::TEST_PATH
+        .split(':')
+        .map(|dir| format!("{dir}/nix-shell"))
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nix-shell installed")
+}

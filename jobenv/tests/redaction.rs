@@ -1,0 +1,147 @@
+//! Secrets never reach jobenv's output, however the program writes them, and output still
+//! streams as it comes. Each test also checks that the text around the secret is intact, so a
+//! test cannot pass by swallowing output.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use fediversity_testkit::jobenv_bin;
+use fediversity_testkit::nix_fixture::Fixture;
+use fediversity_testkit::process::StreamWatch;
+use serde_json::json;
+
+const TOKEN: &str = "tok-SECRET-0123456789";
+
+fn with_program(body: &str) -> Fixture {
+    let mut f = Fixture::new();
+    f.program("web", "apply", body).declare("API_TOKEN", None).secret("API_TOKEN", TOKEN);
+    f
+}
+
+fn run(f: &Fixture) -> (Vec<u8>, Vec<u8>) {
+    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (out.stdout, out.stderr)
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn a_secret_in_one_write() {
+    let (stdout, _) = run(&with_program(r#"printf 'before %s after\n' "$API_TOKEN""#));
+    assert_eq!(String::from_utf8_lossy(&stdout), "before [REDACTED] after\n");
+}
+
+#[test]
+fn a_secret_split_over_two_writes_with_a_pause() {
+    // printf is a dash builtin: each call is one write; the pause makes jobenv read them apart.
+    let (stdout, _) = run(&with_program(r#"printf 'x %.6s' "$API_TOKEN"; sleep 0.3; printf '%s y\n' "${API_TOKEN#??????}""#));
+    assert_eq!(String::from_utf8_lossy(&stdout), "x [REDACTED] y\n");
+}
+
+#[test]
+fn a_secret_inside_a_long_line() {
+    let body = r#"head -c 200000 /dev/zero | tr '\0' a; printf %s "$API_TOKEN"; head -c 200000 /dev/zero | tr '\0' b; echo"#;
+    let (stdout, _) = run(&with_program(body));
+    let expected = format!("{}[REDACTED]{}\n", "a".repeat(200_000), "b".repeat(200_000));
+    assert!(stdout == expected.as_bytes(), "long line altered (len {} vs {})", stdout.len(), expected.len());
+}
+
+#[test]
+fn a_secret_on_stderr() {
+    let (stdout, stderr) = run(&with_program(r#"printf 'err %s\n' "$API_TOKEN" >&2; echo out"#));
+    assert_eq!(String::from_utf8_lossy(&stdout), "out\n");
+    assert!(contains(&stderr, "err [REDACTED]\n"), "{}", String::from_utf8_lossy(&stderr));
+    assert!(!contains(&stderr, TOKEN));
+}
+
+#[test]
+fn a_secret_next_to_invalid_utf8() {
+    let (stdout, _) = run(&with_program(r#"printf '\377%s\376\n\300' "$API_TOKEN""#));
+    assert_eq!(stdout, b"\xff[REDACTED]\xfe\n\xc0");
+}
+
+#[test]
+fn a_multi_line_secret_and_its_lines() {
+    let cert = "-----BEGIN TEST KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\nshort\n-----END TEST KEY-----";
+    let mut f = Fixture::new();
+    f.program(
+        "web",
+        "apply",
+        r#"printf 'whole: %s\n' "$CERT"; printf '%s\n' "$CERT" | while IFS= read -r l; do echo "line: $l"; sleep 0.05; done"#,
+    );
+    f.declare("CERT", None).secret("CERT", cert);
+    let (stdout, _) = run(&f);
+    let text = String::from_utf8_lossy(&stdout);
+    assert_eq!(
+        text,
+        "whole: [REDACTED]\nline: [REDACTED]\nline: [REDACTED]\nline: short\nline: [REDACTED]\n",
+        "lines of 8 bytes and more are secrets on their own; shorter ones are not"
+    );
+}
+
+#[test]
+fn the_json_escaped_form_of_a_secret() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", r#"printf '{"token": "pa\\"ss-word-1"}\n'"#);
+    f.declare("API_TOKEN", None).secret("API_TOKEN", "pa\"ss-word-1");
+    let (stdout, _) = run(&f);
+    assert_eq!(String::from_utf8_lossy(&stdout), "{\"token\": \"[REDACTED]\"}\n");
+}
+
+#[test]
+fn a_secret_shorter_than_four_bytes_is_not_redacted_and_warns() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", r#"echo "pin=$PIN""#).declare("PIN", None).secret("PIN", "123");
+    let (stdout, stderr) = run(&f);
+    assert_eq!(String::from_utf8_lossy(&stdout), "pin=123\n");
+    assert!(contains(&stderr, "jobenv: warning: secret PIN is shorter than 4 bytes and will not be redacted"));
+}
+
+#[test]
+fn output_streams_while_the_program_runs_and_only_a_possible_secret_prefix_is_held() {
+    let f = with_program("");
+    let go = f.path().join("go");
+    let mut f = f;
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            r#"printf 'first line\nheld '; printf 'tok-'; while [ ! -e {go} ]; do sleep 0.02; done; printf 'other %s\n' "$API_TOKEN""#,
+            go = go.display()
+        ),
+    );
+    let mut child = f
+        .command(jobenv_bin!(), &["run", "--verb", "apply"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes()).unwrap();
+    }
+    let mut stdout = StreamWatch::new(child.stdout.take().unwrap());
+    // The program is blocked until `go` exists: this output came while it ran.
+    assert!(stdout.wait_for(b"first line\nheld ", Duration::from_secs(20)), "no streamed output: {:?}", stdout.seen);
+    // "tok-" could be the start of the secret, so it waits for more output.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!contains(&stdout.seen, "tok-"), "a possible secret prefix was released early");
+    std::fs::write(&go, "").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(String::from_utf8_lossy(&stdout.finish()), "first line\nheld tok-other [REDACTED]\n");
+}
+
+#[test]
+fn env_shows_secrets_redacted() {
+    let f = with_program("true");
+    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply", "--format", "json"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    assert!(out.status.success());
+    let env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env["env"]["API_TOKEN"], json!({"value": "[REDACTED]", "source": "secret"}));
+    assert!(!contains(&out.stdout, TOKEN) && !contains(&out.stderr, TOKEN));
+}
