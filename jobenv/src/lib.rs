@@ -7,6 +7,9 @@
 pub mod cli;
 pub mod error;
 pub mod files;
+pub mod job;
+pub mod journal;
+pub mod lock;
 pub mod logging;
 pub mod node;
 pub mod payload;

@@ -34,7 +34,7 @@ impl Fixture {
     /// A node whose deploy-env.json already sets the required control keys.
     pub fn new() -> Self {
         let dir = tempfile::Builder::new().prefix("jobenv-fixture-").tempdir().expect("temp dir");
-        for sub in ["root/bin", "secrets", "job"] {
+        for sub in ["root/bin", "secrets", "job", "state"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("fixture dirs");
         }
         let root = dir.path().join("root").display().to_string();
@@ -56,6 +56,11 @@ impl Fixture {
 
     pub fn secrets_dir(&self) -> PathBuf {
         self.dir.path().join("secrets")
+    }
+
+    /// jobenv's state directory (journal and locks).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
     }
 
     /// The working directory jobenv runs in (a Windmill job directory).
@@ -168,7 +173,8 @@ in
             .env("JOBENV_DEPLOY_ENV", self.deploy_env_path())
             .env("JOBENV_KEYS", self.keys_path())
             .env("JOBENV_ATTRIBUTES", self.attributes_path())
-            .env("JOBENV_SECRETS_DIRS", self.secrets_dir());
+            .env("JOBENV_SECRETS_DIRS", self.secrets_dir())
+            .env("JOBENV_STATE_DIR", self.state_dir());
         command
     }
 
