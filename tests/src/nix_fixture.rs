@@ -155,7 +155,7 @@ in
 "#,
             bin = self.root().join("bin").display()
         );
-        std::fs::write(self.root().join("default.nix"), default_nix).expect("default.nix");
+        write_atomically(&self.root().join("default.nix"), default_nix.as_bytes());
         self
     }
 
@@ -212,7 +212,16 @@ pub fn write_executable(path: &Path, text: &str) {
 }
 
 fn write_json(path: &Path, value: &Value) {
-    std::fs::write(path, serde_json::to_vec_pretty(value).expect("json")).expect("write json");
+    write_atomically(path, &serde_json::to_vec_pretty(value).expect("json"));
+}
+
+/// Jobs of one fixture may run while another test step rewrites its files: like a real node,
+/// replace files whole, never truncate them in place.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut file = tempfile::NamedTempFile::new_in(path.parent().expect("a parent")).expect("temp file");
+    file.write_all(bytes).expect("write");
+    file.persist(path).expect("rename into place");
 }
 
 /// Parses `KEY=VALUE` lines (the output of `env`) into a map; other lines are ignored.
