@@ -7,6 +7,8 @@
 pub mod cli;
 pub mod error;
 pub mod files;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod job;
 pub mod journal;
 pub mod lock;
