@@ -109,6 +109,10 @@ pub enum Problem {
     BadSecretFile { path: PathBuf, reason: &'static str },
     #[error("{}:{line}: {reason}", path.display())]
     BadEnvFileLine { path: PathBuf, line: usize, reason: &'static str },
+    #[error("{set} is set but {missing} is not: progress events need both")]
+    EventsHalfConfigured { set: &'static str, missing: &'static str },
+    #[error("{origin} sets {key}, which must come from a secrets directory or a secrets env file")]
+    SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::RunArgs;
 use crate::error::{EXIT_INTERNAL, Error, Problem};
+use crate::events::Events;
 use crate::journal::{self, Decision, Entry, Journal, Status};
 use crate::plan::Plan;
 use crate::supervise::{self, Outcome, RunOptions};
@@ -22,6 +23,9 @@ pub struct Ending {
     pub errors: Vec<String>,
     pub attempt: Option<u32>,
     pub replayed: bool,
+    /// The job's progress events, already told how it ended: the caller waits for their
+    /// delivery last, after result.json.
+    pub events: Events,
 }
 
 impl Ending {
@@ -36,7 +40,14 @@ impl Ending {
             errors: error.to_string().lines().map(str::to_owned).collect(),
             attempt: None,
             replayed: false,
+            events: Events::default(),
         }
+    }
+
+    /// Tells the job's progress events how it ended, and hands them on for the final wait.
+    fn reported(self, events: Events) -> Self {
+        events.finish(self.status, self.exit_code, &self.errors);
+        Ending { events, ..self }
     }
 }
 
@@ -90,10 +101,14 @@ pub fn run(args: &RunArgs) -> Ending {
     };
 
     let prepared = crate::prepare(&args.job);
+    // From here on, front-ends see the job: `preparing` now, and every way it ends below.
+    // A replay above is not shown again, and neither is a job refused before its node files
+    // were read.
+    let events = Events::start(&prepared, &args.job.verb, job_id.as_deref());
     let identity = prepared.identity;
     let plan = match prepared.plan {
         Ok(plan) => plan,
-        Err(error) => return Ending::rejected(&error, identity),
+        Err(error) => return Ending::rejected(&error, identity).reported(events),
     };
     for warning in &plan.warnings {
         tracing::warn!("{warning}");
@@ -103,20 +118,21 @@ pub fn run(args: &RunArgs) -> Ending {
         match lock::acquire(&lock::namespace_path(journal.locks(), &plan.namespace), args.lock_timeout, &holder) {
             Ok(held) => held,
             Err(lock::Refused::Busy { holder }) => {
-                return Ending::rejected(&Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder }.into(), identity);
+                let error = Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder }.into();
+                return Ending::rejected(&error, identity).reported(events);
             }
-            Err(lock::Refused::Io(source)) => return Ending::rejected(&journal_problem(source), identity),
+            Err(lock::Refused::Io(source)) => return Ending::rejected(&journal_problem(source), identity).reported(events),
         };
 
     let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| running_entry(id, attempt, earlier, &plan));
     if let Some(entry) = &entry {
         if let Err(source) = journal.write(entry) {
-            return Ending::rejected(&journal_problem(source), identity);
+            return Ending::rejected(&journal_problem(source), identity).reported(events);
         }
     }
 
     tracing::info!("running {} in namespace {} (system {}, verb {})", plan.executable, plan.namespace, plan.system, plan.verb);
-    let options = RunOptions { grace: args.grace, timeout: args.timeout };
+    let options = RunOptions { grace: args.grace, timeout: args.timeout, events: events.clone() };
     let (status, exit_code, errors) = match execute(&plan, &options) {
         Ok(outcome) => {
             tracing::info!(
@@ -146,7 +162,7 @@ pub fn run(args: &RunArgs) -> Ending {
         }
         prune(&journal, args.retain_days);
     }
-    Ending { status, exit_code, identity, errors, attempt, replayed: false }
+    Ending { status, exit_code, identity, errors, attempt, replayed: false, events: Events::default() }.reported(events)
 }
 
 fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, plan: &Plan) -> Entry {
@@ -181,10 +197,11 @@ fn replay(entry: Entry) -> Ending {
     Ending {
         status: entry.status.as_str(),
         exit_code: code,
-        identity: Identity { attribute: Some(entry.attribute), namespace: Some(entry.namespace) },
+        identity: Identity { attribute: Some(entry.attribute), namespace: Some(entry.namespace), build_id: None },
         errors: Vec::new(),
         attempt: Some(entry.attempt),
         replayed: true,
+        events: Events::default(),
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! Reading order: [`plan`] (the merge of the three layers and every rule of what may reach a
 //! program), [`policy`] (the name lists behind it), [`supervise`] (running and cancelling),
-//! [`redact`] (the streaming secret filter).
+//! [`redact`] (the streaming secret filter), [`events`] (progress events to front-ends).
 
 pub mod cli;
 pub mod error;
+pub mod events;
 pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -38,11 +39,15 @@ use plan::{Inputs, Plan};
 pub struct Identity {
     pub attribute: Option<String>,
     pub namespace: Option<String>,
+    /// `BUILD_ID` from the payload, when it is valid.
+    pub build_id: Option<String>,
 }
 
 pub struct Prepared {
     pub identity: Identity,
     pub plan: Result<Plan, Error>,
+    /// Where progress events go: the node's valid event settings, also for a rejected job.
+    pub events: Option<events::Target>,
 }
 
 /// Reads every input of a job and plans it; all problems found are reported together.
@@ -53,7 +58,11 @@ pub fn prepare(job: &JobArgs) -> Prepared {
     let payload = payload::read(&job.payload).map_err(|p| problems.push(p)).ok();
     if let Some(payload) = &payload {
         let text = |key| payload.get(key).and_then(value::env_text);
-        identity = Identity { attribute: text("ATTRIBUTE"), namespace: text("NAMESPACE") };
+        identity = Identity {
+            attribute: text("ATTRIBUTE"),
+            namespace: text("NAMESPACE"),
+            build_id: text("BUILD_ID").filter(|id| policy::is_valid_build_id(id)),
+        };
     }
     let node_files = node::NodeFiles {
         deploy_env: job.node.deploy_env.clone(),
@@ -61,6 +70,8 @@ pub fn prepare(job: &JobArgs) -> Prepared {
         secrets_env_files: job.node.secrets_env_files(),
     };
     let node = node::load(&node_files).map_err(|p| problems.extend(p)).ok();
+    // Known as soon as the node layer is: a rejected job is reported to front-ends too.
+    let events = node.as_ref().and_then(|node| events::config::from_node(node).ok().flatten());
     let declared = files::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
     let attributes = files::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
@@ -68,7 +79,7 @@ pub fn prepare(job: &JobArgs) -> Prepared {
     let (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell), true) =
         (payload, node, declared, attributes, nix_shell, problems.is_empty())
     else {
-        return Prepared { identity, plan: Err(Error::Rejected(problems)) };
+        return Prepared { identity, plan: Err(Error::Rejected(problems)), events };
     };
     let inputs = Inputs {
         verb: job.verb.clone(),
@@ -80,7 +91,7 @@ pub fn prepare(job: &JobArgs) -> Prepared {
         nix_shell,
         running_system: policy::running_system(),
     };
-    Prepared { identity, plan: plan::plan(&inputs).map_err(Error::Rejected) }
+    Prepared { identity, plan: plan::plan(&inputs).map_err(Error::Rejected), events }
 }
 
 /// A program named by path must be an executable file; a bare name is looked up in jobenv's

@@ -53,6 +53,8 @@ fn run(args: RunArgs) -> i32 {
             }
         }
     }
+    // Last, after result.json: a worker that kills jobenv during this wait loses nothing.
+    ending.events.wait();
     code
 }
 

@@ -74,6 +74,10 @@ pub struct Plan {
     pub namespace: String,
     pub system: String,
     pub executable: String,
+    /// `BUILD_ID` from the payload: names the build in progress events; not passed on.
+    pub build_id: Option<String>,
+    /// Where progress events go (`EVENTS_URL` and `EVENTS_SECRET` of the node).
+    pub events: Option<crate::events::Target>,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, Var>,
     /// The byte strings the redactor replaces.
@@ -94,6 +98,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
 
     let node_text = |key: &str| inputs.node.get(key).map(|v| v.value.as_str());
     let control = Controls::resolve(inputs, &controls, &mut problems);
+    let events = crate::events::config::from_node(&inputs.node).map_err(|p| problems.extend(p)).ok().flatten();
 
     if !problems.is_empty() {
         return Err(problems);
@@ -162,6 +167,8 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
         namespace: control.namespace,
         system: control.system,
         executable: control.executable,
+        build_id: control.build_id,
+        events,
         argv,
         env,
         secrets,
@@ -256,6 +263,7 @@ struct Controls {
     attribute: String,
     executable: String,
     namespace: String,
+    build_id: Option<String>,
 }
 
 /// How a value from a job appears in an error: quoted, and cut short.
@@ -334,6 +342,11 @@ impl Controls {
             Some(_) => {}
         }
 
+        let build_id = payload.get("BUILD_ID").cloned();
+        if let Some(id) = build_id.as_ref().filter(|id| !policy::is_valid_build_id(id)) {
+            problems.push(Problem::BadControl { key: "BUILD_ID", shown: shown(id), rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$" });
+        }
+
         if let Some(base) = node("STATE_BASE_ADDRESS") {
             // Never shown: a state backend URL may carry credentials.
             if !(base.starts_with("http://") || base.starts_with("https://")) {
@@ -351,6 +364,7 @@ impl Controls {
             attribute: attribute?,
             executable: executable?,
             namespace: namespace?,
+            build_id,
         })
     }
 }
@@ -504,6 +518,35 @@ mod tests {
         assert!(p.iter().any(|l| l.starts_with("unknown ATTRIBUTE \"other\"")), "{p:?}");
         assert!(p.iter().any(|l| l.starts_with("NAMESPACE \"Bad NS\" is invalid")), "{p:?}");
         assert!(p.iter().any(|l| l.starts_with("SYSTEM \"x86_64\" is invalid")), "{p:?}");
+    }
+
+    #[test]
+    fn event_keys_are_the_nodes_and_never_reach_the_program() {
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false), ("EVENTS_SECRET", "events-secret-0123456789", true)]));
+        i.payload.insert("BUILD_ID".into(), json!("build-7"));
+        let plan = plan(&i).unwrap();
+        assert!(plan.events.is_some());
+        assert_eq!(plan.build_id.as_deref(), Some("build-7"));
+        for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
+            assert!(!plan.env.contains_key(key), "{key} reached the program");
+        }
+        assert!(plan.secrets.contains(&b"events-secret-0123456789".to_vec()), "the event secret is redacted like any secret");
+
+        let mut i = inputs();
+        i.payload.insert("EVENTS_URL".into(), json!("http://evil/"));
+        i.payload.insert("EVENTS_SECRET".into(), json!("x"));
+        i.payload.insert("BUILD_ID".into(), json!("../x"));
+        assert_eq!(
+            problems(&i),
+            [
+                "payload rejected: keys only the node may set: EVENTS_SECRET, EVENTS_URL",
+                r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#,
+            ]
+        );
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));
+        assert_eq!(problems(&i), ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]);
     }
 
     #[test]

@@ -17,11 +17,13 @@ pub const VERBS: &[&str] = &[
 ];
 
 /// Control keys only the node may set; jobenv consumes them and does not pass them on.
+/// `EVENTS_URL` and `EVENTS_SECRET` configure progress events (see [`crate::events`]).
 pub const NODE_CONTROL_KEYS: &[&str] =
-    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS"];
+    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS", "EVENTS_URL", "EVENTS_SECRET"];
 
 /// Control keys a job payload may set; jobenv consumes them and does not pass them on.
-pub const PAYLOAD_CONTROL_KEYS: &[&str] = &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE"];
+/// `BUILD_ID` names the build in progress events; the program does not need it.
+pub const PAYLOAD_CONTROL_KEYS: &[&str] = &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE", "BUILD_ID"];
 
 /// Control keys that the node may also set (node wins, like any key).
 pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM"];
@@ -119,6 +121,15 @@ pub fn is_valid_namespace(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
+/// `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`: a Windmill job id (a UUID) or a front-end's build id;
+/// it goes into every progress event and names a channel there.
+pub fn is_valid_build_id(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    s.len() <= 128
+        && matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 /// The system jobenv runs on, in Nix's spelling.
 pub fn running_system() -> String {
     format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS)
@@ -159,6 +170,20 @@ mod tests {
         assert!(!is_valid_namespace("A"));
         assert!(!is_valid_namespace("a/b"));
         assert!(!is_valid_namespace(""));
+    }
+
+    #[test]
+    fn build_ids() {
+        assert!(is_valid_build_id("0192f3a4-5b6c-7d8e-9f00-112233445566"));
+        assert!(is_valid_build_id("42"));
+        assert!(is_valid_build_id("build:7.1_a"));
+        assert!(is_valid_build_id(&"b".repeat(128)));
+        assert!(!is_valid_build_id(&"b".repeat(129)));
+        assert!(!is_valid_build_id(""));
+        assert!(!is_valid_build_id("-x"));
+        assert!(!is_valid_build_id("a b"));
+        assert!(!is_valid_build_id("a/b"));
+        assert!(!is_valid_build_id("a\nb"));
     }
 
     #[test]

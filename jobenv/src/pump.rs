@@ -9,6 +9,7 @@ use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use crate::events::Tap;
 use crate::redact::Redactor;
 
 const CHUNK: usize = 64 * 1024;
@@ -19,12 +20,14 @@ pub fn own_stream(stream: impl AsFd) -> std::io::Result<File> {
     Ok(File::from(stream.as_fd().try_clone_to_owned()?))
 }
 
-/// Copies `source` to `sink` through `redactor` until end of file, then sends on `done`.
+/// Copies `source` to `sink` through `redactor` until end of file, then sends on `done`. The
+/// `tap` (progress events) gets the same redacted bytes, after the sink: never the raw ones.
 pub fn start(
     name: &str,
     mut source: impl Read + Send + 'static,
     sink: File,
     mut redactor: Redactor,
+    mut tap: Option<Tap>,
     done: mpsc::Sender<()>,
 ) -> JoinHandle<()> {
     std::thread::Builder::new()
@@ -40,17 +43,25 @@ pub fn start(
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
-                if redactor.is_passthrough() {
-                    sink.write(&buf[..n]);
+                let redacted = if redactor.is_passthrough() {
+                    &buf[..n]
                 } else {
                     out.clear();
                     redactor.push(&buf[..n], &mut out);
-                    sink.write(&out);
+                    &out[..]
+                };
+                sink.write(redacted);
+                if let Some(tap) = &mut tap {
+                    tap.push(redacted);
                 }
             }
             out.clear();
             redactor.finish(&mut out);
             sink.write(&out);
+            if let Some(tap) = &mut tap {
+                tap.push(&out);
+                tap.finish();
+            }
             let _ = done.send(());
         })
         .expect("spawning an output pump")

@@ -30,6 +30,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::error::{EXIT_TIMEOUT, Error};
+use crate::events::{Events, Level};
 use crate::plan::Plan;
 use crate::redact::Redactor;
 use crate::{proctree, pump, reaper};
@@ -40,6 +41,8 @@ pub struct RunOptions {
     pub grace: Duration,
     /// Wall-clock limit of the program.
     pub timeout: Option<Duration>,
+    /// Progress events of the job (off unless the node configures them).
+    pub events: Events,
 }
 
 /// How the program ended.
@@ -122,14 +125,16 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     let mut child = command.spawn().map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
     let program = Pid::from_raw(child.id() as i32);
     let mut reaper = reaper::start(program);
+    options.events.program_spawned(program.as_raw(), &plan.argv);
 
     // Built while the program starts: it does not delay the exec.
     let redactor = Redactor::new(&plan.secrets);
     let (done_tx, done_rx) = mpsc::channel();
     let stdout = pump::own_stream(std::io::stdout()).map_err(|e| Error::io("cannot duplicate stdout", e))?;
     let stderr = pump::own_stream(std::io::stderr()).map_err(|e| Error::io("cannot duplicate stderr", e))?;
-    pump::start("stdout", child.stdout.take().expect("piped"), stdout, redactor.clone(), done_tx.clone());
-    pump::start("stderr", child.stderr.take().expect("piped"), stderr, redactor, done_tx);
+    let (stdout_tap, stderr_tap) = (options.events.tap(Level::Info), options.events.tap(Level::Warning));
+    pump::start("stdout", child.stdout.take().expect("piped"), stdout, redactor.clone(), stdout_tap, done_tx.clone());
+    pump::start("stderr", child.stderr.take().expect("piped"), stderr, redactor, stderr_tap, done_tx);
     // The reaper owns the waiting; dropping std's handle neither kills nor waits.
     drop(child);
 

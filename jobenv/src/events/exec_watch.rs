@@ -1,0 +1,99 @@
+//! Telling when the deployment program itself starts, so `running` means the program runs and
+//! the time nix-shell spends instantiating the dev shell counts as `preparing`.
+//!
+//! The direct child of jobenv goes through one process image after another under the same pid:
+//! jobenv's own (between fork and exec), nix-shell's (the planned argv), the shell nix-shell
+//! execs on its generated rc file (`bash /tmp/nix-shell-<pid>-<n>/rc`, or `bash --rcfile <that>`
+//! in newer Nix), and then, through `exec <EXECUTABLE>` in that rc file, the program. Its command
+//! line tells these apart; anything that is none of the first three is the program (or what
+//! the program exec'd into).
+
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Still jobenv, nix-shell, or nix-shell's shell (or between two images).
+    Starting,
+    Running,
+    /// The process is gone: whatever it was, the terminal status will say how it ended.
+    Gone,
+}
+
+/// The command line of `pid` as raw `/proc` bytes, `None` once the process is gone.
+pub fn read_cmdline(pid: i32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
+/// Classifies a command line (`/proc/<pid>/cmdline`: arguments each followed by NUL).
+pub fn phase(cmdline: Option<&[u8]>, own: &[u8], planned: &[String]) -> Phase {
+    let Some(cmdline) = cmdline else { return Phase::Gone };
+    // Empty while the kernel swaps images (and for a zombie): not yet known.
+    if cmdline.is_empty() || cmdline == own {
+        return Phase::Starting;
+    }
+    let args: Vec<&[u8]> = cmdline.strip_suffix(b"\0").unwrap_or(cmdline).split(|&b| b == 0).collect();
+    let is_planned = args.len() == planned.len() && args.iter().zip(planned).all(|(a, p)| *a == p.as_bytes());
+    if is_planned || args.iter().any(|arg| is_nix_shell_rc(arg)) {
+        return Phase::Starting;
+    }
+    Phase::Running
+}
+
+/// `.../nix-shell-<pid>-<n>/rc`: the file nix-shell generates and hands to the shell.
+fn is_nix_shell_rc(arg: &[u8]) -> bool {
+    let Ok(arg) = std::str::from_utf8(arg) else { return false };
+    let path = Path::new(arg);
+    path.file_name().is_some_and(|name| name == "rc")
+        && path.parent().and_then(Path::file_name).and_then(|dir| dir.to_str()).is_some_and(|dir| dir.starts_with("nix-shell-"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned() -> Vec<String> {
+        ["/usr/bin/nix-shell", "/root", "-I", "nixpkgs=/p", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    fn cmdline(args: &[&str]) -> Vec<u8> {
+        args.iter().flat_map(|a| a.bytes().chain([0])).collect()
+    }
+
+    #[test]
+    fn the_images_before_the_program_are_starting() {
+        let own = cmdline(&["fediversity-jobenv", "run", "--verb", "apply"]);
+        let p = planned();
+        let planned_refs: Vec<&str> = p.iter().map(String::as_str).collect();
+        for line in [
+            own.clone(),
+            Vec::new(),
+            cmdline(&planned_refs),
+            cmdline(&["bash", "/tmp/nix-shell-30741-0/rc"]),
+            cmdline(&["/bin/bash", "--rcfile", "/tmp/nix-shell.XyZ/nix-shell-12-0/rc"]),
+        ] {
+            assert_eq!(phase(Some(&line), &own, &p), Phase::Starting, "{:?}", String::from_utf8_lossy(&line));
+        }
+    }
+
+    #[test]
+    fn the_program_is_running_whatever_it_is() {
+        let own = cmdline(&["fediversity-jobenv"]);
+        for line in [
+            cmdline(&["/bin/sh", "/root/bin/web-apply"]),
+            cmdline(&["bash", "/root/bin/web-apply"]),
+            cmdline(&["/nix/store/x-web/bin/.web-apply-wrapped"]),
+            cmdline(&["tofu", "apply", "rc"]),
+        ] {
+            assert_eq!(phase(Some(&line), &own, &planned()), Phase::Running, "{:?}", String::from_utf8_lossy(&line));
+        }
+    }
+
+    #[test]
+    fn a_vanished_process_is_gone() {
+        assert_eq!(phase(None, b"x\0", &planned()), Phase::Gone);
+        assert_eq!(read_cmdline(i32::MAX), None);
+        assert!(read_cmdline(std::process::id() as i32).is_some_and(|c| !c.is_empty()));
+    }
+}
