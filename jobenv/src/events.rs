@@ -63,6 +63,8 @@ struct Program {
     pid: i32,
     argv: Vec<String>,
     own_cmdline: Vec<u8>,
+    /// The file name of the shell nix-shell execs.
+    shell: String,
 }
 
 impl Events {
@@ -102,12 +104,29 @@ impl Events {
         Some(Tap { shared, level, splitter: LineSplitter::default(), lines: Vec::new() })
     }
 
-    /// The program was spawned as `pid` from `argv`: from now on jobenv watches for the exec of
-    /// the deployment program to report `running`.
-    pub fn program_spawned(&self, pid: i32, argv: &[String]) {
+    /// The plan's argv was spawned as `pid`: from now on jobenv watches for the exec of the
+    /// deployment program to report `running`.
+    pub fn program_spawned(&self, pid: i32, plan: &crate::plan::Plan) {
         let Some(shared) = &self.0 else { return };
         let own_cmdline = exec_watch::read_cmdline(std::process::id() as i32).unwrap_or_default();
-        let _ = shared.program.set(Program { pid, argv: argv.to_vec(), own_cmdline });
+        let shell = exec_watch::shell_name(plan.env.get("NIX_BUILD_SHELL").map(|var| var.value.as_str()));
+        let _ = shared.program.set(Program { pid, argv: plan.argv.clone(), own_cmdline, shell });
+    }
+
+    /// The direct child exited and is not reaped yet (called by the reaper). A program that ran
+    /// and ended between two polls is still seen here: a zombie keeps the name of its last
+    /// image. Without this, a quick program would go from `preparing` straight to its end.
+    pub fn program_exited(&self) {
+        let Some(shared) = &self.0 else { return };
+        if shared.watch_done.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Some(program) = shared.program.get() else { return };
+        let comm = exec_watch::read_comm(program.pid);
+        if comm.as_deref().is_some_and(|comm| exec_watch::is_program_image(comm, &program.shell)) {
+            shared.lock().push_status(Status::Running, None, SystemTime::now(), Instant::now());
+            shared.wake.notify_one();
+        }
     }
 
     /// The job ended: `result_status` as result.json spells it, jobenv's exit code, and

@@ -124,8 +124,9 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     }
     let mut child = command.spawn().map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
     let program = Pid::from_raw(child.id() as i32);
-    let mut reaper = reaper::start(program);
-    options.events.program_spawned(program.as_raw(), &plan.argv);
+    options.events.program_spawned(program.as_raw(), plan);
+    let events = options.events.clone();
+    let mut reaper = reaper::start(program, move || events.program_exited());
 
     // Built while the program starts: it does not delay the exec.
     let redactor = Redactor::new(&plan.secrets);

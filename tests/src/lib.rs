@@ -4,7 +4,10 @@
 //! - [`nix_fixture`]: a node (deploy-env.json, keys, attributes, secrets) and a deployment
 //!   repository whose dev shells real `nix-shell` instantiates offline.
 //! - [`process`]: liveness of pids, waiting with deadlines, watching output as it comes.
+//! - [`events_receiver`]: an HTTP receiver of jobenv's progress events (checks the secret by
+//!   its SHA-256, can be slow or dead).
 
+pub mod events_receiver;
 pub mod nix_fixture;
 pub mod process;
 

@@ -7,6 +7,11 @@
 //! in newer Nix), and then, through `exec <EXECUTABLE>` in that rc file, the program. Its command
 //! line tells these apart; anything that is none of the first three is the program (or what
 //! the program exec'd into).
+//!
+//! Polling can miss a program that starts and ends between two looks. The reaper therefore
+//! also asks, once the child has exited and before it is reaped, for the zombie's name: the
+//! name of its last image (for a script, the script's name). If that is neither nix-shell nor
+//! its shell, the program ran.
 
 use std::path::Path;
 
@@ -22,6 +27,24 @@ pub enum Phase {
 /// The command line of `pid` as raw `/proc` bytes, `None` once the process is gone.
 pub fn read_cmdline(pid: i32) -> Option<Vec<u8>> {
     std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
+/// The name (`/proc/<pid>/comm`) of `pid`; still readable while it is a zombie.
+pub fn read_comm(pid: i32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end_matches('\n').to_owned())
+}
+
+/// The name of the shell nix-shell execs: `NIX_BUILD_SHELL`'s file name, else bash.
+pub fn shell_name(nix_build_shell: Option<&str>) -> String {
+    nix_build_shell.and_then(|path| Path::new(path).file_name()).and_then(|name| name.to_str()).unwrap_or("bash").to_owned()
+}
+
+/// Whether a process named `comm` (at most 15 bytes, the kernel's cut) is past nix-shell and
+/// its shell. A program whose last image is that same shell is not told apart.
+pub fn is_program_image(comm: &str, shell: &str) -> bool {
+    let cut = |name: &str| name.as_bytes()[..name.len().min(15)].to_vec();
+    !comm.is_empty() && ![cut("nix-shell"), cut("nix"), cut(shell), cut("bash")].contains(&comm.as_bytes().to_vec())
 }
 
 /// Classifies a command line (`/proc/<pid>/cmdline`: arguments each followed by NUL).
@@ -88,6 +111,20 @@ mod tests {
         ] {
             assert_eq!(phase(Some(&line), &own, &planned()), Phase::Running, "{:?}", String::from_utf8_lossy(&line));
         }
+    }
+
+    #[test]
+    fn the_last_image_of_an_exited_child() {
+        assert_eq!(shell_name(Some("/nix/store/x-bash-5/bin/bash")), "bash");
+        assert_eq!(shell_name(Some("/bin/zsh")), "zsh");
+        assert_eq!(shell_name(None), "bash");
+        for comm in ["web-apply", "tofu", ".web-apply-wra", "sh"] {
+            assert!(is_program_image(comm, "bash"), "{comm}");
+        }
+        for comm in ["nix-shell", "nix", "bash", "zsh", ""] {
+            assert!(!is_program_image(comm, "zsh"), "{comm}");
+        }
+        assert_eq!(read_comm(std::process::id() as i32).as_deref().map(str::is_empty), Some(false));
     }
 
     #[test]
