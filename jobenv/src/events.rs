@@ -61,10 +61,7 @@ struct Shared {
 /// The direct child and what it looks like before it becomes the program.
 struct Program {
     pid: i32,
-    argv: Vec<String>,
-    own_cmdline: Vec<u8>,
-    /// The file name of the shell nix-shell execs.
-    shell: String,
+    known: exec_watch::Known,
 }
 
 impl Events {
@@ -108,9 +105,8 @@ impl Events {
     /// deployment program to report `running`.
     pub fn program_spawned(&self, pid: i32, plan: &crate::plan::Plan) {
         let Some(shared) = &self.0 else { return };
-        let own_cmdline = exec_watch::read_cmdline(std::process::id() as i32).unwrap_or_default();
-        let shell = exec_watch::shell_name(plan.env.get("NIX_BUILD_SHELL").map(|var| var.value.as_str()));
-        let _ = shared.program.set(Program { pid, argv: plan.argv.clone(), own_cmdline, shell });
+        let known = exec_watch::Known::new(plan.argv.clone(), plan.env.get("NIX_BUILD_SHELL").map(|var| var.value.as_str()));
+        let _ = shared.program.set(Program { pid, known });
     }
 
     /// The direct child exited and is not reaped yet (called by the reaper). A program that ran
@@ -118,15 +114,10 @@ impl Events {
     /// image. Without this, a quick program would go from `preparing` straight to its end.
     pub fn program_exited(&self) {
         let Some(shared) = &self.0 else { return };
-        if shared.watch_done.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        let Some(program) = shared.program.get() else { return };
-        let comm = exec_watch::read_comm(program.pid);
-        if comm.as_deref().is_some_and(|comm| exec_watch::is_program_image(comm, &program.shell)) {
-            shared.lock().push_status(Status::Running, None, SystemTime::now(), Instant::now());
-            shared.wake.notify_one();
-        }
+        // The same look as the watcher's: a zombie has an empty command line, so its name decides.
+        shared.check_running();
+        // Only now: a pump that finds the watch done labels its lines with the status as is.
+        shared.watch_done.store(true, Ordering::Relaxed);
     }
 
     /// The job ended: `result_status` as result.json spells it, jobenv's exit code, and
@@ -186,7 +177,8 @@ impl Shared {
         }
         let Some(program) = self.program.get() else { return false };
         let cmdline = exec_watch::read_cmdline(program.pid);
-        let done = match exec_watch::phase(cmdline.as_deref(), &program.own_cmdline, &program.argv) {
+        let comm = || exec_watch::read_comm(program.pid);
+        let done = match exec_watch::phase(cmdline.as_deref(), comm, &program.known) {
             exec_watch::Phase::Starting => false,
             exec_watch::Phase::Running => {
                 self.lock().push_status(Status::Running, None, SystemTime::now(), Instant::now());

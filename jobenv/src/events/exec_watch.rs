@@ -47,19 +47,52 @@ pub fn is_program_image(comm: &str, shell: &str) -> bool {
     !comm.is_empty() && ![cut("nix-shell"), cut("nix"), cut(shell), cut("bash")].contains(&comm.as_bytes().to_vec())
 }
 
-/// Classifies a command line (`/proc/<pid>/cmdline`: arguments each followed by NUL).
-pub fn phase(cmdline: Option<&[u8]>, own: &[u8], planned: &[String]) -> Phase {
+/// What the direct child is now, from its command line (`/proc/<pid>/cmdline`: arguments
+/// each followed by NUL) and, when that is empty (a zombie, or an image being swapped), its
+/// name, read by `comm` only then.
+pub fn phase(cmdline: Option<&[u8]>, comm: impl FnOnce() -> Option<String>, known: &Known) -> Phase {
     let Some(cmdline) = cmdline else { return Phase::Gone };
-    // Empty while the kernel swaps images (and for a zombie): not yet known.
-    if cmdline.is_empty() || cmdline == own {
+    if cmdline.is_empty() {
+        return match comm() {
+            Some(comm) if comm != known.own_comm && is_program_image(&comm, &known.shell) => Phase::Running,
+            Some(_) => Phase::Starting,
+            None => Phase::Gone,
+        };
+    }
+    if cmdline == known.own_cmdline {
         return Phase::Starting;
     }
     let args: Vec<&[u8]> = cmdline.strip_suffix(b"\0").unwrap_or(cmdline).split(|&b| b == 0).collect();
+    let planned = &known.argv;
     let is_planned = args.len() == planned.len() && args.iter().zip(planned).all(|(a, p)| *a == p.as_bytes());
     if is_planned || args.iter().any(|arg| is_nix_shell_rc(arg)) {
         return Phase::Starting;
     }
     Phase::Running
+}
+
+/// What the direct child looks like before it becomes the program.
+#[derive(Debug, Clone)]
+pub struct Known {
+    /// jobenv's own command line and name: the child's between fork and exec.
+    pub own_cmdline: Vec<u8>,
+    pub own_comm: String,
+    /// nix-shell's argv (the plan's).
+    pub argv: Vec<String>,
+    /// The file name of the shell nix-shell execs.
+    pub shell: String,
+}
+
+impl Known {
+    pub fn new(argv: Vec<String>, nix_build_shell: Option<&str>) -> Self {
+        let me = std::process::id() as i32;
+        Known {
+            own_cmdline: read_cmdline(me).unwrap_or_default(),
+            own_comm: read_comm(me).unwrap_or_default(),
+            argv,
+            shell: shell_name(nix_build_shell),
+        }
+    }
 }
 
 /// `.../nix-shell-<pid>-<n>/rc`: the file nix-shell generates and hands to the shell.
@@ -84,33 +117,54 @@ mod tests {
         args.iter().flat_map(|a| a.bytes().chain([0])).collect()
     }
 
+    fn known() -> Known {
+        Known {
+            own_cmdline: cmdline(&["fediversity-jobenv", "run", "--verb", "apply"]),
+            own_comm: "fediversity-job".into(),
+            argv: planned(),
+            shell: "bash".into(),
+        }
+    }
+
+    fn no_comm() -> Option<String> {
+        panic!("the name is only read when the command line is empty")
+    }
+
     #[test]
     fn the_images_before_the_program_are_starting() {
-        let own = cmdline(&["fediversity-jobenv", "run", "--verb", "apply"]);
         let p = planned();
         let planned_refs: Vec<&str> = p.iter().map(String::as_str).collect();
         for line in [
-            own.clone(),
-            Vec::new(),
+            known().own_cmdline,
             cmdline(&planned_refs),
             cmdline(&["bash", "/tmp/nix-shell-30741-0/rc"]),
             cmdline(&["/bin/bash", "--rcfile", "/tmp/nix-shell.XyZ/nix-shell-12-0/rc"]),
         ] {
-            assert_eq!(phase(Some(&line), &own, &p), Phase::Starting, "{:?}", String::from_utf8_lossy(&line));
+            assert_eq!(phase(Some(&line), no_comm, &known()), Phase::Starting, "{:?}", String::from_utf8_lossy(&line));
         }
     }
 
     #[test]
     fn the_program_is_running_whatever_it_is() {
-        let own = cmdline(&["fediversity-jobenv"]);
         for line in [
             cmdline(&["/bin/sh", "/root/bin/web-apply"]),
             cmdline(&["bash", "/root/bin/web-apply"]),
             cmdline(&["/nix/store/x-web/bin/.web-apply-wrapped"]),
             cmdline(&["tofu", "apply", "rc"]),
         ] {
-            assert_eq!(phase(Some(&line), &own, &planned()), Phase::Running, "{:?}", String::from_utf8_lossy(&line));
+            assert_eq!(phase(Some(&line), no_comm, &known()), Phase::Running, "{:?}", String::from_utf8_lossy(&line));
         }
+    }
+
+    #[test]
+    fn without_a_command_line_the_name_decides() {
+        // A zombie, or a process between two images.
+        let by_name = |comm: &str| phase(Some(b""), || Some(comm.to_owned()), &known());
+        assert_eq!(by_name("web-apply"), Phase::Running);
+        for comm in ["fediversity-job", "nix-shell", "bash"] {
+            assert_eq!(by_name(comm), Phase::Starting, "{comm}");
+        }
+        assert_eq!(phase(Some(b""), || None, &known()), Phase::Gone);
     }
 
     #[test]
@@ -129,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_vanished_process_is_gone() {
-        assert_eq!(phase(None, b"x\0", &planned()), Phase::Gone);
+        assert_eq!(phase(None, no_comm, &known()), Phase::Gone);
         assert_eq!(read_cmdline(i32::MAX), None);
         assert!(read_cmdline(std::process::id() as i32).is_some_and(|c| !c.is_empty()));
     }
