@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub use config::{Secret, Target};
 pub use model::{Level, Status};
 
-use lines::LineSplitter;
+use lines::{Block, LineSplitter};
 use model::Ids;
 use queue::Queue;
 
@@ -98,7 +98,7 @@ impl Events {
     /// A tap for one output stream of the program: give it the redacted bytes as they come.
     pub fn tap(&self, level: Level) -> Option<Tap> {
         let shared = Arc::clone(self.0.as_ref()?);
-        Some(Tap { shared, level, splitter: LineSplitter::default(), lines: Vec::new() })
+        Some(Tap { shared, level, splitter: LineSplitter::default(), block: Block::default() })
     }
 
     /// The plan's argv was spawned as `pid`: from now on jobenv watches for the exec of the
@@ -164,8 +164,8 @@ impl Shared {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn push_lines(&self, level: Level, lines: impl IntoIterator<Item = String>) {
-        self.lock().push_lines(level, lines, SystemTime::now(), Instant::now());
+    fn push_block(&self, level: Level, block: Block) {
+        self.lock().push_block(level, block, SystemTime::now(), Instant::now());
         self.wake.notify_one();
     }
 
@@ -209,26 +209,27 @@ pub struct Tap {
     shared: Arc<Shared>,
     level: Level,
     splitter: LineSplitter,
-    lines: Vec<String>,
+    block: Block,
 }
 
 impl Tap {
     pub fn push(&mut self, redacted: &[u8]) {
         // First, so lines read after the program's exec are labelled `running`.
         self.shared.check_running();
-        self.splitter.push(redacted, &mut self.lines);
+        self.splitter.push(redacted, &mut self.block);
         self.flush();
     }
 
     /// End of the stream: the unfinished last line goes too.
     pub fn finish(&mut self) {
-        self.splitter.finish(&mut self.lines);
+        self.splitter.finish(&mut self.block);
         self.flush();
     }
 
+    /// One push per read: the queue takes the block as it is (one lock, no copy per line).
     fn flush(&mut self) {
-        if !self.lines.is_empty() {
-            self.shared.push_lines(self.level, self.lines.drain(..));
+        if !self.block.is_empty() {
+            self.shared.push_block(self.level, std::mem::take(&mut self.block));
         }
     }
 }

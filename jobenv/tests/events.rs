@@ -313,24 +313,38 @@ fn a_dead_receiver_changes_nothing_but_one_stderr_line() {
     assert_eq!(with_lines.len(), without_lines.len() + 1, "{with_lines:#?}");
 }
 
+/// How a run counted by [`run_counting`] went.
+struct Counted {
+    code: Option<i32>,
+    bytes: u64,
+    stderr: String,
+    /// From the start to the last byte of stdout: how long the program's output took.
+    output_done: Duration,
+    /// From the start to jobenv's exit (including its wait for the final status).
+    exited: Duration,
+}
+
 /// Runs jobenv to its end, counting (not keeping) its stdout.
-fn run_counting(mut command: Command, payload: &Value) -> (Option<i32>, u64, String, Duration) {
+fn run_counting(mut command: Command, payload: &Value) -> Counted {
     let started = Instant::now();
     let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(payload.to_string().as_bytes()).unwrap();
     let stderr = StreamWatch::new(child.stderr.take().unwrap());
     let mut stdout = child.stdout.take().unwrap();
-    let mut count = 0u64;
+    let mut bytes = 0u64;
+    let mut output_done = Duration::ZERO;
     let mut buf = vec![0u8; 1 << 16];
     loop {
         match stdout.read(&mut buf).unwrap() {
             0 => break,
-            n => count += n as u64,
+            n => {
+                bytes += n as u64;
+                output_done = started.elapsed();
+            }
         }
     }
-    let status = child.wait().unwrap();
-    let took = started.elapsed();
-    (status.code(), count, text(&stderr.finish()), took)
+    let code = child.wait().unwrap().code();
+    Counted { code, bytes, stderr: text(&stderr.finish()), output_done, exited: started.elapsed() }
 }
 
 /// 100 MB in lines of 100 bytes.
@@ -340,8 +354,8 @@ const BIG_OUTPUT: &str = "yes 'a line of output from a deployment program, one h
 fn a_slow_receiver_does_not_hold_up_a_program_that_writes_100_mb() {
     let receiver = Receiver::slow(EVENTS_SECRET, Duration::from_secs(5));
     let f = node(&receiver.url(), "apply", BIG_OUTPUT);
-    let (code, bytes, stderr, took) = run_counting(command(&f, "apply", &[]), &payload());
-    eprintln!("100 MB through jobenv with a receiver that sleeps 5 s per request: {took:?}");
+    let Counted { code, bytes, stderr, output_done, exited } = run_counting(command(&f, "apply", &[]), &payload());
+    eprintln!("100 MB with a receiver that sleeps 5 s per request: output in {output_done:?}, exit after {exited:?}");
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(bytes, 100_000_000, "every byte reached stdout");
     let events = receiver.events();
@@ -373,30 +387,43 @@ fn lines_lost_to_a_slow_receiver_are_counted_and_reported() {
     assert_eq!(delivered + final_dropped, LINES, "delivered {delivered}, dropped {final_dropped}");
 }
 
-/// The ratio for BENCHMARKS.md ("jobenv events: slow receiver"); not a test of speed.
-/// `cargo test --release -p fediversity-jobenv --test events -- --ignored --nocapture`
+/// The figures for BENCHMARKS.md ("jobenv events: slow receiver"); a measurement, not a test
+/// of speed: `cargo test --release -p fediversity-jobenv --test events -- --ignored --nocapture`
 #[test]
 #[ignore = "a measurement, run by hand in release mode"]
 fn measure_slow_receiver_ratio() {
-    const RUNS: usize = 5;
+    const RUNS: usize = 9;
+    const TOKEN: (&str, &str) = ("TF_VAR_token", "tf-token-0123456789abcdef");
     let receiver = Receiver::slow(EVENTS_SECRET, Duration::from_secs(5));
-    let with_events = node(&receiver.url(), "apply", BIG_OUTPUT);
-    let mut plain = Fixture::new();
-    plain.program("web", "apply", BIG_OUTPUT);
-    let times = |f: &Fixture| -> Vec<f64> {
-        (0..RUNS)
-            .map(|_| {
-                let (code, bytes, stderr, took) = run_counting(command(f, "apply", &[]), &payload());
-                assert_eq!((code, bytes), (Some(0), 100_000_000), "{stderr}");
-                took.as_secs_f64()
-            })
-            .collect()
+    // Three nodes: no secret at all (the redactor passes bytes through), a secret (the
+    // redactor works), and the same secret plus events to the slow receiver.
+    let mut passthrough = Fixture::new();
+    passthrough.program("web", "apply", BIG_OUTPUT);
+    let mut redacting = Fixture::new();
+    redacting.program("web", "apply", BIG_OUTPUT).secret(TOKEN.0, TOKEN.1);
+    let mut with_events = node(&receiver.url(), "apply", BIG_OUTPUT);
+    with_events.secret(TOKEN.0, TOKEN.1);
+    let nodes = [("no secret, no events", &passthrough), ("a secret, no events", &redacting), ("a secret, slow receiver", &with_events)];
+
+    // Alternating, so a change in the machine's load hits every node alike.
+    let mut times: Vec<Vec<(f64, f64)>> = vec![Vec::new(); nodes.len()];
+    for _ in 0..RUNS {
+        for ((_, f), times) in nodes.iter().zip(&mut times) {
+            let run = run_counting(command(f, "apply", &[]), &payload());
+            assert_eq!((run.code, run.bytes), (Some(0), 100_000_000), "{}", run.stderr);
+            times.push((run.output_done.as_secs_f64(), run.exited.as_secs_f64()));
+        }
+    }
+    type Pick = fn(&(f64, f64)) -> f64;
+    let median = |v: &[(f64, f64)], pick: Pick| {
+        let mut v: Vec<f64> = v.iter().map(pick).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
     };
-    let (mut without, mut with) = (times(&plain), times(&with_events));
-    without.sort_by(f64::total_cmp);
-    with.sort_by(f64::total_cmp);
-    let median = |v: &[f64]| v[v.len() / 2];
-    println!("without events: {without:.3?} s, median {:.3}", median(&without));
-    println!("slow receiver:  {with:.3?} s, median {:.3}", median(&with));
-    println!("ratio of medians: {:.2}", median(&with) / median(&without));
+    let (output, exit): (Pick, Pick) = (|t| t.0, |t| t.1);
+    for ((name, _), times) in nodes.iter().zip(&times) {
+        println!("{name:<24} output median {:.3} s, exit median {:.3} s; runs (output, exit): {times:.3?}", median(times, output), median(times, exit));
+    }
+    let ratio = |pick| median(&times[2], pick) / median(&times[1], pick);
+    println!("slow receiver / same node without events: output {:.2}, exit {:.2}", ratio(output), ratio(exit));
 }

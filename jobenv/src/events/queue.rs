@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::lines::Block;
 use super::model::{Item, Level, Line, Status, StatusChange};
 
 pub const QUEUE_LINES: usize = 4096;
@@ -58,10 +59,29 @@ struct InFlight {
     status: bool,
 }
 
+/// The lines of one read, as pushed, and how many of them are gone from the front.
+struct Queued {
+    level: Level,
+    source_status: Status,
+    at: SystemTime,
+    since: Instant,
+    block: Block,
+    /// The first line still waiting.
+    next: usize,
+}
+
+impl Queued {
+    fn waiting(&self) -> usize {
+        self.block.len() - self.next
+    }
+}
+
 pub struct Queue {
-    lines: VecDeque<Line>,
+    blocks: VecDeque<Queued>,
+    /// Lines waiting, and the bytes of their text.
+    count: usize,
     bytes: usize,
-    /// Lines ever pushed; the front of `lines` is line number `pushed - lines.len()`.
+    /// Lines ever pushed; the first waiting line is line number `pushed - count`.
     pushed: u64,
     dropped: u64,
     statuses: VecDeque<Pending>,
@@ -85,7 +105,8 @@ impl Queue {
     /// A job's queue starts in `preparing`, with that status waiting to go.
     pub fn new(at: SystemTime) -> Self {
         let mut queue = Queue {
-            lines: VecDeque::new(),
+            blocks: VecDeque::new(),
+            count: 0,
             bytes: 0,
             pushed: 0,
             dropped: 0,
@@ -111,20 +132,49 @@ impl Queue {
         self.closed_at.is_some()
     }
 
-    /// Adds lines read at one moment; never blocks, drops the oldest lines when full.
-    pub fn push_lines(&mut self, level: Level, texts: impl IntoIterator<Item = String>, at: SystemTime, since: Instant) {
-        if self.closed_at.is_some() {
+    /// Adds the lines of one read; never blocks, drops the oldest lines when full.
+    pub fn push_block(&mut self, level: Level, block: Block, at: SystemTime, since: Instant) {
+        if self.closed_at.is_some() || block.is_empty() {
             return;
         }
-        for line in texts {
-            self.bytes += line.len();
-            self.pushed += 1;
-            self.lines.push_back(Line { level, line, source_status: self.current, at, since });
+        self.count += block.len();
+        self.bytes += (0..block.len()).map(|i| block.line_len(i)).sum::<usize>();
+        self.pushed += block.len() as u64;
+        self.blocks.push_back(Queued { level, source_status: self.current, at, since, block, next: 0 });
+        let excess = self.count.saturating_sub(QUEUE_LINES);
+        self.drop_oldest(excess);
+        while self.bytes > QUEUE_BYTES {
+            self.drop_oldest(1);
         }
-        while self.lines.len() > QUEUE_LINES || self.bytes > QUEUE_BYTES {
-            let Some(oldest) = self.lines.pop_front() else { break };
-            self.bytes -= oldest.line.len();
-            self.dropped += 1;
+    }
+
+    /// Adds whole lines (jobenv's own), as one read.
+    pub fn push_lines(&mut self, level: Level, texts: impl IntoIterator<Item = String>, at: SystemTime, since: Instant) {
+        let mut block = Block::default();
+        for text in texts {
+            block.push_line(&text);
+        }
+        self.push_block(level, block, at, since);
+    }
+
+    /// Drops the `n` oldest waiting lines, counted as dropped.
+    fn drop_oldest(&mut self, n: usize) {
+        self.dropped += n as u64;
+        self.discard(n);
+    }
+
+    /// Removes the `n` oldest waiting lines (whole blocks at once where possible).
+    fn discard(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.blocks.front_mut() else { break };
+            let take = n.min(front.waiting());
+            self.bytes -= (front.next..front.next + take).map(|i| front.block.line_len(i)).sum::<usize>();
+            front.next += take;
+            self.count -= take;
+            n -= take;
+            if front.waiting() == 0 {
+                self.blocks.pop_front();
+            }
         }
     }
 
@@ -148,13 +198,10 @@ impl Queue {
             return Next::Done;
         }
         if let Some(pending) = self.statuses.front() {
-            let front = self.pushed - self.lines.len() as u64;
+            let front = self.pushed - self.count as u64;
             let before = pending.lines_before.saturating_sub(front) as usize;
             if before > 0 && self.closed_at.is_some_and(|closed| now.duration_since(closed) >= HURRY_AFTER) {
-                for line in self.lines.drain(..before) {
-                    self.bytes -= line.line.len();
-                }
-                self.dropped += before as u64;
+                self.drop_oldest(before);
             } else if before > 0 {
                 return self.send_batch(before);
             }
@@ -163,30 +210,39 @@ impl Queue {
             self.in_flight = Some(InFlight { lines: 0, terminal, status: true });
             return Next::Send { item: Item::Status(pending.change), dropped: self.dropped };
         }
-        let Some(oldest) = self.lines.front() else {
+        let Some(oldest) = self.blocks.front() else {
             return if self.closed_at.is_some() { Next::Done } else { Next::Wait };
         };
         let due = oldest.since + BATCH_DELAY;
-        if self.lines.len() >= BATCH_LINES || self.bytes >= BATCH_BYTES || now >= due {
-            return self.send_batch(self.lines.len());
+        if self.count >= BATCH_LINES || self.bytes >= BATCH_BYTES || now >= due {
+            return self.send_batch(self.count);
         }
         Next::WaitUntil(due)
     }
 
-    /// Up to `limit` of the oldest lines, within the batch bounds (at least one line).
+    /// Up to `limit` of the oldest lines, within the batch bounds (at least one line). Only
+    /// here does a line become a string.
     fn send_batch(&mut self, limit: usize) -> Next {
-        let mut count = 0;
+        let mut batch: Vec<Line> = Vec::new();
         let mut size = 0;
-        for line in self.lines.iter().take(limit.min(BATCH_LINES)) {
-            if count > 0 && size + line.line.len() > BATCH_BYTES {
-                break;
+        'blocks: for queued in &self.blocks {
+            for i in queued.next..queued.block.len() {
+                let len = queued.block.line_len(i);
+                if batch.len() == limit.min(BATCH_LINES) || (!batch.is_empty() && size + len > BATCH_BYTES) {
+                    break 'blocks;
+                }
+                size += len;
+                batch.push(Line {
+                    level: queued.level,
+                    line: queued.block.line(i),
+                    source_status: queued.source_status,
+                    at: queued.at,
+                    since: queued.since,
+                });
             }
-            size += line.line.len();
-            count += 1;
         }
-        let batch: Vec<Line> = self.lines.drain(..count).collect();
-        self.bytes -= size;
-        self.in_flight = Some(InFlight { lines: count, terminal: false, status: false });
+        self.discard(batch.len());
+        self.in_flight = Some(InFlight { lines: batch.len(), terminal: false, status: false });
         Next::Send { item: Item::Logs(batch), dropped: self.dropped }
     }
 
@@ -215,7 +271,7 @@ impl Queue {
     pub fn undelivered(&self) -> (u64, u64) {
         let in_flight = self.in_flight.map_or((0, 0), |i| (u64::from(i.status), i.lines as u64));
         let statuses = self.statuses.len() as u64 + in_flight.0 + self.statuses_abandoned;
-        let lines = self.lines.len() as u64 + in_flight.1 + self.dropped;
+        let lines = self.count as u64 + in_flight.1 + self.dropped;
         (statuses, lines)
     }
 }
@@ -287,6 +343,30 @@ mod tests {
         assert_eq!(take(&mut q, t), "wait-until");
         assert_eq!(take(&mut q, t), "wait-until", "the rest waits for the delay");
         assert!(matches!(q.next(t + BATCH_DELAY), Next::Send { .. }));
+    }
+
+    #[test]
+    fn a_batch_spans_reads_and_keeps_each_lines_level_and_status() {
+        let t = Instant::now();
+        let mut q = Queue::new(SystemTime::now());
+        assert_eq!(take(&mut q, t), "Preparing d0");
+        push(&mut q, texts("a", 30), t);
+        q.push_lines(Level::Warning, texts("b", 30), SystemTime::now(), t);
+        status(&mut q, Status::Running, t);
+        push(&mut q, texts("c", 30), t);
+        match q.next(t) {
+            Next::Send { item: Item::Logs(lines), .. } => {
+                let seen: Vec<String> = lines.iter().map(|l| format!("{} {:?} {:?}", l.line, l.level, l.source_status)).collect();
+                assert_eq!(seen.len(), 60, "only the lines before `running` go before it");
+                assert_eq!(seen[0], "a0 Info Preparing");
+                assert_eq!(seen[59], "b29 Warning Preparing");
+            }
+            other => panic!("{other:?}"),
+        }
+        q.settle(Settled::Delivered);
+        assert_eq!(take(&mut q, t), "Running d0");
+        assert_eq!(take(&mut q, t + BATCH_DELAY), "c0x30 Running d0");
+        assert_eq!((q.count, q.bytes, q.blocks.len()), (0, 0, 0));
     }
 
     #[test]
