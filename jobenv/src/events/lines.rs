@@ -45,6 +45,12 @@ impl Block {
         (span.end - span.start) as usize
     }
 
+    /// The bytes of lines `from..to`: the text holds nothing but the lines, back to back.
+    pub fn bytes_of(&self, from: usize, to: usize) -> usize {
+        let offset = |i: usize| self.spans.get(i).map_or(self.text.len(), |span| span.start as usize);
+        offset(to) - offset(from)
+    }
+
     /// Line `i` as text: lossy UTF-8, with the marker if it was cut.
     pub fn line(&self, i: usize) -> String {
         let span = self.spans[i];

@@ -7,7 +7,9 @@
 //! - Status changes are never dropped. Each remembers how many lines came before it, so the
 //!   sender sends those lines first and receivers see events in the order things happened.
 //! - Lines go out in batches of at most [`BATCH_LINES`] lines and [`BATCH_BYTES`] bytes, once a
-//!   batch is full or its oldest line has waited [`BATCH_DELAY`] (at once when a status waits).
+//!   batch is full or its oldest line has waited [`BATCH_DELAY`] (at once when a status waits),
+//!   and at least [`BATCH_INTERVAL`] apart: under a burst of output a fast receiver would
+//!   otherwise keep the sender busy posting, taking CPU from the program.
 //! - After the terminal status, new lines are ignored. If lines still stand before it
 //!   [`HURRY_AFTER`] later (a slow receiver), they are dropped, counted, so the final status
 //!   gets its turn within jobenv's last wait.
@@ -23,6 +25,9 @@ pub const QUEUE_BYTES: usize = 1 << 20;
 pub const BATCH_LINES: usize = 64;
 pub const BATCH_BYTES: usize = 64 * 1024;
 pub const BATCH_DELAY: Duration = Duration::from_millis(200);
+/// At most 40 batches a second: about 2,500 lines a second reach a receiver, the rest of a
+/// burst is dropped (oldest first) and counted.
+pub const BATCH_INTERVAL: Duration = Duration::from_millis(25);
 pub const HURRY_AFTER: Duration = Duration::from_secs(1);
 
 /// What the sender should do next.
@@ -85,6 +90,8 @@ pub struct Queue {
     pushed: u64,
     dropped: u64,
     statuses: VecDeque<Pending>,
+    /// When the last ordinary batch was taken (for [`BATCH_INTERVAL`]).
+    last_batch: Option<Instant>,
     current: Status,
     /// When the terminal status was pushed: nothing is accepted after it.
     closed_at: Option<Instant>,
@@ -111,6 +118,7 @@ impl Queue {
             pushed: 0,
             dropped: 0,
             statuses: VecDeque::new(),
+            last_batch: None,
             current: Status::Preparing,
             closed_at: None,
             in_flight: None,
@@ -138,7 +146,7 @@ impl Queue {
             return;
         }
         self.count += block.len();
-        self.bytes += (0..block.len()).map(|i| block.line_len(i)).sum::<usize>();
+        self.bytes += block.bytes_of(0, block.len());
         self.pushed += block.len() as u64;
         self.blocks.push_back(Queued { level, source_status: self.current, at, since, block, next: 0 });
         let excess = self.count.saturating_sub(QUEUE_LINES);
@@ -168,7 +176,7 @@ impl Queue {
         while n > 0 {
             let Some(front) = self.blocks.front_mut() else { break };
             let take = n.min(front.waiting());
-            self.bytes -= (front.next..front.next + take).map(|i| front.block.line_len(i)).sum::<usize>();
+            self.bytes -= front.block.bytes_of(front.next, front.next + take);
             front.next += take;
             self.count -= take;
             n -= take;
@@ -213,8 +221,11 @@ impl Queue {
         let Some(oldest) = self.blocks.front() else {
             return if self.closed_at.is_some() { Next::Done } else { Next::Wait };
         };
-        let due = oldest.since + BATCH_DELAY;
-        if self.count >= BATCH_LINES || self.bytes >= BATCH_BYTES || now >= due {
+        let full = self.count >= BATCH_LINES || self.bytes >= BATCH_BYTES;
+        let due = if full { now } else { oldest.since + BATCH_DELAY };
+        let due = self.last_batch.map_or(due, |last| due.max(last + BATCH_INTERVAL));
+        if now >= due {
+            self.last_batch = Some(now);
             return self.send_batch(self.count);
         }
         Next::WaitUntil(due)
@@ -338,10 +349,10 @@ mod tests {
         push(&mut q, texts("a", 3), t);
         assert!(matches!(q.next(t), Next::WaitUntil(due) if due == t + BATCH_DELAY));
         assert_eq!(take(&mut q, t + BATCH_DELAY), "a0x3 Preparing d0");
+        let t = t + BATCH_DELAY + BATCH_INTERVAL;
         push(&mut q, texts("b", BATCH_LINES + 5), t);
-        assert_eq!(take(&mut q, t), format!("b0x{BATCH_LINES} Preparing d0"));
-        assert_eq!(take(&mut q, t), "wait-until");
-        assert_eq!(take(&mut q, t), "wait-until", "the rest waits for the delay");
+        assert_eq!(take(&mut q, t), format!("b0x{BATCH_LINES} Preparing d0"), "a full batch goes at once");
+        assert_eq!(take(&mut q, t + BATCH_INTERVAL), "wait-until", "the rest waits for the delay");
         assert!(matches!(q.next(t + BATCH_DELAY), Next::Send { .. }));
     }
 
@@ -367,6 +378,21 @@ mod tests {
         assert_eq!(take(&mut q, t), "Running d0");
         assert_eq!(take(&mut q, t + BATCH_DELAY), "c0x30 Running d0");
         assert_eq!((q.count, q.bytes, q.blocks.len()), (0, 0, 0));
+    }
+
+    #[test]
+    fn full_batches_are_paced_but_lines_before_a_status_are_not() {
+        let t = Instant::now();
+        let mut q = Queue::new(SystemTime::now());
+        assert_eq!(take(&mut q, t), "Preparing d0");
+        push(&mut q, texts("a", BATCH_LINES * 3), t);
+        assert_eq!(take(&mut q, t), format!("a0x{BATCH_LINES} Preparing d0"));
+        assert!(matches!(q.next(t), Next::WaitUntil(due) if due == t + BATCH_INTERVAL));
+        assert_eq!(take(&mut q, t + BATCH_INTERVAL), format!("a{BATCH_LINES}x{BATCH_LINES} Preparing d0"));
+        status(&mut q, Status::Running, t);
+        let soon = t + BATCH_INTERVAL + Duration::from_millis(1);
+        assert_eq!(take(&mut q, soon), format!("a{}x{BATCH_LINES} Preparing d0", BATCH_LINES * 2), "a status waits for no pace");
+        assert_eq!(take(&mut q, soon), "Running d0");
     }
 
     #[test]
