@@ -84,6 +84,13 @@ fn is_valid_secret(value: &str) -> bool {
 }
 
 #[cfg(test)]
+pub(crate) mod tests_support {
+    pub fn secret(value: &str) -> super::Secret {
+        super::Secret(value.to_owned())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -42,7 +42,7 @@ fn run(shared: &Arc<Shared>, target: &Target) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
         return shared.give_up("cannot start the events runtime");
     };
-    let Some(client) = client(&target.secret) else {
+    let Some(client) = client(&target.secret, target.url.scheme() == "https") else {
         return shared.give_up("cannot set up the HTTP client");
     };
     runtime.block_on(async {
@@ -51,24 +51,42 @@ fn run(shared: &Arc<Shared>, target: &Target) {
     });
 }
 
-fn client(secret: &Secret) -> Option<Client> {
+fn client(secret: &Secret, https: bool) -> Option<Client> {
     // reqwest comes without a crypto provider (aws-lc-rs would need cmake): ring serves https.
     // Installing it twice is harmless (the first one stays).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut value = HeaderValue::from_str(secret.expose()).ok()?;
     // Sensitive: kept out of Debug output and of HTTP/2 header compression tables.
     value.set_sensitive(true);
-    let mut headers = HeaderMap::new();
-    headers.insert(SECRET_HEADER, value);
-    Client::builder()
-        .default_headers(headers)
-        // A redirect would carry the secret header somewhere the node did not name.
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(REQUEST_TIMEOUT)
-        .user_agent(concat!("fediversity-jobenv/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .ok()
+    let builder = || {
+        let mut headers = HeaderMap::new();
+        headers.insert(SECRET_HEADER, value.clone());
+        Client::builder()
+            .default_headers(headers)
+            // A redirect would carry the secret header somewhere the node did not name.
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("fediversity-jobenv/", env!("CARGO_PKG_VERSION")))
+    };
+    if !https {
+        // Plain http never uses TLS, but reqwest sets it up anyway, and its default verifier
+        // parses every system root certificate (a few ms per job). A TLS setup without roots
+        // avoids that; should reqwest not take it, the default is used.
+        if let Ok(client) = builder().tls_backend_preconfigured(no_roots()).build() {
+            return Some(client);
+        }
+    }
+    builder().build().ok()
+}
+
+/// A rustls setup that trusts nothing: for a client that only ever speaks plain http.
+fn no_roots() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
 }
 
 /// Polls the direct child's command line until the program runs, the child is gone, or the
@@ -212,5 +230,31 @@ impl Failure {
             Failure::Request => "the request to the receiver failed".into(),
             Failure::Http(code) => format!("the receiver answered HTTP {code}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_build_for_http_and_https() {
+        let secret = super::super::config::tests_support::secret("events-secret-0123456789");
+        // Without ring installed as rustls's provider, reqwest would panic here.
+        assert!(client(&secret, true).is_some());
+        assert!(client(&secret, false).is_some());
+    }
+
+    #[test]
+    fn failures_never_name_the_url_and_retry_what_may_pass() {
+        for failure in [Failure::Timeout, Failure::Connect, Failure::Request, Failure::Http(StatusCode::SERVICE_UNAVAILABLE)] {
+            assert!(failure.is_transient(), "{failure:?}");
+            assert!(!failure.describe().contains("http://"));
+        }
+        for code in [StatusCode::BAD_REQUEST, StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN, StatusCode::MOVED_PERMANENTLY] {
+            assert!(!Failure::Http(code).is_transient(), "{code}");
+        }
+        assert!(Failure::Http(StatusCode::TOO_MANY_REQUESTS).is_transient());
+        assert_eq!(Failure::Http(StatusCode::FORBIDDEN).describe(), "the receiver answered HTTP 403 Forbidden");
     }
 }
