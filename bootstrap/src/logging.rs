@@ -40,7 +40,10 @@ pub fn init() {
     };
     // Only our own crate's events: reqwest, hyper and tokio-postgres stay silent, so nothing
     // they might format (a URL, a connection string) reaches the log.
-    let filter = tracing_subscriber::filter::Targets::new().with_target("bootstrap", level);
+    // (The library's events have target `bootstrap`, the binary's `fediversity_windmill_bootstrap`.)
+    let filter = tracing_subscriber::filter::Targets::new()
+        .with_target("bootstrap", level)
+        .with_target("fediversity_windmill_bootstrap", level);
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     tracing_subscriber::registry()
