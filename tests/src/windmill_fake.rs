@@ -236,6 +236,13 @@ impl WindmillFake {
         self.state().settings.insert(key.into(), value);
     }
 
+    /// Someone else deploys a version of `path` on top of the current head (as the UI or the
+    /// CLI would), with this content and summary.
+    pub fn push_version(&self, workspace: &str, path: &str, content: &str, summary: &str) {
+        let mut state = self.state();
+        push_other_version(&mut state, workspace, path, content, summary);
+    }
+
     /// Archives the newest version of a script (as deleting it in the UI does).
     pub fn archive(&self, workspace: &str, path: &str) {
         let mut state = self.state();
@@ -684,26 +691,7 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
     // The "concurrent writer": its version lands between the bootstrap's read and write.
     if let Some(index) = state.concurrent_writes.iter().position(|(p, _)| *p == new.path) {
         let (_, content) = state.concurrent_writes.remove(index);
-        let head = state.scripts.iter().rev().find(|s| s.workspace == workspace && s.path == new.path).cloned();
-        let body = json!({"path": new.path, "parent_hash": head.as_ref().map(|h| h.hash.clone()), "summary": "other writer", "description": "", "content": content, "language": "python3"});
-        let hash = script_hash(&body);
-        if let Some(head) = &head {
-            state.scripts.iter_mut().filter(|s| s.workspace == workspace && s.hash == head.hash).for_each(|s| s.archived = true);
-        }
-        let parents = head.map(|h| std::iter::once(h.hash.clone()).chain(h.parent_hashes).take(20).collect()).unwrap_or_default();
-        state.scripts.push(ScriptRow {
-            workspace: workspace.into(),
-            hash,
-            path: new.path.clone(),
-            parent_hashes: parents,
-            summary: "other writer".into(),
-            description: String::new(),
-            content,
-            language: "python3".into(),
-            lock: None,
-            archived: false,
-            created_by: "other".into(),
-        });
+        push_other_version(&mut state, workspace, &new.path, &content, "other writer");
     }
     let hash = script_hash(&raw);
     let in_workspace = |s: &&ScriptRow| s.workspace == workspace;
@@ -758,6 +746,30 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         .header("content-type", "text/plain; charset=utf-8")
         .body(Full::new(Bytes::from(hash)))
         .expect("response"))
+}
+
+/// A version by another writer, created by the same rules as through the API: the head (if
+/// any) becomes its parent and is archived.
+fn push_other_version(state: &mut State, workspace: &str, path: &str, content: &str, summary: &str) {
+    let head = state.scripts.iter().rev().find(|s| s.workspace == workspace && s.path == path).cloned();
+    let body = json!({"path": path, "parent_hash": head.as_ref().map(|h| h.hash.clone()), "summary": summary, "description": "", "content": content, "language": "python3"});
+    if let Some(head) = &head {
+        state.scripts.iter_mut().filter(|s| s.workspace == workspace && s.hash == head.hash).for_each(|s| s.archived = true);
+    }
+    let parent_hashes = head.map(|h| std::iter::once(h.hash.clone()).chain(h.parent_hashes).take(20).collect()).unwrap_or_default();
+    state.scripts.push(ScriptRow {
+        workspace: workspace.into(),
+        hash: script_hash(&body),
+        path: path.into(),
+        parent_hashes,
+        summary: summary.into(),
+        description: String::new(),
+        content: content.into(),
+        language: "python3".into(),
+        lock: None,
+        archived: false,
+        created_by: "other".into(),
+    });
 }
 
 /// 16 hex digits over the whole request (see the module comment).
