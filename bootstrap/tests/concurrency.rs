@@ -53,7 +53,7 @@ fn a_run_waits_while_another_holds_the_lock() {
     let held = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).unwrap();
 
     let mut child = Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(800));
     // Still waiting, and it has not touched Windmill.
     assert!(child.try_wait().unwrap().is_none(), "the bootstrap did not wait for the lock");
     assert!(node.windmill.requests().is_empty());
