@@ -624,3 +624,46 @@ sys.exit(1 if found else 0)
     let out = Command::new("python3").args(["-c", check]).arg(scripts_dir()).output().unwrap();
     assert!(out.status.success(), "{}", log(&out));
 }
+
+#[test]
+fn the_node_files_the_nixos_module_renders_are_what_jobenv_reads() {
+    // deploy-env.json, deploy-keys.json and deployment-attributes.json as nixos-module/lib.nix
+    // renders them (evaluated by nix-instantiate), in place of the fixture's own.
+    let mut f = Fixture::new();
+    f.program("web", "apply", "echo \"web-apply: message=$MESSAGE region=$REGION hosting=$HOSTING_CONFIG\"");
+    let root = f.root().display().to_string();
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nixos-module/lib.nix").display().to_string();
+    let expr = format!(
+        r#"let lib = import {lib}; in {{
+             env = lib.renderDeployEnv {{ DEPLOYMENT_ROOT = {root}; DEPLOYMENT_NIXPKGS = {root}; NIX_BUILD_SHELL = "/bin/bash"; }};
+             keys = lib.renderDeployKeys {{ MESSAGE = {{ description = "a message"; default = null; }}; REGION = {{ description = "a region"; default = "eu-1"; }}; }};
+             attributes = lib.renderDeploymentAttributes [ "web" ];
+           }}"#,
+        lib = Value::from(lib),
+        root = Value::from(root),
+    );
+    let out = Command::new("nix-instantiate").args(["--eval", "--strict", "--json", "-E", &expr]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rendered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let node = f.path().join("rendered");
+    std::fs::create_dir_all(&node).unwrap();
+    let mut job = Job::new(f);
+    for (key, file, var) in [
+        ("env", "deploy-env.json", "JOBENV_DEPLOY_ENV"),
+        ("keys", "deploy-keys.json", "JOBENV_KEYS"),
+        ("attributes", "deployment-attributes.json", "JOBENV_ATTRIBUTES"),
+    ] {
+        std::fs::write(node.join(file), rendered[key].to_string()).unwrap();
+        job.extra_env.push((var.into(), node.join(file).display().to_string()));
+    }
+
+    // HOSTING_CONFIG is a structural pin the module declares; REGION takes its default.
+    let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "MESSAGE": "m1", "HOSTING_CONFIG": "hc"}));
+    assert_eq!(out.status.code(), Some(0), "{}", log(&out));
+    assert_eq!(text(&out.stdout), "web-apply: message=m1 region=eu-1 hosting=hc\n");
+
+    // The control: the rendered keys are an allow-list, not a pass-through.
+    let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}));
+    assert_eq!(out.status.code(), Some(2), "{}", log(&out));
+    assert!(text(&out.stderr).contains("payload rejected: undeclared keys: UNDECLARED"), "{}", log(&out));
+}
