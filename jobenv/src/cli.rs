@@ -26,6 +26,50 @@ pub enum Command {
     Env(EnvArgs),
     /// List the declared keys with their descriptions and defaults.
     Keys(KeysArgs),
+    /// Mark every journaled job whose jobenv died as failed (interrupted), print them as JSON,
+    /// and prune old entries.
+    Recover(RecoverArgs),
+    /// Print journal entries as JSON: one job's, or all of them.
+    Status(StatusArgs),
+}
+
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/fediversity-jobenv";
+
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// The journal and the locks [JOBENV_STATE_DIR; default $STATE_DIRECTORY, else /var/lib/fediversity-jobenv]
+    #[arg(long, value_name = "DIR", env = "JOBENV_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl StateArgs {
+    /// The flag, else JOBENV_STATE_DIR, else systemd's `$STATE_DIRECTORY` (its first entry when
+    /// the unit has several), else the default.
+    pub fn dir(&self) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        std::env::var_os("STATE_DIRECTORY")
+            .and_then(|dirs| std::env::split_paths(&dirs).find(|p| !p.as_os_str().is_empty()))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Delete entries that finished more than this many days ago [JOBENV_RETAIN_DAYS]
+    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30")]
+    pub retain_days: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// One job's entry; without it, every entry
+    pub job_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +138,17 @@ pub struct RunArgs {
     /// Wall-clock limit of the program in seconds [JOBENV_TIMEOUT]
     #[arg(long, value_name = "SECONDS", env = "JOBENV_TIMEOUT", value_parser = parse_positive_seconds)]
     pub timeout: Option<Duration>,
+    /// The job's identity in the journal [WM_JOB_ID]; without one the run is not journaled
+    #[arg(long, value_name = "ID", env = "WM_JOB_ID")]
+    pub job_id: Option<String>,
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// How long to wait for another job of the same namespace to finish; 0 fails at once [JOBENV_LOCK_TIMEOUT]
+    #[arg(long, value_name = "SECONDS", env = "JOBENV_LOCK_TIMEOUT", default_value = "0", value_parser = parse_seconds)]
+    pub lock_timeout: Duration,
+    /// Delete journal entries that finished more than this many days ago [JOBENV_RETAIN_DAYS]
+    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30")]
+    pub retain_days: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -111,4 +111,12 @@ pub enum Problem {
     BadEnvFileLine { path: PathBuf, line: usize, reason: &'static str },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
+    #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]
+    InvalidJobId(String),
+    #[error("the journal in {} cannot be used: {source}", path.display())]
+    Journal { path: PathBuf, source: io::Error },
+    #[error("job {job_id} is already running ({holder})")]
+    JobRunning { job_id: String, holder: String },
+    #[error("namespace {namespace} is locked by another deploy: {holder}")]
+    NamespaceLocked { namespace: String, holder: String },
 }

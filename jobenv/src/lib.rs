@@ -7,6 +7,11 @@
 pub mod cli;
 pub mod error;
 pub mod files;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod job;
+pub mod journal;
+pub mod lock;
 pub mod logging;
 pub mod node;
 pub mod payload;

@@ -3,10 +3,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use jobenv::cli::{Cli, Command, EnvArgs, KeysArgs, RunArgs};
-use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error};
+use jobenv::cli::{Cli, Command, EnvArgs, KeysArgs, RecoverArgs, RunArgs, StatusArgs};
+use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
+use jobenv::journal::Journal;
 use jobenv::result::JobResult;
-use jobenv::supervise::{self, RunOptions};
 use jobenv::{files, report};
 
 fn main() -> ExitCode {
@@ -15,6 +15,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Env(args) => env(args),
         Command::Keys(args) => keys(args),
+        Command::Recover(args) => recover(args),
+        Command::Status(args) => status(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
 }
@@ -28,50 +30,20 @@ fn report_error(error: &Error) {
 
 fn run(args: RunArgs) -> i32 {
     let started = Instant::now();
-    let prepared = jobenv::prepare(&args.job);
-    let identity = prepared.identity;
-    let (status, mut code, errors) = match prepared.plan {
-        Err(error) => {
-            report_error(&error);
-            ("rejected", error.exit_code(), error.to_string().lines().map(str::to_owned).collect())
-        }
-        Ok(plan) => {
-            for warning in &plan.warnings {
-                tracing::warn!("{warning}");
-            }
-            tracing::info!(
-                "running {} in namespace {} (system {}, verb {})",
-                plan.executable, plan.namespace, plan.system, plan.verb
-            );
-            let options = RunOptions { grace: args.grace, timeout: args.timeout };
-            match execute(&plan, &options) {
-                Ok(outcome) => {
-                    tracing::info!(
-                        "{} {} with exit code {} after {:.1}s",
-                        plan.executable,
-                        outcome.status(),
-                        outcome.exit_code(),
-                        started.elapsed().as_secs_f64()
-                    );
-                    (outcome.status(), outcome.exit_code(), Vec::new())
-                }
-                Err(error) => {
-                    tracing::error!("{error:#}");
-                    ("failed", EXIT_INTERNAL, vec![format!("{error:#}")])
-                }
-            }
-        }
-    };
+    let ending = jobenv::job::run(&args);
+    let mut code = ending.exit_code;
     if let Ok(job_id) = std::env::var("WM_JOB_ID") {
         let result = JobResult {
-            status,
+            status: ending.status,
             exit_code: code,
             verb: args.job.verb.clone(),
-            attribute: identity.attribute,
-            namespace: identity.namespace,
+            attribute: ending.identity.attribute,
+            namespace: ending.identity.namespace,
             duration_ms: started.elapsed().as_millis() as u64,
             job_id: Some(job_id),
-            errors,
+            attempt: ending.attempt,
+            replayed: ending.replayed,
+            errors: ending.errors,
         };
         if let Err(error) = write_result(&result) {
             tracing::error!("{error:#}");
@@ -82,13 +54,6 @@ fn run(args: RunArgs) -> i32 {
         }
     }
     code
-}
-
-fn execute(plan: &jobenv::plan::Plan, options: &RunOptions) -> anyhow::Result<supervise::Outcome> {
-    // One thread drives everything async: the program is forked from this thread, and its
-    // parent-death signal is tied to the forking thread, not to the process.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
-    Ok(runtime.block_on(supervise::run(plan, options))?)
 }
 
 fn write_result(result: &JobResult) -> anyhow::Result<()> {
@@ -119,6 +84,66 @@ fn keys(args: KeysArgs) -> i32 {
         }
         Ok(declared) => print(report::keys(&declared, args.format).as_bytes()),
     }
+}
+
+fn open_journal(dir: &std::path::Path) -> Result<Journal, Error> {
+    Journal::open(dir).map_err(|source| Problem::Journal { path: dir.to_owned(), source }.into())
+}
+
+fn recover(args: RecoverArgs) -> i32 {
+    let dir = args.state.dir();
+    let recovered = open_journal(&dir).and_then(|journal| {
+        let recovered = journal.recover().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
+        let retain = std::time::Duration::from_secs(u64::from(args.retain_days) * 86_400);
+        if let Err(error) = journal.prune(retain) {
+            tracing::warn!("cannot prune the journal: {error}");
+        }
+        Ok(recovered)
+    });
+    match recovered {
+        Err(error) => {
+            report_error(&error);
+            error.exit_code()
+        }
+        Ok(entries) => {
+            for entry in &entries {
+                tracing::warn!("job {} (attempt {}) was interrupted: its jobenv is gone; marked failed", entry.job_id, entry.attempt);
+            }
+            print(json_line(&entries).as_bytes())
+        }
+    }
+}
+
+fn status(args: StatusArgs) -> i32 {
+    let dir = args.state.dir();
+    let journal = match open_journal(&dir) {
+        Ok(journal) => journal,
+        Err(error) => {
+            report_error(&error);
+            return error.exit_code();
+        }
+    };
+    let shown = match &args.job_id {
+        Some(id) => journal.read(id).map(|entry| entry.map(|e| json_line(&e))),
+        None => journal.entries().map(|entries| Some(json_line(&entries))),
+    };
+    match shown {
+        Ok(Some(text)) => print(text.as_bytes()),
+        Ok(None) => {
+            tracing::error!("no journal entry for job {}", args.job_id.unwrap_or_default());
+            1
+        }
+        Err(source) => {
+            report_error(&Problem::Journal { path: dir, source }.into());
+            EXIT_REJECTED
+        }
+    }
+}
+
+fn json_line(value: &impl serde::Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("journal entries serialize");
+    text.push('\n');
+    text
 }
 
 fn print(bytes: &[u8]) -> i32 {

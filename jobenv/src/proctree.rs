@@ -9,6 +9,9 @@ use nix::unistd::Pid;
 struct Stat {
     ppid: i32,
     zombie: bool,
+    /// Clock ticks after boot when the process started: with the pid, it names one process
+    /// (a pid alone can be reused).
+    start: u64,
 }
 
 /// Reads `/proc/<pid>/stat`: `pid (comm) state ppid ...`; comm may hold spaces and parens.
@@ -18,7 +21,20 @@ fn read_stat(pid: i32) -> Option<Stat> {
     let mut fields = after_comm.split(' ');
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
-    Some(Stat { ppid, zombie: state == "Z" || state == "X" })
+    // Field 22 of stat; `fields` now stands at field 5.
+    let start = fields.nth(17)?.parse().ok()?;
+    Some(Stat { ppid, zombie: state == "Z" || state == "X", start })
+}
+
+/// When `pid` started (see [`is_running`]); `None` if there is no such process.
+pub fn start_time(pid: i32) -> Option<u64> {
+    read_stat(pid).map(|stat| stat.start)
+}
+
+/// True when the process `pid` that started at `start` still runs (not a zombie, not a
+/// newer process that reused the pid).
+pub fn is_running(pid: i32, start: u64) -> bool {
+    read_stat(pid).is_some_and(|stat| !stat.zombie && stat.start == start)
 }
 
 /// The live (not zombie) descendants of `root`, parents before children.
@@ -64,6 +80,9 @@ mod tests {
         }
         assert_eq!(found.len(), 1, "the backgrounded sleep: {found:?}");
         assert!(live_descendants(nix::unistd::getpid()).contains(&shell));
+        let start = start_time(shell.as_raw()).unwrap();
+        assert!(is_running(shell.as_raw(), start));
+        assert!(!is_running(shell.as_raw(), start + 1), "another start time is another process");
         for pid in found.into_iter().chain([shell]) {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         }

@@ -19,6 +19,12 @@ pub struct JobResult {
     pub duration_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
+    /// Which attempt of the job this was (journaled jobs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// True when the result was replayed from the journal instead of running again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
 }

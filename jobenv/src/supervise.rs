@@ -106,9 +106,11 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     if getpgrp() != me {
         command.process_group(0);
     }
-    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+    // SAFETY: only async-signal-safe calls (prctl, getppid, close_range, fcntl) between fork
+    // and exec.
     unsafe {
         command.pre_exec(move || {
+            close_inherited_descriptors();
             prctl::set_pdeathsig(Signal::SIGKILL)?;
             // jobenv died between fork and prctl: the signal will never come, so give up here.
             if getppid() != me {
@@ -177,6 +179,22 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
         }
     }
     Ok(outcome)
+}
+
+/// The program gets stdin, stdout and stderr and nothing else: descriptors jobenv inherited
+/// from whoever started it (a worker's sockets, a caller's pipes) are marked close-on-exec.
+/// Marking rather than closing keeps the descriptor std uses to report a failed exec.
+fn close_inherited_descriptors() {
+    use nix::libc;
+    // SAFETY: a plain system call on descriptor numbers; no memory is touched.
+    let marked = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if marked != 0 {
+        // Kernels before 5.11: mark them one by one.
+        for fd in 3..1024 {
+            // SAFETY: as above; EBADF for descriptors that are not open is ignored.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+    }
 }
 
 /// SIGTERM to every live descendant, up to `grace` for them to go, then SIGKILL until none is

@@ -72,3 +72,30 @@ fn the_program_gets_the_node_pin_of_nixpkgs() {
     let env = parse_env_lines(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(env["NIX_PATH"], format!("nixpkgs={}", f.root().display()));
 }
+
+#[test]
+fn descriptors_jobenv_inherits_do_not_reach_the_program() {
+    use std::os::fd::AsRawFd;
+    let mut f = Fixture::new();
+    // One `ls`, no command substitution: the shell itself opens no pipe while listing.
+    f.program("web", "apply", "ls -l /proc/$$/fd/");
+    // A file opened without close-on-exec, as a job runner's socket or a caller's pipe would be.
+    let marker = f.path().join("inherited-marker");
+    std::fs::write(&marker, "x").unwrap();
+    let file = std::fs::File::open(&marker).unwrap();
+    let inherited = nix::unistd::dup(&file).unwrap();
+    let command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    let out = run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    let fds = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Positive control: jobenv itself did inherit it.
+    assert!(inherited.as_raw_fd() > 2);
+    assert!(!fds.contains("inherited-marker"), "an inherited descriptor reached the program:\n{fds}");
+    assert!(!fds.contains(&f.state_dir().display().to_string()), "a lock or journal descriptor leaked:\n{fds}");
+    assert!(!fds.contains("socket:"), "{fds}");
+    let pipes: Vec<&str> = fds
+        .lines()
+        .filter(|l| l.contains("pipe:"))
+        .filter_map(|l| l.split(" -> ").next()?.rsplit(' ').next())
+        .collect();
+    assert_eq!(pipes, ["1", "2"], "only stdout and stderr are pipes:\n{fds}");
+}

@@ -34,7 +34,7 @@ impl Fixture {
     /// A node whose deploy-env.json already sets the required control keys.
     pub fn new() -> Self {
         let dir = tempfile::Builder::new().prefix("jobenv-fixture-").tempdir().expect("temp dir");
-        for sub in ["root/bin", "secrets", "job"] {
+        for sub in ["root/bin", "secrets", "job", "state"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("fixture dirs");
         }
         let root = dir.path().join("root").display().to_string();
@@ -56,6 +56,11 @@ impl Fixture {
 
     pub fn secrets_dir(&self) -> PathBuf {
         self.dir.path().join("secrets")
+    }
+
+    /// jobenv's state directory (journal and locks).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
     }
 
     /// The working directory jobenv runs in (a Windmill job directory).
@@ -150,7 +155,7 @@ in
 "#,
             bin = self.root().join("bin").display()
         );
-        std::fs::write(self.root().join("default.nix"), default_nix).expect("default.nix");
+        write_atomically(&self.root().join("default.nix"), default_nix.as_bytes());
         self
     }
 
@@ -168,7 +173,8 @@ in
             .env("JOBENV_DEPLOY_ENV", self.deploy_env_path())
             .env("JOBENV_KEYS", self.keys_path())
             .env("JOBENV_ATTRIBUTES", self.attributes_path())
-            .env("JOBENV_SECRETS_DIRS", self.secrets_dir());
+            .env("JOBENV_SECRETS_DIRS", self.secrets_dir())
+            .env("JOBENV_STATE_DIR", self.state_dir());
         command
     }
 
@@ -192,7 +198,11 @@ pub fn run_with_stdin(mut command: Command, stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start jobenv");
-    child.stdin.take().expect("stdin").write_all(stdin).expect("write payload");
+    // jobenv may refuse a job before it reads its payload: a closed pipe is not an error here.
+    match child.stdin.take().expect("stdin").write_all(stdin) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("write payload: {e}"),
+        _ => {}
+    }
     child.wait_with_output().expect("wait for jobenv")
 }
 
@@ -202,7 +212,16 @@ pub fn write_executable(path: &Path, text: &str) {
 }
 
 fn write_json(path: &Path, value: &Value) {
-    std::fs::write(path, serde_json::to_vec_pretty(value).expect("json")).expect("write json");
+    write_atomically(path, &serde_json::to_vec_pretty(value).expect("json"));
+}
+
+/// Jobs of one fixture may run while another test step rewrites its files: like a real node,
+/// replace files whole, never truncate them in place.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut file = tempfile::NamedTempFile::new_in(path.parent().expect("a parent")).expect("temp file");
+    file.write_all(bytes).expect("write");
+    file.persist(path).expect("rename into place");
 }
 
 /// Parses `KEY=VALUE` lines (the output of `env`) into a map; other lines are ignored.

@@ -1,0 +1,93 @@
+//! One deploy per namespace: a second job for a busy namespace fails at once or waits
+//! (`--lock-timeout`); different namespaces run in parallel.
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use fediversity_testkit::jobenv_bin;
+use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
+use fediversity_testkit::process::{StreamWatch, read_pids};
+use serde_json::json;
+
+/// Programs log `start <ns>` and `end <ns>` to a shared file and block until `go-<ns>` exists.
+fn fixture() -> Fixture {
+    let mut f = Fixture::new();
+    let dir = f.path().display().to_string();
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            "echo \"start $DEPLOYMENT_NAMESPACE\" >> {dir}/log; echo $$ >> {dir}/pids-$DEPLOYMENT_NAMESPACE; \
+             while [ ! -e {dir}/go-$DEPLOYMENT_NAMESPACE ]; do sleep 0.02; done; echo \"end $DEPLOYMENT_NAMESPACE\" >> {dir}/log"
+        ),
+    );
+    f
+}
+
+fn start(f: &Fixture, namespace: &str, args: &[&str]) -> Child {
+    let mut all = vec!["run", "--verb", "apply"];
+    all.extend(args);
+    let mut command = f.command(jobenv_bin!(), &all);
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": namespace}).to_string().as_bytes()).unwrap();
+    child
+}
+
+fn log(f: &Fixture) -> Vec<String> {
+    std::fs::read_to_string(f.path().join("log")).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn a_second_job_for_a_busy_namespace_is_refused_naming_the_holder() {
+    let f = fixture();
+    let mut first = start(&f, "shared", &["--job-id", "first-job"]);
+    read_pids(&f.path().join("pids-shared"), 1, Duration::from_secs(20));
+    let out = run_with_payload(
+        f.command(jobenv_bin!(), &["run", "--verb", "apply", "--job-id", "second-job"]),
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "shared"}),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("jobenv: error: namespace shared is locked by another deploy: job first-job, jobenv pid {}", first.id())),
+        "{stderr}"
+    );
+    assert_eq!(log(&f), ["start shared"], "the second program started");
+    std::fs::write(f.path().join("go-shared"), "").unwrap();
+    assert!(first.wait().unwrap().success());
+}
+
+#[test]
+fn with_a_lock_timeout_the_second_job_waits_for_the_first() {
+    let f = fixture();
+    let mut first = start(&f, "shared", &[]);
+    read_pids(&f.path().join("pids-shared"), 1, Duration::from_secs(20));
+    let mut second = start(&f, "shared", &["--lock-timeout", "30"]);
+    let mut second_err = StreamWatch::new(second.stderr.take().unwrap());
+    // Positive control for "waits": after a while the second program still has not started.
+    assert!(!second_err.wait_for(b"running web-apply", Duration::from_millis(500)), "the second job did not wait");
+    assert_eq!(log(&f), ["start shared"]);
+    std::fs::write(f.path().join("go-shared"), "").unwrap();
+    assert!(first.wait().unwrap().success());
+    assert!(second.wait().unwrap().success());
+    assert_eq!(log(&f), ["start shared", "end shared", "start shared", "end shared"]);
+}
+
+#[test]
+fn different_namespaces_run_in_parallel() {
+    let f = fixture();
+    let mut a = start(&f, "team-a", &[]);
+    let mut b = start(&f, "team-b", &[]);
+    // Both programs are running at the same time: neither can have waited for the other.
+    read_pids(&f.path().join("pids-team-a"), 1, Duration::from_secs(20));
+    read_pids(&f.path().join("pids-team-b"), 1, Duration::from_secs(20));
+    let mut started = log(&f);
+    started.sort();
+    assert_eq!(started, ["start team-a", "start team-b"]);
+    std::fs::write(f.path().join("go-team-a"), "").unwrap();
+    std::fs::write(f.path().join("go-team-b"), "").unwrap();
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+}
