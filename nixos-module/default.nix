@@ -339,6 +339,7 @@ in
     };
 
     systemd.tmpfiles.rules = fw.tmpfilesRules {
+      user = windmillUser;
       group = windmillUser;
       uiAuthFile = cfg.bootstrap.uiAuth.file;
       uiAuthGroup = cfg.bootstrap.uiAuth.group;
@@ -347,11 +348,16 @@ in
     systemd.services = mkMerge [
       (fw.units {
         otelEndpoint = cfg.otel.endpoint;
+        nixShell = "${config.nix.package}/bin/nix-shell";
         uiAuthFile = cfg.bootstrap.uiAuth.file;
         inherit (cfg.bootstrap.retry) readyTimeoutSeconds;
       })
       {
-        windmill-worker.path = map (name: workerPackages.${name}) fw.workerPath;
+        windmill-worker = {
+          path = map (name: workerPackages.${name}) fw.workerPath;
+          # Jobs whose jobenv died with the previous worker are marked interrupted (best effort).
+          serviceConfig.ExecStartPre = [ "-${cfg.package}/bin/fediversity-jobenv recover --state-dir ${fw.paths.stateDir}" ];
+        };
         fediversity-windmill-bootstrap = {
           serviceConfig.ExecStart = "${cfg.package}/bin/fediversity-windmill-bootstrap --config ${fw.paths.bootstrapConfig}";
           restartTriggers = [ bootstrapConfig ];

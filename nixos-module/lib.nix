@@ -33,6 +33,8 @@ rec {
     bootstrapConfig = "/etc/fediversity-windmill/bootstrap.json";
     runDir = "/run/fediversity-windmill";
     secretsDir = "/run/fediversity-windmill/deploy-secrets";
+    # jobenv's journal and locks (its default without $STATE_DIRECTORY).
+    stateDir = "/var/lib/fediversity-jobenv";
     uiAuthDir = "/run/windmill-ui-auth";
   };
 
@@ -235,10 +237,16 @@ rec {
   units =
     {
       otelEndpoint ? null,
+      nixShell ? null,
       uiAuthFile ? bootstrapDefaults.uiAuth.file,
       readyTimeoutSeconds ? bootstrapDefaults.retry.readyTimeoutSeconds,
     }:
     let
+      # What jobenv reads from its environment on the worker (passed through to jobs).
+      jobenvEnvironment = {
+        JOBENV_STATE_DIR = paths.stateDir;
+      }
+      // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; };
       windmillUnit = role: {
         after = [ agentUnit ];
         serviceConfig.RestartSec = "5s";
@@ -258,14 +266,21 @@ rec {
             # On stop, SIGTERM goes to the worker alone, which ends its jobs the way a cancel
             # does; whatever is left gets SIGKILL when the stop times out.
             KillMode = "mixed";
+            # jobenv's journal and locks; nixpkgs' unit is otherwise read-only (DynamicUser).
+            ReadWritePaths = [ paths.stateDir ];
           };
-          environment = base.environment // {
-            # A cancel sends SIGINT to the job process (jobenv, once the script exec'd) and
-            # waits this long before SIGKILLing the job's process group.
-            MAX_WAIT_FOR_SIGINT = toString maxWaitForSigint;
-            # nix-shell's caches: a writable home (the unit's StateDirectory).
-            HOME = "/var/lib/windmill-worker";
-          };
+          environment =
+            base.environment
+            // {
+              # A cancel sends SIGINT to the job process (jobenv, once the script exec'd) and
+              # waits this long before SIGKILLing the job's process group.
+              MAX_WAIT_FOR_SIGINT = toString maxWaitForSigint;
+              # nix-shell's caches: a writable home (the unit's StateDirectory).
+              HOME = "/var/lib/windmill-worker";
+              # Windmill clears a job's environment except for the names listed here.
+              WHITELIST_ENVS = concatStringsSep "," (attrNames jobenvEnvironment);
+            }
+            // jobenvEnvironment;
         };
 
       fediversity-windmill-bootstrap = {
@@ -374,16 +389,19 @@ rec {
     };
 
   # systemd-tmpfiles rules: the secrets directory (readable by the worker's group, which the
-  # agent's files also carry) and the nginx include directory.
+  # agent's files also carry), jobenv's state directory (the worker's) and the nginx include
+  # directory.
   tmpfilesRules =
     {
       group,
+      user ? group,
       uiAuthFile ? bootstrapDefaults.uiAuth.file,
       uiAuthGroup ? bootstrapDefaults.uiAuth.group,
     }:
     [
       "d ${paths.runDir} 0755 root root - -"
       "d ${paths.secretsDir} 0750 root ${group} - -"
+      "d ${paths.stateDir} 0750 ${user} ${group} - -"
       "d ${dirOf uiAuthFile} 0750 root ${uiAuthGroup} - -"
     ];
 

@@ -211,6 +211,7 @@ in
 
       SCRIPTS = "${cfg.scriptsPackage}"
       BOOTSTRAP = "${cfg.package}/bin/fediversity-windmill-bootstrap"
+      JOBENV = "${cfg.package}/bin/fediversity-jobenv"
       NIXPKGS = "${cfg.deployEnv.DEPLOYMENT_NIXPKGS}"
       ROOT_TOKEN = "${rootToken}"
       DEPLOY_TOKEN = "${deployToken}"
@@ -312,6 +313,10 @@ in
           assert "demo-apply: namespace=vm-test message=hello from the VM" in logs, logs
           assert "token: [REDACTED]" in logs, logs
           assert DEPLOY_TOKEN not in logs and DEPLOY_TOKEN not in json.dumps(info), logs
+          # jobenv journaled the run under the Windmill job id, in the worker's state directory.
+          entry = json.loads(machine.succeed(f"{JOBENV} status --state-dir /var/lib/fediversity-jobenv {job}"))
+          assert entry["status"] == "succeeded" and entry["verb"] == "apply", entry
+          assert machine.succeed("stat -c '%U:%G %a' /var/lib/fediversity-jobenv").strip() == "windmill:windmill 750"
 
       with subtest("a destroy job runs the destroy program"):
           job, info, logs = run_job(token, "destroy", {"ATTRIBUTE": "demo", "NAMESPACE": "vm-test"})
@@ -346,7 +351,9 @@ in
 
       with subtest("unit, file and Nix settings"):
           assert prop("windmill-worker", "KillMode") == "mixed"
-          assert "MAX_WAIT_FOR_SIGINT=10" in prop("windmill-worker", "Environment")
+          worker_env = prop("windmill-worker", "Environment").split()
+          assert "MAX_WAIT_FOR_SIGINT=10" in worker_env, worker_env
+          assert "WHITELIST_ENVS=JOBENV_NIX_SHELL,JOBENV_STATE_DIR" in worker_env, worker_env
           for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"]:
               assert prop(unit, "RestartUSec") == "5s", unit
               assert "openbao-agent-default.service" in prop(unit, "After").split(), unit

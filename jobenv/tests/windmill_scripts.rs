@@ -22,7 +22,13 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-const JOB_ID: &str = "01a22715-984d-f09c-baa1-0e4a98cea0e3";
+/// A new Windmill job id for each job, as the worker hands out (jobenv journals by job id and
+/// replays a job id that already ended instead of running it again).
+fn new_job_id() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("01a22715-984d-f09c-{:04x}-{:012x}", std::process::id() & 0xffff, NEXT.fetch_add(1, Ordering::Relaxed))
+}
 const WM_TOKEN: &str = "jwt_wm-token-of-the-job-must-not-reach-the-program";
 
 fn scripts_dir() -> PathBuf {
@@ -37,6 +43,8 @@ struct Job {
     lib: PathBuf,
     path: String,
     extra_env: Vec<(String, String)>,
+    /// The WM_JOB_ID of the job last prepared by `command`.
+    job_id: std::cell::RefCell<String>,
 }
 
 impl Job {
@@ -45,7 +53,7 @@ impl Job {
         std::fs::create_dir_all(lib.join("f/fediversity")).unwrap();
         std::fs::copy(scripts_dir().join("_jobenv.py"), lib.join("f/fediversity/_jobenv.py")).unwrap();
         let jobenv_dir = jobenv_bin!().parent().unwrap().display().to_string();
-        Job { f, lib, path: format!("{jobenv_dir}:{TEST_PATH}"), extra_env: Vec::new() }
+        Job { f, lib, path: format!("{jobenv_dir}:{TEST_PATH}"), extra_env: Vec::new(), job_id: Default::default() }
     }
 
     fn job_dir(&self) -> PathBuf {
@@ -62,6 +70,8 @@ impl Job {
         std::fs::write(dir.join("args.json"), args).unwrap();
         std::fs::write(dir.join("wrapper.py"), wrapper(script, prelude)).unwrap();
 
+        let job_id = new_job_id();
+        *self.job_id.borrow_mut() = job_id.clone();
         let mut command = Command::new("python3");
         command
             .args(["-u", "-m", "wrapper"])
@@ -72,8 +82,8 @@ impl Job {
             .env("TZ", "")
             .env("BASE_INTERNAL_URL", "http://localhost:41867")
             .env("PYTHONPATH", &self.lib)
-            .env("WM_JOB_ID", JOB_ID)
-            .env("WM_ROOT_JOB_ID", JOB_ID)
+            .env("WM_JOB_ID", &job_id)
+            .env("WM_ROOT_JOB_ID", &job_id)
             .env("WM_TOKEN", WM_TOKEN)
             .env("WM_WORKSPACE", "fediversity")
             .env("WM_JOB_PATH", format!("f/fediversity/{script}"))
@@ -83,6 +93,7 @@ impl Job {
             .env("JOBENV_KEYS", self.f.keys_path())
             .env("JOBENV_ATTRIBUTES", self.f.attributes_path())
             .env("JOBENV_SECRETS_DIRS", self.f.secrets_dir())
+            .env("JOBENV_STATE_DIR", self.f.state_dir())
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -231,7 +242,12 @@ fn deploy_hands_the_payload_to_the_apply_program_and_the_job_succeeds() {
     assert_eq!(result["verb"], "apply");
     assert_eq!(result["attribute"], "web");
     assert_eq!(result["namespace"], "ns-1");
-    assert_eq!(result["job_id"], JOB_ID);
+    assert_eq!(result["job_id"], *job.job_id.borrow());
+
+    // The job id reached jobenv through the exec: the run is journaled under it.
+    let journal = job.f.state_dir().join(format!("jobs/{}.json", job.job_id.borrow()));
+    let entry: Value = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
+    assert_eq!((entry["status"].as_str(), entry["verb"].as_str(), entry["namespace"].as_str()), (Some("succeeded"), Some("apply"), Some("ns-1")));
 }
 
 #[test]

@@ -53,6 +53,7 @@ fn the_files_are_where_jobenv_looks_without_options() {
     assert_eq!(paths["deployKeys"], jobenv_const("DEFAULT_KEYS"));
     assert_eq!(paths["deploymentAttributes"], jobenv_const("DEFAULT_ATTRIBUTES"));
     assert_eq!(paths["secretsDir"], jobenv_const("DEFAULT_SECRETS_DIR"));
+    assert_eq!(paths["stateDir"], jobenv_const("DEFAULT_STATE_DIR"));
     assert_eq!(paths["uiAuthDir"], "/run/windmill-ui-auth");
 }
 
@@ -151,6 +152,7 @@ fn deploy_secrets_become_agent_templates_readable_by_the_worker_group_only() {
         json!([
             "d /run/fediversity-windmill 0755 root root - -",
             format!("d {secrets_dir} 0750 root windmill - -"),
+            format!("d {} 0750 windmill windmill - -", jobenv_const("DEFAULT_STATE_DIR")),
             "d /run/windmill-ui-auth 0750 root nginx - -"
         ])
     );
@@ -316,6 +318,33 @@ fn the_worker_lets_jobenv_finish_a_cancel_and_finds_it_and_nix_on_its_path() {
 }
 
 #[test]
+fn jobs_get_jobenvs_state_dir_and_nix_shell_through_windmills_env_whitelist() {
+    // Windmill clears a job's environment except for WHITELIST_ENVS: jobenv, exec'd by the
+    // job, sees these worker variables, and its journal directory is writable by the worker.
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    let state_dir = jobenv_const("DEFAULT_STATE_DIR");
+    let units = eval(r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; }"#);
+    let worker = &units["windmill-worker"];
+    let env = &worker["environment"];
+    assert_eq!(env["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_STATE_DIR");
+    for name in env["WHITELIST_ENVS"].as_str().unwrap().split(',') {
+        assert!(env.get(name).is_some(), "{name} is whitelisted but not set");
+        assert!(cli.contains(&format!("env = \"{name}\"")), "jobenv does not read {name}");
+    }
+    assert_eq!(env["JOBENV_NIX_SHELL"], "/nix/store/abc-nix-2.28/bin/nix-shell");
+    assert_eq!(env["JOBENV_STATE_DIR"], state_dir.as_str());
+    assert_eq!(worker["serviceConfig"]["ReadWritePaths"], json!([state_dir]));
+    // Only the worker gets them.
+    for unit in ["windmill-server", "windmill-worker-native"] {
+        assert!(units[unit]["environment"].get("WHITELIST_ENVS").is_none(), "{unit}");
+    }
+    // Without a nix-shell given, jobenv looks it up on the worker's PATH.
+    let units = eval("lib.units { }");
+    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_STATE_DIR");
+    assert!(units["windmill-worker"]["environment"].get("JOBENV_NIX_SHELL").is_none());
+}
+
+#[test]
 fn the_bootstrap_unit_is_a_retrying_oneshot_after_windmill_and_the_agent() {
     let units = eval("lib.units { readyTimeoutSeconds = 120; }");
     let unit = &units["fediversity-windmill-bootstrap"];
@@ -442,6 +471,9 @@ fn the_modules_option_defaults_come_from_the_library_tested_here() {
         "fw.agentTemplates {",
         "fw.deployEnvProblems {",
         "map (name: workerPackages.${name}) fw.workerPath",
+        "nixShell = \"${config.nix.package}/bin/nix-shell\";",
+        "/bin/fediversity-jobenv recover --state-dir ${fw.paths.stateDir}",
+        "user = windmillUser;",
         "\"fediversity-windmill/deploy-env.json\"",
         "\"fediversity-windmill/deploy-keys.json\"",
         "\"fediversity-windmill/deployment-attributes.json\"",
