@@ -310,7 +310,7 @@ fn the_job_process_becomes_jobenv_and_the_payload_is_never_on_a_command_line() {
         .unwrap()
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
-        .map(|a| text(a))
+        .map(text)
         .collect();
     assert_eq!(argv[1..], ["run", "--verb", "apply", "--payload", "-"]);
     // Its stdin is the anonymous in-memory file holding the payload.
