@@ -3,6 +3,7 @@
 //! Every benchmark measures its baseline in the same run and reports ratios: absolute times
 //! depend on the machine and on what else it is doing.
 
+mod bootstrap;
 mod machine;
 mod node;
 mod redaction;
@@ -18,6 +19,8 @@ use clap::{Parser, ValueEnum};
 enum Bench {
     Startup,
     Redaction,
+    BootstrapRerun,
+    BootstrapCold,
 }
 
 #[derive(Debug, Parser)]
@@ -43,13 +46,19 @@ struct Cli {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let tools = node::Tools::find(cli.jobenv, cli.bootstrap)?;
-    let benches = if cli.benches.is_empty() { vec![Bench::Startup, Bench::Redaction] } else { cli.benches };
+    let benches = if cli.benches.is_empty() {
+        vec![Bench::Startup, Bench::Redaction, Bench::BootstrapRerun, Bench::BootstrapCold]
+    } else {
+        cli.benches
+    };
     let mut tables = Vec::new();
     for bench in benches {
         eprintln!("fediversity-bench: running {bench:?}");
         tables.push(match bench {
             Bench::Startup => startup::run(&tools, if cli.quick { 3 } else { 300 })?,
             Bench::Redaction => redaction::run(&tools, if cli.quick { 4 << 20 } else { 1 << 30 }, if cli.quick { 1 } else { 3 })?,
+            Bench::BootstrapRerun => bootstrap::noop_rerun(&tools, if cli.quick { [5, 12] } else { [5, 500] }, if cli.quick { 1 } else { 7 })?,
+            Bench::BootstrapCold => bootstrap::cold(&tools, 5, if cli.quick { 1 } else { 5 })?,
         });
     }
     let when = humantime_date();

@@ -70,8 +70,6 @@ impl Node {
 #[derive(Debug, Clone)]
 pub struct Tools {
     pub jobenv: PathBuf,
-    /// Used by the bootstrap benchmarks.
-    #[allow(dead_code)]
     pub bootstrap: PathBuf,
     pub stand_in: PathBuf,
     pub generate: PathBuf,
@@ -86,7 +84,7 @@ impl Tools {
             stand_in: here.join("nix-shell-stand-in"),
             generate: here.join("bench-generate"),
         };
-        for tool in [&tools.jobenv, &tools.stand_in, &tools.generate] {
+        for tool in [&tools.jobenv, &tools.bootstrap, &tools.stand_in, &tools.generate] {
             anyhow::ensure!(tool.exists(), "{} is missing: build the workspace first (cargo build --release --workspace)", tool.display());
         }
         Ok(tools)
