@@ -1,11 +1,83 @@
-//! Placeholder until the bootstrap lands (issue 3).
+use std::process::ExitCode;
+
+use anyhow::Context;
+use bootstrap::cli::Cli;
+use bootstrap::config::Config;
+use bootstrap::error::{EXIT_DRIFT, EXIT_OK, EXIT_STEP_FAILED, Error};
+use bootstrap::secret::{Secret, scrub};
+use bootstrap::steps::{self, Finish};
+use bootstrap::{config, lock, scripts};
 use clap::Parser;
 
-#[derive(Parser)]
-#[command(name = "fediversity-windmill-bootstrap", version)]
-struct Cli {}
+fn main() -> ExitCode {
+    bootstrap::logging::init();
+    let cli = Cli::parse();
+    ExitCode::from(run(&cli))
+}
 
-fn main() -> anyhow::Result<()> {
-    Cli::parse();
-    anyhow::bail!("not implemented yet")
+fn run(cli: &Cli) -> u8 {
+    let config = match config::load(&cli.config) {
+        Ok(config) => config,
+        Err(error) => return report(&error, &[]),
+    };
+    let local = match scripts::scan(&config.scripts.dir) {
+        Ok(local) => local,
+        Err(error) => return report(&error, &config.secrets()),
+    };
+    // --check writes nothing, so it need not wait for a running bootstrap.
+    let _lock = if cli.check {
+        None
+    } else {
+        match lock::acquire(&config.lock_file) {
+            Ok(lock) => Some(lock),
+            Err(error) => return report(&error, &config.secrets()),
+        }
+    };
+    let mut found = Vec::new();
+    let result = match runtime() {
+        Ok(runtime) => runtime.block_on(steps::run(&config, local, cli.check, &mut found)),
+        Err(error) => {
+            tracing::error!("{error:#}");
+            return EXIT_STEP_FAILED;
+        }
+    };
+    match result {
+        Ok(Finish::Converged) => {
+            if cli.check {
+                tracing::info!("check: the node is converged");
+            } else {
+                tracing::info!("converged");
+            }
+            EXIT_OK
+        }
+        Ok(Finish::Drift(steps)) => {
+            let names: Vec<String> = steps.iter().map(ToString::to_string).collect();
+            tracing::info!("check: a run would change: {}", names.join(", "));
+            EXIT_DRIFT
+        }
+        Err(error) => {
+            let db_password = config.database_password();
+            let mut secrets = all_secrets(&config);
+            secrets.extend(db_password.as_ref());
+            secrets.extend(found.iter());
+            report(&error, &secrets)
+        }
+    }
+}
+
+fn all_secrets(config: &Config) -> Vec<&Secret> {
+    config.secrets()
+}
+
+/// One `error:` line per line of the message; secrets scrubbed as a last resort.
+fn report(error: &Error, secrets: &[&Secret]) -> u8 {
+    for line in scrub(&error.to_string(), secrets).lines() {
+        tracing::error!("{line}");
+    }
+    error.exit_code()
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // One thread: the work is waiting on the network; scripts run concurrently as tasks.
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }

@@ -20,6 +20,9 @@ use aho_corasick::{AhoCorasick, Input, MatchKind};
 
 pub const MARKER: &[u8] = b"[REDACTED]";
 
+/// Secrets per searcher (see [`Engine::searches`]).
+const GROUP: usize = 64;
+
 /// Cloning is cheap (the search automaton is shared) and gives a redactor with fresh state,
 /// one per output stream.
 #[derive(Clone)]
@@ -37,8 +40,11 @@ pub struct Redactor {
 struct Engine {
     /// Leftmost-longest search, restarted one byte after each match start, enumerates every
     /// start position that has an occurrence together with its longest occurrence: the union
-    /// of those is the union of all occurrences, overlaps included.
-    search: AhoCorasick,
+    /// of those is the union of all occurrences, overlaps included. The secrets are split into
+    /// groups of at most [`GROUP`]: a searcher that small gets aho-corasick's SIMD prefilter,
+    /// which skips the bytes that cannot start a match, where one searcher for a hundred
+    /// secrets has to walk its automaton over every byte (measured: see BENCHMARKS.md).
+    searches: Vec<AhoCorasick>,
     /// Every proper prefix of every secret, to decide what to hold back.
     prefixes: HashSet<Vec<u8>>,
     first_bytes: [bool; 256],
@@ -48,12 +54,24 @@ struct Engine {
 impl Redactor {
     /// `secrets` must be non-empty byte strings; an empty list makes a pass-through.
     pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> Self {
+        Self::with_group_size(secrets, GROUP)
+    }
+
+    /// As [`new`](Self::new), with `group` secrets per searcher: lets the property tests and
+    /// the fuzzer exercise the merge across searchers with a handful of secrets.
+    #[doc(hidden)]
+    pub fn with_group_size<S: AsRef<[u8]>>(secrets: &[S], group: usize) -> Self {
         let secrets: Vec<&[u8]> = secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()).collect();
         let engine = (!secrets.is_empty()).then(|| {
-            let search = AhoCorasick::builder()
-                .match_kind(MatchKind::LeftmostLongest)
-                .build(&secrets)
-                .expect("a few hundred short literals always build");
+            let searches = secrets
+                .chunks(group.max(1))
+                .map(|group| {
+                    AhoCorasick::builder()
+                        .match_kind(MatchKind::LeftmostLongest)
+                        .build(group)
+                        .expect("a few dozen short literals always build")
+                })
+                .collect();
             let mut prefixes = HashSet::new();
             let mut first_bytes = [false; 256];
             for secret in &secrets {
@@ -63,7 +81,7 @@ impl Redactor {
                 }
             }
             let longest = secrets.iter().map(|s| s.len()).max().unwrap_or(0);
-            Arc::new(Engine { search, prefixes, first_bytes, longest })
+            Arc::new(Engine { searches, prefixes, first_bytes, longest })
         });
         Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
     }
@@ -108,19 +126,29 @@ impl Redactor {
         let engine = Arc::clone(self.engine.as_ref().expect("process is only called with an engine"));
         let cut = if at_end { buf.len() } else { engine.hold_from(buf) };
 
-        // Covered intervals, merged, in order. The first one carries coverage found earlier.
-        let mut covered: Vec<(usize, usize)> = Vec::new();
+        // Every occurrence of every group, then merged into covered intervals, in order. The
+        // coverage carried from the previous chunk starts at 0.
+        let mut found: Vec<(usize, usize)> = Vec::new();
         if self.held_covered > 0 {
-            covered.push((0, self.held_covered));
+            found.push((0, self.held_covered));
         }
-        let mut from = 0;
-        while from < buf.len() {
-            let Some(m) = engine.search.find(Input::new(buf).span(from..buf.len())) else { break };
-            match covered.last_mut() {
-                Some(last) if m.start() <= last.1 => last.1 = last.1.max(m.end()),
-                _ => covered.push((m.start(), m.end())),
+        for search in &engine.searches {
+            let mut from = 0;
+            while from < buf.len() {
+                let Some(m) = search.find(Input::new(buf).span(from..buf.len())) else { break };
+                found.push((m.start(), m.end()));
+                from = m.start() + 1;
             }
-            from = m.start() + 1;
+        }
+        if engine.searches.len() > 1 {
+            found.sort_unstable();
+        }
+        let mut covered: Vec<(usize, usize)> = Vec::with_capacity(found.len());
+        for (start, end) in found {
+            match covered.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => covered.push((start, end)),
+            }
         }
 
         let mut pos = 0;
@@ -303,6 +331,29 @@ mod carry_tests {
             r.push(&input[i..], &mut out);
             r.finish(&mut out);
             assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "split at {i}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn more_secrets_than_one_group_holds_are_all_redacted_and_merged_across_groups() {
+        // 150 secrets: three searchers. Overlapping secrets land in different groups.
+        let mut secrets: Vec<String> = (0..150).map(|i| format!("secret-{i:03}-value")).collect();
+        secrets.push("value-tail-x".into()); // overlaps the end of every "...-value"
+        let input = b"a secret-007-value-tail-x b secret-149-value c secret-000-valu d";
+        let expected = redact_all(&secrets, input);
+        assert_eq!(String::from_utf8_lossy(&expected), "a [REDACTED] b [REDACTED] c secret-000-valu d");
+        for cut in 0..=input.len() {
+            let mut r = Redactor::new(&secrets);
+            let mut out = Vec::new();
+            r.push(&input[..cut], &mut out);
+            r.push(&input[cut..], &mut out);
+            r.finish(&mut out);
+            assert_eq!(out, expected, "cut at {cut}");
         }
     }
 }

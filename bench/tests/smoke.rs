@@ -1,0 +1,25 @@
+//! Every benchmark runs once with tiny sizes, so none can rot unnoticed. This measures
+//! nothing: the figures of a quick run are meaningless and no target is asserted.
+
+use std::process::Command;
+
+#[test]
+fn every_benchmark_runs_in_quick_mode() {
+    let out = tempfile::tempdir().unwrap();
+    let report = out.path().join("BENCHMARKS.md");
+    std::fs::write(&report, "# Benchmarks\n\nHand-written notes stay.\n").unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_fediversity-bench")).arg("--quick").arg("--out").arg(&report).status().unwrap();
+    assert!(status.success(), "a benchmark failed (is the whole workspace built? cargo test --workspace builds it)");
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("Hand-written notes stay."), "the notes around the tables were lost");
+    for title in [
+        "### 1. Start-up overhead of jobenv",
+        "### 2. Redaction throughput and memory",
+        "### 3. Bootstrap no-op rerun",
+        "### 4. Cold bootstrap, per step",
+    ] {
+        assert!(text.contains(title), "{title} missing:\n{text}");
+    }
+    // Each table reports its targets, met or not.
+    assert!(text.matches("(target ").count() >= 10, "{text}");
+}

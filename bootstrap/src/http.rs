@@ -1,0 +1,148 @@
+//! One HTTP client for the whole run and the retry policy shared by the Windmill and OpenBao
+//! clients.
+//!
+//! A call is retried, with exponential backoff and jitter (backon), when it got no answer
+//! (refused, reset, timed out, the body cut off) or a 429/500/502/503/504; any other status is
+//! returned to the caller, which knows what it means for that endpoint. Error texts are built
+//! here without the URL (reqwest puts it in its messages, and a token-delete URL holds a token
+//! prefix).
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::{Client, RequestBuilder, StatusCode};
+
+use crate::config::Retry;
+use crate::error::{Error, Result};
+
+/// A status and a body, read in full.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: String,
+}
+
+pub fn client(retry: &Retry) -> Result<Client> {
+    // reqwest is built without a rustls crypto provider (so the Nix build needs no aws-lc and
+    // cmake); `ring` becomes the process default. Already installed is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder()
+        .timeout(retry.request_timeout)
+        .connect_timeout(retry.request_timeout.min(Duration::from_secs(10)))
+        // Answers are read, never followed: a redirect would carry the token elsewhere.
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("fediversity-windmill-bootstrap/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", describe(&e))))
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    attempts: usize,
+    first_delay: Duration,
+}
+
+impl Policy {
+    pub fn new(retry: &Retry) -> Self {
+        Policy { attempts: retry.call_attempts.max(1), first_delay: retry.call_delay }
+    }
+
+    fn backoff(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(self.first_delay)
+            .with_max_delay(Duration::from_secs(30).max(self.first_delay))
+            .with_factor(2.0)
+            .with_jitter()
+            .with_max_times(self.attempts - 1)
+    }
+}
+
+enum Failure {
+    /// Worth another try: no answer, or a 5xx/429 answer.
+    Transient { detail: String, answer: Option<Answer> },
+}
+
+/// Sends the request `build` makes, retrying transient failures; `service` and `call` (e.g.
+/// `Windmill`, `POST /api/auth/login`) name it in messages and must hold no secret.
+pub async fn send(
+    policy: &Policy,
+    service: &'static str,
+    call: &str,
+    build: impl Fn() -> RequestBuilder,
+) -> Result<Answer> {
+    let mut tries = 0usize;
+    let attempt = || {
+        tries += 1;
+        let request = build();
+        async move {
+            let response = request.send().await.map_err(|e| Failure::Transient { detail: describe(&e), answer: None })?;
+            let status = response.status();
+            let body = response.text().await.map_err(|e| Failure::Transient { detail: describe(&e), answer: None })?;
+            let answer = Answer { status, body };
+            if is_transient(status) {
+                return Err(Failure::Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
+            }
+            Ok(answer)
+        }
+    };
+    let result = attempt
+        .retry(policy.backoff())
+        .notify(|failure: &Failure, delay: Duration| {
+            let Failure::Transient { detail, .. } = failure;
+            tracing::debug!("{service} {call}: {detail}; retrying in {:.2} s", delay.as_secs_f64());
+        })
+        .await;
+    match result {
+        Ok(answer) => Ok(answer),
+        Err(Failure::Transient { answer: Some(answer), .. }) => Err(Error::Status {
+            service,
+            call: call.to_owned(),
+            status: answer.status.as_u16(),
+            message: short(&answer.body),
+            tries,
+        }),
+        Err(Failure::Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
+    }
+}
+
+fn is_transient(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 429 | 500 | 502 | 503 | 504)
+}
+
+/// reqwest's message without the URL, followed by its causes (hyper's "connection closed
+/// before message completed", the OS error of a refused connect).
+pub fn describe(error: &reqwest::Error) -> String {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "cannot connect"
+    } else if error.is_body() || error.is_decode() {
+        "the answer was cut off"
+    } else if error.is_request() {
+        "the request failed"
+    } else {
+        "HTTP error"
+    };
+    let mut text = kind.to_owned();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A server's error text, on one line and at most 300 characters.
+pub fn short(body: &str) -> String {
+    let one_line: String = body.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut text: String = one_line.chars().take(300).collect();
+    if one_line.chars().count() > 300 {
+        text.push('…');
+    }
+    if text.is_empty() { "(empty body)".to_owned() } else { text }
+}

@@ -1,0 +1,143 @@
+//! Writing one KV secret the way `bao kv put <path> <field>=<value>` does
+//! (../shared/reference/openbao-and-services.md §1.2): ask `sys/internal/ui/mounts/<path>`
+//! which mount serves the path and its KV version, then PUT the whole secret, under
+//! `<mount>/data/<rest>` for KV v2 or at the path itself for KV v1.
+//!
+//! Status codes decide (§1.4); OpenBao's `errors` texts only make the message. 5xx and 429
+//! (503 = sealed) are retried like every other call; 403 fails at once, as in the CLI. The
+//! token is sent in `X-Vault-Token` and appears in no message.
+
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::http::{self, Answer, Policy};
+use crate::secret::Secret;
+
+const SERVICE: &str = "OpenBao";
+
+pub struct OpenBao {
+    http: Client,
+    addr: String,
+    token: Option<Secret>,
+    policy: Policy,
+}
+
+/// Where and how a secret was written.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The mount, with its trailing slash (`secret/`), or `None` when the preflight answered
+    /// 404 (an old server: the CLI then assumes KV v1 at the path).
+    pub mount: Option<String>,
+    pub version: u8,
+    /// The API path written, below `/v1/`.
+    pub api_path: String,
+}
+
+impl OpenBao {
+    /// Without a token, no token header is sent: an agent's API proxy with auto-auth adds its own
+    /// (§1.6).
+    pub fn new(http: Client, addr: &str, token: Option<Secret>, policy: Policy) -> Self {
+        OpenBao { http, addr: addr.to_owned(), token, policy }
+    }
+
+    async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>) -> Result<Answer> {
+        let url = format!("{}/v1/{api_path}", self.addr);
+        http::send(&self.policy, SERVICE, call, || {
+            // The CLI and SDK always send X-Vault-Request; agent listeners may require it (§1.3).
+            let mut request = self.http.request(method.clone(), &url).header("X-Vault-Request", "true");
+            if let Some(token) = &self.token {
+                request = request.header("X-Vault-Token", token.expose());
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            request
+        })
+        .await
+    }
+
+    /// The preflight of `bao kv put`: `(mount, version)`, or `None` on 404.
+    pub async fn mount_of(&self, path: &str) -> Result<Option<(String, u8)>> {
+        let call = format!("GET /v1/sys/internal/ui/mounts/{path}");
+        let answer = self.request(Method::GET, &format!("sys/internal/ui/mounts/{path}"), &call, None).await?;
+        match answer.status {
+            StatusCode::OK => {
+                let body: Value = serde_json::from_str(&answer.body).map_err(|_| Error::Unexpected {
+                    service: SERVICE,
+                    call: call.clone(),
+                    detail: "the preflight answer is not JSON".into(),
+                })?;
+                let Some(mount) = body.pointer("/data/path").and_then(Value::as_str) else {
+                    return Err(Error::Unexpected { service: SERVICE, call, detail: "the preflight answer has no data.path".into() });
+                };
+                // A missing or null version means KV v1, as in the CLI.
+                let version = match body.pointer("/data/options/version").and_then(Value::as_str) {
+                    Some("2") => 2,
+                    _ => 1,
+                };
+                Ok(Some((mount.to_owned(), version)))
+            }
+            StatusCode::NOT_FOUND => Ok(None),
+            _ => Err(status_error(&call, &answer)),
+        }
+    }
+
+    /// `kv put`: the secret becomes exactly `{field: value}`.
+    pub async fn put(&self, path: &str, field: &str, value: &Secret) -> Result<Written> {
+        let found = self.mount_of(path).await?;
+        let (mount, version) = match &found {
+            Some((mount, version)) => (Some(mount.clone()), *version),
+            None => (None, 1),
+        };
+        let (api_path, body) = match (&mount, version) {
+            (Some(mount), 2) => {
+                let rest = path.strip_prefix(mount.as_str()).or_else(|| path.strip_prefix(mount.trim_end_matches('/'))).unwrap_or("");
+                let rest = rest.trim_start_matches('/');
+                if rest.is_empty() {
+                    return Err(Error::Config(format!("openbao.path {path:?} names the KV v2 mount {mount:?} itself, not a secret in it")));
+                }
+                (format!("{}data/{rest}", ensure_slash(mount)), json!({"data": {field: value.expose()}, "options": {}}))
+            }
+            _ => (path.to_owned(), json!({field: value.expose()})),
+        };
+        let call = format!("PUT /v1/{api_path}");
+        let answer = self.request(Method::PUT, &api_path, &call, Some(&body)).await?;
+        // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written (§1.4).
+        if answer.status.is_success() {
+            Ok(Written { mount, version, api_path })
+        } else {
+            Err(status_error(&call, &answer))
+        }
+    }
+}
+
+fn ensure_slash(mount: &str) -> String {
+    if mount.ends_with('/') { mount.to_owned() } else { format!("{mount}/") }
+}
+
+/// `{"errors": [...]}` joined, or the `warnings` (a v2 path without `data/` answers 404 with
+/// warnings only), with a hint for the statuses an operator has to act on.
+fn status_error(call: &str, answer: &Answer) -> Error {
+    let body: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+    let texts = |key: &str| -> Vec<String> {
+        body.get(key)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")).collect())
+            .unwrap_or_default()
+    };
+    let mut parts = texts("errors");
+    if parts.iter().all(|p| p.is_empty()) {
+        parts = texts("warnings");
+    }
+    let mut message = parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("; ");
+    if message.is_empty() {
+        message = http::short(&answer.body);
+    }
+    let hint = match answer.status.as_u16() {
+        403 => " (the token is missing, invalid or lacks a policy for this path)",
+        503 => " (OpenBao is sealed or in maintenance)",
+        _ => "",
+    };
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: format!("{message}{hint}"), tries: 1 }
+}

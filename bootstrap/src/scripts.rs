@@ -1,0 +1,291 @@
+//! The deploy scripts: the local tree (`scripts.dir`) and bringing Windmill's copies to it.
+//!
+//! A file's path relative to the tree, without its extension, is its Windmill path
+//! (`f/fediversity/deploy.py` → `f/fediversity/deploy`); `.py` is python3 and `.sh` bash; other
+//! files are ignored. The summary is the file stem and the description empty, so that every
+//! field the bootstrap sends is compared.
+//!
+//! Per script, as the `wmill` CLI's `handleFile` does (windmill-api.md §5): GET the newest
+//! version; leave it when it is not archived and content (by SHA-256), language, summary and
+//! description match; otherwise create a version with `parent_hash` = its hash (none when
+//! absent). `lock` is never sent nor compared: the server fills it in for python3.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::windmill::{Created, NewScript, RemoteScript, Windmill};
+
+#[derive(Debug)]
+pub struct LocalScript {
+    pub path: String,
+    pub file: PathBuf,
+    pub language: &'static str,
+    pub summary: String,
+    pub description: String,
+    pub content: String,
+    pub sha256: [u8; 32],
+}
+
+/// Windmill's path check constraint: `^[ufg](/[\w-]+){2,}$` (§2 "Path format").
+fn is_windmill_path(path: &str) -> bool {
+    let mut parts = path.split('/');
+    matches!(parts.next(), Some("u" | "f" | "g"))
+        && {
+            let rest: Vec<&str> = parts.collect();
+            rest.len() >= 2
+                && rest.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
+        }
+}
+
+fn language_of(extension: &str) -> Option<&'static str> {
+    match extension {
+        "py" => Some("python3"),
+        "sh" => Some("bash"),
+        _ => None,
+    }
+}
+
+/// Reads the tree. Symlinks are followed (a Nix store tree may be made of them). Problems are
+/// configuration errors: nothing has been touched yet.
+pub fn scan(dir: &Path) -> Result<Vec<LocalScript>> {
+    let mut scripts = Vec::new();
+    let mut problems = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).follow_links(true).sort_by_file_name() {
+        let entry = entry.map_err(|e| Error::Config(format!("scripts.dir {}: cannot walk: {e}", dir.display())))?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let file = entry.path();
+        let Some(language) = file.extension().and_then(|e| e.to_str()).and_then(language_of) else {
+            tracing::debug!("ignoring {} (not .py or .sh)", file.display());
+            continue;
+        };
+        let relative = file.strip_prefix(dir).expect("walkdir stays under its root").with_extension("");
+        let Some(path) = relative.to_str().map(str::to_owned) else {
+            problems.push(format!("{}: the path is not UTF-8", file.display()));
+            continue;
+        };
+        if !is_windmill_path(&path) {
+            problems.push(format!(
+                "{}: {path:?} is not a Windmill path (u/, f/ or g/, then at least two parts of letters, digits, _ or -)",
+                file.display()
+            ));
+            continue;
+        }
+        let content = match std::fs::read(file) {
+            Err(e) => {
+                problems.push(format!("{} cannot be read: {e}", file.display()));
+                continue;
+            }
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(_) => {
+                    problems.push(format!("{} is not UTF-8 text", file.display()));
+                    continue;
+                }
+            },
+        };
+        let summary = path.rsplit('/').next().unwrap_or_default().to_owned();
+        let sha256 = Sha256::digest(content.as_bytes()).into();
+        scripts.push(LocalScript { path, file: file.to_owned(), language, summary, description: String::new(), content, sha256 });
+    }
+    let mut seen = BTreeMap::new();
+    for script in &scripts {
+        if let Some(other) = seen.insert(script.path.clone(), script.file.clone()) {
+            problems.push(format!("{} and {} are both the Windmill path {}", other.display(), script.file.display(), script.path));
+        }
+    }
+    if problems.is_empty() { Ok(scripts) } else { Err(Error::Config(problems.join("\n"))) }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Unchanged,
+    Created,
+    Updated,
+}
+
+/// What to do about one script, from its newest remote version.
+fn decide(local: &LocalScript, remote: Option<&RemoteScript>) -> Change {
+    match remote {
+        None => Change::Created,
+        Some(r) => {
+            let same = !r.archived
+                && r.language == local.language
+                && r.summary.as_deref().unwrap_or("") == local.summary
+                && r.description.as_deref().unwrap_or("") == local.description
+                && <[u8; 32]>::from(Sha256::digest(r.content.as_bytes())) == local.sha256;
+            if same { Change::Unchanged } else { Change::Updated }
+        }
+    }
+}
+
+/// Converges one script; with `check`, only says what it would do.
+async fn converge_one(client: &Windmill, workspace: &str, local: &LocalScript, check: bool) -> Result<Change> {
+    let mut reread = false;
+    loop {
+        let remote = client.get_script(workspace, &local.path).await?;
+        let change = decide(local, remote.as_ref());
+        if change == Change::Unchanged || check {
+            return Ok(change);
+        }
+        let new = NewScript {
+            path: &local.path,
+            parent_hash: remote.as_ref().map(|r| r.hash.as_str()),
+            summary: &local.summary,
+            description: &local.description,
+            content: &local.content,
+            language: local.language,
+        };
+        match client.create_script(workspace, &new).await? {
+            Created::Hash(hash) => {
+                tracing::debug!("{}: version {hash} created", local.path);
+                return Ok(change);
+            }
+            // The identical request was applied by an earlier try whose answer got lost:
+            // the version we wanted exists.
+            Created::SameHashExists => return Ok(change),
+            Created::Conflict(message) if !reread => {
+                tracing::debug!("{}: {message}; re-reading once", local.path);
+                reread = true;
+            }
+            Created::Conflict(_) => return Err(Error::ScriptConflict { path: local.path.clone() }),
+        }
+    }
+}
+
+/// Every script, `concurrency` at a time over the one client (one connection pool). The
+/// first error stops new scripts from starting; those in flight finish.
+pub async fn converge(
+    client: &Windmill,
+    workspace: &str,
+    scripts: Vec<LocalScript>,
+    concurrency: usize,
+    check: bool,
+) -> Result<BTreeMap<String, Change>> {
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = JoinSet::new();
+    for local in scripts {
+        let (client, workspace, permits, stop) = (client.clone(), workspace.to_owned(), permits.clone(), stop.clone());
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await.expect("the semaphore is never closed");
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            let result = converge_one(&client, &workspace, &local, check).await;
+            if result.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            Some((local.path, result))
+        });
+    }
+    let mut changes = BTreeMap::new();
+    let mut first_error: Option<(String, Error)> = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined.expect("a script task does not panic") {
+            None => {}
+            Some((path, Ok(change))) => {
+                changes.insert(path, change);
+            }
+            // The first in path order, so the message does not depend on timing.
+            Some((path, Err(error))) if first_error.as_ref().is_none_or(|(p, _)| path < *p) => {
+                first_error = Some((path, error));
+            }
+            Some((_, Err(_))) => {}
+        }
+    }
+    match first_error {
+        Some((path, error)) => Err(with_path(&path, error)),
+        None => Ok(changes),
+    }
+}
+
+fn with_path(path: &str, error: Error) -> Error {
+    match error {
+        // Already names the path.
+        Error::ScriptConflict { .. } => error,
+        other => Error::Script { path: path.to_owned(), source: Box::new(other) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windmill_paths() {
+        assert!(is_windmill_path("f/fediversity/deploy"));
+        assert!(is_windmill_path("f/fediversity/_runner"));
+        assert!(is_windmill_path("u/admin/a-b/c"));
+        assert!(!is_windmill_path("deploy"));
+        assert!(!is_windmill_path("f/deploy"));
+        assert!(!is_windmill_path("x/fediversity/deploy"));
+        assert!(!is_windmill_path("f/fedi versity/deploy"));
+        assert!(!is_windmill_path("f//deploy"));
+    }
+
+    #[test]
+    fn scan_maps_paths_languages_and_ignores_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("f/fediversity");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join("deploy.py"), "def main():\n    return 1\n").unwrap();
+        std::fs::write(sub.join("hello.sh"), "echo hi\n").unwrap();
+        std::fs::write(sub.join("README.md"), "notes").unwrap();
+        let found = scan(dir.path()).unwrap();
+        let summary: Vec<_> = found.iter().map(|s| (s.path.as_str(), s.language, s.summary.as_str())).collect();
+        assert_eq!(summary, vec![("f/fediversity/deploy", "python3", "deploy"), ("f/fediversity/hello", "bash", "hello")]);
+        assert_eq!(found[0].sha256, <[u8; 32]>::from(Sha256::digest(b"def main():\n    return 1\n")));
+    }
+
+    #[test]
+    fn scan_rejects_bad_paths_and_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("top.py"), "x").unwrap();
+        std::fs::create_dir_all(dir.path().join("f/a")).unwrap();
+        std::fs::write(dir.path().join("f/a/b.py"), "x").unwrap();
+        std::fs::write(dir.path().join("f/a/b.sh"), "x").unwrap();
+        let err = scan(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("\"top\" is not a Windmill path"), "{err}");
+        assert!(err.contains("are both the Windmill path f/a/b"), "{err}");
+    }
+
+    fn remote(content: &str) -> RemoteScript {
+        RemoteScript {
+            hash: "0123456789abcdef".into(),
+            content: content.into(),
+            language: "python3".into(),
+            summary: Some("deploy".into()),
+            description: Some(String::new()),
+            archived: false,
+        }
+    }
+
+    #[test]
+    fn decide_compares_content_language_summary_description_and_archived() {
+        let local = LocalScript {
+            path: "f/x/deploy".into(),
+            file: "deploy.py".into(),
+            language: "python3",
+            summary: "deploy".into(),
+            description: String::new(),
+            content: "a".into(),
+            sha256: Sha256::digest(b"a").into(),
+        };
+        assert_eq!(decide(&local, None), Change::Created);
+        assert_eq!(decide(&local, Some(&remote("a"))), Change::Unchanged);
+        assert_eq!(decide(&local, Some(&remote("b"))), Change::Updated);
+        assert_eq!(decide(&local, Some(&RemoteScript { archived: true, ..remote("a") })), Change::Updated);
+        assert_eq!(decide(&local, Some(&RemoteScript { language: "bash".into(), ..remote("a") })), Change::Updated);
+        assert_eq!(decide(&local, Some(&RemoteScript { summary: Some("x".into()), ..remote("a") })), Change::Updated);
+        assert_eq!(decide(&local, Some(&RemoteScript { description: Some("x".into()), ..remote("a") })), Change::Updated);
+    }
+}

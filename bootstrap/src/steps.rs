@@ -1,0 +1,282 @@
+//! The nine steps of ../shared/spec/bootstrap.md, in order. Each returns what it looked at and
+//! whether it created, updated or left things; a failure is wrapped with the step's name.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
+
+use crate::atomic;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::http::{self, Policy};
+use crate::openbao::OpenBao;
+use crate::password;
+use crate::report::{self, Outcome, Step};
+use crate::scripts::{self, Change, LocalScript};
+use crate::secret::Secret;
+use crate::windmill::{Login, Windmill};
+
+/// How a run ended, when no step failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Finish {
+    Converged,
+    /// `--check` only: the steps that would change something.
+    Drift(Vec<Step>),
+}
+
+fn failed(step: Step) -> impl FnOnce(Error) -> Error {
+    move |error| Error::Step { step: step.to_string(), source: Box::new(error) }
+}
+
+/// Runs the steps. Tokens obtained on the way are pushed to `secrets`, so that the caller can
+/// scrub them from an error it prints.
+pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets: &mut Vec<Secret>) -> Result<Finish> {
+    let client = http::client(&config.retry)?;
+    let policy = Policy::new(&config.retry);
+    let anonymous = Windmill::new(client.clone(), &config.windmill.url, policy.clone());
+    let mut drift = Vec::new();
+    let mut note = |step: Step, what: String, outcome: Outcome| {
+        report::line(step, &what, outcome, check);
+        if outcome != Outcome::Unchanged {
+            drift.push(step);
+        }
+    };
+
+    // 1. Wait for GET /api/version.
+    let (what, outcome) = ready(&anonymous, config).await.map_err(failed(Step::Ready))?;
+    note(Step::Ready, what, outcome);
+
+    // 2. Log in with the node password; write the hash only when that fails.
+    let (what, outcome, session) = login(&anonymous, config, check).await.map_err(failed(Step::Login))?;
+    secrets.extend(session.clone());
+    note(Step::Login, what, outcome);
+    let Some(session) = session else {
+        // --check on a node whose password is neither the node's nor the default one: nothing
+        // else can be looked at.
+        tracing::info!("check: cannot log in, so workspace, scripts and settings were not compared");
+        return Ok(Finish::Drift(drift));
+    };
+    let session = anonymous.with_token(&session);
+
+    // 3. Mint the token the rest of the run uses, so every later call also proves it works.
+    let (api, token) = if check {
+        (session, None)
+    } else {
+        let token = session.create_token(&config.token.label).await.map_err(failed(Step::Token))?;
+        secrets.push(token.clone());
+        note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
+        (anonymous.with_token(&token), Some(token))
+    };
+
+    // 4. Workspace and folder.
+    let (what, outcome, workspace_exists) = workspace(&api, config, check).await.map_err(failed(Step::Workspace))?;
+    note(Step::Workspace, what, outcome);
+
+    // 5. Scripts.
+    let (what, outcome) = scripts(&api, config, local, check, workspace_exists).await.map_err(failed(Step::Scripts))?;
+    note(Step::Scripts, what, outcome);
+
+    // 6. Global settings.
+    let (what, outcome) = settings(&api, &config.settings, check).await.map_err(failed(Step::Settings))?;
+    note(Step::Settings, what, outcome);
+
+    let Some(token) = token else {
+        return Ok(if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) });
+    };
+
+    // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the new
+    // one, so a crash in between leaves a working include behind.
+    let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
+    let written = bao.put(&config.openbao.path, &config.openbao.field, &token).await.map_err(failed(Step::OpenBao))?;
+    let mount = match &written.mount {
+        Some(mount) => format!("mount {mount}, KV v{}", written.version),
+        None => "no mount found, KV v1 assumed".to_owned(),
+    };
+    note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token", config.openbao.path, config.openbao.field), Outcome::Updated);
+
+    let (what, outcome) = ui_auth(config, &token).map_err(failed(Step::UiAuth))?;
+    note(Step::UiAuth, what, outcome);
+
+    // 9. Revoke the older tokens with the same label.
+    let (what, outcome) = revoke(&api, config, &token).await.map_err(failed(Step::Revoke))?;
+    note(Step::Revoke, what, outcome);
+    Ok(Finish::Converged)
+}
+
+async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> {
+    let started = Instant::now();
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100).min(config.retry.ready_timeout))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .with_total_delay(Some(config.retry.ready_timeout));
+    let version = (|| client.version_once())
+        .retry(backoff)
+        .notify(|e: &String, delay| tracing::debug!("GET /api/version: {e}; again in {:.2} s", delay.as_secs_f64()))
+        .await
+        .map_err(|last| Error::NotReady { seconds: config.retry.ready_timeout.as_secs_f64(), last })?;
+    Ok((
+        format!("{} answered GET /api/version ({}) after {:.1} s", config.windmill.url, http::short(&version), started.elapsed().as_secs_f64()),
+        Outcome::Unchanged,
+    ))
+}
+
+async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(String, Outcome, Option<Secret>)> {
+    let w = &config.windmill;
+    let email = &w.admin_email;
+    if let Login::Token(session) = client.login(email, &w.admin_password).await? {
+        return Ok((format!("{email} logs in with the node password"), Outcome::Unchanged, Some(session)));
+    }
+    // Only to say what state the node was in: a fresh instance still has the default password.
+    let default = match client.login(email, &w.default_password).await? {
+        Login::Token(session) => Some(session),
+        Login::Invalid => None,
+    };
+    let was = if default.is_some() { "the default password" } else { "another password" };
+    if check {
+        return Ok((format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"), Outcome::Updated, default));
+    }
+    let hash = password::hash(&w.admin_password)?;
+    password::write_hash(&config.database, email, &hash).await?;
+    let attempts = config.retry.login_attempts;
+    for attempt in 1..=attempts {
+        if let Login::Token(session) = client.login(email, &w.admin_password).await? {
+            return Ok((
+                format!("{email} had {was}; the node password's hash was written to the password table and logs in"),
+                Outcome::Updated,
+                Some(session),
+            ));
+        }
+        if attempt < attempts {
+            tokio::time::sleep(config.retry.delay).await;
+        }
+    }
+    Err(Error::LoginStillRejected { email: email.clone(), attempts })
+}
+
+async fn workspace(client: &Windmill, config: &Config, check: bool) -> Result<(String, Outcome, bool)> {
+    let ws = &config.workspace;
+    let mut outcome = Outcome::Unchanged;
+    let mut exists = client.workspace_exists(&ws.id).await?;
+    if !exists {
+        outcome = Outcome::Created;
+        if !check {
+            // false: someone else created it since we asked; it exists all the same.
+            client.create_workspace(&ws.id, &ws.name).await?;
+            exists = true;
+        }
+    }
+    let folder_exists = exists && client.folder_exists(&ws.id, &ws.folder).await?;
+    if !folder_exists {
+        outcome = outcome.combine(Outcome::Created);
+        if !check {
+            client.create_folder(&ws.id, &ws.folder).await?;
+        }
+    }
+    Ok((format!("workspace {} and folder {}", ws.id, ws.folder), outcome, exists))
+}
+
+async fn scripts(client: &Windmill, config: &Config, local: Vec<LocalScript>, check: bool, workspace_exists: bool) -> Result<(String, Outcome)> {
+    let total = local.len();
+    let changes: BTreeMap<String, Change> = if workspace_exists {
+        scripts::converge(client, &config.workspace.id, local, config.scripts.concurrency, check).await?
+    } else {
+        // --check on a node without the workspace: every script would be created.
+        local.into_iter().map(|s| (s.path, Change::Created)).collect()
+    };
+    let mut outcome = Outcome::Unchanged;
+    let (mut created, mut updated) = (Vec::new(), Vec::new());
+    for (path, change) in &changes {
+        match change {
+            Change::Unchanged => {}
+            Change::Created => {
+                created.push(path.as_str());
+                outcome = outcome.combine(Outcome::Created);
+            }
+            Change::Updated => {
+                updated.push(path.as_str());
+                outcome = outcome.combine(Outcome::Updated);
+            }
+        }
+    }
+    let unchanged = total - created.len() - updated.len();
+    let (create_word, update_word) = if check { ("would create", "would update") } else { ("created", "updated") };
+    let mut what = format!("{total} scripts in {}", config.scripts.dir.display());
+    if !created.is_empty() {
+        what.push_str(&format!(", {create_word} {}", created.join(" ")));
+    }
+    if !updated.is_empty() {
+        what.push_str(&format!(", {update_word} {}", updated.join(" ")));
+    }
+    what.push_str(&format!(", {unchanged} unchanged"));
+    Ok((what, outcome))
+}
+
+async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_json::Value>, check: bool) -> Result<(String, Outcome)> {
+    let mut outcome = Outcome::Unchanged;
+    let mut changed = Vec::new();
+    for (key, value) in wanted {
+        let current = client.get_setting(key).await?;
+        if current != *value {
+            if !check {
+                client.set_setting(key, value).await?;
+            }
+            changed.push(key.as_str());
+            outcome = Outcome::Updated;
+        }
+    }
+    let keys: Vec<&str> = wanted.keys().map(String::as_str).collect();
+    let mut what = format!("global settings {}", if keys.is_empty() { "(none configured)".to_owned() } else { keys.join(", ") });
+    if !changed.is_empty() {
+        what.push_str(&format!(" (differed: {})", changed.join(", ")));
+    }
+    Ok((what, outcome))
+}
+
+fn ui_auth(config: &Config, token: &Secret) -> Result<(String, Outcome)> {
+    let ui = &config.ui_auth;
+    // One nginx line: the admin UI's requests carry the token (the spec's step 8).
+    let contents = format!("proxy_set_header Authorization \"Bearer {}\";\n", token.expose());
+    let outcome = match atomic::write(&ui.file, contents.as_bytes(), ui.uid, ui.gid, ui.mode)? {
+        atomic::Written::Created => Outcome::Created,
+        atomic::Written::Updated => Outcome::Updated,
+        atomic::Written::Unchanged => Outcome::Unchanged,
+    };
+    Ok((format!("{} ({}:{} {:04o}) holds the new token", ui.file.display(), ui.owner, ui.group, ui.mode), outcome))
+}
+
+/// The first 10 characters of a token: what `tokens/list` shows and `tokens/delete` takes.
+fn prefix(token: &str) -> &str {
+    token.char_indices().nth(10).map_or(token, |(i, _)| &token[..i])
+}
+
+async fn revoke(client: &Windmill, config: &Config, token: &Secret) -> Result<(String, Outcome)> {
+    let label = &config.token.label;
+    if !config.token.revoke_previous {
+        return Ok((format!("token.revoke_previous is false; older tokens labeled {label} kept"), Outcome::Unchanged));
+    }
+    let ours = prefix(token.expose());
+    let older: Vec<String> = client
+        .list_tokens()
+        .await?
+        .into_iter()
+        .filter(|t| t.label.as_deref() == Some(label.as_str()) && t.token_prefix != ours)
+        .map(|t| t.token_prefix)
+        .collect();
+    for token_prefix in &older {
+        client.delete_token(token_prefix).await?;
+    }
+    let outcome = if older.is_empty() { Outcome::Unchanged } else { Outcome::Updated };
+    Ok((format!("{} older tokens labeled {label} deleted", older.len()), outcome))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prefix_is_ten_characters() {
+        assert_eq!(super::prefix("abcdefghijklmnop"), "abcdefghij");
+        assert_eq!(super::prefix("short"), "short");
+    }
+}

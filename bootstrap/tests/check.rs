@@ -1,0 +1,114 @@
+//! `--check`: steps 1, 2 (login only), 4, 5 and 6, read-only; 0 when converged, 1 on drift;
+//! it writes nothing anywhere.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use fediversity_testkit::node::Node;
+use fediversity_testkit::openbao;
+use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH};
+use fediversity_testkit::windmill_fake::Recorded;
+use serde_json::{Value, json};
+
+fn bootstrap() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
+}
+
+/// What a node looks like from outside: what --check must not change.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    hash: Option<String>,
+    include: Option<(u64, String)>,
+    bao: Option<Value>,
+    scripts: usize,
+    workspaces: Vec<String>,
+    setting: Option<Value>,
+    labeled_tokens: usize,
+}
+
+fn snapshot(node: &Node) -> Snapshot {
+    Snapshot {
+        hash: node.db.password_hash(ADMIN_EMAIL),
+        include: node.include_meta().map(|m| (m.ino(), std::fs::read_to_string(node.include_path()).unwrap())),
+        bao: openbao::shared().read_kv2("secret", node.bao_path.strip_prefix("secret/").unwrap()),
+        scripts: node.windmill.script_count(),
+        workspaces: node.windmill.workspaces(),
+        setting: node.windmill.setting("instance_python_version"),
+        labeled_tokens: node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(),
+    }
+}
+
+/// Requests that change something (a login only adds a session; `workspaces/exists` reads).
+fn writes(requests: &[Recorded]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.method != "GET" && !r.is("POST", "/api/auth/login") && !r.is("POST", "/api/workspaces/exists"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+#[test]
+fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    let before = snapshot(&node);
+
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap(), &["--check"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.step_lines().len(), 5, "steps 1, 2, 4, 5, 6: {run:?}");
+    for step in [1, 2, 4, 5, 6] {
+        assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
+    }
+    assert!(run.stderr.contains("check: the node is converged"), "{run:?}");
+    assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
+    assert_eq!(snapshot(&node), before);
+
+    // A script edited locally, a setting changed remotely: drift, reported, not fixed.
+    node.write_script("f/fediversity/destroy.py", "def main():\n    return 'changed'\n");
+    node.windmill.put_setting("instance_python_version", json!("3.11"));
+    let before = snapshot(&node);
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(5).contains("would update f/fediversity/destroy"), "{run:?}");
+    assert!(run.step_line(5).ends_with(": would update"), "{run:?}");
+    assert!(run.step_line(6).ends_with(": would update"), "{run:?}");
+    assert!(run.step_line(4).ends_with(": unchanged"), "{run:?}");
+    assert!(run.stderr.contains("check: a run would change: 5/9 scripts, 6/9 settings"), "{run:?}");
+    assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
+    assert_eq!(snapshot(&node), before);
+
+    // A real run then fixes both, and --check agrees.
+    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap(), &["--check"]).code, 0);
+}
+
+#[test]
+fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
+    let node = Node::new();
+    let run = node.run(bootstrap(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(2).contains("does not log in with the node password (it has the default password)"), "{run:?}");
+    for step in [2, 6] {
+        assert!(run.step_line(step).ends_with(": would update"), "{run:?}");
+    }
+    for step in [4, 5] {
+        assert!(run.step_line(step).ends_with(": would create"), "{run:?}");
+    }
+    assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
+    assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
+    assert_eq!(node.windmill.workspaces(), vec!["admins".to_owned()]);
+    assert!(node.include_meta().is_none());
+}
+
+#[test]
+fn an_unknown_password_stops_the_check_at_the_login() {
+    let node = Node::new();
+    node.db.set_password_hash(ADMIN_EMAIL, "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$8VRpVmUuZZx8GOmJ2S2KjNBZUxbD9PbqWkGiD3fIxRo");
+    let run = node.run(bootstrap(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(2).contains("(it has another password)"), "{run:?}");
+    assert!(run.stderr.contains("cannot log in, so workspace, scripts and settings were not compared"), "{run:?}");
+    assert_eq!(run.step_lines().len(), 2, "{run:?}");
+}

@@ -1,0 +1,69 @@
+//! Two bootstraps at once end in the state of one run: the lock file makes them take turns.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fediversity_testkit::node::Node;
+use fediversity_testkit::openbao;
+use nix::fcntl::{Flock, FlockArg};
+use serde_json::json;
+
+fn bootstrap() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
+}
+
+#[test]
+fn two_runs_started_together_end_like_one() {
+    let node = Node::new();
+    let config = node.write_config();
+    let spawn = || Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (first, second) = (spawn(), spawn());
+    let runs = [node.finish(first.wait_with_output().unwrap()), node.finish(second.wait_with_output().unwrap())];
+    for run in &runs {
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+    // One workspace, one folder, one version per script, the setting written once.
+    let w = &node.windmill;
+    assert_eq!(w.workspaces(), vec!["admins".to_owned(), "fediversity".to_owned()]);
+    assert_eq!(w.folders().len(), 1);
+    assert_eq!(w.script_count(), 4);
+    let requests = w.requests();
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/workspaces/create")).count(), 1);
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/settings/global/instance_python_version")).count(), 1);
+    // The password was written by one of them only: the other logged in with it.
+    let updated = runs.iter().filter(|r| r.step_line(2).ends_with(": updated")).count();
+    assert_eq!(updated, 1);
+    // One token with the label, the one in OpenBao and the include, working.
+    let labeled: Vec<_> = w.tokens().into_iter().filter(|t| t.label == "fediversity").collect();
+    assert_eq!(labeled.len(), 1);
+    assert_eq!(node.include_token().as_deref(), Some(labeled[0].token.as_str()));
+    let rest = node.bao_path.strip_prefix("secret/").unwrap();
+    assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": labeled[0].token})));
+    assert!(node.token_works(&labeled[0].token));
+}
+
+#[test]
+fn a_run_waits_while_another_holds_the_lock() {
+    let node = Node::new();
+    let config = node.write_config();
+    let lock_path = node.path().join("bootstrap.lock");
+    let file = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
+    let held = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).unwrap();
+
+    let mut child = Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // Still waiting, and it has not touched Windmill.
+    assert!(child.try_wait().unwrap().is_none(), "the bootstrap did not wait for the lock");
+    assert!(node.windmill.requests().is_empty());
+    // --check does not take the lock: it runs meanwhile.
+    let check = node.run(bootstrap(), &["--check"]);
+    assert_eq!(check.code, 1, "{check:?}");
+
+    drop(held);
+    let run = node.finish(child.wait_with_output().unwrap());
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("another bootstrap holds"), "{run:?}");
+    assert_eq!(node.windmill.script_count(), 4);
+}

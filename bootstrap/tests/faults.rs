@@ -1,0 +1,208 @@
+//! Faults the bootstrap must survive or report clearly: Windmill not up yet, 5xx answers,
+//! connections dropped mid-call, a concurrent writer, a crash between OpenBao and the include.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fediversity_testkit::node::Node;
+use fediversity_testkit::openbao;
+use fediversity_testkit::windmill_fake::Fault;
+use serde_json::json;
+
+fn bootstrap() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
+}
+
+const CREATE: &str = "/api/w/fediversity/scripts/create";
+
+#[test]
+fn windmill_not_listening_at_first_is_waited_for() {
+    let node = Node::with_windmill_refusing(Duration::from_millis(1200));
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    // It waited: the version answered only after the port started listening.
+    let line = run.step_line(1);
+    let waited: f64 = line.split(" after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(waited >= 1.0, "{line}");
+    assert_eq!(node.windmill.script_count(), 4);
+}
+
+#[test]
+fn windmill_never_up_fails_step_1_after_the_timeout() {
+    let mut node = Node::with_windmill_refusing(Duration::from_secs(600));
+    node.config["retry"]["ready_timeout_seconds"] = json!(1);
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect"), "{run:?}");
+}
+
+#[test]
+fn server_errors_are_retried_then_converge() {
+    let node = Node::new();
+    // Two failures, three tries allowed: the third succeeds.
+    node.windmill.fail("POST", CREATE, Fault::Status(500), 2);
+    node.windmill.fail("POST", "/api/users/tokens/create", Fault::Status(502), 2);
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(node.windmill.script_count(), 4);
+    let creates = node.windmill.requests().iter().filter(|r| r.is("POST", CREATE)).count();
+    assert_eq!(creates, 6, "4 scripts, 2 of the tries failed");
+    // Each of the two failed token mints was answered 502 without minting: one token.
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+}
+
+#[test]
+fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
+    let node = Node::new();
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway"),
+        "{run:?}"
+    );
+    // The steps after it did not run: no token stored, older ones not revoked.
+    assert!(node.include_meta().is_none());
+    assert_eq!(node.windmill.setting("instance_python_version"), None);
+
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(node.windmill.setting("instance_python_version"), Some(json!("3.12")));
+    assert_eq!(node.windmill.script_count(), 4);
+    // The orphan token of the failed run was revoked by this one.
+    assert!(run.step_line(9).contains("1 older tokens"), "{run:?}");
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+    assert!(!node.windmill.requests_since(mark).iter().any(|r| r.path.contains("create") && r.path.contains("workspaces")));
+}
+
+fn converge_then_edit_deploy(node: &Node) -> String {
+    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    node.write_script("f/fediversity/deploy.py", "def main():\n    return 'v2'\n");
+    node.windmill.versions("fediversity", "f/fediversity/deploy")[0].hash.clone()
+}
+
+#[test]
+fn a_connection_dropped_after_the_upload_took_effect_still_gives_one_version() {
+    let node = Node::new();
+    let first = converge_then_edit_deploy(&node);
+    // The server creates the version, the answer is lost; the retry gets "same hash".
+    node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1].parent_hashes.first(), Some(&first));
+    assert_eq!(node.windmill.requests().iter().filter(|r| r.is("POST", CREATE)).count(), 4 + 2);
+}
+
+#[test]
+fn a_connection_dropped_before_the_upload_took_effect_gives_one_version() {
+    let node = Node::new();
+    converge_then_edit_deploy(&node);
+    node.windmill.fail("POST", CREATE, Fault::DropBeforeHandling, 1);
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
+}
+
+#[test]
+fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
+    let mut node = Node::new();
+    converge_then_edit_deploy(&node);
+    // No retries: the drop fails step 5; the version was created all the same.
+    node.config["retry"]["call_attempts"] = json!(1);
+    node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy)"), "{run:?}");
+    assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
+    assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
+    assert!(!node.windmill.requests_since(mark).iter().any(|r| r.is("POST", CREATE)));
+}
+
+#[test]
+fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
+    let node = Node::new();
+    converge_then_edit_deploy(&node);
+    node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs')\n");
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    assert_eq!(versions.len(), 3, "ours, theirs, ours again on top");
+    assert_eq!(versions[1].content, "print('theirs')\n");
+    assert_eq!(versions[2].content, "def main():\n    return 'v2'\n");
+    assert_eq!(versions[2].parent_hashes.first(), Some(&versions[1].hash));
+    let for_deploy: Vec<String> = node
+        .windmill
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.path.ends_with("/f/fediversity/deploy") || (r.path == CREATE && r.body.contains("f/fediversity/deploy")))
+        .map(|r| r.method)
+        .collect();
+    assert_eq!(for_deploy, vec!["GET", "POST", "GET", "POST"]);
+}
+
+#[test]
+fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
+    let node = Node::new();
+    node.windmill.concurrent_write_before_create("f/fediversity/hello", "print('theirs')\n");
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let versions = node.windmill.versions("fediversity", "f/fediversity/hello");
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1].language, "bash");
+    assert_eq!(versions[1].parent_hashes.first(), Some(&versions[0].hash));
+}
+
+#[test]
+fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
+    let node = Node::new();
+    converge_then_edit_deploy(&node);
+    node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 1')\n");
+    node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
+    let mut node = Node::new();
+    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    let a = node.include_token().unwrap();
+    let rest = node.bao_path.strip_prefix("secret/").unwrap().to_owned();
+
+    // Run 2 stops right after step 7: the include cannot be written (its directory is a file),
+    // which leaves the state a crash between the two writes would leave. The configured
+    // include is pointed there for this run only.
+    let good_include = node.config["ui_auth"]["file"].clone();
+    std::fs::write(node.path().join("blocked"), "a file, not a directory").unwrap();
+    node.config["ui_auth"]["file"] = json!(node.path().join("blocked/token.conf"));
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 8/9 ui-auth failed"), "{run:?}");
+    let b = openbao::shared().read_kv2("secret", &rest).unwrap()["value"].as_str().unwrap().to_owned();
+    assert_ne!(a, b);
+    // The include still holds A, and A still works: step 9 did not run.
+    node.config["ui_auth"]["file"] = good_include;
+    assert_eq!(node.include_token().as_deref(), Some(a.as_str()));
+    assert!(node.token_works(&a) && node.token_works(&b));
+
+    // The rerun: one new token C, in both places, working; A and B revoked.
+    let run = node.run(bootstrap(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let c = node.include_token().unwrap();
+    assert_eq!(openbao::shared().read_kv2("secret", &rest), Some(json!({"value": c})));
+    assert!(node.token_works(&c));
+    assert!(!node.token_works(&a) && !node.token_works(&b));
+    assert!(run.step_line(9).contains("2 older tokens"), "{run:?}");
+}

@@ -1,0 +1,70 @@
+//! The configuration the NixOS module renders is one the bootstrap accepts and converges a node
+//! with: nixos-module/lib.nix's renderer, evaluated by real nix-instantiate with the module's
+//! option defaults plus this test node's addresses and files, drives the real binary against the
+//! test node (PostgreSQL, OpenBao, the Windmill fake).
+
+use std::path::Path;
+use std::process::Command;
+
+use fediversity_testkit::node::Node;
+use serde_json::{Value, json};
+
+fn render(node: &Node) -> Value {
+    let c = &node.config;
+    let s = |v: &Value| v.as_str().expect("a string in the test node's config").to_owned();
+    // The node's own values, as Nix strings (JSON string syntax is valid Nix here).
+    let overrides = format!(
+        r#"{{
+             windmill = {{ url = {url}; adminPasswordFile = {pw}; databaseUrlFile = {db}; }};
+             openbao = {{ addr = {addr}; tokenFile = {token}; path = {path}; }};
+             uiAuth = {{ file = {file}; group = {group}; }};
+           }}"#,
+        url = json!(s(&c["windmill"]["url"])),
+        pw = json!(s(&c["windmill"]["admin_password_file"])),
+        db = json!(s(&c["windmill"]["database_url_file"])),
+        addr = json!(s(&c["openbao"]["addr"])),
+        token = json!(s(&c["openbao"]["token_file"])),
+        path = json!(s(&c["openbao"]["path"])),
+        file = json!(s(&c["ui_auth"]["file"])),
+        group = json!(s(&c["ui_auth"]["group"])),
+    );
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nixos-module/lib.nix");
+    // Each option group of the module's defaults, updated with the node's values.
+    let expr = format!(
+        r#"let
+             lib = import {lib};
+             o = {overrides};
+             d = lib.bootstrapDefaults;
+           in lib.renderBootstrapConfig {{
+             scriptsDir = {scripts};
+             bootstrap = d // {{ windmill = d.windmill // o.windmill; openbao = d.openbao // o.openbao; uiAuth = d.uiAuth // o.uiAuth; }};
+           }}"#,
+        lib = json!(lib.display().to_string()),
+        scripts = json!(node.scripts_dir().display().to_string()),
+    );
+    let out = Command::new("nix-instantiate").args(["--eval", "--strict", "--json", "--expr", &expr]).output().expect("nix-instantiate (apt-get install nix-bin)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the renderer prints JSON")
+}
+
+#[test]
+fn the_config_the_module_renders_converges_a_node_and_checks_clean() {
+    let mut node = Node::new();
+    let mut rendered = render(&node);
+    // The module leaves the lock at the bootstrap's default under /run; a test keeps its own.
+    assert!(rendered.get("lock_file").is_none());
+    rendered["lock_file"] = node.config["lock_file"].clone();
+    // Positive control: this is the module's file, not the test node's (its retry settings are
+    // the module defaults, which the test node shortens).
+    assert_eq!(rendered["retry"], json!({"login_attempts": 12, "delay_seconds": 5, "ready_timeout_seconds": 300}));
+    node.config = rendered;
+
+    let run = node.run(Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap")), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.step_lines().len(), 9, "{run:?}");
+    let token = node.include_token().expect("the include holds a token");
+    assert!(node.token_works(&token));
+
+    let check = node.run(Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap")), &["--check"]);
+    assert_eq!(check.code, 0, "a converged node checks clean: {check:?}");
+}
