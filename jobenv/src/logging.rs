@@ -34,5 +34,14 @@ pub fn init() {
         Ok("error") => Level::ERROR,
         _ => Level::INFO,
     };
-    tracing_subscriber::fmt().event_format(Prefixed).with_writer(std::io::stderr).with_max_level(level).init();
+    tracing_subscriber::fmt()
+        // When nobody reads stderr any more, a line is lost, nothing else: tracing-subscriber
+        // would report the failed write with `eprintln!`, which panics on a broken stderr, and
+        // a panicking jobenv leaves the program's children running. (Set before the event
+        // format: the builder offers it only on its default format, and keeps it.)
+        .log_internal_errors(false)
+        .event_format(Prefixed)
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .init();
 }
