@@ -54,7 +54,9 @@ struct Shared {
     /// Wakes the sender when something is pushed.
     wake: tokio::sync::Notify,
     program: OnceLock<Program>,
-    /// Nothing more to watch for `running` (seen, or the child gone, or the job over).
+    /// Nothing more to watch for `running` (seen, or the child gone, or the job over). Set
+    /// (release) only after `running` was recorded, so a pump that finds it set (acquire) and
+    /// then takes the queue's lock labels its lines with the status as it is now.
     watch_done: AtomicBool,
 }
 
@@ -91,10 +93,6 @@ impl Events {
         Events(Some(shared))
     }
 
-    pub fn is_on(&self) -> bool {
-        self.0.is_some()
-    }
-
     /// A tap for one output stream of the program: give it the redacted bytes as they come.
     pub fn tap(&self, level: Level) -> Option<Tap> {
         let shared = Arc::clone(self.0.as_ref()?);
@@ -117,14 +115,14 @@ impl Events {
         // The same look as the watcher's: a zombie has an empty command line, so its name decides.
         shared.check_running();
         // Only now: a pump that finds the watch done labels its lines with the status as is.
-        shared.watch_done.store(true, Ordering::Relaxed);
+        shared.watch_done.store(true, Ordering::Release);
     }
 
     /// The job ended: `result_status` as result.json spells it, jobenv's exit code, and
     /// jobenv's own error lines (sent at level `error`; they never hold a value).
     pub fn finish(&self, result_status: &str, exit_code: i32, errors: &[String]) {
         let Some(shared) = &self.0 else { return };
-        shared.watch_done.store(true, Ordering::Relaxed);
+        shared.watch_done.store(true, Ordering::Release);
         let status = Status::terminal(result_status, &shared.ids.verb);
         let (at, now) = (SystemTime::now(), Instant::now());
         {
@@ -172,7 +170,7 @@ impl Shared {
     /// Checks whether the program now runs (recording `running` if so); true once there is
     /// nothing more to watch.
     fn check_running(&self) -> bool {
-        if self.watch_done.load(Ordering::Relaxed) {
+        if self.watch_done.load(Ordering::Acquire) {
             return true;
         }
         let Some(program) = self.program.get() else { return false };
@@ -188,7 +186,7 @@ impl Shared {
             exec_watch::Phase::Gone => true,
         };
         if done {
-            self.watch_done.store(true, Ordering::Relaxed);
+            self.watch_done.store(true, Ordering::Release);
         }
         done
     }

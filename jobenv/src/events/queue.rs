@@ -132,14 +132,6 @@ impl Queue {
         queue
     }
 
-    pub fn current(&self) -> Status {
-        self.current
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed_at.is_some()
-    }
-
     /// Adds the lines of one read; never blocks, drops the oldest lines when full.
     pub fn push_block(&mut self, level: Level, block: Block, at: SystemTime, since: Instant) {
         if self.closed_at.is_some() || block.is_empty() {
