@@ -13,11 +13,19 @@ use crate::policy::is_valid_key;
 use crate::value::env_text;
 
 /// A value set by the node, with where it came from (a path, never the value, in messages).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NodeValue {
     pub value: String,
     pub origin: String,
     pub secret: bool,
+}
+
+/// A secret's value never appears in a Debug output.
+impl std::fmt::Debug for NodeValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value: &dyn std::fmt::Debug = if self.secret { &"[REDACTED]" } else { &self.value };
+        f.debug_struct("NodeValue").field("value", value).field("origin", &self.origin).field("secret", &self.secret).finish()
+    }
 }
 
 /// Where the node layer is read from.

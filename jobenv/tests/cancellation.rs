@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::Fixture;
-use fediversity_testkit::process::{StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
+use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -43,7 +43,7 @@ impl Job {
     }
 
     /// Starts jobenv; `own_group` makes it lead a process group, as a Windmill job process does.
-    fn start(&self, args: &[&str], own_group: bool) -> Child {
+    fn start(&self, args: &[&str], own_group: bool) -> Running {
         let mut all = vec!["run", "--verb", "apply"];
         all.extend(args);
         let mut command = self.f.command(jobenv_bin!(), &all);
@@ -54,7 +54,7 @@ impl Job {
         let mut child = command.spawn().expect("start jobenv");
         use std::io::Write;
         child.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes()).unwrap();
-        child
+        Running(child)
     }
 
     fn tree(&self) -> Vec<i32> {

@@ -7,13 +7,13 @@
 //! proves the header carried the right secret.
 
 use std::io::{Read, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fediversity_testkit::events_receiver::{Receiver, dead_url};
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
-use fediversity_testkit::process::StreamWatch;
+use fediversity_testkit::process::{Running, StreamWatch};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -65,18 +65,6 @@ fn log_lines(events: &[Value]) -> Vec<String> {
 /// out: nix may warn when other users of the machine hold the store's database.
 fn program_lines(events: &[Value]) -> Vec<String> {
     log_lines(events).into_iter().filter(|l| l.split(' ').nth(1) == Some("running:")).collect()
-}
-
-/// A jobenv that a failing test leaves behind is stopped (with its whole tree), not orphaned.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
-            let _ = self.0.wait();
-        }
-    }
 }
 
 /// Arrived in order, numbered 1, 2, 3, ... with no gap, each naming the job.

@@ -1,12 +1,12 @@
 //! The job journal: a job's terminal result is never lost or executed twice by accident.
 
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
-use fediversity_testkit::process::{is_alive, kill_all, read_pids, wait_until};
+use fediversity_testkit::process::{Running, is_alive, kill_all, read_pids, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -29,13 +29,13 @@ fn runs(f: &Fixture) -> usize {
     std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
 }
 
-fn start(f: &Fixture, job_id: &str) -> Child {
+fn start(f: &Fixture, job_id: &str) -> Running {
     let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--job-id", job_id]);
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = command.spawn().unwrap();
     use std::io::Write;
     child.stdin.take().unwrap().write_all(PAYLOAD.as_bytes()).unwrap();
-    child
+    Running(child)
 }
 
 fn run(f: &Fixture, args: &[&str]) -> std::process::Output {

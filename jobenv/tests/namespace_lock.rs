@@ -1,12 +1,12 @@
 //! One deploy per namespace: a second job for a busy namespace fails at once or waits
 //! (`--lock-timeout`); different namespaces run in parallel.
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
-use fediversity_testkit::process::{StreamWatch, read_pids};
+use fediversity_testkit::process::{Running, StreamWatch, read_pids};
 use serde_json::json;
 
 /// Programs log `start <ns>` and `end <ns>` to a shared file and block until `go-<ns>` exists.
@@ -24,7 +24,7 @@ fn fixture() -> Fixture {
     f
 }
 
-fn start(f: &Fixture, namespace: &str, args: &[&str]) -> Child {
+fn start(f: &Fixture, namespace: &str, args: &[&str]) -> Running {
     let mut all = vec!["run", "--verb", "apply"];
     all.extend(args);
     let mut command = f.command(jobenv_bin!(), &all);
@@ -32,7 +32,7 @@ fn start(f: &Fixture, namespace: &str, args: &[&str]) -> Child {
     let mut child = command.spawn().unwrap();
     use std::io::Write;
     child.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": namespace}).to_string().as_bytes()).unwrap();
-    child
+    Running(child)
 }
 
 fn log(f: &Fixture) -> Vec<String> {

@@ -99,3 +99,30 @@ impl StreamWatch {
         self.seen
     }
 }
+
+/// A started jobenv that a failing test would otherwise leave behind: dropped while still
+/// running, it gets SIGTERM (jobenv then stops its whole program tree) and is waited for.
+/// Derefs to the `Child`.
+pub struct Running(pub std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = self.0.wait();
+        }
+    }
+}
