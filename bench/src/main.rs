@@ -4,6 +4,7 @@
 //! depend on the machine and on what else it is doing.
 
 mod bootstrap;
+mod events;
 mod machine;
 mod node;
 mod redaction;
@@ -21,6 +22,7 @@ enum Bench {
     Redaction,
     BootstrapRerun,
     BootstrapCold,
+    Events,
 }
 
 #[derive(Debug, Parser)]
@@ -47,7 +49,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let tools = node::Tools::find(cli.jobenv, cli.bootstrap)?;
     let benches = if cli.benches.is_empty() {
-        vec![Bench::Startup, Bench::Redaction, Bench::BootstrapRerun, Bench::BootstrapCold]
+        vec![Bench::Startup, Bench::Redaction, Bench::BootstrapRerun, Bench::BootstrapCold, Bench::Events]
     } else {
         cli.benches
     };
@@ -59,6 +61,7 @@ fn main() -> anyhow::Result<()> {
             Bench::Redaction => redaction::run(&tools, if cli.quick { 4 << 20 } else { 1 << 30 }, if cli.quick { 1 } else { 3 })?,
             Bench::BootstrapRerun => bootstrap::noop_rerun(&tools, if cli.quick { [5, 12] } else { [5, 500] }, if cli.quick { 1 } else { 7 })?,
             Bench::BootstrapCold => bootstrap::cold(&tools, 5, if cli.quick { 1 } else { 5 })?,
+            Bench::Events => events::run(&tools, if cli.quick { 2_000_000 } else { 100_000_000 }, if cli.quick { 1 } else { 11 })?,
         });
     }
     let when = humantime_date();

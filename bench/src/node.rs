@@ -30,12 +30,22 @@ impl Node {
         let root = dir.path().display().to_string();
         std::fs::write(dir.path().join("deploy-env.json"), json!({"DEPLOYMENT_ROOT": root, "NIXPKGS": root}).to_string())?;
         let mut keys = serde_json::Map::new();
-        for key in declared.iter().copied().chain(secrets.iter().map(|(k, _)| k.as_str())) {
+        // Control keys (EVENTS_SECRET) are the node's own, not keys a program declares.
+        for key in declared.iter().copied().chain(secrets.iter().map(|(k, _)| k.as_str()).filter(|k| !k.starts_with("EVENTS_"))) {
             keys.insert(key.to_owned(), json!({"description": "benchmark key"}));
         }
         std::fs::write(dir.path().join("keys.json"), serde_json::Value::Object(keys).to_string())?;
         std::fs::write(dir.path().join("attributes.json"), r#"["web"]"#)?;
         Ok(Node { dir, jobenv: tools.jobenv.clone(), stand_in: tools.stand_in.clone() })
+    }
+
+    /// Adds a key to deploy-env.json.
+    pub fn set_deploy_env(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        let path = self.path("deploy-env.json");
+        let mut env: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+        env[key] = json!(value);
+        std::fs::write(&path, env.to_string())?;
+        Ok(())
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {

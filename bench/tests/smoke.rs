@@ -17,9 +17,10 @@ fn every_benchmark_runs_in_quick_mode() {
         "### 2. Redaction throughput and memory",
         "### 3. Bootstrap no-op rerun",
         "### 4. Cold bootstrap, per step",
+        "### 5. Progress events with a slow receiver",
     ] {
         assert!(text.contains(title), "{title} missing:\n{text}");
     }
     // Each table reports its targets, met or not.
-    assert!(text.matches("(target ").count() >= 10, "{text}");
+    assert!(text.matches("(target ").count() >= 11, "{text}");
 }

@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fediversity_testkit::events_receiver::{Receiver, dead_url};
 use fediversity_testkit::jobenv_bin;
@@ -358,47 +358,24 @@ struct Counted {
     code: Option<i32>,
     bytes: u64,
     stderr: String,
-    /// From the start to the last byte of stdout: how long the program's output took.
-    output_done: Duration,
-    /// From the start to jobenv's exit (including its wait for the final status).
-    exited: Duration,
-    /// CPU time of jobenv and its whole program tree (user + system), in clock ticks' precision.
-    cpu: Duration,
-}
-
-/// CPU time of this process's reaped descendants: `cutime` + `cstime` of /proc/self/stat.
-fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    // Fields 16 and 17 of stat(5); `fields` starts at field 3.
-    let ticks: u64 = fields[13].parse::<u64>().unwrap() + fields[14].parse::<u64>().unwrap();
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
 }
 
 /// Runs jobenv to its end, counting (not keeping) its stdout.
 fn run_counting(mut command: Command, payload: &Value) -> Counted {
-    let cpu_before = children_cpu();
-    let started = Instant::now();
     let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(payload.to_string().as_bytes()).unwrap();
     let stderr = StreamWatch::new(child.stderr.take().unwrap());
     let mut stdout = child.stdout.take().unwrap();
     let mut bytes = 0u64;
-    let mut output_done = Duration::ZERO;
     let mut buf = vec![0u8; 1 << 16];
     loop {
         match stdout.read(&mut buf).unwrap() {
             0 => break,
-            n => {
-                bytes += n as u64;
-                output_done = started.elapsed();
-            }
+            n => bytes += n as u64,
         }
     }
     let code = child.wait().unwrap().code();
-    let exited = started.elapsed();
-    Counted { code, bytes, stderr: text(&stderr.finish()), output_done, exited, cpu: children_cpu() - cpu_before }
+    Counted { code, bytes, stderr: text(&stderr.finish()) }
 }
 
 /// 100 MB in lines of 100 bytes.
@@ -408,8 +385,8 @@ const BIG_OUTPUT: &str = "yes 'a line of output from a deployment program, one h
 fn a_slow_receiver_does_not_hold_up_a_program_that_writes_100_mb() {
     let receiver = Receiver::slow(EVENTS_SECRET, Duration::from_secs(5));
     let f = node(&receiver.url(), "apply", BIG_OUTPUT);
-    let Counted { code, bytes, stderr, output_done, exited, .. } = run_counting(command(&f, "apply", &[]), &payload());
-    eprintln!("100 MB with a receiver that sleeps 5 s per request: output in {output_done:?}, exit after {exited:?}");
+    // How long it takes, compared with no receiver, is measured by `bench/run events`.
+    let Counted { code, bytes, stderr } = run_counting(command(&f, "apply", &[]), &payload());
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(bytes, 100_000_000, "every byte reached stdout");
     let events = receiver.events();
@@ -441,77 +418,4 @@ fn lines_lost_to_a_slow_receiver_are_counted_and_reported() {
     let final_dropped = final_event(&events)["dropped"].as_u64().unwrap();
     assert!(final_dropped > 0 && delivered > 0);
     assert_eq!(delivered + final_dropped, LINES + nix_shell_lines, "delivered {delivered}, dropped {final_dropped}");
-}
-
-/// The figures for BENCHMARKS.md ("jobenv events: slow receiver"); a measurement, not a test
-/// of speed: `cargo test --release -p fediversity-jobenv --test events -- --ignored --nocapture`
-#[test]
-#[ignore = "a measurement, run by hand in release mode"]
-fn measure_slow_receiver_ratio() {
-    const RUNS: usize = 21;
-    const TOKEN: (&str, &str) = ("TF_VAR_token", "tf-token-0123456789abcdef");
-    let receiver = Receiver::slow(EVENTS_SECRET, Duration::from_secs(5));
-    let fast = Receiver::start(EVENTS_SECRET);
-    // Four nodes: no secret at all (the redactor passes bytes through), a secret (the redactor
-    // works), and the same secret plus events to the slow receiver, or to a fast one.
-    let mut passthrough = Fixture::new();
-    passthrough.program("web", "apply", BIG_OUTPUT);
-    let mut redacting = Fixture::new();
-    redacting.program("web", "apply", BIG_OUTPUT).secret(TOKEN.0, TOKEN.1);
-    let mut with_events = node(&receiver.url(), "apply", BIG_OUTPUT);
-    with_events.secret(TOKEN.0, TOKEN.1);
-    let mut with_fast = node(&fast.url(), "apply", BIG_OUTPUT);
-    with_fast.secret(TOKEN.0, TOKEN.1);
-    let nodes = [
-        ("no secret, no events", &passthrough),
-        ("a secret, no events", &redacting),
-        ("a secret, slow receiver", &with_events),
-        ("a secret, fast receiver", &with_fast),
-    ];
-
-    // Alternating, so a change in the machine's load hits every node alike.
-    let mut times: Vec<Vec<(f64, f64)>> = vec![Vec::new(); nodes.len()];
-    let mut cpu: Vec<Vec<(f64, f64)>> = vec![Vec::new(); nodes.len()];
-    for _ in 0..RUNS {
-        for (i, (_, f)) in nodes.iter().enumerate() {
-            let run = run_counting(command(f, "apply", &[]), &payload());
-            assert_eq!((run.code, run.bytes), (Some(0), 100_000_000), "{}", run.stderr);
-            times[i].push((run.output_done.as_secs_f64(), run.exited.as_secs_f64()));
-            cpu[i].push((run.cpu.as_secs_f64(), 0.0));
-        }
-    }
-    type Pick = fn(&(f64, f64)) -> f64;
-    let median = |v: &[(f64, f64)], pick: Pick| {
-        let mut v: Vec<f64> = v.iter().map(pick).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    // Other work on the machine only ever adds time: the minimum shows the cost itself.
-    let min = |v: &[(f64, f64)], pick: Pick| v.iter().map(pick).fold(f64::INFINITY, f64::min);
-    let (output, exit): (Pick, Pick) = (|t| t.0, |t| t.1);
-    for (i, (name, _)) in nodes.iter().enumerate() {
-        let (t, c) = (&times[i], &cpu[i]);
-        println!(
-            "{name:<24} output median {:.3} min {:.3} s, exit median {:.3} min {:.3} s, CPU (jobenv + program) median {:.2} min {:.2} s",
-            median(t, output),
-            min(t, output),
-            median(t, exit),
-            min(t, exit),
-            median(c, output),
-            min(c, output)
-        );
-    }
-    type Stat<'a> = &'a dyn Fn(&[(f64, f64)], Pick) -> f64;
-    for (i, name) in [(2, "slow receiver"), (3, "fast receiver")] {
-        let ratio = |stat: Stat, data: &[Vec<(f64, f64)>], pick: Pick| stat(&data[i], pick) / stat(&data[1], pick);
-        println!(
-            "{name} / same node without events: output {:.2} (min {:.2}), exit {:.2} (min {:.2}), CPU {:.2} (min {:.2})",
-            ratio(&median, &times, output),
-            ratio(&min, &times, output),
-            ratio(&median, &times, exit),
-            ratio(&min, &times, exit),
-            ratio(&median, &cpu, output),
-            ratio(&min, &cpu, output)
-        );
-    }
 }
