@@ -2,17 +2,13 @@
 //! it writes nothing anywhere.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH};
 use fediversity_testkit::windmill_fake::Recorded;
 use serde_json::{Value, json};
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 /// What a node looks like from outside: what --check must not change.
 #[derive(Debug, PartialEq)]
@@ -50,11 +46,11 @@ fn writes(requests: &[Recorded]) -> Vec<String> {
 #[test]
 fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = snapshot(&node);
 
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.step_lines().len(), 5, "steps 1, 2, 4, 5, 6: {run:?}");
     for step in [1, 2, 4, 5, 6] {
@@ -69,7 +65,7 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     node.windmill.put_setting("instance_python_version", json!("3.11"));
     let before = snapshot(&node);
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(5).contains("would update f/fediversity/destroy"), "{run:?}");
     assert!(run.step_line(5).ends_with(": would update"), "{run:?}");
@@ -80,14 +76,14 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     assert_eq!(snapshot(&node), before);
 
     // A real run then fixes both, and --check agrees.
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
-    assert_eq!(node.run(bootstrap(), &["--check"]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 }
 
 #[test]
 fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
     let node = Node::new();
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("does not log in with the node password (it has the default password)"), "{run:?}");
     for step in [2, 6] {
@@ -106,7 +102,7 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
 fn an_unknown_password_stops_the_check_at_the_login() {
     let node = Node::new();
     node.db.set_password_hash(ADMIN_EMAIL, "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$8VRpVmUuZZx8GOmJ2S2KjNBZUxbD9PbqWkGiD3fIxRo");
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("(it has another password)"), "{run:?}");
     assert!(run.stderr.contains("cannot log in, so workspace, scripts and settings were not compared"), "{run:?}");

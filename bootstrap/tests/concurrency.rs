@@ -1,24 +1,20 @@
 //! Two bootstraps at once end in the state of one run: the lock file makes them take turns.
 
 use std::fs::OpenOptions;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use nix::fcntl::{Flock, FlockArg};
 use serde_json::json;
 
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
-
 #[test]
 fn two_runs_started_together_end_like_one() {
     let node = Node::new();
     let config = node.write_config();
-    let spawn = || Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let spawn = || Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let (first, second) = (spawn(), spawn());
     let runs = [node.finish(first.wait_with_output().unwrap()), node.finish(second.wait_with_output().unwrap())];
     for run in &runs {
@@ -52,13 +48,13 @@ fn a_run_waits_while_another_holds_the_lock() {
     let file = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
     let held = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).unwrap();
 
-    let mut child = Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(800));
     // Still waiting, and it has not touched Windmill.
     assert!(child.try_wait().unwrap().is_none(), "the bootstrap did not wait for the lock");
     assert!(node.windmill.requests().is_empty());
     // --check does not take the lock: it runs meanwhile.
-    let check = node.run(bootstrap(), &["--check"]);
+    let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
 
     drop(held);

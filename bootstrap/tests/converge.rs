@@ -2,21 +2,17 @@
 //! and in the nginx include.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::{Node, ui_gid};
 use fediversity_testkit::postgres::ADMIN_EMAIL;
 use fediversity_testkit::{openbao, venv};
 use serde_json::json;
 
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
-
 #[test]
 fn a_fresh_node_converges() {
     let node = Node::new();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
 
     // One line per step, in order, each ending in its outcome.
@@ -84,7 +80,7 @@ fn a_fresh_node_converges() {
 
 #[test]
 fn help_documents_the_exit_codes() {
-    let out = std::process::Command::new(bootstrap()).arg("--help").output().unwrap();
+    let out = std::process::Command::new(bootstrap_bin!()).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     for needle in ["--config", "--check", "0  every step held", "1  --check found", "2  configuration error", "3  a step failed"] {

@@ -1,24 +1,20 @@
 //! Faults the bootstrap must survive or report clearly: Windmill not up yet, 5xx answers,
 //! connections dropped mid-call, a concurrent writer, a crash between OpenBao and the include.
 
-use std::path::Path;
 use std::time::Duration;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 const CREATE: &str = "/api/w/fediversity/scripts/create";
 
 #[test]
 fn windmill_not_listening_at_first_is_waited_for() {
     let node = Node::with_windmill_refusing(Duration::from_millis(1200));
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     // It waited: the version answered only after the port started listening.
     let line = run.step_line(1);
@@ -31,7 +27,7 @@ fn windmill_not_listening_at_first_is_waited_for() {
 fn windmill_never_up_fails_step_1_after_the_timeout() {
     let mut node = Node::with_windmill_refusing(Duration::from_secs(600));
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect"), "{run:?}");
 }
@@ -42,7 +38,7 @@ fn server_errors_are_retried_then_converge() {
     // Two failures, three tries allowed: the third succeeds.
     node.windmill.fail("POST", CREATE, Fault::Status(500), 2);
     node.windmill.fail("POST", "/api/users/tokens/create", Fault::Status(502), 2);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.script_count(), 4);
     let creates = node.windmill.requests().iter().filter(|r| r.is("POST", CREATE)).count();
@@ -55,7 +51,7 @@ fn server_errors_are_retried_then_converge() {
 fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     let node = Node::new();
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway"),
@@ -66,7 +62,7 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     assert_eq!(node.windmill.setting("instance_python_version"), None);
 
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.setting("instance_python_version"), Some(json!("3.12")));
     assert_eq!(node.windmill.script_count(), 4);
@@ -77,7 +73,7 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
 }
 
 fn converge_then_edit_deploy(node: &Node) -> String {
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     node.write_script("f/fediversity/deploy.py", "def main():\n    return 'v2'\n");
     node.windmill.versions("fediversity", "f/fediversity/deploy")[0].hash.clone()
 }
@@ -88,7 +84,7 @@ fn a_connection_dropped_after_the_upload_took_effect_still_gives_one_version() {
     let first = converge_then_edit_deploy(&node);
     // The server creates the version, the answer is lost; the retry gets "same hash".
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(versions.len(), 2);
@@ -101,7 +97,7 @@ fn a_connection_dropped_before_the_upload_took_effect_gives_one_version() {
     let node = Node::new();
     converge_then_edit_deploy(&node);
     node.windmill.fail("POST", CREATE, Fault::DropBeforeHandling, 1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
 }
@@ -113,12 +109,12 @@ fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
     // No retries: the drop fails step 5; the version was created all the same.
     node.config["retry"]["call_attempts"] = json!(1);
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy)"), "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
@@ -131,7 +127,7 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
     converge_then_edit_deploy(&node);
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs')\n");
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(versions.len(), 3, "ours, theirs, ours again on top");
@@ -152,7 +148,7 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
 fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
     let node = Node::new();
     node.windmill.concurrent_write_before_create("f/fediversity/hello", "print('theirs')\n");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/hello");
     assert_eq!(versions.len(), 2);
@@ -166,7 +162,7 @@ fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
     converge_then_edit_deploy(&node);
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 1')\n");
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read"),
@@ -177,7 +173,7 @@ fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
 #[test]
 fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     let mut node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let a = node.include_token().unwrap();
     let rest = node.bao_path.strip_prefix("secret/").unwrap().to_owned();
 
@@ -187,7 +183,7 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     let good_include = node.config["ui_auth"]["file"].clone();
     std::fs::write(node.path().join("blocked"), "a file, not a directory").unwrap();
     node.config["ui_auth"]["file"] = json!(node.path().join("blocked/token.conf"));
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 8/9 ui-auth failed"), "{run:?}");
     let b = openbao::shared().read_kv2("secret", &rest).unwrap()["value"].as_str().unwrap().to_owned();
@@ -198,7 +194,7 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     assert!(node.token_works(&a) && node.token_works(&b));
 
     // The rerun: one new token C, in both places, working; A and B revoked.
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let c = node.include_token().unwrap();
     assert_eq!(openbao::shared().read_kv2("secret", &rest), Some(json!({"value": c})));

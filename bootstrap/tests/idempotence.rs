@@ -2,22 +2,18 @@
 //! requests the fake recorded); it mints a new token and deletes the older ones of its label.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::http;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use fediversity_testkit::postgres::ADMIN_EMAIL;
 use serde_json::json;
 
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
-
 #[test]
 fn a_second_run_writes_nothing_but_a_new_token() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let first = node.include_token().unwrap();
     let hash = node.db.password_hash(ADMIN_EMAIL);
     let ino = node.include_meta().unwrap().ino();
@@ -31,7 +27,7 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     assert_eq!(other.status, 201);
 
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let requests = node.windmill.requests_since(mark);
 
@@ -77,9 +73,9 @@ fn a_second_run_writes_nothing_but_a_new_token() {
 fn revoke_previous_false_keeps_the_older_tokens() {
     let mut node = Node::new();
     node.config["token"] = json!({"revoke_previous": false, "label": "fedi-ops"});
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let first = node.include_token().unwrap();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(9).ends_with(": unchanged"), "{run:?}");
     assert!(!node.windmill.requests().iter().any(|r| r.method == "DELETE"));

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use serde_json::{Value, json};
 
@@ -59,12 +60,12 @@ fn the_config_the_module_renders_converges_a_node_and_checks_clean() {
     assert_eq!(rendered["retry"], json!({"login_attempts": 12, "delay_seconds": 5, "ready_timeout_seconds": 300}));
     node.config = rendered;
 
-    let run = node.run(Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap")), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.step_lines().len(), 9, "{run:?}");
     let token = node.include_token().expect("the include holds a token");
     assert!(node.token_works(&token));
 
-    let check = node.run(Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap")), &["--check"]);
+    let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 0, "a converged node checks clean: {check:?}");
 }

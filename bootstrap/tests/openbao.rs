@@ -1,15 +1,10 @@
 //! OpenBao, real dev servers: KV v2 and v1 mounts, a mount under a prefix, a least-privilege
 //! token, a bad token (403) and a sealed server (503), handled as `bao kv put` would.
 
-use std::path::Path;
-
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao::{self, OpenBao};
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 fn writer_token(bao: &OpenBao, api_path: &str) -> String {
     bao.token_with_policy(&OpenBao::unique("writer"), &format!("path \"{api_path}\" {{ capabilities = [\"create\", \"update\"] }}\n"))
@@ -23,13 +18,13 @@ fn kv_v2_under_a_prefix_like_bao_kv_put() {
     // The mount is `<prefix>/`, so the CLI writes `<prefix>/data/secret/windmill/apiToken`.
     let token = writer_token(bao, &format!("{prefix}/data/secret/windmill/apiToken"));
     let node = Node::with_openbao(&bao.addr, &format!("{prefix}/secret/windmill/apiToken"), &token);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(7).contains(&format!("(mount {prefix}/, KV v2)")), "{run:?}");
     let stored = bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap();
     assert_eq!(stored, json!({"value": node.include_token().unwrap()}));
     // A second run writes a new version holding only the new token (a full `kv put`).
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     assert_eq!(bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(), json!({"value": node.include_token().unwrap()}));
     let (_, meta) = bao.get(&format!("{prefix}/metadata/secret/windmill/apiToken"));
     assert_eq!(meta["data"]["current_version"], json!(2));
@@ -43,7 +38,7 @@ fn kv_v1_mount_gets_the_flat_map_at_the_path() {
     let path = format!("{mount}/windmill/apiToken");
     let mut node = Node::with_openbao(&bao.addr, &path, &writer_token(bao, &path));
     node.config["openbao"]["field"] = json!("token");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(7).contains(&format!("(mount {mount}/, KV v1)")), "{run:?}");
     assert_eq!(bao.read_kv1(&path), Some(json!({"token": node.include_token().unwrap()})));
@@ -54,7 +49,7 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
     let bao = openbao::shared();
     let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
     let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains(&format!("error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{path} answered 403: permission denied (the token is missing, invalid or lacks a policy for this path)")),
@@ -65,7 +60,7 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
 
     // With a working token the rerun converges, and the orphan token of the failed run goes.
     std::fs::write(node.path().join("bao-token"), writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")))).unwrap();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
 }
@@ -77,7 +72,7 @@ fn a_token_without_a_policy_for_the_path_is_refused_at_the_write() {
     // Allowed elsewhere on the same mount: the preflight passes, the write is denied.
     let elsewhere = writer_token(bao, "secret/data/somewhere-else");
     let node = Node::with_openbao(&bao.addr, &path, &elsewhere);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains(&format!("step 7/9 openbao failed: OpenBao PUT /v1/secret/data/{} answered 403", path.trim_start_matches("secret/"))), "{run:?}");
     assert!(run.stderr.contains("permission denied"), "{run:?}");
@@ -87,7 +82,7 @@ fn a_token_without_a_policy_for_the_path_is_refused_at_the_write() {
 fn a_path_without_a_mount_is_refused_like_the_cli() {
     let bao = openbao::shared();
     let node = Node::with_openbao(&bao.addr, &format!("{}/windmill/apiToken", OpenBao::unique("nomount")), bao.root_token());
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/"), "{run:?}");
     assert!(run.stderr.contains("answered 403"), "{run:?}");
@@ -100,7 +95,7 @@ fn a_sealed_server_is_a_503_after_retries() {
     let mut node = Node::with_openbao(&bao.addr, "secret/windmill/apiToken", bao.root_token());
     node.extra_secrets.push(("the sealed server's root token".into(), bao.root_token().to_owned()));
     bao.seal();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/secret/windmill/apiToken answered 503 after 3 tries"),
@@ -121,7 +116,7 @@ fn the_address_and_token_can_come_from_the_environment() {
     openbao.remove("token_file");
     let config = node.write_config();
     // BAO_* unset: the VAULT_* fallback of the CLI.
-    let out = Node::command(bootstrap(), &config, &[]).env("VAULT_ADDR", &bao.addr).env("VAULT_TOKEN", &token).output().unwrap();
+    let out = Node::command(bootstrap_bin!(), &config, &[]).env("VAULT_ADDR", &bao.addr).env("VAULT_TOKEN", &token).output().unwrap();
     let run = node.finish(out);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": node.include_token().unwrap()})));
