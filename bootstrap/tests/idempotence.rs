@@ -53,12 +53,14 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     // The password was not rewritten.
     assert_eq!(node.db.password_hash(ADMIN_EMAIL), hash);
 
-    // The new token is in both places and works; the first one is revoked; the other label's
-    // token and the login sessions are left alone.
+    // The new token is in both places and works; the first one is revoked (gone from the token
+    // list: Windmill's auth cache may let it work up to 120 s more, which the bootstrap does not
+    // control); the other label's token and the login sessions are left alone.
     let second = node.include_token().unwrap();
     assert_ne!(second, first);
     assert!(node.token_works(&second));
-    assert!(!node.token_works(&first));
+    assert!(!node.windmill.has_token(&first));
+    assert!(node.windmill.has_token(&second));
     let rest = node.bao_path.strip_prefix("secret/").unwrap();
     assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": second})));
     let labels: Vec<String> = node.windmill.tokens().into_iter().map(|t| t.label).collect();
@@ -79,6 +81,6 @@ fn revoke_previous_false_keeps_the_older_tokens() {
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(9).ends_with(": unchanged"), "{run:?}");
     assert!(!node.windmill.requests().iter().any(|r| r.method == "DELETE"));
-    assert!(node.token_works(&first));
+    assert!(node.windmill.has_token(&first));
     assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fedi-ops").count(), 2);
 }
