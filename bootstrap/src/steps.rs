@@ -106,17 +106,30 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
 
 async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> {
     let started = Instant::now();
+    let timeout = config.retry.ready_timeout;
     let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100).min(config.retry.ready_timeout))
+        .with_min_delay(Duration::from_millis(100).min(timeout))
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times()
-        .with_total_delay(Some(config.retry.ready_timeout));
-    let version = (|| client.version_once())
-        .retry(backoff)
-        .notify(|e: &String, delay| tracing::debug!("GET /api/version: {e}; again in {:.2} s", delay.as_secs_f64()))
-        .await
-        .map_err(|last| Error::NotReady { seconds: config.retry.ready_timeout.as_secs_f64(), last })?;
+        .with_total_delay(Some(timeout));
+    // The last failure, for the message when the time is up.
+    let last = std::cell::RefCell::new(None::<String>);
+    let waiting = (|| client.version_once()).retry(backoff).notify(|e: &String, delay| {
+        tracing::debug!("GET /api/version: {e}; again in {:.2} s", delay.as_secs_f64());
+        *last.borrow_mut() = Some(e.clone());
+    });
+    // `with_total_delay` bounds only the sleeps between tries: a Windmill that accepts
+    // connections and never answers would hold every try for the whole request timeout. The
+    // timeout bounds the whole wait.
+    let not_ready = |last: String| Error::NotReady { seconds: timeout.as_secs_f64(), last };
+    let version = match tokio::time::timeout(timeout, waiting).await {
+        Ok(result) => result.map_err(not_ready)?,
+        Err(_) => {
+            let last = last.borrow_mut().take();
+            return Err(not_ready(last.unwrap_or_else(|| "the request got no answer".to_owned())));
+        }
+    };
     Ok((
         format!("{} answered GET /api/version ({}) after {:.1} s", config.windmill.url, http::short(&version), started.elapsed().as_secs_f64()),
         Outcome::Unchanged,

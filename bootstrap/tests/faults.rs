@@ -1,10 +1,12 @@
 //! Faults the bootstrap must survive or report clearly: Windmill not up yet, 5xx answers,
 //! connections dropped mid-call, a concurrent writer, a crash between OpenBao and the include.
 
+use std::process::Stdio;
 use std::time::Duration;
 
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
+use fediversity_testkit::process;
 use fediversity_testkit::openbao;
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
@@ -30,6 +32,39 @@ fn windmill_never_up_fails_step_1_after_the_timeout() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect"), "{run:?}");
+}
+
+#[test]
+fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
+    // A listener that accepts every connection and never answers: each try hangs until the
+    // request timeout, set far beyond the ready timeout here.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            holder.lock().unwrap().push(stream);
+        }
+    });
+    let mut node = Node::new();
+    node.config["windmill"]["url"] = json!(url);
+    node.config["retry"]["ready_timeout_seconds"] = json!(1);
+    node.config["retry"]["request_timeout_seconds"] = json!(600);
+    let config = node.write_config();
+    let mut child = Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Not a speed target: a watchdog far below the 600 s a try could hang, far above the 1 s
+    // the wait is bounded by.
+    let exited = process::wait_until(Duration::from_secs(60), || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let run = node.finish(child.wait_with_output().unwrap());
+    assert!(exited, "the wait for Windmill was not bounded by retry.ready_timeout_seconds: {run:?}");
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer"), "{run:?}");
+    // It did connect: the listener holds the connection it never answered.
+    assert!(!held.lock().unwrap().is_empty());
 }
 
 #[test]
