@@ -14,7 +14,7 @@ use crate::openbao::OpenBao;
 use crate::password;
 use crate::report::{self, Outcome, Step};
 use crate::scripts::{self, Change, LocalScript};
-use crate::secret::Secret;
+use crate::secret::{Secret, scrub};
 use crate::windmill::{Login, Windmill};
 
 /// How a run ended, when no step failed.
@@ -59,31 +59,26 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     };
     let session = anonymous.with_token(&session);
 
-    // 3. Mint the token the rest of the run uses, so every later call also proves it works.
-    let (api, token) = if check {
-        (session, None)
-    } else {
-        let token = session.create_token(&config.token.label).await.map_err(failed(Step::Token))?;
-        secrets.push(token.clone());
-        note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
-        (anonymous.with_token(&token), Some(token))
-    };
-
-    // 4. Workspace and folder.
-    let (what, outcome, workspace_exists) = workspace(&api, config, check).await.map_err(failed(Step::Workspace))?;
-    note(Step::Workspace, what, outcome);
-
-    // 5. Scripts.
-    let (what, outcome) = scripts(&api, config, local, check, workspace_exists).await.map_err(failed(Step::Scripts))?;
-    note(Step::Scripts, what, outcome);
-
-    // 6. Global settings.
-    let (what, outcome) = settings(&api, &config.settings, check).await.map_err(failed(Step::Settings))?;
-    note(Step::Settings, what, outcome);
-
-    let Some(token) = token else {
+    if check {
+        // --check: steps 4 to 6 read-only, with the login session, which is then logged out.
+        let compared = compare(&session, config, local, true, &mut note).await;
+        log_out(&session, secrets).await;
+        compared?;
         return Ok(if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) });
-    };
+    }
+
+    // 3. Mint the token the rest of the run uses, so every later call also proves it works. The
+    // login session is then no longer needed: it is logged out rather than left to live its
+    // three days.
+    let minted = session.create_token(&config.token.label).await;
+    log_out(&session, secrets).await;
+    let token = minted.map_err(failed(Step::Token))?;
+    secrets.push(token.clone());
+    note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
+    let api = anonymous.with_token(&token);
+
+    // 4 to 6.
+    compare(&api, config, local, false, &mut note).await?;
 
     // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the new
     // one, so a crash in between leaves a working include behind.
@@ -102,6 +97,40 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     let (what, outcome) = revoke(&api, config, &token).await.map_err(failed(Step::Revoke))?;
     note(Step::Revoke, what, outcome);
     Ok(Finish::Converged)
+}
+
+/// Steps 4, 5 and 6: what `--check` compares and a run converges.
+async fn compare(
+    api: &Windmill,
+    config: &Config,
+    local: Vec<LocalScript>,
+    check: bool,
+    note: &mut impl FnMut(Step, String, Outcome),
+) -> Result<()> {
+    // 4. Workspace and folder.
+    let (what, outcome, workspace_exists) = workspace(api, config, check).await.map_err(failed(Step::Workspace))?;
+    note(Step::Workspace, what, outcome);
+
+    // 5. Scripts.
+    let (what, outcome) = scripts(api, config, local, check, workspace_exists).await.map_err(failed(Step::Scripts))?;
+    note(Step::Scripts, what, outcome);
+
+    // 6. Global settings.
+    let (what, outcome) = settings(api, &config.settings, check).await.map_err(failed(Step::Settings))?;
+    note(Step::Settings, what, outcome);
+    Ok(())
+}
+
+/// Logs out a login session of this run, best effort: a session that stays behind expires by
+/// itself (after three days), so a failure is worth a warning, not a failed run.
+async fn log_out(session: &Windmill, secrets: &[Secret]) {
+    match session.logout().await {
+        Ok(()) => tracing::debug!("logged out the login session"),
+        Err(error) => {
+            let secrets: Vec<&Secret> = secrets.iter().collect();
+            tracing::warn!("could not log out the login session (it expires by itself): {}", scrub(&error.to_string(), &secrets));
+        }
+    }
 }
 
 async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> {
@@ -142,13 +171,15 @@ async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(Strin
     if let Login::Token(session) = client.login(email, &w.admin_password).await? {
         return Ok((format!("{email} logs in with the node password"), Outcome::Unchanged, Some(session)));
     }
-    // Only to say what state the node was in: a fresh instance still has the default password.
-    let default = match client.login(email, &w.default_password).await? {
-        Login::Token(session) => Some(session),
-        Login::Invalid => None,
-    };
-    let was = if default.is_some() { "the default password" } else { "another password" };
     if check {
+        // Only --check tries the default password: to report whether the node is still fresh
+        // and, if so, to compare the rest with that session (logged out at the end). A run
+        // needs no such login: it rewrites the hash either way.
+        let default = match client.login(email, &w.default_password).await? {
+            Login::Token(session) => Some(session),
+            Login::Invalid => None,
+        };
+        let was = if default.is_some() { "the default password" } else { "another password" };
         return Ok((format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"), Outcome::Updated, default));
     }
     let hash = password::hash(&w.admin_password)?;
@@ -157,7 +188,7 @@ async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(Strin
     for attempt in 1..=attempts {
         if let Login::Token(session) = client.login(email, &w.admin_password).await? {
             return Ok((
-                format!("{email} had {was}; the node password's hash was written to the password table and logs in"),
+                format!("{email} did not log in with the node password; its hash was written to the password table and it logs in now"),
                 Outcome::Updated,
                 Some(session),
             ));

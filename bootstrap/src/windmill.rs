@@ -130,6 +130,14 @@ impl Windmill {
         }
     }
 
+    /// `POST /api/auth/logout` with this client's token: 200 `logged out successfully`; the
+    /// token's row is deleted (§5.1).
+    pub async fn logout(&self) -> Result<()> {
+        let call = "POST /api/auth/logout";
+        let answer = self.request(Method::POST, "/api/auth/logout", call, None).await?;
+        expect_ok(call, answer)
+    }
+
     /// `POST /api/users/tokens/create {"label"}`: 201 with the new token as plain text.
     pub async fn create_token(&self, label: &str) -> Result<Secret> {
         let call = "POST /api/users/tokens/create";

@@ -34,11 +34,17 @@ fn snapshot(node: &Node) -> Snapshot {
     }
 }
 
-/// Requests that change something (a login only adds a session; `workspaces/exists` reads).
+/// Requests that change something (a login only adds a session and the logout removes it
+/// again; `workspaces/exists` reads).
 fn writes(requests: &[Recorded]) -> Vec<String> {
     requests
         .iter()
-        .filter(|r| r.method != "GET" && !r.is("POST", "/api/auth/login") && !r.is("POST", "/api/workspaces/exists"))
+        .filter(|r| {
+            r.method != "GET"
+                && !r.is("POST", "/api/auth/login")
+                && !r.is("POST", "/api/auth/logout")
+                && !r.is("POST", "/api/workspaces/exists")
+        })
         .map(|r| format!("{} {}", r.method, r.path))
         .collect()
 }
@@ -59,6 +65,8 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     assert!(run.stderr.contains("check: the node is converged"), "{run:?}");
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
+    // Its login session was logged out.
+    assert_eq!(node.sessions(), Vec::<String>::new());
 
     // A script edited locally, a setting changed remotely: drift, reported, not fixed.
     node.write_script("f/fediversity/destroy.py", "def main():\n    return 'changed'\n");
@@ -93,6 +101,12 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
         assert!(run.step_line(step).ends_with(": would create"), "{run:?}");
     }
     assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
+    // The session of the default password it compared with was logged out.
+    assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/auth/login") && r.body.contains("\"changeme\"")));
+    assert_eq!(node.sessions(), Vec::<String>::new());
+    // Positive control: a session that is left behind shows.
+    let someone = node.login("changeme").unwrap();
+    assert_eq!(node.sessions(), vec![someone]);
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
     assert_eq!(node.windmill.workspaces(), vec!["admins".to_owned()]);
     assert!(node.include_meta().is_none());

@@ -24,7 +24,7 @@ fn a_fresh_node_converges() {
         assert!(line.ends_with(": created") || line.ends_with(": updated") || line.ends_with(": unchanged"), "{line}");
     }
     assert!(run.step_line(2).ends_with(": updated"), "the password was the default one: {run:?}");
-    assert!(run.step_line(2).contains("had the default password"), "{run:?}");
+    assert!(run.step_line(2).contains("did not log in with the node password; its hash was written"), "{run:?}");
     assert!(run.step_line(4).ends_with(": created"), "{run:?}");
     assert!(run.step_line(5).ends_with(": created"), "{run:?}");
     assert!(run.step_line(6).ends_with(": updated"), "{run:?}");
@@ -53,10 +53,21 @@ fn a_fresh_node_converges() {
     let rest = node.bao_path.strip_prefix("secret/").unwrap();
     assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": token})));
     assert_eq!(node.include_token().as_deref(), Some(token.as_str()));
-    // Every call after minting used the new token: it works for everything the bootstrap does.
+    // Every call after minting, but the logout of the login session right after it, used the
+    // new token: it works for everything the bootstrap does.
     let requests = w.requests();
     let minted_at = requests.iter().position(|r| r.is("POST", "/api/users/tokens/create")).unwrap();
-    assert!(requests[minted_at + 1..].iter().all(|r| r.token.as_deref() == Some(token.as_str())));
+    assert!(requests[minted_at + 1].is("POST", "/api/auth/logout"));
+    assert_ne!(requests[minted_at + 1].token.as_deref(), Some(token.as_str()));
+    assert!(requests[minted_at + 2..].iter().all(|r| r.token.as_deref() == Some(token.as_str())));
+
+    // Two logins, both with the node password (before and after the hash was written): the
+    // default password is only for --check. No login session is left behind.
+    let logins: Vec<_> = requests.iter().filter(|r| r.is("POST", "/api/auth/login")).collect();
+    assert_eq!(logins.len(), 2);
+    assert!(logins.iter().all(|r| r.body.contains(&format!("\"{}\"", node.password))));
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/auth/logout")).count(), 1);
+    assert_eq!(node.sessions(), Vec::<String>::new());
 
     // The include: root, the configured group, 0440, and no temp file left beside it.
     assert_eq!(node.include_owner_group_mode(), Some((0, ui_gid(), 0o440)));
