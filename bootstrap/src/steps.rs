@@ -77,18 +77,28 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
     let api = anonymous.with_token(&token);
 
-    // 4 to 6.
-    compare(&api, config, local, false, &mut note).await?;
-
-    // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the new
-    // one, so a crash in between leaves a working include behind.
-    let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
-    let written = bao.put(&config.openbao.path, &config.openbao.field, &token).await.map_err(failed(Step::OpenBao))?;
-    let mount = match &written.mount {
-        Some(mount) => format!("mount {mount}, KV v{}", written.version),
-        None => "no mount found, KV v1 assumed".to_owned(),
-    };
-    note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token", config.openbao.path, config.openbao.field), Outcome::Updated);
+    // 4 to 7. Until OpenBao holds the new token nothing does, and nothing ever will: a failure
+    // in these steps deletes it again. Left behind, every failed run (every 30 s with
+    // Restart=on-failure) would add a non-expiring superadmin token. From step 8 on it is kept:
+    // OpenBao holds it, and its consumers may already use it; the next run's step 9 revokes it.
+    let stored = async {
+        compare(&api, config, local, false, &mut note).await?;
+        // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the
+        // new one, so a crash in between leaves a working include behind.
+        let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
+        let written = bao.put(&config.openbao.path, &config.openbao.field, &token).await.map_err(failed(Step::OpenBao))?;
+        let mount = match &written.mount {
+            Some(mount) => format!("mount {mount}, KV v{}", written.version),
+            None => "no mount found, KV v1 assumed".to_owned(),
+        };
+        note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token", config.openbao.path, config.openbao.field), Outcome::Updated);
+        Ok(())
+    }
+    .await;
+    if let Err(error) = stored {
+        discard(&api, &config.token.label, &token, secrets).await;
+        return Err(error);
+    }
 
     let (what, outcome) = ui_auth(config, &token).map_err(failed(Step::UiAuth))?;
     note(Step::UiAuth, what, outcome);
@@ -119,6 +129,21 @@ async fn compare(
     let (what, outcome) = settings(api, &config.settings, check).await.map_err(failed(Step::Settings))?;
     note(Step::Settings, what, outcome);
     Ok(())
+}
+
+/// Deletes the token this run minted, best effort, after a failure before it was stored. One
+/// line either way, naming the label only (never the token or its prefix).
+async fn discard(api: &Windmill, label: &str, token: &Secret, secrets: &[Secret]) {
+    match api.delete_token(prefix(token.expose())).await {
+        Ok(()) => tracing::info!("deleted the token labeled {label} that this run minted, as the run failed before storing it"),
+        Err(error) => {
+            let secrets: Vec<&Secret> = secrets.iter().collect();
+            tracing::warn!(
+                "could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}",
+                scrub(&error.to_string(), &secrets)
+            );
+        }
+    }
 }
 
 /// Logs out a login session of this run, best effort: a session that stays behind expires by

@@ -92,17 +92,18 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
         run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway"),
         "{run:?}"
     );
-    // The steps after it did not run: no token stored, older ones not revoked.
+    // The steps after it did not run: no token stored, and the one it minted was deleted.
     assert!(node.include_meta().is_none());
     assert_eq!(node.windmill.setting("instance_python_version"), None);
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.setting("instance_python_version"), Some(json!("3.12")));
     assert_eq!(node.windmill.script_count(), 4);
-    // The orphan token of the failed run was revoked by this one.
-    assert!(run.step_line(9).contains("1 older tokens"), "{run:?}");
+    // The failed run left no token for this one to revoke.
+    assert!(run.step_line(9).contains("0 older tokens"), "{run:?}");
     assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
     assert!(!node.windmill.requests_since(mark).iter().any(|r| r.path.contains("create") && r.path.contains("workspaces")));
 }

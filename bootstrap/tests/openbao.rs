@@ -58,11 +58,56 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
     // Nothing after step 7 ran: no include.
     assert!(node.include_meta().is_none());
 
-    // With a working token the rerun converges, and the orphan token of the failed run goes.
+    // The token it minted was deleted again: none is left.
+    assert!(run.stderr.contains("deleted the token labeled fediversity that this run minted, as the run failed before storing it"), "{run:?}");
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
+
+    // With a working token the rerun converges.
     std::fs::write(node.path().join("bao-token"), writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")))).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+}
+
+/// The `fediversity` tokens in Windmill's token table.
+fn labeled(node: &Node) -> Vec<String> {
+    node.windmill.tokens().into_iter().filter(|t| t.label == "fediversity").map(|t| t.token).collect()
+}
+
+#[test]
+fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
+    let bao = openbao::shared();
+    let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
+    let good = writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")));
+    let node = Node::with_openbao(&bao.addr, &path, &good);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let before = labeled(&node);
+    assert_eq!(before.len(), 1);
+
+    // OpenBao refuses the token now: three runs, as systemd's restarts would make them.
+    std::fs::write(node.path().join("bao-token"), "s.revoked-or-wrong").unwrap();
+    let minted = node.windmill.ever_minted().len();
+    for _ in 0..3 {
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 3, "{run:?}");
+        assert!(run.stderr.contains("error: step 7/9 openbao failed"), "{run:?}");
+        assert!(run.stderr.contains("deleted the token labeled fediversity that this run minted"), "{run:?}");
+    }
+    // Positive control: each run did mint one (and logged in once: one session each).
+    assert_eq!(node.windmill.ever_minted().len(), minted + 3 * 2);
+    // No extra token: the one of the last good run, still in the include and working.
+    assert_eq!(labeled(&node), before);
+    assert_eq!(node.include_token(), Some(before[0].clone()));
+    assert!(node.token_works(&before[0]));
+
+    std::fs::write(node.path().join("bao-token"), &good).unwrap();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(9).contains("1 older tokens labeled fediversity deleted"), "{run:?}");
+    let after = labeled(&node);
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before);
+    assert_eq!(node.include_token(), Some(after[0].clone()));
 }
 
 #[test]
@@ -103,6 +148,9 @@ fn a_sealed_server_is_a_503_after_retries() {
     );
     assert!(run.stderr.contains("Vault is sealed"), "{run:?}");
     assert!(node.include_meta().is_none());
+    // The token it minted is gone again.
+    assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/users/tokens/create")));
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
 }
 
 #[test]
