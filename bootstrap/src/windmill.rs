@@ -48,6 +48,9 @@ pub struct RemoteScript {
     pub description: Option<String>,
     #[serde(default)]
     pub archived: bool,
+    /// Set when the version's dependency job failed (§1 `Script`, §5.3: `null` otherwise).
+    #[serde(default)]
+    pub lock_error_logs: Option<String>,
 }
 
 /// The body of `scripts/create`: the required fields (`path, summary, description, content,

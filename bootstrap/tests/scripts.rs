@@ -99,6 +99,35 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
 }
 
 #[test]
+fn a_version_whose_dependency_job_failed_is_uploaded_again() {
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    // As on a fresh nixpkgs node, where the lock ran with Python 3.11 before step 6 set 3.12.
+    node.windmill.set_lock_error("fediversity", "f/fediversity/deploy", Some("Python is managed through the NixOS system configuration"));
+
+    let check = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(check.code, 1, "{check:?}");
+    assert!(check.step_line(5).contains("would update f/fediversity/deploy, 3 unchanged"), "{check:?}");
+
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
+    assert_eq!(creates(&node, mark), vec!["f/fediversity/deploy".to_owned()]);
+    let after = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[1].parent_hashes.first(), Some(&before[0].hash));
+    assert_eq!(after[1].content, before[0].content);
+
+    // The new version's lock did not fail: left alone from now on.
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+    // Control: an empty lock_error_logs is no error.
+    node.windmill.set_lock_error("fediversity", "f/fediversity/deploy", Some(""));
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+}
+
+#[test]
 fn a_remote_change_of_content_or_summary_is_overwritten() {
     let node = Node::new();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
