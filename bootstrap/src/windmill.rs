@@ -253,12 +253,19 @@ impl Windmill {
     }
 }
 
-/// A token answered as the raw text body: 32 alphanumerics on a real server.
+/// A token answered as the raw text body: 32 alphanumerics on a real server (`rd_string(32)`,
+/// §2 "Auth and tokens"; every token observed, §5.1). Nothing else is accepted: the token goes
+/// verbatim into an HTTP header and into the nginx include, where a `"` or a `;` would end the
+/// directive and start another.
 fn raw_token(call: &str, answer: Answer) -> Result<Secret> {
     let token = answer.body.trim();
-    if token.is_empty() || token.len() > 4096 || !token.chars().all(|c| c.is_ascii_graphic()) {
+    if token.is_empty() || token.len() > 4096 || !token.chars().all(|c| c.is_ascii_alphanumeric()) {
         // The body is not shown: it may be a token after all.
-        return Err(Error::Unexpected { service: SERVICE, call: call.into(), detail: "the answer is not a token".into() });
+        return Err(Error::Unexpected {
+            service: SERVICE,
+            call: call.into(),
+            detail: "the answer is not a Windmill token, which is letters and digits only (the answer is not shown)".into(),
+        });
     }
     Ok(Secret::new(token))
 }

@@ -108,6 +108,32 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     assert!(!node.windmill.requests_since(mark).iter().any(|r| r.path.contains("create") && r.path.contains("workspaces")));
 }
 
+#[test]
+fn a_token_that_is_not_letters_and_digits_is_refused_and_never_shown() {
+    // Printable, without spaces, but with a quote and a semicolon, which would end the nginx
+    // directive and start another.
+    let token = "Ab12345678\";more_set_headers;x";
+    let node = Node::new();
+    node.windmill.next_token(token);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("error: step 3/9 token failed: Windmill POST /api/users/tokens/create: unexpected answer: the answer is not a Windmill token, which is letters and digits only (the answer is not shown)"),
+        "{run:?}"
+    );
+    // Positive control: the fake did answer with it (and `finish` scanned the output for it,
+    // as for every token the fake ever handed out).
+    assert!(node.windmill.ever_minted().iter().any(|t| t == token));
+    // Nothing was written with it.
+    assert!(node.include_meta().is_none());
+    assert!(node.windmill.requests().iter().all(|r| r.token.as_deref() != Some(token)));
+
+    // A real token next time: the rerun converges.
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(node.include_token().unwrap().chars().all(|c| c.is_ascii_alphanumeric()));
+}
+
 fn converge_then_edit_deploy(node: &Node) -> String {
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     node.write_script("f/fediversity/deploy.py", "def main():\n    return 'v2'\n");
