@@ -104,7 +104,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     note(Step::UiAuth, what, outcome);
 
     // 9. Revoke the older tokens with the same label.
-    let (what, outcome) = revoke(&api, config, &token).await.map_err(failed(Step::Revoke))?;
+    let (what, outcome) = revoke(&api, config, &token, secrets).await.map_err(failed(Step::Revoke))?;
     note(Step::Revoke, what, outcome);
     Ok(Finish::Converged)
 }
@@ -134,7 +134,7 @@ async fn compare(
 /// Deletes the token this run minted, best effort, after a failure before it was stored. One
 /// line either way, naming the label only (never the token or its prefix).
 async fn discard(api: &Windmill, label: &str, token: &Secret, secrets: &[Secret]) {
-    match api.delete_token(prefix(token.expose())).await {
+    match api.delete_token(&token.prefix()).await {
         Ok(()) => tracing::info!("deleted the token labeled {label} that this run minted, as the run failed before storing it"),
         Err(error) => {
             let secrets: Vec<&Secret> = secrets.iter().collect();
@@ -316,36 +316,25 @@ fn ui_auth(config: &Config, token: &Secret) -> Result<(String, Outcome)> {
     Ok((format!("{} ({}:{} {:04o}) holds the new token", ui.file.display(), ui.owner, ui.group, ui.mode), outcome))
 }
 
-/// The first 10 characters of a token: what `tokens/list` shows and `tokens/delete` takes.
-fn prefix(token: &str) -> &str {
-    token.char_indices().nth(10).map_or(token, |(i, _)| &token[..i])
-}
-
-async fn revoke(client: &Windmill, config: &Config, token: &Secret) -> Result<(String, Outcome)> {
+/// Deletes the older tokens of the label. Their prefixes join `secrets`: Windmill's answers to a
+/// delete quote the prefix, and an error made of such an answer is scrubbed of it.
+async fn revoke(client: &Windmill, config: &Config, token: &Secret, secrets: &mut Vec<Secret>) -> Result<(String, Outcome)> {
     let label = &config.token.label;
     if !config.token.revoke_previous {
         return Ok((format!("token.revoke_previous is false; older tokens labeled {label} kept"), Outcome::Unchanged));
     }
-    let ours = prefix(token.expose());
-    let older: Vec<String> = client
+    let ours = token.prefix();
+    let older: Vec<Secret> = client
         .list_tokens()
         .await?
         .into_iter()
-        .filter(|t| t.label.as_deref() == Some(label.as_str()) && t.token_prefix != ours)
-        .map(|t| t.token_prefix)
+        .filter(|t| t.label.as_deref() == Some(label.as_str()) && t.token_prefix != ours.expose())
+        .map(|t| Secret::new(t.token_prefix))
         .collect();
+    secrets.extend(older.iter().cloned());
     for token_prefix in &older {
         client.delete_token(token_prefix).await?;
     }
     let outcome = if older.is_empty() { Outcome::Unchanged } else { Outcome::Updated };
     Ok((format!("{} older tokens labeled {label} deleted", older.len()), outcome))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn prefix_is_ten_characters() {
-        assert_eq!(super::prefix("abcdefghijklmnop"), "abcdefghij");
-        assert_eq!(super::prefix("short"), "short");
-    }
 }

@@ -157,10 +157,12 @@ impl Windmill {
         expect_json(call, answer)
     }
 
-    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text.
-    pub async fn delete_token(&self, prefix: &str) -> Result<()> {
+    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix, §5.1; so
+    /// may an error: the caller holds the prefix among the secrets it scrubs).
+    pub async fn delete_token(&self, prefix: &Secret) -> Result<()> {
         let call = "DELETE /api/users/tokens/delete/{prefix}";
-        let answer = self.request(Method::DELETE, &format!("/api/users/tokens/delete/{prefix}"), call, None).await?;
+        let path = format!("/api/users/tokens/delete/{}", prefix.expose());
+        let answer = self.request(Method::DELETE, &path, call, None).await?;
         expect_ok(call, answer)
     }
 
@@ -267,7 +269,7 @@ fn raw_token(call: &str, answer: Answer) -> Result<Secret> {
             detail: "the answer is not a Windmill token, which is letters and digits only (the answer is not shown)".into(),
         });
     }
-    Ok(Secret::new(token))
+    Ok(Secret::token(token))
 }
 
 fn expect_ok(call: &str, answer: Answer) -> Result<()> {

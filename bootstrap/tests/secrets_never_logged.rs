@@ -79,3 +79,24 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
     // Every line of every run was scanned in `finish`; the lines were there to scan.
     assert!(node.printed.lock().unwrap().len() > 30);
 }
+
+#[test]
+fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
+    // Windmill's delete answers quote the prefix (`deleted 1 tokens ["QedeJtIbdx*****"] with
+    // prefix QedeJtIbdx`, §5.1): here an error answer to the revocation does the same.
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let first = node.include_token().unwrap();
+    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::StatusQuotingPath(400), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    // The answer reached the message, with the prefix replaced (and `finish` scanned the output
+    // for every token and its prefix).
+    assert!(
+        run.stderr.contains("error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]"),
+        "{run:?}"
+    );
+    // Positive control: the call was about the first token, whose prefix the answer quoted.
+    assert!(node.windmill.requests().iter().any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10])));
+}
+
