@@ -50,6 +50,35 @@ fn writes(requests: &[Recorded]) -> Vec<String> {
 }
 
 #[test]
+fn positive_control_writes_flags_what_a_converging_run_sends() {
+    // The filter the --check tests rely on does see writes: those of a real run on a fresh
+    // node, and of a rerun after a local edit.
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let mut first = writes(&node.windmill.requests());
+    first.sort();
+    assert_eq!(
+        first,
+        vec![
+            "POST /api/settings/global/instance_python_version",
+            "POST /api/users/tokens/create",
+            "POST /api/w/fediversity/folders/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/workspaces/create",
+        ]
+    );
+    node.write_script("f/fediversity/destroy.py", "def main():\n    return 'changed'\n");
+    let mark = node.windmill.requests().len();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let second = writes(&node.windmill.requests_since(mark));
+    assert!(second.contains(&"POST /api/w/fediversity/scripts/create".to_owned()), "{second:?}");
+    assert!(second.iter().any(|w| w.starts_with("DELETE /api/users/tokens/delete/")), "{second:?}");
+}
+
+#[test]
 fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     let node = Node::new();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
