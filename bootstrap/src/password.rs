@@ -90,10 +90,7 @@ fn db_error(what: &str, error: &tokio_postgres::Error, database: &Database) -> E
             text
         }
     };
-    let password = database.config.get_password().map(|p| Secret::new(String::from_utf8_lossy(p).into_owned()));
-    let mut secrets = vec![&database.dsn];
-    secrets.extend(password.as_ref());
-    Error::Database(crate::secret::scrub(&format!("{what}: {text}"), &secrets))
+    Error::Database(crate::secret::scrub(&format!("{what}: {text}"), &database.secrets()))
 }
 
 #[cfg(test)]
