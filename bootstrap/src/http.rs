@@ -124,17 +124,7 @@ pub fn describe(error: &reqwest::Error) -> String {
     } else {
         "HTTP error"
     };
-    let mut text = kind.to_owned();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    crate::error::with_causes(kind, error.source())
 }
 
 /// A server's error text, on one line and at most 300 characters.
