@@ -58,9 +58,10 @@ impl Policy {
     }
 }
 
-enum Failure {
-    /// Worth another try: no answer, or a 5xx/429 answer.
-    Transient { detail: String, answer: Option<Answer> },
+/// A try worth another: no answer, or a 5xx/429 answer.
+struct Transient {
+    detail: String,
+    answer: Option<Answer>,
 }
 
 /// Sends the request `build` makes, retrying transient failures; `service` and `call` (e.g.
@@ -76,33 +77,32 @@ pub async fn send(
         tries += 1;
         let request = build();
         async move {
-            let response = request.send().await.map_err(|e| Failure::Transient { detail: describe(&e), answer: None })?;
+            let response = request.send().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
             let status = response.status();
-            let body = response.text().await.map_err(|e| Failure::Transient { detail: describe(&e), answer: None })?;
+            let body = response.text().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
             let answer = Answer { status, body };
             if is_transient(status) {
-                return Err(Failure::Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
+                return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
             }
             Ok(answer)
         }
     };
     let result = attempt
         .retry(policy.backoff())
-        .notify(|failure: &Failure, delay: Duration| {
-            let Failure::Transient { detail, .. } = failure;
-            tracing::debug!("{service} {call}: {detail}; retrying in {:.2} s", delay.as_secs_f64());
+        .notify(|failure: &Transient, delay: Duration| {
+            tracing::debug!("{service} {call}: {}; retrying in {:.2} s", failure.detail, delay.as_secs_f64());
         })
         .await;
     match result {
         Ok(answer) => Ok(answer),
-        Err(Failure::Transient { answer: Some(answer), .. }) => Err(Error::Status {
+        Err(Transient { answer: Some(answer), .. }) => Err(Error::Status {
             service,
             call: call.to_owned(),
             status: answer.status.as_u16(),
             message: short(&answer.body),
             tries,
         }),
-        Err(Failure::Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
+        Err(Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
     }
 }
 

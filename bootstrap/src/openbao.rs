@@ -30,8 +30,6 @@ pub struct Written {
     /// 404 (an old server: the CLI then assumes KV v1 at the path).
     pub mount: Option<String>,
     pub version: u8,
-    /// The API path written, below `/v1/`.
-    pub api_path: String,
 }
 
 impl OpenBao {
@@ -105,7 +103,7 @@ impl OpenBao {
         let answer = self.request(Method::PUT, &api_path, &call, Some(&body)).await?;
         // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written (§1.4).
         if answer.status.is_success() {
-            Ok(Written { mount, version, api_path })
+            Ok(Written { mount, version })
         } else {
             Err(status_error(&call, &answer))
         }

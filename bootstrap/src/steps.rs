@@ -232,7 +232,6 @@ async fn workspace(client: &Windmill, config: &Config, check: bool) -> Result<(S
     if !exists {
         outcome = Outcome::Created;
         if !check {
-            // false: someone else created it since we asked; it exists all the same.
             client.create_workspace(&ws.id, &ws.name).await?;
             exists = true;
         }

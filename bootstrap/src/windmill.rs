@@ -174,14 +174,15 @@ impl Windmill {
     }
 
     /// `POST /api/workspaces/create {"id","name"}`: 200 `Created workspace <id>`. `username` is
-    /// left out: servers that automate usernames reject it (§2 "Workspaces"). Returns false when
-    /// the answer was 400 "already exists" (created meanwhile by someone else).
-    pub async fn create_workspace(&self, id: &str, name: &str) -> Result<bool> {
+    /// left out: servers that automate usernames reject it (§2 "Workspaces"). A 400 "already
+    /// exists" is success too: someone else created it since it was looked up, or an earlier
+    /// try of this call did and its answer was lost; the two cannot be told apart.
+    pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
         let call = "POST /api/workspaces/create";
         let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name}))).await?;
         match answer.status {
-            StatusCode::OK | StatusCode::CREATED => Ok(true),
-            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(false),
+            StatusCode::OK | StatusCode::CREATED => Ok(()),
+            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
             _ => Err(unexpected_status(call, answer)),
         }
     }
@@ -197,14 +198,14 @@ impl Windmill {
         }
     }
 
-    /// `POST /api/w/{w}/folders/create {"name"}`: 200 `Created folder <name>`; false on 400
-    /// "already exists".
-    pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<bool> {
+    /// `POST /api/w/{w}/folders/create {"name"}`: 200 `Created folder <name>`; a 400 "already
+    /// exists" is success too, as for the workspace.
+    pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<()> {
         let call = "POST /api/w/{workspace}/folders/create";
         let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name}))).await?;
         match answer.status {
-            StatusCode::OK | StatusCode::CREATED => Ok(true),
-            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(false),
+            StatusCode::OK | StatusCode::CREATED => Ok(()),
+            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
             _ => Err(unexpected_status(call, answer)),
         }
     }

@@ -97,6 +97,22 @@ fn server_errors_are_retried_then_converge() {
 }
 
 #[test]
+fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_present() {
+    // The server creates them and the answer is lost: the retry gets 400 "already exists".
+    let node = Node::new();
+    node.windmill.fail("POST", "/api/workspaces/create", Fault::DropAfterHandling, 1);
+    node.windmill.fail("POST", "/api/w/fediversity/folders/create", Fault::DropAfterHandling, 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let requests = node.windmill.requests();
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/workspaces/create")).count(), 2);
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/w/fediversity/folders/create")).count(), 2);
+    assert_eq!(node.windmill.workspaces(), vec!["admins".to_owned(), "fediversity".to_owned()]);
+    assert_eq!(node.windmill.folders(), vec![("fediversity".to_owned(), "fediversity".to_owned())]);
+    assert_eq!(node.windmill.script_count(), 4);
+}
+
+#[test]
 fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     let node = Node::new();
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);

@@ -31,7 +31,7 @@ JOBENV = "fediversity-jobenv"
 # Signals the Python runtime ignores (SIGPIPE, SIGXFSZ) or handles (SIGINT). Ignored signals
 # stay ignored across exec and would be inherited by the deployment program; handled ones reset
 # anyway, but a SIGINT that Python's handler swallowed just before the exec would be lost.
-_RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGXFZ", "SIGINT")
+_RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT")
 
 
 class JobenvNotFound(RuntimeError):
