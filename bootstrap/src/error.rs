@@ -34,6 +34,13 @@ pub enum Error {
     /// A 2xx answer whose body is not what the API documents.
     #[error("{service} {call}: unexpected answer: {detail}")]
     Unexpected { service: &'static str, call: String, detail: String },
+    /// reqwest could not set up its client (TLS backend, resolver): nothing was sent.
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(String),
+    /// `openbao.path` is a KV v2 mount itself: there is no secret to write (found by the
+    /// preflight, so only at run time).
+    #[error("openbao.path {path:?} names the KV v2 mount {mount:?} itself, not a secret in it")]
+    PathIsMount { path: String, mount: String },
     #[error("Windmill did not answer GET /api/version within {seconds} s: {last}")]
     NotReady { seconds: f64, last: String },
     #[error("PostgreSQL: {0}")]

@@ -34,7 +34,7 @@ pub fn client(retry: &Retry) -> Result<Client> {
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("fediversity-windmill-bootstrap/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", describe(&e))))
+        .map_err(|e| Error::HttpClient(describe(&e)))
 }
 
 #[derive(Debug, Clone)]

@@ -93,7 +93,7 @@ impl OpenBao {
                 let rest = path.strip_prefix(mount.as_str()).or_else(|| path.strip_prefix(mount.trim_end_matches('/'))).unwrap_or("");
                 let rest = rest.trim_start_matches('/');
                 if rest.is_empty() {
-                    return Err(Error::Config(format!("openbao.path {path:?} names the KV v2 mount {mount:?} itself, not a secret in it")));
+                    return Err(Error::PathIsMount { path: path.to_owned(), mount: mount.clone() });
                 }
                 (format!("{}data/{rest}", ensure_slash(mount)), json!({"data": {field: value.expose()}, "options": {}}))
             }

@@ -124,6 +124,16 @@ fn a_token_without_a_policy_for_the_path_is_refused_at_the_write() {
 }
 
 #[test]
+fn a_path_that_is_the_mount_itself_is_named() {
+    let bao = openbao::shared();
+    let node = Node::with_openbao(&bao.addr, "secret", bao.root_token());
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 7/9 openbao failed: openbao.path \"secret\" names the KV v2 mount \"secret/\" itself, not a secret in it"), "{run:?}");
+    assert!(node.include_meta().is_none());
+}
+
+#[test]
 fn a_path_without_a_mount_is_refused_like_the_cli() {
     let bao = openbao::shared();
     let node = Node::with_openbao(&bao.addr, &format!("{}/windmill/apiToken", OpenBao::unique("nomount")), bao.root_token());
