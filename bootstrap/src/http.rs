@@ -16,11 +16,13 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use crate::config::Retry;
 use crate::error::{Error, Result};
 
-/// A status and a body, read in full.
+/// A status and a body, read in full, and how many tries it took.
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
     pub body: String,
+    /// Tries made for this answer: more than one when earlier ones got no answer or a 5xx/429.
+    pub tries: usize,
 }
 
 pub fn client(retry: &Retry) -> Result<Client> {
@@ -80,7 +82,8 @@ pub async fn send(
             let response = request.send().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
             let status = response.status();
             let body = response.text().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
-            let answer = Answer { status, body };
+            // `tries` is set once the retries are over.
+            let answer = Answer { status, body, tries: 0 };
             if is_transient(status) {
                 return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
             }
@@ -94,7 +97,7 @@ pub async fn send(
         })
         .await;
     match result {
-        Ok(answer) => Ok(answer),
+        Ok(answer) => Ok(Answer { tries, ..answer }),
         Err(Transient { answer: Some(answer), .. }) => Err(Error::Status {
             service,
             call: call.to_owned(),

@@ -137,5 +137,5 @@ fn status_error(call: &str, answer: &Answer) -> Error {
         503 => " (OpenBao is sealed or in maintenance)",
         _ => "",
     };
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: format!("{message}{hint}"), tries: 1 }
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: format!("{message}{hint}"), tries: answer.tries }
 }

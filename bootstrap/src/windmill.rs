@@ -286,5 +286,5 @@ fn expect_json<T: serde::de::DeserializeOwned>(call: &str, answer: Answer) -> Re
 }
 
 fn unexpected_status(call: &str, answer: Answer) -> Error {
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: http::short(&answer.body), tries: 1 }
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: http::short(&answer.body), tries: answer.tries }
 }

@@ -113,6 +113,25 @@ fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_presen
 }
 
 #[test]
+fn an_error_after_retried_failures_reports_every_try() {
+    // A 502 is retried; the second try gets a 401, which is not: two tries, both counted.
+    let node = Node::new();
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 1);
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized"),
+        "{run:?}"
+    );
+    // Control: an error on the first try says nothing about tries.
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("instance_python_version answered 401: Unauthorized"), "{run:?}");
+}
+
+#[test]
 fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     let node = Node::new();
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
