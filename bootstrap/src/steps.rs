@@ -91,7 +91,12 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
             Some(mount) => format!("mount {mount}, KV v{}", written.version),
             None => "no mount found, KV v1 assumed".to_owned(),
         };
-        note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token", config.openbao.path, config.openbao.field), Outcome::Updated);
+        let (outcome, unknown) = match written.existed {
+            Some(false) => (Outcome::Created, ""),
+            Some(true) => (Outcome::Updated, ""),
+            None => (Outcome::Updated, "; whether it existed before is unknown: the token may not read it"),
+        };
+        note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token{unknown}", config.openbao.path, config.openbao.field), outcome);
         Ok(())
     }
     .await;

@@ -28,6 +28,7 @@ fn a_fresh_node_converges() {
     assert!(run.step_line(4).ends_with(": created"), "{run:?}");
     assert!(run.step_line(5).ends_with(": created"), "{run:?}");
     assert!(run.step_line(6).ends_with(": updated"), "{run:?}");
+    assert!(run.step_line(7).ends_with("holds the new token: created"), "the secret did not exist: {run:?}");
     assert!(run.step_line(8).ends_with(": created"), "{run:?}");
     assert!(run.step_line(9).ends_with(": unchanged"), "no older token to revoke: {run:?}");
     assert!(run.stderr.ends_with("fediversity-windmill-bootstrap: converged\n"), "{run:?}");

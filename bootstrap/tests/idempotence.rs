@@ -54,6 +54,7 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     for step in [1, 2, 4, 5, 6] {
         assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
     }
+    assert!(run.step_line(7).ends_with("holds the new token: updated"), "{run:?}");
     assert!(run.step_line(9).contains("1 older tokens labeled fediversity deleted"), "{run:?}");
     assert_eq!(node.windmill.script_count(), 4, "no script version created");
     // The password was not rewritten.

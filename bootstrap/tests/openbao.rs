@@ -20,11 +20,13 @@ fn kv_v2_under_a_prefix_like_bao_kv_put() {
     let node = Node::with_openbao(&bao.addr, &format!("{prefix}/secret/windmill/apiToken"), &token);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).contains(&format!("(mount {prefix}/, KV v2)")), "{run:?}");
+    assert!(run.step_line(7).contains(&format!("(mount {prefix}/, KV v2) holds the new token: created")), "{run:?}");
     let stored = bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap();
     assert_eq!(stored, json!({"value": node.include_token().unwrap()}));
     // A second run writes a new version holding only the new token (a full `kv put`).
-    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(7).ends_with("holds the new token: updated"), "{run:?}");
     assert_eq!(bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(), json!({"value": node.include_token().unwrap()}));
     let (_, meta) = bao.get(&format!("{prefix}/metadata/secret/windmill/apiToken"));
     assert_eq!(meta["data"]["current_version"], json!(2));
@@ -42,6 +44,25 @@ fn kv_v1_mount_gets_the_flat_map_at_the_path() {
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(7).contains(&format!("(mount {mount}/, KV v1)")), "{run:?}");
     assert_eq!(bao.read_kv1(&path), Some(json!({"token": node.include_token().unwrap()})));
+    // The token may only write: whether the secret was there before is unknown, and said so.
+    assert!(run.step_line(7).ends_with("holds the new token; whether it existed before is unknown: the token may not read it: updated"), "{run:?}");
+}
+
+#[test]
+fn kv_v1_with_a_token_that_may_read_tells_created_from_updated() {
+    let bao = openbao::shared();
+    let mount = OpenBao::unique("kv1");
+    bao.enable_kv(&mount, 1);
+    let path = format!("{mount}/windmill/apiToken");
+    let token = bao.token_with_policy(&OpenBao::unique("rw"), &format!("path \"{path}\" {{ capabilities = [\"read\", \"create\", \"update\"] }}\n"));
+    let node = Node::with_openbao(&bao.addr, &path, &token);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(7).ends_with(&format!("(mount {mount}/, KV v1) holds the new token: created")), "{run:?}");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(7).ends_with(&format!("(mount {mount}/, KV v1) holds the new token: updated")), "{run:?}");
+    assert_eq!(bao.read_kv1(&path), Some(json!({"value": node.include_token().unwrap()})));
 }
 
 #[test]
