@@ -65,6 +65,9 @@ pub enum Error {
     /// A failed step, named as in the step lines (`5/9 scripts`).
     #[error("step {step} failed: {source}")]
     Step { step: String, source: Box<Error> },
+    /// The lock file (one run at a time) could not be taken, before step 1.
+    #[error("lock failed: {0}")]
+    Lock(Box<Error>),
 }
 
 fn tries_suffix(tries: usize) -> String {

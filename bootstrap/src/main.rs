@@ -29,7 +29,7 @@ fn run(cli: &Cli) -> u8 {
     } else {
         match lock::acquire(&config.lock_file) {
             Ok(lock) => Some(lock),
-            Err(error) => return report(&error, &config.secrets()),
+            Err(error) => return report(&Error::Lock(Box::new(error)), &config.secrets()),
         }
     };
     let mut found = Vec::new();

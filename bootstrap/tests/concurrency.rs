@@ -41,6 +41,17 @@ fn two_runs_started_together_end_like_one() {
 }
 
 #[test]
+fn a_lock_file_that_cannot_be_taken_is_named_and_nothing_is_touched() {
+    let mut node = Node::new();
+    node.config["lock_file"] = json!(node.path().join("no-such-dir/bootstrap.lock"));
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: lock failed: cannot open the lock file"), "{run:?}");
+    assert!(run.stderr.contains("no-such-dir/bootstrap.lock: No such file or directory"), "{run:?}");
+    assert!(node.windmill.requests().is_empty());
+}
+
+#[test]
 fn a_run_waits_while_another_holds_the_lock() {
     let node = Node::new();
     let config = node.write_config();
