@@ -62,7 +62,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     if check {
         // --check: steps 4 to 6 read-only, with the login session, which is then logged out.
         let compared = compare(&session, config, local, true, &mut note).await;
-        log_out(&session, secrets).await;
+        log_out(&session, config, secrets).await;
         compared?;
         return Ok(if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) });
     }
@@ -71,7 +71,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     // login session is then no longer needed: it is logged out rather than left to live its
     // three days.
     let minted = session.create_token(&config.token.label).await;
-    log_out(&session, secrets).await;
+    log_out(&session, config, secrets).await;
     let token = minted.map_err(failed(Step::Token))?;
     secrets.push(token.clone());
     note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
@@ -101,7 +101,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     }
     .await;
     if let Err(error) = stored {
-        discard(&api, &config.token.label, &token, secrets).await;
+        discard(&api, config, &token, secrets).await;
         return Err(error);
     }
 
@@ -137,30 +137,34 @@ async fn compare(
 }
 
 /// Deletes the token this run minted, best effort, after a failure before it was stored. One
-/// line either way, naming the label only (never the token or its prefix).
-async fn discard(api: &Windmill, label: &str, token: &Secret, secrets: &[Secret]) {
+/// line either way, naming the label only (never the token or its prefix); the run's own error
+/// follows it.
+async fn discard(api: &Windmill, config: &Config, token: &Secret, found: &[Secret]) {
+    let label = &config.token.label;
     match api.delete_token(&token.prefix()).await {
         Ok(()) => tracing::info!("deleted the token labeled {label} that this run minted, as the run failed before storing it"),
-        Err(error) => {
-            let secrets: Vec<&Secret> = secrets.iter().collect();
-            tracing::warn!(
-                "could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}",
-                scrub(&error.to_string(), &secrets)
-            );
-        }
+        Err(error) => tracing::warn!(
+            "could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}",
+            scrubbed(&error, config, found)
+        ),
     }
 }
 
 /// Logs out a login session of this run, best effort: a session that stays behind expires by
 /// itself (after three days), so a failure is worth a warning, not a failed run.
-async fn log_out(session: &Windmill, secrets: &[Secret]) {
+async fn log_out(session: &Windmill, config: &Config, found: &[Secret]) {
     match session.logout().await {
         Ok(()) => tracing::debug!("logged out the login session"),
-        Err(error) => {
-            let secrets: Vec<&Secret> = secrets.iter().collect();
-            tracing::warn!("could not log out the login session (it expires by itself): {}", scrub(&error.to_string(), &secrets));
-        }
+        Err(error) => tracing::warn!("could not log out the login session (it expires by itself): {}", scrubbed(&error, config, found)),
     }
+}
+
+/// An error's message for a warning line, scrubbed of every secret known so far (as `main`
+/// scrubs the error it ends with).
+fn scrubbed(error: &Error, config: &Config, found: &[Secret]) -> String {
+    let mut secrets = config.secrets();
+    secrets.extend(found.iter());
+    scrub(&error.to_string(), &secrets)
 }
 
 async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> {

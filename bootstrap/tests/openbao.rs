@@ -4,6 +4,7 @@
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao::{self, OpenBao};
+use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
 
 fn writer_token(bao: &OpenBao, api_path: &str) -> String {
@@ -129,6 +130,24 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     assert_eq!(after.len(), 1);
     assert_ne!(after, before);
     assert_eq!(node.include_token(), Some(after[0].clone()));
+}
+
+#[test]
+fn a_cleanup_that_fails_is_a_warning_and_the_run_still_names_its_step() {
+    let bao = openbao::shared();
+    let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
+    let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
+    // Every try of the delete fails (the test node allows three).
+    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 3);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("warning: could not delete the token labeled fediversity that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{prefix} answered 500 after 3 tries: Internal: injected fault"),
+        "{run:?}"
+    );
+    assert!(run.stderr.lines().last().unwrap().contains("error: step 7/9 openbao failed"), "{run:?}");
+    // The token stays, for a later run's step 9.
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
 }
 
 #[test]
