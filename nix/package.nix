@@ -22,17 +22,30 @@ rustPlatform.buildRustPackage {
 
   src = lib.fileset.toSource {
     inherit root;
-    # Only what cargo reads: the workspace manifest, the lock file and the member crates.
+    # Only what cargo reads: the workspace manifest, the lock file and every member crate of
+    # `[workspace] members` (cargo loads all of them even to build one package; a missing one
+    # fails the build). tests/tests/nix_package.rs checks this list against Cargo.toml.
     fileset = lib.fileset.unions [
       ../Cargo.toml
       ../Cargo.lock
       ../jobenv
       ../bootstrap
       ../tests
+      ../bench
     ];
   };
 
   cargoLock.lockFile = ../Cargo.lock;
+
+  # The two programs of the node, nothing else: the testkit and bench crates (and bench's
+  # binaries) are workspace members only so that cargo can load the workspace; they must not
+  # end up on the worker's PATH.
+  cargoBuildFlags = [
+    "-p"
+    "fediversity-jobenv"
+    "-p"
+    "fediversity-windmill-bootstrap"
+  ];
 
   nativeBuildInputs = lib.optional (locks "aws-lc-sys") cmake ++ lib.optional (locks "openssl-sys") pkg-config;
   buildInputs = lib.optional (locks "openssl-sys") openssl;

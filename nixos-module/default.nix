@@ -308,10 +308,23 @@ in
   };
 
   config = mkIf cfg.enable {
-    assertions = map (message: {
-      assertion = false;
-      message = "services.fediversity-windmill: ${message}";
-    }) (fw.deployEnvProblems { inherit (cfg) deployEnv deploySecrets; });
+    assertions =
+      let
+        unit = config.systemd.services.fediversity-windmill-bootstrap;
+      in
+      map
+        (message: {
+          assertion = false;
+          message = "services.fediversity-windmill: ${message}";
+        })
+        (
+          fw.deployEnvProblems { inherit (cfg) deployEnv deploySecrets; }
+          ++ fw.bootstrapProblems {
+            inherit (cfg) bootstrap;
+            unitEnvironment = unit.environment;
+            unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;
+          }
+        );
 
     warnings = lib.optional (cfg.uiForwardAuth == null) ''
       services.fediversity-windmill: the admin UI on ${cfg.uiDomain} acts as the Windmill

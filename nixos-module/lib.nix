@@ -13,6 +13,8 @@ let
     mapAttrs
     match
     removeAttrs
+    stringLength
+    substring
     toString
     ;
 
@@ -102,6 +104,41 @@ rec {
     ++ (if hasNixpkgs then [ ] else [ "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with" ])
     ++ map (name: "deploySecrets.${name}: a secret's name is a variable name ([A-Za-z_][A-Za-z0-9_]*)") badSecretNames
     ++ map (name: "${name} is set both in deployEnv and in deploySecrets; jobenv refuses a key from two node sources") both;
+
+  # Values of the `bootstrap` options that the bootstrap refuses when it reads its configuration
+  # (bootstrap/src/config.rs: exit 2, and with Restart=on-failure a new try every 30 s that can
+  # never succeed), found at evaluation instead. `unitEnvironment` is the bootstrap unit's
+  # `environment`, `unitEnvironmentFile` its `serviceConfig.EnvironmentFile` (null if none; its
+  # contents cannot be seen here, so it is trusted to provide BAO_ADDR).
+  bootstrapProblems =
+    {
+      bootstrap,
+      unitEnvironment ? { },
+      unitEnvironmentFile ? null,
+    }:
+    let
+      b = bootstrap;
+      # The others digit of the octal mode (the option's type is `0?[0-7]{3}`).
+      mode = b.uiAuth.mode;
+      othersDigit = substring (stringLength mode - 1) 1 mode;
+      env = name: unitEnvironment.${name} or null;
+      given = name: env name != null && env name != "";
+      # Like the OpenBao CLI and the bootstrap: BAO_ADDR, else VAULT_ADDR when BAO_ADDR is unset.
+      addrFromEnvironment = given "BAO_ADDR" || (env "BAO_ADDR" == null && given "VAULT_ADDR");
+      # Windmill's own rules, which the bootstrap checks (windmill-api.md §2).
+      workspaceId = match "[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*" b.workspace.id;
+      folder = match "[A-Za-z0-9_]+" b.workspace.folder;
+    in
+    (if othersDigit == "0" then [ ] else [ "bootstrap.uiAuth.mode ${mode} gives others access to the nginx include, which holds a superadmin token; the bootstrap refuses it (e.g. 0440)" ])
+    ++ (
+      if b.openbao.addr != null || addrFromEnvironment || unitEnvironmentFile != null then
+        [ ]
+      else
+        [ "bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr" ]
+    )
+    ++ (if b.token.label != "session" then [ ] else [ "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session" ])
+    ++ (if workspaceId != null then [ ] else [ "bootstrap.workspace.id \"${b.workspace.id}\" is not a Windmill workspace id (word characters, single hyphens between them)" ])
+    ++ (if folder != null then [ ] else [ "bootstrap.workspace.folder \"${b.workspace.folder}\" is not a Windmill folder name (letters, digits and underscores)" ]);
 
   # The nixpkgs the `nixpkgs` registry entry points at: the deployments' own.
   deploymentNixpkgs = deployEnv: deployEnv.DEPLOYMENT_NIXPKGS or deployEnv.NIXPKGS or null;

@@ -286,6 +286,8 @@ in
           assert workspaces.count("fediversity") == 1, workspaces
           labels = [t["label"] for t in json.loads(api(token, "GET", "/users/tokens/list"))]
           assert labels.count("fediversity") == 1, labels
+          # Both runs logged out their login sessions.
+          assert labels.count("session") == 0, labels
           # Revoked (Windmill may answer from its auth cache for a while).
           machine.wait_until_succeeds(
               f"test \"$(curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {old_token}'"

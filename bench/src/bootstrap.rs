@@ -32,10 +32,11 @@ fn node_with_scripts(total: usize) -> Node {
 }
 
 /// Calls that change what the node holds, besides the token every run mints and revokes by
-/// design (and stores in OpenBao and the include).
+/// design (and stores in OpenBao and the include) and the login session it opens and logs out.
 fn is_write(r: &Recorded) -> bool {
     r.method != "GET"
         && !r.path.starts_with("/api/auth/login")
+        && !r.path.starts_with("/api/auth/logout")
         && !r.path.starts_with("/api/users/tokens/")
         && !r.path.starts_with("/api/workspaces/exists")
 }

@@ -12,7 +12,8 @@ Exit codes:
   0  every step held (with --check: the node is converged)
   1  --check found something a run would change
   2  configuration error (bad or missing field, unreadable file); nothing was changed
-  3  a step failed; the error line names it (systemd's Restart=on-failure retries)";
+  3  a step failed; the error line names it (systemd's Restart=on-failure retries),
+     or the lock file could not be taken (`lock failed: ...`)";
 
 #[derive(Debug, Parser)]
 #[command(

@@ -188,9 +188,20 @@ pub struct Windmill {
 pub struct Database {
     /// The whole DSN, kept only to scrub it from messages.
     pub dsn: Secret,
+    /// The DSN's own password, when it has one, also only to scrub it (a server may quote it).
+    pub password: Option<Secret>,
     /// Parsed; its `Debug` redacts the password.
     pub config: tokio_postgres::Config,
     pub role: String,
+}
+
+impl Database {
+    /// The secrets of the database connection, for [`crate::secret::scrub`].
+    pub fn secrets(&self) -> Vec<&Secret> {
+        let mut all = vec![&self.dsn];
+        all.extend(self.password.as_ref());
+        all
+    }
 }
 
 #[derive(Debug)]
@@ -243,16 +254,12 @@ pub struct Retry {
 }
 
 impl Config {
-    /// Every secret this run knows, for [`crate::secret::scrub`].
+    /// Every secret of the configuration, for [`crate::secret::scrub`].
     pub fn secrets(&self) -> Vec<&Secret> {
-        let mut all = vec![&self.windmill.admin_password, &self.database.dsn];
+        let mut all = vec![&self.windmill.admin_password];
+        all.extend(self.database.secrets());
         all.extend(self.openbao.token.as_ref());
         all
-    }
-
-    /// The DSN's own password, when it has one, to scrub as well.
-    pub fn database_password(&self) -> Option<Secret> {
-        self.database.config.get_password().map(|p| Secret::new(String::from_utf8_lossy(p).into_owned()))
     }
 }
 
@@ -460,7 +467,8 @@ fn resolve(raw: RawConfig, env: &dyn Env, problems: &mut Problems) -> Option<Con
         },
         database: {
             let (dsn, config) = database?;
-            Database { dsn, config, role: raw.windmill.database_role }
+            let password = config.get_password().map(|p| Secret::new(String::from_utf8_lossy(p)));
+            Database { dsn, password, config, role: raw.windmill.database_role }
         },
         workspace,
         scripts: Scripts { dir: scripts_dir?, concurrency: raw.scripts.concurrency },
@@ -641,6 +649,9 @@ mod tests {
         assert_eq!(c.retry.delay, Duration::from_secs(5));
         assert_eq!(c.retry.ready_timeout, Duration::from_secs(300));
         assert_eq!(c.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
+        // The DSN's password is known, to be scrubbed.
+        assert_eq!(c.database.password.as_ref().map(Secret::expose), Some("dbsecret"));
+        assert_eq!(c.secrets().len(), 3);
         // The Debug of the whole configuration shows no secret.
         let debug = format!("{c:?}");
         assert!(!debug.contains("a-long-password") && !debug.contains("dbsecret"), "{debug}");

@@ -34,6 +34,13 @@ pub enum Error {
     /// A 2xx answer whose body is not what the API documents.
     #[error("{service} {call}: unexpected answer: {detail}")]
     Unexpected { service: &'static str, call: String, detail: String },
+    /// reqwest could not set up its client (TLS backend, resolver): nothing was sent.
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(String),
+    /// `openbao.path` is a KV v2 mount itself: there is no secret to write (found by the
+    /// preflight, so only at run time).
+    #[error("openbao.path {path:?} names the KV v2 mount {mount:?} itself, not a secret in it")]
+    PathIsMount { path: String, mount: String },
     #[error("Windmill did not answer GET /api/version within {seconds} s: {last}")]
     NotReady { seconds: f64, last: String },
     #[error("PostgreSQL: {0}")]
@@ -58,6 +65,9 @@ pub enum Error {
     /// A failed step, named as in the step lines (`5/9 scripts`).
     #[error("step {step} failed: {source}")]
     Step { step: String, source: Box<Error> },
+    /// The lock file (one run at a time) could not be taken, before step 1.
+    #[error("lock failed: {0}")]
+    Lock(Box<Error>),
 }
 
 fn tries_suffix(tries: usize) -> String {
@@ -82,3 +92,46 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `text` followed by the messages of the chain of causes starting at `source` (`text: cause:
+/// cause …`), for the errors of libraries (reqwest, tokio-postgres) whose own message leaves
+/// the useful part (the OS error, hyper's "connection closed") to their causes. A cause that the
+/// text already ends with is skipped: some layers repeat their inner error in their own message.
+pub fn with_causes(text: impl Into<String>, source: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut text = text.into();
+    let mut source = source;
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn causes_follow_the_text_without_repeats() {
+        let error = Layer("error connecting", Some(Box::new(Layer("refused", Some(Box::new(Layer("refused", None)))))));
+        assert_eq!(with_causes("cannot connect", Some(&error)), "cannot connect: error connecting: refused");
+        assert_eq!(with_causes("alone", None), "alone");
+    }
+}

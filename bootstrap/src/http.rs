@@ -16,11 +16,13 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use crate::config::Retry;
 use crate::error::{Error, Result};
 
-/// A status and a body, read in full.
+/// A status and a body, read in full, and how many tries it took.
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
     pub body: String,
+    /// Tries made for this answer: more than one when earlier ones got no answer or a 5xx/429.
+    pub tries: usize,
 }
 
 pub fn client(retry: &Retry) -> Result<Client> {
@@ -34,7 +36,7 @@ pub fn client(retry: &Retry) -> Result<Client> {
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("fediversity-windmill-bootstrap/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", describe(&e))))
+        .map_err(|e| Error::HttpClient(describe(&e)))
 }
 
 #[derive(Debug, Clone)]
@@ -58,9 +60,10 @@ impl Policy {
     }
 }
 
-enum Failure {
-    /// Worth another try: no answer, or a 5xx/429 answer.
-    Transient { detail: String, answer: Option<Answer> },
+/// A try worth another: no answer, or a 5xx/429 answer.
+struct Transient {
+    detail: String,
+    answer: Option<Answer>,
 }
 
 /// Sends the request `build` makes, retrying transient failures; `service` and `call` (e.g.
@@ -76,33 +79,33 @@ pub async fn send(
         tries += 1;
         let request = build();
         async move {
-            let response = request.send().await.map_err(|e| Failure::Transient { detail: describe(&e), answer: None })?;
+            let response = request.send().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
             let status = response.status();
-            let body = response.text().await.map_err(|e| Failure::Transient { detail: describe(&e), answer: None })?;
-            let answer = Answer { status, body };
+            let body = response.text().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
+            // `tries` is set once the retries are over.
+            let answer = Answer { status, body, tries: 0 };
             if is_transient(status) {
-                return Err(Failure::Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
+                return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
             }
             Ok(answer)
         }
     };
     let result = attempt
         .retry(policy.backoff())
-        .notify(|failure: &Failure, delay: Duration| {
-            let Failure::Transient { detail, .. } = failure;
-            tracing::debug!("{service} {call}: {detail}; retrying in {:.2} s", delay.as_secs_f64());
+        .notify(|failure: &Transient, delay: Duration| {
+            tracing::debug!("{service} {call}: {}; retrying in {:.2} s", failure.detail, delay.as_secs_f64());
         })
         .await;
     match result {
-        Ok(answer) => Ok(answer),
-        Err(Failure::Transient { answer: Some(answer), .. }) => Err(Error::Status {
+        Ok(answer) => Ok(Answer { tries, ..answer }),
+        Err(Transient { answer: Some(answer), .. }) => Err(Error::Status {
             service,
             call: call.to_owned(),
             status: answer.status.as_u16(),
             message: short(&answer.body),
             tries,
         }),
-        Err(Failure::Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
+        Err(Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
     }
 }
 
@@ -124,17 +127,7 @@ pub fn describe(error: &reqwest::Error) -> String {
     } else {
         "HTTP error"
     };
-    let mut text = kind.to_owned();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    crate::error::with_causes(kind, error.source())
 }
 
 /// A server's error text, on one line and at most 300 characters.

@@ -2,7 +2,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use bootstrap::cli::Cli;
-use bootstrap::config::Config;
 use bootstrap::error::{EXIT_DRIFT, EXIT_OK, EXIT_STEP_FAILED, Error};
 use bootstrap::secret::{Secret, scrub};
 use bootstrap::steps::{self, Finish};
@@ -30,7 +29,7 @@ fn run(cli: &Cli) -> u8 {
     } else {
         match lock::acquire(&config.lock_file) {
             Ok(lock) => Some(lock),
-            Err(error) => return report(&error, &config.secrets()),
+            Err(error) => return report(&Error::Lock(Box::new(error)), &config.secrets()),
         }
     };
     let mut found = Vec::new();
@@ -56,17 +55,11 @@ fn run(cli: &Cli) -> u8 {
             EXIT_DRIFT
         }
         Err(error) => {
-            let db_password = config.database_password();
-            let mut secrets = all_secrets(&config);
-            secrets.extend(db_password.as_ref());
+            let mut secrets = config.secrets();
             secrets.extend(found.iter());
             report(&error, &secrets)
         }
     }
-}
-
-fn all_secrets(config: &Config) -> Vec<&Secret> {
-    config.secrets()
 }
 
 /// One `error:` line per line of the message; secrets scrubbed as a last resort.

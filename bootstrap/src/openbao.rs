@@ -30,8 +30,9 @@ pub struct Written {
     /// 404 (an old server: the CLI then assumes KV v1 at the path).
     pub mount: Option<String>,
     pub version: u8,
-    /// The API path written, below `/v1/`.
-    pub api_path: String,
+    /// Whether the secret existed before the write; `None` when that cannot be known (KV v1
+    /// with a token that may not read the secret).
+    pub existed: Option<bool>,
 }
 
 impl OpenBao {
@@ -95,19 +96,41 @@ impl OpenBao {
                 let rest = path.strip_prefix(mount.as_str()).or_else(|| path.strip_prefix(mount.trim_end_matches('/'))).unwrap_or("");
                 let rest = rest.trim_start_matches('/');
                 if rest.is_empty() {
-                    return Err(Error::Config(format!("openbao.path {path:?} names the KV v2 mount {mount:?} itself, not a secret in it")));
+                    return Err(Error::PathIsMount { path: path.to_owned(), mount: mount.clone() });
                 }
                 (format!("{}data/{rest}", ensure_slash(mount)), json!({"data": {field: value.expose()}, "options": {}}))
             }
             _ => (path.to_owned(), json!({field: value.expose()})),
         };
+        // KV v1 says nothing about the secret in its answer to the write: read it first. A token
+        // that may only write (a 403 here) leaves it unknown.
+        let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
         let call = format!("PUT /v1/{api_path}");
         let answer = self.request(Method::PUT, &api_path, &call, Some(&body)).await?;
         // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written (§1.4).
-        if answer.status.is_success() {
-            Ok(Written { mount, version, api_path })
+        if !answer.status.is_success() {
+            return Err(status_error(&call, &answer));
+        }
+        let existed = if version == 2 {
+            // KV v2 answers the version it wrote: the first one means there was none before.
+            let written: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+            written.pointer("/data/version").and_then(Value::as_u64).map(|v| v > 1)
         } else {
-            Err(status_error(&call, &answer))
+            existed_v1
+        };
+        Ok(Written { mount, version, existed })
+    }
+
+    /// `GET /v1/<path>` of a KV v1 secret: 200 (it exists), 404 (it does not), or `None` when
+    /// the token may not read it.
+    async fn exists_v1(&self, api_path: &str) -> Result<Option<bool>> {
+        let call = format!("GET /v1/{api_path}");
+        let answer = self.request(Method::GET, api_path, &call, None).await?;
+        match answer.status {
+            StatusCode::OK => Ok(Some(true)),
+            StatusCode::NOT_FOUND => Ok(Some(false)),
+            StatusCode::FORBIDDEN => Ok(None),
+            _ => Err(status_error(&call, &answer)),
         }
     }
 }
@@ -139,5 +162,5 @@ fn status_error(call: &str, answer: &Answer) -> Error {
         503 => " (OpenBao is sealed or in maintenance)",
         _ => "",
     };
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: format!("{message}{hint}"), tries: 1 }
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: format!("{message}{hint}"), tries: answer.tries }
 }

@@ -79,21 +79,9 @@ fn quote_ident(name: &str) -> String {
 fn db_error(what: &str, error: &tokio_postgres::Error, database: &Database) -> Error {
     let text = match error.as_db_error() {
         Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
-        None => {
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
+        None => crate::error::with_causes(error.to_string(), std::error::Error::source(error)),
     };
-    let password = database.config.get_password().map(|p| Secret::new(String::from_utf8_lossy(p).into_owned()));
-    let mut secrets = vec![&database.dsn];
-    secrets.extend(password.as_ref());
-    Error::Database(crate::secret::scrub(&format!("{what}: {text}"), &secrets))
+    Error::Database(crate::secret::scrub(&format!("{what}: {text}"), &database.secrets()))
 }
 
 #[cfg(test)]

@@ -6,9 +6,15 @@
 //! field the bootstrap sends is compared.
 //!
 //! Per script, as the `wmill` CLI's `handleFile` does (windmill-api.md §5): GET the newest
-//! version; leave it when it is not archived and content (by SHA-256), language, summary and
-//! description match; otherwise create a version with `parent_hash` = its hash (none when
-//! absent). `lock` is never sent nor compared: the server fills it in for python3.
+//! version; leave it when it is not archived, its dependency job did not fail, and content (by
+//! SHA-256), language, summary and description match; otherwise create a version with
+//! `parent_hash` = its hash (none when absent). `lock` is never sent nor compared: the server
+//! fills it in for python3.
+//!
+//! A failed dependency job (`lock_error_logs` set) counts as drift: nixpkgs' Windmill 1.587
+//! locks Python with 3.11 until step 6 sets `instance_python_version`, so the scripts a fresh
+//! node gets in step 5 may be left with a lock error; with content unchanged they would
+//! otherwise never be uploaded again, and never run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -117,7 +123,9 @@ fn decide(local: &LocalScript, remote: Option<&RemoteScript>) -> Change {
     match remote {
         None => Change::Created,
         Some(r) => {
+            let lock_failed = r.lock_error_logs.as_deref().is_some_and(|logs| !logs.is_empty());
             let same = !r.archived
+                && !lock_failed
                 && r.language == local.language
                 && r.summary.as_deref().unwrap_or("") == local.summary
                 && r.description.as_deref().unwrap_or("") == local.description
@@ -266,11 +274,12 @@ mod tests {
             summary: Some("deploy".into()),
             description: Some(String::new()),
             archived: false,
+            lock_error_logs: None,
         }
     }
 
     #[test]
-    fn decide_compares_content_language_summary_description_and_archived() {
+    fn decide_compares_content_language_summary_description_archived_and_lock_errors() {
         let local = LocalScript {
             path: "f/x/deploy".into(),
             file: "deploy.py".into(),
@@ -287,5 +296,7 @@ mod tests {
         assert_eq!(decide(&local, Some(&RemoteScript { language: "bash".into(), ..remote("a") })), Change::Updated);
         assert_eq!(decide(&local, Some(&RemoteScript { summary: Some("x".into()), ..remote("a") })), Change::Updated);
         assert_eq!(decide(&local, Some(&RemoteScript { description: Some("x".into()), ..remote("a") })), Change::Updated);
+        assert_eq!(decide(&local, Some(&RemoteScript { lock_error_logs: Some("no matching distribution".into()), ..remote("a") })), Change::Updated);
+        assert_eq!(decide(&local, Some(&RemoteScript { lock_error_logs: Some(String::new()), ..remote("a") })), Change::Unchanged);
     }
 }

@@ -14,7 +14,7 @@ use crate::openbao::OpenBao;
 use crate::password;
 use crate::report::{self, Outcome, Step};
 use crate::scripts::{self, Change, LocalScript};
-use crate::secret::Secret;
+use crate::secret::{Secret, scrub};
 use crate::windmill::{Login, Windmill};
 
 /// How a run ended, when no step failed.
@@ -59,64 +59,140 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     };
     let session = anonymous.with_token(&session);
 
-    // 3. Mint the token the rest of the run uses, so every later call also proves it works.
-    let (api, token) = if check {
-        (session, None)
-    } else {
-        let token = session.create_token(&config.token.label).await.map_err(failed(Step::Token))?;
-        secrets.push(token.clone());
-        note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
-        (anonymous.with_token(&token), Some(token))
-    };
-
-    // 4. Workspace and folder.
-    let (what, outcome, workspace_exists) = workspace(&api, config, check).await.map_err(failed(Step::Workspace))?;
-    note(Step::Workspace, what, outcome);
-
-    // 5. Scripts.
-    let (what, outcome) = scripts(&api, config, local, check, workspace_exists).await.map_err(failed(Step::Scripts))?;
-    note(Step::Scripts, what, outcome);
-
-    // 6. Global settings.
-    let (what, outcome) = settings(&api, &config.settings, check).await.map_err(failed(Step::Settings))?;
-    note(Step::Settings, what, outcome);
-
-    let Some(token) = token else {
+    if check {
+        // --check: steps 4 to 6 read-only, with the login session, which is then logged out.
+        let compared = compare(&session, config, local, true, &mut note).await;
+        log_out(&session, config, secrets).await;
+        compared?;
         return Ok(if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) });
-    };
+    }
 
-    // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the new
-    // one, so a crash in between leaves a working include behind.
-    let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
-    let written = bao.put(&config.openbao.path, &config.openbao.field, &token).await.map_err(failed(Step::OpenBao))?;
-    let mount = match &written.mount {
-        Some(mount) => format!("mount {mount}, KV v{}", written.version),
-        None => "no mount found, KV v1 assumed".to_owned(),
-    };
-    note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token", config.openbao.path, config.openbao.field), Outcome::Updated);
+    // 3. Mint the token the rest of the run uses, so every later call also proves it works. The
+    // login session is then no longer needed: it is logged out rather than left to live its
+    // three days.
+    let minted = session.create_token(&config.token.label).await;
+    log_out(&session, config, secrets).await;
+    let token = minted.map_err(failed(Step::Token))?;
+    secrets.push(token.clone());
+    note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
+    let api = anonymous.with_token(&token);
+
+    // 4 to 7. Until OpenBao holds the new token nothing does, and nothing ever will: a failure
+    // in these steps deletes it again. Left behind, every failed run (every 30 s with
+    // Restart=on-failure) would add a non-expiring superadmin token. From step 8 on it is kept:
+    // OpenBao holds it, and its consumers may already use it; the next run's step 9 revokes it.
+    let stored = async {
+        compare(&api, config, local, false, &mut note).await?;
+        // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the
+        // new one, so a crash in between leaves a working include behind.
+        let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
+        let written = bao.put(&config.openbao.path, &config.openbao.field, &token).await.map_err(failed(Step::OpenBao))?;
+        let mount = match &written.mount {
+            Some(mount) => format!("mount {mount}, KV v{}", written.version),
+            None => "no mount found, KV v1 assumed".to_owned(),
+        };
+        let (outcome, unknown) = match written.existed {
+            Some(false) => (Outcome::Created, ""),
+            Some(true) => (Outcome::Updated, ""),
+            None => (Outcome::Updated, "; whether it existed before is unknown: the token may not read it"),
+        };
+        note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token{unknown}", config.openbao.path, config.openbao.field), outcome);
+        Ok(())
+    }
+    .await;
+    if let Err(error) = stored {
+        discard(&api, config, &token, secrets).await;
+        return Err(error);
+    }
 
     let (what, outcome) = ui_auth(config, &token).map_err(failed(Step::UiAuth))?;
     note(Step::UiAuth, what, outcome);
 
     // 9. Revoke the older tokens with the same label.
-    let (what, outcome) = revoke(&api, config, &token).await.map_err(failed(Step::Revoke))?;
+    let (what, outcome) = revoke(&api, config, &token, secrets).await.map_err(failed(Step::Revoke))?;
     note(Step::Revoke, what, outcome);
     Ok(Finish::Converged)
 }
 
+/// Steps 4, 5 and 6: what `--check` compares and a run converges.
+async fn compare(
+    api: &Windmill,
+    config: &Config,
+    local: Vec<LocalScript>,
+    check: bool,
+    note: &mut impl FnMut(Step, String, Outcome),
+) -> Result<()> {
+    // 4. Workspace and folder.
+    let (what, outcome, workspace_exists) = workspace(api, config, check).await.map_err(failed(Step::Workspace))?;
+    note(Step::Workspace, what, outcome);
+
+    // 5. Scripts.
+    let (what, outcome) = scripts(api, config, local, check, workspace_exists).await.map_err(failed(Step::Scripts))?;
+    note(Step::Scripts, what, outcome);
+
+    // 6. Global settings.
+    let (what, outcome) = settings(api, &config.settings, check).await.map_err(failed(Step::Settings))?;
+    note(Step::Settings, what, outcome);
+    Ok(())
+}
+
+/// Deletes the token this run minted, best effort, after a failure before it was stored. One
+/// line either way, naming the label only (never the token or its prefix); the run's own error
+/// follows it.
+async fn discard(api: &Windmill, config: &Config, token: &Secret, found: &[Secret]) {
+    let label = &config.token.label;
+    match api.delete_token(&token.prefix()).await {
+        Ok(()) => tracing::info!("deleted the token labeled {label} that this run minted, as the run failed before storing it"),
+        Err(error) => tracing::warn!(
+            "could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}",
+            scrubbed(&error, config, found)
+        ),
+    }
+}
+
+/// Logs out a login session of this run, best effort: a session that stays behind expires by
+/// itself (after three days), so a failure is worth a warning, not a failed run.
+async fn log_out(session: &Windmill, config: &Config, found: &[Secret]) {
+    match session.logout().await {
+        Ok(()) => tracing::debug!("logged out the login session"),
+        Err(error) => tracing::warn!("could not log out the login session (it expires by itself): {}", scrubbed(&error, config, found)),
+    }
+}
+
+/// An error's message for a warning line, scrubbed of every secret known so far (as `main`
+/// scrubs the error it ends with).
+fn scrubbed(error: &Error, config: &Config, found: &[Secret]) -> String {
+    let mut secrets = config.secrets();
+    secrets.extend(found.iter());
+    scrub(&error.to_string(), &secrets)
+}
+
 async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> {
     let started = Instant::now();
+    let timeout = config.retry.ready_timeout;
     let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100).min(config.retry.ready_timeout))
+        .with_min_delay(Duration::from_millis(100).min(timeout))
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times()
-        .with_total_delay(Some(config.retry.ready_timeout));
-    let version = (|| client.version_once())
-        .retry(backoff)
-        .notify(|e: &String, delay| tracing::debug!("GET /api/version: {e}; again in {:.2} s", delay.as_secs_f64()))
-        .await
-        .map_err(|last| Error::NotReady { seconds: config.retry.ready_timeout.as_secs_f64(), last })?;
+        .with_total_delay(Some(timeout));
+    // The last failure, for the message when the time is up.
+    let last = std::cell::RefCell::new(None::<String>);
+    let waiting = (|| client.version_once()).retry(backoff).notify(|e: &String, delay| {
+        tracing::debug!("GET /api/version: {e}; again in {:.2} s", delay.as_secs_f64());
+        *last.borrow_mut() = Some(e.clone());
+    });
+    // `with_total_delay` bounds only the sleeps between tries: a Windmill that accepts
+    // connections and never answers would hold every try for the whole request timeout. The
+    // timeout bounds the whole wait.
+    let not_ready = |last: String| Error::NotReady { seconds: timeout.as_secs_f64(), last };
+    let version = match tokio::time::timeout(timeout, waiting).await {
+        Ok(result) => result.map_err(not_ready)?,
+        Err(_) => {
+            let last = last.borrow_mut().take();
+            return Err(not_ready(last.unwrap_or_else(|| "the request got no answer".to_owned())));
+        }
+    };
     Ok((
         format!("{} answered GET /api/version ({}) after {:.1} s", config.windmill.url, http::short(&version), started.elapsed().as_secs_f64()),
         Outcome::Unchanged,
@@ -129,13 +205,15 @@ async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(Strin
     if let Login::Token(session) = client.login(email, &w.admin_password).await? {
         return Ok((format!("{email} logs in with the node password"), Outcome::Unchanged, Some(session)));
     }
-    // Only to say what state the node was in: a fresh instance still has the default password.
-    let default = match client.login(email, &w.default_password).await? {
-        Login::Token(session) => Some(session),
-        Login::Invalid => None,
-    };
-    let was = if default.is_some() { "the default password" } else { "another password" };
     if check {
+        // Only --check tries the default password: to report whether the node is still fresh
+        // and, if so, to compare the rest with that session (logged out at the end). A run
+        // needs no such login: it rewrites the hash either way.
+        let default = match client.login(email, &w.default_password).await? {
+            Login::Token(session) => Some(session),
+            Login::Invalid => None,
+        };
+        let was = if default.is_some() { "the default password" } else { "another password" };
         return Ok((format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"), Outcome::Updated, default));
     }
     let hash = password::hash(&w.admin_password)?;
@@ -144,7 +222,7 @@ async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(Strin
     for attempt in 1..=attempts {
         if let Login::Token(session) = client.login(email, &w.admin_password).await? {
             return Ok((
-                format!("{email} had {was}; the node password's hash was written to the password table and logs in"),
+                format!("{email} did not log in with the node password; its hash was written to the password table and it logs in now"),
                 Outcome::Updated,
                 Some(session),
             ));
@@ -163,7 +241,6 @@ async fn workspace(client: &Windmill, config: &Config, check: bool) -> Result<(S
     if !exists {
         outcome = Outcome::Created;
         if !check {
-            // false: someone else created it since we asked; it exists all the same.
             client.create_workspace(&ws.id, &ws.name).await?;
             exists = true;
         }
@@ -247,36 +324,25 @@ fn ui_auth(config: &Config, token: &Secret) -> Result<(String, Outcome)> {
     Ok((format!("{} ({}:{} {:04o}) holds the new token", ui.file.display(), ui.owner, ui.group, ui.mode), outcome))
 }
 
-/// The first 10 characters of a token: what `tokens/list` shows and `tokens/delete` takes.
-fn prefix(token: &str) -> &str {
-    token.char_indices().nth(10).map_or(token, |(i, _)| &token[..i])
-}
-
-async fn revoke(client: &Windmill, config: &Config, token: &Secret) -> Result<(String, Outcome)> {
+/// Deletes the older tokens of the label. Their prefixes join `secrets`: Windmill's answers to a
+/// delete quote the prefix, and an error made of such an answer is scrubbed of it.
+async fn revoke(client: &Windmill, config: &Config, token: &Secret, secrets: &mut Vec<Secret>) -> Result<(String, Outcome)> {
     let label = &config.token.label;
     if !config.token.revoke_previous {
         return Ok((format!("token.revoke_previous is false; older tokens labeled {label} kept"), Outcome::Unchanged));
     }
-    let ours = prefix(token.expose());
-    let older: Vec<String> = client
+    let ours = token.prefix();
+    let older: Vec<Secret> = client
         .list_tokens()
         .await?
         .into_iter()
-        .filter(|t| t.label.as_deref() == Some(label.as_str()) && t.token_prefix != ours)
-        .map(|t| t.token_prefix)
+        .filter(|t| t.label.as_deref() == Some(label.as_str()) && t.token_prefix != ours.expose())
+        .map(|t| Secret::new(t.token_prefix))
         .collect();
+    secrets.extend(older.iter().cloned());
     for token_prefix in &older {
         client.delete_token(token_prefix).await?;
     }
     let outcome = if older.is_empty() { Outcome::Unchanged } else { Outcome::Updated };
     Ok((format!("{} older tokens labeled {label} deleted", older.len()), outcome))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn prefix_is_ten_characters() {
-        assert_eq!(super::prefix("abcdefghijklmnop"), "abcdefghij");
-        assert_eq!(super::prefix("short"), "short");
-    }
 }

@@ -48,6 +48,9 @@ pub struct RemoteScript {
     pub description: Option<String>,
     #[serde(default)]
     pub archived: bool,
+    /// Set when the version's dependency job failed (§1 `Script`, §5.3: `null` otherwise).
+    #[serde(default)]
+    pub lock_error_logs: Option<String>,
 }
 
 /// The body of `scripts/create`: the required fields (`path, summary, description, content,
@@ -130,6 +133,14 @@ impl Windmill {
         }
     }
 
+    /// `POST /api/auth/logout` with this client's token: 200 `logged out successfully`; the
+    /// token's row is deleted (§5.1).
+    pub async fn logout(&self) -> Result<()> {
+        let call = "POST /api/auth/logout";
+        let answer = self.request(Method::POST, "/api/auth/logout", call, None).await?;
+        expect_ok(call, answer)
+    }
+
     /// `POST /api/users/tokens/create {"label"}`: 201 with the new token as plain text.
     pub async fn create_token(&self, label: &str) -> Result<Secret> {
         let call = "POST /api/users/tokens/create";
@@ -146,10 +157,12 @@ impl Windmill {
         expect_json(call, answer)
     }
 
-    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text.
-    pub async fn delete_token(&self, prefix: &str) -> Result<()> {
+    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix, §5.1; so
+    /// may an error: the caller holds the prefix among the secrets it scrubs).
+    pub async fn delete_token(&self, prefix: &Secret) -> Result<()> {
         let call = "DELETE /api/users/tokens/delete/{prefix}";
-        let answer = self.request(Method::DELETE, &format!("/api/users/tokens/delete/{prefix}"), call, None).await?;
+        let path = format!("/api/users/tokens/delete/{}", prefix.expose());
+        let answer = self.request(Method::DELETE, &path, call, None).await?;
         expect_ok(call, answer)
     }
 
@@ -161,14 +174,15 @@ impl Windmill {
     }
 
     /// `POST /api/workspaces/create {"id","name"}`: 200 `Created workspace <id>`. `username` is
-    /// left out: servers that automate usernames reject it (§2 "Workspaces"). Returns false when
-    /// the answer was 400 "already exists" (created meanwhile by someone else).
-    pub async fn create_workspace(&self, id: &str, name: &str) -> Result<bool> {
+    /// left out: servers that automate usernames reject it (§2 "Workspaces"). A 400 "already
+    /// exists" is success too: someone else created it since it was looked up, or an earlier
+    /// try of this call did and its answer was lost; the two cannot be told apart.
+    pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
         let call = "POST /api/workspaces/create";
         let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name}))).await?;
         match answer.status {
-            StatusCode::OK | StatusCode::CREATED => Ok(true),
-            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(false),
+            StatusCode::OK | StatusCode::CREATED => Ok(()),
+            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
             _ => Err(unexpected_status(call, answer)),
         }
     }
@@ -184,14 +198,14 @@ impl Windmill {
         }
     }
 
-    /// `POST /api/w/{w}/folders/create {"name"}`: 200 `Created folder <name>`; false on 400
-    /// "already exists".
-    pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<bool> {
+    /// `POST /api/w/{w}/folders/create {"name"}`: 200 `Created folder <name>`; a 400 "already
+    /// exists" is success too, as for the workspace.
+    pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<()> {
         let call = "POST /api/w/{workspace}/folders/create";
         let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name}))).await?;
         match answer.status {
-            StatusCode::OK | StatusCode::CREATED => Ok(true),
-            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(false),
+            StatusCode::OK | StatusCode::CREATED => Ok(()),
+            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
             _ => Err(unexpected_status(call, answer)),
         }
     }
@@ -242,14 +256,21 @@ impl Windmill {
     }
 }
 
-/// A token answered as the raw text body: 32 alphanumerics on a real server.
+/// A token answered as the raw text body: 32 alphanumerics on a real server (`rd_string(32)`,
+/// §2 "Auth and tokens"; every token observed, §5.1). Nothing else is accepted: the token goes
+/// verbatim into an HTTP header and into the nginx include, where a `"` or a `;` would end the
+/// directive and start another.
 fn raw_token(call: &str, answer: Answer) -> Result<Secret> {
     let token = answer.body.trim();
-    if token.is_empty() || token.len() > 4096 || !token.chars().all(|c| c.is_ascii_graphic()) {
+    if token.is_empty() || token.len() > 4096 || !token.chars().all(|c| c.is_ascii_alphanumeric()) {
         // The body is not shown: it may be a token after all.
-        return Err(Error::Unexpected { service: SERVICE, call: call.into(), detail: "the answer is not a token".into() });
+        return Err(Error::Unexpected {
+            service: SERVICE,
+            call: call.into(),
+            detail: "the answer is not a Windmill token, which is letters and digits only (the answer is not shown)".into(),
+        });
     }
-    Ok(Secret::new(token))
+    Ok(Secret::token(token))
 }
 
 fn expect_ok(call: &str, answer: Answer) -> Result<()> {
@@ -265,5 +286,5 @@ fn expect_json<T: serde::de::DeserializeOwned>(call: &str, answer: Answer) -> Re
 }
 
 fn unexpected_status(call: &str, answer: Answer) -> Error {
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: http::short(&answer.body), tries: 1 }
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: http::short(&answer.body), tries: answer.tries }
 }

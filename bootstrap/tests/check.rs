@@ -2,17 +2,13 @@
 //! it writes nothing anywhere.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH};
 use fediversity_testkit::windmill_fake::Recorded;
 use serde_json::{Value, json};
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 /// What a node looks like from outside: what --check must not change.
 #[derive(Debug, PartialEq)]
@@ -38,23 +34,58 @@ fn snapshot(node: &Node) -> Snapshot {
     }
 }
 
-/// Requests that change something (a login only adds a session; `workspaces/exists` reads).
+/// Requests that change something (a login only adds a session and the logout removes it
+/// again; `workspaces/exists` reads).
 fn writes(requests: &[Recorded]) -> Vec<String> {
     requests
         .iter()
-        .filter(|r| r.method != "GET" && !r.is("POST", "/api/auth/login") && !r.is("POST", "/api/workspaces/exists"))
+        .filter(|r| {
+            r.method != "GET"
+                && !r.is("POST", "/api/auth/login")
+                && !r.is("POST", "/api/auth/logout")
+                && !r.is("POST", "/api/workspaces/exists")
+        })
         .map(|r| format!("{} {}", r.method, r.path))
         .collect()
 }
 
 #[test]
+fn positive_control_writes_flags_what_a_converging_run_sends() {
+    // The filter the --check tests rely on does see writes: those of a real run on a fresh
+    // node, and of a rerun after a local edit.
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let mut first = writes(&node.windmill.requests());
+    first.sort();
+    assert_eq!(
+        first,
+        vec![
+            "POST /api/settings/global/instance_python_version",
+            "POST /api/users/tokens/create",
+            "POST /api/w/fediversity/folders/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/workspaces/create",
+        ]
+    );
+    node.write_script("f/fediversity/destroy.py", "def main():\n    return 'changed'\n");
+    let mark = node.windmill.requests().len();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let second = writes(&node.windmill.requests_since(mark));
+    assert!(second.contains(&"POST /api/w/fediversity/scripts/create".to_owned()), "{second:?}");
+    assert!(second.iter().any(|w| w.starts_with("DELETE /api/users/tokens/delete/")), "{second:?}");
+}
+
+#[test]
 fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = snapshot(&node);
 
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.step_lines().len(), 5, "steps 1, 2, 4, 5, 6: {run:?}");
     for step in [1, 2, 4, 5, 6] {
@@ -63,13 +94,15 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     assert!(run.stderr.contains("check: the node is converged"), "{run:?}");
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
+    // Its login session was logged out.
+    assert_eq!(node.sessions(), Vec::<String>::new());
 
     // A script edited locally, a setting changed remotely: drift, reported, not fixed.
     node.write_script("f/fediversity/destroy.py", "def main():\n    return 'changed'\n");
     node.windmill.put_setting("instance_python_version", json!("3.11"));
     let before = snapshot(&node);
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(5).contains("would update f/fediversity/destroy"), "{run:?}");
     assert!(run.step_line(5).ends_with(": would update"), "{run:?}");
@@ -80,14 +113,14 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     assert_eq!(snapshot(&node), before);
 
     // A real run then fixes both, and --check agrees.
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
-    assert_eq!(node.run(bootstrap(), &["--check"]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 }
 
 #[test]
 fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
     let node = Node::new();
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("does not log in with the node password (it has the default password)"), "{run:?}");
     for step in [2, 6] {
@@ -97,6 +130,12 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
         assert!(run.step_line(step).ends_with(": would create"), "{run:?}");
     }
     assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
+    // The session of the default password it compared with was logged out.
+    assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/auth/login") && r.body.contains("\"changeme\"")));
+    assert_eq!(node.sessions(), Vec::<String>::new());
+    // Positive control: a session that is left behind shows.
+    let someone = node.login("changeme").unwrap();
+    assert_eq!(node.sessions(), vec![someone]);
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
     assert_eq!(node.windmill.workspaces(), vec!["admins".to_owned()]);
     assert!(node.include_meta().is_none());
@@ -106,7 +145,7 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
 fn an_unknown_password_stops_the_check_at_the_login() {
     let node = Node::new();
     node.db.set_password_hash(ADMIN_EMAIL, "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$8VRpVmUuZZx8GOmJ2S2KjNBZUxbD9PbqWkGiD3fIxRo");
-    let run = node.run(bootstrap(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("(it has another password)"), "{run:?}");
     assert!(run.stderr.contains("cannot log in, so workspace, scripts and settings were not compared"), "{run:?}");

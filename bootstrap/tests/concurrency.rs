@@ -1,24 +1,20 @@
 //! Two bootstraps at once end in the state of one run: the lock file makes them take turns.
 
 use std::fs::OpenOptions;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use nix::fcntl::{Flock, FlockArg};
 use serde_json::json;
 
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
-
 #[test]
 fn two_runs_started_together_end_like_one() {
     let node = Node::new();
     let config = node.write_config();
-    let spawn = || Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let spawn = || Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let (first, second) = (spawn(), spawn());
     let runs = [node.finish(first.wait_with_output().unwrap()), node.finish(second.wait_with_output().unwrap())];
     for run in &runs {
@@ -45,6 +41,17 @@ fn two_runs_started_together_end_like_one() {
 }
 
 #[test]
+fn a_lock_file_that_cannot_be_taken_is_named_and_nothing_is_touched() {
+    let mut node = Node::new();
+    node.config["lock_file"] = json!(node.path().join("no-such-dir/bootstrap.lock"));
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: lock failed: cannot open the lock file"), "{run:?}");
+    assert!(run.stderr.contains("no-such-dir/bootstrap.lock: No such file or directory"), "{run:?}");
+    assert!(node.windmill.requests().is_empty());
+}
+
+#[test]
 fn a_run_waits_while_another_holds_the_lock() {
     let node = Node::new();
     let config = node.write_config();
@@ -52,13 +59,13 @@ fn a_run_waits_while_another_holds_the_lock() {
     let file = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
     let held = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).unwrap();
 
-    let mut child = Node::command(bootstrap(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(800));
     // Still waiting, and it has not touched Windmill.
     assert!(child.try_wait().unwrap().is_none(), "the bootstrap did not wait for the lock");
     assert!(node.windmill.requests().is_empty());
     // --check does not take the lock: it runs meanwhile.
-    let check = node.run(bootstrap(), &["--check"]);
+    let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
 
     drop(held);

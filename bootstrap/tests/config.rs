@@ -1,13 +1,8 @@
 //! Configuration errors: exit 2, every problem named, no secret shown, nothing touched.
 
-use std::path::Path;
-
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 fn assert_untouched(node: &Node) {
     assert!(node.windmill.requests().is_empty(), "Windmill was contacted");
@@ -17,7 +12,7 @@ fn assert_untouched(node: &Node) {
 #[test]
 fn a_missing_config_file_is_exit_2() {
     let node = Node::new();
-    let out = Node::command(bootstrap(), &node.path().join("nope.json"), &[]).output().unwrap();
+    let out = Node::command(bootstrap_bin!(), &node.path().join("nope.json"), &[]).output().unwrap();
     let run = node.finish(out);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("error: configuration file") && run.stderr.contains("nope.json cannot be read"), "{run:?}");
@@ -31,11 +26,11 @@ fn bad_fields_and_files_are_all_named_with_exit_2() {
     node.config["ui_auth"]["mode"] = json!("0644");
     node.config["workspace"]["id"] = json!("not a valid id");
     node.config["extra_field"] = json!(1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("unknown field `extra_field`"), "{run:?}");
     node.config.as_object_mut().unwrap().remove("extra_field");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 2, "{run:?}");
     for needle in [
         "error: windmill.admin_password_file",
@@ -55,7 +50,7 @@ fn an_unparseable_dsn_is_exit_2_without_its_text() {
     let bad = format!("{} sslmode=nonsense", node.db.app_dsn());
     std::fs::write(node.path().join("database-url"), &bad).unwrap();
     node.extra_secrets.push(("the bad DSN".into(), bad));
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("the DSN cannot be parsed (its text is not shown"), "{run:?}");
     assert_untouched(&node);
@@ -65,7 +60,7 @@ fn an_unparseable_dsn_is_exit_2_without_its_text() {
 fn a_script_tree_with_a_bad_path_is_exit_2() {
     let node = Node::new();
     node.write_script("deploy.py", "print('at the top: no Windmill path')\n");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("deploy.py: \"deploy\" is not a Windmill path"), "{run:?}");
     assert_untouched(&node);

@@ -2,21 +2,17 @@
 //! and in the nginx include.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::{Node, ui_gid};
 use fediversity_testkit::postgres::ADMIN_EMAIL;
 use fediversity_testkit::{openbao, venv};
 use serde_json::json;
 
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
-
 #[test]
 fn a_fresh_node_converges() {
     let node = Node::new();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
 
     // One line per step, in order, each ending in its outcome.
@@ -28,10 +24,11 @@ fn a_fresh_node_converges() {
         assert!(line.ends_with(": created") || line.ends_with(": updated") || line.ends_with(": unchanged"), "{line}");
     }
     assert!(run.step_line(2).ends_with(": updated"), "the password was the default one: {run:?}");
-    assert!(run.step_line(2).contains("had the default password"), "{run:?}");
+    assert!(run.step_line(2).contains("did not log in with the node password; its hash was written"), "{run:?}");
     assert!(run.step_line(4).ends_with(": created"), "{run:?}");
     assert!(run.step_line(5).ends_with(": created"), "{run:?}");
     assert!(run.step_line(6).ends_with(": updated"), "{run:?}");
+    assert!(run.step_line(7).ends_with("holds the new token: created"), "the secret did not exist: {run:?}");
     assert!(run.step_line(8).ends_with(": created"), "{run:?}");
     assert!(run.step_line(9).ends_with(": unchanged"), "no older token to revoke: {run:?}");
     assert!(run.stderr.ends_with("fediversity-windmill-bootstrap: converged\n"), "{run:?}");
@@ -57,10 +54,21 @@ fn a_fresh_node_converges() {
     let rest = node.bao_path.strip_prefix("secret/").unwrap();
     assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": token})));
     assert_eq!(node.include_token().as_deref(), Some(token.as_str()));
-    // Every call after minting used the new token: it works for everything the bootstrap does.
+    // Every call after minting, but the logout of the login session right after it, used the
+    // new token: it works for everything the bootstrap does.
     let requests = w.requests();
     let minted_at = requests.iter().position(|r| r.is("POST", "/api/users/tokens/create")).unwrap();
-    assert!(requests[minted_at + 1..].iter().all(|r| r.token.as_deref() == Some(token.as_str())));
+    assert!(requests[minted_at + 1].is("POST", "/api/auth/logout"));
+    assert_ne!(requests[minted_at + 1].token.as_deref(), Some(token.as_str()));
+    assert!(requests[minted_at + 2..].iter().all(|r| r.token.as_deref() == Some(token.as_str())));
+
+    // Two logins, both with the node password (before and after the hash was written): the
+    // default password is only for --check. No login session is left behind.
+    let logins: Vec<_> = requests.iter().filter(|r| r.is("POST", "/api/auth/login")).collect();
+    assert_eq!(logins.len(), 2);
+    assert!(logins.iter().all(|r| r.body.contains(&format!("\"{}\"", node.password))));
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/auth/logout")).count(), 1);
+    assert_eq!(node.sessions(), Vec::<String>::new());
 
     // The include: root, the configured group, 0440, and no temp file left beside it.
     assert_eq!(node.include_owner_group_mode(), Some((0, ui_gid(), 0o440)));
@@ -84,7 +92,7 @@ fn a_fresh_node_converges() {
 
 #[test]
 fn help_documents_the_exit_codes() {
-    let out = std::process::Command::new(bootstrap()).arg("--help").output().unwrap();
+    let out = std::process::Command::new(bootstrap_bin!()).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     for needle in ["--config", "--check", "0  every step held", "1  --check found", "2  configuration error", "3  a step failed"] {

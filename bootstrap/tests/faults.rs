@@ -1,29 +1,41 @@
 //! Faults the bootstrap must survive or report clearly: Windmill not up yet, 5xx answers,
 //! connections dropped mid-call, a concurrent writer, a crash between OpenBao and the include.
 
-use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
+use fediversity_testkit::process;
 use fediversity_testkit::openbao;
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 const CREATE: &str = "/api/w/fediversity/scripts/create";
 
 #[test]
 fn windmill_not_listening_at_first_is_waited_for() {
-    let node = Node::with_windmill_refusing(Duration::from_millis(1200));
-    let run = node.run(bootstrap(), &[]);
+    // Windmill refuses connections until the bootstrap has been refused at least once (seen in
+    // its debug line for the retry); only then does it start listening. No clock involved.
+    let node = Node::with_windmill_refusing(Duration::from_secs(600));
+    let config = node.write_config();
+    let mut child = Node::command(bootstrap_bin!(), &config, &[])
+        .env("BOOTSTRAP_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = process::StreamWatch::new(child.stderr.take().unwrap());
+    let refused = stderr.wait_for(b"debug: GET /api/version: cannot connect", Duration::from_secs(30));
+    assert!(node.windmill.requests().is_empty(), "nothing got through while it refused");
+    node.windmill.listen_now();
+    let status = child.wait().unwrap();
+    let mut stdout = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let run = node.finish(std::process::Output { status, stdout, stderr: stderr.finish() });
+    assert!(refused, "no refused try was retried: {run:?}");
     assert_eq!(run.code, 0, "{run:?}");
-    // It waited: the version answered only after the port started listening.
-    let line = run.step_line(1);
-    let waited: f64 = line.split(" after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-    assert!(waited >= 1.0, "{line}");
+    assert!(run.step_line(1).contains("answered GET /api/version (CE v1.587.0)"), "{run:?}");
     assert_eq!(node.windmill.script_count(), 4);
 }
 
@@ -31,9 +43,42 @@ fn windmill_not_listening_at_first_is_waited_for() {
 fn windmill_never_up_fails_step_1_after_the_timeout() {
     let mut node = Node::with_windmill_refusing(Duration::from_secs(600));
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect"), "{run:?}");
+}
+
+#[test]
+fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
+    // A listener that accepts every connection and never answers: each try hangs until the
+    // request timeout, set far beyond the ready timeout here.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            holder.lock().unwrap().push(stream);
+        }
+    });
+    let mut node = Node::new();
+    node.config["windmill"]["url"] = json!(url);
+    node.config["retry"]["ready_timeout_seconds"] = json!(1);
+    node.config["retry"]["request_timeout_seconds"] = json!(600);
+    let config = node.write_config();
+    let mut child = Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Not a speed target: a watchdog far below the 600 s a try could hang, far above the 1 s
+    // the wait is bounded by.
+    let exited = process::wait_until(Duration::from_secs(60), || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let run = node.finish(child.wait_with_output().unwrap());
+    assert!(exited, "the wait for Windmill was not bounded by retry.ready_timeout_seconds: {run:?}");
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer"), "{run:?}");
+    // It did connect: the listener holds the connection it never answered.
+    assert!(!held.lock().unwrap().is_empty());
 }
 
 #[test]
@@ -42,7 +87,7 @@ fn server_errors_are_retried_then_converge() {
     // Two failures, three tries allowed: the third succeeds.
     node.windmill.fail("POST", CREATE, Fault::Status(500), 2);
     node.windmill.fail("POST", "/api/users/tokens/create", Fault::Status(502), 2);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.script_count(), 4);
     let creates = node.windmill.requests().iter().filter(|r| r.is("POST", CREATE)).count();
@@ -52,32 +97,94 @@ fn server_errors_are_retried_then_converge() {
 }
 
 #[test]
+fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_present() {
+    // The server creates them and the answer is lost: the retry gets 400 "already exists".
+    let node = Node::new();
+    node.windmill.fail("POST", "/api/workspaces/create", Fault::DropAfterHandling, 1);
+    node.windmill.fail("POST", "/api/w/fediversity/folders/create", Fault::DropAfterHandling, 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let requests = node.windmill.requests();
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/workspaces/create")).count(), 2);
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/w/fediversity/folders/create")).count(), 2);
+    assert_eq!(node.windmill.workspaces(), vec!["admins".to_owned(), "fediversity".to_owned()]);
+    assert_eq!(node.windmill.folders(), vec![("fediversity".to_owned(), "fediversity".to_owned())]);
+    assert_eq!(node.windmill.script_count(), 4);
+}
+
+#[test]
+fn an_error_after_retried_failures_reports_every_try() {
+    // A 502 is retried; the second try gets a 401, which is not: two tries, both counted.
+    let node = Node::new();
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 1);
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized"),
+        "{run:?}"
+    );
+    // Control: an error on the first try says nothing about tries.
+    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("instance_python_version answered 401: Unauthorized"), "{run:?}");
+}
+
+#[test]
 fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     let node = Node::new();
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway"),
         "{run:?}"
     );
-    // The steps after it did not run: no token stored, older ones not revoked.
+    // The steps after it did not run: no token stored, and the one it minted was deleted.
     assert!(node.include_meta().is_none());
     assert_eq!(node.windmill.setting("instance_python_version"), None);
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
 
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.setting("instance_python_version"), Some(json!("3.12")));
     assert_eq!(node.windmill.script_count(), 4);
-    // The orphan token of the failed run was revoked by this one.
-    assert!(run.step_line(9).contains("1 older tokens"), "{run:?}");
+    // The failed run left no token for this one to revoke.
+    assert!(run.step_line(9).contains("0 older tokens"), "{run:?}");
     assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
     assert!(!node.windmill.requests_since(mark).iter().any(|r| r.path.contains("create") && r.path.contains("workspaces")));
 }
 
+#[test]
+fn a_token_that_is_not_letters_and_digits_is_refused_and_never_shown() {
+    // Printable, without spaces, but with a quote and a semicolon, which would end the nginx
+    // directive and start another.
+    let token = "Ab12345678\";more_set_headers;x";
+    let node = Node::new();
+    node.windmill.next_token(token);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("error: step 3/9 token failed: Windmill POST /api/users/tokens/create: unexpected answer: the answer is not a Windmill token, which is letters and digits only (the answer is not shown)"),
+        "{run:?}"
+    );
+    // Positive control: the fake did answer with it (and `finish` scanned the output for it,
+    // as for every token the fake ever handed out).
+    assert!(node.windmill.ever_minted().iter().any(|t| t == token));
+    // Nothing was written with it.
+    assert!(node.include_meta().is_none());
+    assert!(node.windmill.requests().iter().all(|r| r.token.as_deref() != Some(token)));
+
+    // A real token next time: the rerun converges.
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(node.include_token().unwrap().chars().all(|c| c.is_ascii_alphanumeric()));
+}
+
 fn converge_then_edit_deploy(node: &Node) -> String {
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     node.write_script("f/fediversity/deploy.py", "def main():\n    return 'v2'\n");
     node.windmill.versions("fediversity", "f/fediversity/deploy")[0].hash.clone()
 }
@@ -88,7 +195,7 @@ fn a_connection_dropped_after_the_upload_took_effect_still_gives_one_version() {
     let first = converge_then_edit_deploy(&node);
     // The server creates the version, the answer is lost; the retry gets "same hash".
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(versions.len(), 2);
@@ -101,7 +208,7 @@ fn a_connection_dropped_before_the_upload_took_effect_gives_one_version() {
     let node = Node::new();
     converge_then_edit_deploy(&node);
     node.windmill.fail("POST", CREATE, Fault::DropBeforeHandling, 1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
 }
@@ -113,12 +220,12 @@ fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
     // No retries: the drop fails step 5; the version was created all the same.
     node.config["retry"]["call_attempts"] = json!(1);
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy)"), "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
@@ -131,7 +238,7 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
     converge_then_edit_deploy(&node);
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs')\n");
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(versions.len(), 3, "ours, theirs, ours again on top");
@@ -152,7 +259,7 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
 fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
     let node = Node::new();
     node.windmill.concurrent_write_before_create("f/fediversity/hello", "print('theirs')\n");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/hello");
     assert_eq!(versions.len(), 2);
@@ -166,7 +273,7 @@ fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
     converge_then_edit_deploy(&node);
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 1')\n");
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read"),
@@ -177,7 +284,7 @@ fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
 #[test]
 fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     let mut node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let a = node.include_token().unwrap();
     let rest = node.bao_path.strip_prefix("secret/").unwrap().to_owned();
 
@@ -187,22 +294,24 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     let good_include = node.config["ui_auth"]["file"].clone();
     std::fs::write(node.path().join("blocked"), "a file, not a directory").unwrap();
     node.config["ui_auth"]["file"] = json!(node.path().join("blocked/token.conf"));
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 8/9 ui-auth failed"), "{run:?}");
     let b = openbao::shared().read_kv2("secret", &rest).unwrap()["value"].as_str().unwrap().to_owned();
     assert_ne!(a, b);
-    // The include still holds A, and A still works: step 9 did not run.
+    // The include still holds A, and A is not revoked: step 9 did not run.
     node.config["ui_auth"]["file"] = good_include;
     assert_eq!(node.include_token().as_deref(), Some(a.as_str()));
+    assert!(node.windmill.has_token(&a) && node.windmill.has_token(&b));
     assert!(node.token_works(&a) && node.token_works(&b));
 
     // The rerun: one new token C, in both places, working; A and B revoked.
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let c = node.include_token().unwrap();
     assert_eq!(openbao::shared().read_kv2("secret", &rest), Some(json!({"value": c})));
     assert!(node.token_works(&c));
-    assert!(!node.token_works(&a) && !node.token_works(&b));
+    // Revoked: gone from the token list (the auth cache may keep them working a while).
+    assert!(!node.windmill.has_token(&a) && !node.windmill.has_token(&b));
     assert!(run.step_line(9).contains("2 older tokens"), "{run:?}");
 }

@@ -6,10 +6,19 @@
 use std::path::Path;
 use std::process::Command;
 
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use serde_json::{Value, json};
 
 fn render(node: &Node) -> Value {
+    let (config, _) = render_with(node, "b: b");
+    config
+}
+
+/// The module's rendering of the bootstrap's configuration for `node`, with `patch` (a Nix
+/// function of the bootstrap options) applied last; and the problems lib.nix's evaluation-time
+/// checks find in those options (for a unit with no environment of its own).
+fn render_with(node: &Node, patch: &str) -> (Value, Value) {
     let c = &node.config;
     let s = |v: &Value| v.as_str().expect("a string in the test node's config").to_owned();
     // The node's own values, as Nix strings (JSON string syntax is valid Nix here).
@@ -35,16 +44,18 @@ fn render(node: &Node) -> Value {
              lib = import {lib};
              o = {overrides};
              d = lib.bootstrapDefaults;
-           in lib.renderBootstrapConfig {{
-             scriptsDir = {scripts};
-             bootstrap = d // {{ windmill = d.windmill // o.windmill; openbao = d.openbao // o.openbao; uiAuth = d.uiAuth // o.uiAuth; }};
+             bootstrap = ({patch}) (d // {{ windmill = d.windmill // o.windmill; openbao = d.openbao // o.openbao; uiAuth = d.uiAuth // o.uiAuth; }});
+           in {{
+             config = lib.renderBootstrapConfig {{ inherit bootstrap; scriptsDir = {scripts}; }};
+             problems = lib.bootstrapProblems {{ inherit bootstrap; }};
            }}"#,
         lib = json!(lib.display().to_string()),
         scripts = json!(node.scripts_dir().display().to_string()),
     );
     let out = Command::new("nix-instantiate").args(["--eval", "--strict", "--json", "--expr", &expr]).output().expect("nix-instantiate (apt-get install nix-bin)");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("the renderer prints JSON")
+    let mut both: Value = serde_json::from_slice(&out.stdout).expect("the renderer prints JSON");
+    (both["config"].take(), both["problems"].take())
 }
 
 #[test]
@@ -59,12 +70,40 @@ fn the_config_the_module_renders_converges_a_node_and_checks_clean() {
     assert_eq!(rendered["retry"], json!({"login_attempts": 12, "delay_seconds": 5, "ready_timeout_seconds": 300}));
     node.config = rendered;
 
-    let run = node.run(Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap")), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.step_lines().len(), 9, "{run:?}");
     let token = node.include_token().expect("the include holds a token");
     assert!(node.token_works(&token));
 
-    let check = node.run(Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap")), &["--check"]);
+    let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 0, "a converged node checks clean: {check:?}");
+}
+
+#[test]
+fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
+    // Each value lib.nix's bootstrapProblems reports at evaluation (a module assertion) is one
+    // the bootstrap exits 2 on; the control (the values as the module defaults them) passes
+    // both.
+    let (_, problems) = render_with(&Node::new(), "b: b");
+    assert_eq!(problems, json!([]));
+    for (patch, problem, refusal) in [
+        (r#"b: b // { uiAuth = b.uiAuth // { mode = "0444"; }; }"#, "bootstrap.uiAuth.mode 0444 gives others access", "ui_auth.mode 0444 gives access to others"),
+        (r#"b: b // { openbao = b.openbao // { addr = null; }; }"#, "bootstrap.openbao.addr is null", "openbao.addr is required"),
+        (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label must not be \"session\"", "token.label must not be \"session\""),
+        (r#"b: b // { workspace = b.workspace // { id = "two words"; }; }"#, "bootstrap.workspace.id \"two words\"", "workspace.id \"two words\" is invalid"),
+        (r#"b: b // { workspace = b.workspace // { folder = "with-hyphen"; }; }"#, "bootstrap.workspace.folder \"with-hyphen\"", "workspace.folder \"with-hyphen\" is invalid"),
+    ] {
+        let mut node = Node::new();
+        let (config, problems) = render_with(&node, patch);
+        let problems: Vec<&str> = problems.as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+        assert_eq!(problems.len(), 1, "{patch}: {problems:?}");
+        assert!(problems[0].starts_with(problem), "{patch}: {problems:?}");
+        let mut config = config;
+        config["lock_file"] = node.config["lock_file"].clone();
+        node.config = config;
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 2, "{patch}: {run:?}");
+        assert!(run.stderr.contains(refusal), "{patch}: {run:?}");
+    }
 }

@@ -1,15 +1,11 @@
 //! OpenBao, real dev servers: KV v2 and v1 mounts, a mount under a prefix, a least-privilege
 //! token, a bad token (403) and a sealed server (503), handled as `bao kv put` would.
 
-use std::path::Path;
-
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao::{self, OpenBao};
+use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 fn writer_token(bao: &OpenBao, api_path: &str) -> String {
     bao.token_with_policy(&OpenBao::unique("writer"), &format!("path \"{api_path}\" {{ capabilities = [\"create\", \"update\"] }}\n"))
@@ -23,13 +19,15 @@ fn kv_v2_under_a_prefix_like_bao_kv_put() {
     // The mount is `<prefix>/`, so the CLI writes `<prefix>/data/secret/windmill/apiToken`.
     let token = writer_token(bao, &format!("{prefix}/data/secret/windmill/apiToken"));
     let node = Node::with_openbao(&bao.addr, &format!("{prefix}/secret/windmill/apiToken"), &token);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).contains(&format!("(mount {prefix}/, KV v2)")), "{run:?}");
+    assert!(run.step_line(7).contains(&format!("(mount {prefix}/, KV v2) holds the new token: created")), "{run:?}");
     let stored = bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap();
     assert_eq!(stored, json!({"value": node.include_token().unwrap()}));
     // A second run writes a new version holding only the new token (a full `kv put`).
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(7).ends_with("holds the new token: updated"), "{run:?}");
     assert_eq!(bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(), json!({"value": node.include_token().unwrap()}));
     let (_, meta) = bao.get(&format!("{prefix}/metadata/secret/windmill/apiToken"));
     assert_eq!(meta["data"]["current_version"], json!(2));
@@ -43,10 +41,29 @@ fn kv_v1_mount_gets_the_flat_map_at_the_path() {
     let path = format!("{mount}/windmill/apiToken");
     let mut node = Node::with_openbao(&bao.addr, &path, &writer_token(bao, &path));
     node.config["openbao"]["field"] = json!("token");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(7).contains(&format!("(mount {mount}/, KV v1)")), "{run:?}");
     assert_eq!(bao.read_kv1(&path), Some(json!({"token": node.include_token().unwrap()})));
+    // The token may only write: whether the secret was there before is unknown, and said so.
+    assert!(run.step_line(7).ends_with("holds the new token; whether it existed before is unknown: the token may not read it: updated"), "{run:?}");
+}
+
+#[test]
+fn kv_v1_with_a_token_that_may_read_tells_created_from_updated() {
+    let bao = openbao::shared();
+    let mount = OpenBao::unique("kv1");
+    bao.enable_kv(&mount, 1);
+    let path = format!("{mount}/windmill/apiToken");
+    let token = bao.token_with_policy(&OpenBao::unique("rw"), &format!("path \"{path}\" {{ capabilities = [\"read\", \"create\", \"update\"] }}\n"));
+    let node = Node::with_openbao(&bao.addr, &path, &token);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(7).ends_with(&format!("(mount {mount}/, KV v1) holds the new token: created")), "{run:?}");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(7).ends_with(&format!("(mount {mount}/, KV v1) holds the new token: updated")), "{run:?}");
+    assert_eq!(bao.read_kv1(&path), Some(json!({"value": node.include_token().unwrap()})));
 }
 
 #[test]
@@ -54,7 +71,7 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
     let bao = openbao::shared();
     let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
     let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains(&format!("error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{path} answered 403: permission denied (the token is missing, invalid or lacks a policy for this path)")),
@@ -63,10 +80,73 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
     // Nothing after step 7 ran: no include.
     assert!(node.include_meta().is_none());
 
-    // With a working token the rerun converges, and the orphan token of the failed run goes.
+    // The token it minted was deleted again: none is left.
+    assert!(run.stderr.contains("deleted the token labeled fediversity that this run minted, as the run failed before storing it"), "{run:?}");
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
+
+    // With a working token the rerun converges.
     std::fs::write(node.path().join("bao-token"), writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")))).unwrap();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+}
+
+/// The `fediversity` tokens in Windmill's token table.
+fn labeled(node: &Node) -> Vec<String> {
+    node.windmill.tokens().into_iter().filter(|t| t.label == "fediversity").map(|t| t.token).collect()
+}
+
+#[test]
+fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
+    let bao = openbao::shared();
+    let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
+    let good = writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")));
+    let node = Node::with_openbao(&bao.addr, &path, &good);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let before = labeled(&node);
+    assert_eq!(before.len(), 1);
+
+    // OpenBao refuses the token now: three runs, as systemd's restarts would make them.
+    std::fs::write(node.path().join("bao-token"), "s.revoked-or-wrong").unwrap();
+    let minted = node.windmill.ever_minted().len();
+    for _ in 0..3 {
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 3, "{run:?}");
+        assert!(run.stderr.contains("error: step 7/9 openbao failed"), "{run:?}");
+        assert!(run.stderr.contains("deleted the token labeled fediversity that this run minted"), "{run:?}");
+    }
+    // Positive control: each run did mint one (and logged in once: one session each).
+    assert_eq!(node.windmill.ever_minted().len(), minted + 3 * 2);
+    // No extra token: the one of the last good run, still in the include and working.
+    assert_eq!(labeled(&node), before);
+    assert_eq!(node.include_token(), Some(before[0].clone()));
+    assert!(node.token_works(&before[0]));
+
+    std::fs::write(node.path().join("bao-token"), &good).unwrap();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(9).contains("1 older tokens labeled fediversity deleted"), "{run:?}");
+    let after = labeled(&node);
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before);
+    assert_eq!(node.include_token(), Some(after[0].clone()));
+}
+
+#[test]
+fn a_cleanup_that_fails_is_a_warning_and_the_run_still_names_its_step() {
+    let bao = openbao::shared();
+    let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
+    let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
+    // Every try of the delete fails (the test node allows three).
+    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 3);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("warning: could not delete the token labeled fediversity that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{prefix} answered 500 after 3 tries: Internal: injected fault"),
+        "{run:?}"
+    );
+    assert!(run.stderr.lines().last().unwrap().contains("error: step 7/9 openbao failed"), "{run:?}");
+    // The token stays, for a later run's step 9.
     assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
 }
 
@@ -77,17 +157,27 @@ fn a_token_without_a_policy_for_the_path_is_refused_at_the_write() {
     // Allowed elsewhere on the same mount: the preflight passes, the write is denied.
     let elsewhere = writer_token(bao, "secret/data/somewhere-else");
     let node = Node::with_openbao(&bao.addr, &path, &elsewhere);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains(&format!("step 7/9 openbao failed: OpenBao PUT /v1/secret/data/{} answered 403", path.trim_start_matches("secret/"))), "{run:?}");
     assert!(run.stderr.contains("permission denied"), "{run:?}");
 }
 
 #[test]
+fn a_path_that_is_the_mount_itself_is_named() {
+    let bao = openbao::shared();
+    let node = Node::with_openbao(&bao.addr, "secret", bao.root_token());
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("error: step 7/9 openbao failed: openbao.path \"secret\" names the KV v2 mount \"secret/\" itself, not a secret in it"), "{run:?}");
+    assert!(node.include_meta().is_none());
+}
+
+#[test]
 fn a_path_without_a_mount_is_refused_like_the_cli() {
     let bao = openbao::shared();
     let node = Node::with_openbao(&bao.addr, &format!("{}/windmill/apiToken", OpenBao::unique("nomount")), bao.root_token());
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/"), "{run:?}");
     assert!(run.stderr.contains("answered 403"), "{run:?}");
@@ -100,7 +190,7 @@ fn a_sealed_server_is_a_503_after_retries() {
     let mut node = Node::with_openbao(&bao.addr, "secret/windmill/apiToken", bao.root_token());
     node.extra_secrets.push(("the sealed server's root token".into(), bao.root_token().to_owned()));
     bao.seal();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/secret/windmill/apiToken answered 503 after 3 tries"),
@@ -108,6 +198,9 @@ fn a_sealed_server_is_a_503_after_retries() {
     );
     assert!(run.stderr.contains("Vault is sealed"), "{run:?}");
     assert!(node.include_meta().is_none());
+    // The token it minted is gone again.
+    assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/users/tokens/create")));
+    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
 }
 
 #[test]
@@ -121,7 +214,7 @@ fn the_address_and_token_can_come_from_the_environment() {
     openbao.remove("token_file");
     let config = node.write_config();
     // BAO_* unset: the VAULT_* fallback of the CLI.
-    let out = Node::command(bootstrap(), &config, &[]).env("VAULT_ADDR", &bao.addr).env("VAULT_TOKEN", &token).output().unwrap();
+    let out = Node::command(bootstrap_bin!(), &config, &[]).env("VAULT_ADDR", &bao.addr).env("VAULT_TOKEN", &token).output().unwrap();
     let run = node.finish(out);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": node.include_token().unwrap()})));

@@ -1,18 +1,13 @@
 //! The superadmin password: written to PostgreSQL (one transaction, after SET ROLE) only when
 //! the login with the node password fails; clear errors when it cannot be.
 
-use std::path::Path;
-
 use argon2::password_hash::{PasswordHasher, SaltString, rand_core::OsRng};
 use argon2::{Argon2, PasswordHash, PasswordVerifier};
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH, cluster};
 use fediversity_testkit::venv;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 fn no_token_minted(node: &Node) -> bool {
     !node.windmill.requests().iter().any(|r| r.is("POST", "/api/users/tokens/create"))
@@ -22,7 +17,7 @@ fn no_token_minted(node: &Node) -> bool {
 fn the_hash_is_written_once_and_verifies_with_both_argon2_implementations() {
     let node = Node::new();
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
     assert!(hash.len() <= 100);
     assert!(Argon2::default().verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap()).is_ok());
@@ -30,7 +25,7 @@ fn the_hash_is_written_once_and_verifies_with_both_argon2_implementations() {
     // Positive control for the cffi check: it does reject a wrong password.
     assert!(!venv::argon2_cffi_verifies(&hash, &format!("{}x", node.password)));
     // Login worked with the node password: no further write on the next run.
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(2).ends_with("logs in with the node password: unchanged"), "{run:?}");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).unwrap(), hash);
@@ -41,9 +36,9 @@ fn another_password_is_replaced() {
     let node = Node::new();
     let other = Argon2::default().hash_password(b"someone-changed-it", &SaltString::generate(&mut OsRng)).unwrap().to_string();
     node.db.set_password_hash(ADMIN_EMAIL, &other);
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(2).contains("had another password"), "{run:?}");
+    assert!(run.step_line(2).contains("did not log in with the node password; its hash was written"), "{run:?}");
     assert!(run.step_line(2).ends_with(": updated"), "{run:?}");
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
     assert!(Argon2::default().verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap()).is_ok());
@@ -54,7 +49,7 @@ fn zero_rows_updated_is_a_clear_error_and_nothing_else_happens() {
     let node = Node::new();
     // The admin exists but does not log in with a password: the UPDATE matches no row.
     node.db.execute(&format!("UPDATE password SET login_type = 'github' WHERE email = '{ADMIN_EMAIL}'"));
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("error: step 2/9 login failed: no row in Windmill's password table for admin@windmill.dev with login_type 'password' (zero rows updated)"),
@@ -71,7 +66,7 @@ fn postgresql_unreachable_is_a_clear_error_and_nothing_else_changes() {
     let closed = fediversity_testkit::servers::free_port();
     let dsn = node.db.app_dsn().replace(&format!("port={}", cluster().port), &format!("port={closed}"));
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("error: step 2/9 login failed: PostgreSQL: cannot connect: error connecting to server"), "{run:?}");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
@@ -86,7 +81,7 @@ fn a_wrong_database_password_is_reported_without_the_password() {
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
     let mut node = node;
     node.extra_secrets.push(("the wrong database password".into(), "not-the-db-password".into()));
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("step 2/9 login failed: PostgreSQL: cannot connect"), "{run:?}");
     assert!(run.stderr.contains("password authentication failed"), "{run:?}");
@@ -98,7 +93,7 @@ fn the_update_runs_under_the_configured_role() {
     // does not exist fails at SET ROLE, and is named.
     let mut node = Node::new();
     node.config["windmill"]["database_role"] = json!("no_such_role");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("step 2/9 login failed: PostgreSQL: SET ROLE no_such_role: ERROR 22023: role \"no_such_role\" does not exist"), "{run:?}");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
@@ -111,7 +106,7 @@ fn a_login_that_still_fails_after_the_write_is_reported() {
     let node = Node::new();
     let elsewhere = cluster().windmill_database();
     std::fs::write(node.path().join("database-url"), elsewhere.app_dsn()).unwrap();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
         run.stderr.contains("step 2/9 login failed: the password hash of admin@windmill.dev was written, but Windmill still rejects the node password after 3 logins"),
@@ -128,7 +123,7 @@ fn a_malformed_stored_hash_is_reported_not_overwritten() {
     // spec writes the hash only on "invalid login", so this is reported for a human.
     let node = Node::new();
     node.db.set_password_hash(ADMIN_EMAIL, "garbage");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("step 2/9 login failed: Windmill POST /api/auth/login answered 500 after 3 tries: Internal: password hash string"), "{run:?}");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some("garbage"));

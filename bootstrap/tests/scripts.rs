@@ -1,14 +1,9 @@
 //! Script uploads: one new version per changed script, with `parent_hash` = the previous hash;
 //! unchanged scripts cost one GET and no write.
 
-use std::path::Path;
-
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 fn creates(node: &Node, mark: usize) -> Vec<String> {
     node.windmill
@@ -22,14 +17,14 @@ fn creates(node: &Node, mark: usize) -> Vec<String> {
 #[test]
 fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(before.len(), 1);
 
     let edited = "def main(**payload):\n    return {'edited': True}\n";
     node.write_script("f/fediversity/deploy.py", edited);
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
 
@@ -60,13 +55,13 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
 #[test]
 fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_left_alone() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     // A new file, a script archived in the UI, a file removed locally.
     node.write_script("f/fediversity/new_one.sh", "echo new\n");
     node.windmill.archive("fediversity", "f/fediversity/destroy");
     std::fs::remove_file(node.scripts_dir().join("f/fediversity/hello.sh")).unwrap();
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let mut created = creates(&node, mark);
     created.sort();
@@ -90,11 +85,11 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
     for i in 0..40 {
         node.write_script(&format!("f/fediversity/many/s{i:02}.py"), &format!("def main():\n    return {i}\n"));
     }
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.script_count(), 44);
     let mark = node.windmill.requests().len();
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let requests = node.windmill.requests_since(mark);
     let gets: Vec<_> = requests.iter().filter(|r| r.method == "GET" && r.path.starts_with("/api/w/fediversity/scripts/get/p/")).collect();
@@ -104,14 +99,43 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
 }
 
 #[test]
+fn a_version_whose_dependency_job_failed_is_uploaded_again() {
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    // As on a fresh nixpkgs node, where the lock ran with Python 3.11 before step 6 set 3.12.
+    node.windmill.set_lock_error("fediversity", "f/fediversity/deploy", Some("Python is managed through the NixOS system configuration"));
+
+    let check = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(check.code, 1, "{check:?}");
+    assert!(check.step_line(5).contains("would update f/fediversity/deploy, 3 unchanged"), "{check:?}");
+
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
+    assert_eq!(creates(&node, mark), vec!["f/fediversity/deploy".to_owned()]);
+    let after = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[1].parent_hashes.first(), Some(&before[0].hash));
+    assert_eq!(after[1].content, before[0].content);
+
+    // The new version's lock did not fail: left alone from now on.
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+    // Control: an empty lock_error_logs is no error.
+    node.windmill.set_lock_error("fediversity", "f/fediversity/deploy", Some(""));
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+}
+
+#[test]
 fn a_remote_change_of_content_or_summary_is_overwritten() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let local = std::fs::read_to_string(node.scripts_dir().join("f/fediversity/_runner.py")).unwrap();
 
     // Someone deploys other content by hand: the next run puts the local file back on top.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", "print('other')\n", "_runner");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert!(run.step_line(5).contains("updated f/fediversity/_runner"), "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 3);
@@ -120,14 +144,14 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
 
     // Same content, another summary: not "unchanged" either.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", &local, "pushed by hand");
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert!(run.step_line(5).contains("updated f/fediversity/_runner"), "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 5);
     assert_eq!((versions[4].content.as_str(), versions[4].summary.as_str()), (local.as_str(), "_runner"));
 
     // And then it is left alone.
-    let run = node.run(bootstrap(), &[]);
+    let run = node.run(bootstrap_bin!(), &[]);
     assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/_runner").len(), 5);
 }

@@ -4,15 +4,10 @@
 //! prefixes). This file adds the positive controls (the scan does catch a secret that is
 //! printed) and the noisiest paths: debug logging, retries, dropped connections, failures.
 
-use std::path::Path;
-
+use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::{Node, find_secrets};
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
-
-fn bootstrap() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
-}
 
 #[test]
 fn the_scan_finds_secrets_as_they_are_and_escaped() {
@@ -32,7 +27,7 @@ fn positive_control_a_secret_the_bootstrap_prints_is_caught() {
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password.clone();
     node.config["workspace"] = json!({"folder": password});
-    let out = Node::command(bootstrap(), &node.write_config(), &[]).output().unwrap();
+    let out = Node::command(bootstrap_bin!(), &node.write_config(), &[]).output().unwrap();
     let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{printed}");
     assert_eq!(find_secrets(&printed, &node.secrets()), vec!["the node password".to_owned()]);
@@ -44,7 +39,7 @@ fn positive_control_a_secret_the_bootstrap_prints_is_caught() {
 #[test]
 fn positive_control_tokens_and_prefixes_are_scanned() {
     let node = Node::new();
-    assert_eq!(node.run(bootstrap(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let token = node.include_token().unwrap();
     let names = find_secrets(&format!("x {token} y"), &node.secrets());
     assert!(names.iter().any(|n| n.starts_with("Windmill token #")), "{names:?}");
@@ -63,7 +58,7 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
     node.windmill.fail("POST", "/api/w/fediversity/scripts/create", Fault::DropBeforeHandling, 2);
     node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 1);
     let debug = |extra: &[&str]| {
-        let out = Node::command(bootstrap(), &config, extra).env("BOOTSTRAP_LOG", "debug").output().unwrap();
+        let out = Node::command(bootstrap_bin!(), &config, extra).env("BOOTSTRAP_LOG", "debug").output().unwrap();
         node.finish(out)
     };
     let first = debug(&[]);
@@ -84,3 +79,24 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
     // Every line of every run was scanned in `finish`; the lines were there to scan.
     assert!(node.printed.lock().unwrap().len() > 30);
 }
+
+#[test]
+fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
+    // Windmill's delete answers quote the prefix (`deleted 1 tokens ["QedeJtIbdx*****"] with
+    // prefix QedeJtIbdx`, §5.1): here an error answer to the revocation does the same.
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let first = node.include_token().unwrap();
+    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::StatusQuotingPath(400), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    // The answer reached the message, with the prefix replaced (and `finish` scanned the output
+    // for every token and its prefix).
+    assert!(
+        run.stderr.contains("error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]"),
+        "{run:?}"
+    );
+    // Positive control: the call was about the first token, whose prefix the answer quoted.
+    assert!(node.windmill.requests().iter().any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10])));
+}
+

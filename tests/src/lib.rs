@@ -35,3 +35,13 @@ macro_rules! jobenv_bin {
         ::std::path::Path::new(env!("CARGO_BIN_EXE_fediversity-jobenv"))
     };
 }
+
+/// The bootstrap binary of the calling crate's build (expands `env!` in the caller, where Cargo
+/// sets `CARGO_BIN_EXE_fediversity-windmill-bootstrap` for integration tests of the bootstrap
+/// crate).
+#[macro_export]
+macro_rules! bootstrap_bin {
+    () => {
+        ::std::path::Path::new(env!("CARGO_BIN_EXE_fediversity-windmill-bootstrap"))
+    };
+}

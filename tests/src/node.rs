@@ -234,9 +234,29 @@ impl Node {
     }
 
     /// Whether `token` authenticates against the fake, over HTTP (`GET /api/users/whoami`).
+    /// A deleted token that is not a session may still authenticate for up to two minutes (the
+    /// auth cache, see [`crate::windmill_fake`]): whether a token was revoked is
+    /// [`WindmillFake::has_token`], which is what the bootstrap controls.
     pub fn token_works(&self, token: &str) -> bool {
         let reply = crate::http::request("GET", &format!("{}/api/users/whoami", self.windmill.url), &[("Authorization", &format!("Bearer {token}"))], None);
         reply.status == 200
+    }
+
+    /// Logs in as the admin with `password`, over HTTP, as someone other than the bootstrap
+    /// would: the session token, or `None` on "Invalid login".
+    pub fn login(&self, password: &str) -> Option<String> {
+        let body = json!({"email": crate::postgres::ADMIN_EMAIL, "password": password}).to_string();
+        let reply = crate::http::request("POST", &format!("{}/api/auth/login", self.windmill.url), &[], Some(&body));
+        match reply.status {
+            200 => Some(reply.body),
+            400 => None,
+            other => panic!("login answered {other}: {}", reply.body),
+        }
+    }
+
+    /// The session tokens (label `session`) in the fake's `token` table.
+    pub fn sessions(&self) -> Vec<String> {
+        self.windmill.tokens().into_iter().filter(|t| t.label == "session").map(|t| t.token).collect()
     }
 
     /// Owner, group and mode of the include.

@@ -8,23 +8,30 @@
 //!   PostgreSQL `password` table and verifies it with the argon2 crate, as Windmill does (§2
 //!   "Login", §3). So the bootstrap's database write is exercised end to end: if the hash it
 //!   wrote were wrong, the next login would fail.
-//! - Script hashes are the first 8 bytes of SHA-256 over the request body (canonical JSON), in
-//!   16 hex digits. Windmill's own hash is not reproducible (§2 "Hash"), but it shares the
-//!   properties that matter: it covers every field including `parent_hash`, so resending the
-//!   same request gives the same hash, and identical content under a new parent does not.
+//! - Script hashes are the first 8 bytes of SHA-256 over the request body in a canonical form
+//!   (parsed, top-level `null` fields dropped, keys sorted), in 16 hex digits. Windmill hashes
+//!   the deserialised request (§2 "Hash"), which is not reproducible, but shares the properties
+//!   that matter: it covers every field including `parent_hash`, so resending the same request
+//!   gives the same hash, and identical content under a new parent does not; and since it
+//!   hashes the parsed struct, `"parent_hash": null` and no `parent_hash` are the same request.
+//! - Authentication goes through an auth cache, as on a real server (§5.1 "Auth cache
+//!   gotcha"): a token that authenticated once is remembered for 120 s, so a deleted token that
+//!   is not a session keeps working until its entry expires; a deleted session token stops at
+//!   once (the database trigger that clears the cache fires for `label = 'session'` only).
+//!   Tests that need the old behaviour shorten the time with [`WindmillFake::set_auth_cache_ttl`].
 //! - Every request is recorded (method, path, body, bearer token) before any fault applies.
-//! - Faults: refuse connections for the first N seconds (the port is bound but not listening,
-//!   so connects are refused, not hung); answer a chosen status on chosen calls N times; drop
+//! - Faults: refuse connections for the first N seconds or until told to listen (the port is
+//!   bound but not listening, so connects are refused, not hung); answer a chosen status on chosen calls N times; drop
 //!   the connection before or after handling a call (the latter loses the answer of a call that
 //!   took effect); let a "concurrent writer" create a version just before a script upload.
 // Handlers return the error reply itself as `Err`: its size is of no concern in a test fake.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use argon2::{Argon2, PasswordHash, PasswordVerifier};
 use bytes::Bytes;
@@ -65,6 +72,10 @@ pub enum Fault {
     /// Answer this status instead of handling the call (500 as Windmill's `Internal: …`, 502
     /// and 503 as a proxy in front of it would).
     Status(u16),
+    /// Answer this status with a Windmill-style error text that quotes the last segment of the
+    /// path, as Windmill's own answers quote what they were asked about (the token delete
+    /// answer names the prefix, §5.1): shows whether such a text reaches a message.
+    StatusQuotingPath(u16),
     /// Read the whole request, change nothing, close the connection without an answer.
     DropBeforeHandling,
     /// Handle the call (its effect happens), then close the connection without the answer.
@@ -98,13 +109,23 @@ pub struct ScriptRow {
     pub content: String,
     pub language: String,
     pub lock: Option<String>,
+    /// Set when the version's dependency job failed (`get/p` answers it, §1 `Script`, §5.3).
+    pub lock_error_logs: Option<String>,
     pub archived: bool,
     pub created_by: String,
 }
 
-#[derive(Default)]
+/// Windmill's auth cache lifetime (§5.1: a deleted non-session token worked for up to 120 s).
+pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(120);
+
 struct State {
+    /// The `token` table.
     tokens: Vec<TokenRow>,
+    /// The auth cache: token → (row, when it was cached).
+    auth_cache: HashMap<String, (TokenRow, Instant)>,
+    auth_cache_ttl: Duration,
+    /// What the next `tokens/create` answers instead of a random token.
+    next_tokens: Vec<String>,
     /// Every token ever handed out, revoked or not (for secret scans).
     ever_minted: Vec<String>,
     workspaces: BTreeMap<String, String>,
@@ -116,6 +137,40 @@ struct State {
     concurrent_writes: Vec<(String, String)>,
 }
 
+impl Default for State {
+    fn default() -> Self {
+        State {
+            tokens: Vec::new(),
+            auth_cache: HashMap::new(),
+            auth_cache_ttl: AUTH_CACHE_TTL,
+            next_tokens: Vec::new(),
+            ever_minted: Vec::new(),
+            workspaces: BTreeMap::new(),
+            folders: BTreeSet::new(),
+            scripts: Vec::new(),
+            settings: BTreeMap::new(),
+            requests: Vec::new(),
+            faults: Vec::new(),
+            concurrent_writes: Vec::new(),
+        }
+    }
+}
+
+impl State {
+    /// Deletes token rows; a session's cache entry goes with it (the invalidation trigger), any
+    /// other token's stays until it expires (§5.1).
+    fn delete_tokens(&mut self, doomed: impl Fn(&TokenRow) -> bool) -> usize {
+        let (gone, kept): (Vec<TokenRow>, Vec<TokenRow>) = std::mem::take(&mut self.tokens).into_iter().partition(|t| doomed(t));
+        self.tokens = kept;
+        for row in &gone {
+            if row.label == "session" {
+                self.auth_cache.remove(&row.token);
+            }
+        }
+        gone.len()
+    }
+}
+
 struct Shared {
     state: Mutex<State>,
     /// Superuser DSN of the test's database: login reads `password` from it.
@@ -125,6 +180,8 @@ struct Shared {
 pub struct WindmillFake {
     pub url: String,
     shared: Arc<Shared>,
+    /// Ends the refusal of [`start_refusing`](Self::start_refusing) early.
+    listen: Arc<Notify>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -134,7 +191,8 @@ impl WindmillFake {
         Self::start_refusing(dsn, Duration::ZERO)
     }
 
-    /// Like [`start`](Self::start), but connections are refused for the first `refuse_for`.
+    /// Like [`start`](Self::start), but connections are refused for the first `refuse_for`, or
+    /// until [`listen_now`](Self::listen_now).
     pub fn start_refusing(dsn: &str, refuse_for: Duration) -> WindmillFake {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let mut state = State::default();
@@ -148,9 +206,14 @@ impl WindmillFake {
         });
         let addr: SocketAddr = socket.local_addr().expect("local addr");
         let serving = shared.clone();
+        let listen = Arc::new(Notify::new());
+        let listen_now = listen.clone();
         runtime.spawn(async move {
             // Bound but not listening: the kernel refuses connections to the port.
-            tokio::time::sleep(refuse_for).await;
+            tokio::select! {
+                _ = tokio::time::sleep(refuse_for) => {}
+                _ = listen_now.notified() => {}
+            }
             let listener = socket.listen(1024).expect("listen");
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
@@ -171,11 +234,17 @@ impl WindmillFake {
                 });
             }
         });
-        WindmillFake { url: format!("http://{addr}"), shared, runtime: Some(runtime) }
+        WindmillFake { url: format!("http://{addr}"), shared, listen, runtime: Some(runtime) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts listening now (a fake started with [`start_refusing`](Self::start_refusing)).
+    pub fn listen_now(&self) {
+        // A stored permit: works whether or not the server task waits yet.
+        self.listen.notify_one();
     }
 
     // ---- fault injection ------------------------------------------------------------------
@@ -203,8 +272,26 @@ impl WindmillFake {
         self.state().requests[mark..].to_vec()
     }
 
+    /// The `token` table: what `tokens/list` shows (the auth cache aside).
     pub fn tokens(&self) -> Vec<TokenRow> {
         self.state().tokens.clone()
+    }
+
+    /// Whether `token` is still a row of the `token` table (listed by `tokens/list`).
+    pub fn has_token(&self, token: &str) -> bool {
+        self.state().tokens.iter().any(|t| t.token == token)
+    }
+
+    /// How long a token stays in the auth cache ([`AUTH_CACHE_TTL`] by default). Entries cached
+    /// before the call keep the time they were cached at, and are judged by the new lifetime.
+    pub fn set_auth_cache_ttl(&self, ttl: Duration) {
+        self.state().auth_cache_ttl = ttl;
+    }
+
+    /// The next `tokens/create` answers `token` (and stores it) instead of a random token: for a
+    /// server whose tokens do not look like Windmill's.
+    pub fn next_token(&self, token: &str) {
+        self.state().next_tokens.push(token.to_owned());
     }
 
     pub fn ever_minted(&self) -> Vec<String> {
@@ -243,6 +330,14 @@ impl WindmillFake {
     pub fn push_version(&self, workspace: &str, path: &str, content: &str, summary: &str) {
         let mut state = self.state();
         push_other_version(&mut state, workspace, path, content, summary);
+    }
+
+    /// Sets (or, with `None`, clears) `lock_error_logs` of the newest version of a script, as a
+    /// failed dependency job does (§2 create rule 5).
+    pub fn set_lock_error(&self, workspace: &str, path: &str, logs: Option<&str>) {
+        let mut state = self.state();
+        let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
+        row.lock_error_logs = logs.map(str::to_owned);
     }
 
     /// Archives the newest version of a script (as deleting it in the UI does).
@@ -329,6 +424,15 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
         None => route(&shared, &call).await,
         Some(Fault::Status(500)) => text(500, "Internal: injected fault"),
         Some(Fault::Status(status)) => text(status, StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("error")),
+        Some(Fault::StatusQuotingPath(status)) => {
+            let kind = match status {
+                400 => "Bad request",
+                401 => "Not authorized",
+                404 => "Not found",
+                _ => "Internal",
+            };
+            text(status, format!("{kind}: injected fault for {}", path.rsplit('/').next().unwrap_or_default()))
+        }
         Some(Fault::DropBeforeHandling) => {
             kill.notify_one();
             std::future::pending().await
@@ -367,11 +471,27 @@ fn random_token() -> String {
 }
 
 /// The caller, from the token: 401 `Unauthorized` without one, `Not authorized: Unauthorized`
-/// with an unknown one (§5.1).
+/// with an unknown one (§5.1). Through the auth cache (module comment): an entry younger than
+/// its lifetime answers without looking at the `token` table.
 fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
     let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
-    let state = shared.state.lock().unwrap();
-    state.tokens.iter().find(|t| t.token == token).cloned().ok_or_else(|| text(401, "Not authorized: Unauthorized"))
+    let mut state = shared.state.lock().unwrap();
+    let ttl = state.auth_cache_ttl;
+    if let Some((row, cached_at)) = state.auth_cache.get(token) {
+        if cached_at.elapsed() < ttl {
+            return Ok(row.clone());
+        }
+    }
+    match state.tokens.iter().find(|t| t.token == token).cloned() {
+        Some(row) => {
+            state.auth_cache.insert(token.to_owned(), (row.clone(), Instant::now()));
+            Ok(row)
+        }
+        None => {
+            state.auth_cache.remove(token);
+            Err(text(401, "Not authorized: Unauthorized"))
+        }
+    }
 }
 
 fn require_super_admin(user: &TokenRow) -> Result<(), Reply> {
@@ -391,6 +511,12 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
         // §1: the liveness probe, no auth.
         ("GET", ["api", "version"]) => Ok(text(200, VERSION)),
         ("POST", ["api", "auth", "login"]) => login(shared, call).await,
+        ("POST", ["api", "auth", "logout"]) => {
+            // §5.1: deletes the caller's token row, whatever its label, and answers 200.
+            let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
+            shared.state.lock().unwrap().delete_tokens(|t| t.token == token);
+            Ok(text(200, "logged out successfully"))
+        }
         ("GET", ["api", "users", "whoami"]) => {
             let user = authed(shared, call)?;
             Ok(json_reply(&json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": "admin"})))
@@ -408,8 +534,8 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             }
             let user = authed(shared, call)?;
             let new: NewToken = call.json()?;
-            let token = random_token();
             let mut state = shared.state.lock().unwrap();
+            let token = if state.next_tokens.is_empty() { random_token() } else { state.next_tokens.remove(0) };
             state.tokens.push(TokenRow {
                 token: token.clone(),
                 label: new.label.unwrap_or_default(),
@@ -442,9 +568,7 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             // §5.1: `deleted N tokens [...] with prefix P`.
             let user = authed(shared, call)?;
             let mut state = shared.state.lock().unwrap();
-            let before = state.tokens.len();
-            state.tokens.retain(|t| !(t.email == user.email && t.token.starts_with(prefix)));
-            let deleted = before - state.tokens.len();
+            let deleted = state.delete_tokens(|t| t.email == user.email && t.token.starts_with(prefix));
             Ok(text(200, format!("deleted {deleted} tokens [\"{prefix}*****\"] with prefix {prefix}")))
         }
         ("POST", ["api", "workspaces", "create"]) => create_workspace(shared, call),
@@ -650,7 +774,7 @@ fn script_json(row: &ScriptRow) -> Value {
         "parent_hashes": if row.parent_hashes.is_empty() { Value::Null } else { json!(row.parent_hashes) },
         "summary": row.summary, "description": row.description, "content": row.content,
         "created_by": row.created_by, "created_at": "2026-11-29T12:00:00Z", "archived": row.archived, "schema": null,
-        "deleted": false, "is_template": false, "extra_perms": {}, "lock_error_logs": null, "language": row.language,
+        "deleted": false, "is_template": false, "extra_perms": {}, "lock_error_logs": row.lock_error_logs, "language": row.language,
         "kind": "script", "tag": null, "ws_error_handler_muted": false, "assets": [], "is_draft": false,
     });
     if let Some(lock) = &row.lock {
@@ -740,6 +864,7 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         content: new.content,
         language: new.language,
         lock,
+        lock_error_logs: None,
         archived: false,
         created_by: "admin".into(),
     });
@@ -769,14 +894,20 @@ fn push_other_version(state: &mut State, workspace: &str, path: &str, content: &
         content: content.into(),
         language: "python3".into(),
         lock: None,
+        lock_error_logs: None,
         archived: false,
         created_by: "other".into(),
     });
 }
 
-/// 16 hex digits over the whole request (see the module comment).
+/// 16 hex digits over the whole request (see the module comment): top-level `null` fields are
+/// dropped first, as they deserialise to the same struct as absent ones.
 fn script_hash(body: &Value) -> String {
-    let digest = Sha256::digest(canonical(body).as_bytes());
+    let mut request = body.clone();
+    if let Value::Object(fields) = &mut request {
+        fields.retain(|_, value| !value.is_null());
+    }
+    let digest = Sha256::digest(canonical(&request).as_bytes());
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 

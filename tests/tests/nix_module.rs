@@ -130,6 +130,66 @@ fn problems_of_the_node_configuration_are_found_before_anything_is_built() {
     }
 }
 
+/// `lib.bootstrapProblems` for the module's defaults (with the required options set) patched by
+/// the Nix function `patch`, in a unit whose environment is `environment` (a Nix attrset) and
+/// whose EnvironmentFile is `environment_file` (a Nix value).
+fn bootstrap_problems(patch: &str, environment: &str, environment_file: &str) -> Value {
+    eval(&format!(
+        r#"let
+             d = lib.bootstrapDefaults;
+             bootstrap = ({patch}) (d // {{
+               windmill = d.windmill // {{ adminPasswordFile = "/p"; databaseUrlFile = "/d"; }};
+               openbao = d.openbao // {{ path = "fediversity/secret/windmill/apiToken"; }};
+             }});
+           in lib.bootstrapProblems {{ inherit bootstrap; unitEnvironment = {environment}; unitEnvironmentFile = {environment_file}; }}"#
+    ))
+}
+
+#[test]
+fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
+    let addr = r#"b: b // { openbao = b.openbao // { addr = "http://127.0.0.1:8100"; }; }"#;
+    // The control: the defaults with an address.
+    assert_eq!(bootstrap_problems(addr, "{ }", "null"), json!([]));
+
+    // uiAuth.mode: nothing for others.
+    for (mode, refused) in [("0440", false), ("440", false), ("0640", false), ("0750", false), ("0444", true), ("0441", true), ("644", true)] {
+        let patch = format!(r#"b: (({addr}) b) // {{ uiAuth = b.uiAuth // {{ mode = "{mode}"; }}; }}"#);
+        let problems = bootstrap_problems(&patch, "{ }", "null");
+        let expected = if refused {
+            json!([format!("bootstrap.uiAuth.mode {mode} gives others access to the nginx include, which holds a superadmin token; the bootstrap refuses it (e.g. 0440)")])
+        } else {
+            json!([])
+        };
+        assert_eq!(problems, expected, "mode {mode}");
+    }
+
+    // openbao.addr null: fine only when the unit gives the bootstrap BAO_ADDR or VAULT_ADDR.
+    let missing = json!(["bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr"]);
+    assert_eq!(bootstrap_problems("b: b", "{ }", "null"), missing);
+    assert_eq!(bootstrap_problems("b: b", r#"{ PATH = "/bin"; BAO_ADDR = ""; }"#, "null"), missing);
+    assert_eq!(bootstrap_problems("b: b", r#"{ BAO_ADDR = null; }"#, "null"), missing);
+    assert_eq!(bootstrap_problems("b: b", r#"{ BAO_ADDR = "http://127.0.0.1:8100"; }"#, "null"), json!([]));
+    assert_eq!(bootstrap_problems("b: b", r#"{ VAULT_ADDR = "http://127.0.0.1:8100"; }"#, "null"), json!([]));
+    assert_eq!(bootstrap_problems("b: b", "{ }", r#""/run/keys/bootstrap.env""#), json!([]));
+
+    // Windmill's own rules, and the label Windmill gives its sessions.
+    let problems = bootstrap_problems(
+        &format!(r#"b: (({addr}) b) // {{ token = b.token // {{ label = "session"; }}; workspace = {{ id = "a b"; name = "n"; folder = "a-b"; }}; }}"#),
+        "{ }",
+        "null",
+    );
+    assert_eq!(
+        problems,
+        json!([
+            "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "bootstrap.workspace.id \"a b\" is not a Windmill workspace id (word characters, single hyphens between them)",
+            "bootstrap.workspace.folder \"a-b\" is not a Windmill folder name (letters, digits and underscores)"
+        ])
+    );
+    let fine = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ workspace = {{ id = "fedi-ops_2"; name = "n"; folder = "deploy_2"; }}; }}"#), "{ }", "null");
+    assert_eq!(fine, json!([]));
+}
+
 #[test]
 fn deploy_secrets_become_agent_templates_readable_by_the_worker_group_only() {
     let templates = eval(
@@ -470,6 +530,9 @@ fn the_modules_option_defaults_come_from_the_library_tested_here() {
         "fw.registry (fw.deploymentNixpkgs cfg.deployEnv)",
         "fw.agentTemplates {",
         "fw.deployEnvProblems {",
+        "fw.bootstrapProblems {",
+        "unitEnvironment = unit.environment;",
+        "unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;",
         "map (name: workerPackages.${name}) fw.workerPath",
         "nixShell = \"${config.nix.package}/bin/nix-shell\";",
         "/bin/fediversity-jobenv recover --state-dir ${fw.paths.stateDir}",

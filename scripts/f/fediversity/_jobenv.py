@@ -12,7 +12,8 @@ values the node treats as sensitive, and /proc/<pid>/cmdline is world-readable).
 is an anonymous in-memory file (memfd), not a pipe: a payload may be up to 1 MiB, more than a
 pipe buffer holds, and a process that fills a pipe and then execs has nobody left to drain it.
 An anonymous file has no such limit, never touches the disk and leaves nothing behind. Where
-memfd_create is unavailable, an unlinked temporary file does the same job.
+memfd_create is unavailable, an unlinked temporary file in TMPDIR does the same job, except that
+its contents may reach the disk there (it has no name, and is gone when jobenv exits).
 
 Standard library only: the Windmill instance resolves no third-party requirement.
 """
@@ -31,7 +32,7 @@ JOBENV = "fediversity-jobenv"
 # Signals the Python runtime ignores (SIGPIPE, SIGXFSZ) or handles (SIGINT). Ignored signals
 # stay ignored across exec and would be inherited by the deployment program; handled ones reset
 # anyway, but a SIGINT that Python's handler swallowed just before the exec would be lost.
-_RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGXFZ", "SIGINT")
+_RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT")
 
 
 class JobenvNotFound(RuntimeError):
