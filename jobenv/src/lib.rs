@@ -24,6 +24,7 @@ pub mod reaper;
 pub mod redact;
 pub mod report;
 pub mod result;
+pub mod spawn;
 pub mod supervise;
 pub mod value;
 

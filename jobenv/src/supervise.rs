@@ -17,15 +17,13 @@
 //! SIGKILLed. jobenv is a child subreaper so that orphans stay findable and are reaped.
 
 use std::collections::HashSet;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::prctl;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::WaitStatus;
-use nix::unistd::{Pid, getpgrp, getpid, getppid};
+use nix::unistd::{Pid, getpgrp, getpid};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
@@ -33,7 +31,7 @@ use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
 use crate::plan::Plan;
 use crate::redact::Redactor;
-use crate::{proctree, pump, reaper};
+use crate::{proctree, pump, reaper, spawn};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -98,32 +96,12 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
 
     let me = getpid();
-    let mut command = Command::new(&plan.argv[0]);
-    command
-        .args(&plan.argv[1..])
-        .env_clear()
-        .envs(plan.env.iter().map(|(key, var)| (key, &var.value)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if getpgrp() != me {
-        command.process_group(0);
-    }
-    // SAFETY: only async-signal-safe calls (prctl, getppid, close_range, fcntl) between fork
-    // and exec.
-    unsafe {
-        command.pre_exec(move || {
-            close_inherited_descriptors();
-            prctl::set_pdeathsig(Signal::SIGKILL)?;
-            // jobenv died between fork and prctl: the signal will never come, so give up here.
-            if getppid() != me {
-                return Err(std::io::Error::other("jobenv exited while starting the program"));
-            }
-            Ok(())
-        });
-    }
-    let mut child = command.spawn().map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
-    let program = Pid::from_raw(child.id() as i32);
+    let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.as_str())).collect();
+    // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
+    // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
+    let own_group = getpgrp() != me;
+    let spawned = spawn::spawn(&plan.argv, &env, own_group).map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
+    let program = spawned.pid;
     options.events.program_spawned(program.as_raw(), plan);
     let events = options.events.clone();
     let mut reaper = reaper::start(program, move || events.program_exited());
@@ -134,10 +112,8 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     let stdout = pump::own_stream(std::io::stdout()).map_err(|e| Error::io("cannot duplicate stdout", e))?;
     let stderr = pump::own_stream(std::io::stderr()).map_err(|e| Error::io("cannot duplicate stderr", e))?;
     let (stdout_tap, stderr_tap) = (options.events.tap(Level::Info), options.events.tap(Level::Warning));
-    pump::start("stdout", child.stdout.take().expect("piped"), stdout, redactor.clone(), stdout_tap, done_tx.clone());
-    pump::start("stderr", child.stderr.take().expect("piped"), stderr, redactor, stderr_tap, done_tx);
-    // The reaper owns the waiting; dropping std's handle neither kills nor waits.
-    drop(child);
+    pump::start("stdout", spawned.stdout, stdout, redactor.clone(), stdout_tap, done_tx.clone());
+    pump::start("stderr", spawned.stderr, stderr, redactor, stderr_tap, done_tx);
 
     let timeout = async {
         match options.timeout {
@@ -185,22 +161,6 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
         }
     }
     Ok(outcome)
-}
-
-/// The program gets stdin, stdout and stderr and nothing else: descriptors jobenv inherited
-/// from whoever started it (a worker's sockets, a caller's pipes) are marked close-on-exec.
-/// Marking rather than closing keeps the descriptor std uses to report a failed exec.
-fn close_inherited_descriptors() {
-    use nix::libc;
-    // SAFETY: a plain system call on descriptor numbers; no memory is touched.
-    let marked = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
-    if marked != 0 {
-        // Kernels before 5.11: mark them one by one.
-        for fd in 3..1024 {
-            // SAFETY: as above; EBADF for descriptors that are not open is ignored.
-            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-        }
-    }
 }
 
 /// SIGTERM to every live descendant, up to `grace` for them to go, then SIGKILL until none is
