@@ -199,12 +199,12 @@ mod tests {
 
     #[test]
     fn a_program_that_cannot_be_executed_is_an_error_naming_why() {
-        let error = run(&["/nonexistent/program"], &[]).err().expect("an error");
+        let error = run(&["/nonexistent/program"], &[]).expect_err("an error");
         assert_eq!(error.raw_os_error(), Some(libc::ENOENT));
         let dir = tempfile::tempdir().unwrap();
         let not_executable = dir.path().join("data");
         std::fs::write(&not_executable, "x").unwrap();
-        let error = run(&[not_executable.to_str().unwrap()], &[]).err().expect("an error");
+        let error = run(&[not_executable.to_str().unwrap()], &[]).expect_err("an error");
         assert_eq!(error.raw_os_error(), Some(libc::EACCES));
     }
 
