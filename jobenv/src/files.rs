@@ -10,6 +10,17 @@ use serde_json::Value;
 use crate::error::Problem;
 use crate::value::env_text;
 
+/// Replaces `dir/name` with `bytes` atomically: a temporary file beside it, synced, renamed over
+/// it, and the directory synced, so a crash leaves the old file or the new one, never a torn one.
+pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(dir.join(name)).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// Reads and parses a JSON file; a missing file is its own problem, not an empty one.
 pub fn read_json(what: &'static str, path: &Path) -> Result<Value, Problem> {
     let bytes = std::fs::read(path).map_err(|source| match source.kind() {

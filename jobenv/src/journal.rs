@@ -9,7 +9,6 @@
 //! An interrupted attempt is not a result: a later run of that job id runs it again, even after
 //! `recover` marked it (that is what a worker that re-pulls a crashed job needs).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -196,12 +195,9 @@ impl Journal {
     /// Atomically: a temporary file beside the entry, synced, renamed over it, directory synced.
     /// A crash leaves either the old entry or the new one, never a torn file.
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
-        let mut file = tempfile::Builder::new().prefix(".entry.").tempfile_in(&self.jobs)?;
-        serde_json::to_writer_pretty(&mut file, entry)?;
-        file.write_all(b"\n")?;
-        file.as_file().sync_all()?;
-        file.persist(self.entry_path(&entry.job_id)).map_err(|e| e.error)?;
-        std::fs::File::open(&self.jobs)?.sync_all()
+        let mut text = serde_json::to_vec_pretty(entry)?;
+        text.push(b'\n');
+        crate::files::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text)
     }
 
     /// Every entry, oldest start first; unreadable files are skipped with a warning.

@@ -2,7 +2,6 @@
 //! exits 0 without writing `result.json` is marked failed ("Result of job is invalid json
 //! (empty)"), so jobenv writes it, atomically, into its working directory (the job directory).
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
@@ -31,10 +30,7 @@ pub struct JobResult {
 
 /// Writes `result.json` in `dir`: a temporary file beside it, synced, then renamed over.
 pub fn write(dir: &Path, result: &JobResult) -> std::io::Result<()> {
-    let mut file = tempfile::Builder::new().prefix(".result.json.").tempfile_in(dir)?;
-    serde_json::to_writer(&mut file, result)?;
-    file.write_all(b"\n")?;
-    file.as_file().sync_all()?;
-    file.persist(dir.join("result.json")).map_err(|e| e.error)?;
-    Ok(())
+    let mut text = serde_json::to_vec(result)?;
+    text.push(b'\n');
+    crate::files::write_atomically(dir, "result.json", &text)
 }

@@ -6,12 +6,12 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::Fixture;
-use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
+use fediversity_testkit::process::{wait_exit, Running, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -64,19 +64,6 @@ impl Job {
     /// The direct child of jobenv: nix-shell execs bash, which execs the program.
     fn program(&self) -> i32 {
         read_pids(&self.program_file, 1, Duration::from_secs(20))[0]
-    }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, TEST_PATH, parse_env_lines};
-use fediversity_testkit::process::{StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
+use fediversity_testkit::process::{wait_exit, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -165,19 +165,6 @@ fn wait_output(mut child: Child, limit: Duration) -> Output {
         panic!("the job did not finish within {limit:?}")
     });
     Output { status, stdout: stdout.finish(), stderr: stderr.finish() }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -126,3 +126,17 @@ impl Drop for Running {
         }
     }
 }
+
+/// Waits up to `limit` for `child` to exit; `None` if it is still running then.
+pub fn wait_exit(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
