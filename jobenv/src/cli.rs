@@ -174,8 +174,14 @@ pub struct KeysArgs {
     pub format: Format,
 }
 
+/// A year: longer waits are typos, and deadlines computed from them must not overflow.
+const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+
 fn parse_seconds(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if seconds > MAX_SECONDS {
+        return Err(format!("{text:?} is more than a year"));
+    }
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is not a non-negative number of seconds"))
 }
 

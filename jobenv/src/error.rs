@@ -34,6 +34,13 @@ impl Error {
         }
     }
 
+    /// One `jobenv: error:` line per line of the message (a rejection has one per problem).
+    pub fn log(&self) {
+        for line in self.to_string().lines() {
+            tracing::error!("{line}");
+        }
+    }
+
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
         Error::Io { context: context.into(), source }
     }
@@ -53,6 +60,16 @@ impl From<Problem> for Error {
     fn from(problem: Problem) -> Self {
         Error::Rejected(vec![problem])
     }
+}
+
+/// A variable name as messages show it: control characters escaped, so that a key chosen by a
+/// job (only `=` and NUL are forbidden in names) cannot start a line of its own in the log.
+fn name(key: &str) -> String {
+    key.escape_debug().to_string()
+}
+
+fn names(keys: &[String]) -> String {
+    keys.iter().map(|key| name(key)).collect::<Vec<_>>().join(", ")
 }
 
 fn render_problems(problems: &[Problem]) -> String {
@@ -75,21 +92,21 @@ pub enum Problem {
     PayloadTooLarge { limit: usize },
     #[error("invalid variable name {key:?} in {origin}: a name must be non-empty and contain no '=' or NUL")]
     InvalidKey { key: String, origin: String },
-    #[error("the value of {key} in {origin} contains a NUL byte")]
+    #[error("the value of {} in {origin} contains a NUL byte", name(key))]
     NulInValue { key: String, origin: String },
-    #[error("{origin} sets {key}, which is neither declared in the keys file nor a Nix/OpenTofu variable a node may set")]
+    #[error("{origin} sets {}, which is neither declared in the keys file nor a Nix/OpenTofu variable a node may set", name(key))]
     UndeclaredNodeKey { key: String, origin: String },
-    #[error("{origin} sets {key}, which only a job payload may set")]
+    #[error("{origin} sets {}, which only a job payload may set", name(key))]
     PayloadOnlyKeyOnNode { key: String, origin: String },
-    #[error("{origin} sets {key}, which jobenv derives itself")]
+    #[error("{origin} sets {}, which jobenv derives itself", name(key))]
     DerivedKeyOnNode { key: String, origin: String },
-    #[error("{key} is set by two node sources: {first} and {second}")]
+    #[error("{} is set by two node sources: {first} and {second}", name(key))]
     DuplicateNodeKey { key: String, first: String, second: String },
-    #[error("payload rejected: undeclared keys: {}", .0.join(", "))]
+    #[error("payload rejected: undeclared keys: {}", names(.0))]
     UndeclaredPayloadKeys(Vec<String>),
-    #[error("payload rejected: keys only the node may set: {}", .0.join(", "))]
+    #[error("payload rejected: keys only the node may set: {}", names(.0))]
     NodeOnlyPayloadKeys(Vec<String>),
-    #[error("payload rejected: reserved keys: {}", .0.join(", "))]
+    #[error("payload rejected: reserved keys: {}", names(.0))]
     ReservedPayloadKeys(Vec<String>),
     #[error("{key} is required but not set{hint}")]
     MissingControl { key: &'static str, hint: &'static str },
@@ -111,10 +128,12 @@ pub enum Problem {
     BadEnvFileLine { path: PathBuf, line: usize, reason: &'static str },
     #[error("{set} is set but {missing} is not: progress events need both")]
     EventsHalfConfigured { set: &'static str, missing: &'static str },
-    #[error("{origin} sets {key}, which must come from a secrets directory or a secrets env file")]
+    #[error("{origin} sets {}, which must come from a secrets directory or a secrets env file", name(key))]
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
+    #[error("the keys file declares {}, a control key jobenv consumes and never passes to the program", name(key))]
+    DeclaredControlKey { key: String },
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]
     InvalidJobId(String),
     #[error("the journal in {} cannot be used: {source}", path.display())]
@@ -123,4 +142,17 @@ pub enum Problem {
     JobRunning { job_id: String, holder: String },
     #[error("namespace {namespace} is locked by another deploy: {holder}")]
     NamespaceLocked { namespace: String, holder: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_cannot_forge_a_log_line() {
+        let forged = "X\njobenv: web-apply succeeded with exit code 0".to_owned();
+        let text = Problem::UndeclaredPayloadKeys(vec!["PLAIN".into(), forged]).to_string();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert_eq!(text, "payload rejected: undeclared keys: PLAIN, X\\njobenv: web-apply succeeded with exit code 0");
+    }
 }

@@ -118,12 +118,12 @@ impl Events {
         shared.watch_done.store(true, Ordering::Release);
     }
 
-    /// The job ended: `result_status` as result.json spells it, jobenv's exit code, and
-    /// jobenv's own error lines (sent at level `error`; they never hold a value).
-    pub fn finish(&self, result_status: &str, exit_code: i32, errors: &[String]) {
+    /// The job ended: how, jobenv's exit code, and jobenv's own error lines (sent at level
+    /// `error`; they never hold a value).
+    pub fn finish(&self, ended: crate::status::JobStatus, exit_code: i32, errors: &[String]) {
         let Some(shared) = &self.0 else { return };
         shared.watch_done.store(true, Ordering::Release);
-        let status = Status::terminal(result_status, &shared.ids.verb);
+        let status = Status::terminal(ended, &shared.ids.verb);
         let (at, now) = (SystemTime::now(), Instant::now());
         {
             let mut queue = shared.lock();

@@ -1,6 +1,8 @@
 //! One `run`, in order: the job's own lock and journal entry (replay, refuse, or run as the
 //! next attempt), validation, the namespace lock, the `running` entry, the program, the
-//! terminal entry. Nothing runs unless every step before the program held.
+//! terminal entry. Nothing runs unless every step before the program held. A cancel signal
+//! is held from the first step on (see [`crate::signals`]): one that comes before the program
+//! starts ends the job as `canceled` without starting it.
 
 use std::time::{Duration, Instant};
 
@@ -9,14 +11,14 @@ use crate::error::{EXIT_INTERNAL, Error, Problem};
 use crate::events::Events;
 use crate::journal::{self, Decision, Entry, Journal, Status};
 use crate::plan::Plan;
+use crate::status::JobStatus;
 use crate::supervise::{self, Outcome, RunOptions};
-use crate::{Identity, lock, proctree};
+use crate::{Identity, lock, proctree, signals};
 
 /// How a run ended, for the exit code and the Windmill job result.
 #[derive(Debug, Clone)]
 pub struct Ending {
-    /// `succeeded`, `failed`, `canceled`, `timed_out` or `rejected`.
-    pub status: &'static str,
+    pub status: JobStatus,
     pub exit_code: i32,
     pub identity: Identity,
     /// One line per problem when rejected; never a value.
@@ -30,14 +32,27 @@ pub struct Ending {
 
 impl Ending {
     fn rejected(error: &Error, identity: Identity) -> Self {
-        for line in error.to_string().lines() {
-            tracing::error!("{line}");
-        }
+        error.log();
         Ending {
-            status: "rejected",
+            status: JobStatus::Rejected,
             exit_code: error.exit_code(),
             identity,
             errors: error.to_string().lines().map(str::to_owned).collect(),
+            attempt: None,
+            replayed: false,
+            events: Events::default(),
+        }
+    }
+
+    /// A cancel signal came before the program started: nothing ran.
+    fn cancelled_before_start(signal: nix::sys::signal::Signal, identity: Identity) -> Self {
+        tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+        let outcome = Outcome::Cancelled(signal as i32);
+        Ending {
+            status: outcome.status(),
+            exit_code: outcome.exit_code(),
+            identity,
+            errors: Vec::new(),
             attempt: None,
             replayed: false,
             events: Events::default(),
@@ -51,7 +66,12 @@ impl Ending {
     }
 }
 
+/// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
+/// whether a job is still running.
+const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 pub fn run(args: &RunArgs) -> Ending {
+    signals::hold();
     let started = Instant::now();
     let state_dir = args.state.dir();
     let journal_problem = |source| Error::from(Problem::Journal { path: state_dir.clone(), source });
@@ -74,11 +94,12 @@ pub fn run(args: &RunArgs) -> Ending {
     // Held until jobenv exits: a second jobenv with the same job id is refused meanwhile.
     let _job_lock = match &job_id {
         None => None,
-        Some(id) => match lock::acquire(&lock::job_path(journal.locks(), id), Duration::ZERO, &holder) {
+        Some(id) => match lock::acquire(&lock::job_path(journal.locks(), id), JOB_LOCK_WAIT, &holder) {
             Ok(held) => Some(held),
             Err(lock::Refused::Busy { holder }) => {
                 return Ending::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
             }
+            Err(lock::Refused::Cancelled(signal)) => return Ending::cancelled_before_start(signal, Identity::default()),
             Err(lock::Refused::Io(source)) => return Ending::rejected(&journal_problem(source), Identity::default()),
         },
     };
@@ -121,6 +142,7 @@ pub fn run(args: &RunArgs) -> Ending {
                 let error = Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder }.into();
                 return Ending::rejected(&error, identity).reported(events);
             }
+            Err(lock::Refused::Cancelled(signal)) => return Ending::cancelled_before_start(signal, identity).reported(events),
             Err(lock::Refused::Io(source)) => return Ending::rejected(&journal_problem(source), identity).reported(events),
         };
 
@@ -145,13 +167,13 @@ pub fn run(args: &RunArgs) -> Ending {
             (outcome.status(), outcome.exit_code(), Vec::new())
         }
         Err(error) => {
-            tracing::error!("{error}");
-            ("failed", EXIT_INTERNAL, vec![error.to_string()])
+            error.log();
+            (JobStatus::Failed, EXIT_INTERNAL, error.to_string().lines().map(str::to_owned).collect())
         }
     };
 
     if let Some(entry) = &mut entry {
-        entry.status = Status::from_outcome(status);
+        entry.status = status;
         entry.exit_code = Some(exit_code);
         entry.finished_at = Some(journal::now());
         // The program has run: a journal that fails now cannot undo that, so report and keep
@@ -195,7 +217,7 @@ fn replay(entry: Entry) -> Ending {
         entry.finished_at.as_deref().unwrap_or("an unknown time"),
     );
     Ending {
-        status: entry.status.as_str(),
+        status: entry.status,
         exit_code: code,
         identity: Identity { attribute: Some(entry.attribute), namespace: Some(entry.namespace), build_id: None },
         errors: Vec::new(),

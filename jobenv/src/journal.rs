@@ -16,36 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::proctree;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Running,
-    Succeeded,
-    Failed,
-    Canceled,
-    TimedOut,
-}
-
-impl Status {
-    pub fn from_outcome(status: &str) -> Self {
-        match status {
-            "succeeded" => Status::Succeeded,
-            "canceled" => Status::Canceled,
-            "timed_out" => Status::TimedOut,
-            _ => Status::Failed,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Running => "running",
-            Status::Succeeded => "succeeded",
-            Status::Failed => "failed",
-            Status::Canceled => "canceled",
-            Status::TimedOut => "timed_out",
-        }
-    }
-}
+pub use crate::status::JobStatus as Status;
 
 /// The reason recorded for an attempt whose jobenv died before it could record the end.
 pub const INTERRUPTED: &str = "interrupted";
@@ -234,7 +205,8 @@ impl Journal {
 
     /// Deletes entries (and their job locks) that finished more than `retain` ago.
     pub fn prune(&self, retain: Duration) -> std::io::Result<usize> {
-        let cutoff = SystemTime::now() - retain;
+        // A retention longer than the clock's past keeps everything.
+        let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
         let mut pruned = 0;
         for entry in self.entries()? {
             let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());

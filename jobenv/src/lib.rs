@@ -24,7 +24,9 @@ pub mod reaper;
 pub mod redact;
 pub mod report;
 pub mod result;
+pub mod signals;
 pub mod spawn;
+pub mod status;
 pub mod supervise;
 pub mod value;
 
@@ -71,28 +73,45 @@ pub fn prepare(job: &JobArgs) -> Prepared {
         secrets_env_files: job.node.secrets_env_files(),
     };
     let node = node::load(&node_files).map_err(|p| problems.extend(p)).ok();
-    // Known as soon as the node layer is: a rejected job is reported to front-ends too.
-    let events = node.as_ref().and_then(|node| events::config::from_node(node).ok().flatten());
     let declared = files::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
     let attributes = files::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
 
-    let (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell), true) =
-        (payload, node, declared, attributes, nix_shell, problems.is_empty())
-    else {
-        return Prepared { identity, plan: Err(Error::Rejected(problems)), events };
+    let (payload, node, declared, attributes, nix_shell) = match (payload, node, declared, attributes, nix_shell) {
+        (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell)) if problems.is_empty() => {
+            (payload, node, declared, attributes, nix_shell)
+        }
+        (_, node, ..) => return rejected(identity, problems, node.as_ref()),
     };
+    // Only names that may pass: the rest of jobenv's environment (a job runner's token) is
+    // never kept, not even in memory.
+    let environ = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| plan::environ_admits(&declared, k))
+        .collect();
     let inputs = Inputs {
         verb: job.verb.clone(),
         node,
         declared,
         attributes,
         payload,
-        environ: std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect(),
+        environ,
         nix_shell,
         running_system: policy::running_system(),
     };
-    Prepared { identity, plan: plan::plan(&inputs).map_err(Error::Rejected), events }
+    let plan = plan::plan(&inputs);
+    let events = match &plan {
+        Ok(plan) => plan.events.clone(),
+        Err(_) => events::config::from_node(&inputs.node).ok().flatten(),
+    };
+    Prepared { identity, plan: plan.map_err(Error::Rejected), events }
+}
+
+/// A job refused before it was planned; reported to front-ends too when the node's event
+/// settings are good.
+fn rejected(identity: Identity, problems: Vec<Problem>, node: Option<&std::collections::BTreeMap<String, node::NodeValue>>) -> Prepared {
+    let events = node.and_then(|node| events::config::from_node(node).ok().flatten());
+    Prepared { identity, plan: Err(Error::Rejected(problems)), events }
 }
 
 /// A program named by path must be an executable file; a bare name is looked up in jobenv's

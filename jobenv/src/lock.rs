@@ -22,6 +22,8 @@ pub struct Held {
 pub enum Refused {
     /// Another process holds it; `holder` is what that process wrote into the lock file.
     Busy { holder: String },
+    /// A cancel signal came while waiting.
+    Cancelled(nix::sys::signal::Signal),
     Io(std::io::Error),
 }
 
@@ -40,6 +42,9 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str) -> Result<Held, Refuse
                 return Ok(Held { _lock: lock });
             }
             Err((mut file, Errno::EWOULDBLOCK)) => {
+                if let Some(signal) = crate::signals::pending() {
+                    return Err(Refused::Cancelled(signal));
+                }
                 if Instant::now() >= deadline {
                     let mut holder = Vec::new();
                     let _ = file.read_to_end(&mut holder);

@@ -21,13 +21,6 @@ fn main() -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
 }
 
-/// One `jobenv: error:` line per problem; the messages never hold a value.
-fn report_error(error: &Error) {
-    for line in error.to_string().lines() {
-        tracing::error!("{line}");
-    }
-}
-
 fn run(args: RunArgs) -> i32 {
     let started = Instant::now();
     let ending = jobenv::job::run(&args);
@@ -66,7 +59,7 @@ fn write_result(result: &JobResult) -> anyhow::Result<()> {
 fn env(args: EnvArgs) -> i32 {
     match jobenv::prepare(&args.job).plan {
         Err(error) => {
-            report_error(&error);
+            error.log();
             error.exit_code()
         }
         Ok(plan) => {
@@ -81,7 +74,7 @@ fn env(args: EnvArgs) -> i32 {
 fn keys(args: KeysArgs) -> i32 {
     match files::read_keys(&args.keys) {
         Err(problems) => {
-            report_error(&Error::Rejected(problems));
+            Error::Rejected(problems).log();
             EXIT_REJECTED
         }
         Ok(declared) => print(report::keys(&declared, args.format).as_bytes()),
@@ -104,7 +97,7 @@ fn recover(args: RecoverArgs) -> i32 {
     });
     match recovered {
         Err(error) => {
-            report_error(&error);
+            error.log();
             error.exit_code()
         }
         Ok(entries) => {
@@ -117,11 +110,17 @@ fn recover(args: RecoverArgs) -> i32 {
 }
 
 fn status(args: StatusArgs) -> i32 {
+    // A job id names a file in the journal: never a path that leaves it.
+    if let Some(id) = args.job_id.as_ref().filter(|id| !jobenv::journal::is_valid_job_id(id)) {
+        let error = Error::from(Problem::InvalidJobId(id.clone()));
+        error.log();
+        return error.exit_code();
+    }
     let dir = args.state.dir();
     let journal = match open_journal(&dir) {
         Ok(journal) => journal,
         Err(error) => {
-            report_error(&error);
+            error.log();
             return error.exit_code();
         }
     };
@@ -136,7 +135,7 @@ fn status(args: StatusArgs) -> i32 {
             1
         }
         Err(source) => {
-            report_error(&Problem::Journal { path: dir, source }.into());
+            Error::from(Problem::Journal { path: dir, source }).log();
             EXIT_REJECTED
         }
     }

@@ -83,8 +83,6 @@ pub struct Plan {
     pub namespace: String,
     pub system: String,
     pub executable: String,
-    /// `BUILD_ID` from the payload: names the build in progress events; not passed on.
-    pub build_id: Option<String>,
     /// Where progress events go (`EVENTS_URL` and `EVENTS_SECRET` of the node).
     pub events: Option<crate::events::Target>,
     pub argv: Vec<String>,
@@ -103,7 +101,6 @@ impl std::fmt::Debug for Plan {
             .field("namespace", &self.namespace)
             .field("system", &self.system)
             .field("executable", &self.executable)
-            .field("build_id", &self.build_id)
             .field("events", &self.events)
             .field("argv", &self.argv)
             .field("env", &self.env)
@@ -121,10 +118,13 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
         problems.push(Problem::UnknownVerb { verb: inputs.verb.clone() });
     }
     check_node_keys(inputs, &mut problems);
+    for key in inputs.declared.keys().filter(|key| policy::is_consumed(key)) {
+        problems.push(Problem::DeclaredControlKey { key: key.clone() });
+    }
     let (payload_values, controls) = classify_payload(inputs, &mut problems);
 
     let node_text = |key: &str| inputs.node.get(key).map(|v| v.value.as_str());
-    let control = Controls::resolve(inputs, &controls, &mut problems);
+    let control = Controls::resolve(inputs, &controls, &mut problems, &mut warnings);
     let events = crate::events::config::from_node(&inputs.node).map_err(|p| problems.extend(p)).ok().flatten();
 
     if !problems.is_empty() {
@@ -135,7 +135,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
     let mut env: BTreeMap<String, Var> = BTreeMap::new();
     // Lowest first; each layer overwrites what the one below set.
     for (key, value) in &inputs.environ {
-        if environ_admits(inputs, key) {
+        if environ_admits(&inputs.declared, key) {
             env.insert(key.clone(), Var { value: value.clone(), source: Source::Environ });
         }
     }
@@ -147,7 +147,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
         env.insert(key, Var { value, source: Source::Payload });
     }
     for (key, node_value) in &inputs.node {
-        if policy::is_node_control(key) || policy::SHARED_CONTROL_KEYS.contains(&key.as_str()) {
+        if policy::is_consumed(key) {
             continue;
         }
         let source = if node_value.secret { Source::Secret } else { Source::Node };
@@ -168,10 +168,13 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
         env.insert("TF_HTTP_UNLOCK_ADDRESS".into(), derived(format!("{address}/lock")));
         env.insert("TF_HTTP_ADDRESS".into(), derived(address));
     }
-    // The node's own NIX_PATH is explicit and wins; otherwise <nixpkgs> is the node's pin.
-    if !inputs.node.contains_key("NIX_PATH") {
-        env.insert("NIX_PATH".into(), derived(format!("nixpkgs={}", control.nixpkgs)));
-    }
+    // <nixpkgs> inside the program is the node's pin, the same nix-shell gets with -I; a
+    // NIX_PATH the node sets comes after it (Nix takes the first match).
+    let nix_path = match node_text("NIX_PATH") {
+        Some(rest) if !rest.is_empty() => format!("nixpkgs={}:{rest}", control.nixpkgs),
+        _ => format!("nixpkgs={}", control.nixpkgs),
+    };
+    env.insert("NIX_PATH".into(), derived(nix_path));
 
     let argv = vec![
         inputs.nix_shell.display().to_string(),
@@ -194,7 +197,6 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
         namespace: control.namespace,
         system: control.system,
         executable: control.executable,
-        build_id: control.build_id,
         events,
         argv,
         env,
@@ -209,9 +211,8 @@ fn is_control(key: &str) -> bool {
 
 /// Only the fixed pass-through names and the declared keys pass from jobenv's environment:
 /// none of the job runner's own variables (`WM_TOKEN`, `PYTHONPATH`, ...).
-fn environ_admits(inputs: &Inputs, key: &str) -> bool {
-    ENVIRON_PASSTHROUGH.contains(&key)
-        || (inputs.declared.contains_key(key) && !policy::is_reserved(key) && !is_control(key))
+pub fn environ_admits(declared: &BTreeMap<String, DeclaredKey>, key: &str) -> bool {
+    ENVIRON_PASSTHROUGH.contains(&key) || (declared.contains_key(key) && !policy::is_reserved(key) && !is_control(key))
 }
 
 fn check_node_keys(inputs: &Inputs, problems: &mut Vec<Problem>) {
@@ -219,11 +220,11 @@ fn check_node_keys(inputs: &Inputs, problems: &mut Vec<Problem>) {
         let origin = value.origin.clone();
         if policy::is_derived(key) {
             problems.push(Problem::DerivedKeyOnNode { key: key.clone(), origin });
-        } else if policy::is_payload_control(key) && !policy::SHARED_CONTROL_KEYS.contains(&key.as_str()) {
+        } else if policy::is_payload_control(key) && !policy::is_shared_control(key) {
             problems.push(Problem::PayloadOnlyKeyOnNode { key: key.clone(), origin });
         } else if !(inputs.declared.contains_key(key)
             || policy::is_node_control(key)
-            || policy::SHARED_CONTROL_KEYS.contains(&key.as_str())
+            || policy::is_shared_control(key)
             || policy::is_node_tool_key(key))
         {
             problems.push(Problem::UndeclaredNodeKey { key: key.clone(), origin });
@@ -290,7 +291,6 @@ struct Controls {
     attribute: String,
     executable: String,
     namespace: String,
-    build_id: Option<String>,
 }
 
 /// How a value from a job appears in an error: quoted, and cut short.
@@ -300,9 +300,19 @@ fn shown(value: &str) -> String {
 }
 
 impl Controls {
-    fn resolve(inputs: &Inputs, payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> Option<Self> {
+    fn resolve(
+        inputs: &Inputs,
+        payload: &BTreeMap<&'static str, String>,
+        problems: &mut Vec<Problem>,
+        warnings: &mut Vec<String>,
+    ) -> Option<Self> {
         let before = problems.len();
         let node = |key: &str| inputs.node.get(key).map(|v| v.value.clone());
+        // A control key may come from a secrets directory: then its value is never shown.
+        let shown_node = |key: &str, value: &str| match inputs.node.get(key) {
+            Some(v) if v.secret => "(value not shown: it comes from a secret)".to_owned(),
+            _ => shown(value),
+        };
         let missing = |key, hint| Problem::MissingControl { key, hint };
 
         let root = match node("DEPLOYMENT_ROOT") {
@@ -311,11 +321,11 @@ impl Controls {
                 None
             }
             Some(root) if !Path::new(&root).is_absolute() => {
-                problems.push(Problem::BadControl { key: "DEPLOYMENT_ROOT", shown: shown(&root), rule: "must be an absolute path" });
+                problems.push(Problem::BadControl { key: "DEPLOYMENT_ROOT", shown: shown_node("DEPLOYMENT_ROOT", &root), rule: "must be an absolute path" });
                 None
             }
             Some(root) if !Path::new(&root).exists() => {
-                problems.push(Problem::BadControl { key: "DEPLOYMENT_ROOT", shown: shown(&root), rule: "does not exist" });
+                problems.push(Problem::BadControl { key: "DEPLOYMENT_ROOT", shown: shown_node("DEPLOYMENT_ROOT", &root), rule: "does not exist" });
                 None
             }
             Some(root) => Some(root),
@@ -327,7 +337,8 @@ impl Controls {
                 None
             }
             (Some(path), _) | (None, Some(path)) if !Path::new(&path).is_absolute() => {
-                problems.push(Problem::BadControl { key: "NIXPKGS", shown: shown(&path), rule: "must be an absolute path" });
+                let source = if inputs.node.contains_key("NIXPKGS") { "NIXPKGS" } else { "DEPLOYMENT_NIXPKGS" };
+                problems.push(Problem::BadControl { key: "NIXPKGS", shown: shown_node(source, &path), rule: "must be an absolute path" });
                 None
             }
             (Some(path), _) | (None, Some(path)) => Some(path),
@@ -337,9 +348,12 @@ impl Controls {
             }
         };
 
+        if node("SYSTEM").is_some() && payload.contains_key("SYSTEM") {
+            warnings.push("payload value for SYSTEM ignored: the node sets it".to_owned());
+        }
         let system = node("SYSTEM").or_else(|| payload.get("SYSTEM").cloned()).unwrap_or_else(|| inputs.running_system.clone());
         if !policy::is_valid_system(&system) {
-            problems.push(Problem::BadControl { key: "SYSTEM", shown: shown(&system), rule: "must match ^[a-z0-9_]+-[a-z0-9_]+$" });
+            problems.push(Problem::BadControl { key: "SYSTEM", shown: shown_node("SYSTEM", &system), rule: "must match ^[a-z0-9_]+-[a-z0-9_]+$" });
         }
 
         let attribute = payload.get("ATTRIBUTE").cloned();
@@ -369,8 +383,7 @@ impl Controls {
             Some(_) => {}
         }
 
-        let build_id = payload.get("BUILD_ID").cloned();
-        if let Some(id) = build_id.as_ref().filter(|id| !policy::is_valid_build_id(id)) {
+        if let Some(id) = payload.get("BUILD_ID").filter(|id| !policy::is_valid_build_id(id)) {
             problems.push(Problem::BadControl { key: "BUILD_ID", shown: shown(id), rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$" });
         }
 
@@ -391,7 +404,6 @@ impl Controls {
             attribute: attribute?,
             executable: executable?,
             namespace: namespace?,
-            build_id,
         })
     }
 }
@@ -554,7 +566,6 @@ mod tests {
         i.payload.insert("BUILD_ID".into(), json!("build-7"));
         let plan = plan(&i).unwrap();
         assert!(plan.events.is_some());
-        assert_eq!(plan.build_id.as_deref(), Some("build-7"));
         for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
             assert!(!plan.env.contains_key(key), "{key} reached the program");
         }
@@ -587,6 +598,56 @@ mod tests {
                 "test:SURPRISE sets SURPRISE, which is neither declared in the keys file nor a Nix/OpenTofu variable a node may set",
             ]
         );
+    }
+
+    #[test]
+    fn a_keys_file_that_declares_a_control_key_is_refused() {
+        let mut i = inputs();
+        for key in ["SYSTEM", "BUILD_ID", "DEPLOYMENT_ROOT"] {
+            i.declared.insert(key.into(), DeclaredKey { description: String::new(), default: Some("x".into()) });
+        }
+        // Derived keys may be declared: the program reads them, jobenv sets them.
+        i.declared.insert("DEPLOYMENT_NAMESPACE".into(), DeclaredKey { description: String::new(), default: None });
+        assert_eq!(
+            problems(&i),
+            [
+                "the keys file declares BUILD_ID, a control key jobenv consumes and never passes to the program",
+                "the keys file declares DEPLOYMENT_ROOT, a control key jobenv consumes and never passes to the program",
+                "the keys file declares SYSTEM, a control key jobenv consumes and never passes to the program",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_payload_system_the_node_overrides_draws_a_warning() {
+        let mut i = inputs();
+        i.node.extend(node(&[("SYSTEM", "aarch64-linux", false)]));
+        i.payload.insert("SYSTEM".into(), json!("x86_64-linux"));
+        let plan = plan(&i).unwrap();
+        assert_eq!(plan.system, "aarch64-linux");
+        assert_eq!(plan.warnings, ["payload value for SYSTEM ignored: the node sets it"]);
+    }
+
+    #[test]
+    fn the_nixpkgs_pin_comes_first_in_nix_path() {
+        let mut i = inputs();
+        i.node.extend(node(&[("NIX_PATH", "nixpkgs=/elsewhere:other=/o", false)]));
+        let plan = plan(&i).unwrap();
+        assert_eq!(plan.env["NIX_PATH"], Var { value: "nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), source: Source::Derived });
+    }
+
+    #[test]
+    fn a_control_value_from_a_secret_is_not_shown_in_errors() {
+        let mut i = inputs();
+        i.node.extend(node(&[("SYSTEM", "x86_64-SECRETSYS", true)]));
+        i.node.insert("DEPLOYMENT_ROOT".into(), NodeValue { value: "relative-SECRETROOT".into(), origin: "secret".into(), secret: true });
+        let p = problems(&i).join("\n");
+        assert!(!p.contains("SECRETSYS") && !p.contains("SECRETROOT"), "{p}");
+        // Positive control: the same values from deploy-env.json are shown.
+        assert!(p.contains("SYSTEM (value not shown: it comes from a secret) is invalid"), "{p}");
+        let mut i = inputs();
+        i.node.extend(node(&[("SYSTEM", "x86_64-PLAINSYS", false)]));
+        assert!(problems(&i).join("\n").contains("SYSTEM \"x86_64-PLAINSYS\" is invalid"));
     }
 
     #[test]

@@ -88,6 +88,15 @@ pub fn is_payload_control(key: &str) -> bool {
     PAYLOAD_CONTROL_KEYS.contains(&key)
 }
 
+pub fn is_shared_control(key: &str) -> bool {
+    SHARED_CONTROL_KEYS.contains(&key)
+}
+
+/// A control key jobenv consumes and never passes to the program.
+pub fn is_consumed(key: &str) -> bool {
+    is_node_control(key) || is_payload_control(key)
+}
+
 pub fn is_derived(key: &str) -> bool {
     DERIVED_KEYS.contains(&key)
 }

@@ -37,23 +37,40 @@ pub fn is_running(pid: i32, start: u64) -> bool {
     read_stat(pid).is_some_and(|stat| !stat.zombie && stat.start == start)
 }
 
+/// A live process, named by its pid and start time (a pid alone can be reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Process {
+    pub pid: Pid,
+    pub start: u64,
+}
+
+impl Process {
+    /// Signals the process if it is still the one that was found (not a newer process that
+    /// reused its pid since).
+    pub fn signal(self, signal: nix::sys::signal::Signal) {
+        if is_running(self.pid.as_raw(), self.start) {
+            let _ = nix::sys::signal::kill(self.pid, signal);
+        }
+    }
+}
+
 /// The live (not zombie) descendants of `root`, parents before children.
-pub fn live_descendants(root: Pid) -> Vec<Pid> {
+pub fn live_descendants(root: Pid) -> Vec<Process> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut children: HashMap<i32, Vec<(i32, bool)>> = HashMap::new();
+    let mut children: HashMap<i32, Vec<(i32, bool, u64)>> = HashMap::new();
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
         if let Some(stat) = read_stat(pid) {
-            children.entry(stat.ppid).or_default().push((pid, stat.zombie));
+            children.entry(stat.ppid).or_default().push((pid, stat.zombie, stat.start));
         }
     }
     let mut out = Vec::new();
     let mut queue = vec![root.as_raw()];
     while let Some(parent) = queue.pop() {
-        for &(pid, zombie) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
+        for &(pid, zombie, start) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
             // A zombie's children were already handed to us; it only waits to be reaped.
             if !zombie {
-                out.push(Pid::from_raw(pid));
+                out.push(Process { pid: Pid::from_raw(pid), start });
             }
             queue.push(pid);
         }
@@ -79,13 +96,14 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(found.len(), 1, "the backgrounded sleep: {found:?}");
-        assert!(live_descendants(nix::unistd::getpid()).contains(&shell));
+        assert!(live_descendants(nix::unistd::getpid()).iter().any(|p| p.pid == shell));
         let start = start_time(shell.as_raw()).unwrap();
         assert!(is_running(shell.as_raw(), start));
         assert!(!is_running(shell.as_raw(), start + 1), "another start time is another process");
-        for pid in found.into_iter().chain([shell]) {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        for process in found {
+            process.signal(nix::sys::signal::Signal::SIGKILL);
         }
+        let _ = nix::sys::signal::kill(shell, nix::sys::signal::Signal::SIGKILL);
         child.wait().unwrap();
     }
 }

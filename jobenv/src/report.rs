@@ -1,5 +1,6 @@
-//! What `env` and `keys` print. `env` output goes through the same redaction as the
-//! program's output, so a derived value that embeds a secret is masked too.
+//! What `env` and `keys` print. Every value `env` shows is redacted first, before it is
+//! escaped or encoded (an escaped secret, `pa\'ss` for `pa'ss`, is no longer the redactor's
+//! needle), so a derived value that embeds a secret is masked too.
 
 use std::collections::BTreeMap;
 
@@ -11,10 +12,19 @@ use crate::plan::{Plan, Source};
 use crate::redact::Redactor;
 
 pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
+    let redactor = Redactor::new(&plan.secrets);
+    let redacted = |text: &str| {
+        let mut redactor = redactor.clone();
+        let mut out = Vec::with_capacity(text.len());
+        redactor.push(text.as_bytes(), &mut out);
+        redactor.finish(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
     let shown = |key: &str| {
         let var = &plan.env[key];
-        if var.source == Source::Secret { "[REDACTED]".to_owned() } else { var.value.clone() }
+        if var.source == Source::Secret { "[REDACTED]".to_owned() } else { redacted(&var.value) }
     };
+    let argv: Vec<String> = plan.argv.iter().map(|arg| redacted(arg)).collect();
     let text = match format {
         Format::Json => {
             let env: serde_json::Map<_, _> = plan
@@ -22,13 +32,13 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
                 .iter()
                 .map(|(key, var)| (key.clone(), json!({"value": shown(key), "source": var.source})))
                 .collect();
-            let mut text = serde_json::to_string_pretty(&json!({"argv": plan.argv, "env": env})).expect("serializes");
+            let mut text = serde_json::to_string_pretty(&json!({"argv": argv, "env": env})).expect("serializes");
             text.push('\n');
             text
         }
         Format::Text => {
             let mut text = String::from("# argv, one argument per line\n");
-            for arg in &plan.argv {
+            for arg in &argv {
                 text.push_str(&format!("{}\n", arg.escape_debug()));
             }
             text.push_str("# environment: KEY=VALUE  # source\n");
@@ -38,11 +48,7 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
             text
         }
     };
-    let mut redactor = Redactor::new(&plan.secrets);
-    let mut out = Vec::with_capacity(text.len());
-    redactor.push(text.as_bytes(), &mut out);
-    redactor.finish(&mut out);
-    out
+    text.into_bytes()
 }
 
 pub fn keys(declared: &BTreeMap<String, DeclaredKey>, format: Format) -> String {

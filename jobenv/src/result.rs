@@ -9,8 +9,7 @@ use serde::Serialize;
 /// Never holds a secret: statuses, codes, names and validation messages only.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobResult {
-    /// `succeeded`, `failed`, `canceled`, `timed_out` or `rejected`.
-    pub status: &'static str,
+    pub status: crate::status::JobStatus,
     pub exit_code: i32,
     pub verb: String,
     pub attribute: Option<String>,

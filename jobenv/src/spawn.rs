@@ -1,7 +1,7 @@
-//! Starting the deployment program as `posix_spawn` does, plus the three things `posix_spawn`
-//! cannot do, which is why std's `Command` would fall back to `fork` here:
-//! `PR_SET_PDEATHSIG`, the check that jobenv is still its parent, and marking inherited
-//! descriptors close-on-exec.
+//! Starting the deployment program as `posix_spawn` does, plus the two things `posix_spawn`
+//! cannot do, which is why std's `Command` would fall back to `fork` here: `PR_SET_PDEATHSIG`
+//! and the check that jobenv is still its parent. Descriptors jobenv inherited are marked
+//! close-on-exec in jobenv itself first (it never execs anything but the program).
 //!
 //! Why not `fork`: it copies jobenv's page tables, and on the VMs this runs on the first fork of
 //! a process costs most of a millisecond (measured in BENCHMARKS.md, "Start-up overhead"). A
@@ -59,6 +59,7 @@ pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool) -> io::Resu
     let argv_p: Vec<*const c_char> = argv_c.iter().map(|s| s.as_ptr()).chain([ptr::null()]).collect();
     let envp_p: Vec<*const c_char> = env_c.iter().map(|s| s.as_ptr()).chain([ptr::null()]).collect();
 
+    close_inherited_descriptors();
     let stdin = File::open("/dev/null")?;
     let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC)?;
     let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC)?;
@@ -107,6 +108,22 @@ pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool) -> io::Resu
     }
 }
 
+/// The program gets stdin, stdout and stderr only: whatever jobenv inherited from its caller (a
+/// worker's sockets, a front-end's pipes) is marked close-on-exec. Everything jobenv opens
+/// itself already is (Rust opens all files and sockets that way).
+fn close_inherited_descriptors() {
+    // SAFETY: a system call on descriptor numbers; no memory is touched.
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0 {
+        return;
+    }
+    // Kernels before 5.11: every open descriptor, as /proc lists them.
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return };
+    for fd in entries.flatten().filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok()).filter(|fd| *fd > 2) {
+        // SAFETY: as above; a descriptor closed meanwhile (the directory's own) gives EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
 /// Runs in the child, on its own stack, in jobenv's memory: raw system calls only.
 extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // SAFETY: the parent passes a live `ChildArgs` and waits (CLONE_VFORK) until we exec or exit.
@@ -134,14 +151,6 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         }
         if a.own_group && libc::setpgid(0, 0) < 0 {
             fail(a.report);
-        }
-        // Descendants get stdin, stdout and stderr only: whatever jobenv inherited from its
-        // caller (a worker's sockets, a front-end's pipes) is closed on exec.
-        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) != 0 {
-            // Kernels before 5.11: one by one; EBADF for closed numbers is harmless.
-            for fd in 3..1024 {
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            }
         }
         // The program dies with jobenv, even when jobenv alone is SIGKILLed.
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) < 0 {

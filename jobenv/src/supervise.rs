@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::prctl;
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{Pid, getpgrp, getpid};
 use tokio::signal::unix::{SignalKind, signal};
@@ -31,6 +31,7 @@ use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
 use crate::plan::Plan;
 use crate::redact::Redactor;
+use crate::status::JobStatus;
 use crate::{proctree, pump, reaper, spawn};
 
 #[derive(Debug, Clone)]
@@ -65,13 +66,12 @@ impl Outcome {
         }
     }
 
-    /// The terminal status as the job result and the journal spell it.
-    pub fn status(self) -> &'static str {
+    pub fn status(self) -> JobStatus {
         match self {
-            Outcome::Exited(0) => "succeeded",
-            Outcome::Exited(_) | Outcome::Killed(_) => "failed",
-            Outcome::Cancelled(_) => "canceled",
-            Outcome::TimedOut => "timed_out",
+            Outcome::Exited(0) => JobStatus::Succeeded,
+            Outcome::Exited(_) | Outcome::Killed(_) => JobStatus::Failed,
+            Outcome::Cancelled(_) => JobStatus::Canceled,
+            Outcome::TimedOut => JobStatus::TimedOut,
         }
     }
 
@@ -94,6 +94,14 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     let mut sigint = install(SignalKind::interrupt(), "SIGINT")?;
     let mut sighup = install(SignalKind::hangup(), "SIGHUP")?;
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
+    // A cancel that came while jobenv validated and took its locks: the program never starts.
+    if let Some(signal) = crate::signals::pending() {
+        tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+        return Ok(Outcome::Cancelled(signal as i32));
+    }
+    // From here on the handlers above take them (on this thread; the threads started so far
+    // keep them held, so none of them is interrupted).
+    crate::signals::release();
 
     let me = getpid();
     let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.as_str())).collect();
@@ -141,9 +149,10 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
             // The program is gone; whatever it left running is stopped the same way, so a
-            // finished job leaves nothing behind. Normally the reaper reports this at once.
-            let left_behind = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone)).await.is_err();
-            if left_behind {
+            // finished job leaves nothing behind. Normally the reaper reports at once that no
+            // child is left; if not, /proc decides (a zombie not yet reaped is not left behind).
+            let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone)).await.is_ok();
+            if !reaped && !proctree::live_descendants(me).is_empty() {
                 tracing::warn!("the program exited but left processes running: stopping them");
                 terminate_tree(me, options.grace, &mut reaper.tree_gone).await;
             }
@@ -176,9 +185,9 @@ async fn terminate_tree(me: Pid, grace: Duration, tree_gone: &mut watch::Receive
         if Instant::now() >= deadline {
             break;
         }
-        for pid in live {
-            if warned.insert(pid) {
-                let _ = kill(pid, Signal::SIGTERM);
+        for process in live {
+            if warned.insert(process) {
+                process.signal(Signal::SIGTERM);
             }
         }
         let _ = tokio::time::timeout(Duration::from_millis(20), tree_gone.wait_for(|gone| *gone)).await;
@@ -195,8 +204,8 @@ async fn terminate_tree(me: Pid, grace: Duration, tree_gone: &mut watch::Receive
             tracing::warn!("{} process(es) still running after the grace period: sending SIGKILL", live.len());
             reported = true;
         }
-        for pid in live {
-            let _ = kill(pid, Signal::SIGKILL);
+        for process in live {
+            process.signal(Signal::SIGKILL);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

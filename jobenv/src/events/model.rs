@@ -12,6 +12,7 @@
 //! `dropped` is the running total of log lines this job has lost so far (dropped from the
 //! queue or given up after retries), so a receiver sees every loss in the next event it gets.
 
+use crate::status::JobStatus;
 use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
@@ -36,16 +37,16 @@ impl Status {
         !matches!(self, Status::Preparing | Status::Running)
     }
 
-    /// The terminal status for a job that ended with `result_status` (the spelling of
-    /// result.json: succeeded, failed, canceled, timed_out, rejected).
-    pub fn terminal(result_status: &str, verb: &str) -> Status {
-        match result_status {
-            "succeeded" if verb == "destroy" => Status::Destroyed,
-            "succeeded" => Status::Succeeded,
-            "canceled" => Status::Canceled,
-            "timed_out" => Status::TimedOut,
-            // "failed", and "rejected": a job refused before it ran has failed for its watchers.
-            _ => Status::Failed,
+    /// The terminal status for a job that ended with `ended`.
+    pub fn terminal(ended: JobStatus, verb: &str) -> Status {
+        match ended {
+            JobStatus::Succeeded if verb == "destroy" => Status::Destroyed,
+            JobStatus::Succeeded => Status::Succeeded,
+            JobStatus::Canceled => Status::Canceled,
+            JobStatus::TimedOut => Status::TimedOut,
+            // A job refused before it ran has failed for its watchers. (A job is never
+            // `Running` when it ends.)
+            JobStatus::Failed | JobStatus::Rejected | JobStatus::Running => Status::Failed,
         }
     }
 }
@@ -179,11 +180,11 @@ mod tests {
 
     #[test]
     fn terminal_statuses() {
-        assert_eq!(Status::terminal("succeeded", "apply"), Status::Succeeded);
-        assert_eq!(Status::terminal("succeeded", "destroy"), Status::Destroyed);
-        assert_eq!(Status::terminal("failed", "destroy"), Status::Failed);
-        assert_eq!(Status::terminal("rejected", "apply"), Status::Failed);
-        assert_eq!(Status::terminal("canceled", "apply"), Status::Canceled);
-        assert_eq!(Status::terminal("timed_out", "apply"), Status::TimedOut);
+        assert_eq!(Status::terminal(JobStatus::Succeeded, "apply"), Status::Succeeded);
+        assert_eq!(Status::terminal(JobStatus::Succeeded, "destroy"), Status::Destroyed);
+        assert_eq!(Status::terminal(JobStatus::Failed, "destroy"), Status::Failed);
+        assert_eq!(Status::terminal(JobStatus::Rejected, "apply"), Status::Failed);
+        assert_eq!(Status::terminal(JobStatus::Canceled, "apply"), Status::Canceled);
+        assert_eq!(Status::terminal(JobStatus::TimedOut, "apply"), Status::TimedOut);
     }
 }
