@@ -189,11 +189,23 @@ impl Journal {
     }
 
     /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
-    /// them. An entry whose job lock is held belongs to a live run and is left alone.
+    /// them. Each is re-read and rewritten under its job lock, so a run of that job id that
+    /// starts meanwhile either waits for it or has the lock first (then the entry is its own).
     pub fn recover(&self) -> std::io::Result<Vec<Entry>> {
         let mut recovered = Vec::new();
-        for mut entry in self.entries()? {
-            if entry.status != Status::Running || entry.is_live() || crate::lock::is_held(&crate::lock::job_path(&self.locks, &entry.job_id)) {
+        for entry in self.entries()? {
+            if entry.status != Status::Running || entry.is_live() {
+                continue;
+            }
+            let holder = format!("jobenv recover, pid {}", std::process::id());
+            let _lock = match crate::lock::acquire(&crate::lock::job_path(&self.locks, &entry.job_id), Duration::ZERO, &holder) {
+                Ok(lock) => lock,
+                // Held: a live run of this job id owns the entry.
+                Err(crate::lock::Refused::Busy { .. } | crate::lock::Refused::Cancelled(_)) => continue,
+                Err(crate::lock::Refused::Io(error)) => return Err(error),
+            };
+            let Some(mut entry) = self.read(&entry.job_id)? else { continue };
+            if entry.status != Status::Running || entry.is_live() {
                 continue;
             }
             entry.mark_interrupted();
@@ -203,7 +215,9 @@ impl Journal {
         Ok(recovered)
     }
 
-    /// Deletes entries (and their job locks) that finished more than `retain` ago.
+    /// Deletes what is older than `retain`: entries that finished then (and their job locks),
+    /// job locks that never got an entry (jobs refused or cancelled before they started), and
+    /// temporary files an interrupted write left behind.
     pub fn prune(&self, retain: Duration) -> std::io::Result<usize> {
         // A retention longer than the clock's past keeps everything.
         let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
@@ -213,6 +227,26 @@ impl Journal {
             if entry.status != Status::Running && finished.is_some_and(|t| t < cutoff) {
                 std::fs::remove_file(self.entry_path(&entry.job_id))?;
                 let _ = std::fs::remove_file(crate::lock::job_path(&self.locks, &entry.job_id));
+                pruned += 1;
+            }
+        }
+        let older = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff);
+        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
+            let path = dirent.path();
+            let name = dirent.file_name();
+            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
+            if !self.entry_path(job_id).exists() && older(&path) {
+                // Only when nobody holds it: a run that is starting keeps its lock file.
+                if let Ok(_held) = crate::lock::acquire(&path, Duration::ZERO, "jobenv prune") {
+                    std::fs::remove_file(&path)?;
+                    pruned += 1;
+                }
+            }
+        }
+        for dirent in std::fs::read_dir(&self.jobs)?.flatten() {
+            let path = dirent.path();
+            if dirent.file_name().to_str().is_some_and(|n| n.starts_with('.')) && older(&path) {
+                std::fs::remove_file(&path)?;
                 pruned += 1;
             }
         }
@@ -304,5 +338,30 @@ mod tests {
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
         assert_eq!(journal.read("j1").unwrap(), None);
         assert!(journal.read("j2").unwrap().is_some());
+    }
+
+    #[test]
+    fn pruning_removes_old_orphan_locks_and_temporary_files_but_not_new_or_held_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let backdate = |path: &Path| {
+            let old = SystemTime::now() - Duration::from_secs(40 * 86400);
+            std::fs::File::options().write(true).open(path).unwrap().set_modified(old).unwrap();
+        };
+        let orphan = crate::lock::job_path(journal.locks(), "refused-job");
+        let recent = crate::lock::job_path(journal.locks(), "recent-job");
+        let held_path = crate::lock::job_path(journal.locks(), "held-job");
+        let temp = dir.path().join("jobs/.j1.json.abc123");
+        for path in [&orphan, &recent, &held_path, &temp] {
+            std::fs::write(path, "x").unwrap();
+        }
+        for path in [&orphan, &held_path, &temp] {
+            backdate(path);
+        }
+        let _held = crate::lock::acquire(&held_path, Duration::ZERO, "a run").ok().unwrap();
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 2);
+        assert!(!orphan.exists() && !temp.exists());
+        assert!(recent.exists(), "a lock younger than the retention was removed");
+        assert!(held_path.exists(), "a held lock was removed");
     }
 }

@@ -73,14 +73,6 @@ fn holder_record(holder: &str) -> [u8; HOLDER_RECORD] {
 
 const HOLDER_RECORD: usize = 256;
 
-/// True when some process holds the lock on `path` right now.
-pub fn is_held(path: &Path) -> bool {
-    match File::open(path) {
-        Ok(file) => matches!(Flock::lock(file, FlockArg::LockExclusiveNonblock), Err((_, Errno::EWOULDBLOCK))),
-        Err(_) => false,
-    }
-}
-
 /// The lock file of a namespace.
 pub fn namespace_path(locks: &Path, namespace: &str) -> PathBuf {
     locks.join(format!("namespace-{namespace}.lock"))
