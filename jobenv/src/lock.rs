@@ -31,6 +31,7 @@ pub enum Refused {
 /// records `holder` in the file so that a refused job can say who holds it.
 pub fn acquire(path: &Path, wait: Duration, holder: &str) -> Result<Held, Refused> {
     let deadline = Instant::now() + wait;
+    let mut said_waiting = false;
     loop {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(Refused::Io)?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -45,17 +46,25 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str) -> Result<Held, Refuse
                 if let Some(signal) = crate::signals::pending() {
                     return Err(Refused::Cancelled(signal));
                 }
+                if !said_waiting && Instant::now() < deadline {
+                    tracing::info!("{} is held by {}: waiting up to {wait:?}", path.display(), holder_of(&mut file));
+                    said_waiting = true;
+                }
                 if Instant::now() >= deadline {
-                    let mut holder = Vec::new();
-                    let _ = file.read_to_end(&mut holder);
-                    let holder = String::from_utf8_lossy(&holder);
-                    return Err(Refused::Busy { holder: holder.trim_end_matches([' ', '\n', '\0']).to_owned() });
+                    return Err(Refused::Busy { holder: holder_of(&mut file) });
                 }
                 std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())));
             }
             Err((_, errno)) => return Err(Refused::Io(errno.into())),
         }
     }
+}
+
+/// What the holder of a lock wrote into its file.
+fn holder_of(file: &mut File) -> String {
+    let mut holder = Vec::new();
+    let _ = file.read_to_end(&mut holder);
+    String::from_utf8_lossy(&holder).trim_end_matches([' ', '\n', '\0']).to_owned()
 }
 
 /// The holder text, cut or padded with spaces to one fixed size so that it always overwrites

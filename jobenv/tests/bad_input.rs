@@ -277,3 +277,76 @@ fn a_rejected_windmill_job_writes_its_result() {
     assert_eq!(result["job_id"], "0192-rejected");
     assert_eq!(result["errors"][0], "unknown ATTRIBUTE \"db\": it is not in the published attribute list");
 }
+
+#[test]
+fn a_payload_with_a_repeated_key() {
+    let case = Case::new();
+    let out = run_with_stdin(
+        case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]),
+        br#"{"ATTRIBUTE": "nope", "ATTRIBUTE": "web", "NAMESPACE": "ns"}"#,
+    );
+    case.rejected(out, "payload on stdin is not valid JSON: the key \"ATTRIBUTE\" appears twice");
+}
+
+#[test]
+fn a_deploy_env_with_a_repeated_key() {
+    let (case, out) = with_deploy_env_text(r#"{"DEPLOYMENT_ROOT": "relative", "NIXPKGS": "/", "DEPLOYMENT_ROOT": "/"}"#);
+    case.rejected(out, "is not valid JSON: the key \"DEPLOYMENT_ROOT\" appears twice");
+}
+
+#[test]
+fn a_missing_relative_or_absent_deployment_root() {
+    let mut case = Case::new();
+    case.f.unset_node("DEPLOYMENT_ROOT");
+    case.rejected(case.run(&Case::payload()), "DEPLOYMENT_ROOT is required but not set (the node's deploy-env.json must set it)");
+    case.f.node("DEPLOYMENT_ROOT", "relative/root");
+    case.rejected(case.run(&Case::payload()), "DEPLOYMENT_ROOT \"relative/root\" is invalid: must be an absolute path");
+    case.f.node("DEPLOYMENT_ROOT", "/nonexistent/root");
+    case.rejected(case.run(&Case::payload()), "DEPLOYMENT_ROOT \"/nonexistent/root\" is invalid: does not exist");
+}
+
+#[test]
+fn a_missing_or_conflicting_nixpkgs() {
+    let mut case = Case::new();
+    case.f.unset_node("NIXPKGS");
+    case.rejected(case.run(&Case::payload()), "NIXPKGS is required but not set");
+    case.f.node("NIXPKGS", "/nix/a").node("DEPLOYMENT_NIXPKGS", "/nix/b");
+    case.rejected(case.run(&Case::payload()), "NIXPKGS and DEPLOYMENT_NIXPKGS are both set and differ");
+}
+
+#[test]
+fn a_secret_file_that_links_outside_its_directory() {
+    let case = Case::new();
+    let outside = case.f.path().join("outside-secret");
+    std::fs::write(&outside, SECRET).unwrap();
+    let link = case.f.secrets_dir().join("DOMAIN");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    case.rejected(case.run(&Case::payload()), &format!("secret file {} is a link that points outside its directory", link.display()));
+}
+
+#[test]
+fn a_keys_file_that_declares_a_control_key() {
+    let mut case = Case::new();
+    case.f.declare("NAMESPACE", Some("default-ns"));
+    case.rejected(case.run(&Case::payload()), "the keys file declares NAMESPACE, a control key jobenv consumes and never passes to the program");
+}
+
+#[test]
+fn a_secrets_env_file_line_that_is_not_key_value_is_named_by_line_not_content() {
+    let case = Case::new();
+    let env_file = case.f.path().join("secrets.env");
+    std::fs::write(&env_file, format!("# comment\nTF_VAR_ok=fine-value\n{SECRET}\n")).unwrap();
+    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_SECRETS_ENV_FILES", &env_file);
+    case.rejected(run_with_payload(command, &Case::payload()), &format!("{}:3: is not KEY=VALUE", env_file.display()));
+}
+
+#[test]
+fn status_refuses_a_job_id_that_is_a_path() {
+    let case = Case::new();
+    std::fs::write(case.f.path().join("outside.json"), "{}").unwrap();
+    let out = case.f.command(jobenv_bin!(), &["status", "../../outside"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid job id \"../../outside\""));
+    assert!(out.stdout.is_empty());
+}

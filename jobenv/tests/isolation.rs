@@ -87,8 +87,11 @@ fn descriptors_jobenv_inherits_do_not_reach_the_program() {
     let command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
     let out = run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
     let fds = String::from_utf8_lossy(&out.stdout).into_owned();
-    // Positive control: jobenv itself did inherit it.
+    // Positive control: the same listing, run without jobenv by this process (which passes the
+    // descriptor on, as a job runner would), does show it.
     assert!(inherited.as_raw_fd() > 2);
+    let direct = std::process::Command::new("/bin/sh").args(["-c", "ls -l /proc/$$/fd/"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&direct.stdout).contains("inherited-marker"), "the check cannot see an inherited descriptor");
     assert!(!fds.contains("inherited-marker"), "an inherited descriptor reached the program:\n{fds}");
     assert!(!fds.contains(&f.state_dir().display().to_string()), "a lock or journal descriptor leaked:\n{fds}");
     assert!(!fds.contains("socket:"), "{fds}");

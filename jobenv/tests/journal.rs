@@ -126,7 +126,7 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     other.program("web", "apply", &format!("echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"));
     let mut command = other.command(jobenv_bin!(), &["run", "--verb", "apply", "--job-id", "live-job"]);
     command.env("JOBENV_STATE_DIR", f.state_dir()).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut live = command.spawn().unwrap();
+    let mut live = Running(command.spawn().unwrap());
     {
         use std::io::Write;
         live.stdin.take().unwrap().write_all(br#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#).unwrap();

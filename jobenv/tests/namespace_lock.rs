@@ -91,3 +91,29 @@ fn different_namespaces_run_in_parallel() {
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
 }
+
+#[test]
+fn a_cancel_while_waiting_for_the_lock_ends_the_job_as_canceled_without_starting_it() {
+    let f = fixture();
+    let mut first = start(&f, "shared", &[]);
+    read_pids(&f.path().join("pids-shared"), 1, Duration::from_secs(20));
+    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--lock-timeout", "60"]);
+    command.env("WM_JOB_ID", "waiting-job").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut waiting = Running(command.spawn().unwrap());
+    {
+        use std::io::Write;
+        waiting.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "shared"}).to_string().as_bytes()).unwrap();
+    }
+    let mut stderr = StreamWatch::new(waiting.stderr.take().unwrap());
+    assert!(stderr.wait_for(b"waiting up to 60s", Duration::from_secs(20)), "{}", String::from_utf8_lossy(&stderr.seen));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = fediversity_testkit::process::wait_exit(&mut waiting, Duration::from_secs(5)).expect("the wait ends at once");
+    assert_eq!(status.code(), Some(143));
+    let result: serde_json::Value = serde_json::from_slice(&std::fs::read(f.job_dir().join("result.json")).unwrap()).unwrap();
+    assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("canceled"), Some(143)));
+    assert!(String::from_utf8_lossy(&stderr.finish()).contains("received SIGTERM: the job is canceled before its program started"));
+    // The first job still runs alone: the cancelled one never started its program.
+    assert_eq!(log(&f), ["start shared"]);
+    std::fs::write(f.path().join("go-shared"), "").unwrap();
+    assert!(first.wait().unwrap().success());
+}

@@ -104,13 +104,15 @@ fn a_secret_shorter_than_four_bytes_is_not_redacted_and_warns() {
 fn output_streams_while_the_program_runs_and_only_a_possible_secret_prefix_is_held() {
     let f = with_program("");
     let go = f.path().join("go");
+    let printed = f.path().join("printed");
     let mut f = f;
     f.program(
         "web",
         "apply",
         &format!(
-            r#"printf 'first line\nheld '; printf 'tok-'; while [ ! -e {go} ]; do sleep 0.02; done; printf 'other %s\n' "$API_TOKEN""#,
-            go = go.display()
+            r#"printf 'first line\nheld '; printf 'tok-'; touch {printed}; while [ ! -e {go} ]; do sleep 0.02; done; printf 'other %s\n' "$API_TOKEN""#,
+            go = go.display(),
+            printed = printed.display()
         ),
     );
     let mut child = f
@@ -128,8 +130,11 @@ fn output_streams_while_the_program_runs_and_only_a_possible_secret_prefix_is_he
     let mut stdout = StreamWatch::new(child.stdout.take().unwrap());
     // The program is blocked until `go` exists: this output came while it ran.
     assert!(stdout.wait_for(b"first line\nheld ", Duration::from_secs(20)), "no streamed output: {:?}", stdout.seen);
-    // "tok-" could be the start of the secret, so it waits for more output.
+    // "tok-" could be the start of the secret, so it waits for more output. The program has
+    // written it (it touched `printed` after), and jobenv had time to pass it on.
+    assert!(fediversity_testkit::process::wait_until(Duration::from_secs(20), || printed.exists()));
     std::thread::sleep(Duration::from_millis(300));
+    stdout.wait_for(b"tok-", Duration::from_millis(1));
     assert!(!contains(&stdout.seen, "tok-"), "a possible secret prefix was released early");
     std::fs::write(&go, "").unwrap();
     assert!(child.wait().unwrap().success());
@@ -144,4 +149,32 @@ fn env_shows_secrets_redacted() {
     let env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(env["env"]["API_TOKEN"], json!({"value": "[REDACTED]", "source": "secret"}));
     assert!(!contains(&out.stdout, TOKEN) && !contains(&out.stderr, TOKEN));
+}
+
+#[test]
+fn secrets_from_an_env_file_are_redacted() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", r#"echo "tf=$TF_VAR_token""#);
+    let env_file = f.path().join("secrets.env");
+    std::fs::write(&env_file, "# tokens\nexport TF_VAR_token=env-file-secret-42\n").unwrap();
+    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
+    command.env("JOBENV_SECRETS_ENV_FILES", &env_file);
+    let out = fediversity_testkit::nix_fixture::run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The program got the value (the line is there), and it was redacted on the way out.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "tf=[REDACTED]\n");
+}
+
+#[test]
+fn env_text_redacts_before_it_escapes() {
+    // A secret state address with a quote: escaped as \' it would no longer match the secret.
+    let mut f = Fixture::new();
+    f.program("web", "apply", "true");
+    f.secret("STATE_BASE_ADDRESS", "https://user:pa'ss-word@state.example/tf");
+    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Positive control: the derived addresses are shown, with the secret part masked.
+    assert!(text.contains("TF_HTTP_ADDRESS=[REDACTED]/ns  # derived"), "{text}");
+    assert!(!text.contains("pa'ss-word") && !text.contains("pa\\'ss-word") && !text.contains("user:pa"), "{text}");
 }
