@@ -212,12 +212,8 @@ fn orphans_of_the_program_are_reaped_while_it_runs() {
     f.program("web", "apply", &format!("(sleep 0.3 & echo $! > {dir}/orphan.pid); while [ ! -e {dir}/go ]; do sleep 0.02; done"));
     let mut jobenv = start(&f, "reap-job");
     let orphan = read_pids(&f.path().join("orphan.pid"), 1, Duration::from_secs(20))[0];
-    let ppid = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
-        let rest = &s[s.rfind(')')? + 2..];
-        rest.split(' ').nth(1)?.parse::<u32>().ok()
-    });
     // Positive control: the orphan really is jobenv's child now.
-    assert!(wait_until(Duration::from_secs(2), || ppid(orphan) == Some(jobenv.id())), "orphan not handed to jobenv");
+    assert!(wait_until(Duration::from_secs(2), || fediversity_testkit::process::ppid(orphan) == Some(jobenv.id() as i32)), "orphan not handed to jobenv");
     // Once it exits, jobenv reaps it: no zombie stays behind under jobenv.
     assert!(wait_until(Duration::from_secs(3), || std::fs::metadata(format!("/proc/{orphan}")).is_err()), "a zombie stayed under jobenv");
     std::fs::write(f.path().join("go"), "").unwrap();

@@ -16,6 +16,12 @@ pub fn is_alive(pid: i32) -> bool {
     }
 }
 
+/// The parent of a process, from `/proc/<pid>/stat` (comm may hold spaces and parens).
+pub fn ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
 /// The process group of a live process.
 pub fn pgid(pid: i32) -> Option<i32> {
     nix::unistd::getpgid(Some(Pid::from_raw(pid))).ok().map(Pid::as_raw)
