@@ -544,38 +544,37 @@ fn is_workspace_id(id: &str) -> bool {
         && id.split('-').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
-fn lookup_user(name: &str, problems: &mut Problems) -> Option<u32> {
-    if let Ok(uid) = name.parse::<u32>() {
-        return Some(uid);
+/// A numeric id as is, else the id of the user or group of that name (`field` and `kind` name
+/// it in the problem).
+fn lookup_id(
+    field: &str,
+    kind: &str,
+    name: &str,
+    find: impl FnOnce(&str) -> nix::Result<Option<u32>>,
+    problems: &mut Problems,
+) -> Option<u32> {
+    if let Ok(id) = name.parse::<u32>() {
+        return Some(id);
     }
-    match nix::unistd::User::from_name(name) {
-        Ok(Some(user)) => Some(user.uid.as_raw()),
+    match find(name) {
+        Ok(Some(id)) => Some(id),
         Ok(None) => {
-            problems.add(format!("ui_auth.owner: no user named {name:?}"));
+            problems.add(format!("{field}: no {kind} named {name:?}"));
             None
         }
         Err(e) => {
-            problems.add(format!("ui_auth.owner: cannot look up user {name:?}: {e}"));
+            problems.add(format!("{field}: cannot look up {kind} {name:?}: {e}"));
             None
         }
     }
 }
 
+fn lookup_user(name: &str, problems: &mut Problems) -> Option<u32> {
+    lookup_id("ui_auth.owner", "user", name, |n| nix::unistd::User::from_name(n).map(|u| u.map(|u| u.uid.as_raw())), problems)
+}
+
 fn lookup_group(name: &str, problems: &mut Problems) -> Option<u32> {
-    if let Ok(gid) = name.parse::<u32>() {
-        return Some(gid);
-    }
-    match nix::unistd::Group::from_name(name) {
-        Ok(Some(group)) => Some(group.gid.as_raw()),
-        Ok(None) => {
-            problems.add(format!("ui_auth.group: no group named {name:?}"));
-            None
-        }
-        Err(e) => {
-            problems.add(format!("ui_auth.group: cannot look up group {name:?}: {e}"));
-            None
-        }
-    }
+    lookup_id("ui_auth.group", "group", name, |n| nix::unistd::Group::from_name(n).map(|g| g.map(|g| g.gid.as_raw())), problems)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
+use fediversity_testkit::windmill_fake::ScriptRow;
 use serde_json::json;
 
 fn creates(node: &Node, mark: usize) -> Vec<String> {
@@ -28,10 +29,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
 
-    assert_eq!(creates(&node, mark), vec!["f/fediversity/deploy".to_owned()]);
-    let after = node.windmill.versions("fediversity", "f/fediversity/deploy");
-    assert_eq!(after.len(), 2);
-    assert_eq!(after[1].parent_hashes.first(), Some(&before[0].hash));
+    let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, edited);
     assert!(after[0].archived && !after[1].archived);
     // The body sent: the required fields, no lock.
@@ -114,10 +112,7 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
-    assert_eq!(creates(&node, mark), vec!["f/fediversity/deploy".to_owned()]);
-    let after = node.windmill.versions("fediversity", "f/fediversity/deploy");
-    assert_eq!(after.len(), 2);
-    assert_eq!(after[1].parent_hashes.first(), Some(&before[0].hash));
+    let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, before[0].content);
 
     // The new version's lock did not fail: left alone from now on.
@@ -154,4 +149,14 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/_runner").len(), 5);
+}
+
+/// Asserts that the run since `mark` created exactly one version of the deploy script, whose
+/// parent is the previous head `before[0]`, and returns both versions.
+fn one_new_version_on(node: &Node, mark: usize, before: &[ScriptRow]) -> Vec<ScriptRow> {
+    assert_eq!(creates(node, mark), vec!["f/fediversity/deploy".to_owned()]);
+    let after = node.windmill.versions("fediversity", "f/fediversity/deploy");
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[1].parent_hashes.first(), Some(&before[0].hash));
+    after
 }

@@ -46,7 +46,7 @@ impl Ending {
 
     /// A cancel signal came before the program started: nothing ran.
     fn cancelled_before_start(signal: nix::sys::signal::Signal, identity: Identity) -> Self {
-        tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+        crate::signals::log_cancelled_before_start(signal);
         let outcome = Outcome::Cancelled(signal as i32);
         Ending {
             status: outcome.status(),

@@ -205,8 +205,9 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
     })
 }
 
+/// A key no layer passes on as it is: jobenv consumes it or derives it.
 fn is_control(key: &str) -> bool {
-    policy::is_node_control(key) || policy::is_payload_control(key) || policy::is_derived(key)
+    policy::is_consumed(key) || policy::is_derived(key)
 }
 
 /// Only the fixed pass-through names and the declared keys pass from jobenv's environment:

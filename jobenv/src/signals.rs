@@ -35,3 +35,8 @@ pub fn pending() -> Option<Signal> {
     }
     CANCEL.into_iter().find(|signal| unsafe { nix::libc::sigismember(&set, *signal as i32) } == 1)
 }
+
+/// Says that a cancel came before the program started (nothing ran).
+pub fn log_cancelled_before_start(signal: Signal) {
+    tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+}

@@ -96,7 +96,7 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
     // A cancel that came while jobenv validated and took its locks: the program never starts.
     if let Some(signal) = crate::signals::pending() {
-        tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+        crate::signals::log_cancelled_before_start(signal);
         return Ok(Outcome::Cancelled(signal as i32));
     }
     // From here on the handlers above take them (on this thread; the threads started so far
