@@ -118,7 +118,7 @@ pub enum Problem {
     UnknownAttribute(String),
     #[error("EXECUTABLE {given:?} is not allowed: it must be {expected:?} (<ATTRIBUTE>-<VERB>)")]
     BadExecutable { given: String, expected: String },
-    #[error("unknown verb {verb:?}: expected one of {}", crate::policy::VERBS.join(", "))]
+    #[error("unknown verb {verb:?}: expected one of {}", crate::input::names::VERBS.join(", "))]
     UnknownVerb { verb: String },
     #[error("secrets directory {} does not exist", .0.display())]
     MissingSecretsDir(PathBuf),

@@ -4,15 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use crate::files::DeclaredKey;
-use crate::node::NodeValue;
-use crate::plan::{Inputs, plan};
-use crate::policy;
-use crate::redact::{Redactor, can_be_spelled_by_marker, redact_all};
+use crate::input::keys::DeclaredKey;
+use crate::input::names as policy;
+use crate::input::node::NodeValue;
+use crate::input::Inputs;
+use crate::plan::plan;
+use crate::run::redact::{Redactor, can_be_spelled_by_marker, redact_all};
 
 /// Any bytes as a payload: parsing never panics, and whatever is accepted obeys the rules.
 pub fn payload(data: &[u8]) {
-    let Ok(payload) = crate::payload::parse("fuzz", data) else { return };
+    let Ok(payload) = crate::input::payload::parse("fuzz", data) else { return };
     let declared: BTreeMap<String, DeclaredKey> = ["DOMAIN", "HOSTS", "PATH", "NIX_CONFIG"]
         .into_iter()
         .map(|k| (k.to_owned(), DeclaredKey { description: String::new(), default: None }))
@@ -50,7 +51,7 @@ pub fn payload(data: &[u8]) {
 pub fn env_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let mut last_line = 0;
-    for item in crate::node::parse_env_file(text) {
+    for item in crate::input::env_file::parse_env_file(text) {
         let line = match item {
             Ok((key, value, line)) => {
                 assert!(policy::is_valid_key(key), "invalid key accepted");

@@ -1,89 +1,95 @@
-//! One `run`, in order: the job's own lock and journal entry (replay, refuse, or run as the
-//! next attempt), validation, the namespace lock, the `running` entry, the program, the
-//! terminal entry. Nothing runs unless every step before the program held. A cancel signal
-//! is held from the first step on (see [`crate::signals`]): one that comes before the program
-//! starts ends the job as `canceled` without starting it.
+//! One `run`, step by step. Nothing runs unless every step before the program held; every way
+//! out of a step is an [`Ending`] that the last step reports (exit code, `result.json`, the
+//! final progress event).
+//!
+//! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on; one that comes before the
+//!    program starts ends the job as `canceled` without starting it.
+//! 2. **journal**: the state directory, and the job id (a file name).
+//! 3. **job lock**: one run per job id at a time.
+//! 4. **decision**: a job that already ended is replayed; one running under a live jobenv is
+//!    refused; anything else runs as the next attempt.
+//! 5. **inputs and plan**: read, check and merge every input ([`crate::input`],
+//!    [`crate::plan`]); from here front-ends see the job (`preparing`).
+//! 6. **namespace lock**: one deploy per namespace.
+//! 7. **running entry** in the journal.
+//! 8. **program**: run and supervise it ([`crate::run`]).
+//! 9. **terminal entry** in the journal, and pruning.
+//! 10. **report**: `result.json` for Windmill, then the final progress event.
 
 use std::time::{Duration, Instant};
 
 use crate::cli::RunArgs;
-use crate::error::{EXIT_INTERNAL, Error, Problem};
-use crate::events::Events;
-use crate::journal::{self, Decision, Entry, Journal, Status};
+use crate::error::{Error, Problem};
+use crate::events::{Events, Ids, Progress};
+use crate::input::{self, Identity};
 use crate::plan::Plan;
-use crate::status::JobStatus;
-use crate::supervise::{self, Outcome, RunOptions};
-use crate::{Identity, lock, proctree, signals};
-
-/// How a run ended, for the exit code and the Windmill job result.
-#[derive(Debug, Clone)]
-pub struct Ending {
-    pub status: JobStatus,
-    pub exit_code: i32,
-    pub identity: Identity,
-    /// One line per problem when rejected; never a value.
-    pub errors: Vec<String>,
-    pub attempt: Option<u32>,
-    pub replayed: bool,
-    /// The job's progress events, already told how it ended: the caller waits for their
-    /// delivery last, after result.json.
-    pub events: Events,
-}
-
-impl Ending {
-    fn rejected(error: &Error, identity: Identity) -> Self {
-        error.log();
-        Ending {
-            status: JobStatus::Rejected,
-            exit_code: error.exit_code(),
-            identity,
-            errors: error.to_string().lines().map(str::to_owned).collect(),
-            attempt: None,
-            replayed: false,
-            events: Events::default(),
-        }
-    }
-
-    /// A cancel signal came before the program started: nothing ran.
-    fn cancelled_before_start(signal: nix::sys::signal::Signal, identity: Identity) -> Self {
-        crate::signals::log_cancelled_before_start(signal);
-        let outcome = Outcome::Cancelled(signal as i32);
-        Ending {
-            status: outcome.status(),
-            exit_code: outcome.exit_code(),
-            identity,
-            errors: Vec::new(),
-            attempt: None,
-            replayed: false,
-            events: Events::default(),
-        }
-    }
-
-    /// Tells the job's progress events how it ended, and hands them on for the final wait.
-    fn reported(self, events: Events) -> Self {
-        events.finish(self.status, self.exit_code, &self.errors);
-        Ending { events, ..self }
-    }
-}
+use crate::record::journal::{self, Decision, Entry, Journal};
+use crate::record::locks::{self, Refused};
+use crate::record::result_file::{self, JobResult};
+use crate::record::{Ending, Status};
+use crate::run::cancel::{self, Cancel};
+use crate::run::{self, RunOptions, tree};
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.
 const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(args: &RunArgs) -> Ending {
-    signals::hold();
+/// What a run found out, for its last step.
+struct Report {
+    ending: Ending,
+    identity: Identity,
+    attempt: Option<u32>,
+    replayed: bool,
+    /// The job's progress events (off until step 5).
+    events: Events,
+}
+
+impl Report {
+    fn new(ending: Ending, identity: Identity) -> Self {
+        Report { ending, identity, attempt: None, replayed: false, events: Events::default() }
+    }
+
+    /// Refused before the program ran: every problem on its own `jobenv: error:` line.
+    fn rejected(error: &Error, identity: Identity) -> Self {
+        error.log();
+        Report::new(Ending::rejected(error), identity)
+    }
+
+    /// A cancel signal came before the program started: nothing ran.
+    fn cancelled_before_start(signal: nix::sys::signal::Signal, identity: Identity) -> Self {
+        cancel::log_cancelled_before_start(signal);
+        Report::new(run::Outcome::Cancelled(signal as i32).into(), identity)
+    }
+
+    fn with_events(self, events: Events) -> Self {
+        Report { events, ..self }
+    }
+}
+
+/// Runs the job and returns jobenv's exit code.
+pub fn run(args: &RunArgs) -> i32 {
     let started = Instant::now();
+    let report = steps(args, started);
+    conclude(args, report, started)
+}
+
+fn steps(args: &RunArgs, started: Instant) -> Report {
+    // 1. cancel
+    let mut cancel = match Cancel::install() {
+        Ok(cancel) => cancel,
+        Err(e) => return Report::rejected(&Error::io("cannot handle the cancel signals", e), Identity::default()),
+    };
+
+    // 2. journal: first, so that a replay does not depend on today's node files being valid.
     let state_dir = args.state.dir();
     let journal_problem = |source| Error::from(Problem::Journal { path: state_dir.clone(), source });
-
-    // The journal first: a replay must not depend on today's node files being valid.
     let journal = match Journal::open(&state_dir) {
         Ok(journal) => journal,
-        Err(source) => return Ending::rejected(&journal_problem(source), Identity::default()),
+        Err(source) => return Report::rejected(&journal_problem(source), Identity::default()),
     };
     let job_id = match &args.job_id {
         Some(id) if !journal::is_valid_job_id(id) => {
-            return Ending::rejected(&Problem::InvalidJobId(id.clone()).into(), Identity::default());
+            return Report::rejected(&Problem::InvalidJobId(id.clone()).into(), Identity::default());
         }
         other => other.clone(),
     };
@@ -91,26 +97,29 @@ pub fn run(args: &RunArgs) -> Ending {
         Some(id) => format!("job {id}, jobenv pid {}", std::process::id()),
         None => format!("jobenv pid {}", std::process::id()),
     };
-    // Held until jobenv exits: a second jobenv with the same job id is refused meanwhile.
+
+    // 3. job lock: held until jobenv exits, so a second jobenv with the same job id waits.
     let _job_lock = match &job_id {
         None => None,
-        Some(id) => match lock::acquire(&lock::job_path(journal.locks(), id), JOB_LOCK_WAIT, &holder) {
+        Some(id) => match locks::acquire(&locks::job_path(journal.locks(), id), JOB_LOCK_WAIT, &holder, Some(&mut cancel)) {
             Ok(held) => Some(held),
-            Err(lock::Refused::Busy { holder }) => {
-                return Ending::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
+            Err(Refused::Busy { holder }) => {
+                return Report::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
             }
-            Err(lock::Refused::Cancelled(signal)) => return Ending::cancelled_before_start(signal, Identity::default()),
-            Err(lock::Refused::Io(source)) => return Ending::rejected(&journal_problem(source), Identity::default()),
+            Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, Identity::default()),
+            Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), Identity::default()),
         },
     };
+
+    // 4. decision
     let (attempt, earlier) = match &job_id {
         None => (None, Vec::new()),
         Some(id) => match journal.read(id).map(journal::decide) {
-            Err(source) => return Ending::rejected(&journal_problem(source), Identity::default()),
-            Ok(Decision::Replay(entry)) => return replay(entry),
+            Err(source) => return Report::rejected(&journal_problem(source), Identity::default()),
+            Ok(Decision::Replay(entry)) => return replay(&entry),
             Ok(Decision::Refuse(entry)) => {
                 let holder = format!("journal entry of attempt {} under live jobenv pid {}", entry.attempt, entry.pid);
-                return Ending::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
+                return Report::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
             }
             Ok(Decision::Run { attempt, earlier }) => {
                 if attempt > 1 {
@@ -121,70 +130,129 @@ pub fn run(args: &RunArgs) -> Ending {
         },
     };
 
-    let prepared = crate::prepare(&args.job);
-    // From here on, front-ends see the job: `preparing` now, and every way it ends below.
-    // A replay above is not shown again, and neither is a job refused before its node files
+    // 5. inputs and plan. From here on, front-ends see the job: `preparing` now, and every way
+    // it ends below. A replay above is not shown again, nor a job refused before its node files
     // were read.
-    let events = Events::start(&prepared, &args.job.verb, job_id.as_deref());
-    let identity = prepared.identity;
-    let plan = match prepared.plan {
+    let gathered = input::gather(&args.job);
+    let identity = gathered.identity;
+    let plan = gathered.inputs.and_then(|inputs| crate::plan::plan(&inputs)).map_err(Error::Rejected);
+    let target = match &plan {
+        Ok(plan) => plan.events.clone(),
+        Err(_) => gathered.events,
+    };
+    let events = start_events(target.as_ref(), &identity, &args.job.verb, job_id.as_deref());
+    let plan = match plan {
         Ok(plan) => plan,
-        Err(error) => return Ending::rejected(&error, identity).reported(events),
+        Err(error) => return Report::rejected(&error, identity).with_events(events),
     };
     for warning in &plan.warnings {
         tracing::warn!("{warning}");
     }
 
-    let _namespace_lock =
-        match lock::acquire(&lock::namespace_path(journal.locks(), &plan.namespace), args.lock_timeout, &holder) {
-            Ok(held) => held,
-            Err(lock::Refused::Busy { holder }) => {
-                let error = Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder }.into();
-                return Ending::rejected(&error, identity).reported(events);
-            }
-            Err(lock::Refused::Cancelled(signal)) => return Ending::cancelled_before_start(signal, identity).reported(events),
-            Err(lock::Refused::Io(source)) => return Ending::rejected(&journal_problem(source), identity).reported(events),
-        };
+    // 6. namespace lock
+    let namespace_lock = locks::namespace_path(journal.locks(), &plan.namespace);
+    let _namespace_lock = match locks::acquire(&namespace_lock, args.lock_timeout, &holder, Some(&mut cancel)) {
+        Ok(held) => held,
+        Err(Refused::Busy { holder }) => {
+            let error = Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder }.into();
+            return Report::rejected(&error, identity).with_events(events);
+        }
+        Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, identity).with_events(events),
+        Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), identity).with_events(events),
+    };
 
+    // 7. running entry: if it cannot be written, nothing runs.
     let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| running_entry(id, attempt, earlier, &plan));
     if let Some(entry) = &entry {
         if let Err(source) = journal.write(entry) {
-            return Ending::rejected(&journal_problem(source), identity).reported(events);
+            return Report::rejected(&journal_problem(source), identity).with_events(events);
         }
     }
 
+    // 8. program
     tracing::info!("running {} in namespace {} (system {}, verb {})", plan.executable, plan.namespace, plan.system, plan.verb);
     let options = RunOptions { grace: args.grace, timeout: args.timeout, events: events.clone() };
-    let (status, exit_code, errors) = match execute(&plan, &options) {
+    let ending = match run::run(&plan, &options, cancel) {
         Ok(outcome) => {
-            tracing::info!(
-                "{} {} with exit code {} after {:.1}s",
-                plan.executable,
-                outcome.status(),
-                outcome.exit_code(),
-                started.elapsed().as_secs_f64()
-            );
-            (outcome.status(), outcome.exit_code(), Vec::new())
+            let ending = Ending::from(outcome);
+            let took = started.elapsed().as_secs_f64();
+            tracing::info!("{} {} with exit code {} after {took:.1}s", plan.executable, ending.status, ending.exit_code);
+            ending
         }
         Err(error) => {
             error.log();
-            (JobStatus::Failed, EXIT_INTERNAL, error.to_string().lines().map(str::to_owned).collect())
+            Ending::failed(&error)
         }
     };
 
+    // 9. terminal entry. The program has run: a journal that fails now cannot undo that, so
+    // report and keep the program's exit code. A later run of this job id will see `running`
+    // under a dead pid and run it again as the next attempt.
     if let Some(entry) = &mut entry {
-        entry.status = status;
-        entry.exit_code = Some(exit_code);
-        entry.finished_at = Some(journal::now());
-        // The program has run: a journal that fails now cannot undo that, so report and keep
-        // the program's exit code. A later run of this job id will see `running` under a dead
-        // pid and run it again as the next attempt.
+        entry.end(&ending);
         if let Err(error) = journal.write(entry) {
             tracing::error!("cannot record the end of job {} in the journal: {error}", entry.job_id);
         }
         prune(&journal, args.retain_days);
     }
-    Ending { status, exit_code, identity, errors, attempt, replayed: false, events: Events::default() }.reported(events)
+    Report { ending, identity, attempt, replayed: false, events }
+}
+
+/// Step 10, report: `result.json` (with `WM_JOB_ID`), then at most [`crate::events::FINAL_WAIT`] for
+/// the final progress event. Returns the exit code.
+fn conclude(args: &RunArgs, report: Report, started: Instant) -> i32 {
+    let Report { ending, identity, attempt, replayed, events } = report;
+    events.finish(progress(ending.status, &args.job.verb), ending.exit_code, &ending.errors);
+    let mut code = ending.exit_code;
+    if let Ok(job_id) = std::env::var("WM_JOB_ID") {
+        let result = JobResult {
+            verb: &args.job.verb,
+            attribute: identity.attribute.as_deref(),
+            namespace: identity.namespace.as_deref(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            job_id: Some(&job_id),
+            attempt,
+            replayed,
+            ..JobResult::of(&ending)
+        };
+        let dir = std::env::current_dir().unwrap_or_default();
+        if let Err(error) = result_file::write(&dir, &result) {
+            tracing::error!("cannot write {}/result.json: {error}", dir.display());
+            // Without the file Windmill would fail the job anyway, with a worse message.
+            if code == 0 {
+                code = crate::error::EXIT_INTERNAL;
+            }
+        }
+    }
+    // Last, after result.json: a worker that kills jobenv during this wait loses nothing.
+    events.wait();
+    code
+}
+
+/// The events of a job, if the node configures them and the job names its deployment: a
+/// rejected job whose payload has no valid NAMESPACE cannot be shown on any channel.
+fn start_events(target: Option<&crate::events::Target>, identity: &Identity, verb: &str, job_id: Option<&str>) -> Events {
+    let Some(target) = target else { return Events::default() };
+    let Some(deployment) = identity.namespace.clone().filter(|ns| input::names::is_valid_namespace(ns)) else {
+        tracing::debug!("progress events are not sent: the job names no valid NAMESPACE");
+        return Events::default();
+    };
+    // BUILD_ID from the payload, else the job id.
+    let build = identity.build_id.clone().or_else(|| job_id.map(str::to_owned));
+    Events::start(target, Ids { deployment, build, verb: verb.to_owned() })
+}
+
+/// The terminal status front-ends see for a job that ended with `status`.
+fn progress(status: Status, verb: &str) -> Progress {
+    match status {
+        Status::Succeeded if verb == "destroy" => Progress::Destroyed,
+        Status::Succeeded => Progress::Succeeded,
+        Status::Canceled => Progress::Canceled,
+        Status::TimedOut => Progress::TimedOut,
+        // A job refused before it ran has failed for its watchers. (A job is never `Running`
+        // when it ends.)
+        Status::Failed | Status::Rejected | Status::Running => Progress::Failed,
+    }
 }
 
 fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, plan: &Plan) -> Entry {
@@ -196,7 +264,7 @@ fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, pla
         attribute: plan.attribute.clone(),
         namespace: plan.namespace.clone(),
         pid,
-        pid_start: proctree::start_time(pid).unwrap_or_default(),
+        pid_start: tree::start_time(pid).unwrap_or_default(),
         started_at: journal::now(),
         status: Status::Running,
         exit_code: None,
@@ -207,24 +275,18 @@ fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, pla
 }
 
 /// A job that already ended: say so in one line and end the same way again.
-fn replay(entry: Entry) -> Ending {
-    let code = entry.exit_code.unwrap_or(EXIT_INTERNAL);
+fn replay(entry: &Entry) -> Report {
+    let ending = entry.ending();
     tracing::info!(
-        "job {} already ended ({}, exit code {code}, attempt {}, at {}): replaying the recorded result, not running it again",
+        "job {} already ended ({}, exit code {}, attempt {}, at {}): replaying the recorded result, not running it again",
         entry.job_id,
-        entry.status.as_str(),
+        entry.status,
+        ending.exit_code,
         entry.attempt,
         entry.finished_at.as_deref().unwrap_or("an unknown time"),
     );
-    Ending {
-        status: entry.status,
-        exit_code: code,
-        identity: Identity { attribute: Some(entry.attribute), namespace: Some(entry.namespace), build_id: None },
-        errors: Vec::new(),
-        attempt: Some(entry.attempt),
-        replayed: true,
-        events: Events::default(),
-    }
+    let identity = Identity { attribute: Some(entry.attribute.clone()), namespace: Some(entry.namespace.clone()), build_id: None };
+    Report { ending, identity, attempt: Some(entry.attempt), replayed: true, events: Events::default() }
 }
 
 fn prune(journal: &Journal, retain_days: u32) {
@@ -235,12 +297,17 @@ fn prune(journal: &Journal, retain_days: u32) {
     }
 }
 
-fn execute(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
-    // One thread drives everything async: the program is forked from this thread, and its
-    // parent-death signal is tied to the forking thread, not to the process.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the runtime", e))?;
-    runtime.block_on(supervise::run(plan, options))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_progress() {
+        assert_eq!(progress(Status::Succeeded, "apply"), Progress::Succeeded);
+        assert_eq!(progress(Status::Succeeded, "destroy"), Progress::Destroyed);
+        assert_eq!(progress(Status::Failed, "destroy"), Progress::Failed);
+        assert_eq!(progress(Status::Rejected, "apply"), Progress::Failed);
+        assert_eq!(progress(Status::Canceled, "apply"), Progress::Canceled);
+        assert_eq!(progress(Status::TimedOut, "apply"), Progress::TimedOut);
+    }
 }

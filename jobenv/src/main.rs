@@ -1,13 +1,11 @@
 use std::process::ExitCode;
-use std::time::Instant;
 
-use anyhow::Context;
 use clap::Parser;
 use jobenv::cli::{Cli, Command, EnvArgs, KeysArgs, RecoverArgs, RunArgs, StatusArgs};
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
-use jobenv::journal::Journal;
-use jobenv::result::JobResult;
-use jobenv::{files, report};
+use jobenv::input::keys;
+use jobenv::record::journal::{self, Journal};
+use jobenv::show;
 
 fn main() -> ExitCode {
     jobenv::logging::init();
@@ -22,42 +20,11 @@ fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> i32 {
-    let started = Instant::now();
-    let ending = jobenv::job::run(&args);
-    let mut code = ending.exit_code;
-    if let Ok(job_id) = std::env::var("WM_JOB_ID") {
-        let result = JobResult {
-            status: ending.status,
-            exit_code: code,
-            verb: args.job.verb.clone(),
-            attribute: ending.identity.attribute,
-            namespace: ending.identity.namespace,
-            duration_ms: started.elapsed().as_millis() as u64,
-            job_id: Some(job_id),
-            attempt: ending.attempt,
-            replayed: ending.replayed,
-            errors: ending.errors,
-        };
-        if let Err(error) = write_result(&result) {
-            tracing::error!("{error:#}");
-            // Without the file Windmill would fail the job anyway, with a worse message.
-            if code == 0 {
-                code = EXIT_INTERNAL;
-            }
-        }
-    }
-    // Last, after result.json: a worker that kills jobenv during this wait loses nothing.
-    ending.events.wait();
-    code
-}
-
-fn write_result(result: &JobResult) -> anyhow::Result<()> {
-    let dir = std::env::current_dir().context("finding the job directory")?;
-    jobenv::result::write(&dir, result).with_context(|| format!("cannot write {}/result.json", dir.display()))
+    jobenv::job::run(&args)
 }
 
 fn env(args: EnvArgs) -> i32 {
-    match jobenv::prepare(&args.job).plan {
+    match jobenv::input::gather(&args.job).inputs.and_then(|inputs| jobenv::plan::plan(&inputs)).map_err(Error::Rejected) {
         Err(error) => {
             error.log();
             error.exit_code()
@@ -66,18 +33,18 @@ fn env(args: EnvArgs) -> i32 {
             for warning in &plan.warnings {
                 tracing::warn!("{warning}");
             }
-            print(&report::env(&plan, args.format))
+            print(&show::env(&plan, args.format))
         }
     }
 }
 
 fn keys(args: KeysArgs) -> i32 {
-    match files::read_keys(&args.keys) {
+    match keys::read_keys(&args.keys) {
         Err(problems) => {
             Error::Rejected(problems).log();
             EXIT_REJECTED
         }
-        Ok(declared) => print(report::keys(&declared, args.format).as_bytes()),
+        Ok(declared) => print(show::keys(&declared, args.format).as_bytes()),
     }
 }
 
@@ -111,7 +78,7 @@ fn recover(args: RecoverArgs) -> i32 {
 
 fn status(args: StatusArgs) -> i32 {
     // A job id names a file in the journal: never a path that leaves it.
-    if let Some(id) = args.job_id.as_ref().filter(|id| !jobenv::journal::is_valid_job_id(id)) {
+    if let Some(id) = args.job_id.as_ref().filter(|id| !journal::is_valid_job_id(id)) {
         let error = Error::from(Problem::InvalidJobId(id.clone()));
         error.log();
         return error.exit_code();

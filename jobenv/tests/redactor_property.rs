@@ -2,7 +2,7 @@
 //! bytes and every way of cutting the stream, no secret survives and every other byte comes
 //! out unchanged (the output equals the whole-buffer reference redaction).
 
-use jobenv::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
+use jobenv::run::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
 use proptest::prelude::*;
 
 /// Small alphabets make overlaps, repeats and near-misses common.

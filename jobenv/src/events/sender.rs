@@ -1,187 +1,224 @@
-//! Delivery: one thread of its own runs a current-thread runtime with the HTTP client, posts
-//! one event at a time in order, retries with backoff, and watches for the program's exec.
-//!
-//! A thread of its own rather than a task on the supervisor's runtime: the supervisor blocks
-//! that runtime in places (waiting for the pumps, scanning /proc), and delivery must neither
-//! wait for it nor make it wait. The program is still forked from the main thread, which its
-//! parent-death signal is tied to.
+//! Delivery, by the rules of the README's "Progress events": one thread of its own (delivery
+//! must neither wait for the supervisor nor make it wait) runs a current-thread runtime with
+//! the HTTP client and posts one event at a time, in the order the messages came: lines in
+//! batches, always all of them before a status change that came after them; statuses retried
+//! until delivered, batches three times; 401/403 end the job's events.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, StatusCode, Url};
+use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::config::{Secret, Target};
-use super::model::{self, Item};
-use super::queue::{Next, Settled};
-use super::Shared;
+use super::model::{self, Item, Line};
+use super::{Ids, Msg, Secret, Shared, Target, lock};
+
+pub const BATCH_LINES: usize = 64;
+pub const BATCH_BYTES: usize = 64 * 1024;
+pub const BATCH_DELAY: Duration = Duration::from_millis(200);
+/// At most 40 batches a second: about 2,500 lines a second reach a receiver.
+pub const BATCH_INTERVAL: Duration = Duration::from_millis(25);
+pub const HURRY_AFTER: Duration = Duration::from_secs(1);
 
 const SECRET_HEADER: HeaderName = HeaderName::from_static("x-action-secret");
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bounds one request; a receiver slower than this is retried like one that is down.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts after the first for a batch of log lines; status events are retried until jobenv exits.
+/// Attempts after the first for a batch of log lines.
 const LOG_RETRIES: usize = 2;
 /// Enough of an answer to let the connection be reused; more is not read.
 const ANSWER_LIMIT: usize = 64 * 1024;
 
 /// Starts the events thread; if it cannot start, events are off for this job (one line says so).
-pub(super) fn spawn(shared: Arc<Shared>, target: Target) {
-    let started = std::thread::Builder::new().name("events".into()).spawn({
-        let shared = Arc::clone(&shared);
-        move || run(&shared, &target)
-    });
-    if started.is_err() {
-        shared.give_up("cannot start the events thread");
+pub(super) fn spawn(shared: Arc<Shared>, target: Target, ids: Ids, rx: UnboundedReceiver<Msg>, done: SyncSender<bool>) {
+    let thread = Arc::clone(&shared);
+    let run = move || done.send(run(&thread, &target, ids, rx));
+    if std::thread::Builder::new().name("events".into()).spawn(run).is_err() {
+        give_up(&shared, "cannot start the events thread");
     }
 }
 
-fn run(shared: &Arc<Shared>, target: &Target) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-        return shared.give_up("cannot start the events runtime");
-    };
-    let Some(client) = client(&target.secret, target.url.scheme() == "https") else {
-        return shared.give_up("cannot set up the HTTP client");
-    };
-    runtime.block_on(async {
-        tokio::spawn(watch_exec(Arc::clone(shared)));
-        deliver(shared, &client, &target.url).await;
-    });
+/// Events cannot be sent at all for this job: one line says why.
+fn give_up(shared: &Shared, why: &str) -> bool {
+    let mut state = lock(&shared.state);
+    (state.closed, state.reported) = (true, true);
+    tracing::warn!("progress events are off for this job: {why}");
+    false
 }
 
-fn client(secret: &Secret, https: bool) -> Option<Client> {
+/// Delivers until the final status is out (true) or cannot be (false).
+fn run(shared: &Shared, target: &Target, ids: Ids, rx: UnboundedReceiver<Msg>) -> bool {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        return give_up(shared, "cannot start the events runtime");
+    };
+    let Some(client) = client(&target.secret) else {
+        return give_up(shared, "cannot set up the HTTP client");
+    };
+    let mut sender =
+        Sender { shared, client, url: &target.url, ids, seq: 0, warned: false, pending: VecDeque::new(), pending_bytes: 0, last_batch: None };
+    runtime.block_on(sender.deliver(rx))
+}
+
+struct Sender<'a> {
+    shared: &'a Shared,
+    client: Client,
+    url: &'a Url,
+    ids: Ids,
+    seq: u64,
+    warned: bool,
+    /// Lines received and not yet sent, with when each arrived.
+    pending: VecDeque<(Line, Instant)>,
+    pending_bytes: usize,
+    last_batch: Option<Instant>,
+}
+
+/// The receiver refused jobenv for good: nothing more is sent.
+struct Refused;
+
+impl Sender<'_> {
+    /// Delivers until the final status is out (true) or cannot be (false).
+    async fn deliver(&mut self, mut rx: UnboundedReceiver<Msg>) -> bool {
+        loop {
+            let due = self.pending.front().map(|(_, since)| {
+                let full = self.pending.len() >= BATCH_LINES || self.pending_bytes >= BATCH_BYTES;
+                let due = if full { Instant::now() } else { *since + BATCH_DELAY };
+                self.last_batch.map_or(due, |last| due.max(last + BATCH_INTERVAL))
+            });
+            let next = match due {
+                None => Ok(rx.recv().await),
+                Some(due) => tokio::time::timeout_at(due.into(), rx.recv()).await,
+            };
+            let step = match next {
+                Err(_elapsed) => {
+                    self.last_batch = Some(Instant::now());
+                    self.send_batch().await.map(|()| false)
+                }
+                // Every handle is gone without a terminal status: nothing more will come.
+                Ok(None) => return false,
+                Ok(Some(Msg::Lines(lines))) => {
+                    let now = Instant::now();
+                    self.pending_bytes += lines.iter().map(|line| line.line.len()).sum::<usize>();
+                    self.pending.extend(lines.into_iter().map(|line| (line, now)));
+                    Ok(false)
+                }
+                Ok(Some(Msg::Status(status, ended))) => self.send_status(status, ended).await,
+            };
+            match step {
+                Ok(false) => {}
+                Ok(true) => return true,
+                Err(Refused) => return false,
+            }
+        }
+    }
+
+    /// Sends every line before the status, then the status; true once a terminal one is out.
+    async fn send_status(&mut self, status: Item, ended: Instant) -> Result<bool, Refused> {
+        let terminal = matches!(status, Item::Status { status, .. } if status.is_terminal());
+        while !self.pending.is_empty() {
+            if terminal && ended.elapsed() >= HURRY_AFTER {
+                let late = self.pending.drain(..).count();
+                self.release(late, self.pending_bytes, late);
+                break;
+            }
+            self.send_batch().await?;
+        }
+        let delivered = self.send(status, true).await?;
+        lock(&self.shared.state).delivered += u64::from(delivered);
+        Ok(terminal && delivered)
+    }
+
+    /// The oldest lines, within the batch bounds (at least one line).
+    async fn send_batch(&mut self) -> Result<(), Refused> {
+        let mut batch = Vec::new();
+        let mut size = 0;
+        while let Some((line, _)) = self.pending.front() {
+            if batch.len() == BATCH_LINES || (!batch.is_empty() && size + line.line.len() > BATCH_BYTES) {
+                break;
+            }
+            size += line.line.len();
+            batch.push(self.pending.pop_front().expect("a line is pending").0);
+        }
+        let count = batch.len();
+        let delivered = self.send(Item::Logs { lines: batch }, false).await?;
+        self.release(count, size, if delivered { 0 } else { count });
+        Ok(())
+    }
+
+    /// `lines` of `bytes` left the queue, `lost` of them undelivered: they no longer count
+    /// against the budget, and the lost ones count as dropped.
+    fn release(&mut self, lines: usize, bytes: usize, lost: usize) {
+        self.pending_bytes -= bytes;
+        let mut state = lock(&self.shared.state);
+        state.queued_lines -= lines;
+        state.queued_bytes -= bytes;
+        state.dropped += lost as u64;
+    }
+
+    /// Posts one event (numbered when first sent, the number kept across retries); whether it
+    /// was delivered. `Err` when the receiver refused jobenv for good.
+    async fn send(&mut self, item: Item, is_status: bool) -> Result<bool, Refused> {
+        self.seq += 1;
+        let dropped = lock(&self.shared.state).dropped;
+        let body = model::encode(&self.ids, self.seq, dropped, &item);
+        let backoff = ExponentialBuilder::default().with_min_delay(Duration::from_millis(100)).with_max_delay(Duration::from_secs(2)).with_jitter();
+        let backoff = if is_status { backoff.without_max_times() } else { backoff.with_max_times(LOG_RETRIES) };
+        let result = (|| post(&self.client, self.url, body.clone()))
+            .retry(backoff)
+            .when(Failure::is_transient)
+            .notify(|failure, _| lock(&self.shared.state).last_error = Some(failure.describe()))
+            .await;
+        match result {
+            Ok(()) => {
+                lock(&self.shared.state).last_error = None;
+                Ok(true)
+            }
+            Err(Failure::Http(code)) if code == StatusCode::UNAUTHORIZED || code == StatusCode::FORBIDDEN => {
+                let mut state = lock(&self.shared.state);
+                (state.closed, state.reported) = (true, true);
+                tracing::error!(
+                    "progress events: the receiver refused jobenv's EVENTS_SECRET (HTTP {code}); no more events are sent for this job"
+                );
+                Err(Refused)
+            }
+            Err(failure) => {
+                if let (Failure::Http(code), false) = (&failure, self.warned) {
+                    self.warned = true;
+                    tracing::warn!("progress events: the receiver rejected an event (HTTP {code}); it is skipped");
+                }
+                lock(&self.shared.state).last_error = Some(failure.describe());
+                Ok(false)
+            }
+        }
+    }
+}
+
+fn client(secret: &Secret) -> Option<Client> {
     // reqwest comes without a crypto provider (aws-lc-rs would need cmake): ring serves https.
     // Installing it twice is harmless (the first one stays).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut value = HeaderValue::from_str(secret.expose()).ok()?;
     // Sensitive: kept out of Debug output and of HTTP/2 header compression tables.
     value.set_sensitive(true);
-    let builder = || {
-        let mut headers = HeaderMap::new();
-        headers.insert(SECRET_HEADER, value.clone());
-        Client::builder()
-            .default_headers(headers)
-            // A redirect would carry the secret header somewhere the node did not name.
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("fediversity-jobenv/", env!("CARGO_PKG_VERSION")))
-    };
-    if !https {
-        // Plain http never uses TLS, but reqwest sets it up anyway, and its default verifier
-        // parses every system root certificate (a few ms per job). A TLS setup without roots
-        // avoids that; should reqwest not take it, the default is used.
-        if let Ok(client) = builder().tls_backend_preconfigured(no_roots()).build() {
-            return Some(client);
-        }
-    }
-    builder().build().ok()
-}
-
-/// A rustls setup that trusts nothing: for a client that only ever speaks plain http.
-fn no_roots() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
-}
-
-/// Polls the direct child's command line until the program runs, the child is gone, or the
-/// job ended. Cheap: one small /proc read per poll, every 5 to 50 ms.
-async fn watch_exec(shared: Arc<Shared>) {
-    let mut pause = Duration::from_millis(5);
-    while !shared.check_running() {
-        tokio::time::sleep(pause).await;
-        if shared.program.get().is_some() {
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
-    }
-}
-
-async fn deliver(shared: &Shared, client: &Client, url: &Url) {
-    let mut seq = 0;
-    let mut warned_rejected = false;
-    loop {
-        let next = shared.lock().next(Instant::now());
-        let (item, dropped) = match next {
-            Next::Done => break,
-            Next::Wait => {
-                shared.wake.notified().await;
-                continue;
-            }
-            Next::WaitUntil(due) => {
-                tokio::select! {
-                    () = shared.wake.notified() => {}
-                    () = tokio::time::sleep_until(due.into()) => {}
-                }
-                continue;
-            }
-            Next::Send { item, dropped } => (item, dropped),
-        };
-        // Numbered when first sent (and kept across retries): seqs are contiguous unless an
-        // event was given up, whose lines then count in `dropped`.
-        seq += 1;
-        let body = model::encode(&shared.ids, seq, dropped, &item);
-        let result = send(shared, client, url, body, matches!(item, Item::Status(_))).await;
-        let mut queue = shared.lock();
-        match result {
-            Ok(()) => {
-                queue.last_error = None;
-                queue.settle(Settled::Delivered);
-            }
-            Err(Failure::Http(code)) if code == StatusCode::UNAUTHORIZED || code == StatusCode::FORBIDDEN => {
-                // Retrying cannot fix a wrong secret; the whole job's events stop here.
-                queue.stop(Instant::now());
-                queue.reported = true;
-                tracing::error!(
-                    "progress events: the receiver refused jobenv's EVENTS_SECRET (HTTP {code}); no more events are sent for this job"
-                );
-                drop(queue);
-                shared.settled.notify_all();
-                return;
-            }
-            Err(failure) => {
-                if let (Failure::Http(code), false) = (&failure, warned_rejected) {
-                    warned_rejected = true;
-                    tracing::warn!("progress events: the receiver rejected an event (HTTP {code}); it is skipped");
-                }
-                queue.last_error = Some(failure.describe());
-                queue.settle(Settled::Abandoned);
-            }
-        }
-        drop(queue);
-        shared.settled.notify_all();
-    }
-    shared.lock().sender_done = true;
-    shared.settled.notify_all();
-}
-
-/// Posts one event, retrying what a later attempt may fix.
-async fn send(shared: &Shared, client: &Client, url: &Url, body: Vec<u8>, is_status: bool) -> Result<(), Failure> {
-    let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(2))
-        .with_jitter();
-    // Status events are never dropped: retried until delivered or jobenv exits.
-    let backoff = if is_status { backoff.without_max_times() } else { backoff.with_max_times(LOG_RETRIES) };
-    (|| post(client, url, body.clone()))
-        .retry(backoff)
-        .when(Failure::is_transient)
-        .notify(|failure, _| shared.lock().last_error = Some(failure.describe()))
-        .await
+    let mut headers = HeaderMap::new();
+    headers.insert(SECRET_HEADER, value);
+    Client::builder()
+        .default_headers(headers)
+        // A redirect would carry the secret header somewhere the node did not name.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .user_agent(concat!("fediversity-jobenv/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .ok()
 }
 
 async fn post(client: &Client, url: &Url, body: Vec<u8>) -> Result<(), Failure> {
-    let mut response = client
-        .post(url.clone())
-        .header(CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| Failure::from_reqwest(&e))?;
+    let mut response =
+        client.post(url.clone()).header(CONTENT_TYPE, "application/json").body(body).send().await.map_err(|e| Failure::from_reqwest(&e))?;
     let code = response.status();
     let mut read = 0;
     while let Ok(Some(chunk)) = response.chunk().await {
@@ -193,8 +230,8 @@ async fn post(client: &Client, url: &Url, body: Vec<u8>) -> Result<(), Failure> 
     if code.is_success() { Ok(()) } else { Err(Failure::Http(code)) }
 }
 
-/// Why an attempt failed. Deliberately not reqwest's error: its message holds the URL, which
-/// may carry credentials.
+/// Why an attempt failed, in words of our own: reqwest's message holds the URL, which may carry
+/// credentials.
 #[derive(Debug)]
 enum Failure {
     Timeout,
@@ -205,22 +242,15 @@ enum Failure {
 
 impl Failure {
     fn from_reqwest(error: &reqwest::Error) -> Self {
-        if error.is_timeout() {
-            Failure::Timeout
-        } else if error.is_connect() {
-            Failure::Connect
-        } else {
-            Failure::Request
-        }
+        [(error.is_timeout(), Failure::Timeout), (error.is_connect(), Failure::Connect)]
+            .into_iter()
+            .find_map(|(is, failure)| is.then_some(failure))
+            .unwrap_or(Failure::Request)
     }
 
     fn is_transient(&self) -> bool {
-        match self {
-            Failure::Http(code) => {
-                *code == StatusCode::REQUEST_TIMEOUT || *code == StatusCode::TOO_MANY_REQUESTS || code.is_server_error()
-            }
-            _ => true,
-        }
+        matches!(self, Failure::Http(code) if code.as_u16() == 408 || code.as_u16() == 429 || code.is_server_error())
+            || !matches!(self, Failure::Http(_))
     }
 
     fn describe(&self) -> String {
@@ -239,10 +269,9 @@ mod tests {
 
     #[test]
     fn clients_build_for_http_and_https() {
-        let secret = super::super::config::tests_support::secret("events-secret-0123456789");
+        let secret = Secret::new("events-secret-0123456789".into());
         // Without ring installed as rustls's provider, reqwest would panic here.
-        assert!(client(&secret, true).is_some());
-        assert!(client(&secret, false).is_some());
+        assert!(client(&secret).is_some());
     }
 
     #[test]

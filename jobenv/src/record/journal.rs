@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::proctree;
-
-pub use crate::status::JobStatus as Status;
+use super::ending::{Ending, Status};
+use super::locks;
+use crate::run::tree;
 
 /// The reason recorded for an attempt whose jobenv died before it could record the end.
 pub const INTERRUPTED: &str = "interrupted";
@@ -66,7 +66,7 @@ impl Entry {
 
     /// Still `running` under a jobenv that is alive.
     pub fn is_live(&self) -> bool {
-        self.status == Status::Running && proctree::is_running(self.pid, self.pid_start)
+        self.status == Status::Running && tree::is_running(self.pid, self.pid_start)
     }
 
     /// Records that this attempt's jobenv died: failed, interrupted.
@@ -75,6 +75,18 @@ impl Entry {
         self.reason = Some(INTERRUPTED.to_owned());
         self.exit_code = None;
         self.finished_at = Some(now());
+    }
+
+    /// Records how this attempt ended.
+    pub fn end(&mut self, ending: &Ending) {
+        self.status = ending.status;
+        self.exit_code = Some(ending.exit_code);
+        self.finished_at = Some(now());
+    }
+
+    /// How the recorded attempt ended, for a replay.
+    pub fn ending(&self) -> Ending {
+        Ending { status: self.status, exit_code: self.exit_code.unwrap_or(crate::error::EXIT_INTERNAL), errors: Vec::new() }
     }
 
     fn as_attempt(&self) -> Attempt {
@@ -168,7 +180,7 @@ impl Journal {
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
         let mut text = serde_json::to_vec_pretty(entry)?;
         text.push(b'\n');
-        crate::files::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text)
+        super::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text)
     }
 
     /// Every entry, oldest start first; unreadable files are skipped with a warning.
@@ -198,11 +210,11 @@ impl Journal {
                 continue;
             }
             let holder = format!("jobenv recover, pid {}", std::process::id());
-            let _lock = match crate::lock::acquire(&crate::lock::job_path(&self.locks, &entry.job_id), Duration::ZERO, &holder) {
+            let _lock = match locks::acquire(&locks::job_path(&self.locks, &entry.job_id), Duration::ZERO, &holder, None) {
                 Ok(lock) => lock,
                 // Held: a live run of this job id owns the entry.
-                Err(crate::lock::Refused::Busy { .. } | crate::lock::Refused::Cancelled(_)) => continue,
-                Err(crate::lock::Refused::Io(error)) => return Err(error),
+                Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => continue,
+                Err(locks::Refused::Io(error)) => return Err(error),
             };
             let Some(mut entry) = self.read(&entry.job_id)? else { continue };
             if entry.status != Status::Running || entry.is_live() {
@@ -226,7 +238,7 @@ impl Journal {
             let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
             if entry.status != Status::Running && finished.is_some_and(|t| t < cutoff) {
                 std::fs::remove_file(self.entry_path(&entry.job_id))?;
-                let _ = std::fs::remove_file(crate::lock::job_path(&self.locks, &entry.job_id));
+                let _ = std::fs::remove_file(locks::job_path(&self.locks, &entry.job_id));
                 pruned += 1;
             }
         }
@@ -237,7 +249,7 @@ impl Journal {
             let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
             if !self.entry_path(job_id).exists() && older(&path) {
                 // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Ok(_held) = crate::lock::acquire(&path, Duration::ZERO, "jobenv prune") {
+                if let Ok(_held) = locks::acquire(&path, Duration::ZERO, "jobenv prune", None) {
                     std::fs::remove_file(&path)?;
                     pruned += 1;
                 }
@@ -286,7 +298,7 @@ mod tests {
     #[test]
     fn a_running_entry_of_a_live_process_is_refused() {
         let me = std::process::id() as i32;
-        let live = entry(Status::Running, me, proctree::start_time(me).unwrap());
+        let live = entry(Status::Running, me, tree::start_time(me).unwrap());
         assert!(matches!(decide(Some(live)), Decision::Refuse(_)));
     }
 
@@ -294,7 +306,7 @@ mod tests {
     fn a_running_entry_of_a_dead_process_runs_again_as_the_next_attempt() {
         let me = std::process::id() as i32;
         // Same pid, another start time: the process that wrote the entry is gone.
-        let dead = entry(Status::Running, me, proctree::start_time(me).unwrap() + 1);
+        let dead = entry(Status::Running, me, tree::start_time(me).unwrap() + 1);
         match decide(Some(dead)) {
             Decision::Run { attempt, earlier } => {
                 assert_eq!(attempt, 2);
@@ -348,9 +360,9 @@ mod tests {
             let old = SystemTime::now() - Duration::from_secs(40 * 86400);
             std::fs::File::options().write(true).open(path).unwrap().set_modified(old).unwrap();
         };
-        let orphan = crate::lock::job_path(journal.locks(), "refused-job");
-        let recent = crate::lock::job_path(journal.locks(), "recent-job");
-        let held_path = crate::lock::job_path(journal.locks(), "held-job");
+        let orphan = locks::job_path(journal.locks(), "refused-job");
+        let recent = locks::job_path(journal.locks(), "recent-job");
+        let held_path = locks::job_path(journal.locks(), "held-job");
         let temp = dir.path().join("jobs/.j1.json.abc123");
         for path in [&orphan, &recent, &held_path, &temp] {
             std::fs::write(path, "x").unwrap();
@@ -358,7 +370,7 @@ mod tests {
         for path in [&orphan, &held_path, &temp] {
             backdate(path);
         }
-        let _held = crate::lock::acquire(&held_path, Duration::ZERO, "a run").ok().unwrap();
+        let _held = locks::acquire(&held_path, Duration::ZERO, "a run", None).ok().unwrap();
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 2);
         assert!(!orphan.exists() && !temp.exists());
         assert!(recent.exists(), "a lock younger than the retention was removed");

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use crate::events::Tap;
-use crate::redact::Redactor;
+use super::redact::Redactor;
 
 const CHUNK: usize = 64 * 1024;
 

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::env_file::{is_variable_name, parse_env_file};
+use super::json::read_json;
+use super::names::is_valid_key;
+use super::payload::env_text;
 use crate::error::Problem;
-use crate::files::read_json;
-use crate::policy::is_valid_key;
-use crate::value::env_text;
 
 /// A value set by the node, with where it came from (a path, never the value, in messages).
 #[derive(Clone)]
@@ -199,64 +200,3 @@ impl Layer {
     }
 }
 
-/// One line of an env file: `(key, value, line number)`, or `(line number, reason)` for a line
-/// that is not `KEY=VALUE`. The reason never quotes the line: it may hold a secret.
-pub type EnvLine<'a> = Result<(&'a str, &'a str, usize), (usize, &'static str)>;
-
-/// Parses an env file, skipping blank lines and comments.
-pub fn parse_env_file(text: &str) -> Vec<EnvLine<'_>> {
-    let mut out = Vec::new();
-    for (index, raw) in text.split('\n').enumerate() {
-        let line_no = index + 1;
-        let line = raw.strip_suffix('\r').unwrap_or(raw);
-        let trimmed = line.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let line = trimmed.strip_prefix("export ").map(str::trim_start).unwrap_or(trimmed);
-        match line.split_once('=') {
-            Some((key, value)) => {
-                let key = key.trim_end();
-                if is_valid_key(key) {
-                    out.push(Ok((key, value, line_no)));
-                } else {
-                    out.push(Err((line_no, "has an empty or invalid variable name")));
-                }
-            }
-            None => out.push(Err((line_no, "is not KEY=VALUE"))),
-        }
-    }
-    out
-}
-
-/// `^[A-Za-z_][A-Za-z0-9_]*$`
-fn is_variable_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_file_lines() {
-        let parsed = parse_env_file("# c\n\nA=1\nexport B = x=y \r\n  C=\nnoequals\n=v\n");
-        assert_eq!(parsed[0], Ok(("A", "1", 3)));
-        assert_eq!(parsed[1], Ok(("B", " x=y ", 4)));
-        assert_eq!(parsed[2], Ok(("C", "", 5)));
-        assert_eq!(parsed[3], Err((6, "is not KEY=VALUE")));
-        assert_eq!(parsed[4], Err((7, "has an empty or invalid variable name")));
-        assert_eq!(parsed.len(), 5);
-    }
-
-    #[test]
-    fn variable_names() {
-        assert!(is_variable_name("TF_VAR_token"));
-        assert!(is_variable_name("_X"));
-        assert!(!is_variable_name("1234"));
-        assert!(!is_variable_name("KEY.bak"));
-        assert!(!is_variable_name(".hidden"));
-    }
-}

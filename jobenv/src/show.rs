@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::cli::Format;
-use crate::files::DeclaredKey;
+use crate::input::keys::DeclaredKey;
 use crate::plan::{Plan, Source};
-use crate::redact::Redactor;
+use crate::run::redact::Redactor;
 
 pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
     let redactor = Redactor::new(&plan.secrets);

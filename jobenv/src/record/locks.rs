@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::run::cancel::Cancel;
+
 /// A held lock; dropping it releases the lock.
 pub struct Held {
     _lock: Flock<File>,
@@ -29,7 +31,7 @@ pub enum Refused {
 
 /// Takes the exclusive lock on `path`, waiting up to `wait` (zero: try once). On success,
 /// records `holder` in the file so that a refused job can say who holds it.
-pub fn acquire(path: &Path, wait: Duration, holder: &str) -> Result<Held, Refused> {
+pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mut Cancel>) -> Result<Held, Refused> {
     let deadline = Instant::now() + wait;
     let mut said_waiting = false;
     loop {
@@ -43,7 +45,7 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str) -> Result<Held, Refuse
                 return Ok(Held { _lock: lock });
             }
             Err((mut file, Errno::EWOULDBLOCK)) => {
-                if let Some(signal) = crate::signals::pending() {
+                if let Some(signal) = cancel.as_mut().and_then(|c| c.pending()) {
                     return Err(Refused::Cancelled(signal));
                 }
                 if !said_waiting && Instant::now() < deadline {
@@ -100,9 +102,9 @@ mod tests {
     fn a_shorter_holder_replaces_a_longer_one_entirely() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.lock");
-        drop(acquire(&path, Duration::ZERO, "job a-very-long-job-identifier, jobenv pid 123456"));
-        let _held = acquire(&path, Duration::ZERO, "job b, jobenv pid 7").ok().unwrap();
-        match acquire(&path, Duration::ZERO, "job c") {
+        drop(acquire(&path, Duration::ZERO, "job a-very-long-job-identifier, jobenv pid 123456", None));
+        let _held = acquire(&path, Duration::ZERO, "job b, jobenv pid 7", None).ok().unwrap();
+        match acquire(&path, Duration::ZERO, "job c", None) {
             Err(Refused::Busy { holder }) => assert_eq!(holder, "job b, jobenv pid 7"),
             _ => panic!("the lock should be busy"),
         }

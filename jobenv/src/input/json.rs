@@ -1,25 +1,12 @@
-//! Reading the node's JSON files: deploy-env.json, the keys file and the attributes file.
-//! Each reader turns every way a file can be wrong into a [`Problem`] naming the file.
+//! Strict JSON: every node file and the payload are parsed here. A key that appears twice in one
+//! object is refused, and every way a file can be wrong becomes a [`Problem`] naming the file.
 
-use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::error::Problem;
-use crate::value::env_text;
-
-/// Replaces `dir/name` with `bytes` atomically: a temporary file beside it, synced, renamed over
-/// it, and the directory synced, so a crash leaves the old file or the new one, never a torn one.
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(dir.join(name)).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()
-}
 
 /// Reads and parses a JSON file; a missing file is its own problem, not an empty one.
 pub fn read_json(what: &'static str, path: &Path) -> Result<Value, Problem> {
@@ -115,68 +102,3 @@ mod tests {
     }
 }
 
-/// One declared key: what it means and what it is when no layer sets it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DeclaredKey {
-    pub description: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub default: Option<String>,
-}
-
-/// `{"KEY": {"description": "...", "default": "..."?}}`
-pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Problem>> {
-    const WHAT: &str = "keys file";
-    let value = read_json(WHAT, path).map_err(|p| vec![p])?;
-    let origin = path.display().to_string();
-    let Value::Object(entries) = value else {
-        return Err(vec![Problem::WrongShape { what: WHAT, origin, expected: "a JSON object of keys" }]);
-    };
-    let mut problems = Vec::new();
-    let mut keys = BTreeMap::new();
-    for (key, entry) in entries {
-        if !crate::policy::is_valid_key(&key) {
-            problems.push(Problem::InvalidKey { key, origin: origin.clone() });
-            continue;
-        }
-        let shape = |expected| Problem::WrongShape { what: WHAT, origin: format!("{origin} entry {key}"), expected };
-        let Value::Object(fields) = entry else {
-            problems.push(shape("an object with \"description\" and an optional \"default\""));
-            continue;
-        };
-        let description = match fields.get("description") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => {
-                problems.push(shape("a string \"description\""));
-                continue;
-            }
-        };
-        let default = fields.get("default").and_then(env_text);
-        if default.as_deref().is_some_and(|d| d.contains('\0')) {
-            problems.push(Problem::NulInValue { key, origin: origin.clone() });
-            continue;
-        }
-        keys.insert(key, DeclaredKey { description, default });
-    }
-    if problems.is_empty() { Ok(keys) } else { Err(problems) }
-}
-
-/// A JSON array of the attribute names that exist.
-pub fn read_attributes(path: &Path) -> Result<Vec<String>, Problem> {
-    const WHAT: &str = "attributes file";
-    let shape = || Problem::WrongShape {
-        what: WHAT,
-        origin: path.display().to_string(),
-        expected: "a JSON array of attribute names",
-    };
-    match read_json(WHAT, path)? {
-        Value::Array(items) => items
-            .into_iter()
-            .map(|item| match item {
-                Value::String(s) => Ok(s),
-                _ => Err(shape()),
-            })
-            .collect(),
-        _ => Err(shape()),
-    }
-}

@@ -6,30 +6,50 @@ use std::path::Path;
 
 use serde::Serialize;
 
-/// Never holds a secret: statuses, codes, names and validation messages only.
-#[derive(Debug, Clone, Serialize)]
-pub struct JobResult {
-    pub status: crate::status::JobStatus,
+use super::ending::{Ending, Status};
+
+/// What `result.json` holds, borrowed from the job's records. Never a secret: statuses, codes,
+/// names and validation messages only.
+#[derive(Debug, Serialize)]
+pub struct JobResult<'a> {
+    pub status: Status,
     pub exit_code: i32,
-    pub verb: String,
-    pub attribute: Option<String>,
-    pub namespace: Option<String>,
+    pub verb: &'a str,
+    pub attribute: Option<&'a str>,
+    pub namespace: Option<&'a str>,
     pub duration_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
+    pub job_id: Option<&'a str>,
     /// Which attempt of the job this was (journaled jobs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     /// True when the result was replayed from the journal instead of running again.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub errors: &'a [String],
+}
+
+impl<'a> JobResult<'a> {
+    pub fn of(ending: &'a Ending) -> Self {
+        JobResult {
+            status: ending.status,
+            exit_code: ending.exit_code,
+            verb: "",
+            attribute: None,
+            namespace: None,
+            duration_ms: 0,
+            job_id: None,
+            attempt: None,
+            replayed: false,
+            errors: &ending.errors,
+        }
+    }
 }
 
 /// Writes `result.json` in `dir`: a temporary file beside it, synced, then renamed over.
 pub fn write(dir: &Path, result: &JobResult) -> std::io::Result<()> {
     let mut text = serde_json::to_vec(result)?;
     text.push(b'\n');
-    crate::files::write_atomically(dir, "result.json", &text)
+    super::write_atomically(dir, "result.json", &text)
 }

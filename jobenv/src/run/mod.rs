@@ -1,8 +1,11 @@
-//! Running the deployment program: spawn it with exactly the planned environment, stream its
-//! output, and stop the whole program tree on SIGTERM/SIGINT/SIGHUP or on the timeout.
+//! Stage 3 of a job: running the program. Spawn it with exactly the planned environment
+//! ([`spawn`]), copy its output through the redactor ([`pump`], [`redact`]), reap every child
+//! ([`reaper`]), and stop the whole program tree ([`tree`]) on a cancel signal ([`cancel`]) or
+//! on the timeout.
 //!
-//! How each way a job can end is covered (observed Windmill behaviour, see
-//! reference/windmill-api.md "Worker 6. Cancellation"):
+//! How each way a job can end is covered (the README's guarantee "Cancellation leaves nothing
+//! running"; Windmill's cancel is a SIGKILL of the job's process group, or with
+//! `MAX_WAIT_FOR_SIGINT` a SIGINT to the job process alone):
 //! 1. Windmill's default cancel SIGKILLs the process group that jobenv leads. The program stays
 //!    in jobenv's group in that case, so it dies with it.
 //! 2. With `MAX_WAIT_FOR_SIGINT`, only jobenv gets SIGINT, and if jobenv exits first nothing
@@ -10,29 +13,28 @@
 //!    period, SIGKILL to whatever is left, and only then exits.
 //! 3. The timeout runs the same ladder.
 //! 4. When jobenv does not lead its process group (a front-end runs it as a subprocess), the
-//!    program gets a group of its own, and jobenv never signals a group at all: it signals its
-//!    descendants one by one, so neither its parent nor a sibling in a pipeline is hit.
-//!
-//! The direct child gets `PR_SET_PDEATHSIG`, so it dies with jobenv even when jobenv alone is
-//! SIGKILLed. jobenv is a child subreaper so that orphans stay findable and are reaped.
+//!    program gets a group of its own, and jobenv never signals a group at all.
 
-use std::collections::HashSet;
+pub mod cancel;
+pub mod pump;
+pub mod reaper;
+pub mod redact;
+pub mod spawn;
+pub mod tree;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::prctl;
 use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
-use nix::unistd::{Pid, getpgrp, getpid};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::watch;
+use nix::unistd::{getpgrp, getpid};
 
 use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
 use crate::plan::Plan;
-use crate::redact::Redactor;
-use crate::status::JobStatus;
-use crate::{proctree, pump, reaper, spawn};
+use cancel::Cancel;
+use redact::Redactor;
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -51,7 +53,7 @@ pub enum Outcome {
     Exited(i32),
     /// The program died of this signal.
     Killed(i32),
-    /// jobenv received this signal and stopped the program tree.
+    /// jobenv received this signal and stopped the program tree (or never started it).
     Cancelled(i32),
     /// The timeout ended the program.
     TimedOut,
@@ -66,15 +68,6 @@ impl Outcome {
         }
     }
 
-    pub fn status(self) -> JobStatus {
-        match self {
-            Outcome::Exited(0) => JobStatus::Succeeded,
-            Outcome::Exited(_) | Outcome::Killed(_) => JobStatus::Failed,
-            Outcome::Cancelled(_) => JobStatus::Canceled,
-            Outcome::TimedOut => JobStatus::TimedOut,
-        }
-    }
-
     fn from_wait(status: WaitStatus) -> Self {
         match status {
             WaitStatus::Exited(_, code) => Outcome::Exited(code),
@@ -86,33 +79,37 @@ impl Outcome {
 }
 
 /// Runs the plan to its end and reports how it ended. Output goes to jobenv's stdout/stderr.
-pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
-    // Handlers go in before the spawn, so no signal is lost in between; after exec the program
-    // starts with default dispositions again.
-    let install = |kind, name| signal(kind).map_err(|e| Error::io(format!("cannot handle {name}"), e));
-    let mut sigterm = install(SignalKind::terminate(), "SIGTERM")?;
-    let mut sigint = install(SignalKind::interrupt(), "SIGINT")?;
-    let mut sighup = install(SignalKind::hangup(), "SIGHUP")?;
+pub fn run(plan: &Plan, options: &RunOptions, cancel: Cancel) -> Result<Outcome, Error> {
+    // One thread drives everything async: the program is spawned from this thread, and its
+    // parent-death signal is tied to the spawning thread, not to the process.
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::io("cannot start the runtime", e))?;
+    runtime.block_on(supervise(plan, options, cancel))
+}
+
+async fn supervise(plan: &Plan, options: &RunOptions, mut cancel: Cancel) -> Result<Outcome, Error> {
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
     // A cancel that came while jobenv validated and took its locks: the program never starts.
-    if let Some(signal) = crate::signals::pending() {
-        crate::signals::log_cancelled_before_start(signal);
+    if let Some(signal) = cancel.pending() {
+        cancel::log_cancelled_before_start(signal);
         return Ok(Outcome::Cancelled(signal as i32));
     }
-    // From here on the handlers above take them (on this thread; the threads started so far
-    // keep them held, so none of them is interrupted).
-    crate::signals::release();
+    let mut cancels = cancel.into_stream();
 
     let me = getpid();
     let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.as_str())).collect();
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
     let own_group = getpgrp() != me;
-    let spawned = spawn::spawn(&plan.argv, &env, own_group).map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
-    let program = spawned.pid;
-    options.events.program_spawned(program.as_raw(), plan);
-    let events = options.events.clone();
-    let mut reaper = reaper::start(program, move || events.program_exited());
+    let mut passed = spawn::Passed::default();
+    if options.events.is_on() {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make the ready pipe", e))?;
+        options.events.watch_ready(read.into());
+        passed.ready = Some(write);
+    }
+    let spawned =
+        spawn::spawn(&plan.argv, &env, own_group, passed).map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
+    let mut reaper = reaper::start(spawned.pid);
 
     // Built while the program starts: it does not delay the exec.
     let redactor = Redactor::new(&plan.secrets);
@@ -131,9 +128,7 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
     };
     let outcome = tokio::select! {
         status = &mut reaper.program => Outcome::from_wait(status.expect("the reaper reports the program's status")),
-        _ = sigterm.recv() => Outcome::Cancelled(Signal::SIGTERM as i32),
-        _ = sigint.recv() => Outcome::Cancelled(Signal::SIGINT as i32),
-        _ = sighup.recv() => Outcome::Cancelled(Signal::SIGHUP as i32),
+        Some(signal) = cancels.recv() => Outcome::Cancelled(signal as i32),
         _ = timeout => Outcome::TimedOut,
     };
 
@@ -141,20 +136,20 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
         Outcome::Cancelled(signal) => {
             let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
             tracing::warn!("received {name}: stopping the program tree (grace {:?})", options.grace);
-            terminate_tree(me, options.grace, &mut reaper.tree_gone).await;
+            tree::stop(me, options.grace, &mut reaper.tree_gone).await;
         }
         Outcome::TimedOut => {
             tracing::warn!("timeout of {:?} reached: stopping the program tree (grace {:?})", options.timeout.unwrap_or_default(), options.grace);
-            terminate_tree(me, options.grace, &mut reaper.tree_gone).await;
+            tree::stop(me, options.grace, &mut reaper.tree_gone).await;
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
             // The program is gone; whatever it left running is stopped the same way, so a
             // finished job leaves nothing behind. Normally the reaper reports at once that no
             // child is left; if not, /proc decides (a zombie not yet reaped is not left behind).
             let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone)).await.is_ok();
-            if !reaped && !proctree::live_descendants(me).is_empty() {
+            if !reaped && !tree::live_descendants(me).is_empty() {
                 tracing::warn!("the program exited but left processes running: stopping them");
-                terminate_tree(me, options.grace, &mut reaper.tree_gone).await;
+                tree::stop(me, options.grace, &mut reaper.tree_gone).await;
             }
         }
     }
@@ -170,44 +165,4 @@ pub async fn run(plan: &Plan, options: &RunOptions) -> Result<Outcome, Error> {
         }
     }
     Ok(outcome)
-}
-
-/// SIGTERM to every live descendant, up to `grace` for them to go, then SIGKILL until none is
-/// left. Descendants that appear during the grace period get their SIGTERM too.
-async fn terminate_tree(me: Pid, grace: Duration, tree_gone: &mut watch::Receiver<bool>) {
-    let deadline = Instant::now() + grace;
-    let mut warned = HashSet::new();
-    loop {
-        let live = proctree::live_descendants(me);
-        if live.is_empty() {
-            return;
-        }
-        if Instant::now() >= deadline {
-            break;
-        }
-        for process in live {
-            if warned.insert(process) {
-                process.signal(Signal::SIGTERM);
-            }
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(20), tree_gone.wait_for(|gone| *gone)).await;
-    }
-    let mut reported = false;
-    // Bounded so a process that cannot be killed (uninterruptible sleep) cannot hang jobenv
-    // forever; 10 s is far beyond what SIGKILL takes.
-    for _ in 0..1000 {
-        let live = proctree::live_descendants(me);
-        if live.is_empty() {
-            return;
-        }
-        if !reported {
-            tracing::warn!("{} process(es) still running after the grace period: sending SIGKILL", live.len());
-            reported = true;
-        }
-        for process in live {
-            process.signal(Signal::SIGKILL);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tracing::error!("processes of the program tree survived SIGKILL for 10 s");
 }

@@ -1,12 +1,13 @@
-//! Reading the job payload: a JSON object of at most 1 MiB, from a file or stdin.
+//! The job payload: a JSON object of at most 1 MiB, from a file or stdin, and how its values
+//! become the text of environment variables.
 
 use std::io::Read;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::json::parse_json;
 use crate::error::Problem;
-use crate::files::parse_json;
 
 /// Larger payloads are refused before parsing: a job has no business sending more.
 pub const PAYLOAD_LIMIT: usize = 1 << 20;
@@ -35,5 +36,34 @@ pub fn parse(origin: &str, bytes: &[u8]) -> Result<Map<String, Value>, Problem> 
     match parse_json("payload", origin, bytes)? {
         Value::Object(map) => Ok(map),
         _ => Err(Problem::WrongShape { what: "payload", origin: origin.to_owned(), expected: "a JSON object" }),
+    }
+}
+
+/// A string as is; a number or boolean as its JSON text; an array or object as compact JSON
+/// (so `INTERNAL_HOSTS` may be an array); `null` means "not given".
+pub fn env_text(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Array(_) | Value::Object(_) => Some(value.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conversions() {
+        assert_eq!(env_text(&json!("a b")), Some("a b".into()));
+        assert_eq!(env_text(&json!(3)), Some("3".into()));
+        assert_eq!(env_text(&json!(1.5)), Some("1.5".into()));
+        assert_eq!(env_text(&json!(true)), Some("true".into()));
+        assert_eq!(env_text(&json!(["a", "b"])), Some(r#"["a","b"]"#.into()));
+        assert_eq!(env_text(&json!({"k": [1, 2]})), Some(r#"{"k":[1,2]}"#.into()));
+        assert_eq!(env_text(&json!(null)), None);
     }
 }

@@ -1,0 +1,197 @@
+//! Stage 1 of a job: everything it is made of, read and checked before anything runs.
+//!
+//! - [`payload`]: the job's JSON object, and how a JSON value becomes a variable's text;
+//! - [`node`]: the node layer (deploy-env.json, secrets directories, [`env_file`]s);
+//! - [`keys`]: the declared keys and the published attribute names;
+//! - [`json`]: strict JSON, shared by all of the above;
+//! - [`names`]: the naming policy (verbs, reserved and control names, the grammars);
+//! - [`admit`]: which key may come from which layer;
+//! - [`controls`]: the control keys jobenv needs itself, each against its rule.
+//!
+//! [`gather`] reads every input and reports all problems together; [`check`] runs the
+//! validators over what was read. What comes out goes to [`crate::plan`], the merge.
+
+pub mod admit;
+pub mod controls;
+pub mod env_file;
+pub mod json;
+pub mod keys;
+pub mod names;
+pub mod node;
+pub mod payload;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::cli::JobArgs;
+use crate::error::Problem;
+use crate::events::Target;
+use controls::Controls;
+use keys::DeclaredKey;
+use node::NodeValue;
+
+/// Every value the node sets, by key.
+pub type NodeValues = BTreeMap<String, NodeValue>;
+
+/// Everything a job is made of, read from disk: the input of [`check`] and of the merge.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub verb: String,
+    pub node: NodeValues,
+    pub declared: BTreeMap<String, DeclaredKey>,
+    pub attributes: Vec<String>,
+    pub payload: Map<String, Value>,
+    /// jobenv's own environment (only admitted names are kept).
+    pub environ: Vec<(String, String)>,
+    /// The nix-shell to run, already resolved to a path.
+    pub nix_shell: PathBuf,
+    pub running_system: String,
+}
+
+/// What a job says it is about, known as soon as its payload is read (for the job result,
+/// also when the job is rejected).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub attribute: Option<String>,
+    pub namespace: Option<String>,
+    /// `BUILD_ID` from the payload, when it is valid.
+    pub build_id: Option<String>,
+}
+
+/// What [`gather`] found.
+pub struct Gathered {
+    pub identity: Identity,
+    pub inputs: Result<Inputs, Vec<Problem>>,
+    /// Where progress events go, when the node's event settings are good: also for a job that
+    /// is rejected, so front-ends see why.
+    pub events: Option<Target>,
+}
+
+/// The outcome of the validators: every control key resolved, the admitted payload values,
+/// and the warnings (naming keys only).
+#[derive(Debug)]
+pub struct Checked {
+    pub controls: Controls,
+    pub payload: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+}
+
+/// Reads every input of a job; all problems found are reported together.
+pub fn gather(job: &JobArgs) -> Gathered {
+    let mut problems: Vec<Problem> = Vec::new();
+    let mut identity = Identity::default();
+
+    let payload = payload::read(&job.payload).map_err(|p| problems.push(p)).ok();
+    if let Some(payload) = &payload {
+        let text = |key| payload.get(key).and_then(payload::env_text);
+        identity = Identity {
+            attribute: text("ATTRIBUTE"),
+            namespace: text("NAMESPACE"),
+            build_id: text("BUILD_ID").filter(|id| names::is_valid_build_id(id)),
+        };
+    }
+    let node_files = node::NodeFiles {
+        deploy_env: job.node.deploy_env.clone(),
+        secrets_dirs: job.node.secrets_dirs(),
+        secrets_env_files: job.node.secrets_env_files(),
+    };
+    let node = node::load(&node_files).map_err(|p| problems.extend(p)).ok();
+    let declared = keys::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
+    let attributes = keys::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
+    let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
+    let events = node.as_ref().and_then(|node| controls::events_target(node).ok().flatten());
+
+    let inputs = match (payload, node, declared, attributes, nix_shell) {
+        (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell)) if problems.is_empty() => {
+            // Only names that may pass: the rest of jobenv's environment (a job runner's
+            // token) is never kept, not even in memory.
+            let environ = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .filter(|(k, _)| admit::environ_admits(&declared, k))
+                .collect();
+            Ok(Inputs {
+                verb: job.verb.clone(),
+                node,
+                declared,
+                attributes,
+                payload,
+                environ,
+                nix_shell,
+                running_system: names::running_system(),
+            })
+        }
+        _ => Err(problems),
+    };
+    Gathered { identity, inputs, events }
+}
+
+/// Runs every validator over `inputs`; all problems are reported together.
+pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    if !names::VERBS.contains(&inputs.verb.as_str()) {
+        problems.push(Problem::UnknownVerb { verb: inputs.verb.clone() });
+    }
+    admit::check_node(&inputs.node, &inputs.declared, &mut problems);
+    admit::check_declared(&inputs.declared, &mut problems);
+    let payload = admit::payload(inputs, &mut problems);
+    let controls = controls::resolve(inputs, &payload, &mut problems, &mut warnings);
+    match controls {
+        Some(controls) if problems.is_empty() => Ok(Checked { controls, payload: payload.values, warnings }),
+        _ => Err(problems),
+    }
+}
+
+/// A program named by path must be an executable file; a bare name is looked up in jobenv's
+/// own PATH (the node's), never in the program's.
+fn resolve_program(name: &str) -> Result<PathBuf, Problem> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let not_found = || Problem::NixShellNotFound(name.to_owned());
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        return if executable(&path) { Ok(path) } else { Err(not_found()) };
+    }
+    let search = std::env::var_os("PATH").ok_or_else(not_found)?;
+    std::env::split_paths(&search).map(|dir| dir.join(name)).find(|p| executable(p)).ok_or_else(not_found)
+}
+
+/// Inputs for the unit tests of the validators and the merge.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+    use serde_json::json;
+
+    pub fn node(pairs: &[(&str, &str, bool)]) -> NodeValues {
+        pairs
+            .iter()
+            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: (*v).into(), origin: format!("test:{k}"), secret: *secret }))
+            .collect()
+    }
+
+    /// A node with the required control keys, keys A, B (default `b-default`), C and
+    /// HOSTING_CONFIG declared, attribute `web`, and a payload for `web` in namespace `ns1`.
+    pub fn inputs() -> Inputs {
+        let declared = [("A", None), ("B", Some("b-default")), ("C", None), ("HOSTING_CONFIG", None)]
+            .into_iter()
+            .map(|(k, d): (&str, Option<&str>)| (k.to_owned(), DeclaredKey { description: format!("{k} key"), default: d.map(Into::into) }))
+            .collect();
+        Inputs {
+            verb: "apply".into(),
+            node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),
+            declared,
+            attributes: vec!["web".into()],
+            payload: json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"}).as_object().unwrap().clone(),
+            environ: vec![],
+            nix_shell: "/bin/nix-shell".into(),
+            running_system: "x86_64-linux".into(),
+        }
+    }
+
+    /// The problems planning `inputs` reports, as the lines jobenv prints.
+    pub fn problems(inputs: &Inputs) -> Vec<String> {
+        crate::plan::plan(inputs).unwrap_err().iter().map(ToString::to_string).collect()
+    }
+}

@@ -1,0 +1,99 @@
+//! How a job ended: one [`Status`] and one [`Ending`], for the exit code, the job log,
+//! `result.json`, the journal and progress events alike.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EXIT_INTERNAL, Error};
+use crate::run::Outcome;
+
+/// How a job stands or ended, one spelling for result.json, the journal and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Only in the journal, while the program runs.
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+    TimedOut,
+    /// Refused before anything ran (configuration or input error, exit 2).
+    Rejected,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Canceled => "canceled",
+            Status::TimedOut => "timed_out",
+            Status::Rejected => "rejected",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a run ended: what jobenv exits with and what every record of the job says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub status: Status,
+    pub exit_code: i32,
+    /// One line per problem of a rejected job or of jobenv's own failure; never a value.
+    pub errors: Vec<String>,
+}
+
+impl Ending {
+    /// The job was refused before its program ran.
+    pub fn rejected(error: &Error) -> Self {
+        Ending { status: Status::Rejected, exit_code: error.exit_code(), errors: lines(error) }
+    }
+
+    /// jobenv itself failed after validation (exit 125).
+    pub fn failed(error: &Error) -> Self {
+        Ending { status: Status::Failed, exit_code: EXIT_INTERNAL, errors: lines(error) }
+    }
+}
+
+impl From<Outcome> for Ending {
+    fn from(outcome: Outcome) -> Self {
+        let status = match outcome {
+            Outcome::Exited(0) => Status::Succeeded,
+            Outcome::Exited(_) | Outcome::Killed(_) => Status::Failed,
+            Outcome::Cancelled(_) => Status::Canceled,
+            Outcome::TimedOut => Status::TimedOut,
+        };
+        Ending { status, exit_code: outcome.exit_code(), errors: Vec::new() }
+    }
+}
+
+fn lines(error: &Error) -> Vec<String> {
+    error.to_string().lines().map(str::to_owned).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_and_display_agree() {
+        for status in [Status::Running, Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected] {
+            assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
+        }
+    }
+
+    #[test]
+    fn outcomes_become_endings() {
+        let ending = |o| Ending::from(o);
+        assert_eq!((ending(Outcome::Exited(0)).status, ending(Outcome::Exited(0)).exit_code), (Status::Succeeded, 0));
+        assert_eq!((ending(Outcome::Exited(3)).status, ending(Outcome::Exited(3)).exit_code), (Status::Failed, 3));
+        assert_eq!((ending(Outcome::Killed(9)).status, ending(Outcome::Killed(9)).exit_code), (Status::Failed, 137));
+        assert_eq!((ending(Outcome::Cancelled(2)).status, ending(Outcome::Cancelled(2)).exit_code), (Status::Canceled, 130));
+        assert_eq!((ending(Outcome::TimedOut).status, ending(Outcome::TimedOut).exit_code), (Status::TimedOut, 124));
+    }
+}

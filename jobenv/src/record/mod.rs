@@ -1,0 +1,28 @@
+//! Stage 4 of a job: what is recorded of it, so that its result is never lost or executed twice
+//! by accident.
+//!
+//! - [`ending`]: how a job ended (one [`Status`], one [`Ending`]);
+//! - [`journal`]: one entry per job id in the state directory, written before the program runs
+//!   and when it ends; what a second run of the same job id does;
+//! - [`locks`]: one run per job id, one deploy per namespace (`flock`s);
+//! - [`result_file`]: the Windmill job result, `result.json`.
+
+pub mod ending;
+pub mod journal;
+pub mod locks;
+pub mod result_file;
+
+use std::path::Path;
+
+pub use ending::{Ending, Status};
+
+/// Replaces `dir/name` with `bytes` atomically: a temporary file beside it, synced, renamed over
+/// it, and the directory synced, so a crash leaves the old file or the new one, never a torn one.
+pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(dir.join(name)).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()
+}

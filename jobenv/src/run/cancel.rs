@@ -1,0 +1,55 @@
+//! Everything about the signals that cancel a job: SIGTERM, SIGINT and SIGHUP.
+//!
+//! They are caught from the very start of `run` ([`Cancel::install`]), so a cancel that
+//! arrives while jobenv validates, waits for a lock or writes its journal is not the default
+//! action (a silent death: no result.json, no journal end, no final event) but an ordinary
+//! `canceled` ending: the job checks [`Cancel::pending`] before it starts the program. Once the
+//! program runs, the supervisor gets each signal from [`Cancel::into_stream`] and stops the
+//! program tree (grace, then SIGKILL: [`super::tree::stop`]). The child resets the three to
+//! their defaults before it execs (see [`super::spawn`]).
+
+use nix::sys::signal::Signal;
+use signal_hook::iterator::Signals;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+pub const CANCEL: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+
+/// The cancel signals of this process, caught.
+pub struct Cancel {
+    signals: Signals,
+}
+
+impl Cancel {
+    pub fn install() -> std::io::Result<Self> {
+        Ok(Cancel { signals: Signals::new(CANCEL.map(|s| s as i32))? })
+    }
+
+    /// The first cancel signal that arrived since the last look, if any; never waits.
+    pub fn pending(&mut self) -> Option<Signal> {
+        self.signals.pending().find_map(|raw| Signal::try_from(raw).ok())
+    }
+
+    /// Every cancel signal from now on (and one that came before and was not looked at), for
+    /// the supervisor's async loop. A thread of its own waits for them.
+    pub fn into_stream(mut self) -> UnboundedReceiver<Signal> {
+        let (tx, rx) = unbounded_channel();
+        let spawned = std::thread::Builder::new().name("cancel-signals".into()).spawn(move || {
+            for raw in self.signals.forever() {
+                if let Ok(signal) = Signal::try_from(raw) {
+                    if tx.send(signal).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        if spawned.is_err() {
+            tracing::error!("cannot start the thread that waits for cancel signals");
+        }
+        rx
+    }
+}
+
+/// Says that a cancel came before the program started (nothing ran).
+pub fn log_cancelled_before_start(signal: Signal) {
+    tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+}

@@ -1,0 +1,167 @@
+//! Starting the deployment program with `std::process::Command`: exactly the planned argv and
+//! environment, stdin from /dev/null, stdout and stderr into pipes, and in the child, just
+//! before the exec:
+//! - the cancel signals back to their default (jobenv catches them; see [`super::cancel`]);
+//! - `PR_SET_PDEATHSIG`, so the program dies with jobenv even when jobenv alone is SIGKILLed
+//!   (tied to the thread that spawns: jobenv spawns from its main thread, which lives until
+//!   jobenv exits), and the check that jobenv is still its parent (if jobenv died before the
+//!   prctl, that signal would never come);
+//! - every descriptor but 0, 1, 2 close-on-exec (descriptors jobenv inherited must not reach the
+//!   program), except the ones passed on by [`Passed`].
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{ChildStderr, ChildStdout, Command, Stdio};
+
+use nix::libc;
+use nix::unistd::{Pid, getpid};
+
+/// The started program: its pid and the read ends of its stdout and stderr.
+pub struct Spawned {
+    pub pid: Pid,
+    pub stdout: ChildStdout,
+    pub stderr: ChildStderr,
+}
+
+/// Descriptors the program tree gets on purpose, at fixed numbers.
+#[derive(Default)]
+pub struct Passed {
+    /// Fd 3 of the child: the write end of the ready pipe of progress events.
+    pub ready: Option<OwnedFd>,
+}
+
+/// Where the child parks a passed descriptor before moving it to its number: above every fixed
+/// number, so that moving one into place can never overwrite another.
+const PARKED: RawFd = 10;
+/// At most this many descriptors are passed.
+const MAX_PASSED: usize = 2;
+
+/// Starts `argv[0]` (a path) with `argv` and exactly `env`; in a process group of its own when
+/// `own_group`.
+pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Passed) -> io::Result<Spawned> {
+    let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program"))?;
+    let mut command = Command::new(program);
+    command.args(args).env_clear().envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if own_group {
+        command.process_group(0);
+    }
+    let ready = passed.ready;
+    let mut moves = [(-1, -1); MAX_PASSED];
+    for (slot, (fd, to)) in moves.iter_mut().zip(ready.iter().map(|fd| (fd.as_raw_fd(), 3))) {
+        *slot = (fd, to);
+    }
+    let parent = getpid();
+    // SAFETY: `prepare_child` runs between fork and exec and makes only async-signal-safe system
+    // calls on data prepared before the fork; it allocates nothing and takes no lock.
+    unsafe { command.pre_exec(move || prepare_child(parent, moves)) };
+    let mut child = command.spawn()?;
+    // Our copies of the passed ends close here: only the program tree holds them now.
+    drop(ready);
+    let pid = Pid::from_raw(child.id() as i32);
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    // The child is reaped by jobenv's reaper (it reaps every child), not by `Child::wait`.
+    drop(child);
+    Ok(Spawned { pid, stdout: stdout.expect("stdout is piped"), stderr: stderr.expect("stderr is piped") })
+}
+
+/// The child's side of [`spawn`]; see the module comment for what and why. `moves` are
+/// `(descriptor, number it gets)`, unused slots `(-1, -1)`.
+fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED]) -> io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+    if nix::unistd::getppid() != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: plain system calls on signal and descriptor numbers (a default disposition
+    // installs no handler code); errors are reported, nothing else.
+    unsafe {
+        for cancel in super::cancel::CANCEL {
+            libc::signal(cancel as libc::c_int, libc::SIG_DFL);
+        }
+        let all = libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        if all != 0 {
+            // Kernels before 5.11: one descriptor at a time, up to the process's limit.
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 { limit.rlim_cur.min(1 << 16) as RawFd } else { 1024 };
+            for fd in 3..max {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+        // Parked first, then moved: dup2 gives the new number without close-on-exec, so it is
+        // passed on.
+        let mut parked = [-1; MAX_PASSED];
+        for (slot, &(from, _)) in parked.iter_mut().zip(&moves).filter(|(_, (from, _))| *from >= 0) {
+            *slot = libc::fcntl(from, libc::F_DUPFD_CLOEXEC, PARKED);
+            if *slot < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        for (&from, &(_, to)) in parked.iter().zip(&moves).filter(|(from, _)| **from >= 0) {
+            if libc::dup2(from, to) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn run(argv: &[&str], env: &[(&str, &str)]) -> io::Result<(String, i32)> {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let mut spawned = spawn(&argv, env, false, Passed::default())?;
+        let mut out = String::new();
+        spawned.stdout.read_to_string(&mut out)?;
+        let status = nix::sys::wait::waitpid(spawned.pid, None).unwrap();
+        let code = match status {
+            nix::sys::wait::WaitStatus::Exited(_, code) => code,
+            other => panic!("{other:?}"),
+        };
+        Ok((out, code))
+    }
+
+    #[test]
+    fn runs_a_program_with_exactly_the_given_environment() {
+        let (out, code) = run(&["/usr/bin/env"], &[("A", "1"), ("B", "two words")]).unwrap();
+        assert_eq!(out, "A=1\nB=two words\n");
+        assert_eq!(code, 0);
+    }
+
+    #[test]
+    fn passes_arguments_and_the_exit_code() {
+        let (out, code) = run(&["/bin/sh", "-c", "echo \"$0 $1\"; exit 7", "zero", "one"], &[]).unwrap();
+        assert_eq!((out.as_str(), code), ("zero one\n", 7));
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_executed_is_an_error_naming_why() {
+        let error = run(&["/nonexistent/program"], &[]).expect_err("an error");
+        assert_eq!(error.raw_os_error(), Some(libc::ENOENT));
+        let dir = tempfile::tempdir().unwrap();
+        let not_executable = dir.path().join("data");
+        std::fs::write(&not_executable, "x").unwrap();
+        let error = run(&[not_executable.to_str().unwrap()], &[]).expect_err("an error");
+        assert_eq!(error.raw_os_error(), Some(libc::EACCES));
+    }
+
+    #[test]
+    fn only_the_standard_streams_and_the_passed_descriptors_reach_the_program() {
+        // An inherited descriptor without close-on-exec, as a careless parent would leave one.
+        let leaked = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty()).unwrap();
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let argv: Vec<String> = ["/bin/sh", "-c", "ls /proc/self/fd; printf x >&3"].map(String::from).to_vec();
+        let mut spawned = spawn(&argv, &[], false, Passed { ready: Some(write) }).unwrap();
+        let mut out = String::new();
+        spawned.stdout.read_to_string(&mut out).unwrap();
+        nix::sys::wait::waitpid(spawned.pid, None).unwrap();
+        let fds: Vec<&str> = out.lines().collect();
+        // ls itself opens one descriptor for /proc/self/fd.
+        assert!(fds.starts_with(&["0", "1", "2", "3"]) && fds.len() == 5, "{fds:?} (leaked {})", leaked.as_raw_fd());
+        let mut byte = String::new();
+        std::fs::File::from(read).read_to_string(&mut byte).unwrap();
+        assert_eq!(byte, "x", "the passed descriptor is fd 3, and the parent's copy was closed");
+    }
+}
