@@ -118,8 +118,8 @@ pub enum Problem {
     UnknownAttribute(String),
     #[error("EXECUTABLE {given:?} is not allowed: it must be {expected:?} (<ATTRIBUTE>-<VERB>)")]
     BadExecutable { given: String, expected: String },
-    #[error("unknown verb {verb:?}: expected one of {}", crate::input::names::VERBS.join(", "))]
-    UnknownVerb { verb: String },
+    #[error("unknown verb {verb:?}: expected one of {expected}")]
+    UnknownVerb { verb: String, expected: String },
     #[error("secrets directory {} does not exist", .0.display())]
     MissingSecretsDir(PathBuf),
     #[error("secret file {} {reason}", path.display())]

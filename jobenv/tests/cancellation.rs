@@ -1,5 +1,6 @@
 //! Cancellation leaves no process of the program tree running, in each way a Windmill worker
-//! or a front-end ends a job (reference/windmill-api.md, "Worker 6. Cancellation").
+//! or a front-end ends a job (as a real Windmill CE worker was observed to cancel: a SIGKILL of
+//! the job's process group, or with MAX_WAIT_FOR_SIGINT a SIGINT to the job process alone).
 //!
 //! The program starts a tree: a background `sleep`, a shell with its own background `sleep`,
 //! and itself; every pid goes to a file so the test can watch each process.

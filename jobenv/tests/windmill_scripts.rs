@@ -1,5 +1,5 @@
 //! The Windmill scripts (`scripts/f/fediversity/`), run the way a Windmill worker runs a Python
-//! job (../reference/windmill-api.md §4 and "Worker 4–7"): a job directory holding the script at
+//! job (Windmill's `python_executor.rs`, and what a real CE 1.743.0 worker did): a job directory holding the script at
 //! `f/fediversity/<name>.py`, `args.json` and a `wrapper.py` that calls `main(**args)` and turns
 //! an exception into `result.json` + exit 1; `python3 -u -m wrapper` with the job directory as
 //! cwd, an environment cleared except `WM_*`, `PATH`, `HOME`, `TZ`, `BASE_INTERNAL_URL` and

@@ -218,8 +218,8 @@ fn deploy_secrets_become_agent_templates_readable_by_the_worker_group_only() {
     );
 }
 
-/// The bootstrap configuration of ../shared/spec/bootstrap.md ("Configuration"): every field
-/// with its default. `null` marks a required field (or one bootstrap.md gives an environment
+/// The bootstrap configuration of the README ("fediversity-windmill-bootstrap", "Configuration"):
+/// every field with its default. `null` marks a required field (or one with an environment
 /// fallback); the module has no default for it.
 fn spec_fields() -> Vec<(&'static str, Value)> {
     vec![

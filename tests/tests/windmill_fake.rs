@@ -1,7 +1,7 @@
-//! The Windmill fake behaves as ../shared/reference/windmill-api.md records a real server does,
+//! The Windmill fake behaves as a real Windmill CE 1.743.0 server was observed to,
 //! for the behaviours the bootstrap's tests lean on: the auth cache that keeps a deleted
-//! non-session token working (§5.1), logout (§5.1), script hashes that do not tell an absent
-//! `parent_hash` from a `null` one (§2 "Hash"), `lock_error_logs` (§5.3).
+//! non-session token working (observed on CE 1.743.0), logout (observed on CE 1.743.0), script hashes that do not tell an absent
+//! `parent_hash` from a `null` one (Windmill's server source "Hash"), `lock_error_logs` (observed on CE 1.743.0).
 
 use std::time::Duration;
 

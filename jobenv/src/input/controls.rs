@@ -202,7 +202,7 @@ mod tests {
         i.payload.insert("EXECUTABLE".into(), json!("web-apply; rm -rf /"));
         assert_eq!(problems(&i), [r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>)"#]);
         i.payload.insert("EXECUTABLE".into(), json!("web-apply"));
-        assert!(crate::plan::plan(&i).is_ok());
+        assert!(super::super::check(&i).is_ok());
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     if !names::VERBS.contains(&inputs.verb.as_str()) {
-        problems.push(Problem::UnknownVerb { verb: inputs.verb.clone() });
+        problems.push(Problem::UnknownVerb { verb: inputs.verb.clone(), expected: names::VERBS.join(", ") });
     }
     admit::check_node(&inputs.node, &inputs.declared, &mut problems);
     admit::check_declared(&inputs.declared, &mut problems);
@@ -190,8 +190,8 @@ pub(crate) mod test_support {
         }
     }
 
-    /// The problems planning `inputs` reports, as the lines jobenv prints.
+    /// The problems the validators report for `inputs`, as the lines jobenv prints.
     pub fn problems(inputs: &Inputs) -> Vec<String> {
-        crate::plan::plan(inputs).unwrap_err().iter().map(ToString::to_string).collect()
+        check(inputs).unwrap_err().iter().map(ToString::to_string).collect()
     }
 }
