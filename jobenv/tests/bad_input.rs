@@ -4,10 +4,10 @@
 //! is the positive control that this secret is read and would be seen if it leaked.
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use fediversity_testkit::jobenv_bin;
-use fediversity_testkit::nix_fixture::{Fixture, run_with_payload, run_with_stdin};
+use fediversity_testkit::job_run::JobRun;
+use fediversity_testkit::nix_fixture::Fixture;
 use serde_json::{Value, json};
 
 const SECRET: &str = "planted-secret-Zq8w1x";
@@ -30,37 +30,31 @@ impl Case {
         json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})
     }
 
-    fn run(&self, payload: &Value) -> Output {
-        self.f.run(jobenv_bin!(), &["run", "--verb", "apply"], payload)
+    /// `run --verb apply` with `payload`, to be given more before [`Case::rejected`] runs it.
+    fn run(&self, payload: &Value) -> JobRun {
+        self.f.jobenv(jobenv_bin!()).verb("apply").payload(payload)
     }
 
-    /// Asserts the rejection contract and returns stderr.
-    fn rejected(&self, out: Output, expected: &str) -> String {
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    /// Runs `run` and asserts the rejection contract; returns stderr.
+    fn rejected(&self, run: JobRun, expected: &str) -> String {
+        let done = run.expect_code(2).expect_stderr_contains(expected).expect_nowhere("the planted secret", SECRET).run();
         assert!(!self.started.exists(), "the program was started");
-        assert!(stderr.contains(expected), "expected {expected:?} in:\n{stderr}");
-        assert!(stderr.lines().all(|l| l.starts_with("jobenv: ")), "unprefixed line in:\n{stderr}");
-        assert!(!stderr.contains(SECRET) && !stdout.contains(SECRET), "the secret leaked:\n{stderr}\n{stdout}");
-        stderr
+        assert!(done.stderr_lines().iter().all(|l| l.starts_with("jobenv: ")), "unprefixed line in:\n{}", done.stderr);
+        done.stderr
     }
 }
 
 #[test]
 fn the_planted_secret_is_really_loaded() {
     let case = Case::new();
-    let out = case.run(&Case::payload());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    case.run(&Case::payload()).expect_success().run();
     assert_eq!(std::fs::read_to_string(&case.started).unwrap(), format!("{SECRET}\n"));
 }
 
 #[test]
 fn deploy_env_missing() {
     let case = Case::new();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_DEPLOY_ENV", "/nonexistent/deploy-env.json");
-    let out = run_with_payload(command, &Case::payload());
+    let out = case.run(&Case::payload()).env("JOBENV_DEPLOY_ENV", "/nonexistent/deploy-env.json");
     case.rejected(out, "deploy-env file /nonexistent/deploy-env.json does not exist");
 }
 
@@ -70,19 +64,15 @@ fn deploy_env_unreadable() {
     // Tests run as root, which reads any mode: a directory is what cannot be read as a file.
     let dir = case.f.path().join("a-directory");
     std::fs::create_dir(&dir).unwrap();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_DEPLOY_ENV", &dir);
-    let out = run_with_payload(command, &Case::payload());
+    let out = case.run(&Case::payload()).env("JOBENV_DEPLOY_ENV", &dir);
     case.rejected(out, &format!("deploy-env file {} cannot be read", dir.display()));
 }
 
-fn with_deploy_env_text(text: &str) -> (Case, Output) {
+fn with_deploy_env_text(text: &str) -> (Case, JobRun) {
     let case = Case::new();
     let path = case.f.path().join("other-deploy-env.json");
     std::fs::write(&path, text).unwrap();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_DEPLOY_ENV", &path);
-    let out = run_with_payload(command, &Case::payload());
+    let out = case.run(&Case::payload()).env("JOBENV_DEPLOY_ENV", &path);
     (case, out)
 }
 
@@ -110,31 +100,25 @@ fn deploy_env_with_an_undeclared_key() {
 #[test]
 fn keys_file_missing() {
     let case = Case::new();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_KEYS", "/nonexistent/keys.json");
-    case.rejected(run_with_payload(command, &Case::payload()), "keys file /nonexistent/keys.json does not exist");
+    case.rejected(case.run(&Case::payload()).env("JOBENV_KEYS", "/nonexistent/keys.json"), "keys file /nonexistent/keys.json does not exist");
 }
 
 #[test]
 fn attributes_file_missing() {
     let case = Case::new();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_ATTRIBUTES", "/nonexistent/attributes.json");
-    case.rejected(run_with_payload(command, &Case::payload()), "attributes file /nonexistent/attributes.json does not exist");
+    case.rejected(case.run(&Case::payload()).env("JOBENV_ATTRIBUTES", "/nonexistent/attributes.json"), "attributes file /nonexistent/attributes.json does not exist");
 }
 
 #[test]
 fn missing_secrets_directory() {
     let case = Case::new();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_SECRETS_DIRS", format!("{}:/nonexistent/secrets", case.f.secrets_dir().display()));
-    case.rejected(run_with_payload(command, &Case::payload()), "secrets directory /nonexistent/secrets does not exist");
+    case.rejected(case.run(&Case::payload()).env("JOBENV_SECRETS_DIRS", format!("{}:/nonexistent/secrets", case.f.secrets_dir().display())), "secrets directory /nonexistent/secrets does not exist");
 }
 
 #[test]
 fn payload_not_json() {
     let case = Case::new();
-    let out = run_with_stdin(case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]), b"ATTRIBUTE=web");
+    let out = case.run(&Case::payload()).stdin(&b"ATTRIBUTE=web"[..]);
     case.rejected(out, "payload on stdin is not valid JSON: expected value at line 1 column 1");
 }
 
@@ -251,7 +235,7 @@ fn a_key_defined_by_two_node_sources_names_both_but_not_the_value() {
 #[test]
 fn an_unknown_verb() {
     let case = Case::new();
-    let out = case.f.run(jobenv_bin!(), &["run", "--verb", "deploy"], &Case::payload());
+    let out = case.f.jobenv(jobenv_bin!()).verb("deploy").payload(&Case::payload());
     case.rejected(out, "unknown verb \"deploy\": expected one of apply, destroy");
 }
 
@@ -265,11 +249,9 @@ fn a_missing_attribute_and_namespace() {
 #[test]
 fn a_rejected_windmill_job_writes_its_result() {
     let case = Case::new();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("WM_JOB_ID", "0192-rejected");
-    let out = run_with_payload(command, &json!({"ATTRIBUTE": "db", "NAMESPACE": "ns"}));
+    let out = case.run(&json!({"ATTRIBUTE": "db", "NAMESPACE": "ns"})).env("WM_JOB_ID", "0192-rejected");
     case.rejected(out, "unknown ATTRIBUTE");
-    let result: Value = serde_json::from_slice(&std::fs::read(case.f.job_dir().join("result.json")).unwrap()).unwrap();
+    let result = case.f.result_json();
     assert_eq!(result["status"], "rejected");
     assert_eq!(result["exit_code"], 2);
     assert_eq!(result["attribute"], "db");
@@ -281,10 +263,7 @@ fn a_rejected_windmill_job_writes_its_result() {
 #[test]
 fn a_payload_with_a_repeated_key() {
     let case = Case::new();
-    let out = run_with_stdin(
-        case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]),
-        br#"{"ATTRIBUTE": "nope", "ATTRIBUTE": "web", "NAMESPACE": "ns"}"#,
-    );
+    let out = case.run(&Case::payload()).stdin(&br#"{"ATTRIBUTE": "nope", "ATTRIBUTE": "web", "NAMESPACE": "ns"}"#[..]);
     case.rejected(out, "payload on stdin is not valid JSON: the key \"ATTRIBUTE\" appears twice");
 }
 
@@ -336,17 +315,18 @@ fn a_secrets_env_file_line_that_is_not_key_value_is_named_by_line_not_content() 
     let case = Case::new();
     let env_file = case.f.path().join("secrets.env");
     std::fs::write(&env_file, format!("# comment\nTF_VAR_ok=fine-value\n{SECRET}\n")).unwrap();
-    let mut command = case.f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_SECRETS_ENV_FILES", &env_file);
-    case.rejected(run_with_payload(command, &Case::payload()), &format!("{}:3: is not KEY=VALUE", env_file.display()));
+    case.rejected(case.run(&Case::payload()).env("JOBENV_SECRETS_ENV_FILES", &env_file), &format!("{}:3: is not KEY=VALUE", env_file.display()));
 }
 
 #[test]
 fn status_refuses_a_job_id_that_is_a_path() {
     let case = Case::new();
     std::fs::write(case.f.path().join("outside.json"), "{}").unwrap();
-    let out = case.f.command(jobenv_bin!(), &["status", "../../outside"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid job id \"../../outside\""));
-    assert!(out.stdout.is_empty());
+    case.f
+        .jobenv(jobenv_bin!())
+        .args(["status", "../../outside"])
+        .expect_code(2)
+        .expect_stderr_contains("invalid job id \"../../outside\"")
+        .expect_stdout("")
+        .run();
 }

@@ -7,7 +7,6 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fediversity_testkit::jobenv_bin;
@@ -45,17 +44,11 @@ impl Job {
 
     /// Starts jobenv; `own_group` makes it lead a process group, as a Windmill job process does.
     fn start(&self, args: &[&str], own_group: bool) -> Running {
-        let mut all = vec!["run", "--verb", "apply"];
-        all.extend(args);
-        let mut command = self.f.command(jobenv_bin!(), &all);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut run = self.f.jobenv(jobenv_bin!()).verb("apply").args(args).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
         if own_group {
-            command.process_group(0);
+            run.command().process_group(0);
         }
-        let mut child = command.spawn().expect("start jobenv");
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes()).unwrap();
-        Running(child)
+        run.spawn()
     }
 
     fn tree(&self) -> Vec<i32> {

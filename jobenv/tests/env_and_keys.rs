@@ -2,7 +2,7 @@
 //! nothing; `keys` lists the declared keys.
 
 use fediversity_testkit::jobenv_bin;
-use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
+use fediversity_testkit::nix_fixture::Fixture;
 use serde_json::{Value, json};
 
 #[test]
@@ -13,12 +13,15 @@ fn env_json_shows_argv_and_every_source() {
     f.declare("FROM_NODE", None).declare("FROM_PAYLOAD", None).declare("FROM_ENVIRON", None).declare("FROM_DEFAULT", Some("d"));
     f.declare("FROM_SECRET", None).secret("FROM_SECRET", "secret-value-1");
     f.node("FROM_NODE", "n").node("STATE_BASE_ADDRESS", "http://state/tf");
-    let mut command = f.command(jobenv_bin!(), &["env", "--verb", "apply", "--format", "json"]);
-    command.env("FROM_ENVIRON", "e");
-    let out = run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "FROM_PAYLOAD": "p"}));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done = f
+        .jobenv(jobenv_bin!())
+        .args(["env", "--verb", "apply", "--format", "json"])
+        .env("FROM_ENVIRON", "e")
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "FROM_PAYLOAD": "p"}))
+        .expect_success()
+        .run();
     assert!(!started.exists(), "env ran the program");
-    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown: Value = serde_json::from_str(&done.stdout).unwrap();
     let root = f.root().display().to_string();
     assert_eq!(
         shown["argv"],
@@ -40,8 +43,7 @@ fn env_json_shows_argv_and_every_source() {
 fn env_text_has_one_line_per_variable_with_its_source() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true").declare("DOMAIN", Some("example.org"));
-    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run().stdout;
     assert!(text.contains("DOMAIN=example.org  # default\n"), "{text}");
     assert!(text.contains("DEPLOYMENT_NAMESPACE=ns  # derived\n"), "{text}");
     assert!(text.contains("exec web-apply\n"), "{text}");
@@ -51,10 +53,14 @@ fn env_text_has_one_line_per_variable_with_its_source() {
 fn env_refuses_what_run_refuses() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true");
-    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}));
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(String::from_utf8_lossy(&out.stderr), "jobenv: error: payload rejected: undeclared keys: UNDECLARED\n");
-    assert!(out.stdout.is_empty());
+    let done = f
+        .jobenv(jobenv_bin!())
+        .args(["env", "--verb", "apply"])
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}))
+        .expect_code(2)
+        .expect_stdout("")
+        .run();
+    assert_eq!(done.stderr, "jobenv: error: payload rejected: undeclared keys: UNDECLARED\n");
 }
 
 #[test]
@@ -79,15 +85,16 @@ fn the_nix_shell_option_picks_the_program_that_runs() {
     f.program("web", "apply", "true");
     let stand_in = f.path().join("fake-nix-shell");
     fediversity_testkit::nix_fixture::write_executable(&stand_in, "#!/bin/sh\necho stand-in \"$@\"\n");
-    let out = f.run(
-        jobenv_bin!(),
-        &["run", "--verb", "apply", "--nix-shell", stand_in.to_str().unwrap()],
-        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}),
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("stand-in "), "{out:?}");
-    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply", "--nix-shell", "/nonexistent/nix-shell"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nix-shell \"/nonexistent/nix-shell\" was not found or is not executable"));
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"});
+    let done = f.jobenv(jobenv_bin!()).verb("apply").args(["--nix-shell", stand_in.to_str().unwrap()]).payload(&payload).run();
+    assert!(done.stdout.starts_with("stand-in "), "{done:?}");
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--nix-shell", "/nonexistent/nix-shell"])
+        .payload(&payload)
+        .expect_code(2)
+        .expect_stderr_contains("nix-shell \"/nonexistent/nix-shell\" was not found or is not executable")
+        .run();
 }
 
 fn which_nix_shell() -> String {

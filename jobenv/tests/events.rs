@@ -178,9 +178,8 @@ fn start_sleeper(receiver: &Receiver, extra: &[&str]) -> (Fixture, Running) {
     let mut f = node(&receiver.url(), "apply", "");
     let started = f.path().join("started");
     f.program("web", "apply", &format!("touch {}; echo ready; sleep 300 & wait", started.display()));
-    let mut child = command(&f, "apply", extra).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(payload().to_string().as_bytes()).unwrap();
-    (f, Running(child))
+    let child = f.jobenv(jobenv_bin!()).verb("apply").args(extra).payload(&payload()).spawn();
+    (f, child)
 }
 
 #[test]

@@ -2,23 +2,24 @@
 //! as a Windmill job it leaves the matching result.json in the job directory.
 
 use fediversity_testkit::jobenv_bin;
-use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
+use fediversity_testkit::nix_fixture::Fixture;
 use serde_json::{Value, json};
 
-fn exit_with(body: &str) -> (Option<i32>, Value) {
+fn payload() -> Value {
+    json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})
+}
+
+/// Runs a Windmill job whose program is `body`, expecting `code`; its result.json.
+fn exit_with(body: &str, code: Option<i32>) -> Value {
     let mut f = Fixture::new();
     f.program("web", "apply", body);
-    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("WM_JOB_ID", "0192-job");
-    let out = run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    let result = serde_json::from_slice(&std::fs::read(f.job_dir().join("result.json")).expect("result.json")).unwrap();
-    (out.status.code(), result)
+    f.jobenv(jobenv_bin!()).verb("apply").env("WM_JOB_ID", "0192-job").payload(&payload()).expect_code(code).run();
+    f.result_json()
 }
 
 #[test]
 fn success_is_zero_and_succeeded() {
-    let (code, result) = exit_with("exit 0");
-    assert_eq!(code, Some(0));
+    let result = exit_with("exit 0", Some(0));
     assert_eq!(result["status"], "succeeded");
     assert_eq!(result["exit_code"], 0);
     assert_eq!(result["verb"], "apply");
@@ -30,27 +31,23 @@ fn success_is_zero_and_succeeded() {
 
 #[test]
 fn the_programs_own_code_is_propagated() {
-    let (code, result) = exit_with("echo failing >&2; exit 7");
-    assert_eq!(code, Some(7));
+    let result = exit_with("echo failing >&2; exit 7", Some(7));
     assert_eq!(result["status"], "failed");
     assert_eq!(result["exit_code"], 7);
 }
 
 #[test]
 fn death_by_signal_is_128_plus_the_signal() {
-    let (code, result) = exit_with("kill -KILL $$");
-    assert_eq!(code, Some(137));
+    let result = exit_with("kill -KILL $$", Some(137));
     assert_eq!(result["status"], "failed");
-    let (code, _) = exit_with("kill -SEGV $$");
-    assert_eq!(code, Some(139));
+    exit_with("kill -SEGV $$", Some(139));
 }
 
 #[test]
 fn without_a_windmill_job_no_result_file_is_written() {
     let mut f = Fixture::new();
     f.program("web", "apply", "exit 0");
-    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    assert!(out.status.success());
+    f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_success().run();
     assert!(!f.job_dir().join("result.json").exists());
 }
 
@@ -58,11 +55,10 @@ fn without_a_windmill_job_no_result_file_is_written() {
 fn the_job_log_names_the_program_and_its_outcome() {
     let mut f = Fixture::new();
     f.program("web", "apply", "exit 3");
-    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().collect();
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_code(3).run();
+    let lines = done.stderr_lines();
     assert_eq!(lines[0], format!("jobenv: running web-apply in namespace ns (system {}, verb apply)", system()));
-    assert!(lines[1].starts_with("jobenv: web-apply failed with exit code 3 after "), "{stderr}");
+    assert!(lines[1].starts_with("jobenv: web-apply failed with exit code 3 after "), "{done:?}");
 }
 
 fn system() -> String {

@@ -29,13 +29,11 @@ fn runs(f: &Fixture) -> usize {
     std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
 }
 
+/// Starts the job as a Windmill job process would be: leading its own process group.
 fn start(f: &Fixture, job_id: &str) -> Running {
-    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--job-id", job_id]);
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let mut child = command.spawn().unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(PAYLOAD.as_bytes()).unwrap();
-    Running(child)
+    let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", job_id]).stdin(PAYLOAD);
+    run.command().process_group(0);
+    run.spawn()
 }
 
 fn run(f: &Fixture, args: &[&str]) -> std::process::Output {
@@ -43,9 +41,7 @@ fn run(f: &Fixture, args: &[&str]) -> std::process::Output {
 }
 
 fn status(f: &Fixture, job_id: &str) -> Value {
-    let out = f.command(jobenv_bin!(), &["status", job_id]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    f.journal_entry(jobenv_bin!(), job_id)
 }
 
 #[test]

@@ -25,14 +25,7 @@ fn fixture() -> Fixture {
 }
 
 fn start(f: &Fixture, namespace: &str, args: &[&str]) -> Running {
-    let mut all = vec!["run", "--verb", "apply"];
-    all.extend(args);
-    let mut command = f.command(jobenv_bin!(), &all);
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": namespace}).to_string().as_bytes()).unwrap();
-    Running(child)
+    f.jobenv(jobenv_bin!()).verb("apply").args(args).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": namespace})).spawn()
 }
 
 fn log(f: &Fixture) -> Vec<String> {

@@ -19,9 +19,8 @@ fn with_program(body: &str) -> Fixture {
 }
 
 fn run(f: &Fixture) -> (Vec<u8>, Vec<u8>) {
-    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (out.stdout, out.stderr)
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    (done.raw_stdout, done.stderr.into_bytes())
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
@@ -144,11 +143,15 @@ fn output_streams_while_the_program_runs_and_only_a_possible_secret_prefix_is_he
 #[test]
 fn env_shows_secrets_redacted() {
     let f = with_program("true");
-    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply", "--format", "json"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    assert!(out.status.success());
-    let env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .args(["env", "--verb", "apply", "--format", "json"])
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .expect_nowhere("the secret", TOKEN)
+        .run();
+    let env: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     assert_eq!(env["env"]["API_TOKEN"], json!({"value": "[REDACTED]", "source": "secret"}));
-    assert!(!contains(&out.stdout, TOKEN) && !contains(&out.stderr, TOKEN));
 }
 
 #[test]
@@ -157,12 +160,14 @@ fn secrets_from_an_env_file_are_redacted() {
     f.program("web", "apply", r#"echo "tf=$TF_VAR_token""#);
     let env_file = f.path().join("secrets.env");
     std::fs::write(&env_file, "# tokens\nexport TF_VAR_token=env-file-secret-42\n").unwrap();
-    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("JOBENV_SECRETS_ENV_FILES", &env_file);
-    let out = fediversity_testkit::nix_fixture::run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // The program got the value (the line is there), and it was redacted on the way out.
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "tf=[REDACTED]\n");
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("JOBENV_SECRETS_ENV_FILES", &env_file)
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .expect_stdout("tf=[REDACTED]\n")
+        .run();
 }
 
 #[test]
@@ -171,9 +176,7 @@ fn env_text_redacts_before_it_escapes() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true");
     f.secret("STATE_BASE_ADDRESS", "https://user:pa'ss-word@state.example/tf");
-    let out = f.run(jobenv_bin!(), &["env", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run().stdout;
     // Positive control: the derived addresses are shown, with the secret part masked.
     assert!(text.contains("TF_HTTP_ADDRESS=[REDACTED]/ns  # derived"), "{text}");
     assert!(!text.contains("pa'ss-word") && !text.contains("pa\\'ss-word") && !text.contains("user:pa"), "{text}");

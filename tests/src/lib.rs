@@ -4,6 +4,8 @@
 //!
 //! - [`nix_fixture`]: a node (deploy-env.json, keys, attributes, secrets) and a deployment
 //!   repository whose dev shells real `nix-shell` instantiates offline.
+//! - [`job_run`]: one jobenv invocation and what the test expects of it (exit code, output,
+//!   secrets that must appear nowhere).
 //! - [`process`]: liveness of pids, waiting with deadlines, watching output as it comes.
 //! - [`postgres`]: a throwaway PostgreSQL 15 cluster per test binary, a database per test with
 //!   Windmill's `password` table and roles.
@@ -19,6 +21,7 @@
 
 pub mod events_receiver;
 pub mod http;
+pub mod job_run;
 pub mod nix_fixture;
 pub mod node;
 pub mod openbao;

@@ -178,6 +178,23 @@ in
         command
     }
 
+    /// jobenv against this fixture, to be given arguments, input and expectations.
+    pub fn jobenv(&self, jobenv: &Path) -> crate::job_run::JobRun {
+        crate::job_run::JobRun::new(self.command(jobenv, &[]))
+    }
+
+    /// The `result.json` jobenv left in the job directory.
+    pub fn result_json(&self) -> Value {
+        let bytes = std::fs::read(self.job_dir().join("result.json")).expect("result.json in the job directory");
+        serde_json::from_slice(&bytes).expect("result.json is JSON")
+    }
+
+    /// `fediversity-jobenv status JOB_ID`: the job's journal entry.
+    pub fn journal_entry(&self, jobenv: &Path, job_id: &str) -> Value {
+        let done = self.jobenv(jobenv).args(["status", job_id]).expect_success().run();
+        serde_json::from_str(&done.stdout).expect("status prints JSON")
+    }
+
     /// Runs jobenv to completion with `payload` on stdin.
     pub fn run(&self, jobenv: &Path, args: &[&str], payload: &Value) -> Output {
         run_with_payload(self.command(jobenv, args), payload)
