@@ -104,20 +104,26 @@ pub enum Problem {
     DuplicateNodeKey { key: String, first: String, second: String },
     #[error("payload rejected: undeclared keys: {}", names(.0))]
     UndeclaredPayloadKeys(Vec<String>),
-    #[error("payload rejected: keys only the node may set: {}", names(.0))]
-    NodeOnlyPayloadKeys(Vec<String>),
     #[error("payload rejected: reserved keys: {}", names(.0))]
     ReservedPayloadKeys(Vec<String>),
     #[error("{key} is required but not set{hint}")]
     MissingControl { key: &'static str, hint: &'static str },
     #[error("{key} {shown} is invalid: {rule}")]
     BadControl { key: &'static str, shown: String, rule: &'static str },
+    #[error("NAMESPACE {namespace:?} differs from the last segment of TF_HTTP_ADDRESS {address}")]
+    NamespaceMismatch { namespace: String, address: String },
+    #[error("TF_HTTP_ADDRESS {shown} is not this node's state address of namespace {namespace} (<STATE_BASE_ADDRESS>/<namespace>)")]
+    ForeignStateAddress { shown: String, namespace: String },
+    #[error("{key} is given but the job has no state address (neither TF_HTTP_ADDRESS nor the node's STATE_BASE_ADDRESS)")]
+    LockWithoutState { key: &'static str },
+    #[error("{key} {shown} is not under the job's state address")]
+    LockOutsideState { key: &'static str, shown: String },
     #[error("NIXPKGS and DEPLOYMENT_NIXPKGS are both set and differ")]
     ConflictingNixpkgs,
     #[error("unknown ATTRIBUTE {0:?}: it is not in the published attribute list")]
     UnknownAttribute(String),
-    #[error("EXECUTABLE {given:?} is not allowed: it must be {expected:?} (<ATTRIBUTE>-<VERB>)")]
-    BadExecutable { given: String, expected: String },
+    #[error("EXECUTABLE {given:?} is not allowed: it must be {expected:?} ({rule})")]
+    BadExecutable { given: String, expected: String, rule: &'static str },
     #[error("unknown verb {verb:?}: expected one of {expected}")]
     UnknownVerb { verb: String, expected: String },
     #[error("secrets directory {} does not exist", .0.display())]

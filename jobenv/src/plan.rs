@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::error::Problem;
 use crate::events::Target;
-use crate::input::{self, Checked, Inputs, NodeValues, admit};
+use crate::input::{self, Checked, Inputs, admit};
 
 /// Secrets shorter than this would shred the log if redacted; they draw a warning instead.
 pub const MIN_SECRET_LEN: usize = 4;
@@ -23,9 +23,19 @@ pub enum Source {
     Node,
     Secret,
     Payload,
+    /// A payload value redacted like a secret (the state backend's password a front-end sends).
+    #[serde(rename = "payload")]
+    PayloadSecret,
     Environ,
     Default,
     Derived,
+}
+
+impl Source {
+    /// Its value is redacted everywhere jobenv shows output.
+    pub fn is_secret(self) -> bool {
+        matches!(self, Source::Secret | Source::PayloadSecret)
+    }
 }
 
 impl std::fmt::Display for Source {
@@ -33,7 +43,7 @@ impl std::fmt::Display for Source {
         let text = match self {
             Source::Node => "node",
             Source::Secret => "secret",
-            Source::Payload => "payload",
+            Source::Payload | Source::PayloadSecret => "payload",
             Source::Environ => "environ",
             Source::Default => "default",
             Source::Derived => "derived",
@@ -51,7 +61,7 @@ pub struct Var {
 /// A secret's value never appears in a Debug output (a `{:?}` in a log line or a panic).
 impl std::fmt::Debug for Var {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value: &dyn std::fmt::Debug = if self.source == Source::Secret { &"[REDACTED]" } else { &self.value };
+        let value: &dyn std::fmt::Debug = if self.source.is_secret() { &"[REDACTED]" } else { &self.value };
         f.debug_struct("Var").field("value", value).field("source", &self.source).finish()
     }
 }
@@ -71,6 +81,8 @@ pub struct Plan {
     pub env: BTreeMap<String, Var>,
     /// The byte strings the redactor replaces.
     pub secrets: Vec<Vec<u8>>,
+    /// Payload keys dropped because the node owns them (the node won).
+    pub ignored: Vec<String>,
     /// One line each, naming keys only.
     pub warnings: Vec<String>,
 }
@@ -99,19 +111,17 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
 
 /// The merge of checked inputs. Lowest layer first; each layer overwrites what the one below set.
 pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
-    let Checked { controls, payload, mut warnings } = checked;
+    let Checked { controls, payload, ignored, mut warnings } = checked;
     let mut env: BTreeMap<String, Var> = BTreeMap::new();
     for (key, value) in &inputs.environ {
         if admit::environ_admits(&inputs.declared, key) {
             env.insert(key.clone(), Var { value: value.clone(), source: Source::Environ });
         }
     }
+    // Keys the node owns never got here (see `admit::payload`).
     for (key, value) in payload {
-        if inputs.node.contains_key(&key) {
-            warnings.push(format!("payload value for {key} ignored: the node sets it"));
-            continue;
-        }
-        env.insert(key, Var { value, source: Source::Payload });
+        let source = if key == "TF_HTTP_PASSWORD" { Source::PayloadSecret } else { Source::Payload };
+        env.insert(key, Var { value, source });
     }
     for (key, node_value) in &inputs.node {
         if input::names::is_consumed(key) {
@@ -129,11 +139,12 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     }
     let derived = |value: String| Var { value, source: Source::Derived };
     env.insert("DEPLOYMENT_NAMESPACE".into(), derived(controls.namespace.clone()));
-    if let Some(base) = &controls.state_base {
-        let address = format!("{}/{}", base.trim_end_matches('/'), controls.namespace);
-        env.insert("TF_HTTP_LOCK_ADDRESS".into(), derived(format!("{address}/lock")));
-        env.insert("TF_HTTP_UNLOCK_ADDRESS".into(), derived(format!("{address}/lock")));
-        env.insert("TF_HTTP_ADDRESS".into(), derived(address));
+    if let Some(state) = &controls.state {
+        let keys = ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"];
+        for ((key, value), from_payload) in keys.into_iter().zip([&state.address, &state.lock, &state.unlock]).zip(state.from_payload) {
+            let source = if from_payload { Source::Payload } else { Source::Derived };
+            env.insert(key.into(), Var { value: value.clone(), source });
+        }
     }
     // <nixpkgs> inside the program is the node's pin, the same nix-shell gets with -I; a
     // NIX_PATH the node sets comes after it (Nix takes the first match).
@@ -154,7 +165,9 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         run_string(&controls.executable, controls.events.is_some()),
     ];
 
-    let secrets = redaction_needles(&inputs.node, &mut warnings);
+    let payload_secrets = env.iter().filter(|(_, var)| var.source == Source::PayloadSecret).map(|(k, v)| (k.as_str(), v.value.as_str()));
+    let node_secrets = inputs.node.iter().filter(|(_, v)| v.secret).map(|(k, v)| (k.as_str(), v.value.as_str()));
+    let secrets = redaction_needles(node_secrets.chain(payload_secrets), &mut warnings);
 
     Plan {
         verb: inputs.verb.clone(),
@@ -166,6 +179,7 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         argv,
         env,
         secrets,
+        ignored,
         warnings,
     }
 }
@@ -182,10 +196,9 @@ pub fn run_string(executable: &str, events: bool) -> String {
 /// secret, and the JSON-escaped form of each (a program that logs JSON would otherwise leak a
 /// secret that contains a quote or a newline). Longest first is not needed: the redactor
 /// merges overlapping matches.
-fn redaction_needles(node: &NodeValues, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
+fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
     let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for (key, value) in node.iter().filter(|(_, v)| v.secret) {
-        let text = value.value.as_str();
+    for (key, text) in secrets {
         if text.len() < MIN_SECRET_LEN {
             warnings.push(format!("secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"));
             continue;

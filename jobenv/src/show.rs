@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::cli::Format;
 use crate::input::keys::DeclaredKey;
-use crate::plan::{Plan, Source};
+use crate::plan::Plan;
 use crate::run::redact::Redactor;
 
 pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
@@ -22,7 +22,7 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
     };
     let shown = |key: &str| {
         let var = &plan.env[key];
-        if var.source == Source::Secret { "[REDACTED]".to_owned() } else { redacted(&var.value) }
+        if var.source.is_secret() { "[REDACTED]".to_owned() } else { redacted(&var.value) }
     };
     let argv: Vec<String> = plan.argv.iter().map(|arg| redacted(arg)).collect();
     let text = match format {
@@ -32,7 +32,9 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
                 .iter()
                 .map(|(key, var)| (key.clone(), json!({"value": shown(key), "source": var.source})))
                 .collect();
-            let mut text = serde_json::to_string_pretty(&json!({"argv": argv, "env": env})).expect("serializes");
+            // For each payload key that was dropped: who won.
+            let ignored: serde_json::Map<_, _> = plan.ignored.iter().map(|key| (key.clone(), json!("node"))).collect();
+            let mut text = serde_json::to_string_pretty(&json!({"argv": argv, "env": env, "ignored": ignored})).expect("serializes");
             text.push('\n');
             text
         }
@@ -44,6 +46,10 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
             text.push_str("# environment: KEY=VALUE  # source\n");
             for (key, var) in &plan.env {
                 text.push_str(&format!("{key}={}  # {}\n", shown(key).escape_debug(), var.source));
+            }
+            if !plan.ignored.is_empty() {
+                let keys: Vec<String> = plan.ignored.iter().map(|key| key.escape_debug().to_string()).collect();
+                text.push_str(&format!("# payload keys ignored, the node wins: {}\n", keys.join(", ")));
             }
             text
         }

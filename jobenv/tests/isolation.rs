@@ -51,7 +51,7 @@ fn two_namespaces_get_two_state_addresses() {
 }
 
 #[test]
-fn a_payload_cannot_set_the_state_address() {
+fn a_payload_cannot_address_another_namespaces_state() {
     let mut f = Fixture::new();
     let started = f.path().join("started");
     f.program("web", "apply", &format!("touch {}", started.display()));
@@ -60,7 +60,7 @@ fn a_payload_cannot_set_the_state_address() {
         .verb("apply")
         .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "a", "TF_HTTP_ADDRESS": "https://state.example/tf/b"}))
         .expect_code(2)
-        .expect_stderr_contains("payload rejected: reserved keys: TF_HTTP_ADDRESS")
+        .expect_stderr_contains(r#"NAMESPACE "a" differs from the last segment of TF_HTTP_ADDRESS "https://state.example/tf/b""#)
         .run();
     assert!(!started.exists(), "the program ran");
 }

@@ -11,13 +11,16 @@ use super::payload::env_text;
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
 
-/// The payload, split into values for declared keys and control keys.
+/// The payload, split by what each key is.
 #[derive(Debug, Default)]
 pub struct Payload {
-    /// Declared keys with their text, in the payload's order.
+    /// Declared keys (and the state backend's credentials) with their text, in the payload's
+    /// order.
     pub values: Vec<(String, String)>,
-    /// Control keys (`ATTRIBUTE`, `NAMESPACE`, ...) with their text.
+    /// Control keys (`ATTRIBUTE`, `NAMESPACE`, ...) and the state addresses, with their text.
     pub controls: BTreeMap<&'static str, String>,
+    /// Keys whose payload value was dropped because the node owns them.
+    pub ignored: Vec<String>,
 }
 
 /// A key no layer passes on as it is: jobenv consumes it or derives it.
@@ -56,50 +59,67 @@ pub fn check_declared(declared: &BTreeMap<String, DeclaredKey>, problems: &mut V
     }
 }
 
-/// Splits the payload into declared values and control keys.
-pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>) -> Payload {
+/// Splits the payload; every key the node owns is dropped (with a warning unless the node has
+/// the same value), every other offending key refuses the job.
+pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<String>) -> Payload {
     let mut admitted = Payload::default();
-    let (mut undeclared, mut node_only, mut reserved) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut undeclared, mut reserved) = (Vec::new(), Vec::new());
+    let node_has_credentials = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].iter().any(|key| inputs.node.contains_key(*key));
     for (key, value) in &inputs.payload {
         if !names::is_valid_key(key) {
             problems.push(Problem::InvalidKey { key: key.clone(), origin: "payload".into() });
             continue;
         }
-        if names::is_node_control(key) {
-            node_only.push(key.clone());
+        let Some(text) = env_text(value) else { continue };
+        let credential = matches!(key.as_str(), "TF_HTTP_USERNAME" | "TF_HTTP_PASSWORD");
+        // A payload-only or derived key on the node is the node's error (`check_node`), not a
+        // reason to drop the payload's value.
+        let node_sets = inputs.node.contains_key(key) && !names::is_derived(key) && (!names::is_payload_control(key) || names::is_shared_control(key));
+        if node_sets || names::is_node_control(key) || (credential && node_has_credentials) {
+            if node_value(inputs, key) != Some(text.as_str()) {
+                let why = if node_sets { "the node sets it" } else { "only the node may set it" };
+                warnings.push(format!("payload value for {} ignored: {why}", key.escape_debug()));
+            }
+            admitted.ignored.push(key.clone());
             continue;
         }
-        if names::is_reserved(key) || names::is_derived(key) {
+        let control = names::PAYLOAD_CONTROL_KEYS.iter().chain(names::STATE_KEYS).find(|c| **c == key);
+        if control.is_none() && (names::is_reserved(key) || names::is_derived(key)) {
             reserved.push(key.clone());
             continue;
         }
-        let control = names::PAYLOAD_CONTROL_KEYS.iter().find(|c| **c == key);
         if control.is_none() && !inputs.declared.contains_key(key) {
             undeclared.push(key.clone());
             continue;
         }
-        let Some(text) = env_text(value) else { continue };
         if text.contains('\0') {
             problems.push(Problem::NulInValue { key: key.clone(), origin: "payload".into() });
             continue;
         }
         match control {
-            Some(name) => {
+            Some(name) if !credential => {
                 admitted.controls.insert(*name, text);
             }
-            None => admitted.values.push((key.clone(), text)),
+            _ => admitted.values.push((key.clone(), text)),
         }
     }
     if !undeclared.is_empty() {
         problems.push(Problem::UndeclaredPayloadKeys(undeclared));
     }
-    if !node_only.is_empty() {
-        problems.push(Problem::NodeOnlyPayloadKeys(node_only));
-    }
     if !reserved.is_empty() {
         problems.push(Problem::ReservedPayloadKeys(reserved));
     }
     admitted
+}
+
+/// What the node has for `key`: its own value, or for the nixpkgs pin the one it set under
+/// either name.
+fn node_value<'a>(inputs: &'a Inputs, key: &str) -> Option<&'a str> {
+    let value = |key: &str| inputs.node.get(key).map(|v| v.value.as_str());
+    match key {
+        "NIXPKGS" | "DEPLOYMENT_NIXPKGS" => value("NIXPKGS").or_else(|| value("DEPLOYMENT_NIXPKGS")),
+        _ => value(key),
+    }
 }
 
 #[cfg(test)]
@@ -110,16 +130,12 @@ mod tests {
     #[test]
     fn payload_offences_are_listed_together() {
         let mut i = inputs();
-        for k in ["NOPE", "ALSO_NOPE", "DEPLOYMENT_ROOT", "TF_HTTP_ADDRESS", "PATH", "LD_PRELOAD"] {
+        for k in ["NOPE", "ALSO_NOPE", "TF_HTTP_RETRY_MAX", "PATH", "LD_PRELOAD", "BASH_ENV"] {
             i.payload.insert(k.into(), json!("x"));
         }
         assert_eq!(
             problems(&i),
-            [
-                "payload rejected: undeclared keys: ALSO_NOPE, NOPE",
-                "payload rejected: keys only the node may set: DEPLOYMENT_ROOT",
-                "payload rejected: reserved keys: LD_PRELOAD, PATH, TF_HTTP_ADDRESS",
-            ]
+            ["payload rejected: undeclared keys: ALSO_NOPE, NOPE", "payload rejected: reserved keys: BASH_ENV, LD_PRELOAD, PATH, TF_HTTP_RETRY_MAX"]
         );
     }
 

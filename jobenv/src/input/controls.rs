@@ -8,6 +8,7 @@ use reqwest::Url;
 
 use super::admit::Payload;
 use super::names;
+use super::state::{self, StateAddress};
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
 use crate::events::{Secret, Target};
@@ -21,8 +22,8 @@ pub struct Controls {
     pub attribute: String,
     pub executable: String,
     pub namespace: String,
-    /// `STATE_BASE_ADDRESS` of the node.
-    pub state_base: Option<String>,
+    /// The state backend's addresses, when the job has them.
+    pub state: Option<StateAddress>,
     /// Where progress events go (`EVENTS_URL` and `EVENTS_SECRET` of the node).
     pub events: Option<Target>,
 }
@@ -33,9 +34,8 @@ fn shown(value: &str) -> String {
     if cut.len() < value.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
 }
 
-/// Checks every control key; problems are added to `problems`, warnings (naming keys only) to
-/// `warnings`. `None` when any check failed.
-pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>, warnings: &mut Vec<String>) -> Option<Controls> {
+/// Checks every control key; problems are added to `problems`. `None` when any check failed.
+pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) -> Option<Controls> {
     let before = problems.len();
     let payload = &payload.controls;
     let node = |key: &str| inputs.node.get(key).map(|v| v.value.clone());
@@ -79,9 +79,7 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>, 
         }
     };
 
-    if node("SYSTEM").is_some() && payload.contains_key("SYSTEM") {
-        warnings.push("payload value for SYSTEM ignored: the node sets it".to_owned());
-    }
+    // A payload SYSTEM the node also sets was dropped with the other keys the node owns.
     let system = node("SYSTEM").or_else(|| payload.get("SYSTEM").cloned()).unwrap_or_else(|| inputs.running_system.clone());
     if !names::is_valid_system(&system) {
         problems.push(Problem::BadControl { key: "SYSTEM", shown: shown_node("SYSTEM", &system), rule: "must match ^[a-z0-9_]+-[a-z0-9_]+$" });
@@ -97,34 +95,35 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>, 
         Some(_) => {}
     }
 
+    // <ATTRIBUTE>-<VERB>, or for `apply` also <ATTRIBUTE> alone: a program without verb
+    // siblings deploys when run. Both are of the checked attribute's alphabet.
     let expected = attribute.as_ref().map(|a| format!("{a}-{}", inputs.verb));
     let executable = payload.get("EXECUTABLE").cloned().or_else(|| expected.clone());
-    if let (Some(given), Some(expected)) = (payload.get("EXECUTABLE"), &expected) {
-        if given != expected {
-            problems.push(Problem::BadExecutable { given: given.clone(), expected: expected.clone() });
+    if let (Some(given), Some(expected), Some(attribute)) = (payload.get("EXECUTABLE"), &expected, &attribute) {
+        let verbless = inputs.verb == "apply" && given == attribute;
+        if given != expected && !verbless {
+            let rule = if inputs.verb == "apply" { "<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply" } else { "<ATTRIBUTE>-<VERB>" };
+            problems.push(Problem::BadExecutable { given: given.clone(), expected: expected.clone(), rule });
         }
     }
 
-    let namespace = payload.get("NAMESPACE").cloned();
-    match &namespace {
-        None => problems.push(missing("NAMESPACE", " (the job payload must name the deployment's namespace)")),
-        Some(ns) if !names::is_valid_namespace(ns) => {
-            problems.push(Problem::BadControl { key: "NAMESPACE", shown: shown(ns), rule: "must match ^[a-z0-9][a-z0-9-]{0,62}$" })
-        }
-        Some(_) => {}
-    }
+    let namespace = state::namespace(payload, problems);
 
     if let Some(id) = payload.get("BUILD_ID").filter(|id| !names::is_valid_build_id(id)) {
         problems.push(Problem::BadControl { key: "BUILD_ID", shown: shown(id), rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$" });
     }
 
-    let state_base = node("STATE_BASE_ADDRESS");
-    if let Some(base) = &state_base {
-        // Never shown: a state backend URL may carry credentials.
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            problems.push(Problem::BadControl { key: "STATE_BASE_ADDRESS", shown: "(value not shown)".into(), rule: "must be an http:// or https:// URL" });
-        }
+    let base = node("STATE_BASE_ADDRESS");
+    // Never shown: the node's base may carry credentials. A query or a dot segment there would
+    // let two namespaces address the same state, so the rules of a state address hold for it.
+    let base_rule = base.as_deref().and_then(|base| state::url_problem(base, true));
+    if let Some(rule) = base_rule {
+        problems.push(Problem::BadControl { key: "STATE_BASE_ADDRESS", shown: "(value not shown)".into(), rule });
     }
+    let state = match (&namespace, base_rule) {
+        (Some(namespace), None) => state::address(namespace, base.as_deref(), payload, problems),
+        _ => None,
+    };
 
     let events = events_target(&inputs.node).map_err(|p| problems.extend(p)).ok().flatten();
 
@@ -138,7 +137,7 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>, 
         attribute: attribute?,
         executable: executable?,
         namespace: namespace?,
-        state_base,
+        state,
         events,
     })
 }
@@ -200,9 +199,17 @@ mod tests {
     fn executable_must_be_attribute_dash_verb() {
         let mut i = inputs();
         i.payload.insert("EXECUTABLE".into(), json!("web-apply; rm -rf /"));
-        assert_eq!(problems(&i), [r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>)"#]);
+        assert_eq!(
+            problems(&i),
+            [r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply)"#]
+        );
         i.payload.insert("EXECUTABLE".into(), json!("web-apply"));
         assert!(super::super::check(&i).is_ok());
+        // A program without verb siblings deploys when run; any other verb needs its own.
+        i.payload.insert("EXECUTABLE".into(), json!("web"));
+        assert_eq!(crate::plan::plan(&i).unwrap().argv[7], "exec web");
+        i.verb = "destroy".into();
+        assert_eq!(problems(&i), [r#"EXECUTABLE "web" is not allowed: it must be "web-destroy" (<ATTRIBUTE>-<VERB>)"#]);
     }
 
     #[test]
@@ -283,14 +290,15 @@ mod tests {
         let mut i = inputs();
         i.payload.insert("EVENTS_URL".into(), json!("http://evil/"));
         i.payload.insert("EVENTS_SECRET".into(), json!("x"));
-        i.payload.insert("BUILD_ID".into(), json!("../x"));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert!(plan.events.is_none(), "the payload's event settings took effect");
+        assert_eq!(plan.ignored, ["EVENTS_SECRET", "EVENTS_URL"]);
         assert_eq!(
-            problems(&i),
-            [
-                "payload rejected: keys only the node may set: EVENTS_SECRET, EVENTS_URL",
-                r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#,
-            ]
+            plan.warnings,
+            ["payload value for EVENTS_SECRET ignored: only the node may set it", "payload value for EVENTS_URL ignored: only the node may set it"]
         );
+        i.payload.insert("BUILD_ID".into(), json!("../x"));
+        assert_eq!(problems(&i), [r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#]);
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));
         assert_eq!(problems(&i), ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]);

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod names;
 pub mod node;
 pub mod payload;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,6 +76,8 @@ pub struct Gathered {
 pub struct Checked {
     pub controls: Controls,
     pub payload: Vec<(String, String)>,
+    /// Payload keys dropped because the node owns them.
+    pub ignored: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -88,7 +91,7 @@ pub fn gather(job: &JobArgs) -> Gathered {
         let text = |key| payload.get(key).and_then(payload::env_text);
         identity = Identity {
             attribute: text("ATTRIBUTE"),
-            namespace: text("NAMESPACE"),
+            namespace: state::namespace_of(text("NAMESPACE").as_deref(), text("TF_HTTP_ADDRESS").as_deref()),
             build_id: text("BUILD_ID").filter(|id| names::is_valid_build_id(id)),
         };
     }
@@ -136,10 +139,10 @@ pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
     }
     admit::check_node(&inputs.node, &inputs.declared, &mut problems);
     admit::check_declared(&inputs.declared, &mut problems);
-    let payload = admit::payload(inputs, &mut problems);
-    let controls = controls::resolve(inputs, &payload, &mut problems, &mut warnings);
+    let payload = admit::payload(inputs, &mut problems, &mut warnings);
+    let controls = controls::resolve(inputs, &payload, &mut problems);
     match controls {
-        Some(controls) if problems.is_empty() => Ok(Checked { controls, payload: payload.values, warnings }),
+        Some(controls) if problems.is_empty() => Ok(Checked { controls, payload: payload.values, ignored: payload.ignored, warnings }),
         _ => Err(problems),
     }
 }

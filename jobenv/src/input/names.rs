@@ -69,15 +69,55 @@ pub fn is_node_tool_key(key: &str) -> bool {
     NODE_TOOL_KEYS.contains(&key) || key.starts_with("TF_VAR_")
 }
 
+/// The state-backend keys a payload may carry: the seeds' front-end scopes the state address
+/// itself and sends it, with the backend's credentials when the node has none (see
+/// [`super::state`] for their rules).
+pub const STATE_KEYS: &[&str] =
+    &["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS", "TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"];
+
+/// Exact names no payload may set, even when declared, and that never pass from jobenv's own
+/// environment: each makes bash, an interpreter, git, ssh, the loader or OpenTofu run code or
+/// read configuration of the job's choosing, or steers jobenv's own derived variables.
+const RESERVED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "DEPLOYMENT_NAMESPACE",
+    // bash and POSIX shells
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "IFS",
+    "CDPATH",
+    "GLOBIGNORE",
+    // interpreters and the C library
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "GCONV_PATH",
+    "SSH_AUTH_SOCK",
+    // OpenTofu
+    "TF_CLI_CONFIG_FILE",
+    "TF_DATA_DIR",
+    "TF_PLUGIN_CACHE_DIR",
+];
+
+/// Reserved prefixes: the loader (`LD_`, `DYLD_`), Nix, bash's exported functions, Python, Perl,
+/// Ruby, git, ssh's askpass, OpenTofu's extra arguments and its state backend (but for
+/// [`STATE_KEYS`]).
+const RESERVED_PREFIXES: &[&str] =
+    &["NIX_", "LD_", "DYLD_", "BASH_FUNC_", "PYTHON", "PERL5", "RUBY", "GIT_", "SSH_ASKPASS", "TF_CLI_ARGS", "TF_HTTP_"];
+
 /// Names a payload may never set, even when declared: they would let a job steer the
-/// interpreter, the loader, Nix or the state backend of the node.
+/// interpreter, the loader, Nix, git, ssh or OpenTofu of the node.
 pub fn is_reserved(key: &str) -> bool {
-    key == "PATH"
-        || key == "HOME"
-        || key.starts_with("NIX_")
-        || key.starts_with("TF_HTTP_")
-        || key.starts_with("LD_")
-        || key.starts_with("DYLD_")
+    (RESERVED.contains(&key) || RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix))) && !STATE_KEYS.contains(&key)
+}
+
+/// A state-backend key a payload may carry.
+pub fn is_state_key(key: &str) -> bool {
+    STATE_KEYS.contains(&key)
 }
 
 pub fn is_node_control(key: &str) -> bool {
@@ -197,11 +237,21 @@ mod tests {
 
     #[test]
     fn reserved_names() {
-        for k in ["PATH", "HOME", "NIX_PATH", "NIX_CONFIG", "TF_HTTP_ADDRESS", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES"] {
+        for k in [
+            "PATH", "HOME", "NIX_PATH", "NIX_CONFIG", "TF_HTTP_RETRY_MAX", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV",
+            "BASH_FUNC_ls%%", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH", "GLOBIGNORE", "PYTHONPATH",
+            "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH", "GIT_SSH_COMMAND",
+            "GIT_CONFIG_GLOBAL", "SSH_AUTH_SOCK", "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "TF_CLI_ARGS", "TF_CLI_ARGS_init",
+            "TF_CLI_CONFIG_FILE", "TF_DATA_DIR", "TF_PLUGIN_CACHE_DIR", "DEPLOYMENT_NAMESPACE",
+        ] {
             assert!(is_reserved(k), "{k}");
         }
-        for k in ["PATHX", "HOSTING_CONFIG", "TF_VAR_x", "NIXOS"] {
+        // Positive controls: near names, the state-backend keys and the usual declared keys.
+        for k in ["PATHX", "HOSTING_CONFIG", "TF_VAR_x", "NIXOS", "ENVIRONMENTS", "SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "TF_LOG"] {
             assert!(!is_reserved(k), "{k}");
+        }
+        for k in STATE_KEYS {
+            assert!(!is_reserved(k) && is_state_key(k), "{k}");
         }
     }
 

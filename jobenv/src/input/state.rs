@@ -1,0 +1,252 @@
+//! The namespace and the state address of a job: two deployments must never address each
+//! other's state, and a job from the seeds' front-end (which sends `TF_HTTP_ADDRESS =
+//! <base>/<namespace>`, already scoped, and no `NAMESPACE`) must run.
+//!
+//! - The namespace is the payload's `NAMESPACE`, or else the last path segment of its
+//!   `TF_HTTP_ADDRESS`; both given and different is refused.
+//! - With the node's `STATE_BASE_ADDRESS`, the state address is `<base>/<namespace>`, and a
+//!   payload's `TF_HTTP_ADDRESS` must be exactly that. Without one, the payload's address passes
+//!   as the front-end scoped it.
+//! - Lock and unlock addresses of a payload must lie under the state address; else both are
+//!   `<address>/lock`.
+//! - Every state address is a strict URL ([`url_problem`]); errors never show one that carries
+//!   credentials.
+
+use std::collections::BTreeMap;
+
+use super::names;
+use crate::error::Problem;
+
+/// The state-backend addresses the program gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateAddress {
+    pub address: String,
+    pub lock: String,
+    pub unlock: String,
+    /// Which of the three came from the payload as they are (the rest jobenv derived).
+    pub from_payload: [bool; 3],
+}
+
+/// The last path segment of a state address (one trailing `/` aside), if it has one.
+pub fn last_segment(address: &str) -> Option<&str> {
+    let rest = address.split_once("://")?.1;
+    let path = &rest[rest.find('/')?..];
+    path.strip_suffix('/').unwrap_or(path).rsplit('/').next().filter(|segment| !segment.is_empty())
+}
+
+/// The namespace a payload names, for the job's identity before it is checked: `NAMESPACE`, or
+/// else the last path segment of `TF_HTTP_ADDRESS`.
+pub fn namespace_of(namespace: Option<&str>, address: Option<&str>) -> Option<String> {
+    namespace.or_else(|| address.and_then(last_segment)).map(str::to_owned)
+}
+
+/// How an address appears in an error: quoted, unless it carries credentials.
+fn shown(address: &str) -> String {
+    if has_userinfo(address) { "(value not shown: it carries credentials)".to_owned() } else { format!("{address:?}") }
+}
+
+fn authority(address: &str) -> &str {
+    let rest = address.split_once("://").map_or(address, |(_, rest)| rest);
+    &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())]
+}
+
+fn has_userinfo(address: &str) -> bool {
+    authority(address).contains('@')
+}
+
+/// Why `address` is not a strict state address, if it is not: an `http://` or `https://` URL
+/// with a host, without a query, a fragment, empty or dot segments (which URL parsers resolve,
+/// so that `<address>/../other` would name another deployment's state), whitespace, control
+/// characters or backslashes (which the URL standard reads as `/`); userinfo only if allowed.
+pub fn url_problem(address: &str, allow_userinfo: bool) -> Option<&'static str> {
+    let Some(rest) = address.strip_prefix("https://").or_else(|| address.strip_prefix("http://")) else {
+        return Some("must be an http:// or https:// URL");
+    };
+    if address.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("must not contain whitespace or control characters");
+    }
+    if address.contains(['?', '#', '\\']) {
+        return Some("must not have a query, a fragment or a backslash");
+    }
+    let host = authority(address);
+    if host.is_empty() || host.ends_with('@') {
+        return Some("must name a host");
+    }
+    if !allow_userinfo && host.contains('@') {
+        return Some("must not carry credentials (user:password@); they go in TF_HTTP_USERNAME and TF_HTTP_PASSWORD");
+    }
+    let path = &rest[host.len()..];
+    let segments: Vec<&str> = path.strip_suffix('/').unwrap_or(path).split('/').skip(1).collect();
+    if segments.iter().any(|segment| segment.is_empty()) {
+        return Some("must not have empty path segments");
+    }
+    let dot = |s: &str| matches!(s.to_ascii_lowercase().as_str(), "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e.");
+    if segments.iter().any(|segment| dot(segment)) {
+        return Some("must not have . or .. path segments");
+    }
+    match reqwest::Url::parse(address) {
+        Ok(url) if url.path() == if path.is_empty() { "/" } else { path } => None,
+        _ => Some("must be a URL that no parser rewrites"),
+    }
+}
+
+/// Resolves the namespace; `payload` holds the payload's control and state keys.
+pub fn namespace(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> Option<String> {
+    let given = payload.get("NAMESPACE");
+    let address = payload.get("TF_HTTP_ADDRESS");
+    let from_address = address.and_then(|a| last_segment(a));
+    let namespace = match (given, from_address) {
+        (Some(given), Some(from_address)) if given != from_address => {
+            let address = shown(address.expect("an address was given"));
+            problems.push(Problem::NamespaceMismatch { namespace: given.clone(), address });
+            return None;
+        }
+        (Some(namespace), _) => namespace.clone(),
+        (None, Some(from_address)) => from_address.to_owned(),
+        (None, None) => {
+            problems.push(Problem::MissingControl {
+                key: "NAMESPACE",
+                hint: " (the job payload must name the deployment's namespace: NAMESPACE, or TF_HTTP_ADDRESS ending in it)",
+            });
+            return None;
+        }
+    };
+    if !names::is_valid_namespace(&namespace) {
+        let shown = format!("{:?}", namespace.chars().take(64).collect::<String>());
+        problems.push(Problem::BadControl { key: "NAMESPACE", shown, rule: "must match ^[a-z0-9][a-z0-9-]{0,62}$" });
+        return None;
+    }
+    Some(namespace)
+}
+
+/// The state addresses of a job in `namespace`, from the node's base and the payload.
+pub fn address(
+    namespace: &str,
+    base: Option<&str>,
+    payload: &BTreeMap<&'static str, String>,
+    problems: &mut Vec<Problem>,
+) -> Option<StateAddress> {
+    let before = problems.len();
+    let given = |key: &'static str| payload.get(key).map(String::as_str);
+    for key in ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"] {
+        if let Some(rule) = given(key).and_then(|address| url_problem(address, false)) {
+            problems.push(Problem::BadControl { key, shown: shown(given(key).expect("given")), rule });
+        }
+    }
+    if problems.len() > before {
+        return None;
+    }
+    let trimmed = |address: &str| address.strip_suffix('/').unwrap_or(address).to_owned();
+    let (address, from_payload) = match (base, given("TF_HTTP_ADDRESS")) {
+        (Some(base), given) => {
+            let scoped = format!("{}/{namespace}", base.trim_end_matches('/'));
+            if given.is_some_and(|given| trimmed(given) != scoped) {
+                problems.push(Problem::ForeignStateAddress { shown: shown(given.expect("given")), namespace: namespace.to_owned() });
+                return None;
+            }
+            (scoped, false)
+        }
+        (None, Some(given)) => (trimmed(given), true),
+        (None, None) => {
+            if let Some(key) = ["TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"].into_iter().find(|key| payload.contains_key(key)) {
+                problems.push(Problem::LockWithoutState { key });
+            }
+            return None;
+        }
+    };
+    let mut under = |key: &'static str| match given(key) {
+        None => Some((format!("{address}/lock"), false)),
+        Some(lock) if trimmed(lock) == address || lock.starts_with(&format!("{address}/")) => Some((lock.to_owned(), true)),
+        Some(lock) => {
+            problems.push(Problem::LockOutsideState { key, shown: shown(lock) });
+            None
+        }
+    };
+    let (lock, unlock) = (under("TF_HTTP_LOCK_ADDRESS"), under("TF_HTTP_UNLOCK_ADDRESS"));
+    let ((lock, lock_given), (unlock, unlock_given)) = (lock?, unlock?);
+    Some(StateAddress { address, lock, unlock, from_payload: [from_payload, lock_given, unlock_given] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_urls() {
+        for good in ["https://state.example/tf/ns", "http://10.0.0.1:8080/tf/ns/", "https://state.example"] {
+            assert_eq!(url_problem(good, false), None, "{good}");
+        }
+        for (bad, why) in [
+            ("ftp://state.example/tf", "http"),
+            ("https://state.example/tf/ns?x=1", "query"),
+            ("https://state.example/tf/ns#x", "fragment"),
+            ("https://state.example/tf\\..\\other", "backslash"),
+            ("https://state.example/tf//ns", "empty"),
+            ("https://state.example/tf/../other", ". or .."),
+            ("https://state.example/tf/%2E%2e/other", ". or .."),
+            ("https://state.example/tf/./ns", ". or .."),
+            ("https://state.example/tf/n s", "whitespace"),
+            ("https://state.example/tf/ns\n", "whitespace"),
+            ("https://user:pw@state.example/tf/ns", "credentials"),
+            ("https:///tf/ns", "host"),
+        ] {
+            assert!(url_problem(bad, false).is_some_and(|rule| rule.contains(why)), "{bad}: {:?}", url_problem(bad, false));
+        }
+        assert_eq!(url_problem("https://user:pw@state.example/tf", true), None, "the node's base may carry credentials");
+    }
+
+    #[test]
+    fn the_namespace_is_the_last_segment() {
+        assert_eq!(last_segment("https://s/tf/team-a"), Some("team-a"));
+        assert_eq!(last_segment("https://s/tf/team-a/"), Some("team-a"));
+        assert_eq!(last_segment("https://s"), None);
+        assert_eq!(last_segment("https://s/"), None);
+        assert_eq!(namespace_of(None, Some("https://s/tf/b")), Some("b".into()));
+        assert_eq!(namespace_of(Some("a"), Some("https://s/tf/b")), Some("a".into()));
+    }
+
+    fn payload(pairs: &[(&'static str, &str)]) -> BTreeMap<&'static str, String> {
+        pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn a_scoped_address_from_the_payload() {
+        let mut problems = Vec::new();
+        let p = payload(&[("TF_HTTP_ADDRESS", "https://s/tf/team-a/")]);
+        assert_eq!(namespace(&p, &mut problems).as_deref(), Some("team-a"));
+        let state = address("team-a", None, &p, &mut problems).unwrap();
+        assert_eq!((state.address.as_str(), state.lock.as_str()), ("https://s/tf/team-a", "https://s/tf/team-a/lock"));
+        assert_eq!(state.from_payload, [true, false, false]);
+        let state = address("team-a", Some("https://s/tf/"), &p, &mut problems).unwrap();
+        assert_eq!((state.address.as_str(), state.from_payload), ("https://s/tf/team-a", [false, false, false]));
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+
+    #[test]
+    fn refusals_name_the_rule_and_never_credentials() {
+        let check = |pairs: &[(&'static str, &str)], base: Option<&str>| {
+            let mut problems = Vec::new();
+            let p = payload(pairs);
+            if let Some(ns) = namespace(&p, &mut problems) {
+                address(&ns, base, &p, &mut problems);
+            }
+            problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+        };
+        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/tf/b")], None);
+        assert!(e.contains("NAMESPACE \"a\" differs from the last segment of TF_HTTP_ADDRESS"), "{e}");
+        let e = check(&[("TF_HTTP_ADDRESS", "https://s/other/a")], Some("https://s/tf"));
+        assert!(e.contains("is not this node's state address of namespace a"), "{e}");
+        let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/lock")], None);
+        assert!(e.contains("TF_HTTP_LOCK_ADDRESS \"https://s/tf/b/lock\" is not under the job's state address"), "{e}");
+        let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/ab")], None);
+        assert!(e.contains("is not under the job's state address"), "a prefix of the name is not under it: {e}");
+        let e = check(&[("TF_HTTP_ADDRESS", "https://u:hunter2@s/tf/a")], None);
+        assert!(e.contains("must not carry credentials") && !e.contains("hunter2"), "{e}");
+        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/x")], None);
+        assert!(e.contains("TF_HTTP_LOCK_ADDRESS is given but the job has no state address"), "{e}");
+        let e = check(&[], None);
+        assert!(e.contains("NAMESPACE is required but not set"), "{e}");
+        // Positive control: a lock address under the state address passes.
+        assert_eq!(check(&[("TF_HTTP_ADDRESS", "https://s/tf/a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/a/locks/x")], None), "");
+    }
+}
