@@ -13,7 +13,7 @@ use tokio_postgres::NoTls;
 
 use crate::config::Database;
 use crate::error::{Error, Result};
-use crate::secret::Secret;
+use safe_io::secret::Secret;
 
 /// `password.password_hash` is VARCHAR(100) (observed on 1.743.0, §4).
 pub const MAX_HASH_LEN: usize = 100;
@@ -81,7 +81,7 @@ fn db_error(what: &str, error: &tokio_postgres::Error, database: &Database) -> E
         Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
         None => crate::error::with_causes(error.to_string(), std::error::Error::source(error)),
     };
-    Error::Database(crate::secret::scrub(&format!("{what}: {text}"), &database.secrets()))
+    Error::Database(safe_io::secret::scrub(&format!("{what}: {text}"), &database.secrets()))
 }
 
 #[cfg(test)]

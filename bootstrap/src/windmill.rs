@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::http::{self, Answer, Policy};
-use crate::secret::Secret;
+use safe_io::secret::Secret;
 
 const SERVICE: &str = "Windmill";
 

@@ -76,6 +76,11 @@ pub enum Fault {
     /// path, as Windmill's own answers quote what they were asked about (the token delete
     /// answer names the prefix, §5.1): shows whether such a text reaches a message.
     StatusQuotingPath(u16),
+    /// Answer this status with a Windmill-style error text that quotes the JSON request body,
+    /// re-encoded the way `encoder` writes JSON (a proxy or server in another language that
+    /// echoes what it could not process): shows whether a secret in the request reaches a
+    /// message in a form other than its own.
+    StatusEchoingBody(u16, crate::json_forms::Encoder),
     /// Read the whole request, change nothing, close the connection without an answer.
     DropBeforeHandling,
     /// Handle the call (its effect happens), then close the connection without the answer.
@@ -87,6 +92,8 @@ struct FaultRule {
     method: String,
     path_prefix: String,
     fault: Fault,
+    /// Matching calls to let through before the fault applies.
+    skip: usize,
     remaining: usize,
 }
 
@@ -252,7 +259,12 @@ impl WindmillFake {
     /// The next `times` calls whose method is `method` and whose path starts with
     /// `path_prefix` get `fault`.
     pub fn fail(&self, method: &str, path_prefix: &str, fault: Fault, times: usize) {
-        self.state().faults.push(FaultRule { method: method.into(), path_prefix: path_prefix.into(), fault, remaining: times });
+        self.fail_after(method, path_prefix, 0, fault, times);
+    }
+
+    /// As [`fail`](Self::fail), after letting the next `skip` matching calls through.
+    pub fn fail_after(&self, method: &str, path_prefix: &str, skip: usize, fault: Fault, times: usize) {
+        self.state().faults.push(FaultRule { method: method.into(), path_prefix: path_prefix.into(), fault, skip, remaining: times });
     }
 
     /// Just before the next `scripts/create` for `path`, another writer creates a version of
@@ -414,9 +426,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
         let mut state = shared.state.lock().unwrap();
         state.requests.push(Recorded { method: method.clone(), path: path.clone(), body: body_text.clone(), token: token.clone() });
         let rule = state.faults.iter_mut().find(|r| r.remaining > 0 && r.method == method && path.starts_with(&r.path_prefix));
-        rule.map(|r| {
+        rule.and_then(|r| {
+            if r.skip > 0 {
+                r.skip -= 1;
+                return None;
+            }
             r.remaining -= 1;
-            r.fault
+            Some(r.fault)
         })
     };
     let call = Call { method: &method, path: &path, token: token.as_deref(), is_json, body: &body_text };
@@ -432,6 +448,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
                 _ => "Internal",
             };
             text(status, format!("{kind}: injected fault for {}", path.rsplit('/').next().unwrap_or_default()))
+        }
+        Some(Fault::StatusEchoingBody(status, encoder)) => {
+            let quoted = match serde_json::from_str::<Value>(&body_text) {
+                Ok(value) => crate::json_forms::encode_value(encoder, &value),
+                Err(_) => body_text.clone(),
+            };
+            text(status, format!("Bad request: cannot process {quoted}"))
         }
         Some(Fault::DropBeforeHandling) => {
             kill.notify_one();
