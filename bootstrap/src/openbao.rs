@@ -1,11 +1,11 @@
-//! Writing one KV secret the way `bao kv put <path> <field>=<value>` does
-//! (../shared/reference/openbao-and-services.md §1.2): ask `sys/internal/ui/mounts/<path>`
-//! which mount serves the path and its KV version, then PUT the whole secret, under
-//! `<mount>/data/<rest>` for KV v2 or at the path itself for KV v1.
+//! Writing one KV secret the way `bao kv put <path> <field>=<value>` does (OpenBao's
+//! `command/kv_put.go` and `command/kv_helpers.go`, `kvPreflightVersionRequest`): ask
+//! `sys/internal/ui/mounts/<path>` which mount serves the path and its KV version, then PUT the
+//! whole secret, under `<mount>/data/<rest>` for KV v2 or at the path itself for KV v1.
 //!
-//! Status codes decide (§1.4); OpenBao's `errors` texts only make the message. 5xx and 429
-//! (503 = sealed) are retried like every other call; 403 fails at once, as in the CLI. The
-//! token is sent in `X-Vault-Token` and appears in no message.
+//! Status codes decide (OpenBao's HTTP API documentation); OpenBao's `errors` texts only make
+//! the message. 5xx and 429 (503 = sealed) are retried like every other call; 403 fails at
+//! once, as in the CLI. The token is sent in `X-Vault-Token` and appears in no message.
 
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
@@ -37,7 +37,7 @@ pub struct Written {
 
 impl OpenBao {
     /// Without a token, no token header is sent: an agent's API proxy with auto-auth adds its own
-    /// (§1.6).
+    /// (OpenBao agent's `api_proxy` with `use_auto_auth_token`).
     pub fn new(http: Client, addr: &str, token: Option<Secret>, policy: Policy) -> Self {
         OpenBao { http, addr: addr.to_owned(), token, policy }
     }
@@ -45,7 +45,7 @@ impl OpenBao {
     async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>) -> Result<Answer> {
         let url = format!("{}/v1/{api_path}", self.addr);
         http::send(&self.policy, SERVICE, call, || {
-            // The CLI and SDK always send X-Vault-Request; agent listeners may require it (§1.3).
+            // The CLI and SDK always send X-Vault-Request; agent listeners may require it (`api/client.go`).
             let mut request = self.http.request(method.clone(), &url).header("X-Vault-Request", "true");
             if let Some(token) = &self.token {
                 request = request.header("X-Vault-Token", token.expose());
@@ -107,7 +107,7 @@ impl OpenBao {
         let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
         let call = format!("PUT /v1/{api_path}");
         let answer = self.request(Method::PUT, &api_path, &call, Some(&body)).await?;
-        // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written (§1.4).
+        // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written.
         if !answer.status.is_success() {
             return Err(status_error(&call, &answer));
         }

@@ -1,6 +1,9 @@
 //! The Windmill API calls the bootstrap makes, with the status codes and texts a real server
-//! answers (../shared/reference/windmill-api.md §1, §2 and "Observed on a real Windmill server"
-//! §5). Errors are `text/plain` `<Kind>: <message>`; JSON bodies go with
+//! answers: from Windmill's OpenAPI (`backend/windmill-api/openapi.yaml`), its server code
+//! (`backend/windmill-api-users/src/users.rs` for login and tokens, `windmill-api-workspaces`,
+//! `windmill-api-groups/src/folders.rs`, `windmill-api-scripts/src/scripts.rs`,
+//! `windmill-api/src/settings.rs`) and as observed on Windmill CE 1.743.0. Errors are
+//! `text/plain` `<Kind>: <message>` (`windmill-common/src/error.rs`); JSON bodies go with
 //! `Content-Type: application/json` (a real server answers 415 without it).
 
 use reqwest::{Client, Method, StatusCode};
@@ -24,11 +27,11 @@ pub struct Windmill {
 /// The outcome of a login with a password.
 pub enum Login {
     Token(Secret),
-    /// 400 `Bad request: Invalid login`: a wrong password or an unknown email (§2 "Login").
+    /// 400 `Bad request: Invalid login`: a wrong password or an unknown email (`users.rs`, `login`).
     Invalid,
 }
 
-/// One row of `GET /api/users/tokens/list` (§5.1): the list shows only the first 10
+/// One row of `GET /api/users/tokens/list`: the list shows only the first 10
 /// characters of each token.
 #[derive(Debug, Deserialize)]
 pub struct TokenInfo {
@@ -36,7 +39,7 @@ pub struct TokenInfo {
     pub token_prefix: String,
 }
 
-/// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not (§2).
+/// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not.
 #[derive(Debug, Deserialize)]
 pub struct RemoteScript {
     pub hash: String,
@@ -48,14 +51,14 @@ pub struct RemoteScript {
     pub description: Option<String>,
     #[serde(default)]
     pub archived: bool,
-    /// Set when the version's dependency job failed (§1 `Script`, §5.3: `null` otherwise).
+    /// Set when the version's dependency job failed (`null` otherwise).
     #[serde(default)]
     pub lock_error_logs: Option<String>,
 }
 
 /// The body of `scripts/create`: the required fields (`path, summary, description, content,
 /// language`) and the parent. No `lock`: for python3 the server queues a dependency job that
-/// fills it in (§2 rule 5), so it is never sent nor compared.
+/// fills it in, so it is never sent nor compared.
 #[derive(Debug, Serialize)]
 pub struct NewScript<'a> {
     pub path: &'a str,
@@ -67,7 +70,7 @@ pub struct NewScript<'a> {
     pub language: &'a str,
 }
 
-/// How Windmill answered `scripts/create` (§2 "Create rules", observed §5.3).
+/// How Windmill answered `scripts/create` (`scripts.rs`, `create_script`; observed on 1.743.0).
 #[derive(Debug)]
 pub enum Created {
     /// 201 with the new 16-hex hash.
@@ -134,7 +137,7 @@ impl Windmill {
     }
 
     /// `POST /api/auth/logout` with this client's token: 200 `logged out successfully`; the
-    /// token's row is deleted (§5.1).
+    /// token's row is deleted.
     pub async fn logout(&self) -> Result<()> {
         let call = "POST /api/auth/logout";
         let answer = self.request(Method::POST, "/api/auth/logout", call, None).await?;
@@ -157,7 +160,7 @@ impl Windmill {
         expect_json(call, answer)
     }
 
-    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix, §5.1; so
+    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix; so
     /// may an error: the caller holds the prefix among the secrets it scrubs).
     pub async fn delete_token(&self, prefix: &Secret) -> Result<()> {
         let call = "DELETE /api/users/tokens/delete/{prefix}";
@@ -174,7 +177,7 @@ impl Windmill {
     }
 
     /// `POST /api/workspaces/create {"id","name"}`: 200 `Created workspace <id>`. `username` is
-    /// left out: servers that automate usernames reject it (§2 "Workspaces"). A 400 "already
+    /// left out: servers that automate usernames reject it (`workspaces.rs`, `create_workspace`). A 400 "already
     /// exists" is success too: someone else created it since it was looked up, or an earlier
     /// try of this call did and its answer was lost; the two cannot be told apart.
     pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
@@ -248,7 +251,7 @@ impl Windmill {
         expect_json(&call, answer)
     }
 
-    /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body (§5.5).
+    /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body.
     pub async fn set_setting(&self, key: &str, value: &Value) -> Result<()> {
         let call = format!("POST /api/settings/global/{key}");
         let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value}))).await?;
@@ -257,7 +260,7 @@ impl Windmill {
 }
 
 /// A token answered as the raw text body: 32 alphanumerics on a real server (`rd_string(32)`,
-/// §2 "Auth and tokens"; every token observed, §5.1). Nothing else is accepted: the token goes
+/// `users.rs`; every token observed). Nothing else is accepted: the token goes
 /// verbatim into an HTTP header and into the nginx include, where a `"` or a `;` would end the
 /// directive and start another.
 fn raw_token(call: &str, answer: Answer) -> Result<Secret> {

@@ -84,7 +84,7 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
 #[test]
 fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     // Windmill's delete answers quote the prefix (`deleted 1 tokens ["QedeJtIbdx*****"] with
-    // prefix QedeJtIbdx`, §5.1): here an error answer to the revocation does the same.
+    // prefix QedeJtIbdx`, observed): here an error answer to the revocation does the same.
     let node = Node::new();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let first = node.include_token().unwrap();

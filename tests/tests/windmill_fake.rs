@@ -1,7 +1,7 @@
-//! The Windmill fake behaves as ../shared/reference/windmill-api.md records a real server does,
-//! for the behaviours the bootstrap's tests lean on: the auth cache that keeps a deleted
-//! non-session token working (§5.1), logout (§5.1), script hashes that do not tell an absent
-//! `parent_hash` from a `null` one (§2 "Hash"), `lock_error_logs` (§5.3).
+//! The Windmill fake behaves as a real Windmill CE server does (observed on 1.743.0, and per its
+//! server code), for the behaviours the bootstrap's tests lean on: the auth cache that keeps a
+//! deleted non-session token working, logout, script hashes that do not tell an absent
+//! `parent_hash` from a `null` one, `lock_error_logs`.
 
 use std::time::Duration;
 
