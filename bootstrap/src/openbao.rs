@@ -42,9 +42,11 @@ impl OpenBao {
         OpenBao { http, addr: addr.to_owned(), token, policy }
     }
 
-    async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>) -> Result<Answer> {
+    /// `secret` is one the body holds, besides the token.
+    async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>, secret: Option<&Secret>) -> Result<Answer> {
         let url = format!("{}/v1/{api_path}", self.addr);
-        http::send(&self.policy, SERVICE, call, || {
+        let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
+        http::send(&self.policy, SERVICE, call, &carried, || {
             // The CLI and SDK always send X-Vault-Request; agent listeners may require it (`api/client.go`).
             let mut request = self.http.request(method.clone(), &url).header("X-Vault-Request", "true");
             if let Some(token) = &self.token {
@@ -61,7 +63,7 @@ impl OpenBao {
     /// The preflight of `bao kv put`: `(mount, version)`, or `None` on 404.
     pub async fn mount_of(&self, path: &str) -> Result<Option<(String, u8)>> {
         let call = format!("GET /v1/sys/internal/ui/mounts/{path}");
-        let answer = self.request(Method::GET, &format!("sys/internal/ui/mounts/{path}"), &call, None).await?;
+        let answer = self.request(Method::GET, &format!("sys/internal/ui/mounts/{path}"), &call, None, None).await?;
         match answer.status {
             StatusCode::OK => {
                 let body: Value = serde_json::from_str(&answer.body).map_err(|_| Error::Unexpected {
@@ -106,7 +108,7 @@ impl OpenBao {
         // that may only write (a 403 here) leaves it unknown.
         let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
         let call = format!("PUT /v1/{api_path}");
-        let answer = self.request(Method::PUT, &api_path, &call, Some(&body)).await?;
+        let answer = self.request(Method::PUT, &api_path, &call, Some(&body), Some(value)).await?;
         // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written.
         if !answer.status.is_success() {
             return Err(status_error(&call, &answer));
@@ -125,7 +127,7 @@ impl OpenBao {
     /// the token may not read it.
     async fn exists_v1(&self, api_path: &str) -> Result<Option<bool>> {
         let call = format!("GET /v1/{api_path}");
-        let answer = self.request(Method::GET, api_path, &call, None).await?;
+        let answer = self.request(Method::GET, api_path, &call, None, None).await?;
         match answer.status {
             StatusCode::OK => Ok(Some(true)),
             StatusCode::NOT_FOUND => Ok(Some(false)),
@@ -142,7 +144,7 @@ fn ensure_slash(mount: &str) -> String {
 /// `{"errors": [...]}` joined, or the `warnings` (a v2 path without `data/` answers 404 with
 /// warnings only), with a hint for the statuses an operator has to act on.
 fn status_error(call: &str, answer: &Answer) -> Error {
-    let body: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+    let body: Value = serde_json::from_str(&answer.scrubbed()).unwrap_or(Value::Null);
     let texts = |key: &str| -> Vec<String> {
         body.get(key)
             .and_then(Value::as_array)
@@ -155,7 +157,7 @@ fn status_error(call: &str, answer: &Answer) -> Error {
     }
     let mut message = parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("; ");
     if message.is_empty() {
-        message = http::short(&answer.body);
+        message = answer.shown();
     }
     let hint = match answer.status.as_u16() {
         403 => " (the token is missing, invalid or lacks a policy for this path)",

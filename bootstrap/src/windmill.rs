@@ -95,9 +95,11 @@ impl Windmill {
 
     /// `call` names the request in messages: method and path, with `{…}` for parts that
     /// could hold anything secret.
-    async fn request(&self, method: Method, path: &str, call: &str, body: Option<&Value>) -> Result<Answer> {
+    /// `secret` is one the path or body holds, besides the token.
+    async fn request(&self, method: Method, path: &str, call: &str, body: Option<&Value>, secret: Option<&Secret>) -> Result<Answer> {
         let url = format!("{}{path}", self.base);
-        http::send(&self.policy, SERVICE, call, || {
+        let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
+        http::send(&self.policy, SERVICE, call, &carried, || {
             let mut request = self.http.request(method.clone(), &url);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token.expose());
@@ -128,7 +130,7 @@ impl Windmill {
     pub async fn login(&self, email: &str, password: &Secret) -> Result<Login> {
         let call = "POST /api/auth/login";
         let body = json!({"email": email, "password": password.expose()});
-        let answer = self.request(Method::POST, "/api/auth/login", call, Some(&body)).await?;
+        let answer = self.request(Method::POST, "/api/auth/login", call, Some(&body), Some(password)).await?;
         match answer.status {
             StatusCode::OK => Ok(Login::Token(raw_token(call, answer)?)),
             StatusCode::BAD_REQUEST if answer.body.contains("Invalid login") => Ok(Login::Invalid),
@@ -140,14 +142,14 @@ impl Windmill {
     /// token's row is deleted.
     pub async fn logout(&self) -> Result<()> {
         let call = "POST /api/auth/logout";
-        let answer = self.request(Method::POST, "/api/auth/logout", call, None).await?;
+        let answer = self.request(Method::POST, "/api/auth/logout", call, None, None).await?;
         expect_ok(call, answer)
     }
 
     /// `POST /api/users/tokens/create {"label"}`: 201 with the new token as plain text.
     pub async fn create_token(&self, label: &str) -> Result<Secret> {
         let call = "POST /api/users/tokens/create";
-        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&json!({"label": label}))).await?;
+        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&json!({"label": label})), None).await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => raw_token(call, answer),
             _ => Err(unexpected_status(call, answer)),
@@ -156,7 +158,7 @@ impl Windmill {
 
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         let call = "GET /api/users/tokens/list";
-        let answer = self.request(Method::GET, "/api/users/tokens/list", call, None).await?;
+        let answer = self.request(Method::GET, "/api/users/tokens/list", call, None, None).await?;
         expect_json(call, answer)
     }
 
@@ -165,14 +167,14 @@ impl Windmill {
     pub async fn delete_token(&self, prefix: &Secret) -> Result<()> {
         let call = "DELETE /api/users/tokens/delete/{prefix}";
         let path = format!("/api/users/tokens/delete/{}", prefix.expose());
-        let answer = self.request(Method::DELETE, &path, call, None).await?;
+        let answer = self.request(Method::DELETE, &path, call, None, Some(prefix)).await?;
         expect_ok(call, answer)
     }
 
     /// `POST /api/workspaces/exists {"id"}`: a JSON bool (archived workspaces count).
     pub async fn workspace_exists(&self, id: &str) -> Result<bool> {
         let call = "POST /api/workspaces/exists";
-        let answer = self.request(Method::POST, "/api/workspaces/exists", call, Some(&json!({"id": id}))).await?;
+        let answer = self.request(Method::POST, "/api/workspaces/exists", call, Some(&json!({"id": id})), None).await?;
         expect_json(call, answer)
     }
 
@@ -182,7 +184,7 @@ impl Windmill {
     /// try of this call did and its answer was lost; the two cannot be told apart.
     pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
         let call = "POST /api/workspaces/create";
-        let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name}))).await?;
+        let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name})), None).await?;
         match answer.status {
             StatusCode::OK | StatusCode::CREATED => Ok(()),
             StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
@@ -193,7 +195,7 @@ impl Windmill {
     /// `GET /api/w/{w}/folders/get/{name}`: 200 or 404.
     pub async fn folder_exists(&self, workspace: &str, name: &str) -> Result<bool> {
         let call = "GET /api/w/{workspace}/folders/get/{name}";
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/folders/get/{name}"), call, None).await?;
+        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/folders/get/{name}"), call, None, None).await?;
         match answer.status {
             StatusCode::OK => Ok(true),
             StatusCode::NOT_FOUND => Ok(false),
@@ -205,7 +207,7 @@ impl Windmill {
     /// exists" is success too, as for the workspace.
     pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<()> {
         let call = "POST /api/w/{workspace}/folders/create";
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name}))).await?;
+        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name})), None).await?;
         match answer.status {
             StatusCode::OK | StatusCode::CREATED => Ok(()),
             StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
@@ -217,7 +219,7 @@ impl Windmill {
     /// (`Not found: Script not found at path …`).
     pub async fn get_script(&self, workspace: &str, path: &str) -> Result<Option<RemoteScript>> {
         let call = format!("GET /api/w/{workspace}/scripts/get/p/{path}");
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/scripts/get/p/{path}"), &call, None).await?;
+        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/scripts/get/p/{path}"), &call, None, None).await?;
         match answer.status {
             StatusCode::NOT_FOUND => Ok(None),
             _ => expect_json(&call, answer).map(Some),
@@ -227,7 +229,7 @@ impl Windmill {
     pub async fn create_script(&self, workspace: &str, script: &NewScript<'_>) -> Result<Created> {
         let call = format!("POST /api/w/{workspace}/scripts/create ({})", script.path);
         let body = serde_json::to_value(script).expect("a NewScript serializes");
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/scripts/create"), &call, Some(&body)).await?;
+        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/scripts/create"), &call, Some(&body), None).await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => {
                 let hash = answer.body.trim().to_owned();
@@ -238,7 +240,7 @@ impl Windmill {
             }
             StatusCode::BAD_REQUEST if answer.body.contains("same hash") => Ok(Created::SameHashExists),
             StatusCode::BAD_REQUEST if answer.body.contains("lineage must be linear") || answer.body.contains("Path conflict") => {
-                Ok(Created::Conflict(http::short(&answer.body)))
+                Ok(Created::Conflict(answer.shown()))
             }
             _ => Err(unexpected_status(&call, answer)),
         }
@@ -247,14 +249,14 @@ impl Windmill {
     /// `GET /api/settings/global/{key}`: the stored JSON value, `null` when unset.
     pub async fn get_setting(&self, key: &str) -> Result<Value> {
         let call = format!("GET /api/settings/global/{key}");
-        let answer = self.request(Method::GET, &format!("/api/settings/global/{key}"), &call, None).await?;
+        let answer = self.request(Method::GET, &format!("/api/settings/global/{key}"), &call, None, None).await?;
         expect_json(&call, answer)
     }
 
     /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body.
     pub async fn set_setting(&self, key: &str, value: &Value) -> Result<()> {
         let call = format!("POST /api/settings/global/{key}");
-        let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value}))).await?;
+        let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value})), None).await?;
         expect_ok(&call, answer)
     }
 }
@@ -289,5 +291,5 @@ fn expect_json<T: serde::de::DeserializeOwned>(call: &str, answer: Answer) -> Re
 }
 
 fn unexpected_status(call: &str, answer: Answer) -> Error {
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: http::short(&answer.body), tries: answer.tries }
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: answer.shown(), tries: answer.tries }
 }
