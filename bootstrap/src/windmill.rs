@@ -163,10 +163,13 @@ impl Windmill {
     }
 
     /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix; so
-    /// may an error: the caller holds the prefix among the secrets it scrubs).
+    /// may an error: the caller holds the prefix among the secrets it scrubs). The prefix comes
+    /// from the server's `tokens/list`, not from the configuration: it is percent-encoded as one
+    /// path segment, so that whatever it holds (`/`, `..`, `?`) the call stays this one.
     pub async fn delete_token(&self, prefix: &Secret) -> Result<()> {
         let call = "DELETE /api/users/tokens/delete/{prefix}";
-        let path = format!("/api/users/tokens/delete/{}", prefix.expose());
+        let segment = percent_encoding::utf8_percent_encode(prefix.expose(), percent_encoding::NON_ALPHANUMERIC);
+        let path = format!("/api/users/tokens/delete/{segment}");
         let answer = self.request(Method::DELETE, &path, call, None, Some(prefix)).await?;
         expect_ok(call, answer)
     }

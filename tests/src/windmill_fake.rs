@@ -590,7 +590,10 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             Ok(json_reply(&Value::Array(list)))
         }
         ("DELETE", ["api", "users", "tokens", "delete", prefix]) => {
-            // observed: `deleted N tokens [...] with prefix P`.
+            // observed: `deleted N tokens [...] with prefix P`. The segment is percent-decoded,
+            // as axum's `Path` extractor does.
+            let prefix = percent_encoding::percent_decode_str(prefix).decode_utf8_lossy();
+            let prefix = prefix.as_ref();
             let user = authed(shared, call)?;
             let mut state = shared.state.lock().unwrap();
             let deleted = state.delete_tokens(|t| t.email == user.email && t.token.starts_with(prefix));
