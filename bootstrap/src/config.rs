@@ -4,9 +4,9 @@
 //! group of the nginx include exist. All problems are reported together, each naming the field
 //! or the file; values of secrets never appear.
 //!
-//! - [`file`]: the file as written, its defaults, and serde's messages without values;
-//! - [`checks`]: the checks of single values;
-//! - [`resolve`]: from the file to [`Config`], section by section.
+//! - `file`: the file as written, its defaults, and serde's messages without values;
+//! - `checks`: the checks of single values;
+//! - `resolve`: from the file to [`Config`], section by section.
 
 mod checks;
 mod file;
