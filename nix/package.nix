@@ -30,6 +30,7 @@ rustPlatform.buildRustPackage {
       ../Cargo.lock
       ../jobenv
       ../bootstrap
+      ../safe-io
       ../tests
       ../bench
     ];

@@ -11,7 +11,8 @@ Steps, in order: 1 ready, 2 login, 3 token, 4 workspace, 5 scripts, 6 settings, 
 Exit codes:
   0  every step held (with --check: the node is converged)
   1  --check found something a run would change
-  2  configuration error (bad or missing field, unreadable file); nothing was changed
+  2  configuration error (bad or missing field, unreadable file, invalid BOOTSTRAP_LOG);
+     nothing was changed
   3  a step failed; the error line names it (systemd's Restart=on-failure retries),
      or the lock file could not be taken (`lock failed: ...`)";
 

@@ -2,7 +2,7 @@
 //!
 //! Every message names what failed (a step, a call, a file, a field) and never a secret: the
 //! admin password, the API token, the DSN and the OpenBao token are only ever held in
-//! [`crate::secret::Secret`], and the texts of reqwest and tokio-postgres errors are rebuilt
+//! [`safe_io::secret::Secret`], and the texts of reqwest and tokio-postgres errors are rebuilt
 //! without URLs or connection strings before they get here.
 
 use std::io;
@@ -68,6 +68,9 @@ pub enum Error {
     /// The lock file (one run at a time) could not be taken, before step 1.
     #[error("lock failed: {0}")]
     Lock(Box<Error>),
+    /// From the shared crate: a bad `BOOTSTRAP_LOG`, the lock file, the include's atomic write.
+    #[error(transparent)]
+    SafeIo(#[from] safe_io::Error),
 }
 
 fn tries_suffix(tries: usize) -> String {
@@ -77,7 +80,7 @@ fn tries_suffix(tries: usize) -> String {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) | Error::ReadFile { .. } => EXIT_CONFIG,
+            Error::Config(_) | Error::ReadFile { .. } | Error::SafeIo(safe_io::Error::BadLevel { .. }) => EXIT_CONFIG,
             _ => EXIT_STEP_FAILED,
         }
     }

@@ -6,12 +6,18 @@
 //! returned to the caller, which knows what it means for that endpoint. Error texts are built
 //! here without the URL (reqwest puts it in its messages, and a token-delete URL holds a token
 //! prefix).
+//!
+//! A server's text is cut short for a message ([`Answer::shown`]); the secrets the request
+//! carried (its token, a password in its body) are scrubbed from it first, in every form, as
+//! the final scrub of the whole message could no longer find a secret that the cut split.
 
 use std::error::Error as _;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use reqwest::{Client, RequestBuilder, StatusCode};
+
+use safe_io::secret::{Secret, scrub};
 
 use crate::config::Retry;
 use crate::error::{Error, Result};
@@ -23,6 +29,22 @@ pub struct Answer {
     pub body: String,
     /// Tries made for this answer: more than one when earlier ones got no answer or a 5xx/429.
     pub tries: usize,
+    /// The secrets the request carried, to scrub from [`shown`](Self::shown).
+    carried: Vec<Secret>,
+}
+
+impl Answer {
+    /// The body for a message: the request's secrets scrubbed, then [`short`].
+    pub fn shown(&self) -> String {
+        short(&self.scrubbed())
+    }
+
+    /// The whole body, the request's secrets scrubbed (JSON stays JSON: the marker needs no
+    /// escaping, and each secret is replaced in the form it was written in).
+    pub fn scrubbed(&self) -> String {
+        let carried: Vec<&Secret> = self.carried.iter().collect();
+        scrub(&self.body, &carried)
+    }
 }
 
 pub fn client(retry: &Retry) -> Result<Client> {
@@ -67,23 +89,27 @@ struct Transient {
 }
 
 /// Sends the request `build` makes, retrying transient failures; `service` and `call` (e.g.
-/// `Windmill`, `POST /api/auth/login`) name it in messages and must hold no secret.
+/// `Windmill`, `POST /api/auth/login`) name it in messages and must hold no secret; `carried`
+/// are the secrets the request holds (see [`Answer::shown`]).
 pub async fn send(
     policy: &Policy,
     service: &'static str,
     call: &str,
+    carried: &[&Secret],
     build: impl Fn() -> RequestBuilder,
 ) -> Result<Answer> {
+    let carried: Vec<Secret> = carried.iter().map(|s| (*s).clone()).collect();
     let mut tries = 0usize;
     let attempt = || {
         tries += 1;
         let request = build();
+        let carried = carried.clone();
         async move {
             let response = request.send().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
             let status = response.status();
             let body = response.text().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
             // `tries` is set once the retries are over.
-            let answer = Answer { status, body, tries: 0 };
+            let answer = Answer { status, body, tries: 0, carried };
             if is_transient(status) {
                 return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
             }
@@ -102,7 +128,7 @@ pub async fn send(
             service,
             call: call.to_owned(),
             status: answer.status.as_u16(),
-            message: short(&answer.body),
+            message: answer.shown(),
             tries,
         }),
         Err(Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),

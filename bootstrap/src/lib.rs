@@ -1,25 +1,26 @@
-//! `fediversity-windmill-bootstrap`: converges a Windmill CE node to its desired state. See
-//! ../shared/spec/bootstrap.md and the README section of the same name.
+//! `fediversity-windmill-bootstrap`: converges a Windmill CE node to its desired state. See the
+//! README section of the same name for what each step does and every field of the
+//! configuration.
 //!
 //! - [`config`]: the JSON configuration, defaults and validation;
 //! - [`windmill`] and [`openbao`]: the two HTTP APIs, over [`http`] (one client, retries);
 //! - [`password`]: the argon2 hash and the `password` table;
 //! - [`scripts`]: the local tree and its upload;
-//! - [`atomic`]: the nginx include, written atomically with owner and mode;
-//! - [`lock`]: one run at a time;
-//! - [`steps`] and [`report`]: the nine steps and their log lines.
+//! - [`ui_auth_include`]: the nginx include that holds the token;
+//! - [`steps`] and [`report`]: the nine steps and their log lines;
+//! - [`error`]: the one error type and its exit codes.
+//!
+//! The log formatter, the lock file, the atomic write and secrets come from [`safe_io`], shared
+//! with jobenv.
 
-pub mod atomic;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;
-pub mod lock;
-pub mod logging;
 pub mod openbao;
 pub mod password;
 pub mod report;
 pub mod scripts;
-pub mod secret;
 pub mod steps;
+pub mod ui_auth_include;
 pub mod windmill;

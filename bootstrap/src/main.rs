@@ -3,14 +3,24 @@ use std::process::ExitCode;
 use anyhow::Context;
 use bootstrap::cli::Cli;
 use bootstrap::error::{EXIT_DRIFT, EXIT_OK, EXIT_STEP_FAILED, Error};
-use bootstrap::secret::{Secret, scrub};
 use bootstrap::steps::{self, Finish};
-use bootstrap::{config, lock, scripts};
+use bootstrap::{config, scripts};
 use clap::Parser;
+use safe_io::lock::{Held, LockFile};
+use safe_io::secret::{Secret, scrub};
+
+/// The prefix of every line the bootstrap logs, so the journal and a terminal tell them apart.
+const LOG_PREFIX: &str = "fediversity-windmill-bootstrap: ";
 
 fn main() -> ExitCode {
-    bootstrap::logging::init();
+    // Only our own crate's events: reqwest, hyper and tokio-postgres stay silent, so nothing
+    // they might format (a URL, a connection string) reaches the log. (The library's events
+    // have target `bootstrap`, the binary's `fediversity_windmill_bootstrap`.)
+    let logging = safe_io::log::init(LOG_PREFIX, "BOOTSTRAP_LOG", &["bootstrap", "fediversity_windmill_bootstrap"]);
     let cli = Cli::parse();
+    if let Err(bad_level) = logging {
+        return ExitCode::from(report(&Error::from(bad_level), &[]));
+    }
     ExitCode::from(run(&cli))
 }
 
@@ -27,7 +37,7 @@ fn run(cli: &Cli) -> u8 {
     let _lock = if cli.check {
         None
     } else {
-        match lock::acquire(&config.lock_file) {
+        match lock(&config.lock_file) {
             Ok(lock) => Some(lock),
             Err(error) => return report(&Error::Lock(Box::new(error)), &config.secrets()),
         }
@@ -60,6 +70,19 @@ fn run(cli: &Cli) -> u8 {
             report(&error, &secrets)
         }
     }
+}
+
+/// One bootstrap at a time: the lock file's `flock`, held until the process exits. Two runs
+/// started together (a manual run during the boot run) then happen one after the other, and
+/// the second finds a converged node.
+fn lock(path: &std::path::Path) -> Result<Held, Error> {
+    let file = LockFile::open(path)?;
+    if let Some(held) = file.try_exclusive()? {
+        return Ok(held);
+    }
+    tracing::info!("another bootstrap holds {}; waiting for it to finish", path.display());
+    // Blocking is bounded by the unit's TimeoutStartSec; the other run is making progress.
+    Ok(file.exclusive()?)
 }
 
 /// One `error:` line per line of the message; secrets scrubbed as a last resort.

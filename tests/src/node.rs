@@ -271,18 +271,16 @@ impl Default for Node {
     }
 }
 
-/// The names of the secrets that occur in `output`, as they are or escaped the way a JSON
-/// string or a Rust `Debug` would print them.
+/// The names of the secrets that occur in `output`: as they are, as Rust's `Debug` prints them,
+/// or JSON-escaped the way any of the encoders of [`crate::json_forms`] writes them (serde,
+/// Python's `json.dumps`, PHP, Go, upper-case hex).
 pub fn find_secrets(output: &str, secrets: &[(String, String)]) -> Vec<String> {
     let mut found = Vec::new();
     for (name, value) in secrets {
         if value.is_empty() {
             continue;
         }
-        let escaped = value.escape_debug().to_string();
-        let json = serde_json::to_string(value).unwrap();
-        let json = json.trim_matches('"');
-        if output.contains(value.as_str()) || output.contains(&escaped) || output.contains(json) {
+        if crate::json_forms::every_form(value).iter().any(|form| output.contains(form.as_str())) {
             found.push(name.clone());
         }
     }

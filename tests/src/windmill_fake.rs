@@ -1,22 +1,24 @@
 //! The one fake of the test suite: an in-process Windmill HTTP server that answers like a real
-//! Windmill CE does, for the calls the bootstrap makes. Every behaviour names where it comes
-//! from: Windmill's OpenAPI spec or server source (github.com/windmill-labs/windmill,
-//! `backend/`), its migrations, or what a real CE 1.743.0 server was observed to answer.
+//! Windmill CE does, for the calls the bootstrap makes. Every behaviour says where it comes
+//! from: "server code" is Windmill's Rust source (`backend/windmill-api-users/src/users.rs` for
+//! login and tokens, `windmill-api-workspaces`, `windmill-api-groups/src/folders.rs`,
+//! `windmill-api-scripts/src/scripts.rs`, `windmill-api/src/settings.rs`,
+//! `windmill-api-auth/src/auth.rs`), "OpenAPI" its `backend/windmill-api/openapi.yaml`,
+//! "observed" what a real Windmill CE 1.743.0 answered, "nixpkgs" its package of 1.587.0.
 //!
 //! Design decisions:
 //! - Users are not held here: login reads the admin's `password_hash` from the test's real
-//!   PostgreSQL `password` table and verifies it with the argon2 crate, as Windmill does (Windmill's server source
-//!   "Login", Windmill's migrations). So the bootstrap's database write is exercised end to end: if the hash it
+//!   PostgreSQL `password` table and verifies it with the argon2 crate, as Windmill does (server
+//!   code, `login`). So the bootstrap's database write is exercised end to end: if the hash it
 //!   wrote were wrong, the next login would fail.
 //! - Script hashes are the first 8 bytes of SHA-256 over the request body in a canonical form
 //!   (parsed, top-level `null` fields dropped, keys sorted), in 16 hex digits. Windmill hashes
-//!   the deserialised request (Windmill's server source "Hash"), which is not reproducible, but shares the properties
+//!   the deserialised request (server code), which is not reproducible, but shares the properties
 //!   that matter: it covers every field including `parent_hash`, so resending the same request
 //!   gives the same hash, and identical content under a new parent does not; and since it
 //!   hashes the parsed struct, `"parent_hash": null` and no `parent_hash` are the same request.
-//! - Authentication goes through an auth cache, as on a real server (observed on CE 1.743.0 "Auth cache
-//!   gotcha"): a token that authenticated once is remembered for 120 s, so a deleted token that
-//!   is not a session keeps working until its entry expires; a deleted session token stops at
+//! - Authentication goes through an auth cache, as on a real server (observed): a token that
+//!   authenticated once is remembered for 120 s, so a deleted token that is not a session keeps working until its entry expires; a deleted session token stops at
 //!   once (the database trigger that clears the cache fires for `label = 'session'` only).
 //!   Tests that need the old behaviour shorten the time with [`WindmillFake::set_auth_cache_ttl`].
 //! - Every request is recorded (method, path, body, bearer token) before any fault applies.
@@ -47,7 +49,7 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpSocket;
 use tokio::sync::Notify;
 
-/// `GET /api/version` of the nixpkgs build (nixpkgs' Windmill package: postPatch makes it `CE v1.587.0`).
+/// `GET /api/version` of the nixpkgs build (nixpkgs: postPatch makes it `CE v1.587.0`).
 pub const VERSION: &str = "CE v1.587.0";
 
 /// One request as the fake received it.
@@ -74,8 +76,13 @@ pub enum Fault {
     Status(u16),
     /// Answer this status with a Windmill-style error text that quotes the last segment of the
     /// path, as Windmill's own answers quote what they were asked about (the token delete
-    /// answer names the prefix, observed on CE 1.743.0): shows whether such a text reaches a message.
+    /// answer names the prefix, observed): shows whether such a text reaches a message.
     StatusQuotingPath(u16),
+    /// Answer this status with a Windmill-style error text that quotes the JSON request body,
+    /// re-encoded the way `encoder` writes JSON (a proxy or server in another language that
+    /// echoes what it could not process): shows whether a secret in the request reaches a
+    /// message in a form other than its own.
+    StatusEchoingBody(u16, crate::json_forms::Encoder),
     /// Read the whole request, change nothing, close the connection without an answer.
     DropBeforeHandling,
     /// Handle the call (its effect happens), then close the connection without the answer.
@@ -87,6 +94,8 @@ struct FaultRule {
     method: String,
     path_prefix: String,
     fault: Fault,
+    /// Matching calls to let through before the fault applies.
+    skip: usize,
     remaining: usize,
 }
 
@@ -109,13 +118,13 @@ pub struct ScriptRow {
     pub content: String,
     pub language: String,
     pub lock: Option<String>,
-    /// Set when the version's dependency job failed (`get/p` answers it, Windmill's OpenAPI spec `Script`, observed on CE 1.743.0).
+    /// Set when the version's dependency job failed (`get/p` answers it, OpenAPI `Script`, observed).
     pub lock_error_logs: Option<String>,
     pub archived: bool,
     pub created_by: String,
 }
 
-/// Windmill's auth cache lifetime (observed on CE 1.743.0: a deleted non-session token worked for up to 120 s).
+/// Windmill's auth cache lifetime (observed: a deleted non-session token worked for up to 120 s).
 pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(120);
 
 struct State {
@@ -158,7 +167,7 @@ impl Default for State {
 
 impl State {
     /// Deletes token rows; a session's cache entry goes with it (the invalidation trigger), any
-    /// other token's stays until it expires (observed on CE 1.743.0).
+    /// other token's stays until it expires (observed).
     fn delete_tokens(&mut self, doomed: impl Fn(&TokenRow) -> bool) -> usize {
         let (gone, kept): (Vec<TokenRow>, Vec<TokenRow>) = std::mem::take(&mut self.tokens).into_iter().partition(|t| doomed(t));
         self.tokens = kept;
@@ -196,7 +205,7 @@ impl WindmillFake {
     pub fn start_refusing(dsn: &str, refuse_for: Duration) -> WindmillFake {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let mut state = State::default();
-        // A fresh database holds only the `admins` workspace (observed in a fresh CE 1.743.0 database "Fresh DB contents").
+        // A fresh database holds only the `admins` workspace (observed).
         state.workspaces.insert("admins".into(), "Admins".into());
         let shared = Arc::new(Shared { state: Mutex::new(state), dsn: dsn.to_owned() });
         let socket = runtime.block_on(async {
@@ -252,7 +261,12 @@ impl WindmillFake {
     /// The next `times` calls whose method is `method` and whose path starts with
     /// `path_prefix` get `fault`.
     pub fn fail(&self, method: &str, path_prefix: &str, fault: Fault, times: usize) {
-        self.state().faults.push(FaultRule { method: method.into(), path_prefix: path_prefix.into(), fault, remaining: times });
+        self.fail_after(method, path_prefix, 0, fault, times);
+    }
+
+    /// As [`fail`](Self::fail), after letting the next `skip` matching calls through.
+    pub fn fail_after(&self, method: &str, path_prefix: &str, skip: usize, fault: Fault, times: usize) {
+        self.state().faults.push(FaultRule { method: method.into(), path_prefix: path_prefix.into(), fault, skip, remaining: times });
     }
 
     /// Just before the next `scripts/create` for `path`, another writer creates a version of
@@ -333,7 +347,7 @@ impl WindmillFake {
     }
 
     /// Sets (or, with `None`, clears) `lock_error_logs` of the newest version of a script, as a
-    /// failed dependency job does (Windmill's server source create rule 5).
+    /// failed dependency job does (server code).
     pub fn set_lock_error(&self, workspace: &str, path: &str, logs: Option<&str>) {
         let mut state = self.state();
         let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
@@ -361,7 +375,7 @@ impl Drop for WindmillFake {
 
 type Reply = Response<Full<Bytes>>;
 
-/// Errors are `text/plain` `<Kind>: <message>` (Windmill's OpenAPI spec error table, observed on CE 1.743.0 general rules).
+/// Errors are `text/plain` `<Kind>: <message>` (OpenAPI error table, observed general rules).
 fn text(status: u16, body: impl Into<String>) -> Reply {
     Response::builder()
         .status(status)
@@ -378,13 +392,13 @@ fn json_reply(value: &Value) -> Reply {
         .expect("response")
 }
 
-/// 200 with an empty body and no content type (settings POST, observed on CE 1.743.0).
+/// 200 with an empty body and no content type (settings POST, observed).
 fn empty() -> Reply {
     Response::builder().status(200).body(Full::new(Bytes::new())).expect("response")
 }
 
 fn bearer(request: &Request<Incoming>) -> Option<String> {
-    // Order of `extract_token` (Windmill's OpenAPI spec): Authorization: Bearer, then the `token` cookie.
+    // Order of `extract_token` (OpenAPI): Authorization: Bearer, then the `token` cookie.
     let headers = request.headers();
     if let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
         if let Some(token) = auth.strip_prefix("Bearer ") {
@@ -414,9 +428,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
         let mut state = shared.state.lock().unwrap();
         state.requests.push(Recorded { method: method.clone(), path: path.clone(), body: body_text.clone(), token: token.clone() });
         let rule = state.faults.iter_mut().find(|r| r.remaining > 0 && r.method == method && path.starts_with(&r.path_prefix));
-        rule.map(|r| {
+        rule.and_then(|r| {
+            if r.skip > 0 {
+                r.skip -= 1;
+                return None;
+            }
             r.remaining -= 1;
-            r.fault
+            Some(r.fault)
         })
     };
     let call = Call { method: &method, path: &path, token: token.as_deref(), is_json, body: &body_text };
@@ -432,6 +450,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
                 _ => "Internal",
             };
             text(status, format!("{kind}: injected fault for {}", path.rsplit('/').next().unwrap_or_default()))
+        }
+        Some(Fault::StatusEchoingBody(status, encoder)) => {
+            let quoted = match serde_json::from_str::<Value>(&body_text) {
+                Ok(value) => crate::json_forms::encode_value(encoder, &value),
+                Err(_) => body_text.clone(),
+            };
+            text(status, format!("Bad request: cannot process {quoted}"))
         }
         Some(Fault::DropBeforeHandling) => {
             kill.notify_one();
@@ -454,7 +479,7 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// JSON body rules of observed on CE 1.743.0 (general): no JSON content type → 415; not JSON → 400; the wrong
+    /// JSON body rules (observed): no JSON content type → 415; not JSON → 400; the wrong
     /// shape → 422.
     fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Reply> {
         if !self.is_json {
@@ -466,12 +491,12 @@ impl Call<'_> {
 }
 
 fn random_token() -> String {
-    // 32 alphanumerics, like `rd_string(32)` (Windmill's server source "Auth and tokens").
+    // 32 alphanumerics, like `rd_string(32)` (server code).
     crate::servers::random_string(32)
 }
 
 /// The caller, from the token: 401 `Unauthorized` without one, `Not authorized: Unauthorized`
-/// with an unknown one (observed on CE 1.743.0). Through the auth cache (module comment): an entry younger than
+/// with an unknown one (observed). Through the auth cache (module comment): an entry younger than
 /// its lifetime answers without looking at the `token` table.
 fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
     let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
@@ -495,7 +520,7 @@ fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
 }
 
 fn require_super_admin(user: &TokenRow) -> Result<(), Reply> {
-    // `require_super_admin` (Windmill's server source "Workspaces", "Global settings").
+    // `require_super_admin` (server code).
     if user.super_admin { Ok(()) } else { Err(text(401, "Not authorized: This endpoint requires the caller to be a super admin")) }
 }
 
@@ -508,11 +533,11 @@ async fn route(shared: &Shared, call: &Call<'_>) -> Reply {
 async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
     let segments: Vec<&str> = call.path.trim_start_matches('/').split('/').collect();
     match (call.method, segments.as_slice()) {
-        // Windmill's OpenAPI spec: the liveness probe, no auth.
+        // OpenAPI: the liveness probe, no auth.
         ("GET", ["api", "version"]) => Ok(text(200, VERSION)),
         ("POST", ["api", "auth", "login"]) => login(shared, call).await,
         ("POST", ["api", "auth", "logout"]) => {
-            // observed on CE 1.743.0: deletes the caller's token row, whatever its label, and answers 200.
+            // observed: deletes the caller's token row, whatever its label, and answers 200.
             let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
             shared.state.lock().unwrap().delete_tokens(|t| t.token == token);
             Ok(text(200, "logged out successfully"))
@@ -521,13 +546,13 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             let user = authed(shared, call)?;
             Ok(json_reply(&json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": "admin"})))
         }
-        // observed on CE 1.743.0: the OSS stub.
+        // observed: the OSS stub.
         ("POST", ["api", "users", "setpassword"]) => {
             authed(shared, call)?;
             Ok(text(500, "Internal: Not implemented in Windmill's Open Source repository @users_oss.rs:53:9"))
         }
         ("POST", ["api", "users", "tokens", "create"]) => {
-            // Windmill's server source, observed on CE 1.743.0: labels are free text and not unique; 201 with the raw token.
+            // server code, observed: labels are free text and not unique; 201 with the raw token.
             #[derive(Deserialize)]
             struct NewToken {
                 label: Option<String>,
@@ -550,7 +575,7 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
                 .expect("response"))
         }
         ("GET", ["api", "users", "tokens", "list"]) => {
-            // observed on CE 1.743.0: only the first 10 characters come back.
+            // observed: only the first 10 characters come back.
             let user = authed(shared, call)?;
             let state = shared.state.lock().unwrap();
             let list: Vec<Value> = state
@@ -565,7 +590,10 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             Ok(json_reply(&Value::Array(list)))
         }
         ("DELETE", ["api", "users", "tokens", "delete", prefix]) => {
-            // observed on CE 1.743.0: `deleted N tokens [...] with prefix P`.
+            // observed: `deleted N tokens [...] with prefix P`. The segment is percent-decoded,
+            // as axum's `Path` extractor does.
+            let prefix = percent_encoding::percent_decode_str(prefix).decode_utf8_lossy();
+            let prefix = prefix.as_ref();
             let user = authed(shared, call)?;
             let mut state = shared.state.lock().unwrap();
             let deleted = state.delete_tokens(|t| t.email == user.email && t.token.starts_with(prefix));
@@ -579,13 +607,13 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             }
             authed(shared, call)?;
             let id: Id = call.json()?;
-            // Windmill's server source: a JSON bool; archived workspaces count too.
+            // server code: a JSON bool; archived workspaces count too.
             Ok(json_reply(&json!(shared.state.lock().unwrap().workspaces.contains_key(&id.id))))
         }
         ("GET", ["api", "settings", "global", key]) => {
             let user = authed(shared, call)?;
             require_super_admin(&user)?;
-            // observed on CE 1.743.0: the stored JSON value, `null` when unset.
+            // observed: the stored JSON value, `null` when unset.
             Ok(json_reply(shared.state.lock().unwrap().settings.get(*key).unwrap_or(&Value::Null)))
         }
         ("POST", ["api", "settings", "global", key]) => {
@@ -595,7 +623,7 @@ async fn route_inner(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             }
             let user = authed(shared, call)?;
             require_super_admin(&user)?;
-            // observed on CE 1.743.0: a bare `"3.12"` is a 422; `null` or `""` deletes; 200 with an empty body.
+            // observed: a bare `"3.12"` is a 422; `null` or `""` deletes; 200 with an empty body.
             let setting: Setting = call.json()?;
             let mut state = shared.state.lock().unwrap();
             if setting.value.is_null() || setting.value == json!("") {
@@ -620,7 +648,7 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
         password: String,
     }
     let login: Login = call.json()?;
-    // Windmill's server source "Login": lower-cased email; the row with login_type 'password'.
+    // server code: lower-cased email; the row with login_type 'password'.
     let email = login.email.to_lowercase();
     let row = {
         let (client, connection) = tokio_postgres::connect(&shared.dsn, tokio_postgres::NoTls)
@@ -637,7 +665,7 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
     let hash: Option<String> = row.get(0);
     let super_admin: bool = row.get(1);
     let Some(hash) = hash else { return Err(invalid()) };
-    // Windmill's migrations: a PHC string parsed with PasswordHash::new (malformed → 500, observed observed in a fresh CE 1.743.0 database), verified
+    // server code: a PHC string parsed with PasswordHash::new (malformed → 500, observed), verified
     // with Argon2::default(), parameters taken from the string.
     let verified = tokio::task::spawn_blocking(move || {
         let parsed = PasswordHash::new(&hash).map_err(|e| e.to_string())?;
@@ -649,7 +677,7 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
         Err(e) => Err(text(500, format!("Internal: {e} @users.rs:1968:50"))),
         Ok(false) => Err(invalid()),
         Ok(true) => {
-            // A session token, label `session`, returned raw and as the `token` cookie (observed on CE 1.743.0).
+            // A session token, label `session`, returned raw and as the `token` cookie (observed).
             let token = random_token();
             let mut state = shared.state.lock().unwrap();
             state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin });
@@ -664,7 +692,7 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
     }
 }
 
-/// Windmill's `workspace.id` check constraint `^\w+(-\w+)*$` (Windmill's server source).
+/// Windmill's `workspace.id` check constraint `^\w+(-\w+)*$` (server code).
 fn proper_workspace_id(id: &str) -> bool {
     !id.is_empty() && id.split('-').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
 }
@@ -678,11 +706,11 @@ fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         username: Option<String>,
     }
     let user = authed(shared, call)?;
-    // Windmill's server source: superadmin only by default.
+    // server code: superadmin only by default.
     require_super_admin(&user)?;
     let new: CreateWorkspace = call.json()?;
     let mut state = shared.state.lock().unwrap();
-    // observed on CE 1.743.0: the CE cap runs before the duplicate check.
+    // observed: the CE cap runs before the duplicate check.
     if state.workspaces.keys().filter(|id| *id != "admins").count() >= 2 {
         return Err(text(400, "Bad request: You have reached the maximum number of workspaces (2 outside of default workspace 'admins') without an enterprise license. Archive/delete another workspace to create a new one"));
     }
@@ -692,7 +720,7 @@ fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     if new.id == "global" {
         return Err(text(400, "Bad request: global is not a valid workspace id"));
     }
-    // Windmill's server source: with automated usernames (the default), a username is refused.
+    // server code: with automated usernames (the default), a username is refused.
     if new.username.is_some_and(|u| !u.is_empty()) {
         return Err(text(400, "Bad request: username is not allowed when username creation is automated"));
     }
@@ -708,7 +736,7 @@ const SCRIPT_LANGS: &[&str] = &[
     "nativets", "bun", "php", "rust", "ansible", "csharp", "nu", "java", "ruby", "duckdb", "bunnative",
 ];
 
-/// Windmill's script path check constraint `^[ufg](/[\w-]+){2,}$` (Windmill's server source "Path format").
+/// Windmill's script path check constraint `^[ufg](/[\w-]+){2,}$` (server code).
 fn proper_script_path(path: &str) -> bool {
     let parts: Vec<&str> = path.split('/').collect();
     parts.len() >= 3
@@ -717,7 +745,7 @@ fn proper_script_path(path: &str) -> bool {
 }
 
 fn workspace_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
-    // Windmill's server source "Token resolution": a superadmin is admin in every workspace.
+    // server code: a superadmin is admin in every workspace.
     if !user.super_admin {
         return Err(text(401, "Not authorized: Unauthorized"));
     }
@@ -728,7 +756,7 @@ fn workspace_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &st
             if !state.folders.contains(&(workspace.to_owned(), (*name).to_owned())) {
                 return Err(text(404, format!("Not found: Folder {name} not found")));
             }
-            // observed on CE 1.743.0: the folder JSON.
+            // observed: the folder JSON.
             Ok(json_reply(&json!({"workspace_id": workspace, "name": name, "display_name": name, "owners": ["u/admin"],
                 "extra_perms": {"u/admin": true}, "summary": null, "created_by": "admin", "edited_at": "2026-11-29T12:00:00Z",
                 "default_permissioned_as": []})))
@@ -739,7 +767,7 @@ fn workspace_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &st
                 name: String,
             }
             let new: NewFolder = call.json()?;
-            // observed on CE 1.743.0: the name rule, the duplicate, and the foreign key of a missing workspace.
+            // observed: the name rule, the duplicate, and the foreign key of a missing workspace.
             if new.name.is_empty() || !new.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
                 return Err(text(400, "Bad request: Folder name can only contain alphanumeric characters, underscores, and hyphens"));
             }
@@ -756,7 +784,7 @@ fn workspace_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &st
         ("GET", ["scripts", "get", "p", path @ ..]) => {
             let path = path.join("/");
             let state = shared.state.lock().unwrap();
-            // Windmill's server source: the newest row by creation, archived or not; 404 text (observed on CE 1.743.0).
+            // server code: the newest row by creation, archived or not; 404 text (observed).
             match state.scripts.iter().rev().find(|s| s.workspace == workspace && s.path == path) {
                 None => Err(text(404, format!("Not found: Script not found at path {path}"))),
                 Some(row) => Ok(json_reply(&script_json(row))),
@@ -767,7 +795,7 @@ fn workspace_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &st
     }
 }
 
-/// The `get/p` JSON of observed on CE 1.743.0 (python build: with `assets`; no `lock` key while it is NULL).
+/// The `get/p` JSON as observed (python build: with `assets`; no `lock` key while it is NULL).
 fn script_json(row: &ScriptRow) -> Value {
     let mut value = json!({
         "workspace_id": row.workspace, "hash": row.hash, "path": row.path,
@@ -802,7 +830,7 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         return Err(text(422, format!("Failed to deserialize the JSON body into the target type: language: unknown variant `{}`", new.language)));
     }
     if let Some(parent) = &new.parent_hash {
-        // observed on CE 1.743.0: a parent_hash that is not hex is a 422.
+        // observed: a parent_hash that is not hex is a 422.
         if parent.len() % 16 != 0 || !parent.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(text(422, "Failed to deserialize the JSON body into the target type: parent_hash: Invalid character"));
         }
@@ -821,7 +849,7 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
     }
     let hash = script_hash(&raw);
     let in_workspace = |s: &&ScriptRow| s.workspace == workspace;
-    // Windmill's server source create rule 1: the same request again.
+    // server code: the same request again.
     if state.scripts.iter().filter(in_workspace).any(|s| s.hash == hash) {
         return Err(text(400, "Bad request: A script with same hash (hence same path, description, summary, content) already exists!"));
     }

@@ -78,8 +78,8 @@ fn uncovered(root: &Path, members: &[String], files: &[String]) -> Vec<String> {
 fn the_source_set_holds_every_workspace_member_and_only_the_two_programs_are_built() {
     let package = evaluate();
     let members = strings(&package["members"]);
-    // The walk is not vacuous: the workspace has the four crates it is known to have.
-    assert_eq!(members, vec!["jobenv", "bootstrap", "tests", "bench"]);
+    // The walk is not vacuous: the workspace has the five crates it is known to have.
+    assert_eq!(members, vec!["jobenv", "bootstrap", "safe-io", "tests", "bench"]);
     let root = PathBuf::from(package["src"]["root"].as_str().unwrap());
     assert_eq!(root, repo());
     let files = strings(&package["src"]["files"]);
@@ -148,7 +148,10 @@ fn cargo_loads_the_workspace_from_the_source_set_and_fails_without_a_member() {
     let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut names: Vec<&str> = metadata["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     names.sort();
-    assert_eq!(names, vec!["fediversity-bench", "fediversity-jobenv", "fediversity-testkit", "fediversity-windmill-bootstrap"]);
+    assert_eq!(
+        names,
+        vec!["fediversity-bench", "fediversity-jobenv", "fediversity-safe-io", "fediversity-testkit", "fediversity-windmill-bootstrap"]
+    );
 
     // Positive control: the source set as it was before bench was added fails the same way the
     // Nix build failed.

@@ -1,7 +1,7 @@
-//! The Windmill fake behaves as a real Windmill CE 1.743.0 server was observed to,
-//! for the behaviours the bootstrap's tests lean on: the auth cache that keeps a deleted
-//! non-session token working (observed on CE 1.743.0), logout (observed on CE 1.743.0), script hashes that do not tell an absent
-//! `parent_hash` from a `null` one (Windmill's server source "Hash"), `lock_error_logs` (observed on CE 1.743.0).
+//! The Windmill fake behaves as a real Windmill CE server does (observed on 1.743.0, and per its
+//! server code), for the behaviours the bootstrap's tests lean on: the auth cache that keeps a
+//! deleted non-session token working, logout, script hashes that do not tell an absent
+//! `parent_hash` from a `null` one, `lock_error_logs`.
 
 use std::time::Duration;
 

@@ -1,19 +1,21 @@
-//! Writing a file that holds a secret so that no reader ever sees it half-written, with the
-//! wrong owner or with the wrong mode (../shared/reference/openbao-and-services.md §5.2): a temp
-//! file in the same directory (created 0600), the contents, `fchmod` then `fchown`, `fsync`,
-//! then `rename` over the target and `fsync` of the directory. On any error the temp file is
-//! removed and the previous file stays as it was.
+//! The nginx include that lets the admin UI act on the superadmin's behalf: one line,
+//! `proxy_set_header Authorization "Bearer <token>";`, in `ui_auth.file`, with the configured
+//! owner, group and mode (README, step 8 "ui-auth").
 //!
-//! The order of `fchmod` and `fchown` matters under the unit's capabilities (only `CAP_CHOWN`
-//! and `CAP_DAC_READ_SEARCH`): changing the mode of a file someone else owns needs
-//! `CAP_FOWNER`, so the mode is set while the file is still the bootstrap's own, and the owner
-//! last.
+//! It is written with [`safe_io::atomic::write`], so nginx never reads it half-written, with the
+//! wrong owner or with the wrong mode. What is particular to the include stays here: a file
+//! already as wanted is not rewritten (so the module's path unit does not reload nginx for
+//! nothing), and the directories of a path under /run (a tmpfs, empty after a reboot) are made
+//! as the module's tmpfiles rule makes them.
 
-use std::fs::{DirBuilder, File, Permissions};
-use std::io::Write;
+use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use safe_io::atomic::{self, Options};
+use safe_io::secret::Secret;
+
+use crate::config::UiAuth;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +26,14 @@ pub enum Written {
     Unchanged,
 }
 
-pub fn write(path: &Path, contents: &[u8], uid: u32, gid: u32, mode: u32) -> Result<Written> {
+/// Writes the include for `token`.
+pub fn write(ui: &UiAuth, token: &Secret) -> Result<Written> {
+    let contents = format!("proxy_set_header Authorization \"Bearer {}\";\n", token.expose());
+    write_file(&ui.file, contents.as_bytes(), ui.uid, ui.gid, ui.mode)
+}
+
+fn write_file(path: &Path, contents: &[u8], uid: u32, gid: u32, mode: u32) -> Result<Written> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let shown = path.display();
     if !dir.exists() {
         create_dirs(dir, gid)?;
     }
@@ -36,30 +43,12 @@ pub fn write(path: &Path, contents: &[u8], uid: u32, gid: u32, mode: u32) -> Res
             && meta.uid() == uid
             && meta.gid() == gid
             && meta.mode() & 0o7777 == mode
-            && std::fs::read(path).map(|old| old == contents).unwrap_or(false)
+            && std::fs::read(path).is_ok_and(|old| old == contents)
         {
             return Ok(Written::Unchanged);
         }
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut temp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .permissions(Permissions::from_mode(0o600))
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(format!("cannot create a temporary file beside {shown}"), e))?;
-    let file: &mut File = temp.as_file_mut();
-    file.write_all(contents).map_err(|e| Error::io(format!("cannot write a temporary file beside {shown}"), e))?;
-    // Mode and owner before the rename: the file appears under its name already right. The
-    // mode first, while the file is still ours (see the module comment).
-    file.set_permissions(Permissions::from_mode(mode)).map_err(|e| Error::io(format!("cannot set the mode of the new {shown}"), e))?;
-    std::os::unix::fs::fchown(&*file, Some(uid), Some(gid))
-        .map_err(|e| Error::io(format!("cannot set the owner of the new {shown}"), e))?;
-    file.sync_all().map_err(|e| Error::io(format!("cannot sync the new {shown}"), e))?;
-    temp.persist(path).map_err(|e| Error::io(format!("cannot rename the new file to {shown}"), e.error))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot sync the directory {}", dir.display()), e))?;
+    atomic::write(path, contents, Options { mode: Some(mode), uid: Some(uid), gid: Some(gid) })?;
     Ok(if existing.is_some() { Written::Updated } else { Written::Created })
 }
 
@@ -101,15 +90,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/deeper/token.conf");
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        assert_eq!(write(&path, b"one", uid, gid, 0o440).unwrap(), Written::Created);
+        assert_eq!(write_file(&path, b"one", uid, gid, 0o440).unwrap(), Written::Created);
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.mode() & 0o7777, 0o440);
         // Every directory made is 0750, whatever the umask.
         for made in [dir.path().join("sub"), dir.path().join("sub/deeper")] {
             assert_eq!(std::fs::metadata(&made).unwrap().mode() & 0o777, 0o750, "{}", made.display());
         }
-        assert_eq!(write(&path, b"one", uid, gid, 0o440).unwrap(), Written::Unchanged);
-        assert_eq!(write(&path, b"two", uid, gid, 0o440).unwrap(), Written::Updated);
+        assert_eq!(write_file(&path, b"one", uid, gid, 0o440).unwrap(), Written::Unchanged);
+        assert_eq!(write_file(&path, b"two", uid, gid, 0o440).unwrap(), Written::Updated);
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         // Replaced by rename: a new inode, not the old file rewritten in place.
         assert_ne!(std::fs::metadata(&path).unwrap().ino(), meta.ino());
@@ -122,7 +111,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let blocker = dir.path().join("not-a-dir");
         std::fs::write(&blocker, "x").unwrap();
-        let err = write(&blocker.join("token.conf"), b"new", 0, 0, 0o440).unwrap_err();
+        let err = write_file(&blocker.join("token.conf"), b"new", 0, 0, 0o440).unwrap_err();
         assert!(err.to_string().contains("not-a-dir"), "{err}");
         assert_eq!(std::fs::read(&blocker).unwrap(), b"x");
     }

@@ -1,0 +1,126 @@
+//! How common JSON encoders write a string, written out here independently of the code under
+//! test, so that the secret scans look for a secret in every form a server may echo it in, and
+//! the Windmill fake can echo a request the way such a server would. Each function returns the
+//! string's JSON text without the surrounding quotes.
+//!
+//! The forms (checked against the real encoders in `bootstrap/tests/secrets_never_logged.rs`,
+//! Python's against the venv's python itself):
+//! - serde_json and RFC 8259's minimum: `"` `\` and control characters escaped, the rest as is;
+//! - Python's `json.dumps` default (`ensure_ascii=True`), and PHP's `json_encode` default
+//!   (the same plus `\/`): everything outside printable ASCII as `\uXXXX`, astral characters
+//!   as a surrogate pair;
+//! - Go's `encoding/json` default: also `<` `>` `&` U+2028 U+2029 as `\u003c` … `\u2029`;
+//! - upper-case hex digits (.NET's `System.Text.Json`, Jackson) for both of those.
+
+/// What a given encoder escapes beyond the RFC's minimum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Encoder {
+    /// Everything outside printable ASCII as `\uXXXX` (Python, PHP).
+    pub ascii_only: bool,
+    /// `<` `>` `&` U+2028 U+2029 as `\uXXXX` (Go).
+    pub html_safe: bool,
+    /// `/` as `\/` (PHP).
+    pub escape_slash: bool,
+    /// `\u00E4` rather than `\u00e4`.
+    pub upper_hex: bool,
+}
+
+impl Encoder {
+    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false };
+    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false };
+    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false };
+    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false };
+    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true };
+
+    /// Every encoder the scans know, with a name for messages.
+    pub const ALL: [(&'static str, Encoder); 7] = [
+        ("serde", Encoder::SERDE),
+        ("python", Encoder::PYTHON),
+        ("php", Encoder::PHP),
+        ("go", Encoder::GO),
+        ("dotnet", Encoder::DOTNET),
+        ("python, upper-case hex", Encoder { upper_hex: true, ..Encoder::PYTHON }),
+        ("go, upper-case hex", Encoder { upper_hex: true, ..Encoder::GO }),
+    ];
+
+    /// `text` as this encoder writes it inside a JSON string.
+    pub fn encode(self, text: &str) -> String {
+        let mut out = String::new();
+        let unit = |out: &mut String, u: u16| {
+            if self.upper_hex {
+                out.push_str(&format!("\\u{u:04X}"));
+            } else {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        };
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '/' if self.escape_slash => out.push_str("\\/"),
+                '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if self.html_safe => unit(&mut out, c as u16),
+                c if (c as u32) < 0x20 => unit(&mut out, c as u16),
+                c if self.ascii_only && !(' '..='~').contains(&c) => {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        unit(&mut out, *u);
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
+}
+
+/// A whole JSON value as this encoder writes it (objects as `{"key": value, …}`, as Python
+/// does), for a server that quotes a request back.
+pub fn encode_value(encoder: Encoder, value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => format!("\"{}\"", encoder.encode(s)),
+        Value::Array(items) => format!("[{}]", items.iter().map(|v| encode_value(encoder, v)).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter().map(|(k, v)| format!("\"{}\": {}", encoder.encode(k), encode_value(encoder, v))).collect::<Vec<_>>().join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// `text` in every known form, raw and Rust's `Debug` included, without duplicates.
+pub fn every_form(text: &str) -> Vec<String> {
+    let mut forms = vec![text.to_owned(), text.escape_debug().to_string()];
+    for (_, encoder) in Encoder::ALL {
+        forms.push(encoder.encode(text));
+    }
+    forms.sort();
+    forms.dedup();
+    forms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_form_is_serde_json_s() {
+        let text = "a\"b\\c\u{1}d\u{e4}e/f<g\u{1F600}";
+        assert_eq!(format!("\"{}\"", Encoder::SERDE.encode(text)), serde_json::to_string(text).unwrap());
+    }
+
+    #[test]
+    fn each_encoder_escapes_what_it_should() {
+        let text = "\u{e4}</\u{1F600}";
+        assert_eq!(Encoder::PYTHON.encode(text), "\\u00e4</\\ud83d\\ude00");
+        assert_eq!(Encoder::PHP.encode(text), "\\u00e4<\\/\\ud83d\\ude00");
+        assert_eq!(Encoder::GO.encode(text), "\u{e4}\\u003c/\u{1F600}");
+        assert_eq!(Encoder::DOTNET.encode(text), "\\u00E4\\u003C/\\uD83D\\uDE00");
+        assert_eq!(every_form("plain").len(), 1);
+    }
+}
