@@ -229,6 +229,18 @@ fn conclude(args: &RunArgs, report: Report, started: Instant) -> i32 {
     code
 }
 
+/// Under a job runner (`WM_JOB_ID`), a job refused before its options could be read still gets
+/// its `result.json`: Windmill would otherwise record a failure without a word of why.
+pub fn record_rejected_before_start(verb: &str, errors: &[String]) {
+    let Ok(job_id) = std::env::var("WM_JOB_ID") else { return };
+    let ending = Ending { status: Status::Rejected, exit_code: crate::error::EXIT_REJECTED, errors: errors.to_vec() };
+    let result = JobResult { verb, job_id: Some(&job_id), ..JobResult::of(&ending) };
+    let dir = std::env::current_dir().unwrap_or_default();
+    if let Err(error) = result_file::write(&dir, &result) {
+        tracing::error!("cannot write {}/result.json: {error}", dir.display());
+    }
+}
+
 /// The events of a job, if the node configures them and the job names its deployment: a
 /// rejected job whose payload has no valid NAMESPACE cannot be shown on any channel.
 fn start_events(target: Option<&crate::events::Target>, identity: &Identity, verb: &str, job_id: Option<&str>) -> Events {

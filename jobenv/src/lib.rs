@@ -13,7 +13,7 @@
 //!    nothing above.
 //!
 //! Around them: [`cli`] (the command line), [`error`] (the one error type and the exit codes),
-//! [`show`] (what `env` and `keys` print), [`logging`] (jobenv's own lines).
+//! [`show`] (what `env` and `keys` print). jobenv's own lines go through [`safe_io::log`].
 
 pub mod cli;
 pub mod error;
@@ -22,7 +22,6 @@ pub mod events;
 pub mod fuzzing;
 pub mod input;
 pub mod job;
-pub mod logging;
 pub mod plan;
 pub mod record;
 pub mod run;

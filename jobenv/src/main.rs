@@ -8,15 +8,60 @@ use jobenv::record::journal::{self, Journal};
 use jobenv::show;
 
 fn main() -> ExitCode {
-    jobenv::logging::init();
-    let code = match Cli::parse().command {
+    drop_empty_options();
+    // Only jobenv's own events: a library's debug line could hold the events URL.
+    let logging = safe_io::log::init("jobenv: ", "JOBENV_LOG", &["jobenv", "fediversity_jobenv"]);
+    let cli = match (Cli::try_parse(), logging) {
+        (Err(error), _) if !error.use_stderr() => {
+            // --help, --version
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        (Err(error), _) => return exit(rejected_before_start(&clap_lines(&error))),
+        (Ok(_), Err(error)) => return exit(rejected_before_start(&[error.to_string()])),
+        (Ok(cli), Ok(())) => cli,
+    };
+    exit(match cli.command {
         Command::Run(args) => run(args),
         Command::Env(args) => env(args),
         Command::Keys(args) => keys(args),
         Command::Recover(args) => recover(args),
         Command::Status(args) => status(args),
-    };
+    })
+}
+
+fn exit(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// An empty `JOBENV_*` variable means "unset", for every option alike (a unit or a whitelist
+/// that passes a variable it does not set gives it empty: clap would take "" as a value).
+fn drop_empty_options() {
+    let empty: Vec<_> =
+        std::env::vars_os().filter(|(key, value)| value.is_empty() && key.to_str().is_some_and(|k| k.starts_with("JOBENV_"))).map(|(k, _)| k).collect();
+    for key in empty {
+        // SAFETY: the first thing main does, while jobenv has no other thread that could read
+        // the environment concurrently.
+        unsafe { std::env::remove_var(key) };
+    }
+}
+
+/// clap's message, without its `error: ` label and usage hints: the problem, naming the option.
+fn clap_lines(error: &clap::Error) -> Vec<String> {
+    let text = error.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    text.split("\n\n").next().unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+/// The command line or jobenv's own environment is wrong: every problem on its own
+/// `jobenv: error:` line, exit 2, and under a job runner a `result.json` that says so.
+fn rejected_before_start(errors: &[String]) -> i32 {
+    for error in errors {
+        tracing::error!("{error}");
+    }
+    let verb = std::env::args().skip_while(|arg| arg != "--verb").nth(1).unwrap_or_default();
+    jobenv::job::record_rejected_before_start(&verb, errors);
+    EXIT_REJECTED
 }
 
 fn run(args: RunArgs) -> i32 {

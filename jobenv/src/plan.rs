@@ -192,10 +192,11 @@ pub fn run_string(executable: &str, events: bool) -> String {
     if events { format!("printf x 2>/dev/null >&3; exec {executable} 3>&-") } else { format!("exec {executable}") }
 }
 
-/// Every secret value, each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
-/// secret, and the JSON-escaped form of each (a program that logs JSON would otherwise leak a
-/// secret that contains a quote or a newline). Longest first is not needed: the redactor
-/// merges overlapping matches.
+/// Every secret value and each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
+/// secret, each in every form a program may print it: as it is, and escaped inside a JSON string
+/// the way serde, Python's `json.dumps` (`\u00e4`), Go's `encoding/json` (`\u003c`), PHP (`\/`)
+/// or Rust's `Debug` write it, hex digits in either case ([`safe_io::secret::forms`]). Longest
+/// first is not needed: the redactor merges overlapping matches.
 fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
     let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (key, text) in secrets {
@@ -203,19 +204,10 @@ fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warn
             warnings.push(format!("secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"));
             continue;
         }
-        needles.insert(text.as_bytes().to_vec());
-        if text.contains('\n') {
-            for line in text.split('\n') {
-                let line = line.strip_suffix('\r').unwrap_or(line);
-                if line.len() >= MIN_SECRET_LINE_LEN {
-                    needles.insert(line.as_bytes().to_vec());
-                }
-            }
-        }
-        let escaped = serde_json::to_string(text).expect("a string serializes");
-        let escaped = &escaped[1..escaped.len() - 1];
-        if escaped != text {
-            needles.insert(escaped.as_bytes().to_vec());
+        let lines = text.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line)).filter(|line| line.len() >= MIN_SECRET_LINE_LEN);
+        let lines = if text.contains('\n') { lines.collect() } else { Vec::new() };
+        for part in std::iter::once(text).chain(lines) {
+            needles.extend(safe_io::secret::forms(part).into_iter().map(String::into_bytes));
         }
     }
     needles.into_iter().collect()

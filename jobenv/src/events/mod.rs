@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use reqwest::Url;
+pub use safe_io::secret::Secret;
 
 pub use model::{Level, Progress};
 
@@ -35,26 +36,6 @@ pub const FINAL_WAIT: Duration = Duration::from_secs(2);
 /// The budget of lines pushed but not yet sent (or given up): beyond it, lines are dropped.
 pub const QUEUE_LINES: usize = 4096;
 pub const QUEUE_BYTES: usize = 1 << 20;
-
-/// A value that is never shown: its Debug output is a marker.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Self {
-        Secret(value)
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[REDACTED]")
-    }
-}
 
 /// Where events go. The URL is not shown either: it may carry credentials.
 #[derive(Clone)]

@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn clients_build_for_http_and_https() {
-        let secret = Secret::new("events-secret-0123456789".into());
+        let secret = Secret::new("events-secret-0123456789");
         // Without ring installed as rustls's provider, reqwest would panic here.
         assert!(client(&secret).is_some());
     }

@@ -177,7 +177,7 @@ pub fn events_target(node: &NodeValues) -> Result<Option<Target>, Vec<Problem>> 
         });
     }
     match (url, problems.is_empty()) {
-        (Some(url), true) => Ok(Some(Target { url, secret: Secret::new(secret.value.clone()) })),
+        (Some(url), true) => Ok(Some(Target { url, secret: Secret::new(secret.value.as_str()) })),
         _ => Err(problems),
     }
 }

@@ -1,23 +1,28 @@
-//! Advisory locks in the state directory: one deploy per namespace, one run per job id.
-//!
-//! `flock` locks belong to the open file description: the kernel releases them when jobenv
-//! exits in any way, SIGKILL included, so a crash never leaves a namespace locked. The file is
-//! opened close-on-exec, so the deployment program does not inherit (and prolong) the lock.
+//! The locks in the state directory: one deploy per namespace, one run per job id. They are
+//! [`safe_io::lock`]'s `flock`s: the kernel releases one when its holders exit in any way, so a
+//! crash never leaves a namespace locked. What is added here: a wait bounded in time that a
+//! cancel signal ends, and the holder's name in the file, for the message of a refused job.
 
-use std::fs::{File, OpenOptions};
-use std::io::Read;
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use safe_io::lock::LockFile;
 
 use crate::run::cancel::Cancel;
 
 /// A held lock; dropping it releases the lock.
 pub struct Held {
-    _lock: Flock<File>,
+    held: safe_io::lock::Held,
+}
+
+impl Held {
+    /// The locked file: a descriptor of it, passed to the program tree, keeps the lock held for
+    /// as long as any process of the tree lives.
+    pub fn file(&self) -> &File {
+        self.held.file()
+    }
 }
 
 /// Why a lock could not be taken.
@@ -33,39 +38,35 @@ pub enum Refused {
 /// records `holder` in the file so that a refused job can say who holds it.
 pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mut Cancel>) -> Result<Held, Refused> {
     let deadline = Instant::now() + wait;
+    let io = |error: safe_io::Error| Refused::Io(std::io::Error::other(error));
+    let file = LockFile::open(path).map_err(io)?;
     let mut said_waiting = false;
     loop {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(Refused::Io)?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
-                // Best effort: the holder text only makes error messages better. A fixed-size
-                // record written in place: truncating and rewriting the file on every run cost
-                // a journaled metadata change (about 0.15 ms here, see BENCHMARKS.md).
-                let _ = lock.write_all_at(&holder_record(holder), 0);
-                return Ok(Held { _lock: lock });
-            }
-            Err((mut file, Errno::EWOULDBLOCK)) => {
-                if let Some(signal) = cancel.as_mut().and_then(|c| c.pending()) {
-                    return Err(Refused::Cancelled(signal));
-                }
-                if !said_waiting && Instant::now() < deadline {
-                    tracing::info!("{} is held by {}: waiting up to {wait:?}", path.display(), holder_of(&mut file));
-                    said_waiting = true;
-                }
-                if Instant::now() >= deadline {
-                    return Err(Refused::Busy { holder: holder_of(&mut file) });
-                }
-                std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())));
-            }
-            Err((_, errno)) => return Err(Refused::Io(errno.into())),
+        if let Some(held) = file.try_exclusive().map_err(io)? {
+            // Best effort: the holder text only makes error messages better. A fixed-size record
+            // written in place, so no rewrite of the file is needed.
+            let _ = held.file().write_all_at(&holder_record(holder), 0);
+            return Ok(Held { held });
         }
+        if let Some(signal) = cancel.as_mut().and_then(|c| c.pending()) {
+            return Err(Refused::Cancelled(signal));
+        }
+        if !said_waiting && Instant::now() < deadline {
+            tracing::info!("{} is held by {}: waiting up to {wait:?}", path.display(), holder_of(file.file()));
+            said_waiting = true;
+        }
+        if Instant::now() >= deadline {
+            return Err(Refused::Busy { holder: holder_of(file.file()) });
+        }
+        std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())));
     }
 }
 
 /// What the holder of a lock wrote into its file.
-fn holder_of(file: &mut File) -> String {
-    let mut holder = Vec::new();
-    let _ = file.read_to_end(&mut holder);
+fn holder_of(file: &File) -> String {
+    let mut holder = vec![0; HOLDER_RECORD];
+    let read = file.read_at(&mut holder, 0).unwrap_or(0);
+    holder.truncate(read);
     String::from_utf8_lossy(&holder).trim_end_matches([' ', '\n', '\0']).to_owned()
 }
 

@@ -16,13 +16,8 @@ use std::path::Path;
 
 pub use ending::{Ending, Status};
 
-/// Replaces `dir/name` with `bytes` atomically: a temporary file beside it, synced, renamed over
-/// it, and the directory synced, so a crash leaves the old file or the new one, never a torn one.
+/// Replaces `dir/name` with `bytes` atomically (see [`safe_io::atomic`]): a crash leaves the old
+/// file or the new one, never a torn one.
 pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(dir.join(name)).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()
+    safe_io::atomic::write(&dir.join(name), bytes, safe_io::atomic::Options::default()).map_err(std::io::Error::other)
 }
