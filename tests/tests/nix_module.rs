@@ -1330,7 +1330,7 @@ fn the_vm_tests_script_is_valid_python() {
     let test = nix_string(repo().join("nixos-module/test.nix"));
     let expr = format!(
         r#"((import {test} {{ lib = null; }}).testScript {{ nodes.machine = {{
-             services.fediversity-windmill = {{ scriptsPackage = "/nix/store/s"; package = "/nix/store/p"; deployEnv.DEPLOYMENT_NIXPKGS = "/nix/store/n"; }};
+             services.fediversity-windmill = {{ scriptsPackage = "/nix/store/s"; package = "/nix/store/p"; windmillPackage = "/nix/store/w"; deployEnv.DEPLOYMENT_NIXPKGS = "/nix/store/n"; tls.certificate = "/nix/store/c/cert.pem"; }};
              system.build.toplevel = "/nix/store/t"; }}; }})"#
     );
     let out = nix_instantiate(&expr);
@@ -1338,8 +1338,12 @@ fn the_vm_tests_script_is_valid_python() {
     let script: Value = serde_json::from_slice(&out.stdout).unwrap();
     let script = script.as_str().unwrap();
     for subtest in [
+        "nginx: TLS on both names, the API name serves /api/ only and is the default server",
         "the admin UI is refused without auth and served through the forward auth",
+        "without an identity layer the admin UI answers 403 and never serves the token",
         "a deploy job runs the deployment program through jobenv",
+        "a node without its secrets is not ready: jobs are refused, the worker does not start",
+        "SMTP reaches windmill-server, its password never through the store or the unit",
         "tf-token.env reaches the deployment program",
         "OpenTelemetry variables on the three Windmill units",
         "a worker restart runs recover",
