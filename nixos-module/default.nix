@@ -171,7 +171,10 @@ in
       description = ''
         The API name: nginx answers 404 on it except under `/api/`, which it proxies to
         Windmill. Front-ends submit deploy jobs here. Its vhost is nginx's default server: a
-        request by IP address or for a name nginx does not know lands on it, never on the UI.
+        request by IP address or for a name nginx does not know lands on it, never on the UI
+        (another vhost of the node that wants to be the default needs
+        `services.nginx.virtualHosts.<domain>.default = lib.mkForce false`, and then must not
+        serve the UI). The module opens no port of the firewall.
       '';
     };
 
