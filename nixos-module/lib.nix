@@ -80,8 +80,8 @@ rec {
 
   # ---- jobenv's names ---------------------------------------------------------------------
 
-  # The names jobenv treats specially, as its README documents them (and jobenv/src/policy.rs
-  # defines them; tests/tests/nix_module.rs checks the lists against that file).
+  # The names jobenv treats specially, as its README documents them (and jobenv's source defines
+  # them; tests/tests/nix_module.rs checks the lists against it).
   jobenvNames = {
     # Control keys only the node may set; jobenv consumes them.
     nodeControl = [

@@ -70,10 +70,16 @@ fn jobenv_grace() -> u64 {
     grace_line.split("default_value = \"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap()
 }
 
-/// The strings of a `const NAME: &[&str] = &[...]` of jobenv/src/policy.rs.
+/// The strings of a `const NAME: &[&str] = &[...]` of jobenv's names (jobenv/src/input/names.rs,
+/// formerly jobenv/src/policy.rs).
 fn policy_list(name: &str) -> Vec<String> {
-    let policy = std::fs::read_to_string(repo().join("jobenv/src/policy.rs")).unwrap();
-    let start = policy.find(&format!("const {name}: &[&str] =")).unwrap_or_else(|| panic!("{name} in policy.rs"));
+    let file = ["jobenv/src/input/names.rs", "jobenv/src/policy.rs"]
+        .into_iter()
+        .map(|f| repo().join(f))
+        .find(|f| f.exists())
+        .expect("jobenv's file of names");
+    let policy = std::fs::read_to_string(&file).unwrap();
+    let start = policy.find(&format!("const {name}: &[&str] =")).unwrap_or_else(|| panic!("{name} in {}", file.display()));
     let rest = &policy[start..];
     let rest = &rest[rest.find('=').unwrap()..];
     let open = rest.find("&[").unwrap() + 2;
