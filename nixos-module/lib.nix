@@ -612,7 +612,10 @@ rec {
   # Readiness: the worker runs deploys only once the agent has rendered every file the node
   # declares (`renderedFiles`). This script (bash) waits for them, for at most `timeoutSeconds`;
   # it runs before the worker starts (ExecStartPre), so a worker whose start fails on it is
-  # started again by its Restart=always, 5 s later, until the files are there.
+  # started again by its Restart=always, 5 s later, until the files are there. Not a path unit
+  # (PathExists= of several files triggers on the first, not on all) nor a separate oneshot the
+  # worker requires (bounded, its failure would leave the worker down for good; unbounded, it
+  # would hold `nixos-rebuild switch` until the agent renders).
   waitForFilesScript =
     {
       files,
