@@ -394,7 +394,7 @@ fn the_worker_waits_until_every_declared_file_is_rendered() {
     std::fs::write(&present, "x").unwrap();
 
     // Everything there: ready at once.
-    let (code, stderr, took) = run_wait_script(&[present.clone()], 30, || {});
+    let (code, stderr, took) = run_wait_script(std::slice::from_ref(&present), 30, || {});
     assert_eq!((code, stderr.as_str()), (0, ""));
     assert!(took < Duration::from_secs(5), "{took:?}");
 
