@@ -1,15 +1,20 @@
 # services.fediversity-windmill: everything this project puts on the node that hosts Windmill.
 #
 # - Windmill itself is nixpkgs' `services.windmill` (enabled here, not redefined); this module
-#   adds settings to its units: ordering after the OpenBao agent, RestartSec, OpenTelemetry,
-#   and for the worker the PATH, KillMode and cancel behaviour the deploy jobs need.
-# - jobenv's node files in /etc/fediversity-windmill, and the deploy secrets directory.
+#   adds settings to its units: the package (Python and Bash only), ordering after the OpenBao
+#   agent, RestartSec, OpenTelemetry, SMTP, and for the worker the PATH, the cancel behaviour
+#   the deploy jobs need, readiness (it waits for the rendered credentials) and a stop that
+#   drains the running deploys.
+# - jobenv's node files in /etc/fediversity-windmill, the deploy secrets directory and the
+#   credentials of the Incus deployments (/run/incus-deploy), as OpenBao agent templates.
 # - The bootstrap (a oneshot that retries until Windmill is converged) and its configuration.
-# - nginx: the API name and the admin UI name.
+# - nginx: the API name (the default server) and the admin UI name, which is served only
+#   behind an identity layer; TLS for both.
 # - Nix on the node: the worker's user is trusted, `nixpkgs` is pinned in the registry, flakes.
 #
-# The pure parts (defaults, renderers, unit settings) live in ./lib.nix, which the test suite
-# evaluates without nixpkgs.
+# The pure parts (defaults, renderers, decisions, unit settings) live in ./lib.nix, which the
+# test suite evaluates without nixpkgs; it also evaluates this file against stand-ins for
+# nixpkgs' `lib` and `pkgs` (tests/nix/module-harness.nix).
 {
   config,
   lib,
@@ -23,6 +28,7 @@ let
     literalExpression
     mkDefault
     mkEnableOption
+    mkForce
     mkIf
     mkMerge
     mkOption
@@ -37,6 +43,7 @@ let
   # Secrets are read from files at run time and never pass through the Nix store: a path
   # option is a string (a Nix path value would be copied into the world-readable store).
   absolutePath = types.strMatching "/.+";
+  seconds = types.ints.positive;
 
   jsonFile = name: value: pkgs.writeText name (builtins.toJSON value);
   bootstrapConfig = jsonFile "fediversity-windmill-bootstrap.json" (
@@ -46,6 +53,8 @@ let
     }
   );
   systemctl = "${config.systemd.package}/bin/systemctl";
+  kill = "${pkgs.coreutils}/bin/kill";
+  jobenv = "${cfg.package}/bin/fediversity-jobenv";
   workerPackages = {
     nix = config.nix.package;
     openssh = pkgs.openssh;
@@ -54,11 +63,75 @@ let
     fediversity-jobenv = cfg.package;
   };
 
+  # nixpkgs' Windmill with only the Python and Bash toolchains: its build features cut down
+  # (lib.nix, `windmillFeatures`) and the other toolchains of its wrapper replaced by a stub.
+  # `cargoBuildFeatures` is what the cargo build hook reads (`buildFeatures` is only the
+  # argument buildRustPackage derives it from).
+  windmillArgs = builtins.attrNames (lib.functionArgs pkgs.windmill.override);
+  toolchainStub = pkgs.runCommand "windmill-without-other-toolchains" { } ''
+    mkdir -p $out/bin $out/share/dotnet
+    for program in ${toString fw.windmillToolchainPrograms}; do
+      printf '#!%s\necho "%s is not on this node: its Windmill runs Python and Bash jobs only" >&2\nexit 127\n' \
+        ${pkgs.runtimeShell} "$program" > "$out/bin/$program"
+      chmod +x "$out/bin/$program"
+    done
+  '';
+  trimmedWindmill =
+    (pkgs.windmill.override (
+      fw.windmillToolchainOverrides {
+        packageArgs = windmillArgs;
+        stub = toolchainStub;
+      }
+    )).overrideAttrs
+      (old: {
+        cargoBuildFeatures = fw.trimWindmillFeatures (old.cargoBuildFeatures or old.buildFeatures or [ ]);
+        cargoCheckFeatures = fw.trimWindmillFeatures (old.cargoCheckFeatures or old.buildFeatures or [ ]);
+      });
+  windmillPythonVersion = fw.majorMinor pkgs.${fw.windmillPythonAttr windmillArgs}.version;
+  windmill = "${cfg.windmillPackage}/bin/windmill";
+  windmillLauncher = pkgs.writeShellScript "windmill-with-smtp-password" (fw.windmillLauncher { inherit windmill; });
+
+  # What the agent renders for the module, and the worker waits for.
+  renderedFiles = fw.renderedFiles {
+    inherit (cfg) deploySecrets credentials;
+  };
+  waitForFiles =
+    if renderedFiles == { } then
+      null
+    else
+      pkgs.writeShellScript "fediversity-windmill-wait-for-secrets" (
+        fw.waitForFilesScript {
+          files = builtins.attrNames renderedFiles;
+          timeoutSeconds = cfg.readinessTimeout;
+          sleep = "${pkgs.coreutils}/bin/sleep";
+        }
+      );
+
+  agentConfigFile = jsonFile "openbao-agent-default.json" (
+    fw.agentConfig {
+      inherit (cfg.openbaoAgent) settings;
+      templates = cfg.openbaoAgentTemplates;
+    }
+  );
+
+  uiAccess = fw.uiAccess {
+    forwardAuth = if cfg.ui.forwardAuth.enable then cfg.ui.forwardAuth else null;
+    inherit (cfg.ui) nginxAuthConfig;
+    openWithoutAuthentication = cfg.ui.dangerouslyServeWithoutAuthentication;
+  };
+
   opt =
     type: default: description:
     mkOption { inherit type default description; };
 in
 {
+  imports = [
+    (lib.mkRenamedOptionModule
+      [ "services" "fediversity-windmill" "uiForwardAuth" ]
+      [ "services" "fediversity-windmill" "ui" "nginxAuthConfig" ]
+    )
+  ];
+
   options.services.fediversity-windmill = {
     enable = mkEnableOption "the fediversity deploy runtime on Windmill (Windmill, its bootstrap, jobenv's node files, nginx)";
 
@@ -76,12 +149,32 @@ in
       description = "The Windmill scripts tree (`f/fediversity/*.py`) the bootstrap uploads.";
     };
 
+    windmillPackage = mkOption {
+      type = types.package;
+      default = trimmedWindmill;
+      defaultText = literalExpression "pkgs.windmill, cut down to the Python and Bash toolchains";
+      example = literalExpression "pkgs.windmill";
+      description = ''
+        The Windmill the three units run (their `ExecStart`). The default is nixpkgs'
+        `pkgs.windmill` cut down to what deploy jobs need: built with only the features
+        ${builtins.concatStringsSep ", " (map (f: "`${f}`") fw.windmillFeatures)} (those the
+        package has; Bash needs none), and with the Go, Deno, Bun, PowerShell, .NET, PHP and
+        Cargo toolchains of its wrapper replaced by a stub that refuses to run. It is not in
+        the binary cache: the node builds it (Rust, a long build). `pkgs.windmill` is the
+        cached, complete one.
+      '';
+    };
+
     domain = mkOption {
       type = types.str;
       example = "windmill.example.org";
       description = ''
         The API name: nginx answers 404 on it except under `/api/`, which it proxies to
-        Windmill. Front-ends submit deploy jobs here.
+        Windmill. Front-ends submit deploy jobs here. Its vhost is nginx's default server: a
+        request by IP address or for a name nginx does not know lands on it, never on the UI
+        (another vhost of the node that wants to be the default needs
+        `services.nginx.virtualHosts.<domain>.default = lib.mkForce false`, and then must not
+        serve the UI). The module opens no port of the firewall.
       '';
     };
 
@@ -91,26 +184,123 @@ in
       defaultText = literalExpression ''"jobs.''${<parent of domain>}"'';
       example = "jobs.example.org";
       description = ''
-        The admin UI name: nginx proxies everything on it to Windmill (websockets included) and
+        The admin UI name. nginx proxies everything on it to Windmill (websockets included) and
         adds the `Authorization` header of the bootstrap's token, so that every visitor acts as
-        the Windmill superadmin. Put the identity layer in front of it with {option}`uiForwardAuth`.
+        the Windmill superadmin: it is served only behind an identity layer
+        ({option}`ui.forwardAuth`, {option}`ui.nginxAuthConfig`), and answers 403 to every
+        request without one.
       '';
     };
 
-    uiForwardAuth = mkOption {
-      type = types.nullOr types.lines;
-      default = null;
-      example = ''
-        auth_request /oauth2/auth;
-        error_page 401 = /oauth2/sign_in;
-      '';
-      description = ''
-        nginx configuration placed in the UI vhost's `location /` before the token include: the
-        hook for the hosting provider's forward-auth (its identity layer decides who may use the
-        admin UI). Without it the UI is open to whoever reaches the name, and evaluation warns.
-        Locations the forward-auth needs (e.g. `/oauth2/`) can be added to
-        `services.nginx.virtualHosts.<uiDomain>.locations`.
-      '';
+    ui = {
+      forwardAuth = {
+        enable = mkEnableOption ''
+          the seed's forward auth in front of the admin UI: nginx sends every request for the
+          UI (websocket upgrades included) as a subrequest to {option}`ui.forwardAuth.authzUrl`
+          (Authelia's AuthRequest endpoint, Authelia 4.38 or newer) and serves it only on a 2xx
+          answer; a 401 (no session) redirects the browser to sign in, a 403 refuses it, and an
+          unreachable portal fails the request'';
+        authzUrl = mkOption {
+          type = types.str;
+          default = "http://127.0.0.1:9091/api/authz/auth-request";
+          description = "The portal's auth-request endpoint nginx asks for every UI request.";
+        };
+        signInUrl = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "https://auth.example.org/";
+          description = ''
+            Where a browser without a session is sent, as `<signInUrl>?rd=<requested URL>`.
+            Null: to the `Location` the portal answers its 401 with (Authelia does, from its
+            `session.cookies[].authelia_url`).
+          '';
+        };
+        policy = mkOption {
+          type = types.enum [
+            "one_factor"
+            "two_factor"
+          ];
+          default = "one_factor";
+          description = "The portal's policy for the UI name (in {option}`ui.forwardAuth.accessControlRule`).";
+        };
+        allowedGroups = mkOption {
+          type = types.listOf types.str;
+          default = [ "fediversity-admins" ];
+          description = "The portal's groups allowed on the UI name (in {option}`ui.forwardAuth.accessControlRule`).";
+        };
+        accessControlRule = mkOption {
+          type = types.attrsOf types.anything;
+          readOnly = true;
+          default = fw.autheliaAccessControlRule {
+            inherit (cfg) uiDomain;
+            inherit (cfg.ui.forwardAuth) policy allowedGroups;
+          };
+          defaultText = literalExpression ''{ domain = [ uiDomain ]; policy = "one_factor"; subject = [ "group:fediversity-admins" ]; }'';
+          description = ''
+            The rule the portal must have for the UI name, in Authelia's `access_control.rules`
+            format: the portal, not nginx, decides the policy and the groups. Add it to the
+            portal's configuration, e.g.
+            `services.authelia.instances.<name>.settings.access_control.rules = [ config.services.fediversity-windmill.ui.forwardAuth.accessControlRule ];`
+            where the portal runs on this node.
+          '';
+        };
+      };
+
+      nginxAuthConfig = mkOption {
+        type = types.nullOr types.lines;
+        default = null;
+        example = ''
+          auth_request /oauth2/auth;
+          error_page 401 =302 /oauth2/sign_in?rd=$scheme://$http_host$request_uri;
+        '';
+        description = ''
+          nginx configuration placed in the UI vhost's `location /` before the token include
+          (after the forward auth's, when both are set): the hook for another identity layer.
+          Locations it needs (e.g. `/oauth2/`) go into
+          `services.nginx.virtualHosts.<uiDomain>.locations`. (Formerly `uiForwardAuth`.)
+        '';
+      };
+
+      dangerouslyServeWithoutAuthentication = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Serve the admin UI with the superadmin's token to whoever reaches
+          {option}`uiDomain`, without any identity layer. For VM tests and laptops only:
+          anyone who can connect controls every deployment. Without this and without an
+          identity layer, the UI vhost answers 403 to everything.
+        '';
+      };
+    };
+
+    tls = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          HTTPS for {option}`domain` and {option}`uiDomain` (nginx's `forceSSL`: plain HTTP is
+          redirected). Off: plain HTTP, for a node whose TLS ends in front of it.
+        '';
+      };
+      useACMEHost = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = ''
+          An existing `security.acme.certs.<name>` for both names (it must cover both). With
+          neither this nor {option}`tls.certificate`, each name gets its own ACME certificate
+          (`enableACME`; set `security.acme.acceptTerms` and `security.acme.defaults.email`).
+        '';
+      };
+      certificate = mkOption {
+        type = types.nullOr absolutePath;
+        default = null;
+        description = "A certificate file for both names (with {option}`tls.certificateKey`), read by nginx at run time.";
+      };
+      certificateKey = mkOption {
+        type = types.nullOr absolutePath;
+        default = null;
+        description = "Its key file: a path string, never copied into the Nix store.";
+      };
     };
 
     deployEnv = mkOption {
@@ -119,16 +309,18 @@ in
       example = literalExpression ''
         {
           DEPLOYMENT_ROOT = "''${deployment-repository}";
-          DEPLOYMENT_NIXPKGS = "''${pkgs.path}";
           STATE_BASE_ADDRESS = "https://state.example.org/tofu";
         }
       '';
       description = ''
         Node-owned keys of every deployment, rendered to `${fw.paths.deployEnv}`: the control
-        keys `DEPLOYMENT_ROOT` and `DEPLOYMENT_NIXPKGS` (required), `STATE_BASE_ADDRESS`, any
-        declared key the node fixes, and Nix/OpenTofu variables. Not for secrets (world-readable
-        in the Nix store): use {option}`deploySecrets`. `DEPLOYMENT_NIXPKGS` is also the
-        `nixpkgs` entry of the node's flake registry.
+        keys `DEPLOYMENT_ROOT` (required) and `DEPLOYMENT_NIXPKGS` (default: the node's
+        `pkgs.path`), `STATE_BASE_ADDRESS`, any declared key the node fixes, and Nix/OpenTofu
+        variables. Not for secrets (world-readable in the Nix store): use
+        {option}`deploySecrets`. `DEPLOYMENT_NIXPKGS` is also the `nixpkgs` entry of the node's
+        flake registry (so, on a flake-built node, also `<nixpkgs>`). A key jobenv would refuse
+        (undeclared, reserved, only for a job, derived by jobenv, or set twice) fails the
+        evaluation.
       '';
     };
 
@@ -157,7 +349,8 @@ in
         The keys a deployment may see, as the deployment repository publishes them, rendered
         with the structural pins (`HOSTING_CONFIG`, `PIN_EFFECT`, `SELF_MODULE_SOURCE`,
         `OPERATOR_MODULE_SOURCE`, `VERSION_LAYERS`, `DNS_DOMAIN`) to `${fw.paths.deployKeys}`.
-        A job payload may set only these (and `SYSTEM`, `ATTRIBUTE`, `EXECUTABLE`, `NAMESPACE`).
+        A job payload may set only these (and `SYSTEM`, `ATTRIBUTE`, `EXECUTABLE`, `NAMESPACE`,
+        `BUILD_ID`). A control key here fails the evaluation (jobenv refuses such a file).
       '';
     };
 
@@ -185,27 +378,145 @@ in
       description = ''
         Deploy secrets: variable name → OpenBao agent template source. Each becomes one file
         `${fw.paths.secretsDir}/<name>`, owner `root:<windmill user>`, mode `0440`, which jobenv
-        passes to the deployment programs and redacts from their output. nixpkgs has no OpenBao
-        agent module: the node's agent (the unit `openbao-agent-default`) must render
-        {option}`openbaoAgentTemplates`, which this option fills.
+        passes to the deployment programs and redacts from their output. Every name is also
+        listed in `${fw.paths.requiredSecrets}`: jobenv refuses a job ("node not ready", exit
+        75) while one of them is missing. The node's agent renders them
+        ({option}`openbaoAgentTemplates`).
       '';
+    };
+
+    credentials = {
+      tfToken = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = ''{{ with secret "secret/data/incus/deploy" }}{{ .Data.data.token }}{{ end }}'';
+        description = ''
+          OpenBao agent template source whose output is the Incus deployments' token. Rendered
+          as the line `TF_VAR_token=<output>` to `${fw.paths.tfTokenEnv}` (`root:<windmill
+          user>`, `0440`), a secrets env file of jobenv (`JOBENV_SECRETS_ENV_FILES`):
+          `TF_VAR_token` reaches the programs as a secret, redacted from their output, and is
+          required before a job runs.
+        '';
+      };
+      incusStoreSshKey = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = ''
+          OpenBao agent template source of the Incus store's SSH key, rendered to
+          `${fw.paths.incusStoreSshKey}` (`root:<windmill user>`, `0440`).
+        '';
+      };
+      incusStoreSigningKey = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = ''
+          OpenBao agent template source of the Incus store's signing key, rendered to
+          `${fw.paths.incusStoreSigningKey}` (`root:<windmill user>`, `0440`).
+        '';
+      };
     };
 
     openbaoAgentTemplates = mkOption {
       type = types.listOf (types.attrsOf types.anything);
       readOnly = true;
       default = fw.agentTemplates {
-        inherit (cfg) deploySecrets;
+        inherit (cfg) deploySecrets credentials;
         group = windmillUser;
       };
-      defaultText = literalExpression "template stanzas rendering deploySecrets";
+      defaultText = literalExpression "template stanzas rendering deploySecrets and credentials";
       description = ''
-        The `template` stanzas (OpenBao agent JSON configuration) that render
-        {option}`deploySecrets`. Hand them to the node's agent, e.g.
-        `services.openbao.agents.default.settings.template = config.services.fediversity-windmill.openbaoAgentTemplates;`
-        with the hosting provider's agent module. The agent must run as root so that it can set
-        the files' group.
+        The `template` stanzas (OpenBao agent JSON configuration) of every file the module
+        needs rendered: {option}`deploySecrets` and {option}`credentials`, each `perms` 0440,
+        `group` the Windmill user's, `error_on_missing_key`. The agent must run as root so that
+        it can set the group. {option}`openbaoAgent.enable` runs such an agent; a node whose
+        hosting provider runs its own adds these stanzas to that agent's `template` list.
       '';
+    };
+
+    openbaoAgent = {
+      unit = mkOption {
+        type = types.str;
+        default = fw.agentUnit;
+        description = ''
+          The systemd unit of the agent that renders {option}`openbaoAgentTemplates` (and,
+          usually, the bootstrap's admin password). The Windmill units and the bootstrap are
+          ordered after it.
+        '';
+      };
+      enable = mkEnableOption ''
+        an OpenBao agent run by this module as `${fw.agentUnit}` (as root, `bao agent`), with
+        {option}`openbaoAgentTemplates` before the `template` stanzas of
+        {option}`openbaoAgent.settings`. (nixpkgs' `services.vault-agent` passes the `agent`
+        subcommand only to a package named `vault`, so it does not run OpenBao as is.)'';
+      package = mkOption {
+        type = types.package;
+        default = pkgs.openbao;
+        defaultText = literalExpression "pkgs.openbao";
+        description = "The OpenBao providing `bin/bao`.";
+      };
+      settings = mkOption {
+        type = (pkgs.formats.json { }).type;
+        default = { };
+        example = literalExpression ''
+          {
+            vault.address = "https://openbao.example.org";
+            auto_auth.method = [ { type = "approle"; config = { role_id_file_path = "/run/keys/role-id"; secret_id_file_path = "/run/keys/secret-id"; }; } ];
+            template_config.exit_on_retry_failure = true;
+          }
+        '';
+        description = "The agent's JSON configuration (address, `auto_auth`, more templates).";
+      };
+    };
+
+    readinessTimeout = mkOption {
+      type = seconds;
+      default = 60;
+      description = ''
+        Seconds `windmill-worker` waits, before it starts, for the agent to have rendered every
+        file of {option}`deploySecrets` and {option}`credentials`. When they are not all there
+        by then, its start fails (naming the missing files) and it is started again 5 s later,
+        until they are: no job runs on a node without its credentials.
+      '';
+    };
+
+    drainTimeout = mkOption {
+      type = seconds;
+      default = 300;
+      description = ''
+        Seconds a running deploy may go on when `windmill-worker` stops (a stop, a restart by
+        `nixos-rebuild switch`, a reboot). The worker first stops taking jobs; deploys still
+        running after this are cancelled through jobenv (SIGTERM, its grace, SIGKILL of the
+        program tree) and recorded as interrupted by the stop. The unit's `TimeoutStopSec` is
+        this plus jobenv's grace plus ${toString fw.stopMarginSeconds} s.
+      '';
+    };
+
+    smtp = {
+      host = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "smtp.example.org";
+        description = "The SMTP server windmill-server sends mail through (`SMTP_HOST`); null: no SMTP.";
+      };
+      port = opt types.port 587 "`SMTP_PORT`.";
+      username = opt (types.nullOr types.str) null "`SMTP_USERNAME`.";
+      passwordFile = mkOption {
+        type = types.nullOr absolutePath;
+        default = null;
+        example = "/run/fediversity-windmill/smtp-password";
+        description = ''
+          File holding the SMTP password. systemd hands it to windmill-server as a credential
+          at start (LoadCredential), and a launcher exports it as `SMTP_PASSWORD`: it is never
+          in the Nix store nor in the unit's environment.
+        '';
+      };
+      from = mkOption {
+        type = types.str;
+        default = "noreply@${cfg.domain}";
+        defaultText = literalExpression ''"noreply@''${domain}"'';
+        description = "`SMTP_FROM`.";
+      };
+      tlsImplicit = opt types.bool false "`SMTP_TLS_IMPLICIT`: TLS from the first byte (port 465) rather than STARTTLS.";
     };
 
     otel.endpoint = mkOption {
@@ -213,9 +524,13 @@ in
       default = null;
       example = "http://127.0.0.1:4318";
       description = ''
-        OTLP/HTTP endpoint for Windmill's traces and metrics. Set, each Windmill unit gets
+        OTLP/HTTP endpoint for Windmill's traces, metrics and logs. Set, each Windmill unit gets
         `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`,
-        `OTEL_SERVICE_NAME=windmill-<role>` and `OTEL_RESOURCE_ATTRIBUTES=service.namespace=fediversity`.
+        `OTEL_SERVICE_NAME=windmill-<role>`, `OTEL_RESOURCE_ATTRIBUTES=service.namespace=fediversity`
+        and `OTEL_TRACING`, `OTEL_METRICS`, `OTEL_LOGS` set to `true`. Known deviation: Windmill
+        emits nothing unless it is built with its `otel` feature, which nixpkgs' package has
+        only with `withEnterpriseFeatures`; with nixpkgs' Windmill these variables are set but
+        no signal leaves the node.
       '';
     };
 
@@ -266,8 +581,15 @@ in
       };
       settings = mkOption {
         type = types.attrsOf (pkgs.formats.json { }).type;
-        default = d.settings;
-        description = "Windmill global settings the bootstrap enforces.";
+        default = d.settings // {
+          instance_python_version = windmillPythonVersion;
+        };
+        defaultText = literalExpression ''{ instance_python_version = "<major.minor of the Python nixpkgs' Windmill runs>"; }'';
+        description = ''
+          Windmill global settings the bootstrap enforces. `instance_python_version` follows
+          the Python of nixpkgs' `pkgs.windmill` (its package refuses every other version);
+          with another {option}`windmillPackage`, set it to that package's Python.
+        '';
       };
       openbao = {
         addr = mkOption {
@@ -318,22 +640,37 @@ in
           message = "services.fediversity-windmill: ${message}";
         })
         (
-          fw.deployEnvProblems { inherit (cfg) deployEnv deploySecrets; }
+          fw.nodeProblems {
+            inherit (cfg) deployEnv deploySecrets;
+            declared = builtins.attrNames (fw.renderDeployKeys cfg.deployKeys);
+            inherit (cfg.credentials) tfToken;
+          }
+          ++ fw.deployKeysProblems cfg.deployKeys
           ++ fw.bootstrapProblems {
             inherit (cfg) bootstrap;
             unitEnvironment = unit.environment;
             unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;
           }
+          ++ uiAccess.problems
+          ++ fw.tlsProblems cfg.tls
+          ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
+          ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
         );
 
-    warnings = lib.optional (cfg.uiForwardAuth == null) ''
-      services.fediversity-windmill: the admin UI on ${cfg.uiDomain} acts as the Windmill
-      superadmin for every visitor; set services.fediversity-windmill.uiForwardAuth to the
-      identity layer's forward-auth.
-    '';
+    warnings =
+      lib.optional (uiAccess.mode == "closed") ''
+        services.fediversity-windmill: the admin UI on ${cfg.uiDomain} answers 403 to every
+        request: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).
+      ''
+      ++ lib.optional (uiAccess.mode == "open") ''
+        services.fediversity-windmill: ui.dangerouslyServeWithoutAuthentication is set: the admin
+        UI on ${cfg.uiDomain} gives every visitor the Windmill superadmin's token.
+      '';
 
     services.windmill.enable = true;
     services.windmill.baseUrl = mkDefault "https://${cfg.uiDomain}";
+
+    services.fediversity-windmill.deployEnv.DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}";
 
     users.users.${windmillUser} = {
       isSystemUser = true;
@@ -347,6 +684,12 @@ in
       "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderDeployKeys cfg.deployKeys);
       "fediversity-windmill/deployment-attributes.json".source = jsonFile "deployment-attributes.json" (
         fw.renderDeploymentAttributes cfg.deploymentAttributes
+      );
+      "fediversity-windmill/required-secrets.json".source = jsonFile "required-secrets.json" (
+        fw.renderRequiredSecrets {
+          inherit (cfg) deploySecrets;
+          inherit (cfg.credentials) tfToken;
+        }
       );
       "fediversity-windmill/bootstrap.json".source = bootstrapConfig;
     };
@@ -364,12 +707,35 @@ in
         nixShell = "${config.nix.package}/bin/nix-shell";
         uiAuthFile = cfg.bootstrap.uiAuth.file;
         inherit (cfg.bootstrap.retry) readyTimeoutSeconds;
+        agent = cfg.openbaoAgent.unit;
+        secretsEnvFiles = lib.optional (cfg.credentials.tfToken != null) fw.paths.tfTokenEnv;
+        smtp = fw.smtpEnvironment {
+          inherit (cfg.smtp)
+            host
+            port
+            username
+            from
+            tlsImplicit
+            ;
+        };
+        smtpPasswordFile = cfg.smtp.passwordFile;
       })
       {
+        # nixpkgs' module runs `pkgs.windmill`; it has no package option.
+        windmill-server.serviceConfig.ExecStart = mkForce (if cfg.smtp.passwordFile != null then "${windmillLauncher}" else windmill);
+        windmill-worker-native.serviceConfig.ExecStart = mkForce windmill;
         windmill-worker = {
           path = map (name: workerPackages.${name}) fw.workerPath;
-          # Jobs whose jobenv died with the previous worker are marked interrupted (best effort).
-          serviceConfig.ExecStartPre = [ "-${cfg.package}/bin/fediversity-jobenv recover --state-dir ${fw.paths.stateDir}" ];
+          serviceConfig =
+            fw.workerLifecycle {
+              inherit jobenv kill;
+              waitForFiles = if waitForFiles == null then null else "${waitForFiles}";
+              drainTimeoutSeconds = cfg.drainTimeout;
+              readinessTimeoutSeconds = cfg.readinessTimeout;
+            }
+            // {
+              ExecStart = mkForce windmill;
+            };
         };
         fediversity-windmill-bootstrap = {
           serviceConfig.ExecStart = "${cfg.package}/bin/fediversity-windmill-bootstrap --config ${fw.paths.bootstrapConfig}";
@@ -378,6 +744,15 @@ in
         fediversity-windmill-bootstrap-rerun.serviceConfig.ExecStart = "${systemctl} try-restart --no-block fediversity-windmill-bootstrap.service";
         fediversity-windmill-nginx-reload.serviceConfig.ExecStart = "${systemctl} try-reload-or-restart --no-block nginx.service";
       }
+      (mkIf cfg.openbaoAgent.enable {
+        openbao-agent-default = fw.agentService {
+          bao = "${cfg.openbaoAgent.package}/bin/bao";
+          inherit kill;
+          configFile = agentConfigFile;
+        } // {
+          restartTriggers = [ agentConfigFile ];
+        };
+      })
     ];
 
     systemd.paths = fw.pathUnits {
@@ -390,8 +765,14 @@ in
       virtualHosts = fw.virtualHosts {
         inherit (cfg) domain uiDomain;
         port = config.services.windmill.serverPort;
-        forwardAuth = cfg.uiForwardAuth;
-        uiAuthFile = cfg.bootstrap.uiAuth.file;
+        tls = fw.tlsSettings cfg.tls;
+        ui = fw.uiLocations {
+          upstream = fw.upstream config.services.windmill.serverPort;
+          forwardAuth = if cfg.ui.forwardAuth.enable then cfg.ui.forwardAuth else null;
+          inherit (cfg.ui) nginxAuthConfig;
+          openWithoutAuthentication = cfg.ui.dangerouslyServeWithoutAuthentication;
+          uiAuthFile = cfg.bootstrap.uiAuth.file;
+        };
       };
     };
 

@@ -1,47 +1,70 @@
 # The pure parts of the fediversity-windmill NixOS module: fixed paths, option defaults, the
-# renderers of the JSON files, and the unit, nginx and Nix settings the module adds. Builtins
-# only, nothing from nixpkgs, so that they can be evaluated (and are, by the test suite) with a
-# plain `nix-instantiate --eval` and no nixpkgs at hand. The module (./default.nix) does
-# nothing but wire these into NixOS options.
+# renderers of the files it writes, the decisions it takes (who may see the admin UI, which
+# names jobenv would refuse, how a worker stops) and the unit, nginx and Nix settings it adds.
+# Builtins only, nothing from nixpkgs, so that they can be evaluated (and are, by the test
+# suite) with a plain `nix-instantiate --eval` and no nixpkgs at hand. The module
+# (./default.nix) wires these into NixOS options.
 let
   inherit (builtins)
+    all
+    any
     attrNames
+    concatLists
     concatStringsSep
+    elem
     filter
+    head
+    isString
+    length
     listToAttrs
     map
     mapAttrs
     match
     removeAttrs
+    sort
     stringLength
     substring
+    toJSON
     toString
     ;
 
   # `cond ? attrs : {}`
   optionalAttrs = cond: attrs: if cond then attrs else { };
+  optional = cond: x: if cond then [ x ] else [ ];
+  hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
   # Drops the attributes whose value is null (the bootstrap then applies its own default or
   # its environment fallback).
   withoutNulls = attrs: removeAttrs attrs (filter (n: attrs.${n} == null) (attrNames attrs));
+  # Sorted, without repeats.
+  uniqueSorted = list: attrNames (listToAttrs (map (name: { inherit name; value = null; }) list));
+  # A string as a single-quoted shell word.
+  shellQuote = s: "'" + builtins.replaceStrings [ "'" ] [ "'\\''" ] s + "'";
 in
 rec {
   # Where the node's files live: the defaults fediversity-jobenv reads without any option
-  # (jobenv/src/cli.rs), and the bootstrap's include directory (bootstrap.md, `ui_auth.file`).
+  # (jobenv/src/cli.rs), the bootstrap's include directory (`ui_auth.file`), and the
+  # credentials of the Incus deployments.
   paths = {
     etcDir = "/etc/fediversity-windmill";
     deployEnv = "/etc/fediversity-windmill/deploy-env.json";
     deployKeys = "/etc/fediversity-windmill/deploy-keys.json";
     deploymentAttributes = "/etc/fediversity-windmill/deployment-attributes.json";
+    requiredSecrets = "/etc/fediversity-windmill/required-secrets.json";
     bootstrapConfig = "/etc/fediversity-windmill/bootstrap.json";
     runDir = "/run/fediversity-windmill";
     secretsDir = "/run/fediversity-windmill/deploy-secrets";
     # jobenv's journal and locks (its default without $STATE_DIRECTORY).
     stateDir = "/var/lib/fediversity-jobenv";
     uiAuthDir = "/run/windmill-ui-auth";
+    credentialsDir = "/run/incus-deploy";
+    tfTokenEnv = "/run/incus-deploy/tf-token.env";
+    incusStoreSshKey = "/run/incus-deploy/incus-store-ssh.key";
+    incusStoreSigningKey = "/run/incus-deploy/incus-store-signing.key";
   };
 
-  # The unit the node's OpenBao agent runs as; it renders the deploy secrets and, usually, the
-  # admin password. Provided by the hosting provider's agent module, not by this one.
+  # The unit of the node's OpenBao agent, which renders the deploy secrets, the credentials and,
+  # usually, the admin password: the hosting provider's, or the module's own
+  # (`openbaoAgent.enable`). The default of `openbaoAgent.unit`.
   agentUnit = "openbao-agent-default.service";
 
   # `jobs.<parent of domain>`: the admin UI beside the API name.
@@ -53,13 +76,102 @@ rec {
     if parent == null then
       throw "services.fediversity-windmill.uiDomain: cannot derive jobs.<parent> from the domain \"${domain}\", which has no parent; set uiDomain"
     else
-      "jobs.${builtins.head parent}";
+      "jobs.${head parent}";
+
+  # ---- jobenv's names ---------------------------------------------------------------------
+
+  # The names jobenv treats specially, as its README documents them (and jobenv's source defines
+  # them; tests/tests/nix_module.rs checks the lists against it).
+  jobenvNames = {
+    # Control keys only the node may set; jobenv consumes them.
+    nodeControl = [
+      "DEPLOYMENT_ROOT"
+      "NIXPKGS"
+      "DEPLOYMENT_NIXPKGS"
+      "STATE_BASE_ADDRESS"
+      "EVENTS_URL"
+      "EVENTS_SECRET"
+    ];
+    # Control keys of a job payload; a node may set only SYSTEM among them.
+    payloadControl = [
+      "SYSTEM"
+      "ATTRIBUTE"
+      "EXECUTABLE"
+      "NAMESPACE"
+      "BUILD_ID"
+    ];
+    sharedControl = [ "SYSTEM" ];
+    # Variables jobenv computes itself; no layer may set them.
+    derived = [
+      "DEPLOYMENT_NAMESPACE"
+      "TF_HTTP_ADDRESS"
+      "TF_HTTP_LOCK_ADDRESS"
+      "TF_HTTP_UNLOCK_ADDRESS"
+    ];
+    # Undeclared Nix and OpenTofu variables a node may still set (and every `TF_VAR_*`).
+    nodeTools = [
+      "NIX_CONFIG"
+      "NIX_PATH"
+      "NIX_REMOTE"
+      "NIX_SSL_CERT_FILE"
+      "NIX_BUILD_SHELL"
+      "TF_HTTP_USERNAME"
+      "TF_HTTP_PASSWORD"
+      "TF_LOG"
+      "TF_PLUGIN_CACHE_DIR"
+      "TF_IN_AUTOMATION"
+      "TF_INPUT"
+    ];
+    nodeToolPrefixes = [ "TF_VAR_" ];
+    # Names no job may set, even declared: they steer the loader, a shell, an interpreter, git,
+    # ssh, Nix or OpenTofu (the `TF_HTTP_*` state-backend keys have rules of their own).
+    reserved = [
+      "PATH"
+      "HOME"
+      "DEPLOYMENT_NAMESPACE"
+      "BASH_ENV"
+      "ENV"
+      "SHELLOPTS"
+      "BASHOPTS"
+      "PS4"
+      "PROMPT_COMMAND"
+      "IFS"
+      "CDPATH"
+      "GLOBIGNORE"
+      "NODE_OPTIONS"
+      "NODE_PATH"
+      "GCONV_PATH"
+      "SSH_AUTH_SOCK"
+      "TF_CLI_CONFIG_FILE"
+      "TF_DATA_DIR"
+      "TF_PLUGIN_CACHE_DIR"
+    ];
+    reservedPrefixes = [
+      "NIX_"
+      "LD_"
+      "DYLD_"
+      "BASH_FUNC_"
+      "PYTHON"
+      "PERL5"
+      "RUBY"
+      "GIT_"
+      "SSH_ASKPASS"
+      "TF_CLI_ARGS"
+      "TF_HTTP_"
+    ];
+  };
+
+  isReservedName = key: elem key jobenvNames.reserved || any (p: hasPrefix p key) jobenvNames.reservedPrefixes;
+  isNodeToolName = key: elem key jobenvNames.nodeTools || any (p: hasPrefix p key) jobenvNames.nodeToolPrefixes;
+  isControlName = key: elem key jobenvNames.nodeControl || elem key jobenvNames.payloadControl;
+  # A file name jobenv reads from a secrets directory, and a key of a secrets env file.
+  isVariableName = key: match "[A-Za-z_][A-Za-z0-9_]*" key != null;
 
   # ---- jobenv's node files ----------------------------------------------------------------
 
   # The structural pins the deployment programs read from their environment besides the keys
-  # the deployment repository publishes (jobenv.md, "the keys file"). Declared here so that a
-  # node can set them in deploy-env.json; the operator's deployKeys may redefine them.
+  # the deployment repository publishes. Declared here so that a node can set them in
+  # deploy-env.json; the operator's deployKeys may redefine them.
   structuralKeys = {
     HOSTING_CONFIG.description = "Structural pin: the hosting provider's configuration the deployment programs read";
     PIN_EFFECT.description = "Structural pin: the effect of the version pins on a deployment";
@@ -74,10 +186,7 @@ rec {
     deployEnv:
     mapAttrs (
       name: value:
-      if builtins.isString value then
-        value
-      else
-        throw "services.fediversity-windmill.deployEnv.${name} must be a string"
+      if isString value then value else throw "services.fediversity-windmill.deployEnv.${name} must be a string"
     ) deployEnv;
 
   # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?}}, the structural pins
@@ -89,27 +198,219 @@ rec {
     ) (structuralKeys // deployKeys);
 
   # deployment-attributes.json: the attribute names, a JSON array, sorted and without repeats.
-  renderDeploymentAttributes = attributes: attrNames (listToAttrs (map (name: { inherit name; value = null; }) attributes));
+  renderDeploymentAttributes = uniqueSorted;
 
-  # Keys a node may not set (jobenv would refuse to run any job), and other mistakes found
-  # before anything is built. Each entry is a message naming the problem.
-  deployEnvProblems =
-    { deployEnv, deploySecrets }:
+  # The variable names a secrets env file of the credentials defines (jobenv reads them as
+  # node secrets): `TF_VAR_token` from tf-token.env when it is configured.
+  credentialEnvKeys = { tfToken ? null }: optional (tfToken != null) "TF_VAR_token";
+
+  # required-secrets.json: every secret the node declares, which jobenv must find before it runs
+  # a job (it refuses with "node not ready", exit 75, otherwise).
+  renderRequiredSecrets =
+    {
+      deploySecrets,
+      tfToken ? null,
+    }:
+    uniqueSorted (attrNames deploySecrets ++ credentialEnvKeys { inherit tfToken; });
+
+  # Everything on the node side that jobenv would refuse at run time — every job failing with
+  # exit 2 — found at evaluation instead. Each entry is a message that names the option and the
+  # key. `declared` are the names of deploy-keys.json (the structural pins and deployKeys).
+  # The rules are jobenv's (its README, "The environment of the program" and "Control keys").
+  nodeProblems =
+    {
+      deployEnv,
+      deploySecrets,
+      declared ? attrNames structuralKeys,
+      tfToken ? null,
+    }:
     let
-      hasNixpkgs = deployEnv ? NIXPKGS || deployEnv ? DEPLOYMENT_NIXPKGS;
-      badSecretNames = filter (name: match "[A-Za-z_][A-Za-z0-9_]*" name == null) (attrNames deploySecrets);
-      both = filter (name: deployEnv ? ${name}) (attrNames deploySecrets);
-    in
-    (if deployEnv ? DEPLOYMENT_ROOT then [ ] else [ "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs" ])
-    ++ (if hasNixpkgs then [ ] else [ "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with" ])
-    ++ map (name: "deploySecrets.${name}: a secret's name is a variable name ([A-Za-z_][A-Za-z0-9_]*)") badSecretNames
-    ++ map (name: "${name} is set both in deployEnv and in deploySecrets; jobenv refuses a key from two node sources") both;
+      envFileKeys = credentialEnvKeys { inherit tfToken; };
+      sources =
+        map (key: {
+          inherit key;
+          kind = "env";
+          option = "deployEnv.${key}";
+        }) (attrNames deployEnv)
+        ++ map (key: {
+          inherit key;
+          kind = "secret";
+          option = "deploySecrets.${key}";
+        }) (attrNames deploySecrets)
+        ++ map (key: {
+          inherit key;
+          kind = "envFile";
+          option = "credentials.tfToken (${key} in ${paths.tfTokenEnv})";
+        }) envFileKeys;
 
-  # Values of the `bootstrap` options that the bootstrap refuses when it reads its configuration
-  # (bootstrap/src/config.rs: exit 2, and with Restart=on-failure a new try every 30 s that can
-  # never succeed), found at evaluation instead. `unitEnvironment` is the bootstrap unit's
-  # `environment`, `unitEnvironmentFile` its `serviceConfig.EnvironmentFile` (null if none; its
-  # contents cannot be seen here, so it is trusted to provide BAO_ADDR).
+      keyProblems =
+        s:
+        let
+          k = s.key;
+        in
+        if s.kind == "env" && (k == "" || match ".*=.*" k != null) then
+          [ "${s.option}: \"${k}\" is not a variable name jobenv can pass (empty, or with '=')" ]
+        else if s.kind != "env" && !isVariableName k then
+          [ "${s.option}: \"${k}\" is not a variable name ([A-Za-z_][A-Za-z0-9_]*); jobenv would never read this secret" ]
+        else if elem k jobenvNames.derived then
+          [ "${s.option}: jobenv derives ${k} itself; no node or job may set it" ]
+        else if elem k jobenvNames.payloadControl && !(elem k jobenvNames.sharedControl) then
+          [ "${s.option}: ${k} is a control key only a job payload may set" ]
+        else if elem k declared || elem k jobenvNames.nodeControl || elem k jobenvNames.sharedControl || isNodeToolName k then
+          [ ]
+        else if isReservedName k then
+          [ "${s.option}: ${k} is a reserved name (it steers the loader, a shell, an interpreter, git, ssh, Nix or OpenTofu) and is neither declared in deployKeys nor a Nix/OpenTofu variable a node may set; jobenv refuses it" ]
+        else
+          [ "${s.option}: ${k} is neither declared (deployKeys or the structural pins) nor a control key nor a Nix/OpenTofu variable a node may set; jobenv refuses it" ];
+
+      # The same key in two node sources.
+      keysOf = list: map (s: s.key) list;
+      duplicates = filter (k: length (filter (s: s.key == k) sources) > 1) (uniqueSorted (keysOf sources));
+      duplicateProblems = map (
+        k:
+        "${k} is set by ${concatStringsSep " and " (map (s: s.option) (filter (s: s.key == k) sources))}; jobenv refuses a key from two node sources"
+      ) duplicates;
+
+      set = k: elem k (keysOf sources);
+      inEnv = k: deployEnv ? ${k};
+      absolute = k: inEnv k && !(hasPrefix "/" deployEnv.${k});
+    in
+    concatLists (map keyProblems sources)
+    ++ duplicateProblems
+    ++ optional (!set "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs"
+    ++ optional (!set "DEPLOYMENT_NIXPKGS" && !set "NIXPKGS") "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with"
+    ++ optional (absolute "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT must be an absolute path"
+    ++ optional (absolute "DEPLOYMENT_NIXPKGS") "deployEnv.DEPLOYMENT_NIXPKGS must be an absolute path"
+    ++ optional (absolute "NIXPKGS") "deployEnv.NIXPKGS must be an absolute path"
+    ++ optional (
+      inEnv "NIXPKGS" && inEnv "DEPLOYMENT_NIXPKGS" && deployEnv.NIXPKGS != deployEnv.DEPLOYMENT_NIXPKGS
+    ) "deployEnv.NIXPKGS and deployEnv.DEPLOYMENT_NIXPKGS are both set and differ (DEPLOYMENT_NIXPKGS defaults to pkgs.path: set it, not NIXPKGS)"
+    ++ optional (
+      inEnv "STATE_BASE_ADDRESS" && !(hasPrefix "http://" deployEnv.STATE_BASE_ADDRESS || hasPrefix "https://" deployEnv.STATE_BASE_ADDRESS)
+    ) "deployEnv.STATE_BASE_ADDRESS must be an http:// or https:// URL"
+    ++ optional (
+      inEnv "SYSTEM" && match "[a-z0-9_]+-[a-z0-9_]+" deployEnv.SYSTEM == null
+    ) "deployEnv.SYSTEM \"${deployEnv.SYSTEM}\" must match ^[a-z0-9_]+-[a-z0-9_]+$"
+    ++ optional (inEnv "EVENTS_SECRET") "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)"
+    ++ optional (set "EVENTS_URL" != set "EVENTS_SECRET") "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)";
+
+  # Keys declared in deployKeys that jobenv refuses to find in the keys file: its control keys.
+  deployKeysProblems =
+    deployKeys:
+    map (
+      k: "deployKeys.${k}: ${k} is a control key jobenv consumes and never passes to the program; a keys file that declares it is refused"
+    ) (filter isControlName (attrNames deployKeys));
+
+  # The nixpkgs the `nixpkgs` registry entry points at: the deployments' own.
+  deploymentNixpkgs = deployEnv: deployEnv.DEPLOYMENT_NIXPKGS or deployEnv.NIXPKGS or null;
+
+  # ---- what the OpenBao agent renders -----------------------------------------------------
+
+  # One template stanza (OpenBao agent JSON configuration) for a file readable by the worker's
+  # group only: owner root (the agent runs as root, so that it can set the group), group
+  # `group`, mode 0440. A template that refers to a missing key fails instead of rendering an
+  # empty value.
+  agentTemplate =
+    {
+      destination,
+      contents,
+      group,
+    }:
+    {
+      inherit contents destination group;
+      perms = "0440";
+      error_on_missing_key = true;
+    };
+
+  # The files the agent renders for the module, by destination: one per deploy secret under the
+  # secrets directory, and the credentials of the Incus deployments (each only when configured):
+  # tf-token.env (`TF_VAR_token=<the template's output>`, a secrets env file of jobenv) and the
+  # two Incus store keys. `credentials` holds template sources or null.
+  renderedFiles =
+    {
+      deploySecrets,
+      credentials ? { },
+    }:
+    let
+      c = {
+        tfToken = null;
+        incusStoreSshKey = null;
+        incusStoreSigningKey = null;
+      }
+      // credentials;
+    in
+    listToAttrs (
+      map (name: {
+        name = "${paths.secretsDir}/${name}";
+        value = deploySecrets.${name};
+      }) (attrNames deploySecrets)
+      ++ optional (c.tfToken != null) {
+        name = paths.tfTokenEnv;
+        value = "TF_VAR_token=${c.tfToken}\n";
+      }
+      ++ optional (c.incusStoreSshKey != null) {
+        name = paths.incusStoreSshKey;
+        value = c.incusStoreSshKey;
+      }
+      ++ optional (c.incusStoreSigningKey != null) {
+        name = paths.incusStoreSigningKey;
+        value = c.incusStoreSigningKey;
+      }
+    );
+
+  # The template stanzas for `renderedFiles`, sorted by destination.
+  agentTemplates =
+    {
+      deploySecrets,
+      credentials ? { },
+      group,
+    }:
+    let
+      files = renderedFiles { inherit deploySecrets credentials; };
+    in
+    map (
+      destination:
+      agentTemplate {
+        inherit destination group;
+        contents = files.${destination};
+      }
+    ) (attrNames files);
+
+  # The configuration of the module's own agent (`openbaoAgent.enable`): the operator's settings
+  # (address, auto_auth, ...) with the module's template stanzas before the operator's own.
+  agentConfig =
+    { settings, templates }:
+    settings
+    // {
+      template = templates ++ (settings.template or [ ]);
+    };
+
+  # The module's own agent as the unit `openbao-agent-default`, like nixpkgs' vault-agent
+  # module runs one (which passes the `agent` subcommand only to a package named `vault`, so it
+  # cannot run OpenBao's `bao` as is). `bao`, `kill` and `configFile` are store paths.
+  agentService =
+    {
+      bao,
+      kill,
+      configFile,
+    }:
+    {
+      description = "OpenBao agent rendering the fediversity Windmill secrets";
+      wantedBy = [ "multi-user.target" ];
+      wants = [ "network-online.target" ];
+      after = [ "network-online.target" ];
+      serviceConfig = {
+        # As root: the rendered files belong to root and the worker's group.
+        ExecStart = "${bao} agent -config=${configFile}";
+        ExecReload = "${kill} -s HUP $MAINPID";
+        KillSignal = "SIGINT";
+        Restart = "on-failure";
+        RestartSec = "5s";
+      };
+    };
+
+  # ---- the bootstrap ----------------------------------------------------------------------
+
   bootstrapProblems =
     {
       bootstrap,
@@ -125,7 +426,7 @@ rec {
       given = name: env name != null && env name != "";
       # Like the OpenBao CLI and the bootstrap: BAO_ADDR, else VAULT_ADDR when BAO_ADDR is unset.
       addrFromEnvironment = given "BAO_ADDR" || (env "BAO_ADDR" == null && given "VAULT_ADDR");
-      # Windmill's own rules, which the bootstrap checks (windmill-api.md §2).
+      # Windmill's own rules, which the bootstrap checks.
       workspaceId = match "[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*" b.workspace.id;
       folder = match "[A-Za-z0-9_]+" b.workspace.folder;
     in
@@ -140,27 +441,10 @@ rec {
     ++ (if workspaceId != null then [ ] else [ "bootstrap.workspace.id \"${b.workspace.id}\" is not a Windmill workspace id (word characters, single hyphens between them)" ])
     ++ (if folder != null then [ ] else [ "bootstrap.workspace.folder \"${b.workspace.folder}\" is not a Windmill folder name (letters, digits and underscores)" ]);
 
-  # The nixpkgs the `nixpkgs` registry entry points at: the deployments' own.
-  deploymentNixpkgs = deployEnv: deployEnv.DEPLOYMENT_NIXPKGS or deployEnv.NIXPKGS or null;
 
-  # Template stanzas for an OpenBao agent (its JSON configuration format): one file per deploy
-  # secret under the secrets directory, readable by the worker's group only. The agent must
-  # run as root for the group to be set.
-  agentTemplates =
-    { deploySecrets, group }:
-    map (name: {
-      contents = deploySecrets.${name};
-      destination = "${paths.secretsDir}/${name}";
-      perms = "0440";
-      inherit group;
-      error_on_missing_key = true;
-    }) (attrNames deploySecrets);
-
-  # ---- the bootstrap's configuration ------------------------------------------------------
-
-  # The defaults of every bootstrap option, as bootstrap.md lists them (camelCase here, the
-  # renderer writes the file's snake_case). Null: required, or "not set" where bootstrap.md
-  # names a fallback (openbao.addr: $BAO_ADDR/$VAULT_ADDR; openbao.tokenFile: $BAO_TOKEN or an
+  # The defaults of every bootstrap option, as the README's bootstrap "Configuration" lists them
+  # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"
+  # where the bootstrap has a fallback (openbao.addr: $BAO_ADDR/$VAULT_ADDR; openbao.tokenFile: $BAO_TOKEN or an
   # agent listener with auto-auth).
   bootstrapDefaults = {
     windmill = {
@@ -202,7 +486,7 @@ rec {
     };
   };
 
-  # The bootstrap's JSON configuration (bootstrap.md, "Configuration") from the module's
+  # The bootstrap's JSON configuration (the README's bootstrap "Configuration") from the module's
   # `bootstrap` options plus the scripts tree.
   renderBootstrapConfig =
     { bootstrap, scriptsDir }:
@@ -241,12 +525,20 @@ rec {
       };
     };
 
+
   # ---- systemd ----------------------------------------------------------------------------
 
   # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
   # process group. jobenv stops the program tree within its grace (3 s by default) and exits;
   # this must be well above that.
   maxWaitForSigint = 10;
+
+  # jobenv's default grace: SIGTERM to SIGKILL of a program tree (its `--grace`).
+  jobenvGraceSeconds = 3;
+
+  # What a stop of the worker may take beyond the drain's wait and jobenv's grace: the worker's
+  # own exit and systemd's bookkeeping.
+  stopMarginSeconds = 30;
 
   # What the worker's PATH holds besides systemd's defaults, by name; the module maps each
   # name to a package. The job environment's PATH is the worker's, so this is how
@@ -259,6 +551,10 @@ rec {
     "fediversity-jobenv"
   ];
 
+  # With an endpoint, what every Windmill unit gets: where to export to and who it is. Windmill
+  # emits OpenTelemetry only when built with its `otel` feature (nixpkgs builds it only with
+  # `withEnterpriseFeatures`) and only for the signals OTEL_TRACING, OTEL_METRICS and OTEL_LOGS
+  # switch on.
   otelEnvironment =
     endpoint: role:
     optionalAttrs (endpoint != null) {
@@ -266,71 +562,199 @@ rec {
       OTEL_EXPORTER_OTLP_PROTOCOL = "http/protobuf";
       OTEL_SERVICE_NAME = "windmill-${role}";
       OTEL_RESOURCE_ATTRIBUTES = "service.namespace=fediversity";
+      OTEL_TRACING = "true";
+      OTEL_METRICS = "true";
+      OTEL_LOGS = "true";
+    };
+
+  # SMTP of windmill-server (its own variables). The password is not here: it comes from a file
+  # at start (see `smtpPasswordCredential`), never through the Nix store.
+  smtpEnvironment =
+    {
+      host ? null,
+      port ? 587,
+      username ? null,
+      from,
+      tlsImplicit ? false,
+    }:
+    optionalAttrs (host != null) (
+      {
+        SMTP_HOST = host;
+        SMTP_PORT = toString port;
+        SMTP_FROM = from;
+        SMTP_TLS_IMPLICIT = if tlsImplicit then "true" else "false";
+      }
+      // optionalAttrs (username != null) { SMTP_USERNAME = username; }
+    );
+
+  # The SMTP password reaches windmill-server as a systemd credential (LoadCredential: read by
+  # systemd as root, handed to the unit in $CREDENTIALS_DIRECTORY), and the server is started
+  # through a launcher that moves it into SMTP_PASSWORD, the only way Windmill reads it.
+  smtpPasswordCredential = "smtp-password";
+
+  smtpPasswordSettings = passwordFile: {
+    LoadCredential = [ "${smtpPasswordCredential}:${passwordFile}" ];
+  };
+
+  # The launcher's script (bash), for `windmill` (the program to exec).
+  windmillLauncher =
+    { windmill }:
+    concatStringsSep "\n" [
+      "# Starts Windmill with its SMTP password taken from the unit's credential; without it,"
+      "# it does not start."
+      "set -e"
+      "SMTP_PASSWORD=\"$(< \"$CREDENTIALS_DIRECTORY/${smtpPasswordCredential}\")\""
+      "export SMTP_PASSWORD"
+      "exec ${shellQuote windmill} \"$@\""
+      ""
+    ];
+
+  # Readiness: the worker runs deploys only once the agent has rendered every file the node
+  # declares (`renderedFiles`). This script (bash) waits for them, for at most `timeoutSeconds`;
+  # it runs before the worker starts (ExecStartPre), so a worker whose start fails on it is
+  # started again by its Restart=always, 5 s later, until the files are there. Not a path unit
+  # (PathExists= of several files triggers on the first, not on all) nor a separate oneshot the
+  # worker requires (bounded, its failure would leave the worker down for good; unbounded, it
+  # would hold `nixos-rebuild switch` until the agent renders).
+  waitForFilesScript =
+    {
+      files,
+      timeoutSeconds,
+      sleep ? "sleep",
+    }:
+    concatStringsSep "\n" [
+      "# Waits until every file the node declares has been rendered."
+      "files=(${concatStringsSep " " (map shellQuote files)})"
+      "deadline=$((SECONDS + ${toString timeoutSeconds}))"
+      "said="
+      "while :; do"
+      "  missing=()"
+      "  for f in \"\${files[@]}\"; do"
+      "    [ -e \"$f\" ] || missing+=(\"$f\")"
+      "  done"
+      "  if [ \"\${#missing[@]}\" -eq 0 ]; then"
+      "    exit 0"
+      "  fi"
+      "  if [ \"$SECONDS\" -ge \"$deadline\" ]; then"
+      "    echo \"fediversity-windmill: node not ready: not rendered after ${toString timeoutSeconds}s: \${missing[*]}\" >&2"
+      "    exit 1"
+      "  fi"
+      "  if [ -z \"$said\" ]; then"
+      "    echo \"fediversity-windmill: waiting for the OpenBao agent to render: \${missing[*]}\" >&2"
+      "    said=1"
+      "  fi"
+      "  ${shellQuote sleep} 1"
+      "done"
+      ""
+    ];
+
+  # How windmill-worker starts and stops (its serviceConfig; the programs are store paths).
+  #
+  # Start: wait for the rendered files (when the node declares any), then `fediversity-jobenv
+  # recover`, which marks the jobs whose jobenv died with a previous worker as interrupted (best
+  # effort: a failure does not keep the worker down).
+  #
+  # Stop (systemd runs ExecStop before it signals the unit): a Windmill worker takes new jobs
+  # until its first SIGTERM, which only stops that; it then waits for its running job, and a
+  # second SIGTERM makes it exit at once, orphaning the job. So: (1) SIGTERM to the worker
+  # alone, it takes no new job; (2) `fediversity-jobenv drain` gives the running deploys up to
+  # `drainTimeoutSeconds` to finish, then cancels each through its own jobenv (SIGTERM, grace,
+  # SIGKILL of the program tree), recorded as interrupted: the node stopped, a retry is safe;
+  # (3) systemd's own stop signal, SIGTERM to the worker (KillMode=mixed), ends it, and SIGKILL
+  # goes to whatever is left in the unit. TimeoutStopSec bounds each of these steps.
+  workerLifecycle =
+    {
+      jobenv,
+      kill,
+      waitForFiles ? null,
+      drainTimeoutSeconds,
+      readinessTimeoutSeconds,
+      graceSeconds ? jobenvGraceSeconds,
+    }:
+    {
+      ExecStartPre = optional (waitForFiles != null) waitForFiles ++ [
+        "-${jobenv} recover --state-dir ${paths.stateDir}"
+      ];
+      ExecStop = [
+        "-${kill} -s TERM $MAINPID"
+        "${jobenv} drain --state-dir ${paths.stateDir} --wait ${toString drainTimeoutSeconds}"
+      ];
+      TimeoutStartSec = "${toString (readinessTimeoutSeconds + 60)}s";
+      TimeoutStopSec = "${toString (drainTimeoutSeconds + graceSeconds + stopMarginSeconds)}s";
+      KillMode = "mixed";
     };
 
   # Settings added to nixpkgs' Windmill units (which this module does not redefine) and the
-  # bootstrap unit, without ExecStart and restart triggers (those need packages). Merged into
-  # `systemd.services` by the module.
+  # bootstrap unit, without what needs packages (ExecStart, ExecStop, restart triggers). Merged
+  # into `systemd.services` by the module.
   units =
     {
       otelEndpoint ? null,
       nixShell ? null,
       uiAuthFile ? bootstrapDefaults.uiAuth.file,
       readyTimeoutSeconds ? bootstrapDefaults.retry.readyTimeoutSeconds,
+      agent ? agentUnit,
+      # jobenv's secrets env files (`JOBENV_SECRETS_ENV_FILES`), e.g. tf-token.env.
+      secretsEnvFiles ? [ ],
+      # windmill-server's SMTP variables (`smtpEnvironment`) and password file.
+      smtp ? { },
+      smtpPasswordFile ? null,
     }:
     let
       # What jobenv reads from its environment on the worker (passed through to jobs).
       jobenvEnvironment = {
         JOBENV_STATE_DIR = paths.stateDir;
+        JOBENV_REQUIRED_SECRETS = paths.requiredSecrets;
       }
-      // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; };
+      // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
+      // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; };
       windmillUnit = role: {
-        after = [ agentUnit ];
+        after = [ agent ];
         serviceConfig.RestartSec = "5s";
         environment = otelEnvironment otelEndpoint role;
       };
+      server = windmillUnit "server";
+      worker = windmillUnit "worker";
     in
     {
-      windmill-server = windmillUnit "server";
+      windmill-server = server // {
+        environment = server.environment // smtp;
+        serviceConfig = server.serviceConfig // optionalAttrs (smtpPasswordFile != null) (smtpPasswordSettings smtpPasswordFile);
+      };
       windmill-worker-native = windmillUnit "worker-native";
-      windmill-worker =
-        let
-          base = windmillUnit "worker";
-        in
-        base
-        // {
-          serviceConfig = base.serviceConfig // {
-            # On stop, SIGTERM goes to the worker alone, which ends its jobs the way a cancel
-            # does; whatever is left gets SIGKILL when the stop times out.
-            KillMode = "mixed";
-            # jobenv's journal and locks; nixpkgs' unit is otherwise read-only (DynamicUser).
-            ReadWritePaths = [ paths.stateDir ];
-          };
-          environment =
-            base.environment
-            // {
-              # A cancel sends SIGINT to the job process (jobenv, once the script exec'd) and
-              # waits this long before SIGKILLing the job's process group.
-              MAX_WAIT_FOR_SIGINT = toString maxWaitForSigint;
-              # nix-shell's caches: a writable home (the unit's StateDirectory).
-              HOME = "/var/lib/windmill-worker";
-              # Windmill clears a job's environment except for the names listed here.
-              WHITELIST_ENVS = concatStringsSep "," (attrNames jobenvEnvironment);
-            }
-            // jobenvEnvironment;
+      windmill-worker = worker // {
+        # The agent's files are its credentials: it waits for them (`workerLifecycle`).
+        wants = [ agent ];
+        serviceConfig = worker.serviceConfig // {
+          # jobenv's journal and locks; nixpkgs' unit is otherwise read-only (DynamicUser). The
+          # `-`: the directory may not exist yet when the unit starts for the first time.
+          ReadWritePaths = [ "-${paths.stateDir}" ];
         };
+        environment =
+          worker.environment
+          // {
+            # A cancel sends SIGINT to the job process (jobenv, once the script exec'd) and
+            # waits this long before SIGKILLing the job's process group.
+            MAX_WAIT_FOR_SIGINT = toString maxWaitForSigint;
+            # nix-shell's caches: a writable home (the unit's StateDirectory).
+            HOME = "/var/lib/windmill-worker";
+            # Windmill clears a job's environment except for the names listed here.
+            WHITELIST_ENVS = concatStringsSep "," (attrNames jobenvEnvironment);
+          }
+          // jobenvEnvironment;
+      };
 
       fediversity-windmill-bootstrap = {
         description = "Bring Windmill to its desired state (fediversity)";
         wantedBy = [ "multi-user.target" ];
         after = [
           "windmill-server.service"
-          agentUnit
+          agent
           "network-online.target"
         ];
         wants = [
           "windmill-server.service"
-          agentUnit
+          agent
           "network-online.target"
         ];
         # Retry for as long as it takes (Windmill or OpenBao not up yet, a sealed OpenBao).
@@ -400,6 +824,7 @@ rec {
       };
     };
 
+
   # systemd path units, triggering the two oneshots above.
   pathUnits =
     {
@@ -425,9 +850,9 @@ rec {
       };
     };
 
-  # systemd-tmpfiles rules: the secrets directory (readable by the worker's group, which the
-  # agent's files also carry), jobenv's state directory (the worker's) and the nginx include
-  # directory.
+  # systemd-tmpfiles rules: the secrets directory and the credentials directory (readable by the
+  # worker's group, which the agent's files also carry), jobenv's state directory (the
+  # worker's) and the nginx include directory.
   tmpfilesRules =
     {
       group,
@@ -438,43 +863,276 @@ rec {
     [
       "d ${paths.runDir} 0755 root root - -"
       "d ${paths.secretsDir} 0750 root ${group} - -"
+      "d ${paths.credentialsDir} 0750 root ${group} - -"
       "d ${paths.stateDir} 0750 ${user} ${group} - -"
       "d ${dirOf uiAuthFile} 0750 root ${uiAuthGroup} - -"
     ];
 
+  # ---- Windmill's package -----------------------------------------------------------------
+
+  # The node's Windmill runs Python and Bash jobs only. nixpkgs' `pkgs.windmill` is built with
+  # the `cargoBuildFeatures` cut down to these (those the package has), and its wrapper's other
+  # toolchains (Go, Deno, Bun, PowerShell, .NET, PHP, Cargo) replaced by a stub that says so.
+  # Bash needs no feature; `smtp` is for SMTP, `static_frontend` serves the UI, `otel` stays
+  # where the package has it.
+  windmillFeatures = [
+    "default"
+    "sqlx"
+    "jemalloc"
+    "python"
+    "smtp"
+    "static_frontend"
+    "otel"
+  ];
+
+  trimWindmillFeatures = features: filter (f: elem f windmillFeatures) features;
+
+  # The arguments of nixpkgs' Windmill package that are toolchains for other languages (only
+  # those its function takes are overridden), and the programs its wrapper runs from them.
+  windmillToolchainArgs = [
+    "go"
+    "deno"
+    "bun"
+    "powershell"
+    "dotnet-sdk"
+    "dotnet-sdk_8"
+    "dotnet-sdk_9"
+    "dotnet-sdk_10"
+    "php"
+    "cargo"
+  ];
+  windmillToolchainPrograms = [
+    "go"
+    "deno"
+    "bun"
+    "pwsh"
+    "dotnet"
+    "php"
+    "cargo"
+  ];
+
+  # `<package>.override` arguments: every toolchain argument the package takes, set to `stub`.
+  # `packageArgs`: the names of the package function's arguments.
+  windmillToolchainOverrides =
+    { packageArgs, stub }:
+    listToAttrs (
+      map (name: {
+        inherit name;
+        value = stub;
+      }) (filter (a: elem a packageArgs) windmillToolchainArgs)
+    );
+
+  # The Python nixpkgs' Windmill runs jobs with: the `python3XY` argument of its package (it sets
+  # PYTHON_PATH to it, and refuses every other version), else `python3`. The bootstrap's
+  # `instance_python_version` follows it.
+  windmillPythonAttr =
+    packageArgs:
+    let
+      minor = a: builtins.fromJSON (head (match "python3([0-9]+)" a));
+      versioned = sort (a: b: minor a > minor b) (filter (a: match "python3[0-9]+" a != null) packageArgs);
+    in
+    if versioned != [ ] then head versioned else "python3";
+
+  # "3.12.8" -> "3.12"
+  majorMinor =
+    version:
+    let
+      parts = builtins.splitVersion version;
+    in
+    "${builtins.elemAt parts 0}.${builtins.elemAt parts 1}";
+
   # ---- nginx ------------------------------------------------------------------------------
 
-  # The API name answers 404 except under /api/; the UI name proxies everything, websockets
-  # included, with the Authorization header from the bootstrap's include. `forwardAuth` is
-  # nginx configuration placed before that include: the hosting provider's identity layer.
+  # Who may use the admin UI. Its vhost adds the superadmin's token to every request, so it is
+  # served only behind an identity layer: the seed's forward auth (`forwardAuth`, an
+  # Authelia-style auth-request endpoint) and/or raw nginx configuration of another layer
+  # (`nginxAuthConfig`). With neither, it is closed: it answers 403 and never adds the token.
+  # `openWithoutAuthentication` serves it open to whoever reaches the name (VM tests, laptops).
+  # Returns `mode` ("protected", "open" or "closed") and `problems` (contradictions).
+  uiAccess =
+    {
+      forwardAuth ? null,
+      nginxAuthConfig ? null,
+      openWithoutAuthentication ? false,
+    }:
+    let
+      protected = forwardAuth != null || nginxAuthConfig != null;
+    in
+    {
+      mode =
+        if protected then
+          "protected"
+        else if openWithoutAuthentication then
+          "open"
+        else
+          "closed";
+      problems = optional (protected && openWithoutAuthentication) "ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one";
+    };
+
+  # The internal location the UI's auth subrequest goes to.
+  forwardAuthLocation = "/internal/fediversity-windmill/authz";
+
+  # nginx of the seed's forward auth (Authelia's AuthRequest implementation, ≥ 4.38): every
+  # request for the UI, websocket upgrades included, is first sent as a subrequest (headers
+  # only) to `authzUrl`; 2xx lets it through, 403 refuses it, and 401 (no session) redirects the
+  # browser to sign in: to the `Location` the portal answers with, or, with `signInUrl`, to
+  # `<signInUrl>?rd=<the requested URL>`. An unreachable portal fails the request (500): closed.
+  forwardAuthDirectives =
+    {
+      signInUrl ? null,
+      ...
+    }:
+    concatStringsSep "\n" (
+      [ "auth_request ${forwardAuthLocation};" ]
+      ++ (
+        if signInUrl == null then
+          [
+            "auth_request_set $fediversity_windmill_signin $upstream_http_location;"
+            "error_page 401 =302 $fediversity_windmill_signin;"
+          ]
+        else
+          [ "error_page 401 =302 ${signInUrl}?rd=$scheme://$http_host$request_uri;" ]
+      )
+    );
+
+  forwardAuthSubrequest =
+    { authzUrl, ... }:
+    concatStringsSep "\n" [
+      "internal;"
+      "proxy_pass ${authzUrl};"
+      "proxy_pass_request_body off;"
+      "proxy_set_header Content-Length \"\";"
+      "proxy_set_header Connection \"\";"
+      "proxy_set_header X-Original-Method $request_method;"
+      "proxy_set_header X-Original-URL $scheme://$http_host$request_uri;"
+      "proxy_set_header X-Forwarded-Method $request_method;"
+      "proxy_set_header X-Forwarded-Proto $scheme;"
+      "proxy_set_header X-Forwarded-Host $http_host;"
+      "proxy_set_header X-Forwarded-URI $request_uri;"
+      "proxy_set_header X-Forwarded-For $remote_addr;"
+    ];
+
+  # The UI vhost's locations for each mode. The token include is only ever in `/` after the
+  # identity layer's directives, never in the subrequest's location (the portal must not see
+  # the token).
+  uiLocations =
+    {
+      upstream,
+      forwardAuth ? null,
+      nginxAuthConfig ? null,
+      openWithoutAuthentication ? false,
+      uiAuthFile ? bootstrapDefaults.uiAuth.file,
+    }:
+    let
+      access = uiAccess { inherit forwardAuth nginxAuthConfig openWithoutAuthentication; };
+      include = "include ${dirOf uiAuthFile}/*.conf;";
+      proxied = directives: {
+        proxyPass = upstream;
+        proxyWebsockets = true;
+        extraConfig = concatStringsSep "\n" (directives ++ [ include ]);
+      };
+    in
+    if access.mode == "closed" then
+      { "/".return = "403"; }
+    else if access.mode == "open" then
+      { "/" = proxied [ ]; }
+    else
+      {
+        "/" = proxied (
+          optional (forwardAuth != null) (forwardAuthDirectives forwardAuth)
+          ++ optional (nginxAuthConfig != null) nginxAuthConfig
+        );
+      }
+      // optionalAttrs (forwardAuth != null) {
+        "= ${forwardAuthLocation}".extraConfig = forwardAuthSubrequest forwardAuth;
+      };
+
+  # The rule the seed's portal (Authelia's `access_control.rules`) needs for the UI: who may use
+  # it. The portal decides the policy and the group; nginx only asks it.
+  autheliaAccessControlRule =
+    {
+      uiDomain,
+      policy ? "one_factor",
+      allowedGroups ? [ "fediversity-admins" ],
+    }:
+    {
+      domain = [ uiDomain ];
+      inherit policy;
+      subject = map (g: "group:${g}") allowedGroups;
+    };
+
+  # TLS of both names the NixOS way: forceSSL (HTTP redirects to HTTPS) with, by default, an
+  # ACME certificate per name (`enableACME`); or the operator's ACME certificate (`useACMEHost`,
+  # which must cover both names); or a certificate and key from files (`certificate`,
+  # `certificateKey`: paths, never copied to the store). `enable = false`: plain HTTP (TLS ends
+  # in front of the node).
+  tlsSettings =
+    {
+      enable ? true,
+      useACMEHost ? null,
+      certificate ? null,
+      certificateKey ? null,
+    }:
+    if !enable then
+      { }
+    else if certificate != null then
+      {
+        forceSSL = true;
+        sslCertificate = certificate;
+        sslCertificateKey = certificateKey;
+      }
+    else if useACMEHost != null then
+      {
+        forceSSL = true;
+        inherit useACMEHost;
+      }
+    else
+      {
+        forceSSL = true;
+        enableACME = true;
+      };
+
+  tlsProblems =
+    {
+      enable ? true,
+      useACMEHost ? null,
+      certificate ? null,
+      certificateKey ? null,
+    }:
+    optional ((certificate == null) != (certificateKey == null)) "tls.certificate and tls.certificateKey go together: set both or neither"
+    ++ optional (certificate != null && useACMEHost != null) "tls.certificate and tls.useACMEHost are two sources of one certificate: set one"
+    ++ optional (!enable && (certificate != null || useACMEHost != null)) "tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)";
+
+  # Both vhosts. On `domain`, `/` answers 404 and only `/api/` reaches Windmill; it is nginx's
+  # default server, so a request by IP address or for an unknown name lands there, never on
+  # the UI vhost (nginx would otherwise take the first vhost in name order, and `jobs.…` sorts
+  # before most API names). `ui` are the UI vhost's locations (`uiLocations`), `tls` the
+  # settings both vhosts get (`tlsSettings`).
   virtualHosts =
     {
       domain,
       uiDomain,
       port ? 8001,
-      forwardAuth ? null,
-      uiAuthFile ? bootstrapDefaults.uiAuth.file,
+      ui,
+      tls ? { },
     }:
-    let
-      upstream = "http://127.0.0.1:${toString port}";
-    in
     if domain == uiDomain then
       throw "services.fediversity-windmill: domain and uiDomain must differ (both are ${domain})"
     else
       {
-        ${domain}.locations = {
-          "/".return = "404";
-          "/api/".proxyPass = upstream;
+        ${domain} = tls // {
+          default = true;
+          locations = {
+            "/".return = "404";
+            "/api/".proxyPass = "http://127.0.0.1:${toString port}";
+          };
         };
-        ${uiDomain}.locations."/" = {
-          proxyPass = upstream;
-          proxyWebsockets = true;
-          extraConfig = concatStringsSep "\n" (
-            (if forwardAuth == null then [ ] else [ forwardAuth ])
-            ++ [ "include ${dirOf uiAuthFile}/*.conf;" ]
-          );
+        ${uiDomain} = tls // {
+          locations = ui;
         };
       };
+
+  upstream = port: "http://127.0.0.1:${toString port}";
 
   # ---- Nix on the node --------------------------------------------------------------------
 

@@ -3,27 +3,45 @@
 #   nix build .#checks.x86_64-linux.vm        (flakes)
 #   nix-build -A vmTest                       (default.nix, <nixpkgs> from NIX_PATH)
 #
-# One machine with nixpkgs' Windmill (server, workers, PostgreSQL), an OpenBao dev server, an
-# OpenBao agent standing in for the hosting provider's `openbao-agent-default` (it renders the
-# admin password and the module's deploy-secret templates), and the module. It asserts that the
-# bootstrap converged (token in OpenBao and usable, scripts at their content, settings, nginx
-# include), that a rerun changes nothing, that deploy and destroy jobs submitted through the
-# Windmill API run a test deployment program through jobenv (secret redacted in the job log),
-# that a cancelled job leaves no process behind, that a new admin password reruns the bootstrap,
-# and the unit, nginx and Nix settings the module is responsible for.
+# Needs a nixpkgs whose services.windmill has the `windmill-initdb` unit (nixos-unstable since
+# September 2025), KVM, and about 4 GiB of memory.
+#
+# One machine with nixpkgs' Windmill (server, workers, PostgreSQL) and the module, which runs
+# its own OpenBao agent against an OpenBao dev server (the agent renders the module's
+# templates: a deploy secret, tf-token.env and the two Incus store keys; and the admin
+# password). nginx serves both names with a self-signed certificate; a stub of the seed's
+# forward-auth portal stands in front of the admin UI. It asserts that the bootstrap converged
+# and a rerun changes nothing; that the UI is refused without a session and served through the
+# forward auth (and answers 403 once no identity layer is configured), and the API name is the
+# default server; that deploy and destroy jobs submitted through the Windmill API run a test
+# program through jobenv, with the deploy secret and tf-token.env reaching it (redacted in the
+# log); that a job payload jobenv refuses fails, a cancelled job leaves no process, and a
+# missing secret makes jobenv refuse the job as "node not ready"; that the worker does not
+# start before the agent rendered its files; the OpenTelemetry and SMTP variables of the units;
+# that a worker killed mid-deploy runs `recover` when it comes back; that a worker stopped
+# mid-deploy stops taking jobs, drains the deploy and leaves nothing running; that a changed
+# script is uploaded after the bootstrap restarts; that a new admin password reruns the
+# bootstrap; and the unit, file and Nix settings the module is responsible for.
 { lib, ... }:
 let
   rootToken = "vm-test-openbao-root-token";
   adminPassword = "vm-test-admin-password-1";
   newAdminPassword = "vm-test-admin-password-2";
   deployToken = "vm-test-deploy-secret-9d2c41";
+  tfToken = "vm-test-incus-token-77ab03";
+  smtpPassword = "vm-test-smtp-password-5e1f";
   dbPassword = "vm-test-database-password";
 in
 {
   name = "fediversity-windmill";
 
   nodes.machine =
-    { config, pkgs, ... }:
+    {
+      config,
+      pkgs,
+      lib,
+      ...
+    }:
     let
       bao = "${pkgs.openbao}/bin/bao";
 
@@ -35,6 +53,8 @@ in
         #!${pkgs.runtimeShell}
         echo "demo-apply: namespace=$DEPLOYMENT_NAMESPACE message=$MESSAGE"
         echo "token: $TF_VAR_demo_token"
+        echo "tf token: $TF_VAR_token"
+        echo "tf-token-sha256: $(printf %s "$TF_VAR_token" | sha256sum | cut -d' ' -f1)"
         EOF
         cat > $out/bin/demo-destroy <<'EOF'
         #!${pkgs.runtimeShell}
@@ -67,28 +87,54 @@ in
         }
       '';
 
-      agentConfig = pkgs.writeText "openbao-agent.json" (
-        builtins.toJSON {
-          vault.address = "http://127.0.0.1:8200";
-          auto_auth.method = [
-            {
-              type = "token_file";
-              config.token_file_path = "/run/vm-test/bao-token";
-            }
-          ];
-          template_config = {
-            static_secret_render_interval = "2s";
-            exit_on_retry_failure = true;
-          };
-          template = config.services.fediversity-windmill.openbaoAgentTemplates ++ [
-            {
-              contents = ''{{ with secret "secret/data/windmill/adminPassword" }}{{ .Data.data.value }}{{ end }}'';
-              destination = "/run/fediversity-windmill/admin-password";
-              perms = "0400";
-            }
-          ];
-        }
-      );
+      # One self-signed certificate for both names.
+      certificate = pkgs.runCommand "vm-test-certificate" { nativeBuildInputs = [ pkgs.openssl ]; } ''
+        mkdir -p $out
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=windmill.test.example \
+          -addext "subjectAltName=DNS:windmill.test.example,DNS:jobs.test.example" \
+          -keyout $out/key.pem -out $out/cert.pem
+      '';
+
+      # A stub of the seed's portal (Authelia's auth-request endpoint): the session cookie
+      # `vmtest_session=admin` is a member of fediversity-admins (200), `=other` is not (403),
+      # no session is sent to sign in (401 with a Location). Every request it gets is logged,
+      # with the Authorization header it saw.
+      portal = pkgs.writers.writePython3 "vm-test-portal" { flakeIgnore = [ "E501" ]; } ''
+        import http.server
+        import urllib.parse
+
+
+        class Portal(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                cookie = self.headers.get("Cookie", "")
+                url = self.headers.get("X-Original-URL", "")
+                with open("/run/vm-test/portal.log", "a") as log:
+                    auth = self.headers.get("Authorization", "")
+                    log.write(f"{self.command} {url} authorization={auth}\n")
+                if "vmtest_session=admin" in cookie:
+                    self.send_response(200)
+                    self.send_header("Remote-User", "admin")
+                    self.send_header("Remote-Groups", "fediversity-admins")
+                elif "vmtest_session=other" in cookie:
+                    self.send_response(403)
+                else:
+                    self.send_response(401)
+                    rd = urllib.parse.quote(url, safe="")
+                    self.send_header("Location", f"https://auth.test.example/?rd={rd}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_HEAD = do_POST = answer
+
+
+        http.server.HTTPServer(("127.0.0.1", 9091), Portal).serve_forever()
+      '';
+
+      # The scripts tree with deploy.py changed (a comment more), for the bootstrap's rerun.
+      changedScripts = pkgs.runCommand "vm-test-changed-scripts" { } ''
+        cp -r --no-preserve=mode ${config.services.fediversity-windmill.scriptsPackage} $out
+        printf '\n# changed for the VM test\n' >> $out/f/fediversity/deploy.py
+      '';
     in
     {
       imports = [ ./. ];
@@ -103,17 +149,22 @@ in
         pkgs.jq
         pkgs.openbao
       ];
+      networking.hosts."127.0.0.1" = [
+        "windmill.test.example"
+        "jobs.test.example"
+        "auth.test.example"
+      ];
 
       services.fediversity-windmill = {
         enable = true;
         domain = "windmill.test.example";
-        uiForwardAuth = ''
-          allow 127.0.0.1;
-          deny all;
-        '';
+        ui.forwardAuth.enable = true;
+        tls = {
+          certificate = "${certificate}/cert.pem";
+          certificateKey = "${certificate}/key.pem";
+        };
         deployEnv = {
           DEPLOYMENT_ROOT = "${deploymentRoot}";
-          DEPLOYMENT_NIXPKGS = "${pkgs.path}";
           NIX_BUILD_SHELL = "${pkgs.bashInteractive}/bin/bash";
         };
         deployKeys.MESSAGE.description = "A message the test program prints";
@@ -122,6 +173,43 @@ in
           "slow"
         ];
         deploySecrets.TF_VAR_demo_token = ''{{ with secret "secret/data/deploy/demo" }}{{ .Data.data.token }}{{ end }}'';
+        credentials = {
+          tfToken = ''{{ with secret "secret/data/incus/deploy" }}{{ .Data.data.token }}{{ end }}'';
+          incusStoreSshKey = ''{{ with secret "secret/data/incus/store" }}{{ .Data.data.ssh }}{{ end }}'';
+          incusStoreSigningKey = ''{{ with secret "secret/data/incus/store" }}{{ .Data.data.signing }}{{ end }}'';
+        };
+        openbaoAgent = {
+          enable = true;
+          settings = {
+            vault.address = "http://127.0.0.1:8200";
+            auto_auth.method = [
+              {
+                type = "token_file";
+                config.token_file_path = "/run/vm-test/bao-token";
+              }
+            ];
+            template_config = {
+              static_secret_render_interval = "2s";
+              exit_on_retry_failure = true;
+            };
+            template = [
+              {
+                contents = ''{{ with secret "secret/data/windmill/adminPassword" }}{{ .Data.data.value }}{{ end }}'';
+                destination = "/run/fediversity-windmill/admin-password";
+                perms = "0400";
+              }
+            ];
+          };
+        };
+        readinessTimeout = 10;
+        drainTimeout = 5;
+        otel.endpoint = "http://127.0.0.1:4318";
+        smtp = {
+          host = "127.0.0.1";
+          port = 2525;
+          username = "windmill";
+          passwordFile = "/run/vm-test/smtp-password";
+        };
         bootstrap = {
           windmill.adminPasswordFile = "/run/fediversity-windmill/admin-password";
           windmill.databaseUrlFile = "/run/vm-test/database-url";
@@ -131,6 +219,13 @@ in
             path = "secret/windmill/apiToken";
           };
         };
+      };
+
+      specialisation = {
+        # No identity layer: the UI must answer 403 and never serve the token.
+        ui-closed.configuration.services.fediversity-windmill.ui.forwardAuth.enable = lib.mkForce false;
+        # A changed scripts tree: the bootstrap restarts and uploads it.
+        changed-script.configuration.services.fediversity-windmill.scriptsPackage = lib.mkForce changedScripts;
       };
 
       # An OpenBao dev server: in memory, unsealed, KV v2 at secret/.
@@ -155,20 +250,22 @@ in
           until ${bao} status >/dev/null 2>&1; do sleep 0.5; done
           ${bao} kv put secret/windmill/adminPassword value=${adminPassword}
           ${bao} kv put secret/deploy/demo token=${deployToken}
+          ${bao} kv put secret/incus/deploy token=${tfToken}
+          ${bao} kv put secret/incus/store ssh=vm-test-ssh-key signing=vm-test-signing-key
           install -d -m 0700 /run/vm-test
           (umask 077; printf '%s' ${rootToken} > /run/vm-test/bao-token)
+          (umask 077; printf '%s\n' ${smtpPassword} > /run/vm-test/smtp-password)
         '';
       };
-      # Stands in for the hosting provider's agent (not in nixpkgs): renders the module's
-      # templates and the admin password.
+      # The module's agent needs the seeded OpenBao and its token.
       systemd.services.openbao-agent-default = {
-        wantedBy = [ "multi-user.target" ];
         requires = [ "openbao-seed.service" ];
         after = [ "openbao-seed.service" ];
-        serviceConfig = {
-          ExecStart = "${bao} agent -config=${agentConfig}";
-          Restart = "on-failure";
-        };
+      };
+      systemd.services.vm-test-portal = {
+        wantedBy = [ "multi-user.target" ];
+        after = [ "openbao-seed.service" ];
+        serviceConfig.ExecStart = portal;
       };
 
       # nixpkgs' Windmill database uses peer authentication; the bootstrap (root) connects over
@@ -204,18 +301,28 @@ in
     { nodes, ... }:
     let
       cfg = nodes.machine.services.fediversity-windmill;
+      toplevel = nodes.machine.system.build.toplevel;
     in
     ''
+      import hashlib
       import json
       import shlex
+      import time
 
       SCRIPTS = "${cfg.scriptsPackage}"
       BOOTSTRAP = "${cfg.package}/bin/fediversity-windmill-bootstrap"
       JOBENV = "${cfg.package}/bin/fediversity-jobenv"
       NIXPKGS = "${cfg.deployEnv.DEPLOYMENT_NIXPKGS}"
+      WINDMILL = "${cfg.windmillPackage}"
+      CERT = "${cfg.tls.certificate}"
+      TOPLEVEL = "${toplevel}"
       ROOT_TOKEN = "${rootToken}"
       DEPLOY_TOKEN = "${deployToken}"
+      TF_TOKEN = "${tfToken}"
+      SMTP_PASSWORD = "${smtpPassword}"
+      STATE_DIR = "/var/lib/fediversity-jobenv"
       NAMES = ["deploy", "destroy", "_jobenv"]
+      UNITS = ["windmill-server", "windmill-worker", "windmill-worker-native"]
 
 
       def bao(args):
@@ -229,34 +336,57 @@ in
           return machine.succeed(cmd)
 
 
-      def status(cmd):
-          return machine.succeed(cmd + " -s -o /dev/null -w '%{http_code}'").strip()
+      def https(url, *options):
+          """The status code and the redirect target of a request to nginx (self-signed TLS)."""
+          opts = " ".join(shlex.quote(o) for o in options)
+          out = machine.succeed(f"curl -sk -o /dev/null -w '%{{http_code}} %{{redirect_url}}' {opts} {shlex.quote(url)}")
+          code, _, location = out.strip().partition(" ")
+          return code, location
+
+
+      def job_info(token, job):
+          return json.loads(api(token, "GET", f"/w/fediversity/jobs_u/get/{job}"))
+
+
+      def submit(token, script, payload):
+          return api(token, "POST", f"/w/fediversity/jobs/run/p/f/fediversity/{script}", payload).strip()
+
+
+      def wait_completed(token, job, timeout=600):
+          machine.wait_until_succeeds(
+              f"curl -sf -H 'Authorization: Bearer {token}' http://127.0.0.1:8001/api/w/fediversity/jobs_u/get/{job}"
+              " | jq -e '.type == \"CompletedJob\"'",
+              timeout=timeout,
+          )
+          return job_info(token, job), api(token, "GET", f"/w/fediversity/jobs_u/get_logs/{job}")
+
+
+      def run_job(token, script, payload):
+          job = submit(token, script, payload)
+          info, logs = wait_completed(token, job)
+          return job, info, logs
+
+
+      def journal_entry(job):
+          return json.loads(machine.succeed(f"{JOBENV} status --state-dir {STATE_DIR} {job}"))
 
 
       def script_hashes(token):
           return {n: json.loads(api(token, "GET", f"/w/fediversity/scripts/get/p/f/fediversity/{n}"))["hash"] for n in NAMES}
 
 
-      def run_job(token, script, payload):
-          job = api(token, "POST", f"/w/fediversity/jobs/run/p/f/fediversity/{script}", payload).strip()
-          machine.wait_until_succeeds(
-              f"curl -sf -H 'Authorization: Bearer {token}' http://127.0.0.1:8001/api/w/fediversity/jobs_u/get/{job}"
-              " | jq -e '.type == \"CompletedJob\"'",
-              timeout=600,
-          )
-          info = json.loads(api(token, "GET", f"/w/fediversity/jobs_u/get/{job}"))
-          logs = api(token, "GET", f"/w/fediversity/jobs_u/get_logs/{job}")
-          return job, info, logs
-
-
       def prop(unit, name):
           return machine.succeed(f"systemctl show -P {name} {unit}").strip()
+
+
+      def switch(configuration):
+          machine.succeed(f"{configuration}/bin/switch-to-configuration test")
 
 
       start_all()
       machine.wait_for_unit("openbao-agent-default.service")
       machine.wait_for_unit("windmill-server.service")
-      machine.wait_for_unit("windmill-worker.service")
+      machine.wait_until_succeeds("systemctl is-active windmill-worker.service", timeout=300)
       machine.wait_for_open_port(8001)
 
       with subtest("the bootstrap converges"):
@@ -296,13 +426,55 @@ in
           )
           machine.succeed(f"{BOOTSTRAP} --check --config /etc/fediversity-windmill/bootstrap.json")
 
-      with subtest("nginx: the API name serves /api/ only, the UI name adds the token"):
-          assert status("curl -H 'Host: windmill.test.example' http://127.0.0.1/") == "404"
-          machine.succeed("curl -sf -H 'Host: windmill.test.example' http://127.0.0.1/api/version | grep -q '^CE'")
-          assert status("curl -H 'Host: windmill.test.example' http://127.0.0.1/api/users/whoami") == "401"
-          # The include holds the rotated token; nginx was reloaded when the bootstrap wrote it.
+      with subtest("nginx: TLS on both names, the API name serves /api/ only and is the default server"):
+          assert https("http://windmill.test.example/api/version")[0] == "301"
+          assert https("http://windmill.test.example/api/version")[1] == "https://windmill.test.example/api/version"
+          assert https("http://jobs.test.example/")[1] == "https://jobs.test.example/"
+          # The operator's certificate, for both names.
+          machine.succeed(f"curl -sf --cacert {CERT} https://windmill.test.example/api/version")
+          machine.succeed(f"curl -s --cacert {CERT} -o /dev/null https://jobs.test.example/")
+          assert https("https://windmill.test.example/")[0] == "404"
+          machine.succeed("curl -sfk https://windmill.test.example/api/version | grep -q '^CE'")
+          assert https("https://windmill.test.example/api/users/whoami")[0] == "401"
+          # A request by IP address or for another name lands on the API vhost, never on the UI.
+          assert https("https://127.0.0.1/")[0] == "404"
+          assert https("https://127.0.0.1/api/users/whoami")[0] == "401"
+          assert https("https://127.0.0.1/api/users/whoami", "-H", "Host: unknown.test.example")[0] == "401"
+
+      with subtest("the admin UI is refused without auth and served through the forward auth"):
+          machine.wait_for_open_port(9091)
+          # No session: sent to sign in, with the requested URL; websocket upgrades too.
+          code, location = https("https://jobs.test.example/api/users/whoami")
+          assert code == "302", code
+          assert location.startswith("https://auth.test.example/?rd=https%3A%2F%2Fjobs.test.example%2Fapi%2Fusers%2Fwhoami"), location
+          code, _ = https("https://jobs.test.example/ws/", "-H", "Connection: Upgrade", "-H", "Upgrade: websocket")
+          assert code == "302", code
+          # A session the portal refuses: 403.
+          assert https("https://jobs.test.example/api/users/whoami", "-H", "Cookie: vmtest_session=other")[0] == "403"
+          # A session of fediversity-admins: the UI acts as the superadmin (the token include,
+          # rewritten by the rotation above; nginx reloaded when the bootstrap wrote it).
           machine.wait_until_succeeds(
-              "curl -sf -H 'Host: jobs.test.example' http://127.0.0.1/api/users/whoami | jq -e .super_admin",
+              "curl -sfk -H 'Cookie: vmtest_session=admin' https://jobs.test.example/api/users/whoami | jq -e .super_admin",
+              timeout=60,
+          )
+          # The portal never saw the token.
+          portal_log = machine.succeed("cat /run/vm-test/portal.log")
+          assert "jobs.test.example/api/users/whoami" in portal_log, portal_log
+          assert token not in portal_log and "Bearer" not in portal_log, portal_log
+
+      with subtest("without an identity layer the admin UI answers 403 and never serves the token"):
+          switch(f"{TOPLEVEL}/specialisation/ui-closed")
+          machine.wait_until_succeeds(
+              "test \"$(curl -sk -o /dev/null -w '%{http_code}' -H 'Cookie: vmtest_session=admin' https://jobs.test.example/api/users/whoami)\" = 403",
+              timeout=60,
+          )
+          assert https("https://jobs.test.example/")[0] == "403"
+          machine.fail("curl -sfk -H 'Cookie: vmtest_session=admin' https://jobs.test.example/api/users/whoami")
+          # The API is unaffected.
+          machine.succeed("curl -sfk https://windmill.test.example/api/version")
+          switch(TOPLEVEL)
+          machine.wait_until_succeeds(
+              "curl -sfk -H 'Cookie: vmtest_session=admin' https://jobs.test.example/api/users/whoami | jq -e .super_admin",
               timeout=60,
           )
 
@@ -316,9 +488,20 @@ in
           assert "token: [REDACTED]" in logs, logs
           assert DEPLOY_TOKEN not in logs and DEPLOY_TOKEN not in json.dumps(info), logs
           # jobenv journaled the run under the Windmill job id, in the worker's state directory.
-          entry = json.loads(machine.succeed(f"{JOBENV} status --state-dir /var/lib/fediversity-jobenv {job}"))
+          entry = journal_entry(job)
           assert entry["status"] == "succeeded" and entry["verb"] == "apply", entry
-          assert machine.succeed("stat -c '%U:%G %a' /var/lib/fediversity-jobenv").strip() == "windmill:windmill 750"
+          assert machine.succeed(f"stat -c '%U:%G %a' {STATE_DIR}").strip() == "windmill:windmill 750"
+
+      with subtest("tf-token.env reaches the deployment program"):
+          assert "tf token: [REDACTED]" in logs, logs
+          assert f"tf-token-sha256: {hashlib.sha256(TF_TOKEN.encode()).hexdigest()}" in logs, logs
+          assert TF_TOKEN not in logs and TF_TOKEN not in json.dumps(info), logs
+          for name in ["tf-token.env", "incus-store-ssh.key", "incus-store-signing.key"]:
+              assert machine.succeed(f"stat -c '%U:%G %a' /run/incus-deploy/{name}").strip() == "root:windmill 440", name
+          assert machine.succeed("cat /run/incus-deploy/tf-token.env").strip() == f"TF_VAR_token={TF_TOKEN}"
+          assert machine.succeed("cat /run/incus-deploy/incus-store-ssh.key").strip() == "vm-test-ssh-key"
+          required = json.loads(machine.succeed("cat /etc/fediversity-windmill/required-secrets.json"))
+          assert required == ["TF_VAR_demo_token", "TF_VAR_token"], required
 
       with subtest("a destroy job runs the destroy program"):
           job, info, logs = run_job(token, "destroy", {"ATTRIBUTE": "demo", "NAMESPACE": "vm-test"})
@@ -332,7 +515,7 @@ in
           assert "payload rejected: reserved keys: NIX_PATH" in logs, logs
 
       with subtest("a cancelled job leaves no process behind"):
-          job = api(token, "POST", "/w/fediversity/jobs/run/p/f/fediversity/deploy", {"ATTRIBUTE": "slow", "NAMESPACE": "vm-cancel"}).strip()
+          job = submit(token, "deploy", {"ATTRIBUTE": "slow", "NAMESPACE": "vm-cancel"})
           machine.wait_until_succeeds("pgrep -f 'sleep [6]001'", timeout=600)
           api(token, "POST", f"/w/fediversity/jobs_u/queue/cancel/{job}", {"reason": "vm test"})
           machine.wait_until_succeeds(
@@ -341,6 +524,118 @@ in
               timeout=120,
           )
           machine.fail("pgrep -f 'sleep [6]001'")
+
+      with subtest("a node without its secrets is not ready: jobs are refused, the worker does not start"):
+          machine.succeed("systemctl stop openbao-agent-default.service")
+          machine.succeed("rm /run/fediversity-windmill/deploy-secrets/TF_VAR_demo_token")
+          job, info, logs = run_job(token, "deploy", {"ATTRIBUTE": "demo", "NAMESPACE": "vm-test"})
+          assert not info["success"], info
+          assert "jobenv: error: node not ready" in logs, logs
+          assert "demo-apply" not in logs, logs
+          # The worker's start waits for the file, then fails naming it. (Without its
+          # dependencies: its Wants= would start the agent again, which renders the file. Its
+          # Restart=always starts it again later, agent included.)
+          machine.fail("systemctl restart --job-mode=ignore-dependencies windmill-worker.service")
+          machine.succeed(
+              "journalctl -u windmill-worker.service -o cat"
+              " | grep -F 'node not ready: not rendered after 10s: /run/fediversity-windmill/deploy-secrets/TF_VAR_demo_token'"
+          )
+          machine.succeed("systemctl start openbao-agent-default.service")
+          machine.wait_for_file("/run/fediversity-windmill/deploy-secrets/TF_VAR_demo_token")
+          machine.wait_until_succeeds("systemctl is-active windmill-worker.service", timeout=120)
+          job, info, logs = run_job(token, "deploy", {"ATTRIBUTE": "demo", "NAMESPACE": "vm-test"})
+          assert info["success"], (info, logs)
+
+      with subtest("OpenTelemetry variables on the three Windmill units"):
+          for unit in UNITS:
+              env = prop(unit, "Environment").split()
+              role = unit.removeprefix("windmill-")
+              for variable in [
+                  "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
+                  "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+                  f"OTEL_SERVICE_NAME=windmill-{role}",
+                  "OTEL_RESOURCE_ATTRIBUTES=service.namespace=fediversity",
+                  "OTEL_TRACING=true",
+              ]:
+                  assert variable in env, (unit, variable, env)
+
+      with subtest("SMTP reaches windmill-server, its password never through the store or the unit"):
+          env = prop("windmill-server", "Environment").split()
+          for variable in ["SMTP_HOST=127.0.0.1", "SMTP_PORT=2525", "SMTP_USERNAME=windmill", "SMTP_FROM=noreply@windmill.test.example", "SMTP_TLS_IMPLICIT=false"]:
+              assert variable in env, (variable, env)
+          assert not any(v.startswith("SMTP_PASSWORD") for v in env), env
+          pid = prop("windmill-server", "MainPID")
+          environ = machine.succeed(f"tr '\\0' '\\n' < /proc/{pid}/environ")
+          assert f"SMTP_PASSWORD={SMTP_PASSWORD}" in environ.splitlines(), environ
+          machine.fail(f"grep -rqF {SMTP_PASSWORD} /etc/systemd/system/windmill-server.service /etc/systemd/system/windmill-server.service.d")
+
+      with subtest("a worker restart runs recover"):
+          job = submit(token, "deploy", {"ATTRIBUTE": "slow", "NAMESPACE": "vm-recover"})
+          machine.wait_until_succeeds("pgrep -f 'sleep [6]001'", timeout=600)
+          assert journal_entry(job)["status"] == "running"
+          # A crash of the worker (every process of the unit), not a stop: no drain.
+          machine.succeed("systemctl kill --signal=SIGKILL windmill-worker.service")
+          machine.wait_until_fails("pgrep -f 'sleep [6]001'", timeout=60)
+          machine.wait_until_succeeds("systemctl is-active windmill-worker.service", timeout=120)
+          # ExecStartPre's recover marked the attempt interrupted (or, if Windmill's zombie
+          # re-run came first, that attempt is the earlier one of the re-run).
+          entry = journal_entry(job)
+          assert entry["status"] != "running" or entry.get("attempt", 1) > 1, entry
+          assert "interrupted" in json.dumps(entry), entry
+          # Windmill re-runs the lost job with the same id about a minute later (its zombie
+          # detection): it runs as the next attempt; cancel it.
+          machine.wait_until_succeeds("pgrep -f 'sleep [6]001'", timeout=300)
+          api(token, "POST", f"/w/fediversity/jobs_u/queue/cancel/{job}", {"reason": "vm test"})
+          wait_completed(token, job, timeout=120)
+          machine.wait_until_fails("pgrep -f 'sleep [6]001'", timeout=60)
+
+      with subtest("a stop during a running deploy drains it"):
+          job = submit(token, "deploy", {"ATTRIBUTE": "slow", "NAMESPACE": "vm-stop"})
+          machine.wait_until_succeeds("pgrep -f 'sleep [6]001'", timeout=600)
+          machine.succeed("systemctl stop --no-block windmill-worker.service")
+          time.sleep(1)
+          # Submitted while the worker stops: it takes no new job.
+          late = submit(token, "deploy", {"ATTRIBUTE": "demo", "NAMESPACE": "vm-late"})
+          started = time.monotonic()
+          machine.wait_until_succeeds("test \"$(systemctl show -P ActiveState windmill-worker.service)\" = inactive", timeout=120)
+          took = time.monotonic() - started
+          # The drain's wait (5 s) plus jobenv's grace (3 s), well inside TimeoutStopSec.
+          assert took < 38, took
+          machine.fail("pgrep -f 'sleep [6]001'")
+          info, logs = wait_completed(token, job, timeout=60)
+          assert not info["success"] and not info.get("canceled"), info
+          assert "the node stopped" in logs, logs
+          entry = journal_entry(job)
+          assert entry["status"] != "running" and "interrupted" in json.dumps(entry), entry
+          assert job_info(token, late)["type"] == "QueuedJob"
+          # A drained job is finished: Windmill does not re-run it as a zombie.
+          machine.sleep(90)
+          machine.fail("pgrep -f 'sleep [6]001'")
+          assert job_info(token, job)["type"] == "CompletedJob"
+          # The worker comes back and runs what was queued.
+          machine.succeed("systemctl start windmill-worker.service")
+          info, logs = wait_completed(token, late)
+          assert info["success"], (info, logs)
+
+      with subtest("a changed script is uploaded again after the bootstrap restarts"):
+          before = script_hashes(token)
+          switch(f"{TOPLEVEL}/specialisation/changed-script")
+          new_dir = machine.succeed("jq -r .scripts.dir /etc/fediversity-windmill/bootstrap.json").strip()
+          assert new_dir != SCRIPTS, new_dir
+          local = machine.succeed(f"cat {new_dir}/f/fediversity/deploy.py")
+          assert local.endswith("# changed for the VM test\n"), local
+          machine.wait_until_succeeds(
+              f"curl -sf -H 'Authorization: Bearer '\"$(BAO_ADDR=http://127.0.0.1:8200 BAO_TOKEN={ROOT_TOKEN} bao kv get -field=value secret/windmill/apiToken)\""
+              " http://127.0.0.1:8001/api/w/fediversity/scripts/get/p/f/fediversity/deploy"
+              " | jq -e '.content | endswith(\"# changed for the VM test\\n\")'",
+              timeout=300,
+          )
+          machine.wait_for_unit("fediversity-windmill-bootstrap.service")
+          token = bao("kv get -field=value secret/windmill/apiToken").strip()
+          after = script_hashes(token)
+          assert after["deploy"] != before["deploy"], (before, after)
+          assert after["destroy"] == before["destroy"] and after["_jobenv"] == before["_jobenv"], (before, after)
+          switch(TOPLEVEL)
 
       with subtest("a new admin password reruns the bootstrap"):
           bao("kv put secret/windmill/adminPassword value=${newAdminPassword}")
@@ -353,12 +648,25 @@ in
 
       with subtest("unit, file and Nix settings"):
           assert prop("windmill-worker", "KillMode") == "mixed"
+          assert prop("windmill-worker", "TimeoutStopUSec") == "38s"
+          stop = prop("windmill-worker", "ExecStop")
+          assert stop.index("kill") < stop.index("fediversity-jobenv"), stop
+          assert "drain --state-dir /var/lib/fediversity-jobenv --wait 5" in stop, stop
+          assert "recover --state-dir /var/lib/fediversity-jobenv" in prop("windmill-worker", "ExecStartPre")
           worker_env = prop("windmill-worker", "Environment").split()
           assert "MAX_WAIT_FOR_SIGINT=10" in worker_env, worker_env
-          assert "WHITELIST_ENVS=JOBENV_NIX_SHELL,JOBENV_STATE_DIR" in worker_env, worker_env
-          for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"]:
+          assert "WHITELIST_ENVS=JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR" in worker_env, worker_env
+          assert "JOBENV_SECRETS_ENV_FILES=/run/incus-deploy/tf-token.env" in worker_env, worker_env
+          for unit in UNITS:
               assert prop(unit, "RestartUSec") == "5s", unit
               assert "openbao-agent-default.service" in prop(unit, "After").split(), unit
+          # The node's Windmill (Python and Bash only), not nixpkgs' complete one; the server
+          # through the launcher that exports its SMTP password.
+          for unit in ["windmill-worker", "windmill-worker-native"]:
+              assert f"{WINDMILL}/bin/windmill" in prop(unit, "ExecStart"), unit
+          launcher = prop("windmill-server", "ExecStart").split("path=")[1].split()[0]
+          assert launcher.endswith("-windmill-with-smtp-password"), launcher
+          machine.succeed(f"grep -qF {WINDMILL}/bin/windmill {launcher}")
           assert prop("fediversity-windmill-bootstrap", "Restart") == "on-failure"
           assert prop("fediversity-windmill-bootstrap", "RestartUSec") == "30s"
           assert prop("fediversity-windmill-bootstrap", "RemainAfterExit") == "yes"
@@ -367,6 +675,7 @@ in
           assert "fediversity-windmill" in worker_path and "-nix-" in worker_path and "-git-" in worker_path, worker_path
           assert machine.succeed("stat -c '%U:%G %a' /run/fediversity-windmill/deploy-secrets/TF_VAR_demo_token").strip() == "root:windmill 440"
           assert machine.succeed("stat -c '%U:%G %a' /run/fediversity-windmill/deploy-secrets").strip() == "root:windmill 750"
+          assert machine.succeed("stat -c '%U:%G %a' /run/incus-deploy").strip() == "root:windmill 750"
           machine.succeed(f"nix registry list | grep -F 'system flake:nixpkgs path:{NIXPKGS}'")
           machine.succeed("grep -E '^trusted-users = .*\\bwindmill\\b' /etc/nix/nix.conf")
           machine.succeed("grep -E '^experimental-features = .*\\bflakes\\b' /etc/nix/nix.conf")

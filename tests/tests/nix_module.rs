@@ -1,12 +1,23 @@
-//! The NixOS module's pure parts (nixos-module/lib.nix), evaluated for real with
-//! `nix-instantiate --eval --strict --json` and no nixpkgs: the files it renders (jobenv's
-//! deploy-env.json, keys and attributes; the bootstrap's configuration), the option defaults,
-//! and the settings it adds to systemd units, nginx and Nix. The module (default.nix) only
-//! wires these into NixOS options; the VM test (nixos-module/test.nix, needs nixpkgs) checks
-//! the wiring on a running node.
+//! The NixOS module, evaluated for real with `nix-instantiate --eval --strict --json` and no
+//! nixpkgs:
+//!
+//! - its pure parts (nixos-module/lib.nix): the files it renders (jobenv's deploy-env.json,
+//!   keys, attributes and required secrets; the bootstrap's configuration; the OpenBao agent's
+//!   templates), the decisions it takes (who may see the admin UI, which node names jobenv
+//!   would refuse, how the worker starts and stops), and the settings it adds to systemd units,
+//!   nginx and Nix; the shell scripts it renders are run with bash;
+//! - the module itself (nixos-module/default.nix), through tests/nix/module-harness.nix:
+//!   stand-ins for nixpkgs' `lib` and `pkgs` and a miniature of the module system, so that
+//!   every option's value (default or set) is computed and type-checked, and the configuration
+//!   the module hands to NixOS is inspected, merged with the definitions of nixpkgs' Windmill
+//!   module that it must win over.
+//!
+//! What only the VM test (nixos-module/test.nix, needs nixpkgs and KVM) checks: nixpkgs'
+//! modules interpreting that configuration on a running node.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -14,13 +25,19 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn nix_eval(expr: &str) -> std::process::Output {
-    let lib = repo().join("nixos-module/lib.nix").display().to_string();
-    let full = format!("let lib = import {}; in {expr}", Value::from(lib));
+fn nix_string(path: PathBuf) -> String {
+    Value::from(path.display().to_string()).to_string()
+}
+
+fn nix_instantiate(full: &str) -> std::process::Output {
     Command::new("nix-instantiate")
-        .args(["--eval", "--strict", "--json", "-E", &full])
+        .args(["--eval", "--strict", "--json", "-E", full])
         .output()
         .expect("nix-instantiate is on PATH (Debian: apt-get install nix-bin)")
+}
+
+fn nix_eval(expr: &str) -> std::process::Output {
+    nix_instantiate(&format!("let lib = import {}; in {expr}", nix_string(repo().join("nixos-module/lib.nix"))))
 }
 
 /// The JSON value of a Nix expression in which `lib` is nixos-module/lib.nix.
@@ -46,6 +63,42 @@ fn jobenv_const(name: &str) -> String {
     line.split('"').next().unwrap().to_owned()
 }
 
+/// jobenv's default grace (`--grace`), from its command line.
+fn jobenv_grace() -> u64 {
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    let grace_line = cli.lines().find(|l| l.contains("env = \"JOBENV_GRACE\"")).unwrap();
+    grace_line.split("default_value = \"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap()
+}
+
+/// The strings of a `const NAME: &[&str] = &[...]` of jobenv's names (jobenv/src/input/names.rs,
+/// formerly jobenv/src/policy.rs).
+fn policy_list(name: &str) -> Vec<String> {
+    let file = ["jobenv/src/input/names.rs", "jobenv/src/policy.rs"]
+        .into_iter()
+        .map(|f| repo().join(f))
+        .find(|f| f.exists())
+        .expect("jobenv's file of names");
+    let policy = std::fs::read_to_string(&file).unwrap();
+    let start = policy.find(&format!("const {name}: &[&str] =")).unwrap_or_else(|| panic!("{name} in {}", file.display()));
+    let rest = &policy[start..];
+    let rest = &rest[rest.find('=').unwrap()..];
+    let open = rest.find("&[").unwrap() + 2;
+    let close = open + rest[open..].find(']').unwrap();
+    let mut names: Vec<String> = rest[open..close].split('"').skip(1).step_by(2).map(str::to_owned).collect();
+    names.sort();
+    names
+}
+
+fn sorted(value: &Value) -> Vec<String> {
+    let mut names: Vec<String> = value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect();
+    names.sort();
+    names
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value.as_array().unwrap_or_else(|| panic!("not an array: {value}")).iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+}
+
 #[test]
 fn the_files_are_where_jobenv_looks_without_options() {
     let paths = eval("lib.paths");
@@ -55,6 +108,476 @@ fn the_files_are_where_jobenv_looks_without_options() {
     assert_eq!(paths["secretsDir"], jobenv_const("DEFAULT_SECRETS_DIR"));
     assert_eq!(paths["stateDir"], jobenv_const("DEFAULT_STATE_DIR"));
     assert_eq!(paths["uiAuthDir"], "/run/windmill-ui-auth");
+    // The credentials of seed 002's Incus deployments, where its deployment programs read them.
+    assert_eq!(paths["tfTokenEnv"], "/run/incus-deploy/tf-token.env");
+    assert_eq!(paths["incusStoreSshKey"], "/run/incus-deploy/incus-store-ssh.key");
+    assert_eq!(paths["incusStoreSigningKey"], "/run/incus-deploy/incus-store-signing.key");
+    assert_eq!(paths["requiredSecrets"], "/etc/fediversity-windmill/required-secrets.json");
+}
+
+// ---- jobenv's names and the node's keys ------------------------------------------------------
+
+#[test]
+fn the_names_lib_nix_knows_are_jobenvs() {
+    let names = eval("lib.jobenvNames");
+    assert_eq!(sorted(&names["nodeControl"]), policy_list("NODE_CONTROL_KEYS"));
+    assert_eq!(sorted(&names["payloadControl"]), policy_list("PAYLOAD_CONTROL_KEYS"));
+    assert_eq!(sorted(&names["sharedControl"]), policy_list("SHARED_CONTROL_KEYS"));
+    assert_eq!(sorted(&names["derived"]), policy_list("DERIVED_KEYS"));
+    assert_eq!(sorted(&names["nodeTools"]), policy_list("NODE_TOOL_KEYS"));
+    // The reading of policy.rs is not vacuous.
+    assert!(policy_list("NODE_TOOL_KEYS").contains(&"TF_INPUT".to_owned()));
+    // Reserved names: the README's list, by example (exact names and prefixes).
+    for (key, reserved) in [
+        ("PATH", true),
+        ("HOME", true),
+        ("NIX_CONFIG", true),
+        ("LD_PRELOAD", true),
+        ("DYLD_INSERT_LIBRARIES", true),
+        ("DEPLOYMENT_NAMESPACE", true),
+        ("BASH_ENV", true),
+        ("BASH_FUNC_x%%", true),
+        ("PYTHONPATH", true),
+        ("PERL5LIB", true),
+        ("RUBYOPT", true),
+        ("GIT_SSH_COMMAND", true),
+        ("SSH_ASKPASS_REQUIRE", true),
+        ("TF_CLI_ARGS_apply", true),
+        ("TF_HTTP_ADDRESS", true),
+        ("IFS", true),
+        ("PATHX", false),
+        ("HOSTING_CONFIG", false),
+        ("TF_VAR_x", false),
+        ("NIXOS", false),
+        ("GITLAB", false),
+    ] {
+        assert_eq!(eval(&format!("lib.isReservedName {}", json!(key))), json!(reserved), "{key}");
+    }
+}
+
+/// `lib.nodeProblems` for a complete node (root and nixpkgs set, MESSAGE declared) plus
+/// `env`, `secrets` (Nix attrsets added to deployEnv and deploySecrets) and `tf_token`.
+fn node_problems(env: &str, secrets: &str, tf_token: bool) -> Vec<String> {
+    let problems = eval(&format!(
+        r#"lib.nodeProblems {{
+             deployEnv = {{ DEPLOYMENT_ROOT = "/nix/store/r"; DEPLOYMENT_NIXPKGS = "/nix/store/n"; }} // {env};
+             deploySecrets = {secrets};
+             declared = builtins.attrNames (lib.renderDeployKeys {{ MESSAGE.description = "m"; BASH_ENV.description = "declared, although reserved"; }});
+             tfToken = {};
+           }}"#,
+        if tf_token { r#""{{ .token }}""# } else { "null" }
+    ));
+    strings(&problems)
+}
+
+#[test]
+fn node_keys_jobenv_accepts_pass_the_evaluation() {
+    // The positive control of every class below.
+    let fine = node_problems(
+        r#"{ MESSAGE = "hi"; HOSTING_CONFIG = "/h"; SYSTEM = "x86_64-linux"; STATE_BASE_ADDRESS = "https://state.example/tofu";
+             NIX_CONFIG = "x"; NIX_PATH = "a=/b"; NIX_BUILD_SHELL = "/bin/bash"; TF_LOG = "DEBUG"; TF_INPUT = "0"; TF_IN_AUTOMATION = "1";
+             TF_PLUGIN_CACHE_DIR = "/var/cache/tf"; TF_VAR_region = "nl"; BASH_ENV = "/etc/declared"; EVENTS_URL = "https://events.example/"; }"#,
+        r#"{ TF_VAR_hcloud_token = "t"; TF_HTTP_PASSWORD = "p"; TF_HTTP_USERNAME = "u"; EVENTS_SECRET = "s"; }"#,
+        true,
+    );
+    assert_eq!(fine, Vec::<String>::new());
+}
+
+#[test]
+fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
+    for (env, secrets, tf_token, expected) in [
+        (
+            r#"{ UNDECLARED_THING = "x"; }"#,
+            "{ }",
+            false,
+            "deployEnv.UNDECLARED_THING: UNDECLARED_THING is neither declared (deployKeys or the structural pins) nor a control key nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
+        ),
+        (
+            "{ }",
+            r#"{ ALSO_UNDECLARED = "t"; }"#,
+            false,
+            "deploySecrets.ALSO_UNDECLARED: ALSO_UNDECLARED is neither declared (deployKeys or the structural pins) nor a control key nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
+        ),
+        (
+            r#"{ LD_PRELOAD = "/x.so"; }"#,
+            "{ }",
+            false,
+            "deployEnv.LD_PRELOAD: LD_PRELOAD is a reserved name (it steers the loader, a shell, an interpreter, git, ssh, Nix or OpenTofu) and is neither declared in deployKeys nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
+        ),
+        (
+            "{ }",
+            r#"{ GIT_SSH_COMMAND = "t"; }"#,
+            false,
+            "deploySecrets.GIT_SSH_COMMAND: GIT_SSH_COMMAND is a reserved name (it steers the loader, a shell, an interpreter, git, ssh, Nix or OpenTofu) and is neither declared in deployKeys nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
+        ),
+        (r#"{ NAMESPACE = "team"; }"#, "{ }", false, "deployEnv.NAMESPACE: NAMESPACE is a control key only a job payload may set"),
+        ("{ }", r#"{ ATTRIBUTE = "a"; }"#, false, "deploySecrets.ATTRIBUTE: ATTRIBUTE is a control key only a job payload may set"),
+        (
+            r#"{ TF_HTTP_ADDRESS = "https://s/x"; }"#,
+            "{ }",
+            false,
+            "deployEnv.TF_HTTP_ADDRESS: jobenv derives TF_HTTP_ADDRESS itself; no node or job may set it",
+        ),
+        (
+            "{ }",
+            r#"{ DEPLOYMENT_NAMESPACE = "x"; }"#,
+            false,
+            "deploySecrets.DEPLOYMENT_NAMESPACE: jobenv derives DEPLOYMENT_NAMESPACE itself; no node or job may set it",
+        ),
+        (
+            "{ }",
+            r#"{ "bad-name" = "t"; }"#,
+            false,
+            "deploySecrets.bad-name: \"bad-name\" is not a variable name ([A-Za-z_][A-Za-z0-9_]*); jobenv would never read this secret",
+        ),
+        (r#"{ "A=B" = "x"; }"#, "{ }", false, "deployEnv.A=B: \"A=B\" is not a variable name jobenv can pass (empty, or with '=')"),
+        (
+            r#"{ TF_VAR_x = "1"; }"#,
+            r#"{ TF_VAR_x = "t"; }"#,
+            false,
+            "TF_VAR_x is set by deployEnv.TF_VAR_x and deploySecrets.TF_VAR_x; jobenv refuses a key from two node sources",
+        ),
+        (
+            "{ }",
+            r#"{ TF_VAR_token = "t"; }"#,
+            true,
+            "TF_VAR_token is set by deploySecrets.TF_VAR_token and credentials.tfToken (TF_VAR_token in /run/incus-deploy/tf-token.env); jobenv refuses a key from two node sources",
+        ),
+        (r#"{ DEPLOYMENT_ROOT = "relative/dir"; }"#, "{ }", false, "deployEnv.DEPLOYMENT_ROOT must be an absolute path"),
+        (
+            r#"{ NIXPKGS = "/nix/store/other"; }"#,
+            "{ }",
+            false,
+            "deployEnv.NIXPKGS and deployEnv.DEPLOYMENT_NIXPKGS are both set and differ (DEPLOYMENT_NIXPKGS defaults to pkgs.path: set it, not NIXPKGS)",
+        ),
+        (r#"{ STATE_BASE_ADDRESS = "ftp://s"; }"#, "{ }", false, "deployEnv.STATE_BASE_ADDRESS must be an http:// or https:// URL"),
+        (r#"{ SYSTEM = "x86_64"; }"#, "{ }", false, "deployEnv.SYSTEM \"x86_64\" must match ^[a-z0-9_]+-[a-z0-9_]+$"),
+        (
+            r#"{ EVENTS_URL = "https://e/"; EVENTS_SECRET = "0123456789abcdef"; }"#,
+            "{ }",
+            false,
+            "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)",
+        ),
+        (r#"{ EVENTS_URL = "https://e/"; }"#, "{ }", false, "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)"),
+    ] {
+        let problems = node_problems(env, secrets, tf_token);
+        assert_eq!(problems, vec![expected.to_owned()], "deployEnv // {env}, deploySecrets {secrets}");
+    }
+    // The required keys, when nothing sets them.
+    let problems = strings(&eval(r#"lib.nodeProblems { deployEnv = { }; deploySecrets = { }; }"#));
+    assert_eq!(
+        problems,
+        vec![
+            "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs",
+            "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with"
+        ]
+    );
+    // NIXPKGS alone is a nixpkgs, and equal to DEPLOYMENT_NIXPKGS it is no conflict.
+    assert_eq!(node_problems(r#"{ NIXPKGS = "/nix/store/n"; }"#, "{ }", false), Vec::<String>::new());
+    assert_eq!(strings(&eval(r#"lib.nodeProblems { deployEnv = { DEPLOYMENT_ROOT = "/r"; NIXPKGS = "/n"; }; deploySecrets = { }; }"#)), Vec::<String>::new());
+}
+
+#[test]
+fn a_keys_file_declaring_a_control_key_fails_the_evaluation() {
+    let problems = strings(&eval(r#"lib.deployKeysProblems { DOMAIN.description = "d"; NAMESPACE.description = "n"; DEPLOYMENT_ROOT.description = "r"; }"#));
+    assert_eq!(
+        problems,
+        vec![
+            "deployKeys.DEPLOYMENT_ROOT: DEPLOYMENT_ROOT is a control key jobenv consumes and never passes to the program; a keys file that declares it is refused",
+            "deployKeys.NAMESPACE: NAMESPACE is a control key jobenv consumes and never passes to the program; a keys file that declares it is refused",
+        ]
+    );
+    assert_eq!(eval(r#"lib.deployKeysProblems { DOMAIN.description = "d"; }"#), json!([]));
+}
+
+#[test]
+fn the_required_secrets_are_every_declared_secret_and_the_tf_token() {
+    assert_eq!(
+        eval(r#"lib.renderRequiredSecrets { deploySecrets = { TF_VAR_b = "t"; SSH_KEY = "k"; }; tfToken = "{{ t }}"; }"#),
+        json!(["SSH_KEY", "TF_VAR_b", "TF_VAR_token"])
+    );
+    assert_eq!(eval(r#"lib.renderRequiredSecrets { deploySecrets = { TF_VAR_b = "t"; }; }"#), json!(["TF_VAR_b"]));
+    assert_eq!(eval(r#"lib.renderRequiredSecrets { deploySecrets = { }; }"#), json!([]));
+}
+
+// ---- what the OpenBao agent renders -------------------------------------------------------
+
+#[test]
+fn secrets_and_credentials_become_agent_templates_readable_by_the_worker_group_only() {
+    let templates = eval(
+        r#"lib.agentTemplates {
+             deploySecrets = { TF_VAR_hcloud_token = "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}"; SSH_KEY = "k"; };
+             credentials = { tfToken = "{{ .tf }}"; incusStoreSshKey = "{{ .ssh }}"; incusStoreSigningKey = "{{ .sign }}"; };
+             group = "windmill";
+           }"#,
+    );
+    let secrets_dir = jobenv_const("DEFAULT_SECRETS_DIR");
+    let file = |destination: &str, contents: &str| {
+        json!({"contents": contents, "destination": destination, "perms": "0440", "group": "windmill", "error_on_missing_key": true})
+    };
+    assert_eq!(
+        templates,
+        json!([
+            file(&format!("{secrets_dir}/SSH_KEY"), "k"),
+            file(&format!("{secrets_dir}/TF_VAR_hcloud_token"), "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}"),
+            file("/run/incus-deploy/incus-store-signing.key", "{{ .sign }}"),
+            file("/run/incus-deploy/incus-store-ssh.key", "{{ .ssh }}"),
+            // A secrets env file of jobenv: one KEY=VALUE line.
+            file("/run/incus-deploy/tf-token.env", "TF_VAR_token={{ .tf }}\n"),
+        ])
+    );
+    // Credentials that are not configured are not rendered (nor waited for).
+    let templates = eval(r#"lib.agentTemplates { deploySecrets = { }; credentials = { tfToken = null; incusStoreSshKey = "k"; }; group = "wm"; }"#);
+    assert_eq!(templates, json!([{"contents": "k", "destination": "/run/incus-deploy/incus-store-ssh.key", "perms": "0440", "group": "wm", "error_on_missing_key": true}]));
+    assert_eq!(eval(r#"lib.agentTemplates { deploySecrets = { }; group = "wm"; }"#), json!([]));
+
+    let rules = eval(r#"lib.tmpfilesRules { group = "windmill"; }"#);
+    assert_eq!(
+        rules,
+        json!([
+            "d /run/fediversity-windmill 0755 root root - -",
+            format!("d {secrets_dir} 0750 root windmill - -"),
+            "d /run/incus-deploy 0750 root windmill - -",
+            format!("d {} 0750 windmill windmill - -", jobenv_const("DEFAULT_STATE_DIR")),
+            "d /run/windmill-ui-auth 0750 root nginx - -"
+        ])
+    );
+}
+
+#[test]
+fn the_modules_own_agent_renders_its_templates_before_the_operators_and_runs_bao_agent_as_root() {
+    let config = eval(
+        r#"lib.agentConfig {
+             settings = { vault.address = "http://127.0.0.1:8200"; template = [ { contents = "x"; destination = "/run/mine"; } ]; };
+             templates = [ { contents = "s"; destination = "/run/fediversity-windmill/deploy-secrets/A"; } ];
+           }"#,
+    );
+    assert_eq!(
+        config,
+        json!({"vault": {"address": "http://127.0.0.1:8200"}, "template": [
+            {"contents": "s", "destination": "/run/fediversity-windmill/deploy-secrets/A"},
+            {"contents": "x", "destination": "/run/mine"}
+        ]})
+    );
+    assert_eq!(eval(r#"(lib.agentConfig { settings = { }; templates = [ ]; }).template"#), json!([]));
+    let unit = eval(r#"lib.agentService { bao = "/nix/store/b/bin/bao"; kill = "/nix/store/c/bin/kill"; configFile = "/nix/store/f-agent.json"; }"#);
+    assert_eq!(unit["serviceConfig"]["ExecStart"], "/nix/store/b/bin/bao agent -config=/nix/store/f-agent.json");
+    assert_eq!(unit["serviceConfig"]["ExecReload"], "/nix/store/c/bin/kill -s HUP $MAINPID");
+    assert_eq!(unit["serviceConfig"]["Restart"], "on-failure");
+    assert!(unit["serviceConfig"].get("User").is_none() && unit["serviceConfig"].get("DynamicUser").is_none(), "root: it sets the files' group");
+    assert_eq!(unit["wantedBy"], json!(["multi-user.target"]));
+}
+
+// ---- readiness --------------------------------------------------------------------------------
+
+/// Runs lib.waitForFilesScript for `files` with bash; returns its exit code, stderr and how long
+/// it took.
+fn run_wait_script(files: &[PathBuf], timeout: u64, while_waiting: impl FnOnce()) -> (i32, String, Duration) {
+    let list = files.iter().map(|f| Value::from(f.display().to_string()).to_string()).collect::<Vec<_>>().join(" ");
+    let script = eval(&format!("lib.waitForFilesScript {{ files = [ {list} ]; timeoutSeconds = {timeout}; }}"));
+    let start = Instant::now();
+    let child = Command::new("bash")
+        .args(["-c", script.as_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while_waiting();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned(), start.elapsed())
+}
+
+#[test]
+fn the_worker_waits_until_every_declared_file_is_rendered() {
+    let dir = tempfile::tempdir().unwrap();
+    let present = dir.path().join("TF_VAR_present");
+    let missing = dir.path().join("tf token.env");
+    std::fs::write(&present, "x").unwrap();
+
+    // Everything there: ready at once.
+    let (code, stderr, took) = run_wait_script(std::slice::from_ref(&present), 30, || {});
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+
+    // The control: one missing, to the end of the timeout; the message names it (and not the other).
+    let (code, stderr, took) = run_wait_script(&[present.clone(), missing.clone()], 2, || {});
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("fediversity-windmill: node not ready: not rendered after 2s: {}", missing.display())), "{stderr}");
+    assert!(!stderr.contains("TF_VAR_present"), "{stderr}");
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+
+    // Rendered while it waits: ready then.
+    let late = missing.clone();
+    let (code, stderr, took) = run_wait_script(&[present, missing], 30, move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        std::fs::write(&late, "TF_VAR_token=x\n").unwrap();
+    });
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("waiting for the OpenBao agent to render"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+// ---- how the worker starts and stops ------------------------------------------------------------
+
+#[test]
+fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
+    let grace = jobenv_grace();
+    let lifecycle = eval(&format!(
+        r#"lib.workerLifecycle {{ jobenv = "/j/bin/fediversity-jobenv"; kill = "/c/bin/kill"; waitForFiles = "/w/wait"; drainTimeoutSeconds = 120; readinessTimeoutSeconds = 45; graceSeconds = {grace}; }}"#
+    ));
+    let state_dir = jobenv_const("DEFAULT_STATE_DIR");
+    // First the worker's own SIGTERM (it stops taking jobs; `-`: it may be gone already), then
+    // the drain, which lets the running deploys finish for the wait, then cancels them through
+    // jobenv. systemd's stop signal (the worker's second SIGTERM) only comes after ExecStop.
+    assert_eq!(
+        lifecycle["ExecStop"],
+        json!(["-/c/bin/kill -s TERM $MAINPID", format!("/j/bin/fediversity-jobenv drain --state-dir {state_dir} --wait 120")])
+    );
+    assert_eq!(lifecycle["KillMode"], "mixed");
+    let margin = eval("lib.stopMarginSeconds").as_u64().unwrap();
+    assert!(margin >= 10);
+    assert_eq!(lifecycle["TimeoutStopSec"], format!("{}s", 120 + grace + margin));
+    // Start: wait for the rendered files, then recover (best effort).
+    assert_eq!(lifecycle["ExecStartPre"], json!(["/w/wait", format!("-/j/bin/fediversity-jobenv recover --state-dir {state_dir}")]));
+    assert_eq!(lifecycle["TimeoutStartSec"], "105s");
+    // Without declared files, nothing to wait for.
+    let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
+    assert_eq!(lifecycle["ExecStartPre"], json!([format!("-/j recover --state-dir {state_dir}")]));
+    // The default grace is jobenv's.
+    assert_eq!(eval("lib.jobenvGraceSeconds"), json!(grace));
+}
+
+#[test]
+fn windmill_units_restart_after_5s_start_after_the_agent_and_report_to_otel_when_asked() {
+    let units = eval(r#"lib.units { otelEndpoint = "http://otel.example:4318"; }"#);
+    for (unit, role) in [("windmill-server", "server"), ("windmill-worker", "worker"), ("windmill-worker-native", "worker-native")] {
+        let u = &units[unit];
+        assert_eq!(u["serviceConfig"]["RestartSec"], "5s", "{unit}");
+        assert_eq!(u["after"], json!(["openbao-agent-default.service"]), "{unit}");
+        let env = &u["environment"];
+        assert_eq!(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://otel.example:4318", "{unit}");
+        assert_eq!(env["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf");
+        assert_eq!(env["OTEL_SERVICE_NAME"], format!("windmill-{role}"));
+        assert_eq!(env["OTEL_RESOURCE_ATTRIBUTES"], "service.namespace=fediversity");
+        for signal in ["OTEL_TRACING", "OTEL_METRICS", "OTEL_LOGS"] {
+            assert_eq!(env[signal], "true", "{unit} {signal}");
+        }
+    }
+    // Without an endpoint, no OTEL_ variable at all.
+    let units = eval(r#"lib.units { agent = "vault-agent-default.service"; }"#);
+    for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"] {
+        let env = units[unit]["environment"].as_object().unwrap();
+        assert!(env.keys().all(|k| !k.starts_with("OTEL_")), "{unit}: {env:?}");
+        // Another agent unit is followed.
+        assert_eq!(units[unit]["after"], json!(["vault-agent-default.service"]), "{unit}");
+    }
+    assert_eq!(units["windmill-server"]["environment"], json!({}));
+    assert_eq!(units["windmill-worker"]["wants"], json!(["vault-agent-default.service"]));
+    assert!(units["fediversity-windmill-bootstrap"]["after"].as_array().unwrap().contains(&json!("vault-agent-default.service")));
+}
+
+#[test]
+fn smtp_is_windmill_servers_and_its_password_comes_from_a_credential() {
+    let env = eval(r#"lib.smtpEnvironment { host = "smtp.example.org"; port = 2525; username = "windmill"; from = "noreply@windmill.example.org"; }"#);
+    assert_eq!(
+        env,
+        json!({"SMTP_HOST": "smtp.example.org", "SMTP_PORT": "2525", "SMTP_USERNAME": "windmill", "SMTP_FROM": "noreply@windmill.example.org", "SMTP_TLS_IMPLICIT": "false"})
+    );
+    let env = eval(r#"lib.smtpEnvironment { host = "smtp.example.org"; from = "a@b"; tlsImplicit = true; }"#);
+    assert_eq!(env, json!({"SMTP_HOST": "smtp.example.org", "SMTP_PORT": "587", "SMTP_FROM": "a@b", "SMTP_TLS_IMPLICIT": "true"}));
+    assert_eq!(eval(r#"lib.smtpEnvironment { from = "a@b"; }"#), json!({}));
+
+    let units = eval(r#"lib.units { smtp = lib.smtpEnvironment { host = "h"; from = "f"; }; smtpPasswordFile = "/run/keys/smtp"; }"#);
+    assert_eq!(units["windmill-server"]["environment"]["SMTP_HOST"], "h");
+    assert_eq!(units["windmill-server"]["serviceConfig"]["LoadCredential"], json!(["smtp-password:/run/keys/smtp"]));
+    for unit in ["windmill-worker", "windmill-worker-native"] {
+        assert!(units[unit]["environment"].get("SMTP_HOST").is_none() && units[unit]["serviceConfig"].get("LoadCredential").is_none(), "{unit}");
+    }
+
+    // The launcher, run with bash as systemd would: the credential becomes SMTP_PASSWORD (its
+    // final newline dropped), the arguments pass on.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("smtp-password"), "pa ss'word\n").unwrap();
+    let printer = dir.path().join("windmill");
+    std::fs::write(&printer, "#!/bin/sh\nprintf '%s|%s' \"$SMTP_PASSWORD\" \"$*\"\n").unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&printer).status().unwrap();
+    let script = eval(&format!("lib.windmillLauncher {{ windmill = {}; }}", Value::from(printer.display().to_string())));
+    let out = Command::new("bash")
+        .args(["-c", script.as_str().unwrap(), "launcher", "--flag"])
+        .env("CREDENTIALS_DIRECTORY", dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "pa ss'word|--flag");
+    // Without the credential it fails rather than start Windmill without a password.
+    let out = Command::new("bash").args(["-c", script.as_str().unwrap()]).env("CREDENTIALS_DIRECTORY", dir.path().join("none")).output().unwrap();
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+}
+
+#[test]
+fn the_worker_lets_jobenv_finish_a_cancel_and_finds_it_and_nix_on_its_path() {
+    let units = eval("lib.units { }");
+    let worker = &units["windmill-worker"];
+    let wait: u64 = worker["environment"]["MAX_WAIT_FOR_SIGINT"].as_str().unwrap().parse().unwrap();
+    // jobenv's default grace (SIGTERM to SIGKILL of the program tree) must fit well inside it.
+    let grace = jobenv_grace();
+    assert!(wait >= grace + 5, "MAX_WAIT_FOR_SIGINT={wait} leaves jobenv's grace of {grace}s too little room");
+    assert_eq!(worker["environment"]["HOME"], "/var/lib/windmill-worker");
+    assert_eq!(eval("lib.workerPath"), json!(["nix", "openssh", "git", "bash", "fediversity-jobenv"]));
+}
+
+#[test]
+fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
+    // Windmill clears a job's environment except for WHITELIST_ENVS: jobenv, exec'd by the
+    // job, sees these worker variables, and its journal directory is writable by the worker.
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    let state_dir = jobenv_const("DEFAULT_STATE_DIR");
+    let units = eval(r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; secretsEnvFiles = [ lib.paths.tfTokenEnv "/run/other.env" ]; }"#);
+    let worker = &units["windmill-worker"];
+    let env = &worker["environment"];
+    assert_eq!(env["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR");
+    for name in env["WHITELIST_ENVS"].as_str().unwrap().split(',') {
+        assert!(env.get(name).is_some(), "{name} is whitelisted but not set");
+        // Read by jobenv's command line (a clap `env` or a variable it looks up itself).
+        assert!(cli.contains(&format!("\"{name}\"")), "jobenv does not read {name}");
+    }
+    assert_eq!(env["JOBENV_NIX_SHELL"], "/nix/store/abc-nix-2.28/bin/nix-shell");
+    assert_eq!(env["JOBENV_STATE_DIR"], state_dir.as_str());
+    assert_eq!(env["JOBENV_REQUIRED_SECRETS"], "/etc/fediversity-windmill/required-secrets.json");
+    assert_eq!(env["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env:/run/other.env");
+    // `-`: a state directory that is not there yet does not fail the worker's first start.
+    assert_eq!(worker["serviceConfig"]["ReadWritePaths"], json!([format!("-{state_dir}")]));
+    // Only the worker gets them.
+    for unit in ["windmill-server", "windmill-worker-native"] {
+        assert!(units[unit]["environment"].get("WHITELIST_ENVS").is_none(), "{unit}");
+    }
+    // Without a nix-shell or secrets env files given, neither is passed.
+    let units = eval("lib.units { }");
+    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert!(units["windmill-worker"]["environment"].get("JOBENV_NIX_SHELL").is_none());
+    assert!(units["windmill-worker"]["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
+}
+
+// ---- Windmill's package -----------------------------------------------------------------------
+
+#[test]
+fn the_node_windmill_keeps_only_the_python_and_bash_toolchains() {
+    // nixpkgs' feature list of pkgs.windmill 1.601.1, as its package.nix sets it.
+    let nixpkgs = r#"[ "agent_worker_server" "cloud" "csharp" "default" "deno_core" "dind" "embedding" "flow_testing" "gcp_trigger" "http_trigger" "jemalloc" "kafka" "license" "loki" "mcp" "mqtt_trigger" "nats" "oauth2" "openidconnect" "parquet" "php" "postgres_trigger" "python" "scoped_cache" "smtp" "sqlx" "sqs_trigger" "static_frontend" "websocket" "zip" ]"#;
+    assert_eq!(eval(&format!("lib.trimWindmillFeatures {nixpkgs}")), json!(["default", "jemalloc", "python", "smtp", "sqlx", "static_frontend"]));
+    // Never a feature the package does not have; `otel` stays where it has it.
+    assert_eq!(eval(r#"lib.trimWindmillFeatures [ "python" "otel" "deno_core" ]"#), json!(["python", "otel"]));
+    // Only the toolchain arguments the package's function takes are overridden.
+    let overrides = eval(r#"lib.windmillToolchainOverrides { packageArgs = [ "lib" "go" "deno" "python312" "dotnet-sdk_9" "php" "bash" "uv" ]; stub = "STUB"; }"#);
+    assert_eq!(overrides, json!({"go": "STUB", "deno": "STUB", "dotnet-sdk_9": "STUB", "php": "STUB"}));
+    // The stub answers for every program the wrapper points at.
+    let programs = sorted(&eval("lib.windmillToolchainPrograms"));
+    assert_eq!(programs, vec!["bun", "cargo", "deno", "dotnet", "go", "php", "pwsh"]);
+    // The Python: the package's python3XY argument, the newest if several, else python3.
+    assert_eq!(eval(r#"lib.windmillPythonAttr [ "go" "python312" "uv" ]"#), "python312");
+    assert_eq!(eval(r#"lib.windmillPythonAttr [ "python39" "python313" "python312" ]"#), "python313");
+    assert_eq!(eval(r#"lib.windmillPythonAttr [ "python3" "go" ]"#), "python3");
+    assert_eq!(eval(r#"lib.majorMinor "3.12.11""#), "3.12");
 }
 
 #[test]
@@ -102,32 +625,6 @@ fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins() {
 fn deployment_attributes_json_is_a_sorted_array_without_repeats() {
     assert_eq!(eval(r#"lib.renderDeploymentAttributes [ "web" "mastodon-vm" "web" "db" ]"#), json!(["db", "mastodon-vm", "web"]));
     assert_eq!(eval("lib.renderDeploymentAttributes [ ]"), json!([]));
-}
-
-#[test]
-fn problems_of_the_node_configuration_are_found_before_anything_is_built() {
-    let problems = eval(
-        r#"lib.deployEnvProblems {
-             deployEnv = { STATE_BASE_ADDRESS = "http://s"; TF_VAR_token = "x"; };
-             deploySecrets = { "bad-name" = "t"; TF_VAR_token = "t"; good_NAME_2 = "t"; };
-           }"#,
-    );
-    assert_eq!(
-        problems,
-        json!([
-            "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs",
-            "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with",
-            "deploySecrets.bad-name: a secret's name is a variable name ([A-Za-z_][A-Za-z0-9_]*)",
-            "TF_VAR_token is set both in deployEnv and in deploySecrets; jobenv refuses a key from two node sources"
-        ])
-    );
-    // The control: a complete node has none (either spelling of the nixpkgs key).
-    for nixpkgs in ["DEPLOYMENT_NIXPKGS", "NIXPKGS"] {
-        let clean = eval(&format!(
-            r#"lib.deployEnvProblems {{ deployEnv = {{ DEPLOYMENT_ROOT = "/r"; {nixpkgs} = "/n"; }}; deploySecrets = {{ TF_VAR_token = "t"; }}; }}"#
-        ));
-        assert_eq!(clean, json!([]));
-    }
 }
 
 /// `lib.bootstrapProblems` for the module's defaults (with the required options set) patched by
@@ -188,34 +685,6 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     );
     let fine = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ workspace = {{ id = "fedi-ops_2"; name = "n"; folder = "deploy_2"; }}; }}"#), "{ }", "null");
     assert_eq!(fine, json!([]));
-}
-
-#[test]
-fn deploy_secrets_become_agent_templates_readable_by_the_worker_group_only() {
-    let templates = eval(
-        r#"lib.agentTemplates {
-             deploySecrets = { TF_VAR_hcloud_token = "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}"; SSH_KEY = "k"; };
-             group = "windmill";
-           }"#,
-    );
-    let secrets_dir = jobenv_const("DEFAULT_SECRETS_DIR");
-    assert_eq!(
-        templates,
-        json!([
-            {"contents": "k", "destination": format!("{secrets_dir}/SSH_KEY"), "perms": "0440", "group": "windmill", "error_on_missing_key": true},
-            {"contents": "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}", "destination": format!("{secrets_dir}/TF_VAR_hcloud_token"), "perms": "0440", "group": "windmill", "error_on_missing_key": true}
-        ])
-    );
-    let rules = eval(r#"lib.tmpfilesRules { group = "windmill"; }"#);
-    assert_eq!(
-        rules,
-        json!([
-            "d /run/fediversity-windmill 0755 root root - -",
-            format!("d {secrets_dir} 0750 root windmill - -"),
-            format!("d {} 0750 windmill windmill - -", jobenv_const("DEFAULT_STATE_DIR")),
-            "d /run/windmill-ui-auth 0750 root nginx - -"
-        ])
-    );
 }
 
 /// The bootstrap configuration of the README ("fediversity-windmill-bootstrap", "Configuration"):
@@ -341,70 +810,6 @@ fn a_missing_required_bootstrap_option_is_named() {
 }
 
 #[test]
-fn windmill_units_restart_after_5s_start_after_the_agent_and_report_to_otel_when_asked() {
-    let units = eval(r#"lib.units { otelEndpoint = "http://otel.example:4318"; }"#);
-    for (unit, role) in [("windmill-server", "server"), ("windmill-worker", "worker"), ("windmill-worker-native", "worker-native")] {
-        let u = &units[unit];
-        assert_eq!(u["serviceConfig"]["RestartSec"], "5s", "{unit}");
-        assert_eq!(u["after"], json!(["openbao-agent-default.service"]), "{unit}");
-        let env = &u["environment"];
-        assert_eq!(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://otel.example:4318", "{unit}");
-        assert_eq!(env["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf");
-        assert_eq!(env["OTEL_SERVICE_NAME"], format!("windmill-{role}"));
-        assert_eq!(env["OTEL_RESOURCE_ATTRIBUTES"], "service.namespace=fediversity");
-    }
-    // Without an endpoint, no OTEL_ variable at all.
-    let units = eval("lib.units { }");
-    for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"] {
-        let env = units[unit]["environment"].as_object().unwrap();
-        assert!(env.keys().all(|k| !k.starts_with("OTEL_")), "{unit}: {env:?}");
-    }
-    assert_eq!(units["windmill-server"]["environment"], json!({}));
-}
-
-#[test]
-fn the_worker_lets_jobenv_finish_a_cancel_and_finds_it_and_nix_on_its_path() {
-    let units = eval("lib.units { }");
-    let worker = &units["windmill-worker"];
-    assert_eq!(worker["serviceConfig"]["KillMode"], "mixed");
-    let wait: u64 = worker["environment"]["MAX_WAIT_FOR_SIGINT"].as_str().unwrap().parse().unwrap();
-    // jobenv's default grace (SIGTERM to SIGKILL of the program tree) must fit well inside it.
-    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    let grace_line = cli.lines().find(|l| l.contains("env = \"JOBENV_GRACE\"")).unwrap();
-    let grace: u64 = grace_line.split("default_value = \"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
-    assert!(wait >= grace + 5, "MAX_WAIT_FOR_SIGINT={wait} leaves jobenv's grace of {grace}s too little room");
-    assert_eq!(worker["environment"]["HOME"], "/var/lib/windmill-worker");
-    assert_eq!(eval("lib.workerPath"), json!(["nix", "openssh", "git", "bash", "fediversity-jobenv"]));
-}
-
-#[test]
-fn jobs_get_jobenvs_state_dir_and_nix_shell_through_windmills_env_whitelist() {
-    // Windmill clears a job's environment except for WHITELIST_ENVS: jobenv, exec'd by the
-    // job, sees these worker variables, and its journal directory is writable by the worker.
-    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    let state_dir = jobenv_const("DEFAULT_STATE_DIR");
-    let units = eval(r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; }"#);
-    let worker = &units["windmill-worker"];
-    let env = &worker["environment"];
-    assert_eq!(env["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_STATE_DIR");
-    for name in env["WHITELIST_ENVS"].as_str().unwrap().split(',') {
-        assert!(env.get(name).is_some(), "{name} is whitelisted but not set");
-        assert!(cli.contains(&format!("env = \"{name}\"")), "jobenv does not read {name}");
-    }
-    assert_eq!(env["JOBENV_NIX_SHELL"], "/nix/store/abc-nix-2.28/bin/nix-shell");
-    assert_eq!(env["JOBENV_STATE_DIR"], state_dir.as_str());
-    assert_eq!(worker["serviceConfig"]["ReadWritePaths"], json!([state_dir]));
-    // Only the worker gets them.
-    for unit in ["windmill-server", "windmill-worker-native"] {
-        assert!(units[unit]["environment"].get("WHITELIST_ENVS").is_none(), "{unit}");
-    }
-    // Without a nix-shell given, jobenv looks it up on the worker's PATH.
-    let units = eval("lib.units { }");
-    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_STATE_DIR");
-    assert!(units["windmill-worker"]["environment"].get("JOBENV_NIX_SHELL").is_none());
-}
-
-#[test]
 fn the_bootstrap_unit_is_a_retrying_oneshot_after_windmill_and_the_agent() {
     let units = eval("lib.units { readyTimeoutSeconds = 120; }");
     let unit = &units["fediversity-windmill-bootstrap"];
@@ -472,30 +877,6 @@ fn a_changed_admin_password_reruns_the_bootstrap_and_a_new_token_reloads_nginx()
 }
 
 #[test]
-fn nginx_serves_only_the_api_on_the_domain_and_the_ui_with_the_token_include() {
-    let hosts = eval(r#"lib.virtualHosts { domain = "windmill.example.org"; uiDomain = "jobs.example.org"; }"#);
-    assert_eq!(hosts.as_object().unwrap().len(), 2);
-    assert_eq!(
-        hosts["windmill.example.org"],
-        json!({"locations": {"/": {"return": "404"}, "/api/": {"proxyPass": "http://127.0.0.1:8001"}}})
-    );
-    assert_eq!(
-        hosts["jobs.example.org"],
-        json!({"locations": {"/": {"proxyPass": "http://127.0.0.1:8001", "proxyWebsockets": true, "extraConfig": "include /run/windmill-ui-auth/*.conf;"}}})
-    );
-
-    // The forward-auth hook goes before the include; another port follows services.windmill.
-    let hosts = eval(
-        r#"lib.virtualHosts { domain = "a.example"; uiDomain = "jobs.example"; port = 9001; forwardAuth = "auth_request /oauth2/auth;"; }"#,
-    );
-    assert_eq!(hosts["a.example"]["locations"]["/api/"]["proxyPass"], "http://127.0.0.1:9001");
-    assert_eq!(hosts["jobs.example"]["locations"]["/"]["extraConfig"], "auth_request /oauth2/auth;\ninclude /run/windmill-ui-auth/*.conf;");
-
-    let error = eval_error(r#"lib.virtualHosts { domain = "same.example"; uiDomain = "same.example"; }"#);
-    assert!(error.contains("domain and uiDomain must differ"), "{error}");
-}
-
-#[test]
 fn nix_trusts_the_worker_pins_nixpkgs_and_uses_no_downloaded_registry() {
     let settings = eval(r#"lib.nixSettings { user = "windmill"; }"#);
     assert_eq!(
@@ -510,61 +891,473 @@ fn nix_trusts_the_worker_pins_nixpkgs_and_uses_no_downloaded_registry() {
     assert_eq!(eval("lib.registry (lib.deploymentNixpkgs { })"), json!({}));
 }
 
+// ---- nginx: the API, the fail-closed UI, TLS ----------------------------------------------------
+
 #[test]
-fn the_modules_option_defaults_come_from_the_library_tested_here() {
-    // The module (not evaluable without nixpkgs) must take its defaults and renderers from
-    // lib.nix rather than restate them; this guards the wiring the tests above rely on.
-    let module = std::fs::read_to_string(repo().join("nixos-module/default.nix")).unwrap();
-    for use_of_lib in [
-        "fw = import ./lib.nix;",
-        "d = fw.bootstrapDefaults;",
-        "fw.renderBootstrapConfig",
-        "fw.renderDeployEnv cfg.deployEnv",
-        "fw.renderDeployKeys cfg.deployKeys",
-        "fw.renderDeploymentAttributes cfg.deploymentAttributes",
-        "fw.units {",
-        "fw.pathUnits {",
-        "fw.tmpfilesRules {",
-        "fw.virtualHosts {",
-        "fw.nixSettings { user = windmillUser; }",
-        "fw.registry (fw.deploymentNixpkgs cfg.deployEnv)",
-        "fw.agentTemplates {",
-        "fw.deployEnvProblems {",
-        "fw.bootstrapProblems {",
-        "unitEnvironment = unit.environment;",
-        "unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;",
-        "map (name: workerPackages.${name}) fw.workerPath",
-        "nixShell = \"${config.nix.package}/bin/nix-shell\";",
-        "/bin/fediversity-jobenv recover --state-dir ${fw.paths.stateDir}",
-        "user = windmillUser;",
-        "\"fediversity-windmill/deploy-env.json\"",
-        "\"fediversity-windmill/deploy-keys.json\"",
-        "\"fediversity-windmill/deployment-attributes.json\"",
-        "\"fediversity-windmill/bootstrap.json\"",
+fn the_ui_is_closed_unless_an_identity_layer_or_the_loud_opt_in_is_configured() {
+    for (args, mode, problems) in [
+        ("{ }", "closed", json!([])),
+        (r#"{ forwardAuth = { authzUrl = "http://a"; }; }"#, "protected", json!([])),
+        (r#"{ nginxAuthConfig = "allow 10.0.0.0/8; deny all;"; }"#, "protected", json!([])),
+        (r#"{ forwardAuth = { authzUrl = "http://a"; }; nginxAuthConfig = "deny all;"; }"#, "protected", json!([])),
+        ("{ openWithoutAuthentication = true; }", "open", json!([])),
+        (
+            r#"{ forwardAuth = { authzUrl = "http://a"; }; openWithoutAuthentication = true; }"#,
+            "protected",
+            json!(["ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one"]),
+        ),
     ] {
-        assert!(module.contains(use_of_lib), "nixos-module/default.nix no longer uses {use_of_lib:?}");
+        let access = eval(&format!("lib.uiAccess {args}"));
+        assert_eq!(access, json!({"mode": mode, "problems": problems}), "{args}");
     }
-    // The paths the module writes /etc files to are lib.paths (relative to /etc).
-    let paths = eval("lib.paths");
-    for key in ["deployEnv", "deployKeys", "deploymentAttributes", "bootstrapConfig"] {
-        let path = paths[key].as_str().unwrap();
-        let relative = path.strip_prefix("/etc/").unwrap();
-        assert!(module.contains(&format!("\"{relative}\"")), "{relative}");
+}
+
+fn ui_locations(args: &str) -> Value {
+    eval(&format!(r#"lib.uiLocations ({{ upstream = "http://127.0.0.1:8001"; }} // {args})"#))
+}
+
+#[test]
+fn a_closed_ui_answers_403_and_never_adds_the_token() {
+    let closed = ui_locations("{ }");
+    assert_eq!(closed, json!({"/": {"return": "403"}}));
+    assert!(!closed.to_string().contains("include"), "{closed}");
+    // The control: the open UI (VM tests, laptops) does include the token.
+    let open = ui_locations("{ openWithoutAuthentication = true; }");
+    assert_eq!(
+        open,
+        json!({"/": {"proxyPass": "http://127.0.0.1:8001", "proxyWebsockets": true, "extraConfig": "include /run/windmill-ui-auth/*.conf;"}})
+    );
+}
+
+#[test]
+fn the_forward_auth_asks_the_portal_before_the_token_is_added_and_the_portal_never_sees_it() {
+    let ui = ui_locations(r#"{ forwardAuth = { authzUrl = "http://127.0.0.1:9091/api/authz/auth-request"; enable = true; policy = "one_factor"; }; uiAuthFile = "/run/ui/token.conf"; }"#);
+    let root = &ui["/"];
+    assert_eq!(root["proxyPass"], "http://127.0.0.1:8001");
+    // Websocket upgrades are requests of `/` too: they pass the same auth first.
+    assert_eq!(root["proxyWebsockets"], true);
+    let lines: Vec<&str> = root["extraConfig"].as_str().unwrap().lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "auth_request /internal/fediversity-windmill/authz;",
+            "auth_request_set $fediversity_windmill_signin $upstream_http_location;",
+            "error_page 401 =302 $fediversity_windmill_signin;",
+            "include /run/ui/*.conf;",
+        ]
+    );
+    let subrequest = ui["= /internal/fediversity-windmill/authz"]["extraConfig"].as_str().unwrap();
+    let sublines: Vec<&str> = subrequest.lines().collect();
+    assert_eq!(sublines[0], "internal;");
+    assert_eq!(sublines[1], "proxy_pass http://127.0.0.1:9091/api/authz/auth-request;");
+    for header in ["X-Original-URL $scheme://$http_host$request_uri;", "X-Original-Method $request_method;", "X-Forwarded-For $remote_addr;", "Content-Length \"\";"] {
+        assert!(sublines.contains(&format!("proxy_set_header {header}").as_str()), "{header}: {subrequest}");
     }
+    assert!(sublines.contains(&"proxy_pass_request_body off;"));
+    assert!(!subrequest.contains("include"), "the portal would get the token: {subrequest}");
+    assert_eq!(ui.as_object().unwrap().len(), 2);
+
+    // A sign-in page of our own, and another layer's lines after the forward auth's.
+    let ui = ui_locations(r#"{ forwardAuth = { authzUrl = "http://a"; signInUrl = "https://auth.example.org/"; }; nginxAuthConfig = "allow 10.0.0.0/8;\ndeny all;"; }"#);
+    let lines: Vec<&str> = ui["/"]["extraConfig"].as_str().unwrap().lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "auth_request /internal/fediversity-windmill/authz;",
+            "error_page 401 =302 https://auth.example.org/?rd=$scheme://$http_host$request_uri;",
+            "allow 10.0.0.0/8;",
+            "deny all;",
+            "include /run/windmill-ui-auth/*.conf;",
+        ]
+    );
+    // The raw hook alone: no subrequest location.
+    let ui = ui_locations(r#"{ nginxAuthConfig = "auth_request /oauth2/auth;"; }"#);
+    assert_eq!(ui.as_object().unwrap().keys().collect::<Vec<_>>(), vec!["/"]);
+    assert_eq!(ui["/"]["extraConfig"], "auth_request /oauth2/auth;\ninclude /run/windmill-ui-auth/*.conf;");
+}
+
+#[test]
+fn the_portals_rule_is_the_seeds_policy_and_group() {
+    assert_eq!(
+        eval(r#"lib.autheliaAccessControlRule { uiDomain = "jobs.example.org"; }"#),
+        json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:fediversity-admins"]})
+    );
+    assert_eq!(
+        eval(r#"lib.autheliaAccessControlRule { uiDomain = "j"; policy = "two_factor"; allowedGroups = [ "a" "b" ]; }"#),
+        json!({"domain": ["j"], "policy": "two_factor", "subject": ["group:a", "group:b"]})
+    );
+}
+
+#[test]
+fn both_names_get_tls_the_nixos_way() {
+    assert_eq!(eval("lib.tlsSettings { }"), json!({"forceSSL": true, "enableACME": true}));
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "example.org"; }"#), json!({"forceSSL": true, "useACMEHost": "example.org"}));
+    assert_eq!(
+        eval(r#"lib.tlsSettings { certificate = "/run/keys/c.pem"; certificateKey = "/run/keys/k.pem"; }"#),
+        json!({"forceSSL": true, "sslCertificate": "/run/keys/c.pem", "sslCertificateKey": "/run/keys/k.pem"})
+    );
+    assert_eq!(eval("lib.tlsSettings { enable = false; }"), json!({}));
+    assert_eq!(eval("lib.tlsProblems { }"), json!([]));
+    assert_eq!(
+        eval(r#"lib.tlsProblems { certificate = "/c"; }"#),
+        json!(["tls.certificate and tls.certificateKey go together: set both or neither"])
+    );
+    assert_eq!(
+        eval(r#"lib.tlsProblems { certificate = "/c"; certificateKey = "/k"; useACMEHost = "e"; }"#),
+        json!(["tls.certificate and tls.useACMEHost are two sources of one certificate: set one"])
+    );
+    assert_eq!(
+        eval(r#"lib.tlsProblems { enable = false; useACMEHost = "e"; }"#),
+        json!(["tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)"])
+    );
+}
+
+#[test]
+fn nginx_serves_only_the_api_on_the_domain_which_is_the_default_server() {
+    let hosts = eval(
+        r#"lib.virtualHosts { domain = "windmill.example.org"; uiDomain = "jobs.example.org"; ui = { "/".return = "403"; }; tls = lib.tlsSettings { }; }"#,
+    );
+    assert_eq!(hosts.as_object().unwrap().len(), 2);
+    assert_eq!(
+        hosts["windmill.example.org"],
+        json!({"default": true, "forceSSL": true, "enableACME": true, "locations": {"/": {"return": "404"}, "/api/": {"proxyPass": "http://127.0.0.1:8001"}}})
+    );
+    // The UI is never the default server: nginx picks it only for its own name.
+    assert_eq!(hosts["jobs.example.org"], json!({"forceSSL": true, "enableACME": true, "locations": {"/": {"return": "403"}}}));
+
+    let hosts = eval(r#"lib.virtualHosts { domain = "a.example"; uiDomain = "jobs.example"; port = 9001; ui = { }; }"#);
+    assert_eq!(hosts["a.example"]["locations"]["/api/"]["proxyPass"], "http://127.0.0.1:9001");
+    assert_eq!(eval("lib.upstream 9001"), "http://127.0.0.1:9001");
+
+    let error = eval_error(r#"lib.virtualHosts { domain = "same.example"; uiDomain = "same.example"; ui = { }; }"#);
+    assert!(error.contains("domain and uiDomain must differ"), "{error}");
+}
+
+// ---- the module itself (default.nix), through tests/nix/module-harness.nix --------------------
+
+/// What nixpkgs' services.windmill (nixos/modules/services/web-apps/windmill.nix) defines for
+/// its three units, at normal priority: the module's definitions must merge with these, and
+/// win where they differ (ExecStart), as they would on a node.
+const NIXPKGS_WINDMILL: &str = r#"{
+  systemd.services = let
+    sc = { DynamicUser = true; User = "windmill"; ExecStart = "/nix/store/00000000000000000000000000000000-windmill-nixpkgs/bin/windmill"; Restart = "always"; };
+  in {
+    windmill-server = { description = "Windmill server"; after = [ "network.target" ]; serviceConfig = sc // { StateDirectory = "windmill"; }; environment = { PORT = "8001"; MODE = "server"; RUST_LOG = "info"; }; };
+    windmill-worker = { description = "Windmill worker"; after = [ "network.target" ]; serviceConfig = sc // { StateDirectory = "windmill-worker"; }; environment = { MODE = "worker"; WORKER_GROUP = "default"; KEEP_JOB_DIR = "false"; }; };
+    windmill-worker-native = { description = "Windmill worker native"; after = [ "network.target" ]; serviceConfig = sc // { StateDirectory = "windmill-worker-native"; }; environment = { MODE = "worker"; WORKER_GROUP = "native"; }; };
+  };
+}"#;
+
+/// A node's settings: what a minimal configuration sets.
+const NODE: &str = r#"{
+  domain = "windmill.example.org";
+  deployEnv = { DEPLOYMENT_ROOT = "/nix/store/00000000000000000000000000000000-deployments"; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; };
+  deployKeys.MESSAGE.description = "A message";
+  deploymentAttributes = [ "demo" ];
+  deploySecrets.TF_VAR_hcloud_token = "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}";
+  bootstrap = {
+    windmill = { adminPasswordFile = "/run/fediversity-windmill/admin-password"; databaseUrlFile = "/run/keys/windmill-database-url"; };
+    openbao = { addr = "http://127.0.0.1:8200"; path = "fediversity/secret/windmill/apiToken"; };
+  };
+}"#;
+
+fn module_expr(patch: &str, also: &str, select: &str) -> String {
+    format!(
+        r#"let
+             h = import {harness} {{ settings = ({patch}) {NODE}; alsoDefined = [ {NIXPKGS_WINDMILL} ] ++ {also}; }};
+           in ({select}) h"#,
+        harness = nix_string(repo().join("tests/nix/module-harness.nix")),
+    )
+}
+
+/// `select` (a Nix function of the harness's result) of the module evaluated for NODE patched
+/// by `patch` (a Nix function of the settings).
+fn module(patch: &str, select: &str) -> Value {
+    let out = nix_instantiate(&module_expr(patch, "[ ]", select));
+    assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn module_error(patch: &str, also: &str, select: &str) -> String {
+    let out = nix_instantiate(&module_expr(patch, also, select));
+    assert!(!out.status.success(), "{patch} evaluated to {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assertions(patch: &str) -> Vec<String> {
+    strings(&module(patch, "h: map (a: a.message) h.config.assertions"))
+}
+
+#[test]
+fn a_minimal_node_evaluates_with_every_option_typed_and_described() {
+    let result = module("s: s", "h: { inherit (h) typeErrors unknownSettings options; inherit (h.config) assertions warnings; }");
+    assert_eq!(result["typeErrors"], json!([]));
+    assert_eq!(result["unknownSettings"], json!([]));
+    assert_eq!(result["assertions"], json!([]));
+    let options = result["options"].as_object().unwrap();
+    assert!(options.len() > 60, "{}", options.len());
+    for (name, doc) in options {
+        assert_eq!(doc["hasDescription"], true, "{name} has no description");
+    }
+    for read_only in ["openbaoAgentTemplates", "ui.forwardAuth.accessControlRule"] {
+        assert_eq!(options[read_only]["readOnly"], true, "{read_only}");
+    }
+    // The UI is closed, and evaluation says so.
+    assert_eq!(
+        result["warnings"],
+        json!(["services.fediversity-windmill: the admin UI on jobs.example.org answers 403 to every\nrequest: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).\n"])
+    );
+    // The harness's own checks are not vacuous: a setting of the wrong type and an unknown one.
+    let result = module("s: s // { drainTimeout = \"5\"; drianTimeout = 5; }", "h: { inherit (h) typeErrors unknownSettings; }");
+    assert_eq!(result, json!({"typeErrors": ["drainTimeout: not a positive int"], "unknownSettings": ["drianTimeout"]}));
+    // The old name of the raw hook still works.
+    let imports = module("s: s", "h: h.imports");
+    assert_eq!(
+        imports,
+        json!([{"_type": "renamed", "from": ["services", "fediversity-windmill", "uiForwardAuth"], "to": ["services", "fediversity-windmill", "ui", "nginxAuthConfig"]}])
+    );
+}
+
+#[test]
+fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
+    let units = module("s: s", "h: h.config.systemd.services");
+    let trimmed = "/nix/store/00000000000000000000000000000000-windmill/bin/windmill";
+    for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"] {
+        assert_eq!(units[unit]["serviceConfig"]["ExecStart"], trimmed, "{unit}");
+        assert_eq!(units[unit]["serviceConfig"]["Restart"], "always", "{unit}");
+        assert_eq!(units[unit]["after"], json!(["openbao-agent-default.service", "network.target"]), "{unit}");
+    }
+    assert_eq!(units["windmill-worker"]["environment"]["WORKER_GROUP"], "default");
+    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_STATE_DIR"], jobenv_const("DEFAULT_STATE_DIR"));
+    // The control: a definition that differs at the same priority is a conflict here, as in
+    // NixOS (so the ExecStart above won by mkForce, not by the harness being lenient).
+    let error = module_error(
+        "s: s",
+        r#"[ { systemd.services.windmill-worker.serviceConfig.KillMode = "control-group"; } ]"#,
+        "h: h.config.systemd.services.windmill-worker.serviceConfig",
+    );
+    assert!(error.contains("conflicting definitions of config.systemd.services.windmill-worker.serviceConfig.KillMode"), "{error}");
+}
+
+#[test]
+fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
+    let worker = module(r#"s: s // { credentials.tfToken = "{{ .t }}"; drainTimeout = 90; }"#, "h: h.config.systemd.services.windmill-worker");
+    let service = &worker["serviceConfig"];
+    let pre = strings(&service["ExecStartPre"]);
+    assert_eq!(pre.len(), 2);
+    assert!(pre[0].ends_with("-fediversity-windmill-wait-for-secrets"), "{pre:?}");
+    let jobenv = "/nix/store/00000000000000000000000000000000-callPackage-package.nix/bin/fediversity-jobenv";
+    let state_dir = jobenv_const("DEFAULT_STATE_DIR");
+    assert_eq!(pre[1], format!("-{jobenv} recover --state-dir {state_dir}"));
+    assert_eq!(
+        service["ExecStop"],
+        json!([
+            "-/nix/store/00000000000000000000000000000000-coreutils/bin/kill -s TERM $MAINPID",
+            format!("{jobenv} drain --state-dir {state_dir} --wait 90")
+        ])
+    );
+    assert_eq!(service["TimeoutStopSec"], format!("{}s", 90 + jobenv_grace() + 30));
+    assert_eq!(service["KillMode"], "mixed");
+    assert_eq!(worker["wants"], json!(["openbao-agent-default.service"]));
+    assert_eq!(worker["environment"]["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env");
+    assert_eq!(
+        worker["environment"]["WHITELIST_ENVS"],
+        "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
+    );
+    let path = strings(&worker["path"]);
+    assert!(path.iter().any(|p| p.ends_with("-nix")) && path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
+
+    // Nothing declared to render: nothing to wait for, and no secrets env file.
+    let worker = module("s: s // { deploySecrets = { }; }", "h: h.config.systemd.services.windmill-worker");
+    assert_eq!(worker["serviceConfig"]["ExecStartPre"], json!([format!("-{jobenv} recover --state-dir {state_dir}")]));
+    assert!(worker["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
+    assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+}
+
+#[test]
+fn the_module_renders_the_node_files_and_the_agents_templates() {
+    let result = module(
+        r#"s: s // { credentials = { tfToken = "{{ .t }}"; incusStoreSshKey = "{{ .k }}"; }; }"#,
+        r#"h: { etc = builtins.mapAttrs (n: v: v.source.text) h.config.environment.etc; templates = h.cfg.openbaoAgentTemplates; rules = h.config.systemd.tmpfiles.rules; }"#,
+    );
+    let etc = &result["etc"];
+    let file = |name: &str| -> Value { serde_json::from_str(etc[name].as_str().unwrap_or_else(|| panic!("{name}: {etc}"))).unwrap() };
+    assert_eq!(file("fediversity-windmill/required-secrets.json"), json!(["TF_VAR_hcloud_token", "TF_VAR_token"]));
+    assert_eq!(
+        file("fediversity-windmill/deploy-env.json"),
+        json!({
+            "DEPLOYMENT_ROOT": "/nix/store/00000000000000000000000000000000-deployments",
+            "DEPLOYMENT_NIXPKGS": "/nix/store/00000000000000000000000000000000-source",
+            "STATE_BASE_ADDRESS": "https://state.example.org/tofu"
+        })
+    );
+    assert_eq!(file("fediversity-windmill/deploy-keys.json")["MESSAGE"], json!({"description": "A message"}));
+    assert_eq!(file("fediversity-windmill/deployment-attributes.json"), json!(["demo"]));
+    assert_eq!(file("fediversity-windmill/bootstrap.json")["settings"], json!({"instance_python_version": "3.12"}));
+    let destinations: Vec<&str> = result["templates"].as_array().unwrap().iter().map(|t| t["destination"].as_str().unwrap()).collect();
+    assert_eq!(
+        destinations,
+        vec!["/run/fediversity-windmill/deploy-secrets/TF_VAR_hcloud_token", "/run/incus-deploy/incus-store-ssh.key", "/run/incus-deploy/tf-token.env"]
+    );
+    for template in result["templates"].as_array().unwrap() {
+        assert_eq!((template["perms"].as_str(), template["group"].as_str()), (Some("0440"), Some("windmill")), "{template}");
+    }
+    assert!(strings(&result["rules"]).contains(&"d /run/incus-deploy 0750 root windmill - -".to_owned()));
+}
+
+#[test]
+fn deployment_nixpkgs_defaults_to_the_nodes_nixpkgs_and_the_operators_value_wins() {
+    let result = module("s: s", "h: { env = h.cfg.deployEnv; registry = h.config.nix.registry; }");
+    assert_eq!(result["env"]["DEPLOYMENT_NIXPKGS"], "/nix/store/00000000000000000000000000000000-source");
+    assert_eq!(result["registry"], json!({"nixpkgs": {"to": {"type": "path", "path": "/nix/store/00000000000000000000000000000000-source"}}}));
+    let result = module(
+        r#"s: s // { deployEnv = s.deployEnv // { DEPLOYMENT_NIXPKGS = "/nix/store/11111111111111111111111111111111-nixpkgs"; }; }"#,
+        "h: { env = h.cfg.deployEnv; registry = h.config.nix.registry; }",
+    );
+    assert_eq!(result["env"]["DEPLOYMENT_NIXPKGS"], "/nix/store/11111111111111111111111111111111-nixpkgs");
+    assert_eq!(result["registry"]["nixpkgs"]["to"]["path"], "/nix/store/11111111111111111111111111111111-nixpkgs");
+}
+
+#[test]
+fn the_default_windmill_is_nixpkgs_cut_down_to_python_and_bash() {
+    let result = module("s: s", "h: { features = h.cfg.windmillPackage.cargoBuildFeatures; overrides = h.cfg.windmillPackage.overrides; }");
+    assert_eq!(result["features"], json!(["default", "jemalloc", "python", "smtp", "sqlx", "static_frontend"]));
+    let overrides = result["overrides"].as_object().unwrap();
+    assert_eq!(overrides.keys().collect::<Vec<_>>(), vec!["bun", "cargo", "deno", "dotnet-sdk_9", "go", "php", "powershell"]);
+    for (name, stub) in overrides {
+        assert_eq!(stub, "/nix/store/00000000000000000000000000000000-windmill-without-other-toolchains", "{name}");
+    }
+    // Another package is taken as it is.
+    let exec = module(
+        r#"s: s // { windmillPackage = { type = "derivation"; outPath = "/nix/store/22222222222222222222222222222222-windmill"; }; }"#,
+        "h: h.config.systemd.services.windmill-worker-native.serviceConfig.ExecStart",
+    );
+    assert_eq!(exec, "/nix/store/22222222222222222222222222222222-windmill/bin/windmill");
+}
+
+#[test]
+fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_layer() {
+    let hosts = module("s: s", "h: h.config.services.nginx.virtualHosts");
+    assert_eq!(hosts["jobs.example.org"]["locations"], json!({"/": {"return": "403"}}));
+    assert_eq!(hosts["windmill.example.org"]["default"], true);
+    assert!(hosts["jobs.example.org"].get("default").is_none());
+    for host in ["windmill.example.org", "jobs.example.org"] {
+        assert_eq!((hosts[host]["forceSSL"].as_bool(), hosts[host]["enableACME"].as_bool()), (Some(true), Some(true)), "{host}");
+    }
+
+    let result = module(
+        r#"s: s // { ui.forwardAuth = { enable = true; allowedGroups = [ "ops" ]; }; tls = { useACMEHost = "example.org"; }; }"#,
+        "h: { hosts = h.config.services.nginx.virtualHosts; rule = h.cfg.ui.forwardAuth.accessControlRule; warnings = h.config.warnings; }",
+    );
+    let ui = &result["hosts"]["jobs.example.org"];
+    assert!(ui["locations"]["/"]["extraConfig"].as_str().unwrap().starts_with("auth_request /internal/fediversity-windmill/authz;"));
+    assert!(ui["locations"]["= /internal/fediversity-windmill/authz"]["extraConfig"].as_str().unwrap().contains("proxy_pass http://127.0.0.1:9091/api/authz/auth-request;"));
+    assert_eq!(ui["useACMEHost"], "example.org");
+    assert!(ui.get("enableACME").is_none());
+    assert_eq!(result["rule"], json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:ops"]}));
+    assert_eq!(result["warnings"], json!([]));
+
+    let result = module("s: s // { ui.dangerouslyServeWithoutAuthentication = true; tls.enable = false; }", "h: { hosts = h.config.services.nginx.virtualHosts; warnings = h.config.warnings; }");
+    assert_eq!(result["hosts"]["jobs.example.org"]["locations"]["/"]["extraConfig"], "include /run/windmill-ui-auth/*.conf;");
+    assert!(result["hosts"]["jobs.example.org"].get("forceSSL").is_none());
+    assert!(result["warnings"][0].as_str().unwrap().contains("gives every visitor the Windmill superadmin's token"));
+}
+
+#[test]
+fn smtp_reaches_windmill_server_with_its_password_never_in_the_configuration() {
+    let server = module(
+        r#"s: s // { smtp = { host = "smtp.example.org"; username = "wm"; passwordFile = "/run/keys/smtp-password"; }; }"#,
+        "h: h.config.systemd.services.windmill-server",
+    );
+    assert!(server["serviceConfig"]["ExecStart"].as_str().unwrap().ends_with("-windmill-with-smtp-password"), "{server}");
+    assert_eq!(server["serviceConfig"]["LoadCredential"], json!(["smtp-password:/run/keys/smtp-password"]));
+    let env = &server["environment"];
+    assert_eq!(env["SMTP_HOST"], "smtp.example.org");
+    assert_eq!(env["SMTP_FROM"], "noreply@windmill.example.org");
+    assert_eq!(env["SMTP_USERNAME"], "wm");
+    assert_eq!(env["SMTP_TLS_IMPLICIT"], "false");
+    assert_eq!(env["MODE"], "server");
+    let all = module(r#"s: s // { smtp = { host = "h"; passwordFile = "/run/keys/smtp-password"; }; }"#, "h: h.config").to_string();
+    assert!(!all.contains("SMTP_PASSWORD"), "the password is set by the launcher only");
+    assert_eq!(
+        assertions(r#"s: s // { smtp.passwordFile = "/run/keys/p"; }"#),
+        vec!["services.fediversity-windmill: smtp.passwordFile is set but smtp.host is not"]
+    );
+}
+
+#[test]
+fn the_module_can_run_the_agent_itself() {
+    let result = module(
+        r#"s: s // { openbaoAgent = { enable = true; settings = { vault.address = "http://127.0.0.1:8200"; }; }; }"#,
+        r#"h: { unit = h.config.systemd.services.openbao-agent-default; text = builtins.fromJSON (builtins.head h.config.systemd.services.openbao-agent-default.restartTriggers).text; }"#,
+    );
+    let exec = result["unit"]["serviceConfig"]["ExecStart"].as_str().unwrap();
+    assert!(exec.starts_with("/nix/store/00000000000000000000000000000000-openbao/bin/bao agent -config=/nix/store/"), "{exec}");
+    assert!(exec.ends_with("-openbao-agent-default.json"), "{exec}");
+    assert_eq!(result["text"]["vault"], json!({"address": "http://127.0.0.1:8200"}));
+    assert_eq!(result["text"]["template"][0]["destination"], "/run/fediversity-windmill/deploy-secrets/TF_VAR_hcloud_token");
+    // Not enabled: no such unit (the hosting provider's runs).
+    assert_eq!(module("s: s", "h: h.config.systemd.services ? openbao-agent-default"), json!(false));
+    assert_eq!(
+        assertions(r#"s: s // { openbaoAgent = { enable = true; unit = "vault-agent-default.service"; }; }"#),
+        vec!["services.fediversity-windmill: openbaoAgent.enable runs the agent as openbao-agent-default.service; openbaoAgent.unit must name it"]
+    );
+}
+
+#[test]
+fn what_jobenv_or_the_bootstrap_would_refuse_fails_the_modules_evaluation() {
+    assert_eq!(
+        assertions(r#"s: s // { deployEnv = s.deployEnv // { PATH = "/bin"; }; deploySecrets = { NAMESPACE = "x"; }; deployKeys = { SYSTEM.description = "s"; }; }"#),
+        vec![
+            "services.fediversity-windmill: deployEnv.PATH: PATH is a reserved name (it steers the loader, a shell, an interpreter, git, ssh, Nix or OpenTofu) and is neither declared in deployKeys nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
+            "services.fediversity-windmill: deploySecrets.NAMESPACE: NAMESPACE is a control key only a job payload may set",
+            "services.fediversity-windmill: deployKeys.SYSTEM: SYSTEM is a control key jobenv consumes and never passes to the program; a keys file that declares it is refused",
+        ]
+    );
+    // A key the operator declares may be set by the node.
+    assert_eq!(assertions(r#"s: s // { deployEnv = s.deployEnv // { MESSAGE = "hi"; }; }"#), Vec::<String>::new());
+    assert_eq!(
+        assertions(r#"s: s // { bootstrap = s.bootstrap // { token.label = "session"; }; tls.certificate = "/run/keys/c"; }"#),
+        vec![
+            "services.fediversity-windmill: bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither",
+        ]
+    );
+    assert_eq!(
+        assertions("s: s // { ui = { nginxAuthConfig = \"deny all;\"; dangerouslyServeWithoutAuthentication = true; }; }"),
+        vec!["services.fediversity-windmill: ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one"]
+    );
 }
 
 #[test]
 fn the_vm_tests_script_is_valid_python() {
     // The VM test needs nixpkgs to run; its Python test script can still be extracted (with
     // stand-ins for the node's store paths) and compiled here.
-    let test = repo().join("nixos-module/test.nix").display().to_string();
+    let test = nix_string(repo().join("nixos-module/test.nix"));
     let expr = format!(
-        r#"((import {} {{ lib = null; }}).testScript {{ nodes.machine.services.fediversity-windmill = {{ scriptsPackage = "/nix/store/s"; package = "/nix/store/p"; deployEnv.DEPLOYMENT_NIXPKGS = "/nix/store/n"; }}; }})"#,
-        Value::from(test)
+        r#"((import {test} {{ lib = null; }}).testScript {{ nodes.machine = {{
+             services.fediversity-windmill = {{ scriptsPackage = "/nix/store/s"; package = "/nix/store/p"; windmillPackage = "/nix/store/w"; deployEnv.DEPLOYMENT_NIXPKGS = "/nix/store/n"; tls.certificate = "/nix/store/c/cert.pem"; }};
+             system.build.toplevel = "/nix/store/t"; }}; }})"#
     );
-    let script = eval(&expr);
+    let out = nix_instantiate(&expr);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script: Value = serde_json::from_slice(&out.stdout).unwrap();
     let script = script.as_str().unwrap();
-    assert!(script.contains("with subtest(\"a deploy job runs the deployment program through jobenv\"):"));
+    for subtest in [
+        "nginx: TLS on both names, the API name serves /api/ only and is the default server",
+        "the admin UI is refused without auth and served through the forward auth",
+        "without an identity layer the admin UI answers 403 and never serves the token",
+        "a deploy job runs the deployment program through jobenv",
+        "a node without its secrets is not ready: jobs are refused, the worker does not start",
+        "SMTP reaches windmill-server, its password never through the store or the unit",
+        "tf-token.env reaches the deployment program",
+        "OpenTelemetry variables on the three Windmill units",
+        "a worker restart runs recover",
+        "a changed script is uploaded again after the bootstrap restarts",
+        "a stop during a running deploy drains it",
+    ] {
+        assert!(script.contains(&format!("with subtest(\"{subtest}\"):")), "{subtest}");
+    }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("test_script.py");
     std::fs::write(&file, script).unwrap();

@@ -1,7 +1,7 @@
 //! Every `.nix` file of the repository parses (`nix-instantiate --parse`, Debian's nix-bin):
-//! the flake, default.nix, the NixOS module and its VM test, the package expressions and the
-//! example. Evaluating most of them needs nixpkgs, which CI does not have; nix_module.rs
-//! evaluates the parts that do not.
+//! the flake, default.nix, the NixOS module and its VM test, the package expressions, the
+//! module's test harness and the example. Evaluating most of them needs nixpkgs, which CI does
+//! not have; nix_module.rs evaluates the module without it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,6 +49,7 @@ fn every_nix_file_parses() {
         "nixos-module/default.nix",
         "nixos-module/lib.nix",
         "nixos-module/test.nix",
+        "tests/nix/module-harness.nix",
         "examples/default.nix",
     ] {
         assert!(relative.iter().any(|r| r == expected), "{expected} not found in {relative:?}");

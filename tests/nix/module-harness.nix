@@ -1,0 +1,322 @@
+# Evaluates nixos-module/default.nix without nixpkgs: a small stand-in for the parts of
+# nixpkgs' `lib` the module uses (mkOption, the types it names, mkIf, mkMerge, mkDefault,
+# mkForce, ...), a stand-in `pkgs` whose packages are fake derivations, and a miniature of the
+# module system: every option of `services.fediversity-windmill` gets its value from the
+# definitions of `settings` and of the module's own `config` (priorities of mkDefault/mkForce,
+# mkIf conditions, attrsets merged, lists concatenated, conflicting scalars an error), else
+# from its default; the module's `config` is then resolved the same way. So every line of
+# default.nix is evaluated (`--strict`), every option value checked against its type, and the
+# result is the configuration the module hands to NixOS, as JSON. What this cannot see: how
+# nixpkgs' own modules (services.windmill, nginx, systemd) interpret it, which the VM test
+# checks; `alsoDefined` only reproduces definitions of theirs that the module must win over.
+{
+  # Values of `services.fediversity-windmill.*` (`enable` is set).
+  settings,
+  # `environment` of the bootstrap unit as the rest of the node sets it.
+  bootstrapEnvironment ? { },
+  # Definitions of other modules, merged with the module's config (e.g. what nixpkgs'
+  # services.windmill defines for its units): a conflict with them is an error here too.
+  alsoDefined ? [ ],
+  module ? ../../nixos-module/default.nix,
+}:
+let
+  inherit (builtins)
+    all
+    attrNames
+    concatLists
+    concatMap
+    elem
+    filter
+    foldl'
+    head
+    isAttrs
+    isBool
+    isFunction
+    isInt
+    isList
+    isString
+    length
+    listToAttrs
+    map
+    mapAttrs
+    match
+    tail
+    ;
+
+  # ---- definitions: mkIf / mkMerge / mkDefault / mkForce, and their merge ------------------
+
+  isDerivationLike = x: isAttrs x && x ? outPath;
+  isPlainAttrs = x: isAttrs x && !(x ? _type) && !(isDerivationLike x);
+  absent = {
+    _type = "absent";
+  };
+  isAbsent = v: isAttrs v && (v._type or null) == "absent";
+
+  # The definitions found at `path` inside the definition `def`.
+  defsAt =
+    path: def:
+    if isAttrs def && (def._type or null) == "if" then
+      let
+        inner = defsAt path def.content;
+      in
+      if inner == [ ] then
+        [ ]
+      else if def.condition then
+        inner
+      else
+        [ ]
+    else if isAttrs def && (def._type or null) == "merge" then
+      concatMap (defsAt path) def.contents
+    else if isAttrs def && (def._type or null) == "override" then
+      map (d: {
+        _type = "override";
+        inherit (def) priority;
+        content = d;
+      }) (defsAt path def.content)
+    else if path == [ ] then
+      [ def ]
+    else if isPlainAttrs def && def ? ${head path} then
+      defsAt (tail path) def.${head path}
+    else
+      [ ];
+
+  priorityOf = d: if isAttrs d && (d._type or null) == "override" then d.priority else 100;
+  unwrap = d: if isAttrs d && (d._type or null) == "override" then unwrap d.content else d;
+
+  # One value from a list of definitions (or `absent`), as the module system would merge them.
+  mergeDefs =
+    where: defs:
+    let
+      expanded = concatMap (defsAt [ ]) defs;
+      best = foldl' (m: d: if priorityOf d < m then priorityOf d else m) 1000000 expanded;
+      chosen = map unwrap (filter (d: priorityOf d == best) expanded);
+      keys = attrNames (listToAttrs (concatMap (d: map (name: {
+        inherit name;
+        value = null;
+      }) (attrNames d)) chosen));
+      merged = listToAttrs (
+        filter (kv: !isAbsent kv.value) (
+          map (k: {
+            name = k;
+            value = mergeDefs "${where}.${k}" (concatMap (d: if d ? ${k} then [ d.${k} ] else [ ]) chosen);
+          }) keys
+        )
+      );
+    in
+    if expanded == [ ] then
+      absent
+    else if all isPlainAttrs chosen then
+      merged
+    else if all isList chosen then
+      concatLists chosen
+    else if all (d: d == head chosen) chosen then
+      head chosen
+    else
+      throw "conflicting definitions of ${where}";
+
+  # ---- lib ----------------------------------------------------------------------------------
+
+  type = name: check: {
+    _type = "type";
+    inherit name check;
+  };
+  types = rec {
+    str = type "str" isString;
+    lines = type "lines" isString;
+    bool = type "bool" isBool;
+    anything = type "anything" (_: true);
+    package = type "package" isDerivationLike;
+    port = type "port" (x: isInt x && x >= 0 && x <= 65535);
+    ints = {
+      positive = type "positive int" (x: isInt x && x > 0);
+      unsigned = type "unsigned int" (x: isInt x && x >= 0);
+    };
+    strMatching = re: type "string matching ${re}" (x: isString x && match re x != null);
+    enum = values: type "one of ${toString values}" (x: elem x values);
+    nullOr = t: type "null or ${t.name}" (x: x == null || t.check x);
+    either = a: b: type "${a.name} or ${b.name}" (x: a.check x || b.check x);
+    listOf = t: type "list of ${t.name}" (x: isList x && all t.check x);
+    attrsOf = t: type "attrs of ${t.name}" (x: isAttrs x && all (v: t.check v) (builtins.attrValues x));
+    # Its options are not checked; the value must be an attrset.
+    submodule = _: type "submodule" isAttrs;
+  };
+
+  lib = {
+    inherit types;
+    mkOption = args: args // { _type = "option"; };
+    mkEnableOption = description: {
+      _type = "option";
+      type = types.bool;
+      default = false;
+      inherit description;
+    };
+    literalExpression = text: {
+      _type = "literalExpression";
+      inherit text;
+    };
+    mkIf = condition: content: {
+      _type = "if";
+      inherit condition content;
+    };
+    mkMerge = contents: {
+      _type = "merge";
+      inherit contents;
+    };
+    mkDefault = content: {
+      _type = "override";
+      priority = 1000;
+      inherit content;
+    };
+    mkForce = content: {
+      _type = "override";
+      priority = 50;
+      inherit content;
+    };
+    optional = cond: x: if cond then [ x ] else [ ];
+    functionArgs = f: f.__functionArgs or (builtins.functionArgs f);
+    mkRenamedOptionModule = from: to: {
+      _type = "renamed";
+      inherit from to;
+    };
+  };
+
+  # ---- pkgs ---------------------------------------------------------------------------------
+
+  drv = name: {
+    type = "derivation";
+    inherit name;
+    outPath = "/nix/store/00000000000000000000000000000000-${name}";
+  };
+  # nixpkgs' Windmill (1.601.1): its function's arguments and its build features.
+  windmillFeatures = [ "agent_worker_server" "cloud" "csharp" "default" "deno_core" "dind" "embedding" "flow_testing" "gcp_trigger" "http_trigger" "jemalloc" "kafka" "license" "loki" "mcp" "mqtt_trigger" "nats" "oauth2" "openidconnect" "parquet" "php" "postgres_trigger" "python" "scoped_cache" "smtp" "sqlx" "sqs_trigger" "static_frontend" "websocket" "zip" ];
+  windmillArgs = listToAttrs (map (name: {
+    inherit name;
+    value = false;
+  }) [ "lib" "stdenv" "fetchFromGitHub" "bash" "buildNpmPackage" "bun" "cargo" "coreutils" "deno" "dotnet-sdk_9" "flock" "go" "nsjail" "php" "powershell" "procps" "python312" "rustPlatform" "uv" "withEnterpriseFeatures" ]);
+  windmillWith =
+    overrides:
+    drv "windmill"
+    // {
+      inherit overrides;
+      cargoBuildFeatures = windmillFeatures;
+      override = {
+        __functionArgs = windmillArgs;
+        __functor = _: args: windmillWith (overrides // args);
+      };
+      overrideAttrs =
+        f:
+        let
+          old = windmillWith overrides;
+        in
+        old // f old;
+    };
+  pkgs = {
+    path = "/nix/store/00000000000000000000000000000000-source";
+    runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
+    writeText = name: text: drv name // { inherit text; };
+    writeShellScript = name: text: drv name // { inherit text; };
+    runCommand = name: env: script: drv name // { inherit script; };
+    callPackage = path: args: drv "callPackage-${baseNameOf path}";
+    formats.json = _: {
+      type = types.anything;
+    };
+    windmill = windmillWith { };
+    python312 = drv "python3" // {
+      version = "3.12.11";
+    };
+    coreutils = drv "coreutils";
+    openssh = drv "openssh";
+    git = drv "git";
+    bash = drv "bash";
+    openbao = drv "openbao";
+  };
+
+  # ---- the module, and the options' values ------------------------------------------------
+
+  config = {
+    services.fediversity-windmill = cfg;
+    services.windmill = {
+      database.user = "windmill";
+      serverPort = 8001;
+    };
+    services.nginx.group = "nginx";
+    systemd.package = drv "systemd";
+    nix.package = drv "nix";
+    systemd.services.fediversity-windmill-bootstrap = {
+      environment = bootstrapEnvironment;
+      serviceConfig = { };
+    };
+  };
+  evaluated = import module { inherit config lib pkgs; };
+  prefix = [
+    "services"
+    "fediversity-windmill"
+  ];
+  user = settings // {
+    enable = true;
+  };
+
+  isOption = x: isAttrs x && (x._type or null) == "option";
+  # The value of every option below `options` (at `path`): the definitions of the settings and
+  # of the module's config, else the default.
+  valuesOf =
+    path: options: given:
+    if isOption options then
+      let
+        defs = (if isAbsent given then [ ] else [ given ]) ++ defsAt (prefix ++ path) evaluated.config;
+        value = mergeDefs (builtins.concatStringsSep "." path) defs;
+      in
+      if !isAbsent value then
+        value
+      else if options ? default then
+        options.default
+      else
+        throw "services.fediversity-windmill.${builtins.concatStringsSep "." path} has no value and no default"
+    else
+      mapAttrs (name: o: valuesOf (path ++ [ name ]) o (if isAttrs given && given ? ${name} then given.${name} else absent)) options;
+  cfg = valuesOf [ ] evaluated.options.services.fediversity-windmill user;
+
+  unknownSettings =
+    path: options: given:
+    if isOption options then
+      [ ]
+    else
+      concatMap (
+        name:
+        if options ? ${name} then
+          unknownSettings (path ++ [ name ]) options.${name} given.${name}
+        else
+          [ (builtins.concatStringsSep "." (path ++ [ name ])) ]
+      ) (attrNames given);
+
+  typeErrors =
+    path: options: value:
+    if isOption options then
+      if options.type.check value then [ ] else [ "${builtins.concatStringsSep "." path}: not a ${options.type.name}" ]
+    else
+      concatMap (name: typeErrors (path ++ [ name ]) options.${name} value.${name}) (attrNames options);
+
+  optionDocs =
+    path: options:
+    if isOption options then
+      [
+        {
+          name = builtins.concatStringsSep "." path;
+          value = {
+            hasDescription = (options.description or "") != "";
+            hasDefault = options ? default;
+            readOnly = options.readOnly or false;
+          };
+        }
+      ]
+    else
+      concatMap (name: optionDocs (path ++ [ name ]) options.${name}) (attrNames options);
+in
+{
+  inherit cfg;
+  config = mergeDefs "config" ([ evaluated.config ] ++ alsoDefined);
+  imports = evaluated.imports;
+  unknownSettings = unknownSettings [ ] evaluated.options.services.fediversity-windmill user;
+  typeErrors = typeErrors [ ] evaluated.options.services.fediversity-windmill cfg;
+  options = listToAttrs (optionDocs [ ] evaluated.options.services.fediversity-windmill);
+}
