@@ -31,6 +31,10 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Print journal entries as JSON: one job's, or all of them.
     Status(StatusArgs),
+    /// For a node that stops: let running journaled jobs finish for up to --wait, then stop
+    /// each through its own jobenv (grace, then SIGKILL of its tree), recorded as interrupted;
+    /// print them as JSON. Exit 0 when none is left running.
+    Drain(DrainArgs),
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/fediversity-jobenv";
@@ -59,9 +63,18 @@ impl StateArgs {
 pub struct RecoverArgs {
     #[command(flatten)]
     pub state: StateArgs,
-    /// Delete entries that finished more than this many days ago [JOBENV_RETAIN_DAYS]
-    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30")]
+    /// Delete entries that finished more than this many days ago, at least 1 [JOBENV_RETAIN_DAYS]
+    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// How long running jobs may go on before they are stopped [JOBENV_DRAIN_WAIT]
+    #[arg(long, value_name = "SECONDS", env = "JOBENV_DRAIN_WAIT", default_value = "300", value_parser = parse_seconds)]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -92,6 +105,10 @@ pub struct NodeArgs {
     /// The nix-shell to run: a name looked up in PATH, or a path [JOBENV_NIX_SHELL]
     #[arg(long, value_name = "PATH", env = "JOBENV_NIX_SHELL", default_value = "nix-shell")]
     pub nix_shell: String,
+    /// JSON array of the secret names the node must provide; a job finds one missing: exit 75,
+    /// the node is not ready [JOBENV_REQUIRED_SECRETS]
+    #[arg(long, value_name = "FILE", env = "JOBENV_REQUIRED_SECRETS")]
+    pub required_secrets: Option<PathBuf>,
 }
 
 impl NodeArgs {
@@ -146,8 +163,9 @@ pub struct RunArgs {
     /// How long to wait for another job of the same namespace to finish; 0 fails at once [JOBENV_LOCK_TIMEOUT]
     #[arg(long, value_name = "SECONDS", env = "JOBENV_LOCK_TIMEOUT", default_value = "0", value_parser = parse_seconds)]
     pub lock_timeout: Duration,
-    /// Delete journal entries that finished more than this many days ago [JOBENV_RETAIN_DAYS]
-    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30")]
+    /// Delete journal entries that finished more than this many days ago, at least 1 (a job id
+    /// must never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
+    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,
 }
 

@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 /// Exit code for jobenv's own configuration or input errors (nothing was started).
 pub const EXIT_REJECTED: i32 = 2;
+/// Exit code when the node is not ready for a job (a secret it declares is not rendered yet):
+/// nothing was started, and a retry later may succeed (sysexits' EX_TEMPFAIL).
+pub const EXIT_NOT_READY: i32 = 75;
 /// Exit code when the wall-clock limit (`--timeout`) ended the program.
 pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit code when jobenv itself failed after validation (like GNU timeout's 125).
@@ -29,6 +32,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
+            Error::Rejected(problems) if !problems.is_empty() && problems.iter().all(|p| matches!(p, Problem::NodeNotReady(_))) => EXIT_NOT_READY,
             Error::Rejected(_) => EXIT_REJECTED,
             _ => EXIT_INTERNAL,
         }
@@ -144,6 +148,10 @@ pub enum Problem {
     InvalidJobId(String),
     #[error("the journal in {} cannot be used: {source}", path.display())]
     Journal { path: PathBuf, source: io::Error },
+    #[error("job {job_id} was already run for {recorded}; this run asks for {asked}: a job id names one request")]
+    AnotherRequest { job_id: String, recorded: String, asked: String },
+    #[error("node not ready: {0}")]
+    NodeNotReady(String),
     #[error("job {job_id} is already running ({holder})")]
     JobRunning { job_id: String, holder: String },
     #[error("namespace {namespace} is locked by another deploy: {holder}")]

@@ -5,18 +5,23 @@
 //! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on; one that comes before the
 //!    program starts ends the job as `canceled` without starting it.
 //! 2. **journal**: the state directory, and the job id (a file name).
-//! 3. **job lock**: one run per job id at a time.
-//! 4. **decision**: a job that already ended is replayed; one running under a live jobenv is
+//! 3. **job lock**: one run per job id at a time. An attempt that is stopping because its worker
+//!    died (Windmill re-runs such a job with the same id) is waited for, up to its grace.
+//! 4. **decision**: a job id names one request (another verb, attribute or namespace is
+//!    refused); a job that already ended is replayed; one running under a live jobenv is
 //!    refused; anything else runs as the next attempt.
 //! 5. **inputs and plan**: read, check and merge every input ([`crate::input`],
 //!    [`crate::plan`]); from here front-ends see the job (`preparing`).
-//! 6. **namespace lock**: one deploy per namespace.
+//! 6. **namespace lock**: one deploy per namespace, held by the program tree too.
 //! 7. **running entry** in the journal.
 //! 8. **program**: run and supervise it ([`crate::run`]).
 //! 9. **terminal entry** in the journal, and pruning.
 //! 10. **report**: `result.json` for Windmill, then the final progress event.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+use nix::unistd::Pid;
 
 use crate::cli::RunArgs;
 use crate::error::{Error, Problem};
@@ -25,6 +30,7 @@ use crate::input::{self, Identity};
 use crate::plan::Plan;
 use crate::record::journal::{self, Decision, Entry, Journal};
 use crate::record::locks::{self, Refused};
+use crate::record::upkeep;
 use crate::record::result_file::{self, JobResult};
 use crate::record::{Ending, Status};
 use crate::run::cancel::{self, Cancel};
@@ -55,10 +61,15 @@ impl Report {
         Report::new(Ending::rejected(error), identity)
     }
 
-    /// A cancel signal came before the program started: nothing ran.
-    fn cancelled_before_start(signal: nix::sys::signal::Signal, identity: Identity) -> Self {
+    /// A cancel signal came before the program started: nothing ran. With a stop request from
+    /// `drain`, the node is stopping (an interruption, not a cancel).
+    fn cancelled_before_start(signal: nix::sys::signal::Signal, identity: Identity, stop_request: Option<&Path>) -> Self {
         cancel::log_cancelled_before_start(signal);
-        Report::new(run::Outcome::Cancelled(signal as i32).into(), identity)
+        let outcome = match stop_request {
+            Some(request) if request.exists() => run::Outcome::NodeStopped(signal as i32),
+            _ => run::Outcome::Cancelled(signal as i32),
+        };
+        Report::new(outcome.into(), identity)
     }
 
     fn with_events(self, events: Events) -> Self {
@@ -97,16 +108,21 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
         Some(id) => format!("job {id}, jobenv pid {}", std::process::id()),
         None => format!("jobenv pid {}", std::process::id()),
     };
+    let stop_request = job_id.as_ref().map(|id| upkeep::stop_request(&journal, id));
+    let stop_request = stop_request.as_deref();
+    // The payload is read once, now: the decision compares what it asks for with the journal.
+    let payload = input::payload::read(&args.job.payload);
+    let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
 
     // 3. job lock: held until jobenv exits, so a second jobenv with the same job id waits.
     let _job_lock = match &job_id {
         None => None,
-        Some(id) => match locks::acquire(&locks::job_path(journal.locks(), id), JOB_LOCK_WAIT, &holder, Some(&mut cancel)) {
+        Some(id) => match take_job_lock(&journal, id, &holder, &mut cancel) {
             Ok(held) => Some(held),
             Err(Refused::Busy { holder }) => {
                 return Report::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
             }
-            Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, Identity::default()),
+            Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, Identity::default(), stop_request),
             Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), Identity::default()),
         },
     };
@@ -116,6 +132,10 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
         None => (None, Vec::new()),
         Some(id) => match journal.read(id).map(journal::decide) {
             Err(source) => return Report::rejected(&journal_problem(source), Identity::default()),
+            Ok(decision) if another_request(&decision, &args.job.verb, &asked).is_some() => {
+                let error = another_request(&decision, &args.job.verb, &asked).expect("checked");
+                return Report::rejected(&error.into(), asked);
+            }
             Ok(Decision::Replay(entry)) => return replay(&entry),
             Ok(Decision::Refuse(entry)) => {
                 let holder = format!("journal entry of attempt {} under live jobenv pid {}", entry.attempt, entry.pid);
@@ -133,7 +153,7 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
     // 5. inputs and plan. From here on, front-ends see the job: `preparing` now, and every way
     // it ends below. A replay above is not shown again, nor a job refused before its node files
     // were read.
-    let gathered = input::gather(&args.job);
+    let gathered = input::gather_with(&args.job, payload);
     let identity = gathered.identity;
     let plan = gathered.inputs.and_then(|inputs| crate::plan::plan(&inputs)).map_err(Error::Rejected);
     let target = match &plan {
@@ -157,12 +177,18 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
             let error = Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder }.into();
             return Report::rejected(&error, identity).with_events(events);
         }
-        Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, identity).with_events(events),
+        Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, identity, stop_request).with_events(events),
         Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), identity).with_events(events),
+    };
+    // The program tree keeps a descriptor of it: see `run::spawn::Passed::lock`.
+    let namespace_lock = match _namespace_lock.file().try_clone() {
+        Ok(file) => Some(std::os::fd::OwnedFd::from(file)),
+        Err(e) => return Report::rejected(&Error::io("cannot pass the namespace lock on", e), identity).with_events(events),
     };
 
     // 7. running entry: if it cannot be written, nothing runs.
-    let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| running_entry(id, attempt, earlier, &plan));
+    let worker = std::env::var_os("WM_JOB_ID").map(|_| nix::unistd::getppid());
+    let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| running_entry(id, attempt, earlier, &plan, worker, args.grace));
     if let Some(entry) = &entry {
         if let Err(source) = journal.write(entry) {
             return Report::rejected(&journal_problem(source), identity).with_events(events);
@@ -171,8 +197,15 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
 
     // 8. program
     tracing::info!("running {} in namespace {} (system {}, verb {})", plan.executable, plan.namespace, plan.system, plan.verb);
-    let options = RunOptions { grace: args.grace, timeout: args.timeout, events: events.clone() };
-    let ending = match run::run(&plan, &options, cancel) {
+    let options = RunOptions {
+        grace: args.grace,
+        timeout: args.timeout,
+        events: events.clone(),
+        worker,
+        stop_request: stop_request.map(Path::to_owned),
+        namespace_lock,
+    };
+    let mut ending = match run::run(&plan, options, cancel) {
         Ok(outcome) => {
             let ending = Ending::from(outcome);
             let took = started.elapsed().as_secs_f64();
@@ -185,15 +218,23 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
         }
     };
 
-    // 9. terminal entry. The program has run: a journal that fails now cannot undo that, so
-    // report and keep the program's exit code. A later run of this job id will see `running`
-    // under a dead pid and run it again as the next attempt.
+    // 9. terminal entry. The program has run: an end that cannot be recorded is jobenv's
+    // failure (125), and the entry says `result_unknown` if it can, so that a rerun neither runs
+    // the job again nor reports a result that was never recorded.
     if let Some(entry) = &mut entry {
         entry.end(&ending);
-        if let Err(error) = journal.write(entry) {
-            tracing::error!("cannot record the end of job {} in the journal: {error}", entry.job_id);
+        if let Err(error) = journal.write_end(entry) {
+            let line = format!(
+                "the end of job {} could not be recorded in the journal ({error}): the program ended {} with exit code {}; the result is unknown",
+                entry.job_id, ending.status, ending.exit_code
+            );
+            tracing::error!("{line}");
+            ending = Ending { status: Status::Failed, exit_code: crate::error::EXIT_INTERNAL, errors: vec![line], interrupted_by: None };
         }
-        prune(&journal, args.retain_days);
+        if let Some(request) = stop_request {
+            let _ = std::fs::remove_file(request);
+        }
+        prune(&journal, args.retain_days, &entry.job_id);
     }
     Report { ending, identity, attempt, replayed: false, events }
 }
@@ -233,7 +274,7 @@ fn conclude(args: &RunArgs, report: Report, started: Instant) -> i32 {
 /// its `result.json`: Windmill would otherwise record a failure without a word of why.
 pub fn record_rejected_before_start(verb: &str, errors: &[String]) {
     let Ok(job_id) = std::env::var("WM_JOB_ID") else { return };
-    let ending = Ending { status: Status::Rejected, exit_code: crate::error::EXIT_REJECTED, errors: errors.to_vec() };
+    let ending = Ending { status: Status::Rejected, exit_code: crate::error::EXIT_REJECTED, errors: errors.to_vec(), interrupted_by: None };
     let result = JobResult { verb, job_id: Some(&job_id), ..JobResult::of(&ending) };
     let dir = std::env::current_dir().unwrap_or_default();
     if let Err(error) = result_file::write(&dir, &result) {
@@ -267,8 +308,9 @@ fn progress(status: Status, verb: &str) -> Progress {
     }
 }
 
-fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, plan: &Plan) -> Entry {
+fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, plan: &Plan, worker: Option<Pid>, grace: Duration) -> Entry {
     let pid = std::process::id() as i32;
+    let parent = worker.and_then(|worker| Some((worker.as_raw(), tree::start_time(worker.as_raw())?)));
     Entry {
         job_id: job_id.to_owned(),
         attempt,
@@ -277,13 +319,53 @@ fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, pla
         namespace: plan.namespace.clone(),
         pid,
         pid_start: tree::start_time(pid).unwrap_or_default(),
+        parent,
+        grace_ms: Some(grace.as_millis() as u64),
         started_at: journal::now(),
         status: Status::Running,
         exit_code: None,
+        program_exit_code: None,
         finished_at: None,
         reason: None,
+        interrupted_by: None,
         earlier,
     }
+}
+
+/// The job's lock. A run of the same job id holds it until it exits; if that run is an attempt
+/// whose worker died (Windmill re-runs such a job with the same id, maybe before the old attempt
+/// has stopped), it is waited for up to its grace plus a margin, then this run goes on as the
+/// next attempt.
+fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, Refused> {
+    let path = locks::job_path(journal.locks(), id);
+    match locks::acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)) {
+        Err(Refused::Busy { holder: other }) => match journal.read(id) {
+            Ok(Some(entry)) if entry.is_stopping() => {
+                let wait = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + upkeep::STOP_MARGIN;
+                tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
+                locks::acquire(&path, wait, holder, Some(cancel))
+            }
+            _ => Err(Refused::Busy { holder: other }),
+        },
+        other => other,
+    }
+}
+
+/// A job id names one request: the problem, if the journal holds it for another verb,
+/// attribute or namespace than `asked`.
+fn another_request(decision: &Decision, verb: &str, asked: &Identity) -> Option<Problem> {
+    let (Decision::Replay(entry) | Decision::Refuse(entry)) = decision else { return None };
+    let differs = entry.verb != verb || asked.attribute.as_deref() != Some(&entry.attribute) || asked.namespace.as_deref() != Some(&entry.namespace);
+    differs.then(|| Problem::AnotherRequest {
+        job_id: entry.job_id.clone(),
+        recorded: format!("{} of {} in namespace {}", entry.verb, entry.attribute, entry.namespace),
+        asked: format!(
+            "{} of {} in namespace {}",
+            verb.escape_debug(),
+            asked.attribute.as_deref().unwrap_or("(none)").escape_debug(),
+            asked.namespace.as_deref().unwrap_or("(none)").escape_debug()
+        ),
+    })
 }
 
 /// A job that already ended: say so in one line and end the same way again.
@@ -301,8 +383,8 @@ fn replay(entry: &Entry) -> Report {
     Report { ending, identity, attempt: Some(entry.attempt), replayed: true, events: Events::default() }
 }
 
-fn prune(journal: &Journal, retain_days: u32) {
-    match journal.prune(Duration::from_secs(u64::from(retain_days) * 86_400)) {
+fn prune(journal: &Journal, retain_days: u32, running: &str) {
+    match journal.prune(Duration::from_secs(u64::from(retain_days) * 86_400), Some(running)) {
         Ok(0) => {}
         Ok(n) => tracing::debug!("pruned {n} journal entries older than {retain_days} days"),
         Err(error) => tracing::warn!("cannot prune the journal: {error}"),

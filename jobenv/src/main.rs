@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use jobenv::cli::{Cli, Command, EnvArgs, KeysArgs, RecoverArgs, RunArgs, StatusArgs};
+use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunArgs, StatusArgs};
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
 use jobenv::record::journal::{self, Journal};
@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Keys(args) => keys(args),
         Command::Recover(args) => recover(args),
         Command::Status(args) => status(args),
+        Command::Drain(args) => drain(args),
     })
 }
 
@@ -102,7 +103,7 @@ fn recover(args: RecoverArgs) -> i32 {
     let recovered = open_journal(&dir).and_then(|journal| {
         let recovered = journal.recover().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
         let retain = std::time::Duration::from_secs(u64::from(args.retain_days) * 86_400);
-        if let Err(error) = journal.prune(retain) {
+        if let Err(error) = journal.prune(retain, None) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(recovered)
@@ -117,6 +118,29 @@ fn recover(args: RecoverArgs) -> i32 {
                 tracing::warn!("job {} (attempt {}) was interrupted: its jobenv is gone; marked failed", entry.job_id, entry.attempt);
             }
             print(json_line(&entries).as_bytes())
+        }
+    }
+}
+
+fn drain(args: DrainArgs) -> i32 {
+    let dir = args.state.dir();
+    let drained = open_journal(&dir).and_then(|journal| journal.drain(args.wait).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
+    match drained {
+        Err(error) => {
+            error.log();
+            error.exit_code()
+        }
+        Ok(entries) => {
+            let left: Vec<&str> = entries.iter().filter(|e| e.status == jobenv::record::Status::Running).map(|e| e.job_id.as_str()).collect();
+            if !left.is_empty() {
+                tracing::error!("draining: still running after being stopped: {}", left.join(", "));
+            }
+            tracing::info!("drained: {} job(s) stopped, {} still running", entries.len() - left.len(), left.len());
+            match print(json_line(&entries).as_bytes()) {
+                0 if left.is_empty() => 0,
+                0 => 1,
+                code => code,
+            }
         }
     }
 }
@@ -138,7 +162,7 @@ fn status(args: StatusArgs) -> i32 {
     };
     let shown = match &args.job_id {
         Some(id) => journal.read(id).map(|entry| entry.map(|e| json_line(&e))),
-        None => journal.entries().map(|entries| Some(json_line(&entries))),
+        None => journal.entries().map(|entries| Some(json_line(&entries.into_iter().map(|(_, entry)| entry).collect::<Vec<_>>()))),
     };
     match shown {
         Ok(Some(text)) => print(text.as_bytes()),

@@ -79,7 +79,8 @@ fn a_job_killed_mid_run_is_recorded_interrupted_and_runs_again_as_attempt_2() {
     assert!(wait_until(Duration::from_secs(2), || !is_alive(program[0])), "the program died with jobenv");
 
     std::fs::write(f.path().join("go"), "").unwrap();
-    let out = run(&f, &["run", "--verb", "apply", "--job-id", "job-2"]);
+    // The program's last `sleep` may outlive it for a moment, holding the namespace lock.
+    let out = run(&f, &["run", "--verb", "apply", "--job-id", "job-2", "--lock-timeout", "5"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert_eq!(runs(&f), 2, "the interrupted job ran again");

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod names;
 pub mod node;
 pub mod payload;
+pub mod readiness;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -83,24 +84,30 @@ pub struct Checked {
 
 /// Reads every input of a job; all problems found are reported together.
 pub fn gather(job: &JobArgs) -> Gathered {
+    gather_with(job, payload::read(&job.payload))
+}
+
+/// [`gather`] with the payload already read (it can be read only once: it may be stdin).
+pub fn gather_with(job: &JobArgs, payload: Result<Map<String, Value>, Problem>) -> Gathered {
     let mut problems: Vec<Problem> = Vec::new();
     let mut identity = Identity::default();
 
-    let payload = payload::read(&job.payload).map_err(|p| problems.push(p)).ok();
+    let payload = payload.map_err(|p| problems.push(p)).ok();
     if let Some(payload) = &payload {
-        let text = |key| payload.get(key).and_then(payload::env_text);
-        identity = Identity {
-            attribute: text("ATTRIBUTE"),
-            namespace: state::namespace_of(text("NAMESPACE").as_deref(), text("TF_HTTP_ADDRESS").as_deref()),
-            build_id: text("BUILD_ID").filter(|id| names::is_valid_build_id(id)),
-        };
+        identity = identity_of(payload);
     }
     let node_files = node::NodeFiles {
         deploy_env: job.node.deploy_env.clone(),
         secrets_dirs: job.node.secrets_dirs(),
         secrets_env_files: job.node.secrets_env_files(),
     };
-    let node = node::load(&node_files).map_err(|p| problems.extend(p)).ok();
+    let required = job.node.required_secrets.as_deref().map(readiness::read).transpose().map_err(|p| problems.push(p)).ok().flatten();
+    let node = node::load(&node_files)
+        .map_err(|p| problems.extend(p.into_iter().map(|p| if required.is_some() { readiness::reclassify(p) } else { p })))
+        .ok();
+    if let (Some(required), Some(node)) = (&required, &node) {
+        problems.extend(readiness::missing(required, node));
+    }
     let declared = keys::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
     let attributes = keys::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
@@ -128,6 +135,16 @@ pub fn gather(job: &JobArgs) -> Gathered {
         _ => Err(problems),
     };
     Gathered { identity, inputs, events }
+}
+
+/// What a payload says the job is about, before any check.
+pub fn identity_of(payload: &Map<String, Value>) -> Identity {
+    let text = |key| payload.get(key).and_then(payload::env_text);
+    Identity {
+        attribute: text("ATTRIBUTE"),
+        namespace: state::namespace_of(text("NAMESPACE").as_deref(), text("TF_HTTP_ADDRESS").as_deref()),
+        build_id: text("BUILD_ID").filter(|id| names::is_valid_build_id(id)),
+    }
 }
 
 /// Runs every validator over `inputs`; all problems are reported together.

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EXIT_INTERNAL, Error};
+use super::journal::{NODE_STOPPED, WORKER_LOST};
 use crate::run::Outcome;
 
 /// How a job stands or ended, one spelling for result.json, the journal and the log.
@@ -46,29 +47,38 @@ pub struct Ending {
     pub exit_code: i32,
     /// One line per problem of a rejected job or of jobenv's own failure; never a value.
     pub errors: Vec<String>,
+    /// Set when the attempt was stopped without a result of its own (a lost worker, a node that
+    /// stopped): it is not a result, and a retry of the job is safe.
+    pub interrupted_by: Option<&'static str>,
 }
 
 impl Ending {
     /// The job was refused before its program ran.
     pub fn rejected(error: &Error) -> Self {
-        Ending { status: Status::Rejected, exit_code: error.exit_code(), errors: lines(error) }
+        Ending { status: Status::Rejected, exit_code: error.exit_code(), errors: lines(error), interrupted_by: None }
     }
 
     /// jobenv itself failed after validation (exit 125).
     pub fn failed(error: &Error) -> Self {
-        Ending { status: Status::Failed, exit_code: EXIT_INTERNAL, errors: lines(error) }
+        Ending { status: Status::Failed, exit_code: EXIT_INTERNAL, errors: lines(error), interrupted_by: None }
     }
 }
 
 impl From<Outcome> for Ending {
     fn from(outcome: Outcome) -> Self {
-        let status = match outcome {
-            Outcome::Exited(0) => Status::Succeeded,
-            Outcome::Exited(_) | Outcome::Killed(_) => Status::Failed,
-            Outcome::Cancelled(_) => Status::Canceled,
-            Outcome::TimedOut => Status::TimedOut,
+        let (status, interrupted_by, errors) = match outcome {
+            Outcome::Exited(0) => (Status::Succeeded, None, Vec::new()),
+            Outcome::Exited(_) | Outcome::Killed(_) => (Status::Failed, None, Vec::new()),
+            Outcome::Cancelled(_) => (Status::Canceled, None, Vec::new()),
+            Outcome::TimedOut => (Status::TimedOut, None, Vec::new()),
+            Outcome::WorkerLost => (Status::Failed, Some(WORKER_LOST), vec![
+                "the Windmill worker that started this job is gone: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
+            ]),
+            Outcome::NodeStopped(_) => (Status::Failed, Some(NODE_STOPPED), vec![
+                "the node is stopping: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
+            ]),
         };
-        Ending { status, exit_code: outcome.exit_code(), errors: Vec::new() }
+        Ending { status, exit_code: outcome.exit_code(), errors, interrupted_by }
     }
 }
 

@@ -2,24 +2,41 @@
 //! before the program starts (`running`) and again when it ends (the terminal status). It is
 //! what makes a job's result impossible to lose or to execute twice by accident:
 //! - the same job id again replays a terminal entry instead of running the program;
-//! - an entry still `running` under a live jobenv is refused;
+//! - an entry still `running` under a live jobenv is refused, unless that attempt is stopping
+//!   because its worker is gone (then the new run waits for it, see `job.rs`);
 //! - one `running` under a dead jobenv was interrupted: it is recorded as failed
 //!   (`interrupted`) and the job runs again as the next attempt.
 //!
 //! An interrupted attempt is not a result: a later run of that job id runs it again, even after
-//! `recover` marked it (that is what a worker that re-pulls a crashed job needs).
+//! `recover` marked it (that is what a worker that re-pulls a crashed job needs). An attempt
+//! whose program ran but whose end could not be recorded is `result_unknown`: it is never run
+//! again by accident, and never replayed as a success either.
+//!
+//! An entry's identity is its file name: an entry whose `job_id` is not its file name is
+//! corrupt, reported by path and never acted on.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use super::ending::{Ending, Status};
-use super::locks;
+use crate::error::EXIT_INTERNAL;
 use crate::run::tree;
 
-/// The reason recorded for an attempt whose jobenv died before it could record the end.
+/// The reason recorded for an attempt that ended without a result of its own.
 pub const INTERRUPTED: &str = "interrupted";
+/// The reason recorded when the program ran but its end could not be written.
+pub const RESULT_UNKNOWN: &str = "result_unknown";
+
+/// Why an attempt was interrupted (`interrupted_by`).
+pub const JOBENV_GONE: &str = "jobenv_gone";
+pub const WORKER_LOST: &str = "worker_lost";
+pub const NODE_STOPPED: &str = "node_stopped";
+
+/// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
+/// a new file cannot be written (a full disk): no new block is needed for that.
+const PADDING: usize = 2048;
 
 /// An attempt that ended before the current one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +47,8 @@ pub struct Attempt {
     pub exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<String>,
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
@@ -46,20 +65,32 @@ pub struct Entry {
     /// jobenv's pid and the pid's start time (together they name one process).
     pub pid: i32,
     pub pid_start: u64,
+    /// The process that started jobenv (the Windmill worker) and its start time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<(i32, u64)>,
+    /// jobenv's `--grace`, for a run that waits for this attempt to stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
     pub started_at: String,
     pub status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// With `result_unknown`: what the program exited with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<Attempt>,
 }
 
 impl Entry {
-    /// Ended with a result of its own (an interrupted attempt has none).
+    /// Ended with a result of its own (an interrupted attempt has none; an unknown result is
+    /// one: the program ran).
     pub fn is_result(&self) -> bool {
         self.status != Status::Running && self.reason.as_deref() != Some(INTERRUPTED)
     }
@@ -69,10 +100,18 @@ impl Entry {
         self.status == Status::Running && tree::is_running(self.pid, self.pid_start)
     }
 
-    /// Records that this attempt's jobenv died: failed, interrupted.
-    pub fn mark_interrupted(&mut self) {
+    /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
+    /// attempt is stopping its program tree and will record itself interrupted.
+    pub fn is_stopping(&self) -> bool {
+        let Some((parent, parent_start)) = self.parent else { return false };
+        self.is_live() && (tree::parent_of(self.pid) != Some(parent) || !tree::is_running(parent, parent_start))
+    }
+
+    /// Records that this attempt ended without a result: failed, interrupted, and why.
+    pub fn mark_interrupted(&mut self, by: &str) {
         self.status = Status::Failed;
         self.reason = Some(INTERRUPTED.to_owned());
+        self.interrupted_by = Some(by.to_owned());
         self.exit_code = None;
         self.finished_at = Some(now());
     }
@@ -82,11 +121,21 @@ impl Entry {
         self.status = ending.status;
         self.exit_code = Some(ending.exit_code);
         self.finished_at = Some(now());
+        if let Some(by) = ending.interrupted_by {
+            self.reason = Some(INTERRUPTED.to_owned());
+            self.interrupted_by = Some(by.to_owned());
+        }
     }
 
     /// How the recorded attempt ended, for a replay.
     pub fn ending(&self) -> Ending {
-        Ending { status: self.status, exit_code: self.exit_code.unwrap_or(crate::error::EXIT_INTERNAL), errors: Vec::new() }
+        let mut ending = Ending { status: self.status, exit_code: self.exit_code.unwrap_or(EXIT_INTERNAL), errors: Vec::new(), interrupted_by: None };
+        if self.reason.as_deref() == Some(RESULT_UNKNOWN) {
+            let code = self.program_exit_code.map_or("an unknown code".to_owned(), |code| format!("exit code {code}"));
+            ending.errors.push(format!("the program of this job ran (attempt {}, {code}) but its end could not be recorded: the result is unknown", self.attempt));
+            ending.exit_code = EXIT_INTERNAL;
+        }
+        ending
     }
 
     fn as_attempt(&self) -> Attempt {
@@ -95,6 +144,7 @@ impl Entry {
             status: self.status,
             exit_code: self.exit_code,
             reason: self.reason.clone(),
+            interrupted_by: self.interrupted_by.clone(),
             started_at: self.started_at.clone(),
             finished_at: self.finished_at.clone(),
         }
@@ -119,7 +169,7 @@ pub fn decide(existing: Option<Entry>) -> Decision {
         Some(entry) if entry.is_live() => Decision::Refuse(entry),
         Some(mut entry) => {
             if entry.status == Status::Running {
-                entry.mark_interrupted();
+                entry.mark_interrupted(JOBENV_GONE);
             }
             let mut earlier = std::mem::take(&mut entry.earlier);
             earlier.push(entry.as_attempt());
@@ -142,8 +192,8 @@ pub fn now() -> String {
 
 /// The state directory: `jobs/<id>.json` entries and `locks/`.
 pub struct Journal {
-    jobs: PathBuf,
-    locks: PathBuf,
+    pub(super) jobs: PathBuf,
+    pub(super) locks: PathBuf,
 }
 
 impl Journal {
@@ -163,114 +213,109 @@ impl Journal {
         &self.locks
     }
 
-    fn entry_path(&self, job_id: &str) -> PathBuf {
+    pub(super) fn entry_path(&self, job_id: &str) -> PathBuf {
         self.jobs.join(format!("{job_id}.json"))
     }
 
+    /// The entry of `job_id`, if there is one; a corrupt one is an error naming its file.
     pub fn read(&self, job_id: &str) -> std::io::Result<Option<Entry>> {
-        match std::fs::read(self.entry_path(job_id)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(std::io::Error::other),
+        let path = self.entry_path(job_id);
+        match std::fs::read(&path) {
+            Ok(bytes) => parse(&path, &bytes).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     /// Atomically: a temporary file beside the entry, synced, renamed over it, directory synced.
-    /// A crash leaves either the old entry or the new one, never a torn file.
+    /// A crash leaves either the old entry or the new one, never a torn file. A `running` entry
+    /// is padded (see [`PADDING`]).
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
-        let mut text = serde_json::to_vec_pretty(entry)?;
-        text.push(b'\n');
-        super::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text)
+        super::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text(entry))
     }
 
-    /// Every entry, oldest start first; unreadable files are skipped with a warning.
-    pub fn entries(&self) -> std::io::Result<Vec<Entry>> {
+    /// The end of an attempt. If the new file cannot be written, the padded `running` entry is
+    /// overwritten in place with `result_unknown` (no new block needed), so that a rerun neither
+    /// runs the job again nor reports a result that was never recorded; the error is returned
+    /// either way.
+    pub fn write_end(&self, entry: &Entry) -> std::io::Result<()> {
+        let error = match self.write(entry) {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        let mut unknown = entry.clone();
+        unknown.program_exit_code = entry.exit_code;
+        unknown.status = Status::Failed;
+        unknown.exit_code = Some(EXIT_INTERNAL);
+        unknown.reason = Some(RESULT_UNKNOWN.to_owned());
+        let bytes = serde_json::to_vec(&unknown)?;
+        let path = self.entry_path(&entry.job_id);
+        let in_place = std::fs::OpenOptions::new().write(true).open(&path).and_then(|file| {
+            use std::os::unix::fs::FileExt;
+            let old_len = file.metadata()?.len() as usize;
+            if bytes.len() > old_len {
+                return Err(std::io::Error::other("the running entry has no room left"));
+            }
+            // The rest of the old text becomes spaces: JSON allows them after the value.
+            let mut whole = bytes.clone();
+            whole.resize(old_len, b' ');
+            file.write_all_at(&whole, 0)?;
+            file.sync_all()
+        });
+        match in_place {
+            Ok(()) => tracing::error!("the end of job {} was recorded in place as result_unknown", entry.job_id),
+            Err(also) => tracing::error!("the end of job {} could not be recorded in place either: {also}", entry.job_id),
+        }
+        Err(error)
+    }
+
+    /// Every entry, oldest start first, with the file it came from. Corrupt entries (unreadable,
+    /// not JSON, or not named for their `job_id`) are skipped with a warning naming the file.
+    pub fn entries(&self) -> std::io::Result<Vec<(PathBuf, Entry)>> {
         let mut entries = Vec::new();
         for dirent in std::fs::read_dir(&self.jobs)? {
             let path = dirent?.path();
-            if path.extension().is_none_or(|ext| ext != "json") {
+            if path.extension().is_none_or(|ext| ext != "json") || path.file_name().is_some_and(|n| n.as_encoded_bytes().starts_with(b".")) {
                 continue;
             }
-            match std::fs::read(&path).map_err(std::io::Error::other).and_then(|b| serde_json::from_slice(&b).map_err(std::io::Error::other)) {
-                Ok(entry) => entries.push(entry),
-                Err(error) => tracing::warn!("skipping journal entry {}: {error}", path.display()),
+            match std::fs::read(&path).and_then(|bytes| parse(&path, &bytes)) {
+                Ok(entry) => entries.push((path, entry)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!("skipping the journal entry {}: {error}", path.display()),
             }
         }
-        entries.sort_by(|a: &Entry, b: &Entry| a.started_at.cmp(&b.started_at).then_with(|| a.job_id.cmp(&b.job_id)));
+        entries.sort_by(|(_, a), (_, b)| a.started_at.cmp(&b.started_at).then_with(|| a.job_id.cmp(&b.job_id)));
         Ok(entries)
-    }
-
-    /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
-    /// them. Each is re-read and rewritten under its job lock, so a run of that job id that
-    /// starts meanwhile either waits for it or has the lock first (then the entry is its own).
-    pub fn recover(&self) -> std::io::Result<Vec<Entry>> {
-        let mut recovered = Vec::new();
-        for entry in self.entries()? {
-            if entry.status != Status::Running || entry.is_live() {
-                continue;
-            }
-            let holder = format!("jobenv recover, pid {}", std::process::id());
-            let _lock = match locks::acquire(&locks::job_path(&self.locks, &entry.job_id), Duration::ZERO, &holder, None) {
-                Ok(lock) => lock,
-                // Held: a live run of this job id owns the entry.
-                Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => continue,
-                Err(locks::Refused::Io(error)) => return Err(error),
-            };
-            let Some(mut entry) = self.read(&entry.job_id)? else { continue };
-            if entry.status != Status::Running || entry.is_live() {
-                continue;
-            }
-            entry.mark_interrupted();
-            self.write(&entry)?;
-            recovered.push(entry);
-        }
-        Ok(recovered)
-    }
-
-    /// Deletes what is older than `retain`: entries that finished then (and their job locks),
-    /// job locks that never got an entry (jobs refused or cancelled before they started), and
-    /// temporary files an interrupted write left behind.
-    pub fn prune(&self, retain: Duration) -> std::io::Result<usize> {
-        // A retention longer than the clock's past keeps everything.
-        let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
-        let mut pruned = 0;
-        for entry in self.entries()? {
-            let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
-            if entry.status != Status::Running && finished.is_some_and(|t| t < cutoff) {
-                std::fs::remove_file(self.entry_path(&entry.job_id))?;
-                let _ = std::fs::remove_file(locks::job_path(&self.locks, &entry.job_id));
-                pruned += 1;
-            }
-        }
-        let older = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff);
-        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
-            let path = dirent.path();
-            let name = dirent.file_name();
-            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
-            if !self.entry_path(job_id).exists() && older(&path) {
-                // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Ok(_held) = locks::acquire(&path, Duration::ZERO, "jobenv prune", None) {
-                    std::fs::remove_file(&path)?;
-                    pruned += 1;
-                }
-            }
-        }
-        for dirent in std::fs::read_dir(&self.jobs)?.flatten() {
-            let path = dirent.path();
-            if dirent.file_name().to_str().is_some_and(|n| n.starts_with('.')) && older(&path) {
-                std::fs::remove_file(&path)?;
-                pruned += 1;
-            }
-        }
-        Ok(pruned)
     }
 }
 
+/// An entry's text: pretty JSON, and for a `running` entry the padding.
+fn text(entry: &Entry) -> Vec<u8> {
+    let mut text = serde_json::to_vec_pretty(entry).expect("an entry serializes");
+    text.push(b'\n');
+    if entry.status == Status::Running {
+        text.resize(text.len() + PADDING, b' ');
+        text.push(b'\n');
+    }
+    text
+}
+
+/// Parses the entry read from `path`: its `job_id` must be a valid id and its file's name.
+fn parse(path: &Path, bytes: &[u8]) -> std::io::Result<Entry> {
+    let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} is corrupt: {why}", path.display()));
+    let entry: Entry = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let named = path.file_stem().and_then(|s| s.to_str());
+    if !is_valid_job_id(&entry.job_id) || named != Some(entry.job_id.as_str()) {
+        return Err(corrupt("its job_id is not its file name".into()));
+    }
+    Ok(entry)
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn entry(status: Status, pid: i32, pid_start: u64) -> Entry {
+    pub(crate) fn entry(status: Status, pid: i32, pid_start: u64) -> Entry {
         Entry {
             job_id: "j1".into(),
             attempt: 1,
@@ -279,11 +324,15 @@ mod tests {
             namespace: "ns".into(),
             pid,
             pid_start,
+            parent: None,
+            grace_ms: None,
             started_at: now(),
             status,
             exit_code: None,
+            program_exit_code: None,
             finished_at: None,
             reason: None,
+            interrupted_by: None,
             earlier: Vec::new(),
         }
     }
@@ -313,16 +362,27 @@ mod tests {
                 assert_eq!(earlier.len(), 1);
                 assert_eq!(earlier[0].status, Status::Failed);
                 assert_eq!(earlier[0].reason.as_deref(), Some(INTERRUPTED));
+                assert_eq!(earlier[0].interrupted_by.as_deref(), Some(JOBENV_GONE));
             }
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
-    fn an_interrupted_entry_is_not_a_result() {
+    fn an_interrupted_entry_is_not_a_result_and_an_unknown_one_is() {
         let mut interrupted = entry(Status::Running, 1, 0);
-        interrupted.mark_interrupted();
+        interrupted.mark_interrupted(WORKER_LOST);
         assert!(matches!(decide(Some(interrupted)), Decision::Run { attempt: 2, .. }));
+        let mut unknown = entry(Status::Failed, 1, 0);
+        (unknown.reason, unknown.exit_code, unknown.program_exit_code) = (Some(RESULT_UNKNOWN.into()), Some(125), Some(0));
+        match decide(Some(unknown)) {
+            Decision::Replay(entry) => {
+                let ending = entry.ending();
+                assert_eq!(ending.exit_code, 125);
+                assert!(ending.errors[0].contains("exit code 0") && ending.errors[0].contains("the result is unknown"), "{ending:?}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -336,44 +396,35 @@ mod tests {
     }
 
     #[test]
-    fn write_read_and_prune() {
+    fn an_entry_is_its_file_name() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        let mut old = entry(Status::Failed, 1, 0);
-        old.finished_at = Some(humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(40 * 86400)).to_string());
-        journal.write(&old).unwrap();
-        assert_eq!(journal.read("j1").unwrap(), Some(old.clone()));
-        let mut fresh = old.clone();
-        fresh.job_id = "j2".into();
-        fresh.finished_at = Some(now());
-        journal.write(&fresh).unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
-        assert_eq!(journal.read("j1").unwrap(), None);
-        assert!(journal.read("j2").unwrap().is_some());
+        let mut e = entry(Status::Succeeded, 1, 0);
+        journal.write(&e).unwrap();
+        assert_eq!(journal.read("j1").unwrap().unwrap().job_id, "j1");
+        // A copy under another name, and a forged id: corrupt, named by path.
+        std::fs::copy(journal.entry_path("j1"), journal.entry_path("j2")).unwrap();
+        let error = journal.read("j2").unwrap_err().to_string();
+        assert!(error.contains("j2.json is corrupt: its job_id is not its file name"), "{error}");
+        e.job_id = "../../x".into();
+        std::fs::write(journal.entry_path("j3"), serde_json::to_vec(&e).unwrap()).unwrap();
+        assert!(journal.read("j3").is_err());
+        let listed: Vec<String> = journal.entries().unwrap().into_iter().map(|(_, e)| e.job_id).collect();
+        assert_eq!(listed, ["j1"]);
     }
 
     #[test]
-    fn pruning_removes_old_orphan_locks_and_temporary_files_but_not_new_or_held_ones() {
+    fn a_running_entry_leaves_room_for_its_end_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        let backdate = |path: &Path| {
-            let old = SystemTime::now() - Duration::from_secs(40 * 86400);
-            std::fs::File::options().write(true).open(path).unwrap().set_modified(old).unwrap();
-        };
-        let orphan = locks::job_path(journal.locks(), "refused-job");
-        let recent = locks::job_path(journal.locks(), "recent-job");
-        let held_path = locks::job_path(journal.locks(), "held-job");
-        let temp = dir.path().join("jobs/.j1.json.abc123");
-        for path in [&orphan, &recent, &held_path, &temp] {
-            std::fs::write(path, "x").unwrap();
-        }
-        for path in [&orphan, &held_path, &temp] {
-            backdate(path);
-        }
-        let _held = locks::acquire(&held_path, Duration::ZERO, "a run", None).ok().unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 2);
-        assert!(!orphan.exists() && !temp.exists());
-        assert!(recent.exists(), "a lock younger than the retention was removed");
-        assert!(held_path.exists(), "a held lock was removed");
+        let mut e = entry(Status::Running, 1, 0);
+        e.earlier = vec![entry(Status::Failed, 1, 0).as_attempt(); 3];
+        journal.write(&e).unwrap();
+        let running_len = std::fs::metadata(journal.entry_path("j1")).unwrap().len();
+        e.end(&Ending { status: Status::Succeeded, exit_code: 0, errors: Vec::new(), interrupted_by: None });
+        let mut unknown = e.clone();
+        (unknown.reason, unknown.program_exit_code, unknown.interrupted_by) = (Some(RESULT_UNKNOWN.into()), Some(0), Some("x".repeat(20)));
+        assert!((serde_json::to_vec(&unknown).unwrap().len() as u64) < running_len, "no room for the end");
+        assert_eq!(journal.read("j1").unwrap().unwrap().status, Status::Running, "the padding is valid JSON");
     }
 }

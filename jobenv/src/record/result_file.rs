@@ -26,6 +26,12 @@ pub struct JobResult<'a> {
     /// True when the result was replayed from the journal instead of running again.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// `interrupted` when the attempt was stopped without a result of its own; then
+    /// `interrupted_by` says why (`worker_lost`, `node_stopped`) and a retry is safe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<&'static str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub errors: &'a [String],
 }
@@ -42,6 +48,8 @@ impl<'a> JobResult<'a> {
             job_id: None,
             attempt: None,
             replayed: false,
+            reason: ending.interrupted_by.map(|_| super::journal::INTERRUPTED),
+            interrupted_by: ending.interrupted_by,
             errors: &ending.errors,
         }
     }

@@ -22,13 +22,15 @@ pub mod redact;
 pub mod spawn;
 pub mod tree;
 
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::prctl;
 use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
-use nix::unistd::{getpgrp, getpid};
+use nix::unistd::{Pid, getpgrp, getpid, getppid};
 
 use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
@@ -36,7 +38,7 @@ use crate::plan::Plan;
 use cancel::Cancel;
 use redact::Redactor;
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RunOptions {
     /// Time between SIGTERM and SIGKILL of the program tree.
     pub grace: Duration,
@@ -44,7 +46,18 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// Progress events of the job (off unless the node configures them).
     pub events: Events,
+    /// Under a job runner: the process that started jobenv (the Windmill worker). When jobenv's
+    /// parent is no longer this one, the worker is gone and the program tree is stopped.
+    pub worker: Option<Pid>,
+    /// The file `drain` creates before it signals this job: a cancel signal then means that
+    /// the node is stopping.
+    pub stop_request: Option<PathBuf>,
+    /// A descriptor of the namespace lock, for the program tree to keep.
+    pub namespace_lock: Option<OwnedFd>,
 }
+
+/// How often jobenv looks whether its worker is still its parent.
+const WORKER_CHECK: Duration = Duration::from_millis(500);
 
 /// How the program ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,14 +70,21 @@ pub enum Outcome {
     Cancelled(i32),
     /// The timeout ended the program.
     TimedOut,
+    /// The worker that started jobenv died: jobenv stopped the program tree (or never started
+    /// it), as no one would read its output or its end.
+    WorkerLost,
+    /// `drain` signalled jobenv: the node is stopping.
+    NodeStopped(i32),
 }
 
 impl Outcome {
     pub fn exit_code(self) -> i32 {
         match self {
             Outcome::Exited(code) => code,
-            Outcome::Killed(signal) | Outcome::Cancelled(signal) => 128 + signal,
+            Outcome::Killed(signal) | Outcome::Cancelled(signal) | Outcome::NodeStopped(signal) => 128 + signal,
             Outcome::TimedOut => EXIT_TIMEOUT,
+            // As if hung up: the one that would read the result is gone.
+            Outcome::WorkerLost => 128 + Signal::SIGHUP as i32,
         }
     }
 
@@ -79,7 +99,7 @@ impl Outcome {
 }
 
 /// Runs the plan to its end and reports how it ended. Output goes to jobenv's stdout/stderr.
-pub fn run(plan: &Plan, options: &RunOptions, cancel: Cancel) -> Result<Outcome, Error> {
+pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel) -> Result<Outcome, Error> {
     // One thread drives everything async: the program is spawned from this thread, and its
     // parent-death signal is tied to the spawning thread, not to the process.
     let runtime =
@@ -87,12 +107,18 @@ pub fn run(plan: &Plan, options: &RunOptions, cancel: Cancel) -> Result<Outcome,
     runtime.block_on(supervise(plan, options, cancel))
 }
 
-async fn supervise(plan: &Plan, options: &RunOptions, mut cancel: Cancel) -> Result<Outcome, Error> {
+async fn supervise(plan: &Plan, mut options: RunOptions, mut cancel: Cancel) -> Result<Outcome, Error> {
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
-    // A cancel that came while jobenv validated and took its locks: the program never starts.
+    let worker_lost = |worker: Option<Pid>| worker.is_some_and(|worker| getppid() != worker);
+    // A cancel that came while jobenv validated and took its locks, or a worker that died
+    // meanwhile: the program never starts.
     if let Some(signal) = cancel.pending() {
         cancel::log_cancelled_before_start(signal);
-        return Ok(Outcome::Cancelled(signal as i32));
+        return Ok(stopped_by(signal, &options));
+    }
+    if worker_lost(options.worker) {
+        tracing::warn!("the worker that started this job is gone: the program is not started");
+        return Ok(Outcome::WorkerLost);
     }
     let mut cancels = cancel.into_stream();
 
@@ -101,7 +127,7 @@ async fn supervise(plan: &Plan, options: &RunOptions, mut cancel: Cancel) -> Res
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
     let own_group = getpgrp() != me;
-    let mut passed = spawn::Passed::default();
+    let mut passed = spawn::Passed { ready: None, lock: options.namespace_lock.take() };
     if options.events.is_on() {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make the ready pipe", e))?;
         options.events.watch_ready(read.into());
@@ -126,16 +152,31 @@ async fn supervise(plan: &Plan, options: &RunOptions, mut cancel: Cancel) -> Res
             None => std::future::pending().await,
         }
     };
+    let worker_gone = async {
+        let mut check = tokio::time::interval(WORKER_CHECK);
+        loop {
+            check.tick().await;
+            if worker_lost(options.worker) {
+                return;
+            }
+        }
+    };
     let outcome = tokio::select! {
         status = &mut reaper.program => Outcome::from_wait(status.expect("the reaper reports the program's status")),
-        Some(signal) = cancels.recv() => Outcome::Cancelled(signal as i32),
+        Some(signal) = cancels.recv() => stopped_by(signal, &options),
         _ = timeout => Outcome::TimedOut,
+        () = worker_gone => Outcome::WorkerLost,
     };
 
     match outcome {
-        Outcome::Cancelled(signal) => {
+        Outcome::Cancelled(signal) | Outcome::NodeStopped(signal) => {
             let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
-            tracing::warn!("received {name}: stopping the program tree (grace {:?})", options.grace);
+            let why = if matches!(outcome, Outcome::NodeStopped(_)) { " (the node is stopping)" } else { "" };
+            tracing::warn!("received {name}{why}: stopping the program tree (grace {:?})", options.grace);
+            tree::stop(me, options.grace, &mut reaper.tree_gone).await;
+        }
+        Outcome::WorkerLost => {
+            tracing::warn!("the worker that started this job is gone: stopping the program tree (grace {:?})", options.grace);
             tree::stop(me, options.grace, &mut reaper.tree_gone).await;
         }
         Outcome::TimedOut => {
@@ -165,4 +206,12 @@ async fn supervise(plan: &Plan, options: &RunOptions, mut cancel: Cancel) -> Res
         }
     }
     Ok(outcome)
+}
+
+/// A cancel signal, or `drain` stopping the node (it creates the job's stop request first).
+fn stopped_by(signal: Signal, options: &RunOptions) -> Outcome {
+    match &options.stop_request {
+        Some(request) if request.exists() => Outcome::NodeStopped(signal as i32),
+        _ => Outcome::Cancelled(signal as i32),
+    }
 }

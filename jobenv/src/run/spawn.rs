@@ -29,6 +29,10 @@ pub struct Spawned {
 pub struct Passed {
     /// Fd 3 of the child: the write end of the ready pipe of progress events.
     pub ready: Option<OwnedFd>,
+    /// Fd 4 of the child: the namespace lock. A `flock` belongs to the open file description,
+    /// so while any process of the program tree keeps this descriptor the namespace stays
+    /// locked, even after jobenv itself was SIGKILLed.
+    pub lock: Option<OwnedFd>,
 }
 
 /// Where the child parks a passed descriptor before moving it to its number: above every fixed
@@ -46,18 +50,18 @@ pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Pas
     if own_group {
         command.process_group(0);
     }
-    let ready = passed.ready;
+    let passed = [passed.ready.map(|fd| (fd, 3)), passed.lock.map(|fd| (fd, 4))];
     let mut moves = [(-1, -1); MAX_PASSED];
-    for (slot, (fd, to)) in moves.iter_mut().zip(ready.iter().map(|fd| (fd.as_raw_fd(), 3))) {
-        *slot = (fd, to);
+    for (slot, (fd, to)) in moves.iter_mut().zip(passed.iter().flatten()) {
+        *slot = (fd.as_raw_fd(), *to);
     }
     let parent = getpid();
     // SAFETY: `prepare_child` runs between fork and exec and makes only async-signal-safe system
     // calls on data prepared before the fork; it allocates nothing and takes no lock.
     unsafe { command.pre_exec(move || prepare_child(parent, moves)) };
     let mut child = command.spawn()?;
-    // Our copies of the passed ends close here: only the program tree holds them now.
-    drop(ready);
+    // Our copies of the passed descriptors close here: only the program tree holds them now.
+    drop(passed);
     let pid = Pid::from_raw(child.id() as i32);
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     // The child is reaped by jobenv's reaper (it reaps every child), not by `Child::wait`.
@@ -153,7 +157,7 @@ mod tests {
         let leaked = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty()).unwrap();
         let (read, write) = nix::unistd::pipe().unwrap();
         let argv: Vec<String> = ["/bin/sh", "-c", "ls /proc/self/fd; printf x >&3"].map(String::from).to_vec();
-        let mut spawned = spawn(&argv, &[], false, Passed { ready: Some(write) }).unwrap();
+        let mut spawned = spawn(&argv, &[], false, Passed { ready: Some(write), lock: None }).unwrap();
         let mut out = String::new();
         spawned.stdout.read_to_string(&mut out).unwrap();
         nix::sys::wait::waitpid(spawned.pid, None).unwrap();

@@ -31,6 +31,11 @@ fn read_stat(pid: i32) -> Option<Stat> {
     Some(Stat { ppid, zombie: state == "Z" || state == "X", start })
 }
 
+/// The parent of `pid`; `None` if there is no such process.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    read_stat(pid).map(|stat| stat.ppid)
+}
+
 /// When `pid` started (see [`is_running`]); `None` if there is no such process.
 pub fn start_time(pid: i32) -> Option<u64> {
     read_stat(pid).map(|stat| stat.start)

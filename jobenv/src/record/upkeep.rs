@@ -1,0 +1,236 @@
+//! Keeping the journal true when no run of a job is there to do it: `recover` (jobs whose jobenv
+//! died), `prune` (old entries) and `drain` (a node that stops).
+//!
+//! Each touches an entry only under that job's lock and only by the file it read: an entry's
+//! identity is its file name, checked when it is read ([`Journal::entries`]).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::journal::{Entry, JOBENV_GONE, Journal, NODE_STOPPED};
+use super::locks;
+use super::ending::Status;
+use crate::run::tree;
+
+/// The file `drain` creates before it signals a job's jobenv: that jobenv then records the
+/// attempt as stopped by the node, not as canceled.
+pub fn stop_request(journal: &Journal, job_id: &str) -> PathBuf {
+    journal.jobs.join(format!(".{job_id}.stop"))
+}
+
+/// How long a stopping attempt is given beyond its grace.
+pub const STOP_MARGIN: Duration = Duration::from_secs(5);
+
+impl Journal {
+    /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
+    /// them. Each is re-read and rewritten under its job lock, so a run of that job id that
+    /// starts meanwhile either waits for it or has the lock first (then the entry is its own).
+    pub fn recover(&self) -> std::io::Result<Vec<Entry>> {
+        let mut recovered = Vec::new();
+        for (_, entry) in self.entries()? {
+            if entry.status != Status::Running || entry.is_live() {
+                continue;
+            }
+            if let Some(entry) = self.interrupt(&entry.job_id, JOBENV_GONE)? {
+                recovered.push(entry);
+            }
+        }
+        Ok(recovered)
+    }
+
+    /// Under the job's lock: if the entry is still `running` and its jobenv gone, records it
+    /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile.
+    fn interrupt(&self, job_id: &str, by: &str) -> std::io::Result<Option<Entry>> {
+        let holder = format!("jobenv upkeep, pid {}", std::process::id());
+        let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
+            Ok(lock) => lock,
+            // Held: a live run of this job id owns the entry.
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
+            Err(locks::Refused::Io(error)) => return Err(error),
+        };
+        let Some(mut entry) = self.read(job_id)? else { return Ok(None) };
+        if entry.status != Status::Running || entry.is_live() {
+            return Ok(None);
+        }
+        entry.mark_interrupted(by);
+        self.write(&entry)?;
+        Ok(Some(entry))
+    }
+
+    /// Deletes what is older than `retain` (at least a day: see the README), except the entry of
+    /// `keep` (the job that runs now): entries that finished then, with their job locks and stop
+    /// requests; job locks that never got an entry (jobs refused or cancelled before they
+    /// started); temporary files an interrupted write left behind. Only files read and checked
+    /// here are deleted; one that is gone meanwhile is skipped.
+    pub fn prune(&self, retain: Duration, keep: Option<&str>) -> std::io::Result<usize> {
+        // A retention longer than the clock's past keeps everything.
+        let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
+        let gone = |result: std::io::Result<()>| match result {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            other => other.map(|()| true),
+        };
+        let mut pruned = 0;
+        for (path, entry) in self.entries()? {
+            let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
+            if entry.status == Status::Running || keep == Some(entry.job_id.as_str()) || !finished.is_some_and(|t| t < cutoff) {
+                continue;
+            }
+            pruned += usize::from(gone(std::fs::remove_file(&path))?);
+            let _ = std::fs::remove_file(locks::job_path(&self.locks, &entry.job_id));
+            let _ = std::fs::remove_file(stop_request(self, &entry.job_id));
+        }
+        let older = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff);
+        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
+            let path = dirent.path();
+            let name = dirent.file_name();
+            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
+            if super::journal::is_valid_job_id(job_id) && !self.entry_path(job_id).exists() && older(&path) {
+                // Only when nobody holds it: a run that is starting keeps its lock file.
+                if let Ok(_held) = locks::acquire(&path, Duration::ZERO, "jobenv prune", None) {
+                    pruned += usize::from(gone(std::fs::remove_file(&path))?);
+                }
+            }
+        }
+        for dirent in std::fs::read_dir(&self.jobs)?.flatten() {
+            let path = dirent.path();
+            if dirent.file_name().to_str().is_some_and(|n| n.starts_with('.')) && older(&path) {
+                pruned += usize::from(gone(std::fs::remove_file(&path))?);
+            }
+        }
+        Ok(pruned)
+    }
+
+    /// For a node that stops: lets the running journaled jobs finish for up to `wait`, then
+    /// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
+    /// tree with its grace and records the attempt interrupted by the node). A jobenv that has
+    /// not ended by its grace plus [`STOP_MARGIN`] is SIGKILLed with its process group if it
+    /// leads one, and its entry recorded here. Returns what it did, one entry per job.
+    pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
+        let running = || -> std::io::Result<Vec<Entry>> {
+            Ok(self.entries()?.into_iter().map(|(_, e)| e).filter(Entry::is_live).collect())
+        };
+        let deadline = Instant::now() + wait;
+        let mut live = running()?;
+        if !live.is_empty() {
+            tracing::info!("draining: {} running job(s); waiting up to {wait:?} for them to finish", live.len());
+        }
+        while !live.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())));
+            live = running()?;
+        }
+        let mut stopped = Vec::new();
+        for entry in &live {
+            std::fs::write(stop_request(self, &entry.job_id), b"")?;
+            tracing::warn!("draining: stopping job {} (attempt {}, jobenv pid {})", entry.job_id, entry.attempt, entry.pid);
+            signal(entry, Signal::SIGTERM, false);
+        }
+        for entry in live {
+            let bound = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + STOP_MARGIN;
+            let until = Instant::now() + bound;
+            while tree::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if tree::is_running(entry.pid, entry.pid_start) {
+                tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
+                signal(&entry, Signal::SIGKILL, true);
+                let until = Instant::now() + Duration::from_secs(2);
+                while tree::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            // jobenv records its own end; one that could not is recorded here.
+            self.interrupt(&entry.job_id, NODE_STOPPED)?;
+            stopped.push(self.read(&entry.job_id)?.unwrap_or(entry));
+        }
+        Ok(stopped)
+    }
+}
+
+/// Signals the jobenv of `entry` if it is still that process; with `group`, its process group
+/// too when it leads one (a Windmill job process keeps its program tree there).
+fn signal(entry: &Entry, signal: Signal, group: bool) {
+    if !tree::is_running(entry.pid, entry.pid_start) {
+        return;
+    }
+    let pid = Pid::from_raw(entry.pid);
+    if group && nix::unistd::getpgid(Some(pid)) == Ok(pid) {
+        let _ = nix::sys::signal::killpg(pid, signal);
+    } else {
+        let _ = nix::sys::signal::kill(pid, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::journal::tests::entry;
+    use super::*;
+
+    fn finished(job_id: &str, days_ago: u64) -> Entry {
+        let mut e = entry(Status::Failed, 1, 0);
+        e.job_id = job_id.into();
+        e.exit_code = Some(1);
+        e.finished_at = Some(humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(days_ago * 86400)).to_string());
+        e
+    }
+
+    #[test]
+    fn write_read_and_prune() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal.write(&finished("j1", 40)).unwrap();
+        journal.write(&finished("j2", 0)).unwrap();
+        journal.write(&finished("kept", 40)).unwrap();
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), Some("kept")).unwrap(), 1);
+        assert_eq!(journal.read("j1").unwrap(), None);
+        assert!(journal.read("j2").unwrap().is_some());
+        assert!(journal.read("kept").unwrap().is_some(), "the entry of the job that runs now was pruned");
+    }
+
+    #[test]
+    fn pruning_deletes_only_the_files_it_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal.write(&finished("real", 0)).unwrap();
+        // A copy of an old entry under another name claims to be `real`; a forged one names a
+        // file outside the state directory.
+        let old = finished("real", 40);
+        std::fs::write(dir.path().join("jobs/copy.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+        let outside = dir.path().join("outside.json");
+        std::fs::write(&outside, "{}").unwrap();
+        let forged = finished("../outside", 40);
+        std::fs::write(dir.path().join("jobs/forged.json"), serde_json::to_vec(&forged).unwrap()).unwrap();
+        journal.write(&finished("old", 40)).unwrap();
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 1, "only `old` goes");
+        assert!(journal.read("real").unwrap().is_some(), "a copied entry deleted the real one");
+        assert!(outside.exists(), "a forged entry deleted a file outside the journal");
+        assert!(dir.path().join("jobs/copy.json").exists() && dir.path().join("jobs/forged.json").exists(), "corrupt entries are left for a person");
+    }
+
+    #[test]
+    fn pruning_removes_old_orphan_locks_and_temporary_files_but_not_new_or_held_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let backdate = |path: &Path| {
+            let old = SystemTime::now() - Duration::from_secs(40 * 86400);
+            std::fs::File::options().write(true).open(path).unwrap().set_modified(old).unwrap();
+        };
+        let orphan = locks::job_path(journal.locks(), "refused-job");
+        let recent = locks::job_path(journal.locks(), "recent-job");
+        let held_path = locks::job_path(journal.locks(), "held-job");
+        let temp = dir.path().join("jobs/.j1.json.abc123");
+        for path in [&orphan, &recent, &held_path, &temp] {
+            std::fs::write(path, "x").unwrap();
+        }
+        for path in [&orphan, &held_path, &temp] {
+            backdate(path);
+        }
+        let _held = locks::acquire(&held_path, Duration::ZERO, "a run", None).ok().unwrap();
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 2);
+        assert!(!orphan.exists() && !temp.exists());
+        assert!(recent.exists(), "a lock younger than the retention was removed");
+        assert!(held_path.exists(), "a held lock was removed");
+    }
+}
