@@ -338,14 +338,14 @@ fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, pla
 /// next attempt.
 fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, Refused> {
     let path = locks::job_path(journal.locks(), id);
-    match locks::acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)) {
-        Err(Refused::Busy { holder: other }) => match journal.read(id) {
+    match locks::acquire(&path, Duration::ZERO, holder, Some(cancel)) {
+        Err(Refused::Busy { .. }) => match journal.read(id) {
             Ok(Some(entry)) if entry.is_stopping() => {
                 let wait = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + upkeep::STOP_MARGIN;
                 tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
                 locks::acquire(&path, wait, holder, Some(cancel))
             }
-            _ => Err(Refused::Busy { holder: other }),
+            _ => locks::acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
         },
         other => other,
     }

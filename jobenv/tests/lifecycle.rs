@@ -1,0 +1,178 @@
+//! Under the worker's lifecycle: a worker that dies or a node that stops never leaves a deploy
+//! running unsupervised, Windmill's re-run of a lost job (same job id) completes it, and every
+//! attempt's record says what happened.
+//!
+//! The worker is a stand-in ([`Worker`]) that starts the job as a real Windmill CE worker does:
+//! the job process (jobenv) leads its own process group in the worker's session, with
+//! `WM_JOB_ID`, its output piped to the worker.
+
+use std::time::{Duration, Instant};
+
+use fediversity_testkit::jobenv_bin;
+use fediversity_testkit::nix_fixture::Fixture;
+use fediversity_testkit::process::{is_alive, kill_all, read_pids, wait_until};
+use fediversity_testkit::worker::Worker;
+use serde_json::{Value, json};
+
+/// The program's tree: a background `sleep`, a shell with its own, and itself; it runs until
+/// `go` exists (then exits 0). With `trap`, it first installs that shell code (e.g. a SIGTERM
+/// trap that lingers).
+fn fixture(trap: &str) -> Fixture {
+    let mut f = Fixture::new();
+    let dir = f.path().display().to_string();
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            "{trap}\necho run >> {dir}/runs\nsleep 300 & echo $! >> {dir}/pids\nsh -c 'sleep 301 & echo $! >> {dir}/pids; wait' & echo $! >> {dir}/pids\necho $$ >> {dir}/pids\n\
+             while [ ! -e {dir}/go ]; do sleep 0.05; done\nkill $(grep -vx $$ {dir}/pids) 2>/dev/null\nexit 0"
+        ),
+    );
+    f
+}
+
+fn payload() -> Value {
+    json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})
+}
+
+fn runs(f: &Fixture) -> usize {
+    std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+}
+
+/// The pids of the first attempt's tree, once it runs.
+fn tree(f: &Fixture) -> Vec<i32> {
+    read_pids(&f.path().join("pids"), 4, Duration::from_secs(20))
+}
+
+fn assert_all_gone(tree: &[i32], limit: Duration) {
+    let gone = wait_until(limit, || tree.iter().all(|&pid| !is_alive(pid)));
+    let alive: Vec<_> = tree.iter().filter(|&&p| is_alive(p)).collect();
+    kill_all(tree);
+    assert!(gone, "still running without a worker: {alive:?} of {tree:?}");
+}
+
+#[test]
+fn a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it() {
+    let f = fixture("");
+    let mut worker = Worker::start(&f, jobenv_bin!(), "lost-1", "apply", &payload(), &["--grace", "1"]);
+    let tree = tree(&f);
+    // Positive control: the whole tree runs under the live worker.
+    assert!(tree.iter().all(|&p| is_alive(p)) && worker.job_alive(), "{tree:?}");
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(tree.iter().all(|&p| is_alive(p)), "the tree was stopped while its worker lived");
+
+    worker.kill();
+    // Noticed within about a second, then the grace (1 s): nothing is left.
+    assert_all_gone(&tree, Duration::from_secs(4));
+    assert!(wait_until(Duration::from_secs(2), || !worker.job_alive()), "jobenv outlived its job");
+    let entry = f.journal_entry(jobenv_bin!(), "lost-1");
+    assert_eq!((entry["status"].as_str(), entry["reason"].as_str()), (Some("failed"), Some("interrupted")), "{entry}");
+    assert_eq!(entry["interrupted_by"], "worker_lost", "{entry}");
+
+    // Windmill re-runs the lost job with the same id on another worker: the next attempt.
+    std::fs::write(f.path().join("go"), "").unwrap();
+    let mut again = Worker::start(&f, jobenv_bin!(), "lost-1", "apply", &payload(), &[]);
+    assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
+    let entry = f.journal_entry(jobenv_bin!(), "lost-1");
+    assert_eq!((entry["attempt"].as_u64(), entry["status"].as_str()), (Some(2), Some("succeeded")), "{entry}");
+    assert_eq!(entry["earlier"][0]["interrupted_by"], "worker_lost");
+    assert_eq!(runs(&f), 2);
+}
+
+#[test]
+fn a_re_run_that_comes_while_the_lost_attempt_still_stops_waits_for_it() {
+    // The program lingers 1.5 s after SIGTERM (its `sleep` ignores the SIGTERMs jobenv sends
+    // every process of the tree): the old attempt is still stopping when the re-run comes.
+    let f = fixture("trap 'trap \"\" TERM; sleep 1.5; exit 143' TERM");
+    let mut worker = Worker::start(&f, jobenv_bin!(), "lost-2", "apply", &payload(), &["--grace", "3"]);
+    let tree = tree(&f);
+    worker.kill();
+    // Give the old jobenv time to notice (it checks twice a second) and start stopping.
+    std::thread::sleep(Duration::from_millis(800));
+    std::fs::write(f.path().join("go"), "").unwrap();
+    let started = Instant::now();
+    let mut again = Worker::start(&f, jobenv_bin!(), "lost-2", "apply", &payload(), &[]);
+    assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
+    let log = again.log.text();
+    assert!(log.contains("job lost-2: attempt 1 lost its worker and is stopping"), "{log}");
+    assert!(log.contains("attempt 1 was interrupted; running it again as attempt 2"), "{log}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "the re-run did not wait");
+    assert_all_gone(&tree, Duration::from_secs(1));
+    let entry = f.journal_entry(jobenv_bin!(), "lost-2");
+    assert_eq!((entry["attempt"].as_u64(), entry["status"].as_str()), (Some(2), Some("succeeded")), "{entry}");
+    assert_eq!(entry["earlier"][0]["interrupted_by"], "worker_lost");
+}
+
+#[test]
+fn a_duplicate_under_a_live_worker_is_refused() {
+    let f = fixture("");
+    let mut first = Worker::start(&f, jobenv_bin!(), "dup-1", "apply", &payload(), &[]);
+    tree(&f);
+    let mut second = Worker::start(&f, jobenv_bin!(), "dup-1", "apply", &payload(), &[]);
+    assert_eq!(second.wait(Duration::from_secs(20)), Some(2));
+    assert!(second.log.text().contains("jobenv: error: job dup-1 is already running"), "{}", second.log.text());
+    assert!(first.job_alive(), "the refused duplicate disturbed the running job");
+    std::fs::write(f.path().join("go"), "").unwrap();
+    assert_eq!(first.wait(Duration::from_secs(20)), Some(0));
+    assert_eq!(runs(&f), 1);
+}
+
+fn drain(f: &Fixture, wait: &str) -> (Option<i32>, Value, String) {
+    let done = f.jobenv(jobenv_bin!()).args(["drain", "--wait", wait]).run();
+    let printed = serde_json::from_str(&done.stdout).unwrap_or(Value::Null);
+    (done.code, printed, done.stderr)
+}
+
+#[test]
+fn drain_stops_running_jobs_through_their_jobenv_and_records_them_interrupted() {
+    let f = fixture("trap 'echo got TERM; exit 143' TERM");
+    let mut worker = Worker::start(&f, jobenv_bin!(), "drained-1", "apply", &payload(), &["--grace", "2"]);
+    let tree = tree(&f);
+    let started = Instant::now();
+    let (code, printed, stderr) = drain(&f, "0.3");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "drain did not let the job run for --wait first");
+    assert!(stderr.contains("draining: stopping job drained-1"), "{stderr}");
+    assert_eq!(printed[0]["job_id"], "drained-1", "{printed}");
+    assert_eq!(printed[0]["interrupted_by"], "node_stopped", "{printed}");
+    assert_all_gone(&tree, Duration::from_millis(500));
+    assert!(worker.wait(Duration::from_secs(5)).is_some(), "the job process did not end");
+    let log = worker.log.text();
+    assert!(log.contains("got TERM"), "the program was not given its SIGTERM first: {log}");
+    assert!(log.contains("received SIGTERM (the node is stopping): stopping the program tree"), "{log}");
+    let result: Value = f.result_json();
+    assert_eq!((result["reason"].as_str(), result["interrupted_by"].as_str()), (Some("interrupted"), Some("node_stopped")), "{result}");
+    assert!(result["errors"][0].as_str().unwrap().contains("a retry is safe"), "{result}");
+    // Not a result: the same job id runs again as the next attempt.
+    std::fs::write(f.path().join("go"), "").unwrap();
+    let mut again = Worker::start(&f, jobenv_bin!(), "drained-1", "apply", &payload(), &[]);
+    assert_eq!(again.wait(Duration::from_secs(30)), Some(0));
+    assert_eq!(f.journal_entry(jobenv_bin!(), "drained-1")["attempt"], 2);
+}
+
+#[test]
+fn drain_lets_a_job_that_ends_in_time_end_on_its_own() {
+    let f = fixture("");
+    let mut worker = Worker::start(&f, jobenv_bin!(), "in-time", "apply", &payload(), &[]);
+    tree(&f);
+    let go = f.path().join("go");
+    let finisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::write(go, "").unwrap();
+    });
+    let (code, printed, stderr) = drain(&f, "20");
+    finisher.join().unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(printed, json!([]), "a job that ended on its own was stopped");
+    assert_eq!(worker.wait(Duration::from_secs(5)), Some(0));
+    assert_eq!(f.journal_entry(jobenv_bin!(), "in-time")["status"], "succeeded");
+}
+
+#[test]
+fn drain_with_nothing_running_ends_at_once() {
+    let f = fixture("");
+    let started = Instant::now();
+    let (code, printed, stderr) = drain(&f, "60");
+    assert_eq!((code, printed), (Some(0), json!([])), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
