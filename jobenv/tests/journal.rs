@@ -218,3 +218,145 @@ fn orphans_of_the_program_are_reaped_while_it_runs() {
     assert!(jobenv.wait().unwrap().success());
     kill_all(&[orphan]);
 }
+
+#[test]
+fn a_job_id_names_one_request() {
+    let f = counting_job();
+    std::fs::write(f.path().join("go"), "").unwrap();
+    assert_eq!(run(&f, &["run", "--verb", "apply", "--job-id", "one-request"]).status.code(), Some(3));
+    // The same id for another verb or another namespace is another request: refused, never
+    // answered with the first one's result.
+    for (verb, payload) in [("destroy", PAYLOAD), ("apply", r#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#)] {
+        f.jobenv(jobenv_bin!())
+            .verb(verb)
+            .args(["--job-id", "one-request"])
+            .stdin(payload)
+            .expect_code(2)
+            .expect_stderr_contains("jobenv: error: job one-request was already run for apply of web in namespace ns; this run asks for")
+            .expect_stderr_contains("a job id names one request")
+            .run();
+    }
+    // Positive control: the same request is replayed.
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "one-request"])
+        .stdin(PAYLOAD)
+        .expect_code(3)
+        .expect_stderr_contains("replaying the recorded result, not running it again")
+        .run();
+    assert_eq!(runs(&f), 1);
+}
+
+#[test]
+fn a_retention_of_zero_days_is_refused() {
+    let f = counting_job();
+    f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "0"]).expect_code(2).expect_stderr_contains("--retain-days").run();
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r0", "--retain-days", "0"]).stdin(PAYLOAD).expect_code(2).run();
+    assert_eq!(runs(&f), 0);
+    // Positive control: one day is accepted, and the entry of the job that just ran stays.
+    std::fs::write(f.path().join("go"), "").unwrap();
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1", "--retain-days", "1"]).stdin(PAYLOAD).expect_code(3).run();
+    assert!(f.state_dir().join("jobs/r1.json").exists());
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1"]).stdin(PAYLOAD).expect_code(3).run();
+    assert_eq!(runs(&f), 1, "the job ran again");
+}
+
+#[test]
+fn pruning_never_acts_on_a_copied_or_forged_entry() {
+    let f = counting_job();
+    std::fs::write(f.path().join("go"), "").unwrap();
+    run(&f, &["run", "--verb", "apply", "--job-id", "real-job"]);
+    let jobs = f.state_dir().join("jobs");
+    let mut old: Value = serde_json::from_slice(&std::fs::read(jobs.join("real-job.json")).unwrap()).unwrap();
+    old["finished_at"] = json!("2026-01-01T00:00:00.000Z");
+    // A copy under another name still says `real-job`; a forged one names a file outside.
+    std::fs::write(jobs.join("copy.json"), old.to_string()).unwrap();
+    let outside = f.path().join("outside.json");
+    std::fs::write(&outside, "{}").unwrap();
+    old["job_id"] = json!("../../outside");
+    std::fs::write(jobs.join("forged.json"), old.to_string()).unwrap();
+    let done = f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).expect_success().run();
+    assert!(jobs.join("real-job.json").exists(), "a copied entry deleted the real one");
+    assert!(outside.exists(), "a forged entry deleted a file outside the state directory");
+    assert!(done.stderr.contains(&format!("{} is corrupt: its job_id is not its file name", jobs.join("copy.json").display())), "{}", done.stderr);
+    // The real job is still a result: replayed, not run again.
+    run(&f, &["run", "--verb", "apply", "--job-id", "real-job"]);
+    assert_eq!(runs(&f), 1);
+}
+
+#[test]
+fn a_corrupt_entry_is_refused_naming_its_file() {
+    let f = counting_job();
+    std::fs::create_dir_all(f.state_dir().join("jobs")).unwrap();
+    std::fs::write(f.state_dir().join("jobs/broken.json"), "{not json").unwrap();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "broken"])
+        .stdin(PAYLOAD)
+        .expect_code(2)
+        .expect_stderr_contains(&format!("{} is corrupt", f.state_dir().join("jobs/broken.json").display()))
+        .run();
+    assert_eq!(runs(&f), 0);
+}
+
+#[test]
+fn after_sigkill_of_a_subprocess_jobenv_its_namespace_stays_locked_while_the_program_tree_lives() {
+    let mut f = Fixture::new();
+    let dir = f.path().display().to_string();
+    // The program leaves a grandchild that the parent-death signal does not reach.
+    f.program("web", "apply", &format!("sleep 300 & echo $! > {dir}/orphan.pid; echo $$ > {dir}/program.pid; wait"));
+    let mut jobenv = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "first"]).stdin(PAYLOAD).spawn();
+    let orphan = read_pids(&f.path().join("orphan.pid"), 1, Duration::from_secs(20));
+    kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
+    jobenv.wait().unwrap();
+    assert!(is_alive(orphan[0]), "the grandchild should outlive a SIGKILLed jobenv outside a job runner");
+    // Another deploy of the namespace is refused while the orphan runs...
+    let done = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "second"]).stdin(PAYLOAD).run();
+    let alive = is_alive(orphan[0]);
+    kill_all(&orphan);
+    assert_eq!(done.code, Some(2), "{done:?}");
+    assert!(alive, "the orphan was gone before the check");
+    assert!(done.stderr.contains("namespace ns is locked by another deploy: job first"), "{done:?}");
+    // ...and runs once it is gone (positive control).
+    assert!(wait_until(Duration::from_secs(2), || !is_alive(orphan[0])));
+    std::fs::write(f.path().join("program.pid"), "").unwrap();
+    f.program("web", "apply", "exit 0");
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "third"]).stdin(PAYLOAD).expect_success().run();
+}
+
+#[test]
+fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unknown() {
+    let mut f = Fixture::new();
+    let (state, dir) = (f.state_dir().display().to_string(), f.path().display().to_string());
+    // The program fills the state directory's filesystem, then exits 0: jobenv's end cannot be
+    // written as a new file. Both runs happen in one private mount namespace whose state
+    // directory is a small tmpfs; the entry and the first result are copied out for the test.
+    f.program("web", "apply", &format!("echo run >> {dir}/runs; dd if=/dev/zero of={state}/fill bs=4k 2>/dev/null; exit 0"));
+    std::fs::write(f.path().join("payload.json"), PAYLOAD).unwrap();
+    let run = format!("\"$0\" run --verb apply --job-id full-disk --payload {dir}/payload.json");
+    let script = format!(
+        "mount -t tmpfs -o size=256k tmpfs {state} || exit 99; {run}; echo first=$? >&2; cp result.json {dir}/first-result.json; \
+         rm -f {state}/fill; cp {state}/jobs/full-disk.json {dir}/entry.json; {run}; echo second=$? >&2"
+    );
+    let mut command = f.command(std::path::Path::new("/usr/bin/unshare"), &["-m", "sh", "-c", &script, jobenv_bin!().to_str().unwrap()]);
+    command.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").env("WM_JOB_ID", "full-disk");
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(runs_in(&f), 1, "positive control: the program ran, once\n{stderr}");
+    assert!(stderr.contains("first=125"), "{stderr}");
+    assert!(stderr.contains("the end of job full-disk could not be recorded in the journal"), "{stderr}");
+    assert!(stderr.contains("the program ended succeeded with exit code 0; the result is unknown"), "{stderr}");
+    let first: Value = serde_json::from_slice(&std::fs::read(f.path().join("first-result.json")).unwrap()).unwrap();
+    assert_eq!((first["status"].as_str(), first["exit_code"].as_i64()), (Some("failed"), Some(125)), "{first}");
+    let entry: Value = serde_json::from_slice(&std::fs::read(f.path().join("entry.json")).unwrap()).unwrap();
+    assert_eq!((entry["reason"].as_str(), entry["program_exit_code"].as_i64()), (Some("result_unknown"), Some(0)), "{entry}");
+    // The rerun neither runs the job again nor reports a success that was never recorded.
+    assert!(stderr.contains("second=125"), "{stderr}");
+    let replayed = f.result_json();
+    assert_eq!(replayed["replayed"], true, "{replayed}");
+    assert!(replayed["errors"][0].as_str().unwrap().contains("the result is unknown"), "{replayed}");
+}
+
+fn runs_in(f: &Fixture) -> usize {
+    std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+}
