@@ -210,6 +210,9 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
             let ending = Ending::from(outcome);
             let took = started.elapsed().as_secs_f64();
             tracing::info!("{} {} with exit code {} after {took:.1}s", plan.executable, ending.status, ending.exit_code);
+            if ending.interrupted_by.is_some() {
+                ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
+            }
             ending
         }
         Err(error) => {

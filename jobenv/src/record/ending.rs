@@ -75,7 +75,7 @@ impl From<Outcome> for Ending {
                 "the Windmill worker that started this job is gone: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
             ]),
             Outcome::NodeStopped(_) => (Status::Failed, Some(NODE_STOPPED), vec![
-                "the node is stopping: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
+                "the node stopped: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
             ]),
         };
         Ending { status, exit_code: outcome.exit_code(), errors, interrupted_by }
