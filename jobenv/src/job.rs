@@ -21,13 +21,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nix::unistd::Pid;
 
 use crate::cli::RunArgs;
 use crate::error::{Error, Problem};
 use crate::events::{Events, Ids, Progress};
 use crate::input::{self, Identity};
-use crate::plan::Plan;
 use crate::record::journal::{self, Decision, Entry, Journal};
 use crate::record::locks::{self, Refused};
 use crate::record::upkeep;
@@ -132,8 +130,8 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
         None => (None, Vec::new()),
         Some(id) => match journal.read(id).map(journal::decide) {
             Err(source) => return Report::rejected(&journal_problem(source), Identity::default()),
-            Ok(decision) if another_request(&decision, &args.job.verb, &asked).is_some() => {
-                let error = another_request(&decision, &args.job.verb, &asked).expect("checked");
+            Ok(decision) if decision.another_request(&args.job.verb, asked.attribute.as_deref(), asked.namespace.as_deref()).is_some() => {
+                let error = decision.another_request(&args.job.verb, asked.attribute.as_deref(), asked.namespace.as_deref()).expect("checked");
                 return Report::rejected(&error.into(), asked);
             }
             Ok(Decision::Replay(entry)) => return replay(&entry),
@@ -188,7 +186,10 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
 
     // 7. running entry: if it cannot be written, nothing runs.
     let worker = std::env::var_os("WM_JOB_ID").map(|_| nix::unistd::getppid());
-    let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| running_entry(id, attempt, earlier, &plan, worker, args.grace));
+    let worker_start = worker.and_then(|worker| Some((worker.as_raw(), tree::start_time(worker.as_raw())?)));
+    let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| {
+        Entry::running(id, attempt, earlier, [&plan.verb, &plan.attribute, &plan.namespace], worker_start, args.grace)
+    });
     if let Some(entry) = &entry {
         if let Err(source) = journal.write(entry) {
             return Report::rejected(&journal_problem(source), identity).with_events(events);
@@ -311,30 +312,6 @@ fn progress(status: Status, verb: &str) -> Progress {
     }
 }
 
-fn running_entry(job_id: &str, attempt: u32, earlier: Vec<journal::Attempt>, plan: &Plan, worker: Option<Pid>, grace: Duration) -> Entry {
-    let pid = std::process::id() as i32;
-    let parent = worker.and_then(|worker| Some((worker.as_raw(), tree::start_time(worker.as_raw())?)));
-    Entry {
-        job_id: job_id.to_owned(),
-        attempt,
-        verb: plan.verb.clone(),
-        attribute: plan.attribute.clone(),
-        namespace: plan.namespace.clone(),
-        pid,
-        pid_start: tree::start_time(pid).unwrap_or_default(),
-        parent,
-        grace_ms: Some(grace.as_millis() as u64),
-        started_at: journal::now(),
-        status: Status::Running,
-        exit_code: None,
-        program_exit_code: None,
-        finished_at: None,
-        reason: None,
-        interrupted_by: None,
-        earlier,
-    }
-}
-
 /// The job's lock. A run of the same job id holds it until it exits; if that run is an attempt
 /// whose worker died (Windmill re-runs such a job with the same id, maybe before the old attempt
 /// has stopped), it is waited for up to its grace plus a margin, then this run goes on as the
@@ -354,23 +331,6 @@ fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel)
     }
 }
 
-/// A job id names one request: the problem, if the journal holds it for another verb,
-/// attribute or namespace than `asked`.
-fn another_request(decision: &Decision, verb: &str, asked: &Identity) -> Option<Problem> {
-    let (Decision::Replay(entry) | Decision::Refuse(entry)) = decision else { return None };
-    let differs = entry.verb != verb || asked.attribute.as_deref() != Some(&entry.attribute) || asked.namespace.as_deref() != Some(&entry.namespace);
-    differs.then(|| Problem::AnotherRequest {
-        job_id: entry.job_id.clone(),
-        recorded: format!("{} of {} in namespace {}", entry.verb, entry.attribute, entry.namespace),
-        asked: format!(
-            "{} of {} in namespace {}",
-            verb.escape_debug(),
-            asked.attribute.as_deref().unwrap_or("(none)").escape_debug(),
-            asked.namespace.as_deref().unwrap_or("(none)").escape_debug()
-        ),
-    })
-}
-
 /// A job that already ended: say so in one line and end the same way again.
 fn replay(entry: &Entry) -> Report {
     let ending = entry.ending();
@@ -382,6 +342,7 @@ fn replay(entry: &Entry) -> Report {
         entry.attempt,
         entry.finished_at.as_deref().unwrap_or("an unknown time"),
     );
+    ending.errors.iter().for_each(|line| tracing::error!("{line}"));
     let identity = Identity { attribute: Some(entry.attribute.clone()), namespace: Some(entry.namespace.clone()), build_id: None };
     Report { ending, identity, attempt: Some(entry.attempt), replayed: true, events: Events::default() }
 }

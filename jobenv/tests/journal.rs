@@ -294,7 +294,7 @@ fn a_corrupt_entry_is_refused_naming_its_file() {
         .args(["--job-id", "broken"])
         .stdin(PAYLOAD)
         .expect_code(2)
-        .expect_stderr_contains(&format!("{} is corrupt", f.state_dir().join("jobs/broken.json").display()))
+        .expect_stderr_contains(format!("{} is corrupt", f.state_dir().join("jobs/broken.json").display()))
         .run();
     assert_eq!(runs(&f), 0);
 }

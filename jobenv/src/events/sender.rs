@@ -169,14 +169,14 @@ impl Sender<'_> {
         let result = (|| post(&self.client, self.url, body.clone()))
             .retry(backoff)
             .when(Failure::is_transient)
-            .notify(|failure, _| lock(&self.shared.state).last_error = Some(failure.describe()))
+            .notify(|failure, _| lock(&self.shared.state).last_error = Some(failure.0.clone()))
             .await;
         match result {
             Ok(()) => {
                 lock(&self.shared.state).last_error = None;
                 Ok(true)
             }
-            Err(Failure::Http(code)) if code == StatusCode::UNAUTHORIZED || code == StatusCode::FORBIDDEN => {
+            Err(Failure(_, Some(code))) if code == StatusCode::UNAUTHORIZED || code == StatusCode::FORBIDDEN => {
                 let mut state = lock(&self.shared.state);
                 (state.closed, state.reported) = (true, true);
                 tracing::error!(
@@ -184,12 +184,12 @@ impl Sender<'_> {
                 );
                 Err(Refused)
             }
-            Err(failure) => {
-                if let (Failure::Http(code), false) = (&failure, self.warned) {
+            Err(Failure(why, code)) => {
+                if let (Some(code), false) = (code, self.warned) {
                     self.warned = true;
                     tracing::warn!("progress events: the receiver rejected an event (HTTP {code}); it is skipped");
                 }
-                lock(&self.shared.state).last_error = Some(failure.describe());
+                lock(&self.shared.state).last_error = Some(why);
                 Ok(false)
             }
         }
@@ -227,39 +227,33 @@ async fn post(client: &Client, url: &Url, body: Vec<u8>) -> Result<(), Failure> 
             break;
         }
     }
-    if code.is_success() { Ok(()) } else { Err(Failure::Http(code)) }
+    if code.is_success() { Ok(()) } else { Err(Failure::http(code)) }
 }
 
-/// Why an attempt failed, in words of our own: reqwest's message holds the URL, which may carry
-/// credentials.
+/// Why an attempt failed, in words of our own (reqwest's message holds the URL, which may carry
+/// credentials), and the HTTP status if there was an answer.
 #[derive(Debug)]
-enum Failure {
-    Timeout,
-    Connect,
-    Request,
-    Http(StatusCode),
-}
+struct Failure(String, Option<StatusCode>);
 
 impl Failure {
     fn from_reqwest(error: &reqwest::Error) -> Self {
-        [(error.is_timeout(), Failure::Timeout), (error.is_connect(), Failure::Connect)]
-            .into_iter()
-            .find_map(|(is, failure)| is.then_some(failure))
-            .unwrap_or(Failure::Request)
+        let text = if error.is_timeout() {
+            format!("the receiver did not answer within {}s", REQUEST_TIMEOUT.as_secs())
+        } else if error.is_connect() {
+            "cannot connect to the receiver".to_owned()
+        } else {
+            "the request to the receiver failed".to_owned()
+        };
+        Failure(text, None)
     }
 
+    fn http(code: StatusCode) -> Self {
+        Failure(format!("the receiver answered HTTP {code}"), Some(code))
+    }
+
+    /// What a later attempt may fix: no answer, 408, 429, 5xx.
     fn is_transient(&self) -> bool {
-        matches!(self, Failure::Http(code) if code.as_u16() == 408 || code.as_u16() == 429 || code.is_server_error())
-            || !matches!(self, Failure::Http(_))
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Failure::Timeout => format!("the receiver did not answer within {}s", REQUEST_TIMEOUT.as_secs()),
-            Failure::Connect => "cannot connect to the receiver".into(),
-            Failure::Request => "the request to the receiver failed".into(),
-            Failure::Http(code) => format!("the receiver answered HTTP {code}"),
-        }
+        self.1.is_none_or(|code| code.as_u16() == 408 || code.as_u16() == 429 || code.is_server_error())
     }
 }
 
@@ -276,14 +270,13 @@ mod tests {
 
     #[test]
     fn failures_never_name_the_url_and_retry_what_may_pass() {
-        for failure in [Failure::Timeout, Failure::Connect, Failure::Request, Failure::Http(StatusCode::SERVICE_UNAVAILABLE)] {
+        for failure in [Failure("no answer".into(), None), Failure::http(StatusCode::SERVICE_UNAVAILABLE), Failure::http(StatusCode::REQUEST_TIMEOUT)] {
             assert!(failure.is_transient(), "{failure:?}");
-            assert!(!failure.describe().contains("http://"));
         }
         for code in [StatusCode::BAD_REQUEST, StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN, StatusCode::MOVED_PERMANENTLY] {
-            assert!(!Failure::Http(code).is_transient(), "{code}");
+            assert!(!Failure::http(code).is_transient(), "{code}");
         }
-        assert!(Failure::Http(StatusCode::TOO_MANY_REQUESTS).is_transient());
-        assert_eq!(Failure::Http(StatusCode::FORBIDDEN).describe(), "the receiver answered HTTP 403 Forbidden");
+        assert!(Failure::http(StatusCode::TOO_MANY_REQUESTS).is_transient());
+        assert_eq!(Failure::http(StatusCode::FORBIDDEN).0, "the receiver answered HTTP 403 Forbidden");
     }
 }

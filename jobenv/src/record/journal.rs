@@ -16,12 +16,12 @@
 //! corrupt, reported by path and never acted on.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use super::ending::{Ending, Status};
-use crate::error::EXIT_INTERNAL;
+use crate::error::{EXIT_INTERNAL, Problem};
 use crate::run::tree;
 
 /// The reason recorded for an attempt that ended without a result of its own.
@@ -151,6 +151,33 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// The `running` entry of a new attempt of the job `[verb, attribute, namespace]`, by this
+    /// jobenv, started by `parent` (pid and start time) under a job runner.
+    pub fn running(job_id: &str, attempt: u32, earlier: Vec<Attempt>, [verb, attribute, namespace]: [&String; 3], parent: Option<(i32, u64)>, grace: Duration) -> Entry {
+        let pid = std::process::id() as i32;
+        Entry {
+            job_id: job_id.to_owned(),
+            attempt,
+            verb: verb.clone(),
+            attribute: attribute.clone(),
+            namespace: namespace.clone(),
+            pid,
+            pid_start: tree::start_time(pid).unwrap_or_default(),
+            parent,
+            grace_ms: Some(grace.as_millis() as u64),
+            started_at: now(),
+            status: Status::Running,
+            exit_code: None,
+            program_exit_code: None,
+            finished_at: None,
+            reason: None,
+            interrupted_by: None,
+            earlier,
+        }
+    }
+}
+
 /// What to do with a job id, given its entry.
 #[derive(Debug)]
 pub enum Decision {
@@ -160,6 +187,25 @@ pub enum Decision {
     Refuse(Entry),
     /// Run it as this attempt, keeping the earlier ones.
     Run { attempt: u32, earlier: Vec<Attempt> },
+}
+
+impl Decision {
+    /// A job id names one request: the problem, if the journal holds it for another verb,
+    /// attribute or namespace than this run asks for.
+    pub fn another_request(&self, verb: &str, attribute: Option<&str>, namespace: Option<&str>) -> Option<Problem> {
+        let (Decision::Replay(entry) | Decision::Refuse(entry)) = self else { return None };
+        let differs = entry.verb != verb || attribute != Some(&entry.attribute) || namespace != Some(&entry.namespace);
+        differs.then(|| Problem::AnotherRequest {
+            job_id: entry.job_id.clone(),
+            recorded: format!("{} of {} in namespace {}", entry.verb, entry.attribute, entry.namespace),
+            asked: format!(
+                "{} of {} in namespace {}",
+                verb.escape_debug(),
+                attribute.unwrap_or("(none)").escape_debug(),
+                namespace.unwrap_or("(none)").escape_debug()
+            ),
+        })
+    }
 }
 
 pub fn decide(existing: Option<Entry>) -> Decision {

@@ -75,7 +75,7 @@ impl Journal {
         let mut pruned = 0;
         for (path, entry) in self.entries()? {
             let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
-            if entry.status == Status::Running || keep == Some(entry.job_id.as_str()) || !finished.is_some_and(|t| t < cutoff) {
+            if entry.status == Status::Running || keep == Some(entry.job_id.as_str()) || finished.is_none_or(|t| t >= cutoff) {
                 continue;
             }
             pruned += usize::from(gone(std::fs::remove_file(&path))?);
