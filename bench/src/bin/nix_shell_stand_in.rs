@@ -1,8 +1,19 @@
-//! Stands in for nix-shell in the start-up benchmark, so nix's own evaluation (tens of ms) is
-//! left out and what remains is jobenv's overhead: takes `--run "exec <EXECUTABLE>"` from its
-//! arguments and execs that executable from PATH, as the dev shell would.
+//! Stands in for nix-shell in the benchmarks, so nix's own evaluation (tens of ms, or minutes
+//! with builds) is left out and what remains is the runner's overhead: takes the `--run` string
+//! from its arguments and does what the dev shell's bash would do with it, then execs the
+//! program from PATH.
+//!
+//! jobenv's `--run` string is `exec PROG`, or with progress events
+//! `printf x 2>/dev/null >&3; exec PROG 3>&-`: the shell writes a byte to fd 3 (the ready pipe,
+//! which tells jobenv that the program is about to start) and closes fd 3 for the program.
 
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
+
+const READY: &str = "printf x 2>/dev/null >&3; ";
+const CLOSE_READY: &str = " 3>&-";
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -10,7 +21,19 @@ fn main() {
         eprintln!("nix-shell-stand-in: no --run argument");
         std::process::exit(2);
     };
-    let executable = run.strip_prefix("exec ").unwrap_or(run);
+    let (ready, rest) = match run.strip_prefix(READY) {
+        Some(rest) => (true, rest),
+        None => (false, run.as_str()),
+    };
+    let rest = rest.strip_prefix("exec ").unwrap_or(rest);
+    let executable = rest.strip_suffix(CLOSE_READY).unwrap_or(rest);
+    if ready {
+        // SAFETY: with this run string, jobenv started us with fd 3 open as the write end of
+        // its ready pipe, and nothing else in this process owns or uses fd 3. The File takes
+        // it over and closes it when dropped, before the exec, as `3>&-` would.
+        let mut pipe = unsafe { File::from_raw_fd(3) };
+        let _ = pipe.write_all(b"x"); // `2>/dev/null`: a closed pipe is not our concern
+    }
     let error = std::process::Command::new(executable).exec();
     eprintln!("nix-shell-stand-in: cannot exec {executable}: {error}");
     std::process::exit(127);
