@@ -7,8 +7,10 @@ mod bootstrap;
 mod events;
 mod machine;
 mod node;
+mod printed;
 mod redaction;
 mod report;
+mod secrets;
 mod startup;
 mod stats;
 

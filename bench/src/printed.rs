@@ -1,0 +1,15 @@
+//! Which forms of a secret the redaction benchmark's program prints: every distinct form the
+//! test kit knows (`tests/src/json_forms.rs`, written apart from the code under test): as it
+//! is, as Rust's `Debug` writes it, and JSON-escaped as serde_json, Python's `json.dumps`, PHP's
+//! `json_encode`, Go's `encoding/json` and .NET write it, hex digits in either case.
+//!
+//! Shared by the benchmark and `bench-generate` (included by path), so what the one expects
+//! is what the other prints.
+
+use fediversity_testkit::json_forms::every_form;
+
+/// Without newlines (`one_line`), the forms that hold a raw newline (a multi-line key as it is)
+/// are left out: that output must stay one line.
+pub fn printed_forms(secret: &str, one_line: bool) -> Vec<String> {
+    every_form(secret).into_iter().filter(|form| !(one_line && form.contains('\n'))).collect()
+}
