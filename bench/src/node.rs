@@ -2,6 +2,7 @@
 //! directory, and the deployment program `web-apply` (a link to the benchmark's program),
 //! run through the nix-shell stand-in so nix's own evaluation stays out of the figures.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -67,12 +68,30 @@ impl Node {
 
     /// `fediversity-jobenv run --verb apply --payload FILE` with the node's environment.
     pub fn jobenv_run(&self, payload: &serde_json::Value) -> anyhow::Result<Command> {
-        let payload_path = self.path("payload.json");
-        std::fs::write(&payload_path, payload.to_string())?;
-        let mut command = Command::new(&self.jobenv);
-        command.args(["run", "--verb", "apply", "--payload"]).arg(&payload_path);
-        self.env(&mut command);
+        let path = self.write_payload(payload)?;
+        Ok(self.jobenv_with_payload(path.as_os_str()))
+    }
+
+    /// The same with the payload on stdin (`--payload -`), as Windmill hands a job over.
+    pub fn jobenv_run_on_stdin(&self, payload: &serde_json::Value) -> anyhow::Result<Command> {
+        let path = self.write_payload(payload)?;
+        let mut command = self.jobenv_with_payload("-".as_ref());
+        command.stdin(std::fs::File::open(path)?);
         Ok(command)
+    }
+
+    /// Writes `payload.json`, which the Python reference reads as well.
+    pub fn write_payload(&self, payload: &serde_json::Value) -> anyhow::Result<PathBuf> {
+        let path = self.path("payload.json");
+        std::fs::write(&path, payload.to_string())?;
+        Ok(path)
+    }
+
+    fn jobenv_with_payload(&self, payload: &OsStr) -> Command {
+        let mut command = Command::new(&self.jobenv);
+        command.args(["run", "--verb", "apply", "--payload"]).arg(payload);
+        self.env(&mut command);
+        command
     }
 }
 

@@ -1,8 +1,11 @@
 //! Benchmark 1: start-up overhead of `fediversity-jobenv run` for a program that exits at once,
-//! against running that program directly (`env -i PROG`) and against a Python reference that
-//! merges, validates and runs the way the Python runner jobenv replaces did.
+//! on a node with 100 secrets. The target is a ratio: jobenv's overhead over a direct exec of
+//! the program must be at least 10 times less than that of a minimal Python runner doing the
+//! same job (`bench/reference_runner.py`). An absolute time would say little: a deploy job's
+//! cost is dominated by nix-shell, so what matters is that jobenv adds a small share of what
+//! the runner it replaces would.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,86 +14,88 @@ use serde_json::json;
 
 use crate::node::{Node, Tools};
 use crate::report::{Table, Target};
+use crate::secrets::node_secrets;
 use crate::stats::{Samples, ms};
 
+const WARM_UP: usize = 5;
+const FACTOR_TARGET: f64 = 10.0;
+
 pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
-    let node = Node::new(tools, std::path::Path::new("/bin/true"), &[], &["DOMAIN", "HOSTS"])?;
+    let secrets = node_secrets(100);
+    let node = Node::new(tools, Path::new("/bin/true"), &secrets, &["DOMAIN", "HOSTS"])?;
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "DOMAIN": "example.org", "HOSTS": ["a", "b"]});
+    node.write_payload(&payload)?;
     let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("reference_runner.py");
-    let python = which("python3")?;
+    let python = Python::find()?;
 
     let direct = || {
         let mut c = Command::new("/usr/bin/env");
         c.arg("-i").arg(node.path("bin/web-apply"));
         c
     };
-    // The same path without jobenv: the stand-in execs the program. What it costs is the
-    // benchmark's, not jobenv's, and is reported apart.
+    // The one exec that jobenv and the Python runner both add by design (nix-shell's, here the
+    // stand-in's), measured alone so jobenv's own share shows.
     let stand_in = || {
         let mut c = Command::new("/usr/bin/env");
         c.arg("-i").arg(format!("PATH={}", node.path("bin").display())).arg(&node.stand_in).args(["--run", "exec web-apply"]);
         c
     };
-    let jobenv = || node.jobenv_run(&payload);
-    let python_ref = || -> anyhow::Result<Command> {
-        let mut c = Command::new(&python);
-        c.arg(&reference).args(["--verb", "apply"]);
+    let jobenv = || node.jobenv_run_on_stdin(&payload);
+    let python_runner = || -> anyhow::Result<Command> {
+        let mut c = Command::new(&python.path);
+        c.arg("-S").arg(&reference).args(["--verb", "apply"]);
         node.env(&mut c);
         c.stdin(std::fs::File::open(node.path("payload.json"))?);
         Ok(c)
     };
-    jobenv()?; // writes payload.json for the reference too
 
     let mut samples = [Samples::default(), Samples::default(), Samples::default(), Samples::default()];
-    for round in 0..rounds + 5 {
+    for round in 0..rounds + WARM_UP {
         // Rotate the order each round so drift on a busy machine hits all four alike.
         for k in 0..4 {
             let which = (round + k) % 4;
             let command = match which {
                 0 => direct(),
-                1 => jobenv()?,
-                2 => python_ref()?,
-                _ => stand_in(),
+                1 => stand_in(),
+                2 => jobenv()?,
+                _ => python_runner()?,
             };
             let took = time(command)?;
-            if round >= 5 {
+            if round >= WARM_UP {
                 samples[which].push(took);
             }
         }
     }
-    let [direct, jobenv, python, stand_in] = samples;
+    let [direct, stand_in, jobenv, python_samples] = samples;
     let base = direct.median();
     let over = |s: &Samples| s.median().saturating_sub(base);
-    let jobenv_over = over(&jobenv);
-    let python_over = over(&python);
-    let stand_in_over = over(&stand_in);
+    let (jobenv_over, python_over, stand_in_over) = (over(&jobenv), over(&python_samples), over(&stand_in));
     let jobenv_own = jobenv.median().saturating_sub(stand_in.median());
     let factor = python_over.as_secs_f64() / jobenv_over.as_secs_f64().max(1e-6);
     let row = |name: &str, s: &Samples, overhead: String| vec![name.to_owned(), ms(s.median()), ms(s.min()), ms(s.max()), overhead];
     Ok(Table {
         title: "1. Start-up overhead of jobenv".into(),
         method: format!(
-            "Wall time from spawn to exit, {rounds} rounds after 5 warm-up rounds, the four commands interleaved. The program is `/bin/true`; jobenv and the Python reference run it through `--nix-shell` = a stand-in that execs it (nix-shell's own evaluation left out). jobenv reads the node files, payload and an empty secrets directory, validates, takes the namespace lock and supervises the program."
+            "Wall time of each command from spawn to exit, {rounds} rounds after {WARM_UP} warm-up rounds, the four commands in a rotating order; a command's overhead is its median minus the direct exec's median. The program is `/bin/true`. The node has deploy-env.json, keys.json ({declared} declared keys), attributes.json and a secrets directory of 100 files, as a node has (`bench/src/secrets.rs`); the payload (4 keys) comes on stdin. jobenv (`run --verb apply --payload -`, without a job id, so nothing is journaled) reads and validates all of them, merges, builds its redaction needles from the 100 secrets, takes the namespace lock and runs the program through `--nix-shell` = a stand-in (`bench/src/bin/nix_shell_stand_in.rs`) that execs it as `nix-shell --run \"exec PROG\"` would, without nix's evaluation; jobenv supervises the program and redacts its output. The Python runner (`bench/reference_runner.py`, {version}, started with `-S`: it needs only the standard library, and this machine's site hooks are no runner's cost) parses the payload from stdin, reads the same node files and 100 secrets, merges (node over payload over environment, declared keys only) and `subprocess.run`s the same stand-in with the same argv; it does not redact, lock or supervise.",
+            declared = secrets.len() + 2,
+            version = python.version,
         ),
-        header: ["command", "median", "min", "max", "overhead over the baseline (median)"].map(String::from).to_vec(),
+        header: ["command", "median", "min", "max", "overhead over the direct exec (median)"].map(String::from).to_vec(),
         rows: vec![
             row("`env -i PROG` (baseline)", &direct, "—".into()),
             row("`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)", &stand_in, format!("+{}", ms(stand_in_over))),
             row("`fediversity-jobenv run`", &jobenv, format!("+{}", ms(jobenv_over))),
-            row("Python reference (`bench/reference_runner.py`)", &python, format!("+{}", ms(python_over))),
+            row("Python runner (`bench/reference_runner.py`)", &python_samples, format!("+{}", ms(python_over))),
         ],
-        targets: vec![
-            Target {
-                text: format!(
-                    "median overhead of jobenv over the direct exec: {} (target < 2 ms); of which the stand-in's own exec {}, jobenv's own {}",
-                    ms(jobenv_over),
-                    ms(stand_in_over),
-                    ms(jobenv_own)
-                ),
-                met: jobenv_over < Duration::from_millis(2),
-            },
-            Target { text: format!("Python reference overhead / jobenv overhead: {factor:.1}× (target ≥ 10×)"), met: factor >= 10.0 },
-        ],
+        targets: vec![Target {
+            text: format!(
+                "Python runner's overhead / jobenv's overhead: {factor:.1}× (target ≥ {FACTOR_TARGET:.0}×); jobenv's overhead {}, of which the stand-in's exec {} and jobenv's own {}",
+                ms(jobenv_over),
+                ms(stand_in_over),
+                ms(jobenv_own)
+            ),
+            met: factor >= FACTOR_TARGET,
+        }],
     })
 }
 
@@ -103,7 +108,23 @@ fn time(mut command: Command) -> anyhow::Result<Duration> {
     Ok(took)
 }
 
-pub fn which(name: &str) -> anyhow::Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()).with_context(|| format!("{name} not found in PATH"))
+/// The interpreter `python3` on PATH runs, by its real path: a version manager's shim (a shell
+/// script) in front of it would add its own start-up to the yardstick.
+struct Python {
+    path: PathBuf,
+    version: String,
+}
+
+impl Python {
+    fn find() -> anyhow::Result<Self> {
+        let out = Command::new("python3")
+            .args(["-S", "-c", "import platform, sys; print(sys.executable); print(platform.python_version())"])
+            .output()
+            .context("python3 is needed for the start-up benchmark's Python runner")?;
+        anyhow::ensure!(out.status.success(), "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout)?;
+        let mut lines = text.lines();
+        let (Some(path), Some(version)) = (lines.next(), lines.next()) else { anyhow::bail!("python3 did not name itself: {text}") };
+        Ok(Python { path: path.into(), version: format!("Python {version}") })
+    }
 }
