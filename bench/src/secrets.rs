@@ -16,7 +16,8 @@ const URL: &[char] = &['/', '&', '?', '=', ':', '@', '.'];
 const MARKUP: &[char] = &['<', '>', '&', '"', '\'', '\\'];
 const BASE64: &[char] = &['+', '/', '='];
 
-/// `count` secrets, `(BENCH_SECRET_<i>, value)`, of 8 to 64 characters.
+/// `count` secrets, `(BENCH_SECRET_<i>, value)`: tokens and passwords of 8 to 64 characters,
+/// URLs and keys somewhat longer.
 pub fn node_secrets(count: usize) -> Vec<(String, String)> {
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     (0..count).map(|i| (format!("BENCH_SECRET_{i}"), secret(i, &mut rng))).collect()
