@@ -18,31 +18,48 @@ pub struct LineSplitter {
     partial: Vec<u8>,
     /// More bytes of the current line came than were kept.
     cut: bool,
+    /// The current line did not fit and is being skipped up to its newline.
+    dropping: bool,
 }
 
 impl LineSplitter {
-    /// Appends every line completed by `bytes` to `out`.
-    pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<String>) {
+    /// Appends to `out` the lines completed by `bytes`, at most `room` of them; the lines that
+    /// do not fit are only counted (no text is kept of them): returns how many.
+    pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<String>, mut room: usize) -> u64 {
+        let mut dropped = 0;
         while !bytes.is_empty() {
             let end = memchr::memchr(b'\n', bytes);
             let segment = &bytes[..end.unwrap_or(bytes.len())];
             bytes = end.map_or(&[][..], |i| &bytes[i + 1..]);
+            if self.dropping || room == 0 {
+                // Counted once, at its newline.
+                (self.dropping, self.cut) = (end.is_none(), false);
+                self.partial.clear();
+                dropped += u64::from(end.is_some());
+                continue;
+            }
             // One byte past the cap tells a line that is too long from one that fits; one more
             // keeps a `\r` that ends a line of exactly the cap.
-            let room = (LINE_MAX + 2).saturating_sub(self.partial.len());
-            self.partial.extend_from_slice(&segment[..segment.len().min(room)]);
-            self.cut |= segment.len() > room;
+            let keep = (LINE_MAX + 2).saturating_sub(self.partial.len());
+            self.partial.extend_from_slice(&segment[..segment.len().min(keep)]);
+            self.cut |= segment.len() > keep;
             if end.is_some() {
                 out.push(self.take());
+                room -= 1;
             }
         }
+        dropped
     }
 
-    /// End of stream: an unfinished last line is a line too.
-    pub fn finish(&mut self, out: &mut Vec<String>) {
+    /// End of stream: an unfinished last line is a line too; returns 1 if it was being dropped.
+    pub fn finish(&mut self, out: &mut Vec<String>) -> u64 {
+        if std::mem::take(&mut self.dropping) {
+            return 1;
+        }
         if !self.partial.is_empty() || self.cut {
             out.push(self.take());
         }
+        0
     }
 
     fn take(&mut self) -> String {
@@ -51,7 +68,9 @@ impl LineSplitter {
             raw.pop();
         }
         let cut = std::mem::take(&mut self.cut);
-        capped(String::from_utf8_lossy(&raw).into_owned(), cut)
+        // Valid UTF-8 (the usual case) becomes the String without a copy.
+        let text = String::from_utf8(raw).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        capped(text, cut)
     }
 }
 
@@ -77,10 +96,25 @@ mod tests {
         let mut s = LineSplitter::default();
         let mut out = Vec::new();
         for chunk in chunks {
-            s.push(chunk, &mut out);
+            assert_eq!(s.push(chunk, &mut out, usize::MAX), 0);
         }
-        s.finish(&mut out);
+        assert_eq!(s.finish(&mut out), 0);
         out
+    }
+
+    #[test]
+    fn lines_beyond_the_room_are_counted_never_kept() {
+        let mut s = LineSplitter::default();
+        let mut out = Vec::new();
+        assert_eq!(s.push(b"a\nb\nc\nd", &mut out, 2), 1, "c is dropped; d is not complete yet");
+        assert_eq!(out, ["a", "b"]);
+        // d did not fit either: it is skipped to its newline and counted there.
+        assert_eq!(s.push(b"dd\ne\n", &mut out, 10), 1);
+        assert_eq!(out, ["a", "b", "e"]);
+        assert_eq!(s.push(b"unfinished", &mut out, 0), 0);
+        assert_eq!(s.finish(&mut out), 1, "an unfinished dropped line counts at the end");
+        assert_eq!(out.len(), 3);
+        assert!(s.partial.is_empty());
     }
 
     #[test]
@@ -143,7 +177,7 @@ mod tests {
         let mut s = LineSplitter::default();
         let mut out = Vec::new();
         for _ in 0..10_000 {
-            s.push(b"0123456789", &mut out);
+            s.push(b"0123456789", &mut out, usize::MAX);
             assert!(s.partial.len() <= LINE_MAX + 2);
         }
         s.finish(&mut out);

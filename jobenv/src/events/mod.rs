@@ -51,7 +51,7 @@ impl fmt::Debug for Target {
 }
 
 /// What every event of a job names.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Ids {
     pub deployment: String,
     pub build: Option<String>,
@@ -69,12 +69,6 @@ enum Msg {
 #[derive(Clone, Default)]
 pub struct Events(Option<Arc<Shared>>);
 
-impl fmt::Debug for Events {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "Events(on)" } else { "Events(off)" })
-    }
-}
-
 struct Shared {
     tx: tokio::sync::mpsc::UnboundedSender<Msg>,
     /// Taken for a moment by every push and by the sender.
@@ -85,22 +79,20 @@ struct Shared {
     done: Mutex<Option<mpsc::Receiver<bool>>>,
 }
 
+/// Lines and bytes pushed and not yet sent or given up (the budget); the running total of lines
+/// lost; status events pushed and delivered; `closed` once the terminal status was pushed or the
+/// receiver refused jobenv; why the last attempt failed (never the URL or the secret); and
+/// whether a line about delivery trouble was already written.
 #[derive(Default)]
 struct State {
-    /// Lines and bytes pushed and not yet sent or given up (the budget).
     queued_lines: usize,
     queued_bytes: usize,
-    /// Running total of lines lost (over budget, given up, or hurried out).
     dropped: u64,
-    /// Status events pushed, and delivered.
     statuses: u64,
     delivered: u64,
-    /// The terminal status was pushed, or the receiver refused jobenv: no more pushes.
     closed: bool,
     running: bool,
-    /// Why the last attempt failed, in words that never hold the URL or the secret.
     last_error: Option<String>,
-    /// A line about delivery trouble was already written: the last summary is not needed.
     reported: bool,
 }
 
@@ -186,6 +178,12 @@ impl Shared {
         let _ = self.tx.send(Msg::Status(item, Instant::now()));
     }
 
+    /// How many more lines the budget takes now.
+    fn room(&self) -> usize {
+        let state = lock(&self.state);
+        if state.closed { 0 } else { QUEUE_LINES.saturating_sub(state.queued_lines) }
+    }
+
     /// Queues lines within the budget; the rest are dropped and counted. Never waits.
     fn push_lines(&self, level: Level, texts: Vec<String>) {
         let mut state = lock(&self.state);
@@ -241,17 +239,23 @@ impl Tap {
     pub fn push(&mut self, redacted: &[u8]) {
         // First, so lines read after the program's exec are labelled `running`.
         self.shared.check_ready();
-        self.splitter.push(redacted, &mut self.lines);
-        self.flush();
+        // Lines beyond the budget are counted without being made into text: a slow receiver
+        // must not make every line cost an allocation.
+        let room = self.shared.room();
+        let dropped = self.splitter.push(redacted, &mut self.lines, room);
+        self.flush(dropped);
     }
 
     /// End of the stream: the unfinished last line goes too.
     pub fn finish(&mut self) {
-        self.splitter.finish(&mut self.lines);
-        self.flush();
+        let dropped = self.splitter.finish(&mut self.lines);
+        self.flush(dropped);
     }
 
-    fn flush(&mut self) {
+    fn flush(&mut self, dropped: u64) {
+        if dropped > 0 {
+            lock(&self.shared.state).dropped += dropped;
+        }
         if !self.lines.is_empty() {
             self.shared.push_lines(self.level, std::mem::take(&mut self.lines));
         }

@@ -20,7 +20,6 @@ pub enum Progress {
     Failed,
     Canceled,
     TimedOut,
-    /// A `destroy` that succeeded: the deployment is gone.
     Destroyed,
 }
 
@@ -33,12 +32,9 @@ impl Progress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
-    /// The program's stdout.
-    Info,
-    /// The program's stderr.
-    Warning,
-    /// jobenv's own failures (a rejected job, jobenv failing to run the program).
-    Error,
+    Info,    // the program's stdout
+    Warning, // the program's stderr
+    Error,   // jobenv's own failures (a rejected job, jobenv failing to run the program)
 }
 
 /// One line of redacted output (or one of jobenv's error lines).
@@ -73,9 +69,8 @@ pub enum Item {
 
 #[derive(Serialize)]
 struct Envelope<'a> {
-    deployment: &'a str,
-    build: Option<&'a str>,
-    verb: &'a str,
+    #[serde(flatten)]
+    ids: &'a Ids,
     seq: u64,
     timestamp: String,
     dropped: u64,
@@ -89,16 +84,8 @@ pub fn encode(ids: &Ids, seq: u64, dropped: u64, item: &Item) -> Vec<u8> {
         Item::Status { at, .. } => *at,
         Item::Logs { lines } => lines.first().map_or_else(SystemTime::now, |l| l.at),
     };
-    let envelope = Envelope {
-        deployment: &ids.deployment,
-        build: ids.build.as_deref(),
-        verb: &ids.verb,
-        seq,
-        timestamp: humantime::format_rfc3339_millis(at).to_string(),
-        dropped,
-        item,
-    };
-    serde_json::to_vec(&envelope).expect("an event serializes")
+    let timestamp = humantime::format_rfc3339_millis(at).to_string();
+    serde_json::to_vec(&Envelope { ids, seq, timestamp, dropped, item }).expect("an event serializes")
 }
 
 #[cfg(test)]

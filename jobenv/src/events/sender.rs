@@ -17,29 +17,20 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::model::{self, Item, Line};
 use super::{Ids, Msg, Secret, Shared, Target, lock};
 
-pub const BATCH_LINES: usize = 64;
-pub const BATCH_BYTES: usize = 64 * 1024;
-pub const BATCH_DELAY: Duration = Duration::from_millis(200);
-/// At most 40 batches a second: about 2,500 lines a second reach a receiver.
-pub const BATCH_INTERVAL: Duration = Duration::from_millis(25);
-pub const HURRY_AFTER: Duration = Duration::from_secs(1);
-
-const SECRET_HEADER: HeaderName = HeaderName::from_static("x-action-secret");
+const BATCH_LINES: usize = 64;
+const BATCH_BYTES: usize = 64 * 1024;
+const BATCH_DELAY: Duration = Duration::from_millis(200);
+const BATCH_INTERVAL: Duration = Duration::from_millis(25); // at most 40 batches a second
+const HURRY_AFTER: Duration = Duration::from_secs(1); // after the job ended, lines give way
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Bounds one request; a receiver slower than this is retried like one that is down.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts after the first for a batch of log lines.
-const LOG_RETRIES: usize = 2;
-/// Enough of an answer to let the connection be reused; more is not read.
-const ANSWER_LIMIT: usize = 64 * 1024;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10); // slower is retried like down
+const LOG_RETRIES: usize = 2; // attempts after the first for a batch of lines
+const ANSWER_LIMIT: usize = 64 * 1024; // enough of an answer to reuse the connection
 
-/// Starts the events thread; if it cannot start, events are off for this job (one line says so).
+/// Starts the events thread.
 pub(super) fn spawn(shared: Arc<Shared>, target: Target, ids: Ids, rx: UnboundedReceiver<Msg>, done: SyncSender<bool>) {
-    let thread = Arc::clone(&shared);
-    let run = move || done.send(run(&thread, &target, ids, rx));
-    if std::thread::Builder::new().name("events".into()).spawn(run).is_err() {
-        give_up(&shared, "cannot start the events thread");
-    }
+    let run = move || done.send(run(&shared, &target, ids, rx));
+    std::thread::Builder::new().name("events".into()).spawn(run).expect("spawning the events thread");
 }
 
 /// Events cannot be sent at all for this job: one line says why.
@@ -204,7 +195,7 @@ fn client(secret: &Secret) -> Option<Client> {
     // Sensitive: kept out of Debug output and of HTTP/2 header compression tables.
     value.set_sensitive(true);
     let mut headers = HeaderMap::new();
-    headers.insert(SECRET_HEADER, value);
+    headers.insert(HeaderName::from_static("x-action-secret"), value);
     Client::builder()
         .default_headers(headers)
         // A redirect would carry the secret header somewhere the node did not name.

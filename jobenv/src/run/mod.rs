@@ -38,7 +38,6 @@ use crate::plan::Plan;
 use cancel::Cancel;
 use redact::Redactor;
 
-#[derive(Debug)]
 pub struct RunOptions {
     /// Time between SIGTERM and SIGKILL of the program tree.
     pub grace: Duration,
