@@ -70,6 +70,13 @@ impl Report {
         Report::new(outcome.into(), identity)
     }
 
+    /// The worker that started jobenv died before the program started: nothing ran, and the
+    /// job is not a result (a re-run is the next attempt).
+    fn worker_lost_before_start(identity: Identity) -> Self {
+        tracing::warn!("the worker that started this job is gone: the program is not started");
+        Report::new(run::Outcome::WorkerLost.into(), identity)
+    }
+
     fn with_events(self, events: Events) -> Self {
         Report { events, ..self }
     }
@@ -83,8 +90,10 @@ pub fn run(args: &RunArgs) -> i32 {
 }
 
 fn steps(args: &RunArgs, started: Instant) -> Report {
-    // 1. cancel
-    let mut cancel = match Cancel::install() {
+    // 1. cancel, and under a job runner the worker that started jobenv: its death from now on
+    // ends the job like a cancel.
+    let worker = std::env::var_os("WM_JOB_ID").map(|_| nix::unistd::getppid());
+    let mut cancel = match Cancel::install(worker) {
         Ok(cancel) => cancel,
         Err(e) => return Report::rejected(&Error::io("cannot handle the cancel signals", e), Identity::default()),
     };
@@ -121,30 +130,39 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
                 return Report::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
             }
             Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, Identity::default(), stop_request),
+            Err(Refused::WorkerLost) => return Report::worker_lost_before_start(Identity::default()),
             Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), Identity::default()),
         },
     };
+    // A stop request `drain` left for an earlier attempt must not make this one's cancel look
+    // like a node that stops.
+    if let Some(request) = stop_request {
+        let _ = std::fs::remove_file(request);
+    }
 
     // 4. decision
     let (attempt, earlier) = match &job_id {
         None => (None, Vec::new()),
-        Some(id) => match journal.read(id).map(journal::decide) {
+        Some(id) => match journal.read(id) {
             Err(source) => return Report::rejected(&journal_problem(source), Identity::default()),
-            Ok(decision) if decision.another_request(&args.job.verb, asked.attribute.as_deref(), asked.namespace.as_deref()).is_some() => {
-                let error = decision.another_request(&args.job.verb, asked.attribute.as_deref(), asked.namespace.as_deref()).expect("checked");
+            // Whatever became of it: a job id names one request.
+            Ok(Some(entry)) if entry.another_request(&args.job.verb, asked.attribute.as_deref(), asked.namespace.as_deref()).is_some() => {
+                let error = entry.another_request(&args.job.verb, asked.attribute.as_deref(), asked.namespace.as_deref()).expect("checked");
                 return Report::rejected(&error.into(), asked);
             }
-            Ok(Decision::Replay(entry)) => return replay(&entry),
-            Ok(Decision::Refuse(entry)) => {
-                let holder = format!("journal entry of attempt {} under live jobenv pid {}", entry.attempt, entry.pid);
-                return Report::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
-            }
-            Ok(Decision::Run { attempt, earlier }) => {
-                if attempt > 1 {
-                    tracing::warn!("job {id}: attempt {} was interrupted; running it again as attempt {attempt}", attempt - 1);
+            Ok(entry) => match journal::decide(entry) {
+                Decision::Replay(entry) => return replay(&entry),
+                Decision::Refuse(entry) => {
+                    let holder = format!("journal entry of attempt {} under live jobenv pid {}", entry.attempt, entry.pid);
+                    return Report::rejected(&Problem::JobRunning { job_id: id.clone(), holder }.into(), Identity::default());
                 }
-                (Some(attempt), earlier)
-            }
+                Decision::Run { attempt, earlier } => {
+                    if attempt > 1 {
+                        tracing::warn!("job {id}: attempt {} was interrupted; running it again as attempt {attempt}", attempt - 1);
+                    }
+                    (Some(attempt), earlier)
+                }
+            },
         },
     };
 
@@ -176,16 +194,29 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
             return Report::rejected(&error, identity).with_events(events);
         }
         Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, identity, stop_request).with_events(events),
+        Err(Refused::WorkerLost) => return Report::worker_lost_before_start(identity).with_events(events),
         Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), identity).with_events(events),
     };
-    // The program tree keeps a descriptor of it: see `run::spawn::Passed::lock`.
-    let namespace_lock = match _namespace_lock.file().try_clone() {
+    // The program tree keeps a lock of its own (see `run::spawn::Passed::lock`): held, it means
+    // the tree of an earlier deploy whose jobenv was killed still runs.
+    let tree_path = locks::tree_path(journal.locks(), &plan.namespace);
+    let tree_lock = match locks::acquire(&tree_path, args.lock_timeout, &holder, Some(&mut cancel)) {
+        Ok(held) => held,
+        Err(Refused::Io(source)) => return Report::rejected(&journal_problem(source), identity).with_events(events),
+        Err(Refused::Cancelled(signal)) => return Report::cancelled_before_start(signal, identity, stop_request).with_events(events),
+        Err(Refused::WorkerLost) => return Report::worker_lost_before_start(identity).with_events(events),
+        Err(Refused::Busy { .. }) => {
+            let error = Problem::NamespaceLocked { namespace: plan.namespace.clone(), holder: "the program tree of an earlier deploy, whose jobenv is gone, still runs".into() };
+            return Report::rejected(&error.into(), identity).with_events(events);
+        }
+    };
+    let tree_lock = match tree_lock.file().try_clone() {
         Ok(file) => Some(std::os::fd::OwnedFd::from(file)),
         Err(e) => return Report::rejected(&Error::io("cannot pass the namespace lock on", e), identity).with_events(events),
     };
 
     // 7. running entry: if it cannot be written, nothing runs.
-    let worker = std::env::var_os("WM_JOB_ID").map(|_| nix::unistd::getppid());
+    let worker = cancel.worker();
     let worker_start = worker.and_then(|worker| Some((worker.as_raw(), tree::start_time(worker.as_raw())?)));
     let mut entry = job_id.as_ref().zip(attempt).map(|(id, attempt)| {
         Entry::running(id, attempt, earlier, [&plan.verb, &plan.attribute, &plan.namespace], worker_start, args.grace)
@@ -202,9 +233,8 @@ fn steps(args: &RunArgs, started: Instant) -> Report {
         grace: args.grace,
         timeout: args.timeout,
         events: events.clone(),
-        worker,
         stop_request: stop_request.map(Path::to_owned),
-        namespace_lock,
+        tree_lock,
     };
     let mut ending = match run::run(&plan, options, cancel) {
         Ok(outcome) => {

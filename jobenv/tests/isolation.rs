@@ -91,12 +91,12 @@ fn descriptors_jobenv_inherits_do_not_reach_the_program() {
     let direct = std::process::Command::new("/bin/sh").args(["-c", "ls -l /proc/$$/fd/"]).output().unwrap();
     assert!(String::from_utf8_lossy(&direct.stdout).contains("inherited-marker"), "the check cannot see an inherited descriptor");
     assert!(!fds.contains("inherited-marker"), "an inherited descriptor reached the program:\n{fds}");
-    // Of the state directory, the program holds only the namespace lock, at fd 4, so that the
-    // namespace stays locked while any process of its tree lives.
+    // Of the state directory, the program holds only the namespace's tree lock, at fd 4, so
+    // that the namespace stays locked while any process of its tree lives.
     let state = f.state_dir().display().to_string();
     let into_state: Vec<&str> = fds.lines().filter(|l| l.contains(&state)).collect();
     assert_eq!(into_state.len(), 1, "a lock or journal descriptor leaked:\n{fds}");
-    assert!(into_state[0].contains(&format!(" 4 -> {state}/locks/namespace-ns.lock")), "{fds}");
+    assert!(into_state[0].contains(&format!(" 4 -> {state}/locks/namespace-ns.tree.lock")), "{fds}");
     assert!(!fds.contains("socket:"), "{fds}");
     let pipes: Vec<&str> = fds
         .lines()

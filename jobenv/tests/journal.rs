@@ -316,7 +316,7 @@ fn after_sigkill_of_a_subprocess_jobenv_its_namespace_stays_locked_while_the_pro
     kill_all(&orphan);
     assert_eq!(done.code, Some(2), "{done:?}");
     assert!(alive, "the orphan was gone before the check");
-    assert!(done.stderr.contains("namespace ns is locked by another deploy: job first"), "{done:?}");
+    assert!(done.stderr.contains("namespace ns is locked by another deploy: the program tree of an earlier deploy, whose jobenv is gone, still runs"), "{done:?}");
     // ...and runs once it is gone (positive control).
     assert!(wait_until(Duration::from_secs(2), || !is_alive(orphan[0])));
     std::fs::write(f.path().join("program.pid"), "").unwrap();
@@ -359,4 +359,25 @@ fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unkn
 
 fn runs_in(f: &Fixture) -> usize {
     std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+}
+
+#[test]
+fn an_interrupted_job_id_is_not_reused_for_another_request() {
+    let f = counting_job();
+    let mut jobenv = start(&f, "reused");
+    read_pids(&f.path().join("program.pid"), 1, Duration::from_secs(20));
+    kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
+    jobenv.wait().unwrap();
+    std::fs::write(f.path().join("go"), "").unwrap();
+    f.jobenv(jobenv_bin!())
+        .verb("destroy")
+        .args(["--job-id", "reused", "--lock-timeout", "5"])
+        .stdin(r#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#)
+        .expect_code(2)
+        .expect_stderr_contains("job reused was already run for apply of web in namespace ns; this run asks for destroy of web in namespace other")
+        .run();
+    assert_eq!(runs(&f), 1);
+    // Positive control: the same request runs again as the next attempt.
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "reused", "--lock-timeout", "5"]).stdin(PAYLOAD).expect_code(3).run();
+    assert_eq!(runs(&f), 2);
 }

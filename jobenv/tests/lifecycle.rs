@@ -176,3 +176,60 @@ fn drain_with_nothing_running_ends_at_once() {
     assert_eq!((code, printed), (Some(0), json!([])), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn a_worker_that_dies_while_its_job_waits_for_the_namespace_starts_nothing() {
+    let f = fixture("");
+    // A first deploy holds the namespace.
+    let mut first = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "holder"]).payload(&payload()).spawn();
+    tree(&f);
+    let mut waiting = Worker::start(&f, jobenv_bin!(), "waiter", "apply", &payload(), &["--lock-timeout", "60"]);
+    assert!(wait_until(Duration::from_secs(10), || waiting.log.text().contains("waiting up to")), "{}", waiting.log.text());
+    waiting.kill();
+    assert!(wait_until(Duration::from_secs(3), || !waiting.job_alive()), "the orphaned job went on waiting");
+    std::fs::write(f.path().join("go"), "").unwrap();
+    assert_eq!(first.wait().unwrap().code(), Some(0));
+    assert_eq!(runs(&f), 1, "the orphaned job ran its program");
+    // Nothing was recorded for it: Windmill's re-run is its first attempt, and runs.
+    let mut again = Worker::start(&f, jobenv_bin!(), "waiter", "apply", &payload(), &[]);
+    assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
+    assert_eq!(f.journal_entry(jobenv_bin!(), "waiter")["attempt"], 1);
+    assert_eq!(runs(&f), 2);
+}
+
+#[test]
+fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it() {
+    let mut f = fixture("");
+    let dir = f.path().display().to_string();
+    // The program releases the namespace's tree lock it was given (fd 4), then goes on.
+    f.program("web", "apply", &format!("flock -u 4; echo unlocked > {dir}/unlocked; while [ ! -e {dir}/go ]; do sleep 0.05; done"));
+    let mut first = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "unlocker"]).payload(&payload()).spawn();
+    assert!(wait_until(Duration::from_secs(20), || f.path().join("unlocked").exists()));
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "second"])
+        .payload(&payload())
+        .expect_code(2)
+        .expect_stderr_contains("namespace ns is locked by another deploy: job unlocker")
+        .run();
+    std::fs::write(f.path().join("go"), "").unwrap();
+    assert_eq!(first.wait().unwrap().code(), Some(0));
+    // Positive control: once the first deploy ended, the second runs.
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "second"]).payload(&payload()).expect_success().run();
+}
+
+#[test]
+fn a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_node_stop() {
+    let f = fixture("");
+    // What a drain that was itself killed would leave behind.
+    std::fs::create_dir_all(f.state_dir().join("jobs")).unwrap();
+    std::fs::write(f.state_dir().join("jobs/.stale.stop"), "").unwrap();
+    let mut worker = Worker::start(&f, jobenv_bin!(), "stale", "apply", &payload(), &["--grace", "1"]);
+    let tree = tree(&f);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker.job), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(worker.wait(Duration::from_secs(10)), Some(130));
+    assert_all_gone(&tree, Duration::from_secs(1));
+    let result = f.result_json();
+    assert_eq!((result["status"].as_str(), result.get("interrupted_by")), (Some("canceled"), None), "{result}");
+    assert_eq!(f.journal_entry(jobenv_bin!(), "stale")["status"], "canceled");
+}

@@ -47,7 +47,7 @@ fn fifty_concurrent_jobs_keep_their_outputs_apart() {
         assert!(text.lines().all(|l| l == expected), "job {i}: a line that is not its own marker");
         // Only its own namespace lock, which the program tree holds on purpose (fd 4).
         let into_state: Vec<&str> = stderr.lines().filter(|l| l.contains(&state)).collect();
-        let own_lock = format!(" 4 -> {state}/locks/namespace-load-{i}.lock");
+        let own_lock = format!(" 4 -> {state}/locks/namespace-load-{i}.tree.lock");
         assert!(into_state.len() == 1 && into_state[0].ends_with(&own_lock), "job {i}: a journal or lock descriptor reached the program: {stderr}");
         assert!(!stderr.contains("warning"), "job {i}: {stderr}");
     }

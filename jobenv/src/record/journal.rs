@@ -62,9 +62,12 @@ pub struct Entry {
     pub verb: String,
     pub attribute: String,
     pub namespace: String,
-    /// jobenv's pid and the pid's start time (together they name one process).
+    /// jobenv's pid and the pid's start time (together they name one process, within the boot
+    /// `boot_id`).
     pub pid: i32,
     pub pid_start: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     /// The process that started jobenv (the Windmill worker) and its start time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<(i32, u64)>,
@@ -95,9 +98,10 @@ impl Entry {
         self.status != Status::Running && self.reason.as_deref() != Some(INTERRUPTED)
     }
 
-    /// Still `running` under a jobenv that is alive.
+    /// Still `running` under a jobenv that is alive (in this boot).
     pub fn is_live(&self) -> bool {
-        self.status == Status::Running && tree::is_running(self.pid, self.pid_start)
+        let this_boot = self.boot_id.as_deref().is_none_or(|id| tree::boot_id() == Some(id));
+        self.status == Status::Running && this_boot && tree::is_running(self.pid, self.pid_start)
     }
 
     /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
@@ -125,6 +129,22 @@ impl Entry {
             self.reason = Some(INTERRUPTED.to_owned());
             self.interrupted_by = Some(by.to_owned());
         }
+    }
+
+    /// A job id names one request: the problem, if this entry holds it for another verb,
+    /// attribute or namespace than a run asks for.
+    pub fn another_request(&self, verb: &str, attribute: Option<&str>, namespace: Option<&str>) -> Option<Problem> {
+        let differs = self.verb != verb || attribute != Some(&self.attribute) || namespace != Some(&self.namespace);
+        differs.then(|| Problem::AnotherRequest {
+            job_id: self.job_id.clone(),
+            recorded: format!("{} of {} in namespace {}", self.verb, self.attribute, self.namespace),
+            asked: format!(
+                "{} of {} in namespace {}",
+                verb.escape_debug(),
+                attribute.unwrap_or("(none)").escape_debug(),
+                namespace.unwrap_or("(none)").escape_debug()
+            ),
+        })
     }
 
     /// How the recorded attempt ended, for a replay.
@@ -164,6 +184,7 @@ impl Entry {
             namespace: namespace.clone(),
             pid,
             pid_start: tree::start_time(pid).unwrap_or_default(),
+            boot_id: tree::boot_id().map(str::to_owned),
             parent,
             grace_ms: Some(grace.as_millis() as u64),
             started_at: now(),
@@ -187,25 +208,6 @@ pub enum Decision {
     Refuse(Entry),
     /// Run it as this attempt, keeping the earlier ones.
     Run { attempt: u32, earlier: Vec<Attempt> },
-}
-
-impl Decision {
-    /// A job id names one request: the problem, if the journal holds it for another verb,
-    /// attribute or namespace than this run asks for.
-    pub fn another_request(&self, verb: &str, attribute: Option<&str>, namespace: Option<&str>) -> Option<Problem> {
-        let (Decision::Replay(entry) | Decision::Refuse(entry)) = self else { return None };
-        let differs = entry.verb != verb || attribute != Some(&entry.attribute) || namespace != Some(&entry.namespace);
-        differs.then(|| Problem::AnotherRequest {
-            job_id: entry.job_id.clone(),
-            recorded: format!("{} of {} in namespace {}", entry.verb, entry.attribute, entry.namespace),
-            asked: format!(
-                "{} of {} in namespace {}",
-                verb.escape_debug(),
-                attribute.unwrap_or("(none)").escape_debug(),
-                namespace.unwrap_or("(none)").escape_debug()
-            ),
-        })
-    }
 }
 
 pub fn decide(existing: Option<Entry>) -> Decision {
@@ -370,6 +372,7 @@ pub(crate) mod tests {
             namespace: "ns".into(),
             pid,
             pid_start,
+            boot_id: None,
             parent: None,
             grace_ms: None,
             started_at: now(),

@@ -31,6 +31,8 @@ pub enum Refused {
     Busy { holder: String },
     /// A cancel signal came while waiting.
     Cancelled(nix::sys::signal::Signal),
+    /// The worker that started jobenv died while it waited.
+    WorkerLost,
     Io(std::io::Error),
 }
 
@@ -39,10 +41,16 @@ pub enum Refused {
 pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mut Cancel>) -> Result<Held, Refused> {
     let deadline = Instant::now() + wait;
     let io = |error: safe_io::Error| Refused::Io(std::io::Error::other(error));
-    let file = LockFile::open(path).map_err(io)?;
+    let mut file = LockFile::open(path).map_err(io)?;
     let mut said_waiting = false;
     loop {
         if let Some(held) = file.try_exclusive().map_err(io)? {
+            // A lock file pruned and made again while we waited is not this path's lock any
+            // more: take the one the path names now.
+            if !same_file(held.file(), path) {
+                file = LockFile::open(path).map_err(io)?;
+                continue;
+            }
             // Best effort: the holder text only makes error messages better. A fixed-size record
             // written in place, so no rewrite of the file is needed.
             let _ = held.file().write_all_at(&holder_record(holder), 0);
@@ -50,6 +58,9 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mu
         }
         if let Some(signal) = cancel.as_mut().and_then(|c| c.pending()) {
             return Err(Refused::Cancelled(signal));
+        }
+        if cancel.as_ref().is_some_and(|c| c.worker_lost()) {
+            return Err(Refused::WorkerLost);
         }
         if !said_waiting && Instant::now() < deadline {
             tracing::info!("{} is held by {}: waiting up to {wait:?}", path.display(), holder_of(file.file()));
@@ -59,6 +70,15 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mu
             return Err(Refused::Busy { holder: holder_of(file.file()) });
         }
         std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// Whether `file` is still the file at `path` (not one unlinked meanwhile).
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -88,6 +108,11 @@ const HOLDER_RECORD: usize = 256;
 /// The lock file of a namespace.
 pub fn namespace_path(locks: &Path, namespace: &str) -> PathBuf {
     locks.join(format!("namespace-{namespace}.lock"))
+}
+
+/// The lock a namespace's program tree holds (see `run::spawn::Passed::lock`).
+pub fn tree_path(locks: &Path, namespace: &str) -> PathBuf {
+    locks.join(format!("namespace-{namespace}.tree.lock"))
 }
 
 /// The lock file of a job id.

@@ -48,7 +48,7 @@ impl Journal {
         let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_) | locks::Refused::WorkerLost) => return Ok(None),
             Err(locks::Refused::Io(error)) => return Err(error),
         };
         let Some(mut entry) = self.read(job_id)? else { return Ok(None) };
@@ -78,9 +78,14 @@ impl Journal {
             if entry.status == Status::Running || keep == Some(entry.job_id.as_str()) || finished.is_none_or(|t| t >= cutoff) {
                 continue;
             }
+            // Under the job's lock, and only if nobody holds it: a run of this job id that is
+            // starting owns the entry and its lock file (deleting them under it would let a
+            // second run of the same id start beside it).
+            let lock_path = locks::job_path(&self.locks, &entry.job_id);
+            let Ok(_held) = locks::acquire(&lock_path, Duration::ZERO, "jobenv prune", None) else { continue };
             pruned += usize::from(gone(std::fs::remove_file(&path))?);
-            let _ = std::fs::remove_file(locks::job_path(&self.locks, &entry.job_id));
             let _ = std::fs::remove_file(stop_request(self, &entry.job_id));
+            let _ = std::fs::remove_file(&lock_path);
         }
         let older = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff);
         for dirent in std::fs::read_dir(&self.locks)?.flatten() {
@@ -149,10 +154,13 @@ impl Journal {
     }
 }
 
-/// Signals the jobenv of `entry` if it is still that process; with `group`, its process group
-/// too when it leads one (a Windmill job process keeps its program tree there).
+/// Signals the jobenv of `entry` if it is still that process, and a jobenv (an entry names a pid;
+/// a forged or stale one must not make `drain` signal an unrelated process); with `group`, its
+/// process group too when it leads one (a Windmill job process keeps its program tree there).
 fn signal(entry: &Entry, signal: Signal, group: bool) {
-    if !tree::is_running(entry.pid, entry.pid_start) {
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", entry.pid)).unwrap_or_default();
+    // The kernel keeps 15 bytes of the name: `fediversity-jobenv` is `fediversity-job`.
+    if !tree::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
         return;
     }
     let pid = Pid::from_raw(entry.pid);
@@ -207,6 +215,48 @@ mod tests {
         assert!(journal.read("real").unwrap().is_some(), "a copied entry deleted the real one");
         assert!(outside.exists(), "a forged entry deleted a file outside the journal");
         assert!(dir.path().join("jobs/copy.json").exists() && dir.path().join("jobs/forged.json").exists(), "corrupt entries are left for a person");
+    }
+
+    #[test]
+    fn pruning_leaves_an_entry_whose_job_lock_a_run_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal.write(&finished("starting", 40)).unwrap();
+        let held = locks::acquire(&locks::job_path(journal.locks(), "starting"), Duration::ZERO, "a run", None).ok().unwrap();
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 0);
+        assert!(journal.read("starting").unwrap().is_some() && locks::job_path(journal.locks(), "starting").exists());
+        // Positive control: once the run let go, the old entry goes.
+        drop(held);
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 1);
+    }
+
+    #[test]
+    fn drain_signals_only_a_jobenv_however_an_entry_names_a_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = |name: &str| {
+            let program = dir.path().join(name);
+            std::os::unix::fs::symlink("/bin/sleep", &program).unwrap();
+            let child = std::process::Command::new(&program).arg("30").spawn().unwrap();
+            let pid = child.id() as i32;
+            // The kernel names the process after its file once it has exec'd.
+            let comm = &name[..name.len().min(15)];
+            while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != comm {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut e = entry(Status::Running, pid, tree::start_time(pid).unwrap());
+            e.job_id = name.into();
+            (child, e)
+        };
+        let (mut other, forged) = named("not-jobenv");
+        signal(&forged, Signal::SIGKILL, false);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(other.try_wait().unwrap().is_none(), "drain killed a process that is not a jobenv");
+        // Positive control: a process named like jobenv is signalled.
+        let (mut jobenv, real) = named("fediversity-jobenv");
+        signal(&real, Signal::SIGKILL, false);
+        assert!(jobenv.wait().unwrap().code().is_none(), "a jobenv was not signalled");
+        let _ = other.kill();
+        let _ = other.wait();
     }
 
     #[test]

@@ -9,19 +9,34 @@
 //! their defaults before it execs (see [`super::spawn`]).
 
 use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use signal_hook::iterator::Signals;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 pub const CANCEL: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
 
-/// The cancel signals of this process, caught.
+/// The cancel signals of this process, caught; and under a job runner the worker that started
+/// jobenv, whose death ends the job the way a cancel does.
 pub struct Cancel {
     signals: Signals,
+    worker: Option<Pid>,
 }
 
 impl Cancel {
-    pub fn install() -> std::io::Result<Self> {
-        Ok(Cancel { signals: Signals::new(CANCEL.map(|s| s as i32))? })
+    /// `worker`: jobenv's parent at its start, under a job runner.
+    pub fn install(worker: Option<Pid>) -> std::io::Result<Self> {
+        Ok(Cancel { signals: Signals::new(CANCEL.map(|s| s as i32))?, worker })
+    }
+
+    pub fn worker(&self) -> Option<Pid> {
+        self.worker
+    }
+
+    /// The worker that started jobenv is gone: jobenv's parent is another process now (PID 1 or
+    /// a subreaper). `PR_SET_PDEATHSIG` is not enough: it fires when the worker's spawning
+    /// *thread* ends, which a live worker's thread pool does.
+    pub fn worker_lost(&self) -> bool {
+        self.worker.is_some_and(|worker| nix::unistd::getppid() != worker)
     }
 
     /// The first cancel signal that arrived since the last look, if any; never waits.

@@ -45,14 +45,11 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// Progress events of the job (off unless the node configures them).
     pub events: Events,
-    /// Under a job runner: the process that started jobenv (the Windmill worker). When jobenv's
-    /// parent is no longer this one, the worker is gone and the program tree is stopped.
-    pub worker: Option<Pid>,
     /// The file `drain` creates before it signals this job: a cancel signal then means that
     /// the node is stopping.
     pub stop_request: Option<PathBuf>,
-    /// A descriptor of the namespace lock, for the program tree to keep.
-    pub namespace_lock: Option<OwnedFd>,
+    /// A descriptor of the namespace's tree lock, for the program tree to keep.
+    pub tree_lock: Option<OwnedFd>,
 }
 
 /// How often jobenv looks whether its worker is still its parent.
@@ -108,6 +105,9 @@ pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel) -> Result<Outcome, 
 
 async fn supervise(plan: &Plan, mut options: RunOptions, mut cancel: Cancel) -> Result<Outcome, Error> {
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
+    // Under a job runner: when jobenv's parent is no longer the worker that started it, the
+    // worker is gone and the program tree is stopped.
+    let worker = cancel.worker();
     let worker_lost = |worker: Option<Pid>| worker.is_some_and(|worker| getppid() != worker);
     // A cancel that came while jobenv validated and took its locks, or a worker that died
     // meanwhile: the program never starts.
@@ -115,7 +115,7 @@ async fn supervise(plan: &Plan, mut options: RunOptions, mut cancel: Cancel) -> 
         cancel::log_cancelled_before_start(signal);
         return Ok(stopped_by(signal, &options));
     }
-    if worker_lost(options.worker) {
+    if worker_lost(worker) {
         tracing::warn!("the worker that started this job is gone: the program is not started");
         return Ok(Outcome::WorkerLost);
     }
@@ -126,7 +126,7 @@ async fn supervise(plan: &Plan, mut options: RunOptions, mut cancel: Cancel) -> 
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
     let own_group = getpgrp() != me;
-    let mut passed = spawn::Passed { ready: None, lock: options.namespace_lock.take() };
+    let mut passed = spawn::Passed { ready: None, lock: options.tree_lock.take() };
     if options.events.is_on() {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make the ready pipe", e))?;
         options.events.watch_ready(read.into());
@@ -155,7 +155,7 @@ async fn supervise(plan: &Plan, mut options: RunOptions, mut cancel: Cancel) -> 
         let mut check = tokio::time::interval(WORKER_CHECK);
         loop {
             check.tick().await;
-            if worker_lost(options.worker) {
+            if worker_lost(worker) {
                 return;
             }
         }

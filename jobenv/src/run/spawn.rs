@@ -29,9 +29,11 @@ pub struct Spawned {
 pub struct Passed {
     /// Fd 3 of the child: the write end of the ready pipe of progress events.
     pub ready: Option<OwnedFd>,
-    /// Fd 4 of the child: the namespace lock. A `flock` belongs to the open file description,
-    /// so while any process of the program tree keeps this descriptor the namespace stays
-    /// locked, even after jobenv itself was SIGKILLed.
+    /// Fd 4 of the child: the namespace's tree lock. A `flock` belongs to the open file
+    /// description, so while any process of the program tree keeps this descriptor the namespace
+    /// stays locked for the next deploy, even after jobenv itself was SIGKILLed. (It is not
+    /// jobenv's own namespace lock, which nothing but jobenv holds: a program that unlocks what
+    /// it holds cannot let another deploy start while its jobenv runs.)
     pub lock: Option<OwnedFd>,
 }
 

@@ -31,6 +31,12 @@ fn read_stat(pid: i32) -> Option<Stat> {
     Some(Stat { ppid, zombie: state == "Z" || state == "X", start })
 }
 
+/// This boot's id: a pid and its start time name one process only within one boot.
+pub fn boot_id() -> Option<&'static str> {
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID.get_or_init(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_owned())).as_deref()
+}
+
 /// The parent of `pid`; `None` if there is no such process.
 pub fn parent_of(pid: i32) -> Option<i32> {
     read_stat(pid).map(|stat| stat.ppid)
