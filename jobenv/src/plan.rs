@@ -232,8 +232,8 @@ mod tests {
     fn node_beats_payload_beats_environ_and_defaults_fill_the_rest() {
         let mut i = inputs();
         i.node.extend(node(&[("A", "node", false)]));
-        i.payload.insert("A".into(), json!("payload"));
-        i.payload.insert("C".into(), json!("payload"));
+        i.set_payload("A", json!("payload"));
+        i.set_payload("C", json!("payload"));
         i.environ = vec![("A".into(), "environ".into()), ("C".into(), "environ".into())];
         let plan = plan(&i).unwrap();
         assert_eq!(plan.env["A"], Var { value: "node".into(), source: Source::Node });
@@ -274,7 +274,7 @@ mod tests {
     fn event_keys_are_the_nodes_and_never_reach_the_program() {
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false), ("EVENTS_SECRET", "events-secret-0123456789", true)]));
-        i.payload.insert("BUILD_ID".into(), json!("build-7"));
+        i.set_payload("BUILD_ID", json!("build-7"));
         let plan = plan(&i).unwrap();
         assert!(plan.events.is_some());
         for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
@@ -287,7 +287,7 @@ mod tests {
     fn a_payload_system_the_node_overrides_draws_a_warning() {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "aarch64-linux", false)]));
-        i.payload.insert("SYSTEM".into(), json!("x86_64-linux"));
+        i.set_payload("SYSTEM", json!("x86_64-linux"));
         let plan = plan(&i).unwrap();
         assert_eq!(plan.system, "aarch64-linux");
         assert_eq!(plan.warnings, ["payload value for SYSTEM ignored: the node sets it"]);

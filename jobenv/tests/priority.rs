@@ -61,3 +61,46 @@ fn payload_values_are_converted_to_text() {
     assert_eq!(env["FLAG"], "true");
     assert_eq!(env["NOTHING"], "kept-default", "null means not given");
 }
+
+#[test]
+fn numbers_arrive_as_their_json_text_never_through_a_float() {
+    let mut f = env_printer();
+    for key in ["BIG", "EXP", "NEG_ZERO", "FRACTION", "HOSTS", "CONFIG"] {
+        f.declare(key, None);
+    }
+    // Written as raw text: `json!` would already have turned these into floats.
+    let payload = r#"{"ATTRIBUTE": "web", "NAMESPACE": "ns", "BIG": 12345678901234567890123, "EXP": 1e2,
+        "NEG_ZERO": -0, "FRACTION": 0.10000000000000000555, "HOSTS": [1E+2, 12345678901234567890123, -0.0],
+        "CONFIG": {"port": 8080, "ratio": 2.50, "n": [1e-7]}}"#;
+    let env = f.jobenv(jobenv_bin!()).verb("apply").stdin(payload).expect_success().run().env();
+    assert_eq!(env["BIG"], "12345678901234567890123");
+    assert_eq!(env["EXP"], "1e2");
+    assert_eq!(env["NEG_ZERO"], "-0");
+    assert_eq!(env["FRACTION"], "0.10000000000000000555");
+    assert_eq!(env["HOSTS"], "[1E+2,12345678901234567890123,-0.0]");
+    assert_eq!(env["CONFIG"], r#"{"port":8080,"ratio":2.50,"n":[1e-7]}"#);
+}
+
+#[test]
+fn node_and_default_numbers_keep_their_text_too() {
+    let mut f = env_printer();
+    f.node("NODE_NUMBER", 0).write();
+    // Raw text again, in files beside the fixture's (which it rewrites before each run).
+    let keys = f.path().join("raw-keys.json");
+    std::fs::write(&keys, r#"{"NODE_NUMBER": {"description": "n"}, "DEFAULT_NUMBER": {"description": "d", "default": 1.0e3}}"#).unwrap();
+    let deploy_env = f.path().join("raw-deploy-env.json");
+    let text = std::fs::read_to_string(f.deploy_env_path()).unwrap();
+    assert!(text.contains("\"NODE_NUMBER\": 0"), "{text}");
+    std::fs::write(&deploy_env, text.replace("\"NODE_NUMBER\": 0", "\"NODE_NUMBER\": 99999999999999999999")).unwrap();
+    let env = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("JOBENV_KEYS", &keys)
+        .env("JOBENV_DEPLOY_ENV", &deploy_env)
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .run()
+        .env();
+    assert_eq!(env["NODE_NUMBER"], "99999999999999999999");
+    assert_eq!(env["DEFAULT_NUMBER"], "1.0e3");
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::keys::DeclaredKey;
 use super::names;
-use super::payload::env_text;
+use super::json::text as env_text;
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
 
@@ -131,7 +131,7 @@ mod tests {
     fn payload_offences_are_listed_together() {
         let mut i = inputs();
         for k in ["NOPE", "ALSO_NOPE", "TF_HTTP_RETRY_MAX", "PATH", "LD_PRELOAD", "BASH_ENV"] {
-            i.payload.insert(k.into(), json!("x"));
+            i.set_payload(k, json!("x"));
         }
         assert_eq!(
             problems(&i),

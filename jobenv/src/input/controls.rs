@@ -198,15 +198,15 @@ mod tests {
     #[test]
     fn executable_must_be_attribute_dash_verb() {
         let mut i = inputs();
-        i.payload.insert("EXECUTABLE".into(), json!("web-apply; rm -rf /"));
+        i.set_payload("EXECUTABLE", json!("web-apply; rm -rf /"));
         assert_eq!(
             problems(&i),
             [r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply)"#]
         );
-        i.payload.insert("EXECUTABLE".into(), json!("web-apply"));
+        i.set_payload("EXECUTABLE", json!("web-apply"));
         assert!(super::super::check(&i).is_ok());
         // A program without verb siblings deploys when run; any other verb needs its own.
-        i.payload.insert("EXECUTABLE".into(), json!("web"));
+        i.set_payload("EXECUTABLE", json!("web"));
         assert_eq!(crate::plan::plan(&i).unwrap().argv[7], "exec web");
         i.verb = "destroy".into();
         assert_eq!(problems(&i), [r#"EXECUTABLE "web" is not allowed: it must be "web-destroy" (<ATTRIBUTE>-<VERB>)"#]);
@@ -215,9 +215,9 @@ mod tests {
     #[test]
     fn control_keys_are_validated() {
         let mut i = inputs();
-        i.payload.insert("ATTRIBUTE".into(), json!("other"));
-        i.payload.insert("NAMESPACE".into(), json!("Bad NS"));
-        i.payload.insert("SYSTEM".into(), json!("x86_64"));
+        i.set_payload("ATTRIBUTE", json!("other"));
+        i.set_payload("NAMESPACE", json!("Bad NS"));
+        i.set_payload("SYSTEM", json!("x86_64"));
         let p = problems(&i);
         assert!(p.iter().any(|l| l.starts_with("unknown ATTRIBUTE \"other\"")), "{p:?}");
         assert!(p.iter().any(|l| l.starts_with("NAMESPACE \"Bad NS\" is invalid")), "{p:?}");
@@ -288,8 +288,8 @@ mod tests {
     #[test]
     fn event_keys_are_the_nodes_and_a_payload_cannot_set_them() {
         let mut i = inputs();
-        i.payload.insert("EVENTS_URL".into(), json!("http://evil/"));
-        i.payload.insert("EVENTS_SECRET".into(), json!("x"));
+        i.set_payload("EVENTS_URL", json!("http://evil/"));
+        i.set_payload("EVENTS_SECRET", json!("x"));
         let plan = crate::plan::plan(&i).unwrap();
         assert!(plan.events.is_none(), "the payload's event settings took effect");
         assert_eq!(plan.ignored, ["EVENTS_SECRET", "EVENTS_URL"]);
@@ -297,7 +297,7 @@ mod tests {
             plan.warnings,
             ["payload value for EVENTS_SECRET ignored: only the node may set it", "payload value for EVENTS_URL ignored: only the node may set it"]
         );
-        i.payload.insert("BUILD_ID".into(), json!("../x"));
+        i.set_payload("BUILD_ID", json!("../x"));
         assert_eq!(problems(&i), [r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#]);
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));

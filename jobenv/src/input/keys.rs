@@ -6,8 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::json::read_json;
-use super::payload::env_text;
+use super::json::{object, read_json, read_object, text};
 use crate::error::Problem;
 
 /// One declared key: what it means and what it is when no layer sets it.
@@ -21,11 +20,8 @@ pub struct DeclaredKey {
 /// `{"KEY": {"description": "...", "default": "..."?}}`
 pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Problem>> {
     const WHAT: &str = "keys file";
-    let value = read_json(WHAT, path).map_err(|p| vec![p])?;
+    let entries = read_object(WHAT, path, "a JSON object of keys").map_err(|p| vec![p])?;
     let origin = path.display().to_string();
-    let Value::Object(entries) = value else {
-        return Err(vec![Problem::WrongShape { what: WHAT, origin, expected: "a JSON object of keys" }]);
-    };
     let mut problems = Vec::new();
     let mut keys = BTreeMap::new();
     for (key, entry) in entries {
@@ -34,19 +30,19 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
             continue;
         }
         let shape = |expected| Problem::WrongShape { what: WHAT, origin: format!("{origin} entry {key}"), expected };
-        let Value::Object(fields) = entry else {
+        let Some(fields) = object(&entry) else {
             problems.push(shape("an object with \"description\" and an optional \"default\""));
             continue;
         };
-        let description = match fields.get("description") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
+        let description = match fields.get("description").map(|raw| raw.get()) {
+            None | Some("null") => String::new(),
+            Some(raw) if raw.starts_with('"') => serde_json::from_str(raw).expect("a string that parsed before parses again"),
             Some(_) => {
                 problems.push(shape("a string \"description\""));
                 continue;
             }
         };
-        let default = fields.get("default").and_then(env_text);
+        let default = fields.get("default").and_then(|raw| text(raw));
         if default.as_deref().is_some_and(|d| d.contains('\0')) {
             problems.push(Problem::NulInValue { key, origin: origin.clone() });
             continue;

@@ -24,8 +24,6 @@ pub mod state;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
-
 use crate::cli::JobArgs;
 use crate::error::Problem;
 use crate::events::Target;
@@ -43,7 +41,7 @@ pub struct Inputs {
     pub node: NodeValues,
     pub declared: BTreeMap<String, DeclaredKey>,
     pub attributes: Vec<String>,
-    pub payload: Map<String, Value>,
+    pub payload: json::Members,
     /// jobenv's own environment (only admitted names are kept).
     pub environ: Vec<(String, String)>,
     /// The nix-shell to run, already resolved to a path.
@@ -88,7 +86,7 @@ pub fn gather(job: &JobArgs) -> Gathered {
 
     let payload = payload::read(&job.payload).map_err(|p| problems.push(p)).ok();
     if let Some(payload) = &payload {
-        let text = |key| payload.get(key).and_then(payload::env_text);
+        let text = |key| payload.get(key).and_then(|raw| json::text(raw));
         identity = Identity {
             attribute: text("ATTRIBUTE"),
             namespace: state::namespace_of(text("NAMESPACE").as_deref(), text("TF_HTTP_ADDRESS").as_deref()),
@@ -186,10 +184,17 @@ pub(crate) mod test_support {
             node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),
             declared,
             attributes: vec!["web".into()],
-            payload: json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"}).as_object().unwrap().clone(),
+            payload: json::members(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"})),
             environ: vec![],
             nix_shell: "/bin/nix-shell".into(),
             running_system: "x86_64-linux".into(),
+        }
+    }
+
+    impl Inputs {
+        /// Sets a payload key to `value`, written as serde_json writes it.
+        pub fn set_payload(&mut self, key: &str, value: serde_json::Value) {
+            self.payload.insert(key.to_owned(), json::raw(&value));
         }
     }
 

@@ -5,12 +5,9 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use super::env_file::{is_variable_name, parse_env_file};
-use super::json::read_json;
+use super::json::{read_object, text};
 use super::names::is_valid_key;
-use super::payload::env_text;
 use crate::error::Problem;
 
 /// A value set by the node, with where it came from (a path, never the value, in messages).
@@ -76,15 +73,14 @@ impl Layer {
     fn deploy_env(&mut self, path: &Path) {
         const WHAT: &str = "deploy-env file";
         let origin = path.display().to_string();
-        match read_json(WHAT, path) {
-            Ok(Value::Object(entries)) => {
+        match read_object(WHAT, path, "a JSON object") {
+            Ok(entries) => {
                 for (key, value) in entries {
-                    if let Some(text) = env_text(&value) {
+                    if let Some(text) = text(&value) {
                         self.insert(key, text, origin.clone(), false);
                     }
                 }
             }
-            Ok(_) => self.problems.push(Problem::WrongShape { what: WHAT, origin, expected: "a JSON object" }),
             Err(problem) => self.problems.push(problem),
         }
     }
