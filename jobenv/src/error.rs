@@ -112,6 +112,8 @@ pub enum Problem {
     BadControl { key: &'static str, shown: String, rule: &'static str },
     #[error("NAMESPACE {namespace:?} differs from the last segment of TF_HTTP_ADDRESS {address}")]
     NamespaceMismatch { namespace: String, address: String },
+    #[error("TF_HTTP_ADDRESS has no path segment to name the namespace {namespace} (it must end in /<namespace>)")]
+    AddressWithoutNamespace { namespace: String },
     #[error("TF_HTTP_ADDRESS {shown} is not this node's state address of namespace {namespace} (<STATE_BASE_ADDRESS>/<namespace>)")]
     ForeignStateAddress { shown: String, namespace: String },
     #[error("{key} is given but the job has no state address (neither TF_HTTP_ADDRESS nor the node's STATE_BASE_ADDRESS)")]

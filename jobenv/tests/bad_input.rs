@@ -328,3 +328,26 @@ fn status_refuses_a_job_id_that_is_a_path() {
         .expect_stdout("")
         .run();
 }
+
+#[test]
+fn a_long_value_is_cut_in_every_error_and_in_the_job_result() {
+    let case = Case::new();
+    let long = "a".repeat(100_000);
+    let payload = json!({"ATTRIBUTE": long, "NAMESPACE": "ns", "EXECUTABLE": format!("x{long}")});
+    let stderr = case.rejected(case.run(&payload).env("WM_JOB_ID", "0192-long"), &format!("unknown ATTRIBUTE \"{}...\"", "a".repeat(64)));
+    assert!(stderr.contains(&format!("EXECUTABLE \"x{}...\" is not allowed", "a".repeat(63))), "{stderr}");
+    assert!(stderr.len() < 1000, "{} bytes of errors", stderr.len());
+    let result = case.f.result_json().to_string();
+    assert!(result.len() < 1000, "{} bytes of result.json", result.len());
+    // A value that is not cut has no marker: the positive control of the "...".
+    let stderr = case.rejected(case.run(&json!({"ATTRIBUTE": "db", "NAMESPACE": "ns"})), "unknown ATTRIBUTE \"db\": it is");
+    assert!(!stderr.contains("..."), "{stderr}");
+}
+
+#[test]
+fn a_cut_control_value_ends_in_a_marker_after_its_quote() {
+    let case = Case::new();
+    let system = format!("x86_64-{}", "l".repeat(100));
+    let stderr = case.rejected(case.run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": system.clone() + "!"})), "SYSTEM \"");
+    assert!(stderr.contains(&format!("SYSTEM \"{}\"... is invalid", &system[..64])), "{stderr}");
+}

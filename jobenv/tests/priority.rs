@@ -104,3 +104,20 @@ fn node_and_default_numbers_keep_their_text_too() {
     assert_eq!(env["NODE_NUMBER"], "99999999999999999999");
     assert_eq!(env["DEFAULT_NUMBER"], "1.0e3");
 }
+
+#[test]
+fn a_payload_that_repeats_a_node_secret_is_told_it_was_ignored_like_any_other() {
+    // Silence for an equal value would tell a job author whether a guess of the secret was
+    // right; for the node's other keys an equal value is silent (the positive control).
+    let mut f = env_printer();
+    f.declare("API_TOKEN", None).secret("API_TOKEN", "node-secret-value").declare("REGION", None).node("REGION", "eu-1");
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "API_TOKEN": "node-secret-value", "REGION": "eu-1"}))
+        .expect_success()
+        .expect_stderr_contains("jobenv: warning: payload value for API_TOKEN ignored: the node sets it")
+        .expect_nowhere("the node secret", "node-secret-value")
+        .run();
+    assert!(!done.stderr.contains("REGION"), "{done:?}");
+}

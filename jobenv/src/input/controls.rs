@@ -30,8 +30,7 @@ pub struct Controls {
 
 /// How a value from a job appears in an error: quoted, and cut short.
 fn shown(value: &str) -> String {
-    let cut: String = value.chars().take(64).collect();
-    if cut.len() < value.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+    super::shown(value, super::SHOWN_CHARS)
 }
 
 /// Checks every control key; problems are added to `problems`. `None` when any check failed.
@@ -91,7 +90,9 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         Some(a) if !names::is_valid_attribute(a) => {
             problems.push(Problem::BadControl { key: "ATTRIBUTE", shown: shown(a), rule: "must match ^[A-Za-z0-9][A-Za-z0-9_-]*$" })
         }
-        Some(a) if !inputs.attributes.iter().any(|known| known == a) => problems.push(Problem::UnknownAttribute(a.clone())),
+        Some(a) if !inputs.attributes.iter().any(|known| known == a) => {
+            problems.push(Problem::UnknownAttribute(super::cut(a, super::SHOWN_CHARS)))
+        }
         Some(_) => {}
     }
 
@@ -103,11 +104,13 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         let verbless = inputs.verb == "apply" && given == attribute;
         if given != expected && !verbless {
             let rule = if inputs.verb == "apply" { "<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply" } else { "<ATTRIBUTE>-<VERB>" };
-            problems.push(Problem::BadExecutable { given: given.clone(), expected: expected.clone(), rule });
+            let (given, expected) = (super::cut(given, super::SHOWN_CHARS), super::cut(expected, super::SHOWN_CHARS));
+            problems.push(Problem::BadExecutable { given, expected, rule });
         }
     }
 
-    let namespace = state::namespace(payload, problems);
+    let addresses_ok = state::check_addresses(payload, problems);
+    let namespace = state::namespace(payload, addresses_ok, problems);
 
     if let Some(id) = payload.get("BUILD_ID").filter(|id| !names::is_valid_build_id(id)) {
         problems.push(Problem::BadControl { key: "BUILD_ID", shown: shown(id), rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$" });
@@ -120,8 +123,8 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     if let Some(rule) = base_rule {
         problems.push(Problem::BadControl { key: "STATE_BASE_ADDRESS", shown: "(value not shown)".into(), rule });
     }
-    let state = match (&namespace, base_rule) {
-        (Some(namespace), None) => state::address(namespace, base.as_deref(), payload, problems),
+    let state = match (&namespace, base_rule, addresses_ok) {
+        (Some(namespace), None, true) => state::address(namespace, base.as_deref(), payload, problems),
         _ => None,
     };
 

@@ -26,7 +26,7 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
     let mut keys = BTreeMap::new();
     for (key, entry) in entries {
         if !super::names::is_valid_key(&key) {
-            problems.push(Problem::InvalidKey { key, origin: origin.clone() });
+            problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin: origin.clone() });
             continue;
         }
         let shape = |expected| Problem::WrongShape { what: WHAT, origin: format!("{origin} entry {key}"), expected };

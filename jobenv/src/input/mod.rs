@@ -59,6 +59,10 @@ pub struct Identity {
     pub build_id: Option<String>,
 }
 
+/// A longer ATTRIBUTE is not recorded as the job's identity (it is still checked, and refused
+/// if it is not published).
+const MAX_IDENTITY_ATTRIBUTE: usize = 128;
+
 /// What [`gather`] found.
 pub struct Gathered {
     pub identity: Identity,
@@ -79,6 +83,27 @@ pub struct Checked {
     pub warnings: Vec<String>,
 }
 
+/// How many characters of a value from a job an error shows, unless it says otherwise.
+pub const SHOWN_CHARS: usize = 64;
+
+/// A value from a job as an error quotes it: at most `max` characters, and `...` after the
+/// quote when it was cut. Errors go to the log, `result.json` and progress events: a megabyte
+/// of payload is not repeated there.
+pub fn shown(value: &str, max: usize) -> String {
+    let cut: String = value.chars().take(max).collect();
+    if cut.len() < value.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+}
+
+/// A value for a message that quotes it itself: at most `max` characters, `...` at the end when
+/// it was cut.
+pub fn cut(value: &str, max: usize) -> String {
+    let mut cut: String = value.chars().take(max).collect();
+    if cut.len() < value.len() {
+        cut.push_str("...");
+    }
+    cut
+}
+
 /// Reads every input of a job; all problems found are reported together.
 pub fn gather(job: &JobArgs) -> Gathered {
     let mut problems: Vec<Problem> = Vec::new();
@@ -87,8 +112,10 @@ pub fn gather(job: &JobArgs) -> Gathered {
     let payload = payload::read(&job.payload).map_err(|p| problems.push(p)).ok();
     if let Some(payload) = &payload {
         let text = |key| payload.get(key).and_then(|raw| json::text(raw));
+        // Each only when it fits its grammar: the identity goes into `result.json` and events
+        // also for a job that is refused, whatever its payload held.
         identity = Identity {
-            attribute: text("ATTRIBUTE"),
+            attribute: text("ATTRIBUTE").filter(|a| a.len() <= MAX_IDENTITY_ATTRIBUTE && names::is_valid_attribute(a)),
             namespace: state::namespace_of(text("NAMESPACE").as_deref(), text("TF_HTTP_ADDRESS").as_deref()),
             build_id: text("BUILD_ID").filter(|id| names::is_valid_build_id(id)),
         };

@@ -56,7 +56,7 @@ struct Layer {
 impl Layer {
     fn insert(&mut self, key: String, value: String, origin: String, secret: bool) {
         if !is_valid_key(&key) {
-            self.problems.push(Problem::InvalidKey { key, origin });
+            self.problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin });
             return;
         }
         if value.contains('\0') {
