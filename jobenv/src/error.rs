@@ -100,6 +100,8 @@ pub enum Problem {
     PayloadOnlyKeyOnNode { key: String, origin: String },
     #[error("{origin} sets {}, which jobenv derives itself", name(key))]
     DerivedKeyOnNode { key: String, origin: String },
+    #[error("{origin} {what} (the key is not shown: its line may be part of a wrapped secret)")]
+    HiddenNodeKey { origin: String, what: &'static str },
     #[error("{} is set by two node sources: {first} and {second}", name(key))]
     DuplicateNodeKey { key: String, first: String, second: String },
     #[error("payload rejected: undeclared keys: {}", names(.0))]
@@ -140,6 +142,8 @@ pub enum Problem {
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
+    #[error("keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\" and \"default\")", name(key))]
+    UnknownKeysField { origin: String, key: String, field: String },
     #[error("the keys file declares {}, a control key jobenv consumes and never passes to the program", name(key))]
     DeclaredControlKey { key: String },
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]

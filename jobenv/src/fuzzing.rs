@@ -20,7 +20,7 @@ pub fn payload(data: &[u8]) {
         .collect();
     let node: BTreeMap<String, NodeValue> = [("DEPLOYMENT_ROOT", "/"), ("NIXPKGS", "/nixpkgs"), ("DOMAIN", "node.example")]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), NodeValue { value: v.to_owned(), origin: "node".into(), secret: false }))
+        .map(|(k, v)| (k.to_owned(), NodeValue { value: v.to_owned(), origin: "node".into(), secret: false, hidden_key: false }))
         .collect();
     let inputs = Inputs {
         verb: "apply".into(),

@@ -351,3 +351,17 @@ fn a_cut_control_value_ends_in_a_marker_after_its_quote() {
     let stderr = case.rejected(case.run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": system.clone() + "!"})), "SYSTEM \"");
     assert!(stderr.contains(&format!("SYSTEM \"{}\"... is invalid", &system[..64])), "{stderr}");
 }
+
+#[test]
+fn a_keys_file_entry_with_an_unknown_field_is_refused_naming_it() {
+    let case = Case::new();
+    let keys = case.f.path().join("typo-keys.json");
+    std::fs::write(&keys, r#"{"API_TOKEN": {"description": "d"}, "DOMAIN": {"description": "the domain", "defualt": "example.org"}}"#).unwrap();
+    let stderr = case.rejected(
+        case.run(&Case::payload()).env("JOBENV_KEYS", &keys),
+        &format!("keys file {} entry DOMAIN has an unknown field \"defualt\" (an entry has \"description\" and \"default\")", keys.display()),
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // `keys` refuses it too.
+    case.f.jobenv(jobenv_bin!()).args(["keys".as_ref(), "--keys".as_ref(), keys.as_os_str()]).expect_code(2).expect_stderr_contains("unknown field \"defualt\"").run();
+}

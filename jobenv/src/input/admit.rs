@@ -48,7 +48,11 @@ pub fn check_node(node: &NodeValues, declared: &BTreeMap<String, DeclaredKey>, p
             || names::is_shared_control(key)
             || names::is_node_tool_key(key))
         {
-            problems.push(Problem::UndeclaredNodeKey { key: key.clone(), origin });
+            problems.push(if value.hidden_key {
+                Problem::HiddenNodeKey { origin, what: "sets a key that is neither declared in the keys file nor a Nix/OpenTofu variable a node may set" }
+            } else {
+                Problem::UndeclaredNodeKey { key: key.clone(), origin }
+            });
         }
     }
 }

@@ -231,7 +231,7 @@ mod tests {
     fn a_control_value_from_a_secret_is_not_shown_in_errors() {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "x86_64-SECRETSYS", true)]));
-        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: "relative-SECRETROOT".into(), origin: "secret".into(), secret: true });
+        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: "relative-SECRETROOT".into(), origin: "secret".into(), secret: true, hidden_key: false });
         let p = problems(&i).join("\n");
         assert!(!p.contains("SECRETSYS") && !p.contains("SECRETROOT"), "{p}");
         // Positive control: the same values from deploy-env.json are shown.

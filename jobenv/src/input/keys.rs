@@ -17,6 +17,9 @@ pub struct DeclaredKey {
     pub default: Option<String>,
 }
 
+/// The fields of a keys-file entry.
+const FIELDS: &[&str] = &["description", "default"];
+
 /// `{"KEY": {"description": "...", "default": "..."?}}`
 pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Problem>> {
     const WHAT: &str = "keys file";
@@ -34,6 +37,15 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
             problems.push(shape("an object with \"description\" and an optional \"default\""));
             continue;
         };
+        // Strict like the bootstrap's config: a misspelt "default" would silently leave the key
+        // without one.
+        let unknown: Vec<&String> = fields.keys().filter(|field| !FIELDS.contains(&field.as_str())).collect();
+        if !unknown.is_empty() {
+            for field in unknown {
+                problems.push(Problem::UnknownKeysField { origin: origin.clone(), key: key.clone(), field: super::cut(field, super::SHOWN_CHARS) });
+            }
+            continue;
+        }
         let description = match fields.get("description").map(|raw| raw.get()) {
             None | Some("null") => String::new(),
             Some(raw) if raw.starts_with('"') => serde_json::from_str(raw).expect("a string that parsed before parses again"),

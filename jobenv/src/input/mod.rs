@@ -195,7 +195,7 @@ pub(crate) mod test_support {
     pub fn node(pairs: &[(&str, &str, bool)]) -> NodeValues {
         pairs
             .iter()
-            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: (*v).into(), origin: format!("test:{k}"), secret: *secret }))
+            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: (*v).into(), origin: format!("test:{k}"), secret: *secret, hidden_key: false }))
             .collect()
     }
 
