@@ -122,6 +122,12 @@ pub enum Problem {
     LockWithoutState { key: &'static str },
     #[error("{key} {shown} is not under the job's state address")]
     LockOutsideState { key: &'static str, shown: String },
+    #[error("{} ({from}) cannot be passed to a program: {}=<value> is {bytes} bytes, the kernel takes at most {limit}", name(key), name(key))]
+    ValueTooLong { key: String, from: String, bytes: usize, limit: usize },
+    #[error("argument {index} of the program cannot be passed: it is {bytes} bytes, the kernel takes at most {limit}")]
+    ArgumentTooLong { index: usize, bytes: usize, limit: usize },
+    #[error("the program's arguments and environment take {total} bytes, more than the {budget} that jobenv leaves them under this stack limit (largest: {largest})")]
+    ExecTooLarge { total: usize, budget: usize, largest: String },
     #[error("NIXPKGS and DEPLOYMENT_NIXPKGS are both set and differ")]
     ConflictingNixpkgs,
     #[error("unknown ATTRIBUTE {0:?}: it is not in the published attribute list")]

@@ -47,6 +47,8 @@ pub struct Inputs {
     /// The nix-shell to run, already resolved to a path.
     pub nix_shell: PathBuf,
     pub running_system: String,
+    /// Bytes of argv and environment the program may have ([`crate::plan::exec_budget`]).
+    pub exec_budget: usize,
 }
 
 /// What a job says it is about, known as soon as its payload is read (for the job result,
@@ -148,6 +150,7 @@ pub fn gather(job: &JobArgs) -> Gathered {
                 environ,
                 nix_shell,
                 running_system: names::running_system(),
+                exec_budget: crate::plan::exec_budget(stack_limit()),
             })
         }
         _ => Err(problems),
@@ -170,6 +173,11 @@ pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
         Some(controls) if problems.is_empty() => Ok(Checked { controls, payload: payload.values, ignored: payload.ignored, warnings }),
         _ => Err(problems),
     }
+}
+
+/// jobenv's soft stack limit, which the program inherits (the usual 8 MiB if it cannot be read).
+fn stack_limit() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_STACK).map_or(8 << 20, |(soft, _)| soft)
 }
 
 /// A program named by path must be an executable file; a bare name is looked up in jobenv's
@@ -215,6 +223,7 @@ pub(crate) mod test_support {
             environ: vec![],
             nix_shell: "/bin/nix-shell".into(),
             running_system: "x86_64-linux".into(),
+            exec_budget: crate::plan::exec_budget(8 << 20),
         }
     }
 
