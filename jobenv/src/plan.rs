@@ -99,6 +99,7 @@ impl std::fmt::Debug for Plan {
             .field("argv", &self.argv)
             .field("env", &self.env)
             .field("secrets", &format_args!("{} needles", self.secrets.len()))
+            .field("ignored", &self.ignored)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -352,12 +353,33 @@ mod tests {
     fn debug_output_holds_no_secret_value() {
         let mut i = inputs();
         i.node.extend(node(&[("TF_VAR_token", "debug-secret-value", true), ("A", "plain-node-value", false)]));
+        i.set_payload("TF_HTTP_ADDRESS", json!("https://state.example/tf/ns1"));
+        i.set_payload("TF_HTTP_PASSWORD", json!("payload-password-value"));
+        i.set_payload("DEPLOYMENT_ROOT", json!("/elsewhere"));
         let plan = plan(&i).unwrap();
-        let shown = format!("{plan:?} {:?}", i.node);
-        assert!(!shown.contains("debug-secret-value"), "{shown}");
-        // Positive control: the secret is in the plan, and other values do show.
+        let shown = format!("{plan:?}");
+        let inputs_shown = format!("{i:?}");
+        for secret in ["debug-secret-value", "payload-password-value"] {
+            assert!(!shown.contains(secret) && !inputs_shown.contains(secret), "{secret}: {shown}\n{inputs_shown}");
+        }
+        // What it does show, field by field.
+        let var = |value: &str, source: &str| format!("Var {{ value: {value}, source: {source} }}");
+        for part in [
+            r#"Plan { verb: "apply", attribute: "web", namespace: "ns1", system: "x86_64-linux", executable: "web-apply", events: None, "#,
+            r#"argv: ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"], "#,
+            &format!(r#""A": {}"#, var(r#""plain-node-value""#, "Node")),
+            &format!(r#""TF_VAR_token": {}"#, var(r#""[REDACTED]""#, "Secret")),
+            &format!(r#""TF_HTTP_PASSWORD": {}"#, var(r#""[REDACTED]""#, "PayloadSecret")),
+            &format!(r#"secrets: {} needles, ignored: ["DEPLOYMENT_ROOT"], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }}"#, plan.secrets.len()),
+        ] {
+            assert!(shown.contains(part), "{part}\nnot in\n{shown}");
+        }
+        assert!(plan.secrets.len() >= 2, "both secrets are needles");
+        // The inputs show the payload's keys, not its values.
+        assert!(inputs_shown.contains(r#"payload: ["ATTRIBUTE", "DEPLOYMENT_ROOT", "NAMESPACE", "TF_HTTP_ADDRESS", "TF_HTTP_PASSWORD"]"#), "{inputs_shown}");
+        // Positive control: the secrets are in the plan.
         assert_eq!(plan.env["TF_VAR_token"].value, "debug-secret-value");
-        assert!(shown.contains("plain-node-value") && shown.contains("[REDACTED]"), "{shown}");
+        assert_eq!(plan.env["TF_HTTP_PASSWORD"].value, "payload-password-value");
     }
 
     #[test]

@@ -77,7 +77,7 @@ fn empty_option_variables_mean_the_defaults() {
         .env("JOBENV_LOG", "")
         .payload(&payload())
         .spawn();
-    let mut stderr = StreamWatch::new(running.stderr.take().unwrap());
+    let stderr = StreamWatch::new(running.stderr.take().unwrap());
     // No timeout: the program runs until it is cancelled; the cancel shows the default grace.
     read_pids(&pids, 1, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(300));

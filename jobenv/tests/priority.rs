@@ -121,3 +121,31 @@ fn a_payload_that_repeats_a_node_secret_is_told_it_was_ignored_like_any_other() 
         .run();
     assert!(!done.stderr.contains("REGION"), "{done:?}");
 }
+
+#[test]
+fn a_keys_file_default_never_sets_a_derived_key() {
+    let mut f = env_printer();
+    f.declare("DEPLOYMENT_NAMESPACE", Some("default-ns")).declare("TF_HTTP_ADDRESS", Some("https://state.example/tf/other"));
+    f.declare("TF_HTTP_LOCK_ADDRESS", Some("https://state.example/tf/other/lock")).declare("PLAIN", Some("plain-default"));
+    let env = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run().env();
+    assert_eq!(env["DEPLOYMENT_NAMESPACE"], "ns");
+    // Without a state address the program gets none, not the default's.
+    assert!(!env.contains_key("TF_HTTP_ADDRESS") && !env.contains_key("TF_HTTP_LOCK_ADDRESS"), "{env:?}");
+    // Positive control: an ordinary key's default does arrive.
+    assert_eq!(env["PLAIN"], "plain-default");
+}
+
+#[test]
+fn system_from_one_side_only_draws_no_warning() {
+    let system = format!("{}-linux", std::env::consts::ARCH);
+    let f = env_printer();
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": system})).expect_success().run();
+    assert!(!done.stderr.contains("SYSTEM"), "payload only: {done:?}");
+    let mut f = env_printer();
+    f.node("SYSTEM", system.as_str());
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    assert!(!done.stderr.contains("SYSTEM"), "node only: {done:?}");
+    // Positive control: both, different, warns.
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": "riscv64-linux"})).run();
+    assert!(done.stderr.contains("jobenv: warning: payload value for SYSTEM ignored: the node sets it"), "{done:?}");
+}

@@ -35,7 +35,7 @@ use node::NodeValue;
 pub type NodeValues = BTreeMap<String, NodeValue>;
 
 /// Everything a job is made of, read from disk: the input of [`check`] and of the merge.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Inputs {
     pub verb: String,
     pub node: NodeValues,
@@ -49,6 +49,24 @@ pub struct Inputs {
     pub running_system: String,
     /// Bytes of argv and environment the program may have ([`crate::plan::exec_budget`]).
     pub exec_budget: usize,
+}
+
+/// The payload by its keys only: its values may hold the state password (node values show
+/// theirs unless they are secret, see [`NodeValue`]).
+impl std::fmt::Debug for Inputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inputs")
+            .field("verb", &self.verb)
+            .field("node", &self.node)
+            .field("declared", &self.declared)
+            .field("attributes", &self.attributes)
+            .field("payload", &self.payload.keys().collect::<Vec<_>>())
+            .field("environ", &self.environ.iter().map(|(key, _)| key).collect::<Vec<_>>())
+            .field("nix_shell", &self.nix_shell)
+            .field("running_system", &self.running_system)
+            .field("exec_budget", &self.exec_budget)
+            .finish()
+    }
 }
 
 /// What a job says it is about, known as soon as its payload is read (for the job result,
