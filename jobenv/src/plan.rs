@@ -245,7 +245,7 @@ pub fn run_string(executable: &str, events: bool) -> String {
 /// the way serde, Python's `json.dumps` (`\u00e4`), Go's `encoding/json` (`\u003c`), PHP (`\/`)
 /// or Rust's `Debug` write it, hex digits in either case ([`safe_io::secret::forms`]). Longest
 /// first is not needed: the redactor merges overlapping matches.
-fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
+pub(crate) fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
     let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (key, text) in secrets {
         if text.len() < MIN_SECRET_LEN {

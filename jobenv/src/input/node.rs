@@ -38,6 +38,14 @@ pub struct NodeFiles {
     pub secrets_env_files: Vec<PathBuf>,
 }
 
+/// The values one secrets env file of this text sets, as [`load`] reads it from `path`, and its
+/// problems (for the fuzzers, which check that no problem quotes the file's text).
+pub fn env_file_values(path: &Path, text: &str) -> (BTreeMap<String, NodeValue>, Vec<Problem>) {
+    let mut layer = Layer::default();
+    layer.env_file_text(path, text);
+    (layer.values, layer.problems)
+}
+
 /// Loads every node source; all problems of all sources are reported together.
 pub fn load(files: &NodeFiles) -> Result<BTreeMap<String, NodeValue>, Vec<Problem>> {
     let mut layer = Layer::default();
@@ -197,7 +205,11 @@ impl Layer {
                 return;
             }
         };
-        for item in parse_env_file(&text) {
+        self.env_file_text(path, &text);
+    }
+
+    fn env_file_text(&mut self, path: &Path, text: &str) {
+        for item in parse_env_file(text) {
             match item {
                 Ok((key, value, line)) => {
                     let origin = format!("{}:{line}", path.display());
