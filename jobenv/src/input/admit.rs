@@ -85,7 +85,11 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             // would tell the job whether its guess was right.
             let node = node_value(inputs, key);
             if node.is_none_or(|node| node.secret || node.value != text) {
-                let why = if node_sets { "the node sets it" } else { "only the node may set it" };
+                let why = match node {
+                    Some(_) => "the node sets it",
+                    None if credential => "the node sets the state backend's credentials",
+                    None => "only the node may set it",
+                };
                 warnings.push(format!("payload value for {} ignored: {why}", key.escape_debug()));
             }
             admitted.ignored.push(key.clone());
@@ -202,5 +206,26 @@ mod tests {
         assert!(p.contains(&format!("undeclared keys: {}...", "U".repeat(64))), "{p}");
         assert!(p.contains(&format!("reserved keys: LD_{}...", "R".repeat(61))), "{p}");
         assert!(p.contains(&format!("invalid variable name \"{}...\" in payload", "E".repeat(64))), "{p}");
+    }
+
+    #[test]
+    fn the_warning_says_why_the_node_won() {
+        let mut i = inputs();
+        // The node's pin under its other name, and one of the two state credentials.
+        i.node.remove("NIXPKGS");
+        i.node.extend(node(&[("DEPLOYMENT_NIXPKGS", "/nixpkgs", false), ("TF_HTTP_USERNAME", "node-user", false)]));
+        i.set_payload("NIXPKGS", json!("/elsewhere"));
+        i.set_payload("TF_HTTP_PASSWORD", json!("payload-password"));
+        i.set_payload("STATE_BASE_ADDRESS", json!("https://state.example/tf"));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert_eq!(
+            plan.warnings,
+            [
+                "payload value for NIXPKGS ignored: the node sets it",
+                "payload value for STATE_BASE_ADDRESS ignored: only the node may set it",
+                "payload value for TF_HTTP_PASSWORD ignored: the node sets the state backend's credentials",
+            ]
+        );
+        assert!(!plan.env.contains_key("TF_HTTP_PASSWORD"), "the payload's password passed beside the node's user");
     }
 }
