@@ -22,9 +22,9 @@ const PASSWORD: &str = "state-password-from-the-front-end-7Qx";
 const ADDRESS: &str = "https://state.example/tf/team-a";
 
 /// The node: attribute `web` with a verb-less program (a deployment method with a single
-/// program has no verb siblings) and `web-destroy`, the deploy script's keys declared, and a program that writes its
-/// whole environment and its own path to `<fixture>/program-env` and prints the password (which
-/// the log must show redacted).
+/// program has no verb siblings) and `web-destroy`, the deploy script's keys declared, and a
+/// program that writes its whole environment and its own path to `<fixture>/program-env` and
+/// prints the password (which the log must show redacted).
 struct Node {
     f: Fixture,
     env_file: PathBuf,
