@@ -51,19 +51,20 @@ pub fn payload(data: &[u8]) {
 
 /// Any text as a secrets env file: parsing never panics, every accepted key is a variable name,
 /// and no problem about the file quotes its text. A problem carries text of the file only in a
-/// `key` field, and only a variable name from a line that is not the possible tail of a wrapped
-/// secret (`KEY=` or `KEY==`, see [`NodeValue::hidden_key`]); every other field is the file's
+/// `key` field, and only the key of an ordinary line (not one that may be the tail of a wrapped
+/// secret, `KEY=` or `KEY==`: see [`NodeValue::hidden_key`]); every other field is the file's
 /// path and line numbers, or fixed text.
 pub fn env_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let mut last_line = 0;
-    // Keys of lines that may be the tail of a wrapped secret, found here on their own.
-    let mut hidden = std::collections::HashSet::new();
+    // Keys of ordinary lines, which a problem may name; not those of lines that may be the tail
+    // of a wrapped secret (found here on their own), unless an ordinary line has the same key.
+    let mut ordinary = std::collections::HashSet::new();
     for item in crate::input::env_file::parse_env_file(text) {
         let line = match item {
             Ok((key, value, line)) => {
-                if value.bytes().all(|b| b == b'=') {
-                    hidden.insert(key);
+                if !value.bytes().all(|b| b == b'=') {
+                    ordinary.insert(key);
                 }
                 assert!(crate::input::env_file::is_variable_name(key), "a key that is not a variable name was accepted");
                 assert!(!value.contains('\n'), "a value spans lines");
@@ -84,7 +85,7 @@ pub fn env_file(data: &[u8]) {
     };
     let named = |key: &str| {
         assert!(crate::input::env_file::is_variable_name(key), "a problem names a key that is not a variable name");
-        assert!(!hidden.contains(key), "a problem names a key that may be secret text");
+        assert!(ordinary.contains(key), "a problem names a key that may be secret text");
     };
     for problem in &problems {
         match problem {
