@@ -110,7 +110,7 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     }
 
     let addresses_ok = state::check_addresses(payload, problems);
-    let namespace = state::namespace(payload, addresses_ok, problems);
+    let namespace = state::namespace(payload, problems);
 
     if let Some(id) = payload.get("BUILD_ID").filter(|id| !names::is_valid_build_id(id)) {
         problems.push(Problem::BadControl { key: "BUILD_ID", shown: shown(id), rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$" });

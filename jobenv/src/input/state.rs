@@ -118,13 +118,12 @@ pub fn check_addresses(payload: &BTreeMap<&'static str, String>, problems: &mut 
     problems.len() == before
 }
 
-/// Resolves the namespace; `payload` holds the payload's control and state keys, whose
-/// addresses passed [`check_addresses`] (else `addresses_ok` is false and no namespace is
-/// taken from an address: its own problem is reported already).
-pub fn namespace(payload: &BTreeMap<&'static str, String>, addresses_ok: bool, problems: &mut Vec<Problem>) -> Option<String> {
+/// Resolves the namespace; `payload` holds the payload's control and state keys. An address
+/// that is not strict names no namespace ([`check_addresses`] reports it).
+pub fn namespace(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> Option<String> {
     let given = payload.get("NAMESPACE");
-    let address = payload.get("TF_HTTP_ADDRESS").filter(|_| addresses_ok);
-    if given.is_none() && payload.contains_key("TF_HTTP_ADDRESS") && !addresses_ok {
+    let address = payload.get("TF_HTTP_ADDRESS").filter(|address| url_problem(address, false).is_none());
+    if given.is_none() && address.is_none() && payload.contains_key("TF_HTTP_ADDRESS") {
         return None;
     }
     let namespace = match (given, address.map(|a| (a, last_segment(a)))) {
@@ -252,7 +251,7 @@ mod tests {
         let mut problems = Vec::new();
         let p = payload(&[("TF_HTTP_ADDRESS", "https://s/tf/team-a/")]);
         assert!(check_addresses(&p, &mut problems));
-        assert_eq!(namespace(&p, true, &mut problems).as_deref(), Some("team-a"));
+        assert_eq!(namespace(&p, &mut problems).as_deref(), Some("team-a"));
         let state = address("team-a", None, &p, &mut problems).unwrap();
         assert_eq!((state.address.as_str(), state.lock.as_str()), ("https://s/tf/team-a", "https://s/tf/team-a/lock"));
         assert_eq!(state.from_payload, [true, false, false]);
@@ -267,7 +266,7 @@ mod tests {
             let mut problems = Vec::new();
             let p = payload(pairs);
             let ok = check_addresses(&p, &mut problems);
-            if let Some(ns) = namespace(&p, ok, &mut problems) {
+            if let (Some(ns), true) = (namespace(&p, &mut problems), ok) {
                 address(&ns, base, &p, &mut problems);
             }
             problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
@@ -284,6 +283,8 @@ mod tests {
         assert!(e.contains("must not carry credentials") && !e.contains("hunter2"), "{e}");
         let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/x")], None);
         assert!(e.contains("TF_HTTP_LOCK_ADDRESS is given but the job has no state address"), "{e}");
+        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/tf/b"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/../a")], None);
+        assert!(e.contains("TF_HTTP_LOCK_ADDRESS") && e.contains("NAMESPACE \"a\" differs"), "every problem at once: {e}");
         let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/")], None);
         assert!(e.contains("TF_HTTP_ADDRESS has no path segment to name the namespace \"a\""), "{e}");
         let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a?token=qtoken")], None);
