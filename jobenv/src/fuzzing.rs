@@ -91,8 +91,13 @@ pub fn env_file(data: &[u8]) {
         match problem {
             Problem::BadEnvFileLine { path, line, .. } => assert!(path.to_str() == Some(PATH) && (1..=lines).contains(line), "{problem}"),
             Problem::HiddenNodeKey { origin, .. } => assert!(is_origin(origin), "{problem}"),
-            Problem::UndeclaredNodeKey { key, origin } | Problem::NulInValue { key, origin } | Problem::DerivedKeyOnNode { key, origin } | Problem::PayloadOnlyKeyOnNode { key, origin } => {
+            Problem::UndeclaredNodeKey { key, origin } | Problem::NulInValue { key, origin } => {
                 named(key);
+                assert!(is_origin(origin), "{problem}");
+            }
+            // These name one of jobenv's own names, whatever the line's value.
+            Problem::DerivedKeyOnNode { key, origin } | Problem::PayloadOnlyKeyOnNode { key, origin } => {
+                assert!(policy::is_derived(key) || policy::is_payload_control(key), "{problem}");
                 assert!(is_origin(origin), "{problem}");
             }
             Problem::DuplicateNodeKey { key, first, second } => {
