@@ -9,7 +9,14 @@ let
     args = [ "-c" "echo > $out" ];
     PATH = "${toString ./bin}:/usr/bin:/bin";
   };
+  shells = {
+    demo = shell "demo-shell";
+    site = shell "site-shell";
+  };
 in
 {
-  devShells.${system}.demo = shell "demo-shell";
+  # Under both systems' names, each built for the machine this runs on: a payload that names
+  # its SYSTEM (the front-end's example does) finds its shell on either kind of machine.
+  devShells.x86_64-linux = shells;
+  devShells.aarch64-linux = shells;
 }

@@ -104,6 +104,8 @@ pub enum Problem {
     PayloadOnlyKeyOnNode { key: String, origin: String },
     #[error("{origin} sets {}, which jobenv derives itself", name(key))]
     DerivedKeyOnNode { key: String, origin: String },
+    #[error("{origin} {what} (the key is not shown: its line may be part of a wrapped secret)")]
+    HiddenNodeKey { origin: String, what: &'static str },
     #[error("{} is set by two node sources: {first} and {second}", name(key))]
     DuplicateNodeKey { key: String, first: String, second: String },
     #[error("payload rejected: undeclared keys: {}", names(.0))]
@@ -116,12 +118,20 @@ pub enum Problem {
     BadControl { key: &'static str, shown: String, rule: &'static str },
     #[error("NAMESPACE {namespace:?} differs from the last segment of TF_HTTP_ADDRESS {address}")]
     NamespaceMismatch { namespace: String, address: String },
+    #[error("TF_HTTP_ADDRESS has no path segment to name the namespace {namespace} (it must end in /<namespace>)")]
+    AddressWithoutNamespace { namespace: String },
     #[error("TF_HTTP_ADDRESS {shown} is not this node's state address of namespace {namespace} (<STATE_BASE_ADDRESS>/<namespace>)")]
     ForeignStateAddress { shown: String, namespace: String },
     #[error("{key} is given but the job has no state address (neither TF_HTTP_ADDRESS nor the node's STATE_BASE_ADDRESS)")]
     LockWithoutState { key: &'static str },
     #[error("{key} {shown} is not under the job's state address")]
     LockOutsideState { key: &'static str, shown: String },
+    #[error("{} ({from}) cannot be passed to a program: {}=<value> is {bytes} bytes, the kernel takes at most {limit}", name(key), name(key))]
+    ValueTooLong { key: String, from: String, bytes: usize, limit: usize },
+    #[error("argument {index} of the program cannot be passed: it is {bytes} bytes, the kernel takes at most {limit}")]
+    ArgumentTooLong { index: usize, bytes: usize, limit: usize },
+    #[error("the program's arguments and environment take {total} bytes, more than the {budget} that jobenv leaves them under this stack limit (largest: {largest})")]
+    ExecTooLarge { total: usize, budget: usize, largest: String },
     #[error("NIXPKGS and DEPLOYMENT_NIXPKGS are both set and differ")]
     ConflictingNixpkgs,
     #[error("unknown ATTRIBUTE {0:?}: it is not in the published attribute list")]
@@ -142,6 +152,8 @@ pub enum Problem {
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
+    #[error("keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\" and \"default\")", name(key))]
+    UnknownKeysField { origin: String, key: String, field: String },
     #[error("the keys file declares {}, a control key jobenv consumes and never passes to the program", name(key))]
     DeclaredControlKey { key: String },
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]

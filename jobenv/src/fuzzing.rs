@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::error::Problem;
 use crate::input::keys::DeclaredKey;
 use crate::input::names as policy;
 use crate::input::node::NodeValue;
@@ -20,7 +21,7 @@ pub fn payload(data: &[u8]) {
         .collect();
     let node: BTreeMap<String, NodeValue> = [("DEPLOYMENT_ROOT", "/"), ("NIXPKGS", "/nixpkgs"), ("DOMAIN", "node.example")]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), NodeValue { value: v.to_owned(), origin: "node".into(), secret: false }))
+        .map(|(k, v)| (k.to_owned(), NodeValue { value: v.to_owned(), origin: "node".into(), secret: false, hidden_key: false }))
         .collect();
     let inputs = Inputs {
         verb: "apply".into(),
@@ -31,6 +32,7 @@ pub fn payload(data: &[u8]) {
         environ: vec![("PATH".into(), "/bin".into())],
         nix_shell: "/bin/nix-shell".into(),
         running_system: "x86_64-linux".into(),
+        exec_budget: crate::plan::exec_budget(8 << 20),
     };
     let Ok(plan) = plan(&inputs) else { return };
     assert!(["web", "db-1"].contains(&plan.attribute.as_str()), "an unpublished attribute was accepted");
@@ -47,14 +49,24 @@ pub fn payload(data: &[u8]) {
     assert_eq!(plan.env["PATH"].value, "/bin", "the payload set PATH");
 }
 
-/// Any text as a secrets env file: parsing never panics and every accepted key is valid.
+/// Any text as a secrets env file: parsing never panics, every accepted key is a variable name,
+/// and no problem about the file quotes its text. A problem carries text of the file only in a
+/// `key` field, and only the key of an ordinary line (not one that may be the tail of a wrapped
+/// secret, `KEY=` or `KEY==`: see [`NodeValue::hidden_key`]); every other field is the file's
+/// path and line numbers, or fixed text.
 pub fn env_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let mut last_line = 0;
+    // Keys of ordinary lines, which a problem may name; not those of lines that may be the tail
+    // of a wrapped secret (found here on their own), unless an ordinary line has the same key.
+    let mut ordinary = std::collections::HashSet::new();
     for item in crate::input::env_file::parse_env_file(text) {
         let line = match item {
             Ok((key, value, line)) => {
-                assert!(policy::is_valid_key(key), "invalid key accepted");
+                if !value.bytes().all(|b| b == b'=') {
+                    ordinary.insert(key);
+                }
+                assert!(crate::input::env_file::is_variable_name(key), "a key that is not a variable name was accepted");
                 assert!(!value.contains('\n'), "a value spans lines");
                 line
             }
@@ -63,6 +75,99 @@ pub fn env_file(data: &[u8]) {
         assert!(line > last_line, "line numbers go backwards");
         last_line = line;
     }
+
+    const PATH: &str = "/node/secrets.env";
+    let (values, mut problems) = crate::input::node::env_file_values(std::path::Path::new(PATH), text);
+    crate::input::admit::check_node(&values, &BTreeMap::new(), &mut problems);
+    let lines = text.split('\n').count();
+    let is_origin = |origin: &str| {
+        origin.split(" and ").all(|one| one.strip_prefix(PATH).and_then(|l| l.strip_prefix(':')).and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| (1..=lines).contains(&l)))
+    };
+    let named = |key: &str| {
+        assert!(crate::input::env_file::is_variable_name(key), "a problem names a key that is not a variable name");
+        assert!(ordinary.contains(key), "a problem names a key that may be secret text");
+    };
+    for problem in &problems {
+        match problem {
+            Problem::BadEnvFileLine { path, line, .. } => assert!(path.to_str() == Some(PATH) && (1..=lines).contains(line), "{problem}"),
+            Problem::HiddenNodeKey { origin, .. } => assert!(is_origin(origin), "{problem}"),
+            Problem::UndeclaredNodeKey { key, origin } | Problem::NulInValue { key, origin } => {
+                named(key);
+                assert!(is_origin(origin), "{problem}");
+            }
+            // These name one of jobenv's own names, whatever the line's value.
+            Problem::DerivedKeyOnNode { key, origin } | Problem::PayloadOnlyKeyOnNode { key, origin } => {
+                assert!(policy::is_derived(key) || policy::is_payload_control(key), "{problem}");
+                assert!(is_origin(origin), "{problem}");
+            }
+            Problem::DuplicateNodeKey { key, first, second } => {
+                named(key);
+                assert!(is_origin(first) && is_origin(second), "{problem}");
+            }
+            other => panic!("an env file made a problem of an unexpected kind: {other:?}"),
+        }
+    }
+}
+
+/// A secret (any text of at least 4 bytes) printed by a program in one of the JSON spellings
+/// common encoders use, amid other output and split at any points: it never survives the
+/// redactor built from the plan's needles. The spellings are written here independently of
+/// `safe_io::secret::forms`, which the needles come from.
+pub fn escaped_redaction(data: &[u8]) {
+    let Some((&how, rest)) = data.split_first() else { return };
+    let Some((&split, rest)) = rest.split_first() else { return };
+    let split = usize::from(split).min(rest.len());
+    let (secret, around) = rest.split_at(split);
+    let Ok(secret) = std::str::from_utf8(secret) else { return };
+    if secret.len() < crate::plan::MIN_SECRET_LEN {
+        return;
+    }
+    let spelled = json_spelling(secret, how);
+    let mut warnings = Vec::new();
+    let needles = crate::plan::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
+    // The secret's spelling in the middle of the rest of the input, written in pieces.
+    let (before, after) = around.split_at(around.len() / 2);
+    let input = [before, spelled.as_bytes(), after].concat();
+    let mut redactor = Redactor::new(&needles);
+    let mut out = Vec::new();
+    for piece in input.chunks(usize::from(how % 7) + 1) {
+        redactor.push(piece, &mut out);
+    }
+    redactor.finish(&mut out);
+    if !can_be_spelled_by_marker(spelled.as_bytes()) {
+        assert!(!out.windows(spelled.len()).any(|w| w == spelled.as_bytes()), "a spelling of the secret survived: {spelled:?}");
+    }
+}
+
+/// `text` inside a JSON string as an encoder chosen by the bits of `how` writes it: `\uXXXX` for
+/// everything outside printable ASCII (Python, PHP, .NET; astral characters as surrogate pairs),
+/// for `<`, `>`, `&`, U+2028 and U+2029 (Go, .NET), `\/` for `/` (PHP), upper-case hex (.NET).
+fn json_spelling(text: &str, how: u8) -> String {
+    let (ascii, html, slash, upper) = (how & 1 != 0, how & 2 != 0, how & 4 != 0, how & 8 != 0);
+    let mut out = String::new();
+    let unit = |out: &mut String, unit: u16| {
+        out.push_str(&if upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
+    };
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '/' if slash => out.push_str("\\/"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if html => unit(&mut out, c as u16),
+            c if (c as u32) < 0x20 || (ascii && !(' '..='~').contains(&c)) => {
+                for u in c.encode_utf16(&mut [0; 2]) {
+                    unit(&mut out, *u);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Bytes split into secrets, cut points and a stream: the streamed redaction equals the

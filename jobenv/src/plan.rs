@@ -99,14 +99,62 @@ impl std::fmt::Debug for Plan {
             .field("argv", &self.argv)
             .field("env", &self.env)
             .field("secrets", &format_args!("{} needles", self.secrets.len()))
+            .field("ignored", &self.ignored)
             .field("warnings", &self.warnings)
             .finish()
     }
 }
 
-/// Checks `inputs` and merges them: the whole of stages 1 (validation) and 2.
+/// Checks `inputs` and merges them: the whole of stages 1 (validation) and 2, with the check
+/// that the kernel can pass what the merge made.
 pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
-    input::check(inputs).map(|checked| merge(inputs, checked))
+    let plan = input::check(inputs).map(|checked| merge(inputs, checked))?;
+    let problems = exec_problems(&plan, inputs.exec_budget);
+    if problems.is_empty() { Ok(plan) } else { Err(problems) }
+}
+
+/// The kernel's limit for one string of argv or the environment, its NUL included
+/// (`MAX_ARG_STRLEN`, 32 pages).
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// How many bytes of argv and environment jobenv lets a program have under the stack limit
+/// `stack` (the soft `RLIMIT_STACK`). exec refuses more than a quarter of the stack limit, at
+/// most 6 MiB and at least 128 KiB (Linux's `bprm_stack_limits`). jobenv takes half of that:
+/// nix-shell execs the dev shell's bash, which execs the program, and each adds the dev
+/// shell's variables to what jobenv passed. With the usual 8 MiB stack that is 1 MiB, the
+/// payload's own limit.
+pub fn exec_budget(stack: u64) -> usize {
+    let kernel = (stack / 4).clamp(128 << 10, 6 << 20);
+    usize::try_from(kernel / 2).expect("at most 3 MiB")
+}
+
+/// What exec could not pass: one string over [`MAX_ARG_STRLEN`], or more than `budget` bytes
+/// in all (each string with its NUL, and a pointer to each).
+fn exec_problems(plan: &Plan, budget: usize) -> Vec<Problem> {
+    const POINTER: usize = std::mem::size_of::<usize>();
+    let mut problems = Vec::new();
+    for (index, arg) in plan.argv.iter().enumerate() {
+        if arg.len() + 1 > MAX_ARG_STRLEN {
+            problems.push(Problem::ArgumentTooLong { index, bytes: arg.len(), limit: MAX_ARG_STRLEN - 1 });
+        }
+    }
+    let mut sizes: Vec<(usize, &str)> = Vec::new();
+    for (key, var) in &plan.env {
+        let bytes = key.len() + 1 + var.value.len();
+        if bytes + 1 > MAX_ARG_STRLEN {
+            problems.push(Problem::ValueTooLong { key: key.clone(), from: var.source.to_string(), bytes, limit: MAX_ARG_STRLEN - 1 });
+        }
+        sizes.push((bytes + 1 + POINTER, key));
+    }
+    // The NULL that ends each list takes a pointer too.
+    let total = plan.argv.iter().map(|arg| arg.len() + 1 + POINTER).sum::<usize>() + sizes.iter().map(|(size, _)| size).sum::<usize>() + 2 * POINTER;
+    if total > budget {
+        sizes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let mut largest: Vec<&str> = sizes.iter().take(3).map(|(_, key)| *key).collect();
+        largest.sort_unstable();
+        problems.push(Problem::ExecTooLarge { total, budget, largest: largest.join(", ") });
+    }
+    problems
 }
 
 /// The merge of checked inputs. Lowest layer first; each layer overwrites what the one below set.
@@ -197,7 +245,7 @@ pub fn run_string(executable: &str, events: bool) -> String {
 /// the way serde, Python's `json.dumps` (`\u00e4`), Go's `encoding/json` (`\u003c`), PHP (`\/`)
 /// or Rust's `Debug` write it, hex digits in either case ([`safe_io::secret::forms`]). Longest
 /// first is not needed: the redactor merges overlapping matches.
-fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
+pub(crate) fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
     let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (key, text) in secrets {
         if text.len() < MIN_SECRET_LEN {
@@ -232,8 +280,8 @@ mod tests {
     fn node_beats_payload_beats_environ_and_defaults_fill_the_rest() {
         let mut i = inputs();
         i.node.extend(node(&[("A", "node", false)]));
-        i.payload.insert("A".into(), json!("payload"));
-        i.payload.insert("C".into(), json!("payload"));
+        i.set_payload("A", json!("payload"));
+        i.set_payload("C", json!("payload"));
         i.environ = vec![("A".into(), "environ".into()), ("C".into(), "environ".into())];
         let plan = plan(&i).unwrap();
         assert_eq!(plan.env["A"], Var { value: "node".into(), source: Source::Node });
@@ -274,7 +322,7 @@ mod tests {
     fn event_keys_are_the_nodes_and_never_reach_the_program() {
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false), ("EVENTS_SECRET", "events-secret-0123456789", true)]));
-        i.payload.insert("BUILD_ID".into(), json!("build-7"));
+        i.set_payload("BUILD_ID", json!("build-7"));
         let plan = plan(&i).unwrap();
         assert!(plan.events.is_some());
         for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
@@ -287,7 +335,7 @@ mod tests {
     fn a_payload_system_the_node_overrides_draws_a_warning() {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "aarch64-linux", false)]));
-        i.payload.insert("SYSTEM".into(), json!("x86_64-linux"));
+        i.set_payload("SYSTEM", json!("x86_64-linux"));
         let plan = plan(&i).unwrap();
         assert_eq!(plan.system, "aarch64-linux");
         assert_eq!(plan.warnings, ["payload value for SYSTEM ignored: the node sets it"]);
@@ -305,12 +353,33 @@ mod tests {
     fn debug_output_holds_no_secret_value() {
         let mut i = inputs();
         i.node.extend(node(&[("TF_VAR_token", "debug-secret-value", true), ("A", "plain-node-value", false)]));
+        i.set_payload("TF_HTTP_ADDRESS", json!("https://state.example/tf/ns1"));
+        i.set_payload("TF_HTTP_PASSWORD", json!("payload-password-value"));
+        i.set_payload("DEPLOYMENT_ROOT", json!("/elsewhere"));
         let plan = plan(&i).unwrap();
-        let shown = format!("{plan:?} {:?}", i.node);
-        assert!(!shown.contains("debug-secret-value"), "{shown}");
-        // Positive control: the secret is in the plan, and other values do show.
+        let shown = format!("{plan:?}");
+        let inputs_shown = format!("{i:?}");
+        for secret in ["debug-secret-value", "payload-password-value"] {
+            assert!(!shown.contains(secret) && !inputs_shown.contains(secret), "{secret}: {shown}\n{inputs_shown}");
+        }
+        // What it does show, field by field.
+        let var = |value: &str, source: &str| format!("Var {{ value: {value}, source: {source} }}");
+        for part in [
+            r#"Plan { verb: "apply", attribute: "web", namespace: "ns1", system: "x86_64-linux", executable: "web-apply", events: None, "#,
+            r#"argv: ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"], "#,
+            &format!(r#""A": {}"#, var(r#""plain-node-value""#, "Node")),
+            &format!(r#""TF_VAR_token": {}"#, var(r#""[REDACTED]""#, "Secret")),
+            &format!(r#""TF_HTTP_PASSWORD": {}"#, var(r#""[REDACTED]""#, "PayloadSecret")),
+            &format!(r#"secrets: {} needles, ignored: ["DEPLOYMENT_ROOT"], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }}"#, plan.secrets.len()),
+        ] {
+            assert!(shown.contains(part), "{part}\nnot in\n{shown}");
+        }
+        assert!(plan.secrets.len() >= 2, "both secrets are needles");
+        // The inputs show the payload's keys, not its values.
+        assert!(inputs_shown.contains(r#"payload: ["ATTRIBUTE", "DEPLOYMENT_ROOT", "NAMESPACE", "TF_HTTP_ADDRESS", "TF_HTTP_PASSWORD"]"#), "{inputs_shown}");
+        // Positive control: the secrets are in the plan.
         assert_eq!(plan.env["TF_VAR_token"].value, "debug-secret-value");
-        assert!(shown.contains("plain-node-value") && shown.contains("[REDACTED]"), "{shown}");
+        assert_eq!(plan.env["TF_HTTP_PASSWORD"].value, "payload-password-value");
     }
 
     #[test]
@@ -330,5 +399,30 @@ mod tests {
         assert!(!needles.contains(&"short".to_owned()));
         assert!(!needles.iter().any(|n| n.contains("not-a-secret") || n == "abc"));
         assert_eq!(plan.warnings, ["secret TF_VAR_tiny is shorter than 4 bytes and will not be redacted"]);
+    }
+
+    #[test]
+    fn the_exec_budget_is_half_of_what_the_kernel_allows_under_the_stack_limit() {
+        assert_eq!(exec_budget(8 << 20), 1 << 20);
+        assert_eq!(exec_budget(1 << 20), 128 << 10);
+        assert_eq!(exec_budget(u64::MAX), 3 << 20, "an unlimited stack: the kernel's 6 MiB");
+        assert_eq!(exec_budget(0), 64 << 10, "the kernel's floor of 128 KiB");
+    }
+
+    #[test]
+    fn what_exec_could_not_pass_is_a_problem_naming_the_key_never_the_value() {
+        let mut i = inputs();
+        i.node.extend(node(&[("TF_VAR_big", &"s".repeat(MAX_ARG_STRLEN), true), ("A", &"a".repeat(200_000), false)]));
+        i.exec_budget = 300_000;
+        let problems: Vec<String> = plan(&i).unwrap_err().iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert_eq!(problems[0], "A (node) cannot be passed to a program: A=<value> is 200002 bytes, the kernel takes at most 131071");
+        assert_eq!(problems[1], "TF_VAR_big (secret) cannot be passed to a program: TF_VAR_big=<value> is 131083 bytes, the kernel takes at most 131071");
+        assert!(problems[2].starts_with("the program's arguments and environment take 331"), "{}", problems[2]);
+        assert!(problems[2].ends_with("more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_PATH, TF_VAR_big)"), "{}", problems[2]);
+        // Positive control: the same node with values that fit.
+        let mut i = inputs();
+        i.node.extend(node(&[("TF_VAR_big", &"s".repeat(MAX_ARG_STRLEN - "TF_VAR_big=".len() - 1), true)]));
+        assert!(plan(&i).is_ok());
     }
 }

@@ -328,3 +328,90 @@ fn status_refuses_a_job_id_that_is_a_path() {
         .expect_stdout("")
         .run();
 }
+
+#[test]
+fn a_long_value_is_cut_in_every_error_and_in_the_job_result() {
+    let case = Case::new();
+    let long = "a".repeat(100_000);
+    let payload = json!({"ATTRIBUTE": long, "NAMESPACE": "ns", "EXECUTABLE": format!("x{long}")});
+    let stderr = case.rejected(case.run(&payload).env("WM_JOB_ID", "0192-long"), &format!("unknown ATTRIBUTE \"{}...\"", "a".repeat(64)));
+    assert!(stderr.contains(&format!("EXECUTABLE \"x{}...\" is not allowed", "a".repeat(63))), "{stderr}");
+    assert!(stderr.len() < 1000, "{} bytes of errors", stderr.len());
+    let result = case.f.result_json().to_string();
+    assert!(result.len() < 1000, "{} bytes of result.json", result.len());
+    // A value that is not cut has no marker: the positive control of the "...".
+    let stderr = case.rejected(case.run(&json!({"ATTRIBUTE": "db", "NAMESPACE": "ns"})), "unknown ATTRIBUTE \"db\": it is");
+    assert!(!stderr.contains("..."), "{stderr}");
+}
+
+#[test]
+fn a_cut_control_value_ends_in_a_marker_after_its_quote() {
+    let case = Case::new();
+    let system = format!("x86_64-{}", "l".repeat(100));
+    let stderr = case.rejected(case.run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": system.clone() + "!"})), "SYSTEM \"");
+    assert!(stderr.contains(&format!("SYSTEM \"{}\"... is invalid", &system[..64])), "{stderr}");
+}
+
+#[test]
+fn a_keys_file_entry_with_an_unknown_field_is_refused_naming_it() {
+    let case = Case::new();
+    let keys = case.f.path().join("typo-keys.json");
+    std::fs::write(&keys, r#"{"API_TOKEN": {"description": "d"}, "DOMAIN": {"description": "the domain", "defualt": "example.org"}}"#).unwrap();
+    let stderr = case.rejected(
+        case.run(&Case::payload()).env("JOBENV_KEYS", &keys),
+        &format!("keys file {} entry DOMAIN has an unknown field \"defualt\" (an entry has \"description\" and \"default\")", keys.display()),
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // `keys` refuses it too.
+    case.f.jobenv(jobenv_bin!()).args(["keys".as_ref(), "--keys".as_ref(), keys.as_os_str()]).expect_code(2).expect_stderr_contains("unknown field \"defualt\"").run();
+}
+
+#[test]
+fn a_published_attribute_outside_the_safe_alphabet_is_refused() {
+    // The attribute list is the deployment repository's; the alphabet is what keeps the text
+    // given to the shell (`exec <ATTRIBUTE>-<VERB>`) a plain name even if that list is wrong.
+    let mut case = Case::new();
+    let marker = case.f.path().join("injected");
+    let attribute = format!("web;touch${{IFS}}{}", marker.display());
+    case.f.attribute(&attribute);
+    let stderr = case.rejected(case.run(&json!({"ATTRIBUTE": attribute, "NAMESPACE": "ns"})), "ATTRIBUTE \"web;touch${IFS}");
+    assert!(stderr.contains("is invalid: must match ^[A-Za-z0-9][A-Za-z0-9_-]*$"), "{stderr}");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_relative_nixpkgs_is_refused_under_either_name() {
+    let mut case = Case::new();
+    case.f.node("NIXPKGS", "nixpkgs/relative");
+    case.rejected(case.run(&Case::payload()), "NIXPKGS \"nixpkgs/relative\" is invalid: must be an absolute path");
+    case.f.unset_node("NIXPKGS").node("DEPLOYMENT_NIXPKGS", "nixpkgs/relative");
+    case.rejected(case.run(&Case::payload()), "NIXPKGS \"nixpkgs/relative\" is invalid: must be an absolute path");
+}
+
+#[test]
+fn nixpkgs_under_both_names_with_the_same_path_is_one_pin() {
+    let mut case = Case::new();
+    let root = case.f.root().display().to_string();
+    case.f.node("DEPLOYMENT_NIXPKGS", root.as_str());
+    let done = case.run(&Case::payload()).expect_success().run();
+    assert!(!done.stderr.contains("NIXPKGS"), "{done:?}");
+    let argv = case.f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply", "--format", "json"]).payload(&Case::payload()).expect_success().run();
+    let shown: Value = serde_json::from_str(&argv.stdout).unwrap();
+    assert_eq!(shown["argv"][3], format!("nixpkgs={root}"));
+}
+
+#[test]
+fn a_derived_key_from_a_node_file_is_refused() {
+    for key in ["DEPLOYMENT_NAMESPACE", "TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS"] {
+        let mut case = Case::new();
+        case.f.node(key, "from-the-node");
+        case.rejected(case.run(&Case::payload()), &format!("{} sets {key}, which jobenv derives itself", case.f.deploy_env_path().display()));
+    }
+}
+
+#[test]
+fn a_declared_deployment_namespace_sent_in_a_payload_is_refused() {
+    let mut case = Case::new();
+    case.f.declare("DEPLOYMENT_NAMESPACE", None);
+    case.rejected(case.run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DEPLOYMENT_NAMESPACE": "other"})), "payload rejected: reserved keys: DEPLOYMENT_NAMESPACE");
+}

@@ -27,5 +27,10 @@ fn payload_finds() {
 
 #[test]
 fn env_file_finds() {
-    replay("env_file", jobenv::fuzzing::env_file);
+    assert!(replay("env_file", jobenv::fuzzing::env_file) >= 2, "the seeds are gone");
+}
+
+#[test]
+fn escaped_redaction_finds() {
+    assert!(replay("escaped_redaction", jobenv::fuzzing::escaped_redaction) >= 4, "the seeds are gone");
 }

@@ -105,3 +105,62 @@ fn descriptors_jobenv_inherits_do_not_reach_the_program() {
         .collect();
     assert_eq!(pipes, ["1", "2"], "only stdout and stderr are pipes:\n{fds}");
 }
+
+/// Variables that make bash, an interpreter, git, ssh, the resolver or OpenTofu run code or read
+/// config of the job's choosing: declared or not, no payload sets them.
+const STEERING: &[&str] = &[
+    "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "TF_CLI_ARGS_init", "TF_CLI_CONFIG_FILE", "TF_LOG_PATH", "TF_WORKSPACE", "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL", "PYTHONPATH", "PYTHONSTARTUP", "PERL5OPT", "PERLLIB", "RUBYOPT", "NODE_OPTIONS", "LUA_INIT", "JAVA_TOOL_OPTIONS",
+    "OPENSSL_CONF", "SSH_AUTH_SOCK", "SSH_ASKPASS", "XDG_CONFIG_HOME", "HOSTALIASES",
+];
+
+#[test]
+fn declared_variables_that_steer_a_shell_an_interpreter_git_ssh_or_opentofu_are_refused_in_a_payload() {
+    let mut f = Fixture::new();
+    let started = f.path().join("started");
+    // bash (nix-shell's shell, and the program's) sources BASH_ENV before anything else.
+    let hook = f.path().join("hook.sh");
+    let hooked = f.path().join("hooked");
+    std::fs::write(&hook, format!("touch {}\n", hooked.display())).unwrap();
+    f.program("web", "apply", &format!("touch {}", started.display())).declare("DOMAIN", None);
+    for key in STEERING {
+        f.declare(key, None);
+    }
+    let mut payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"});
+    for key in STEERING {
+        payload[*key] = json!(hook.display().to_string());
+    }
+    let mut sorted = STEERING.to_vec();
+    sorted.sort_unstable();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload)
+        .expect_code(2)
+        .expect_stderr_contains(format!("payload rejected: reserved keys: {}", sorted.join(", ")))
+        .run();
+    assert!(!started.exists() && !hooked.exists(), "the program or the hook ran");
+    // Positive controls: BASH_ENV really runs code in bash, and a declared ordinary key passes.
+    std::process::Command::new("bash").args(["-c", "true"]).env("BASH_ENV", &hook).status().unwrap();
+    assert!(hooked.exists(), "the check could not see a BASH_ENV hook run");
+    f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN": "d"})).expect_success().run();
+    assert!(started.exists());
+}
+
+#[test]
+fn declared_steering_variables_in_jobenvs_own_environment_never_reach_the_program() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", "/usr/bin/env").declare("DECLARED", None);
+    for key in STEERING {
+        f.declare(key, None);
+    }
+    let mut run = f.jobenv(jobenv_bin!()).verb("apply").env("DECLARED", "yes");
+    for key in STEERING {
+        run = run.env(key, "/nonexistent/from-the-worker");
+    }
+    let env = run.payload(&payload()).expect_success().run().env();
+    // Positive control: the same way, a declared ordinary key does pass.
+    assert_eq!(env.get("DECLARED").map(String::as_str), Some("yes"), "{env:?}");
+    for key in STEERING {
+        assert!(!env.contains_key(*key), "{key} reached the program: {env:?}");
+    }
+}

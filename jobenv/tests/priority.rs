@@ -61,3 +61,91 @@ fn payload_values_are_converted_to_text() {
     assert_eq!(env["FLAG"], "true");
     assert_eq!(env["NOTHING"], "kept-default", "null means not given");
 }
+
+#[test]
+fn numbers_arrive_as_their_json_text_never_through_a_float() {
+    let mut f = env_printer();
+    for key in ["BIG", "EXP", "NEG_ZERO", "FRACTION", "HOSTS", "CONFIG"] {
+        f.declare(key, None);
+    }
+    // Written as raw text: `json!` would already have turned these into floats.
+    let payload = r#"{"ATTRIBUTE": "web", "NAMESPACE": "ns", "BIG": 12345678901234567890123, "EXP": 1e2,
+        "NEG_ZERO": -0, "FRACTION": 0.10000000000000000555, "HOSTS": [1E+2, 12345678901234567890123, -0.0],
+        "CONFIG": {"port": 8080, "ratio": 2.50, "n": [1e-7]}}"#;
+    let env = f.jobenv(jobenv_bin!()).verb("apply").stdin(payload).expect_success().run().env();
+    assert_eq!(env["BIG"], "12345678901234567890123");
+    assert_eq!(env["EXP"], "1e2");
+    assert_eq!(env["NEG_ZERO"], "-0");
+    assert_eq!(env["FRACTION"], "0.10000000000000000555");
+    assert_eq!(env["HOSTS"], "[1E+2,12345678901234567890123,-0.0]");
+    assert_eq!(env["CONFIG"], r#"{"port":8080,"ratio":2.50,"n":[1e-7]}"#);
+}
+
+#[test]
+fn node_and_default_numbers_keep_their_text_too() {
+    let mut f = env_printer();
+    f.node("NODE_NUMBER", 0).write();
+    // Raw text again, in files beside the fixture's (which it rewrites before each run).
+    let keys = f.path().join("raw-keys.json");
+    std::fs::write(&keys, r#"{"NODE_NUMBER": {"description": "n"}, "DEFAULT_NUMBER": {"description": "d", "default": 1.0e3}}"#).unwrap();
+    let deploy_env = f.path().join("raw-deploy-env.json");
+    let text = std::fs::read_to_string(f.deploy_env_path()).unwrap();
+    assert!(text.contains("\"NODE_NUMBER\": 0"), "{text}");
+    std::fs::write(&deploy_env, text.replace("\"NODE_NUMBER\": 0", "\"NODE_NUMBER\": 99999999999999999999")).unwrap();
+    let env = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("JOBENV_KEYS", &keys)
+        .env("JOBENV_DEPLOY_ENV", &deploy_env)
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .run()
+        .env();
+    assert_eq!(env["NODE_NUMBER"], "99999999999999999999");
+    assert_eq!(env["DEFAULT_NUMBER"], "1.0e3");
+}
+
+#[test]
+fn a_payload_that_repeats_a_node_secret_is_told_it_was_ignored_like_any_other() {
+    // Silence for an equal value would tell a job author whether a guess of the secret was
+    // right; for the node's other keys an equal value is silent (the positive control).
+    let mut f = env_printer();
+    f.declare("API_TOKEN", None).secret("API_TOKEN", "node-secret-value").declare("REGION", None).node("REGION", "eu-1");
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "API_TOKEN": "node-secret-value", "REGION": "eu-1"}))
+        .expect_success()
+        .expect_stderr_contains("jobenv: warning: payload value for API_TOKEN ignored: the node sets it")
+        .expect_nowhere("the node secret", "node-secret-value")
+        .run();
+    assert!(!done.stderr.contains("REGION"), "{done:?}");
+}
+
+#[test]
+fn a_keys_file_default_never_sets_a_derived_key() {
+    let mut f = env_printer();
+    f.declare("DEPLOYMENT_NAMESPACE", Some("default-ns")).declare("TF_HTTP_ADDRESS", Some("https://state.example/tf/other"));
+    f.declare("TF_HTTP_LOCK_ADDRESS", Some("https://state.example/tf/other/lock")).declare("PLAIN", Some("plain-default"));
+    let env = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run().env();
+    assert_eq!(env["DEPLOYMENT_NAMESPACE"], "ns");
+    // Without a state address the program gets none, not the default's.
+    assert!(!env.contains_key("TF_HTTP_ADDRESS") && !env.contains_key("TF_HTTP_LOCK_ADDRESS"), "{env:?}");
+    // Positive control: an ordinary key's default does arrive.
+    assert_eq!(env["PLAIN"], "plain-default");
+}
+
+#[test]
+fn system_from_one_side_only_draws_no_warning() {
+    let system = format!("{}-linux", std::env::consts::ARCH);
+    let f = env_printer();
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": system})).expect_success().run();
+    assert!(!done.stderr.contains("SYSTEM"), "payload only: {done:?}");
+    let mut f = env_printer();
+    f.node("SYSTEM", system.as_str());
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    assert!(!done.stderr.contains("SYSTEM"), "node only: {done:?}");
+    // Positive control: both, different, warns.
+    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": "riscv64-linux"})).run();
+    assert!(done.stderr.contains("jobenv: warning: payload value for SYSTEM ignored: the node sets it"), "{done:?}");
+}

@@ -181,3 +181,57 @@ fn env_text_redacts_before_it_escapes() {
     assert!(text.contains("TF_HTTP_ADDRESS=[REDACTED]/ns  # derived"), "{text}");
     assert!(!text.contains("pa'ss-word") && !text.contains("pa\\'ss-word") && !text.contains("user:pa"), "{text}");
 }
+
+/// A secret with what encoders escape differently: non-ASCII (`ä`), a character above U+FFFF
+/// (a surrogate pair in `\u` escapes), `<` and `&` (Go), `/` (PHP), a quote.
+const ESCAPABLE: &str = "pä<ss&wo/rd\"-\u{1F600}-Zq81";
+
+#[test]
+fn a_secret_printed_json_escaped_by_python_go_php_or_dotnet_is_redacted() {
+    let mut f = Fixture::new();
+    // Each line a real encoder's output (Python's json), or Python's made into another's: Go
+    // escapes <, > and & as \u003c; PHP escapes / as \/; .NET writes upper-case hex.
+    let script = r#"
+import json, os, re
+s = os.environ["API_TOKEN"]
+python = json.dumps(s)
+go = json.dumps(s, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+php = json.dumps(s).replace("/", "\\/")
+dotnet = re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m.group(1).upper(), json.dumps(s).replace("<", "\\u003c").replace("&", "\\u0026"))
+for name, form in [("python", python), ("go", go), ("php", php), ("dotnet", dotnet), ("raw", json.dumps(s, ensure_ascii=False))]:
+    print(name + ": " + form)
+"#;
+    let program = f.path().join("print-forms.py");
+    std::fs::write(&program, script).unwrap();
+    f.program("web", "apply", &format!("/usr/bin/python3 {}", program.display()));
+    f.declare("API_TOKEN", None).secret("API_TOKEN", ESCAPABLE);
+    let (stdout, _) = run(&f);
+    assert_eq!(
+        String::from_utf8_lossy(&stdout),
+        "python: \"[REDACTED]\"\ngo: \"[REDACTED]\"\nphp: \"[REDACTED]\"\ndotnet: \"[REDACTED]\"\nraw: \"[REDACTED]\"\n"
+    );
+    // Positive control: the same program without the secret configured prints five different
+    // spellings, none of which holds the raw secret (so only its escaped forms can match).
+    let mut plain = Fixture::new();
+    plain.program("web", "apply", &format!("API_TOKEN='{}' /usr/bin/python3 {}", ESCAPABLE.replace('\'', "'\\''"), program.display()));
+    let (stdout, _) = run(&plain);
+    let text = String::from_utf8_lossy(&stdout).into_owned();
+    let forms: std::collections::BTreeSet<&str> = text.lines().map(|l| l.split_once(": ").unwrap().1).collect();
+    assert_eq!(forms.len(), 5, "{text}");
+    assert!(text.contains(r#"python: "p\u00e4<ss&wo/rd\"-\ud83d\ude00-Zq81""#), "{text}");
+    assert!(text.contains(r#"go: "pä\u003css\u0026wo/rd\"-"#), "{text}");
+    assert!(text.contains(r#"php: "p\u00e4<ss&wo\/rd"#), "{text}");
+    assert!(text.contains(r#"dotnet: "p\u00E4\u003Css\u0026wo/rd\"-\uD83D\uDE00-Zq81""#), "{text}");
+}
+
+#[test]
+fn a_secret_of_exactly_four_bytes_is_redacted_and_draws_no_warning() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", r#"echo "pin=$PIN"; echo "short=$SHORT""#).declare("PIN", None).secret("PIN", "4b!t").declare("SHORT", None).secret("SHORT", "3b!");
+    let (stdout, stderr) = run(&f);
+    // The boundary: 4 bytes are a secret, 3 are not (the positive control).
+    assert_eq!(String::from_utf8_lossy(&stdout), "pin=[REDACTED]\nshort=3b!\n");
+    let stderr = String::from_utf8_lossy(&stderr);
+    assert!(!stderr.contains("secret PIN is shorter"), "{stderr}");
+    assert!(stderr.contains("secret SHORT is shorter than 4 bytes"), "{stderr}");
+}

@@ -237,6 +237,55 @@ fn deploy_hands_the_payload_to_the_apply_program_and_the_job_succeeds() {
     assert_eq!((entry["status"].as_str(), entry["verb"].as_str(), entry["namespace"].as_str()), (Some("succeeded"), Some("apply"), Some("ns-1")));
 }
 
+/// What a front-end built to the seeds submits to the deploy script (see front_end.rs): the
+/// address already scoped and no NAMESPACE, node keys the node overrides, a verb-less program,
+/// the state backend's credentials, arrays and objects as values.
+#[test]
+fn deploy_runs_a_seed_shaped_payload_as_a_worker_calls_main() {
+    const PASSWORD: &str = "state-password-from-the-front-end-7Qx";
+    let mut f = Fixture::new();
+    let env_file = f.path().join("program-env");
+    f.program("web", "apply", &format!("{{ echo \"PROGRAM=$0\"; /usr/bin/env; }} > {}; echo \"password: $TF_HTTP_PASSWORD\"", env_file.display()));
+    std::fs::copy(f.root().join("bin/web-apply"), f.root().join("bin/web")).unwrap();
+    for key in ["SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "PUBLISHED_HOSTS", "ENVIRONMENTS"] {
+        f.declare(key, None);
+    }
+    let job = Job::new(f);
+    let out = job.run(
+        "deploy",
+        &json!({
+            "ATTRIBUTE": "web",
+            "EXECUTABLE": "web",
+            "SYSTEM": format!("{}-linux", std::env::consts::ARCH),
+            "DEPLOYMENT_ROOT": "/srv/front-end/deployments",
+            "NIXPKGS": "/nix/store/front-end-nixpkgs",
+            "TF_HTTP_ADDRESS": "https://state.example/tf/team-a",
+            "TF_HTTP_USERNAME": "front-end",
+            "TF_HTTP_PASSWORD": PASSWORD,
+            "SSH_PRIVATE_KEY_FILE": "/run/secrets/deploy-key",
+            "INTERNAL_HOSTS": ["web01.internal", "db01.internal"],
+            "PUBLISHED_HOSTS": ["team-a.example"],
+            "ENVIRONMENTS": {"production": {"replicas": 2}},
+        }),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", log(&out));
+    assert_eq!(text(&out.stdout), "password: [REDACTED]\n", "{}", log(&out));
+    assert!(text(&out.stderr).contains("jobenv: warning: payload value for DEPLOYMENT_ROOT ignored: the node sets it"), "{}", log(&out));
+    assert!(!text(&out.stderr).contains(PASSWORD), "{}", log(&out));
+    let env = parse_env_lines(&std::fs::read_to_string(&env_file).unwrap());
+    let root = job.f.root().display().to_string();
+    assert_eq!(env["PROGRAM"], format!("{root}/bin/web"));
+    assert_eq!(env["NIX_PATH"], format!("nixpkgs={root}"));
+    assert_eq!(env["TF_HTTP_ADDRESS"], "https://state.example/tf/team-a");
+    assert_eq!(env["DEPLOYMENT_NAMESPACE"], "team-a");
+    assert_eq!(env["TF_HTTP_PASSWORD"], PASSWORD, "the positive control: the password reached the program");
+    assert_eq!(env["INTERNAL_HOSTS"], r#"["web01.internal","db01.internal"]"#);
+    assert_eq!(env["ENVIRONMENTS"], r#"{"production":{"replicas":2}}"#);
+    let result = job.result();
+    assert_eq!((result["status"].as_str(), result["namespace"].as_str(), result["attribute"].as_str()), (Some("succeeded"), Some("team-a"), Some("web")), "{result}");
+    assert!(!result.to_string().contains(PASSWORD), "{result}");
+}
+
 #[test]
 fn destroy_runs_the_destroy_program() {
     let mut f = Fixture::new();

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::keys::DeclaredKey;
+use super::node::NodeValue;
 use super::names;
-use super::payload::env_text;
+use super::json::text as env_text;
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
 
@@ -47,7 +48,11 @@ pub fn check_node(node: &NodeValues, declared: &BTreeMap<String, DeclaredKey>, p
             || names::is_shared_control(key)
             || names::is_node_tool_key(key))
         {
-            problems.push(Problem::UndeclaredNodeKey { key: key.clone(), origin });
+            problems.push(if value.hidden_key {
+                Problem::HiddenNodeKey { origin, what: "sets a key that is neither declared in the keys file nor a Nix/OpenTofu variable a node may set" }
+            } else {
+                Problem::UndeclaredNodeKey { key: key.clone(), origin }
+            });
         }
     }
 }
@@ -67,7 +72,7 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
     let node_has_credentials = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].iter().any(|key| inputs.node.contains_key(*key));
     for (key, value) in &inputs.payload {
         if !names::is_valid_key(key) {
-            problems.push(Problem::InvalidKey { key: key.clone(), origin: "payload".into() });
+            problems.push(Problem::InvalidKey { key: super::cut(key, super::SHOWN_CHARS), origin: "payload".into() });
             continue;
         }
         let Some(text) = env_text(value) else { continue };
@@ -76,8 +81,15 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
         // reason to drop the payload's value.
         let node_sets = inputs.node.contains_key(key) && !names::is_derived(key) && (!names::is_payload_control(key) || names::is_shared_control(key));
         if node_sets || names::is_node_control(key) || (credential && node_has_credentials) {
-            if node_value(inputs, key) != Some(text.as_str()) {
-                let why = if node_sets { "the node sets it" } else { "only the node may set it" };
+            // Silent only for an equal value the job could know anyway: for a secret, silence
+            // would tell the job whether its guess was right.
+            let node = node_value(inputs, key);
+            if node.is_none_or(|node| node.secret || node.value != text) {
+                let why = match node {
+                    Some(_) => "the node sets it",
+                    None if credential => "the node sets the state backend's credentials",
+                    None => "only the node may set it",
+                };
                 warnings.push(format!("payload value for {} ignored: {why}", key.escape_debug()));
             }
             admitted.ignored.push(key.clone());
@@ -85,11 +97,11 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
         }
         let control = names::PAYLOAD_CONTROL_KEYS.iter().chain(names::STATE_KEYS).find(|c| **c == key);
         if control.is_none() && (names::is_reserved(key) || names::is_derived(key)) {
-            reserved.push(key.clone());
+            reserved.push(super::cut(key, super::SHOWN_CHARS));
             continue;
         }
         if control.is_none() && !inputs.declared.contains_key(key) {
-            undeclared.push(key.clone());
+            undeclared.push(super::cut(key, super::SHOWN_CHARS));
             continue;
         }
         if text.contains('\0') {
@@ -114,8 +126,8 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
 
 /// What the node has for `key`: its own value, or for the nixpkgs pin the one it set under
 /// either name.
-fn node_value<'a>(inputs: &'a Inputs, key: &str) -> Option<&'a str> {
-    let value = |key: &str| inputs.node.get(key).map(|v| v.value.as_str());
+fn node_value<'a>(inputs: &'a Inputs, key: &str) -> Option<&'a NodeValue> {
+    let value = |key: &str| inputs.node.get(key);
     match key {
         "NIXPKGS" | "DEPLOYMENT_NIXPKGS" => value("NIXPKGS").or_else(|| value("DEPLOYMENT_NIXPKGS")),
         _ => value(key),
@@ -131,7 +143,7 @@ mod tests {
     fn payload_offences_are_listed_together() {
         let mut i = inputs();
         for k in ["NOPE", "ALSO_NOPE", "TF_HTTP_RETRY_MAX", "PATH", "LD_PRELOAD", "BASH_ENV"] {
-            i.payload.insert(k.into(), json!("x"));
+            i.set_payload(k, json!("x"));
         }
         assert_eq!(
             problems(&i),
@@ -168,5 +180,52 @@ mod tests {
                 "the keys file declares SYSTEM, a control key jobenv consumes and never passes to the program",
             ]
         );
+    }
+
+    #[test]
+    fn a_payload_equal_to_a_node_secret_still_draws_its_warning() {
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_URL", "http://events.example/e", false), ("EVENTS_SECRET", "events-secret-0123456789", true)]));
+        i.node.extend(node(&[("A", "plain", false)]));
+        i.set_payload("EVENTS_SECRET", json!("events-secret-0123456789"));
+        i.set_payload("EVENTS_URL", json!("http://events.example/e"));
+        i.set_payload("A", json!("plain"));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert_eq!(plan.warnings, ["payload value for EVENTS_SECRET ignored: the node sets it"]);
+        assert_eq!(plan.ignored, ["A", "EVENTS_SECRET", "EVENTS_URL"]);
+    }
+
+    #[test]
+    fn long_key_names_are_cut_in_errors() {
+        let mut i = inputs();
+        i.set_payload(&"U".repeat(5000), json!("x"));
+        i.set_payload(&format!("LD_{}", "R".repeat(5000)), json!("x"));
+        i.set_payload(&format!("{}=", "E".repeat(5000)), json!("x"));
+        let p = problems(&i).join("\n");
+        assert!(p.len() < 600, "{p}");
+        assert!(p.contains(&format!("undeclared keys: {}...", "U".repeat(64))), "{p}");
+        assert!(p.contains(&format!("reserved keys: LD_{}...", "R".repeat(61))), "{p}");
+        assert!(p.contains(&format!("invalid variable name \"{}...\" in payload", "E".repeat(64))), "{p}");
+    }
+
+    #[test]
+    fn the_warning_says_why_the_node_won() {
+        let mut i = inputs();
+        // The node's pin under its other name, and one of the two state credentials.
+        i.node.remove("NIXPKGS");
+        i.node.extend(node(&[("DEPLOYMENT_NIXPKGS", "/nixpkgs", false), ("TF_HTTP_USERNAME", "node-user", false)]));
+        i.set_payload("NIXPKGS", json!("/elsewhere"));
+        i.set_payload("TF_HTTP_PASSWORD", json!("payload-password"));
+        i.set_payload("STATE_BASE_ADDRESS", json!("https://state.example/tf"));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert_eq!(
+            plan.warnings,
+            [
+                "payload value for NIXPKGS ignored: the node sets it",
+                "payload value for STATE_BASE_ADDRESS ignored: only the node may set it",
+                "payload value for TF_HTTP_PASSWORD ignored: the node sets the state backend's credentials",
+            ]
+        );
+        assert!(!plan.env.contains_key("TF_HTTP_PASSWORD"), "the payload's password passed beside the node's user");
     }
 }

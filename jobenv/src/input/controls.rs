@@ -30,8 +30,7 @@ pub struct Controls {
 
 /// How a value from a job appears in an error: quoted, and cut short.
 fn shown(value: &str) -> String {
-    let cut: String = value.chars().take(64).collect();
-    if cut.len() < value.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+    super::shown(value, super::SHOWN_CHARS)
 }
 
 /// Checks every control key; problems are added to `problems`. `None` when any check failed.
@@ -91,7 +90,9 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         Some(a) if !names::is_valid_attribute(a) => {
             problems.push(Problem::BadControl { key: "ATTRIBUTE", shown: shown(a), rule: "must match ^[A-Za-z0-9][A-Za-z0-9_-]*$" })
         }
-        Some(a) if !inputs.attributes.iter().any(|known| known == a) => problems.push(Problem::UnknownAttribute(a.clone())),
+        Some(a) if !inputs.attributes.iter().any(|known| known == a) => {
+            problems.push(Problem::UnknownAttribute(super::cut(a, super::SHOWN_CHARS)))
+        }
         Some(_) => {}
     }
 
@@ -103,10 +104,12 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         let verbless = inputs.verb == "apply" && given == attribute;
         if given != expected && !verbless {
             let rule = if inputs.verb == "apply" { "<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply" } else { "<ATTRIBUTE>-<VERB>" };
-            problems.push(Problem::BadExecutable { given: given.clone(), expected: expected.clone(), rule });
+            let (given, expected) = (super::cut(given, super::SHOWN_CHARS), super::cut(expected, super::SHOWN_CHARS));
+            problems.push(Problem::BadExecutable { given, expected, rule });
         }
     }
 
+    let addresses_ok = state::check_addresses(payload, problems);
     let namespace = state::namespace(payload, problems);
 
     if let Some(id) = payload.get("BUILD_ID").filter(|id| !names::is_valid_build_id(id)) {
@@ -120,8 +123,8 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     if let Some(rule) = base_rule {
         problems.push(Problem::BadControl { key: "STATE_BASE_ADDRESS", shown: "(value not shown)".into(), rule });
     }
-    let state = match (&namespace, base_rule) {
-        (Some(namespace), None) => state::address(namespace, base.as_deref(), payload, problems),
+    let state = match (&namespace, base_rule, addresses_ok) {
+        (Some(namespace), None, true) => state::address(namespace, base.as_deref(), payload, problems),
         _ => None,
     };
 
@@ -198,15 +201,15 @@ mod tests {
     #[test]
     fn executable_must_be_attribute_dash_verb() {
         let mut i = inputs();
-        i.payload.insert("EXECUTABLE".into(), json!("web-apply; rm -rf /"));
+        i.set_payload("EXECUTABLE", json!("web-apply; rm -rf /"));
         assert_eq!(
             problems(&i),
             [r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply)"#]
         );
-        i.payload.insert("EXECUTABLE".into(), json!("web-apply"));
+        i.set_payload("EXECUTABLE", json!("web-apply"));
         assert!(super::super::check(&i).is_ok());
         // A program without verb siblings deploys when run; any other verb needs its own.
-        i.payload.insert("EXECUTABLE".into(), json!("web"));
+        i.set_payload("EXECUTABLE", json!("web"));
         assert_eq!(crate::plan::plan(&i).unwrap().argv[7], "exec web");
         i.verb = "destroy".into();
         assert_eq!(problems(&i), [r#"EXECUTABLE "web" is not allowed: it must be "web-destroy" (<ATTRIBUTE>-<VERB>)"#]);
@@ -215,9 +218,9 @@ mod tests {
     #[test]
     fn control_keys_are_validated() {
         let mut i = inputs();
-        i.payload.insert("ATTRIBUTE".into(), json!("other"));
-        i.payload.insert("NAMESPACE".into(), json!("Bad NS"));
-        i.payload.insert("SYSTEM".into(), json!("x86_64"));
+        i.set_payload("ATTRIBUTE", json!("other"));
+        i.set_payload("NAMESPACE", json!("Bad NS"));
+        i.set_payload("SYSTEM", json!("x86_64"));
         let p = problems(&i);
         assert!(p.iter().any(|l| l.starts_with("unknown ATTRIBUTE \"other\"")), "{p:?}");
         assert!(p.iter().any(|l| l.starts_with("NAMESPACE \"Bad NS\" is invalid")), "{p:?}");
@@ -228,7 +231,7 @@ mod tests {
     fn a_control_value_from_a_secret_is_not_shown_in_errors() {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "x86_64-SECRETSYS", true)]));
-        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: "relative-SECRETROOT".into(), origin: "secret".into(), secret: true });
+        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: "relative-SECRETROOT".into(), origin: "secret".into(), secret: true, hidden_key: false });
         let p = problems(&i).join("\n");
         assert!(!p.contains("SECRETSYS") && !p.contains("SECRETROOT"), "{p}");
         // Positive control: the same values from deploy-env.json are shown.
@@ -288,8 +291,8 @@ mod tests {
     #[test]
     fn event_keys_are_the_nodes_and_a_payload_cannot_set_them() {
         let mut i = inputs();
-        i.payload.insert("EVENTS_URL".into(), json!("http://evil/"));
-        i.payload.insert("EVENTS_SECRET".into(), json!("x"));
+        i.set_payload("EVENTS_URL", json!("http://evil/"));
+        i.set_payload("EVENTS_SECRET", json!("x"));
         let plan = crate::plan::plan(&i).unwrap();
         assert!(plan.events.is_none(), "the payload's event settings took effect");
         assert_eq!(plan.ignored, ["EVENTS_SECRET", "EVENTS_URL"]);
@@ -297,7 +300,7 @@ mod tests {
             plan.warnings,
             ["payload value for EVENTS_SECRET ignored: only the node may set it", "payload value for EVENTS_URL ignored: only the node may set it"]
         );
-        i.payload.insert("BUILD_ID".into(), json!("../x"));
+        i.set_payload("BUILD_ID", json!("../x"));
         assert_eq!(problems(&i), [r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#]);
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));

@@ -1,7 +1,8 @@
 //! The secrets env-file format: `KEY=VALUE` lines, blank lines and `#` comments ignored, an
-//! `export ` prefix accepted, the value taken verbatim (no quote removal).
-
-use super::names::is_valid_key;
+//! `export ` prefix accepted, the value taken verbatim (no quote removal). A key is a variable
+//! name (`^[A-Za-z_][A-Za-z0-9_]*$`): anything else before a `=` is likely secret text (a
+//! wrapped PEM or base64 line ending in `=`, a stray `MY PASSWORD x=`), so such a line is
+//! reported by its number alone.
 
 /// One line of an env file: `(key, value, line number)`, or `(line number, reason)` for a line
 /// that is not `KEY=VALUE`. The reason never quotes the line: it may hold a secret.
@@ -21,10 +22,10 @@ pub fn parse_env_file(text: &str) -> Vec<EnvLine<'_>> {
         match line.split_once('=') {
             Some((key, value)) => {
                 let key = key.trim_end();
-                if is_valid_key(key) {
+                if is_variable_name(key) {
                     out.push(Ok((key, value, line_no)));
                 } else {
-                    out.push(Err((line_no, "has an empty or invalid variable name")));
+                    out.push(Err((line_no, "has an invalid variable name")));
                 }
             }
             None => out.push(Err((line_no, "is not KEY=VALUE"))),
@@ -46,13 +47,15 @@ mod tests {
 
     #[test]
     fn env_file_lines() {
-        let parsed = parse_env_file("# c\n\nA=1\nexport B = x=y \r\n  C=\nnoequals\n=v\n");
+        let parsed = parse_env_file("# c\n\nA=1\nexport B = x=y \r\n  C=\nnoequals\n=v\nMIIB+/x=\nMY PASSWORD x=\n1X=y\n");
         assert_eq!(parsed[0], Ok(("A", "1", 3)));
         assert_eq!(parsed[1], Ok(("B", " x=y ", 4)));
         assert_eq!(parsed[2], Ok(("C", "", 5)));
         assert_eq!(parsed[3], Err((6, "is not KEY=VALUE")));
-        assert_eq!(parsed[4], Err((7, "has an empty or invalid variable name")));
-        assert_eq!(parsed.len(), 5);
+        for (index, line) in [(4, 7), (5, 8), (6, 9), (7, 10)] {
+            assert_eq!(parsed[index], Err((line, "has an invalid variable name")));
+        }
+        assert_eq!(parsed.len(), 8);
     }
 
     #[test]

@@ -1,94 +1,193 @@
 //! Strict JSON: every node file and the payload are parsed here. A key that appears twice in one
 //! object is refused, and every way a file can be wrong becomes a [`Problem`] naming the file.
+//!
+//! A value that becomes a variable keeps the text it was written in ([`Members`], [`text`]):
+//! numbers reach a program exactly as written (`12345678901234567890123`, `1e2`, `-0`), never
+//! re-formatted through a float. serde_json's `arbitrary_precision` would not do: it keeps the
+//! digits but rewrites the exponent (`1e2` becomes `1e+2`).
 
+use std::collections::{BTreeMap, HashSet};
 use std::io::ErrorKind;
 use std::path::Path;
 
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+pub use serde_json::value::RawValue;
 
 use crate::error::Problem;
 
+/// The members of a JSON object, each value as the text it was written in.
+pub type Members = BTreeMap<String, Box<RawValue>>;
+
 /// Reads and parses a JSON file; a missing file is its own problem, not an empty one.
 pub fn read_json(what: &'static str, path: &Path) -> Result<Value, Problem> {
-    let bytes = std::fs::read(path).map_err(|source| match source.kind() {
+    parse_json(what, &path.display().to_string(), &read(what, path)?)
+}
+
+/// Reads a file that must hold a JSON object; `expected` says what it should be if it is not.
+pub fn read_object(what: &'static str, path: &Path, expected: &'static str) -> Result<Members, Problem> {
+    parse_object(what, &path.display().to_string(), &read(what, path)?, expected)
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, Problem> {
+    std::fs::read(path).map_err(|source| match source.kind() {
         ErrorKind::NotFound => Problem::MissingFile { what, path: path.to_owned() },
         _ => Problem::UnreadableFile { what, path: path.to_owned(), source },
-    })?;
-    parse_json(what, &path.display().to_string(), &bytes)
+    })
 }
 
 /// serde_json's message names a line and column, never the text there. A key that appears twice
 /// in one object is refused (serde_json would silently keep the last): a payload with two
 /// `ATTRIBUTE`s means something different to jobenv than to whatever checked it first.
 pub fn parse_json(what: &'static str, origin: &str, bytes: &[u8]) -> Result<Value, Problem> {
-    serde_json::from_slice::<Strict>(bytes).map(|Strict(value)| value).map_err(|e| Problem::NotJson {
-        what,
-        origin: origin.to_owned(),
-        detail: e.to_string(),
-    })
+    no_repeated_key(what, origin, bytes)?;
+    serde_json::from_slice(bytes).map_err(not_json(what, origin))
 }
 
-/// A JSON value whose objects have no repeated key.
-struct Strict(Value);
+/// A JSON object's members, each value kept as its text; anything but an object is a
+/// [`Problem::WrongShape`] saying it must be `expected`.
+pub fn parse_object(what: &'static str, origin: &str, bytes: &[u8], expected: &'static str) -> Result<Members, Problem> {
+    no_repeated_key(what, origin, bytes)?;
+    let whole: Box<RawValue> = serde_json::from_slice(bytes).map_err(not_json(what, origin))?;
+    object(&whole).ok_or_else(|| Problem::WrongShape { what, origin: origin.to_owned(), expected })
+}
 
-impl<'de> serde::Deserialize<'de> for Strict {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(Strict)
+/// The members of `raw` when it is a JSON object (one that was parsed here: no repeated key).
+pub fn object(raw: &RawValue) -> Option<Members> {
+    raw.get().starts_with('{').then(|| serde_json::from_str(raw.get()).expect("an object that parsed before parses again"))
+}
+
+/// The text of a variable for a JSON value: a string as is; a number or boolean as its JSON text
+/// exactly as written; an array or object as compact JSON (so `INTERNAL_HOSTS` may be an array)
+/// whose numbers keep their text; `null` means "not given".
+pub fn text(raw: &RawValue) -> Option<String> {
+    let raw = raw.get();
+    match raw.as_bytes().first() {
+        Some(b'"') => Some(serde_json::from_str(raw).expect("a string that parsed before parses again")),
+        Some(b'n') => None,
+        _ => Some(compact(raw)),
     }
 }
 
-struct StrictVisitor;
+/// `value` written as serde_json writes it, as a member's text (for unit tests and the fuzzers,
+/// which build inputs in code).
+pub fn raw(value: &Value) -> Box<RawValue> {
+    RawValue::from_string(value.to_string()).expect("serde_json writes JSON")
+}
 
-impl<'de> serde::de::Visitor<'de> for StrictVisitor {
-    type Value = Value;
+/// The members of an object built in code (see [`raw`]).
+pub fn members(value: &Value) -> Members {
+    value.as_object().expect("an object").iter().map(|(key, value)| (key.clone(), raw(value))).collect()
+}
+
+/// Compact JSON text of JSON text that parsed: whitespace between tokens dropped, each string
+/// written again the way serde_json writes it (minimal escaping), numbers and literals as they
+/// are. Outside strings valid JSON is ASCII, so bytes and characters are the same there.
+fn compact(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = String::with_capacity(raw.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b' ' | b'\t' | b'\n' | b'\r' => at += 1,
+            b'"' => {
+                let end = string_end(bytes, at);
+                let string: String = serde_json::from_str(&raw[at..end]).expect("a string that parsed before parses again");
+                out.push_str(&serde_json::to_string(&string).expect("a string serializes"));
+                at = end;
+            }
+            byte => {
+                out.push(char::from(byte));
+                at += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The index just past the closing quote of the string that starts at `start`.
+fn string_end(bytes: &[u8], start: usize) -> usize {
+    let mut at = start + 1;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'\\' => at += 2,
+            b'"' => return at + 1,
+            _ => at += 1,
+        }
+    }
+    bytes.len()
+}
+
+fn not_json<'a>(what: &'static str, origin: &'a str) -> impl Fn(serde_json::Error) -> Problem + 'a {
+    move |e| Problem::NotJson { what, origin: origin.to_owned(), detail: e.to_string() }
+}
+
+/// Refuses a document with a repeated key in any of its objects (and any syntax error).
+fn no_repeated_key(what: &'static str, origin: &str, bytes: &[u8]) -> Result<(), Problem> {
+    serde_json::from_slice::<NoRepeatedKey>(bytes).map(drop).map_err(not_json(what, origin))
+}
+
+/// How many characters of a repeated key its message shows: a key may be as long as the file.
+const SHOWN_KEY_CHARS: usize = 64;
+
+/// Any JSON value whose objects have no repeated key; it keeps nothing.
+struct NoRepeatedKey;
+
+impl<'de> serde::Deserialize<'de> for NoRepeatedKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NoRepeatedKey)
+    }
+}
+
+impl<'de> Visitor<'de> for NoRepeatedKey {
+    type Value = NoRepeatedKey;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
     }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
     }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
     }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoRepeatedKey>()?.is_some() {}
+        Ok(self)
     }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut object = serde_json::Map::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            if object.contains_key(&key) {
-                return Err(serde::de::Error::custom(format_args!("the key {key:?} appears twice")));
+            if seen.contains(&key) {
+                let mut shown: String = key.chars().take(SHOWN_KEY_CHARS).collect();
+                if shown.len() < key.len() {
+                    shown.push_str("...");
+                }
+                return Err(serde::de::Error::custom(format_args!("the key {shown:?} appears twice")));
             }
-            let Strict(value) = map.next_value()?;
-            object.insert(key, value);
+            map.next_value::<NoRepeatedKey>()?;
+            seen.insert(key);
         }
-        Ok(Value::Object(object))
+        Ok(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_repeated_key_is_refused_at_any_depth_and_named() {
@@ -96,9 +195,47 @@ mod tests {
         assert!(error.starts_with(r#"payload on stdin is not valid JSON: the key "ATTRIBUTE" appears twice"#), "{error}");
         assert!(!error.contains("\"a\"") && !error.contains("\"b\""), "values are not shown: {error}");
         assert!(parse_json("payload", "x", br#"{"H": [{"k": 1, "k": 2}]}"#).is_err());
+        assert!(parse_object("payload", "x", br#"{"H": {"n": {"k": 1e2, "k": 2}}}"#, "an object").is_err(), "in members too");
         // Positive control: the same shapes without a repeat parse as serde_json would.
         let ok = parse_json("payload", "x", br#"{"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}"#).unwrap();
-        assert_eq!(ok, serde_json::json!({"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}));
+        assert_eq!(ok, json!({"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}));
+    }
+
+    #[test]
+    fn a_long_repeated_key_is_cut() {
+        let key = "K".repeat(10_000);
+        let error = parse_json("payload", "x", format!(r#"{{"{key}": 1, "{key}": 2}}"#).as_bytes()).unwrap_err().to_string();
+        assert!(error.contains(&format!("\"{}...\"", "K".repeat(64))) && error.len() < 300, "{error}");
+    }
+
+    #[test]
+    fn a_value_becomes_text_and_numbers_keep_theirs() {
+        let members = parse_object(
+            "payload",
+            "x",
+            br#"{"big": 12345678901234567890123, "exp": 1e2, "zero": -0, "frac": 0.10, "flag": true, "none": null,
+                 "s": "a \u00e4\n\"q\"", "list": [ 1E+2 , "\u00e4\/", {"k" : [ -0.0 ] } ], "empty": {}}"#,
+            "an object",
+        )
+        .unwrap();
+        let text = |key: &str| super::text(&members[key]);
+        assert_eq!(text("big").as_deref(), Some("12345678901234567890123"));
+        assert_eq!(text("exp").as_deref(), Some("1e2"));
+        assert_eq!(text("zero").as_deref(), Some("-0"));
+        assert_eq!(text("frac").as_deref(), Some("0.10"));
+        assert_eq!(text("flag").as_deref(), Some("true"));
+        assert_eq!(text("none"), None, "null means not given");
+        assert_eq!(text("s").as_deref(), Some("a ä\n\"q\""));
+        // Strings inside are written as serde_json writes them; numbers as they were.
+        assert_eq!(text("list").as_deref(), Some(r#"[1E+2,"ä/",{"k":[-0.0]}]"#));
+        assert_eq!(text("empty").as_deref(), Some("{}"));
+    }
+
+    #[test]
+    fn the_shape_of_an_object_file() {
+        let error = parse_object("keys file", "k.json", b"[1]", "a JSON object of keys").unwrap_err().to_string();
+        assert_eq!(error, "keys file k.json must be a JSON object of keys");
+        assert!(object(&raw(&json!("x"))).is_none());
+        assert_eq!(object(&raw(&json!({"a": 1}))).unwrap().len(), 1);
     }
 }
-

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::json::read_json;
-use super::payload::env_text;
+use super::json::{object, read_json, read_object, text};
 use crate::error::Problem;
 
 /// One declared key: what it means and what it is when no layer sets it.
@@ -18,35 +17,44 @@ pub struct DeclaredKey {
     pub default: Option<String>,
 }
 
+/// The fields of a keys-file entry.
+const FIELDS: &[&str] = &["description", "default"];
+
 /// `{"KEY": {"description": "...", "default": "..."?}}`
 pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Problem>> {
     const WHAT: &str = "keys file";
-    let value = read_json(WHAT, path).map_err(|p| vec![p])?;
+    let entries = read_object(WHAT, path, "a JSON object of keys").map_err(|p| vec![p])?;
     let origin = path.display().to_string();
-    let Value::Object(entries) = value else {
-        return Err(vec![Problem::WrongShape { what: WHAT, origin, expected: "a JSON object of keys" }]);
-    };
     let mut problems = Vec::new();
     let mut keys = BTreeMap::new();
     for (key, entry) in entries {
         if !super::names::is_valid_key(&key) {
-            problems.push(Problem::InvalidKey { key, origin: origin.clone() });
+            problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin: origin.clone() });
             continue;
         }
         let shape = |expected| Problem::WrongShape { what: WHAT, origin: format!("{origin} entry {key}"), expected };
-        let Value::Object(fields) = entry else {
+        let Some(fields) = object(&entry) else {
             problems.push(shape("an object with \"description\" and an optional \"default\""));
             continue;
         };
-        let description = match fields.get("description") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
+        // Strict like the bootstrap's config: a misspelt "default" would silently leave the key
+        // without one.
+        let unknown: Vec<&String> = fields.keys().filter(|field| !FIELDS.contains(&field.as_str())).collect();
+        if !unknown.is_empty() {
+            for field in unknown {
+                problems.push(Problem::UnknownKeysField { origin: origin.clone(), key: key.clone(), field: super::cut(field, super::SHOWN_CHARS) });
+            }
+            continue;
+        }
+        let description = match fields.get("description").map(|raw| raw.get()) {
+            None | Some("null") => String::new(),
+            Some(raw) if raw.starts_with('"') => serde_json::from_str(raw).expect("a string that parsed before parses again"),
             Some(_) => {
                 problems.push(shape("a string \"description\""));
                 continue;
             }
         };
-        let default = fields.get("default").and_then(env_text);
+        let default = fields.get("default").and_then(|raw| text(raw));
         if default.as_deref().is_some_and(|d| d.contains('\0')) {
             problems.push(Problem::NulInValue { key, origin: origin.clone() });
             continue;

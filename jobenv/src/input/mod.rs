@@ -25,8 +25,6 @@ pub mod state;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
-
 use crate::cli::JobArgs;
 use crate::error::Problem;
 use crate::events::Target;
@@ -38,18 +36,38 @@ use node::NodeValue;
 pub type NodeValues = BTreeMap<String, NodeValue>;
 
 /// Everything a job is made of, read from disk: the input of [`check`] and of the merge.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Inputs {
     pub verb: String,
     pub node: NodeValues,
     pub declared: BTreeMap<String, DeclaredKey>,
     pub attributes: Vec<String>,
-    pub payload: Map<String, Value>,
+    pub payload: json::Members,
     /// jobenv's own environment (only admitted names are kept).
     pub environ: Vec<(String, String)>,
     /// The nix-shell to run, already resolved to a path.
     pub nix_shell: PathBuf,
     pub running_system: String,
+    /// Bytes of argv and environment the program may have ([`crate::plan::exec_budget`]).
+    pub exec_budget: usize,
+}
+
+/// The payload by its keys only: its values may hold the state password (node values show
+/// theirs unless they are secret, see [`NodeValue`]).
+impl std::fmt::Debug for Inputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inputs")
+            .field("verb", &self.verb)
+            .field("node", &self.node)
+            .field("declared", &self.declared)
+            .field("attributes", &self.attributes)
+            .field("payload", &self.payload.keys().collect::<Vec<_>>())
+            .field("environ", &self.environ.iter().map(|(key, _)| key).collect::<Vec<_>>())
+            .field("nix_shell", &self.nix_shell)
+            .field("running_system", &self.running_system)
+            .field("exec_budget", &self.exec_budget)
+            .finish()
+    }
 }
 
 /// What a job says it is about, known as soon as its payload is read (for the job result,
@@ -61,6 +79,10 @@ pub struct Identity {
     /// `BUILD_ID` from the payload, when it is valid.
     pub build_id: Option<String>,
 }
+
+/// A longer ATTRIBUTE is not recorded as the job's identity (it is still checked, and refused
+/// if it is not published).
+const MAX_IDENTITY_ATTRIBUTE: usize = 128;
 
 /// What [`gather`] found.
 pub struct Gathered {
@@ -82,13 +104,34 @@ pub struct Checked {
     pub warnings: Vec<String>,
 }
 
+/// How many characters of a value from a job an error shows, unless it says otherwise.
+pub const SHOWN_CHARS: usize = 64;
+
+/// A value from a job as an error quotes it: at most `max` characters, and `...` after the
+/// quote when it was cut. Errors go to the log, `result.json` and progress events: a megabyte
+/// of payload is not repeated there.
+pub fn shown(value: &str, max: usize) -> String {
+    let cut: String = value.chars().take(max).collect();
+    if cut.len() < value.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+}
+
+/// A value for a message that quotes it itself: at most `max` characters, `...` at the end when
+/// it was cut.
+pub fn cut(value: &str, max: usize) -> String {
+    let mut cut: String = value.chars().take(max).collect();
+    if cut.len() < value.len() {
+        cut.push_str("...");
+    }
+    cut
+}
+
 /// Reads every input of a job; all problems found are reported together.
 pub fn gather(job: &JobArgs) -> Gathered {
     gather_with(job, payload::read(&job.payload))
 }
 
 /// [`gather`] with the payload already read (it can be read only once: it may be stdin).
-pub fn gather_with(job: &JobArgs, payload: Result<Map<String, Value>, Problem>) -> Gathered {
+pub fn gather_with(job: &JobArgs, payload: Result<json::Members, Problem>) -> Gathered {
     let mut problems: Vec<Problem> = Vec::new();
     let mut identity = Identity::default();
 
@@ -130,6 +173,7 @@ pub fn gather_with(job: &JobArgs, payload: Result<Map<String, Value>, Problem>) 
                 environ,
                 nix_shell,
                 running_system: names::running_system(),
+                exec_budget: crate::plan::exec_budget(stack_limit()),
             })
         }
         _ => Err(problems),
@@ -137,11 +181,13 @@ pub fn gather_with(job: &JobArgs, payload: Result<Map<String, Value>, Problem>) 
     Gathered { identity, inputs, events }
 }
 
-/// What a payload says the job is about, before any check.
-pub fn identity_of(payload: &Map<String, Value>) -> Identity {
-    let text = |key| payload.get(key).and_then(payload::env_text);
+/// What a payload says the job is about, before any check. Each only when it fits its grammar:
+/// the identity goes into `result.json` and events also for a job that is refused, whatever its
+/// payload held.
+pub fn identity_of(payload: &json::Members) -> Identity {
+    let text = |key| payload.get(key).and_then(|raw| json::text(raw));
     Identity {
-        attribute: text("ATTRIBUTE"),
+        attribute: text("ATTRIBUTE").filter(|a| a.len() <= MAX_IDENTITY_ATTRIBUTE && names::is_valid_attribute(a)),
         namespace: state::namespace_of(text("NAMESPACE").as_deref(), text("TF_HTTP_ADDRESS").as_deref()),
         build_id: text("BUILD_ID").filter(|id| names::is_valid_build_id(id)),
     }
@@ -162,6 +208,11 @@ pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
         Some(controls) if problems.is_empty() => Ok(Checked { controls, payload: payload.values, ignored: payload.ignored, warnings }),
         _ => Err(problems),
     }
+}
+
+/// jobenv's soft stack limit, which the program inherits (the usual 8 MiB if it cannot be read).
+fn stack_limit() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_STACK).map_or(8 << 20, |(soft, _)| soft)
 }
 
 /// A program named by path must be an executable file; a bare name is looked up in jobenv's
@@ -187,7 +238,7 @@ pub(crate) mod test_support {
     pub fn node(pairs: &[(&str, &str, bool)]) -> NodeValues {
         pairs
             .iter()
-            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: (*v).into(), origin: format!("test:{k}"), secret: *secret }))
+            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: (*v).into(), origin: format!("test:{k}"), secret: *secret, hidden_key: false }))
             .collect()
     }
 
@@ -203,10 +254,18 @@ pub(crate) mod test_support {
             node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),
             declared,
             attributes: vec!["web".into()],
-            payload: json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"}).as_object().unwrap().clone(),
+            payload: json::members(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"})),
             environ: vec![],
             nix_shell: "/bin/nix-shell".into(),
             running_system: "x86_64-linux".into(),
+            exec_budget: crate::plan::exec_budget(8 << 20),
+        }
+    }
+
+    impl Inputs {
+        /// Sets a payload key to `value`, written as serde_json writes it.
+        pub fn set_payload(&mut self, key: &str, value: serde_json::Value) {
+            self.payload.insert(key.to_owned(), json::raw(&value));
         }
     }
 

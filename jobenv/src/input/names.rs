@@ -97,17 +97,38 @@ const RESERVED: &[&str] = &[
     "NODE_PATH",
     "GCONV_PATH",
     "SSH_AUTH_SOCK",
-    // OpenTofu
+    // Perl without PERL5LIB, a JVM's agents, OpenSSL's engines and providers (shared objects)
+    "PERLLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "OPENSSL_CONF",
+    "OPENSSL_ENGINES",
+    "OPENSSL_MODULES",
+    // config read from the job's directory of choice, like HOME (git's, nix's own, ...)
+    "XDG_CONFIG_HOME",
+    "XDG_CONFIG_DIRS",
+    // the C resolver: host names mapped to hosts of the job's choosing (the node's state
+    // backend, with the node's credentials)
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "RES_OPTIONS",
+    // OpenTofu: config, data and plugins from elsewhere; its log (request bodies included)
+    // written where the job says; providers it does not start itself; another workspace of a
+    // shared backend (another deployment's state)
     "TF_CLI_CONFIG_FILE",
     "TF_DATA_DIR",
     "TF_PLUGIN_CACHE_DIR",
+    "TF_LOG_PATH",
+    "TF_REATTACH_PROVIDERS",
+    "TF_WORKSPACE",
 ];
 
 /// Reserved prefixes: the loader (`LD_`, `DYLD_`), Nix, bash's exported functions, Python, Perl,
-/// Ruby, git, ssh's askpass, OpenTofu's extra arguments and its state backend (but for
-/// [`STATE_KEYS`]).
+/// Ruby, Lua (`LUA_INIT` runs code), git, ssh's askpass, OpenTofu's extra arguments and its
+/// state backend (but for [`STATE_KEYS`]).
 const RESERVED_PREFIXES: &[&str] =
-    &["NIX_", "LD_", "DYLD_", "BASH_FUNC_", "PYTHON", "PERL5", "RUBY", "GIT_", "SSH_ASKPASS", "TF_CLI_ARGS", "TF_HTTP_"];
+    &["NIX_", "LD_", "DYLD_", "BASH_FUNC_", "PYTHON", "PERL5", "RUBY", "LUA_", "GIT_", "SSH_ASKPASS", "TF_CLI_ARGS", "TF_HTTP_"];
 
 /// Names a payload may never set, even when declared: they would let a job steer the
 /// interpreter, the loader, Nix, git, ssh or OpenTofu of the node.
@@ -242,12 +263,18 @@ mod tests {
             "BASH_FUNC_ls%%", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH", "GLOBIGNORE", "PYTHONPATH",
             "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH", "GIT_SSH_COMMAND",
             "GIT_CONFIG_GLOBAL", "SSH_AUTH_SOCK", "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "TF_CLI_ARGS", "TF_CLI_ARGS_init",
-            "TF_CLI_CONFIG_FILE", "TF_DATA_DIR", "TF_PLUGIN_CACHE_DIR", "DEPLOYMENT_NAMESPACE",
+            "TF_CLI_CONFIG_FILE", "TF_DATA_DIR", "TF_PLUGIN_CACHE_DIR", "DEPLOYMENT_NAMESPACE", "PERLLIB", "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "XDG_CONFIG_HOME",
+            "XDG_CONFIG_DIRS", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "TF_LOG_PATH", "TF_REATTACH_PROVIDERS", "TF_WORKSPACE",
+            "LUA_INIT", "LUA_PATH_5_4",
         ] {
             assert!(is_reserved(k), "{k}");
         }
         // Positive controls: near names, the state-backend keys and the usual declared keys.
-        for k in ["PATHX", "HOSTING_CONFIG", "TF_VAR_x", "NIXOS", "ENVIRONMENTS", "SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "TF_LOG"] {
+        for k in [
+            "PATHX", "HOSTING_CONFIG", "TF_VAR_x", "NIXOS", "ENVIRONMENTS", "SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "TF_LOG", "TF_IN_AUTOMATION",
+            "PUBLISHED_HOSTS", "LUA", "XDG_DATA_HOME",
+        ] {
             assert!(!is_reserved(k), "{k}");
         }
         for k in STATE_KEYS {

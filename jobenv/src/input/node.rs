@@ -5,12 +5,9 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use super::env_file::{is_variable_name, parse_env_file};
-use super::json::read_json;
+use super::json::{read_object, text};
 use super::names::is_valid_key;
-use super::payload::env_text;
 use crate::error::Problem;
 
 /// A value set by the node, with where it came from (a path, never the value, in messages).
@@ -19,13 +16,17 @@ pub struct NodeValue {
     pub value: String,
     pub origin: String,
     pub secret: bool,
+    /// The key itself may be secret text: an env-file line `KEY=` or `KEY==` whose value is
+    /// nothing but `=` is what the last line of a wrapped base64 value looks like when it is all
+    /// letters and digits. Errors about such a key name its origin (file and line) only.
+    pub hidden_key: bool,
 }
 
 /// A secret's value never appears in a Debug output.
 impl std::fmt::Debug for NodeValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let value: &dyn std::fmt::Debug = if self.secret { &"[REDACTED]" } else { &self.value };
-        f.debug_struct("NodeValue").field("value", value).field("origin", &self.origin).field("secret", &self.secret).finish()
+        f.debug_struct("NodeValue").field("value", value).field("origin", &self.origin).field("secret", &self.secret).finish_non_exhaustive()
     }
 }
 
@@ -35,6 +36,14 @@ pub struct NodeFiles {
     pub deploy_env: PathBuf,
     pub secrets_dirs: Vec<PathBuf>,
     pub secrets_env_files: Vec<PathBuf>,
+}
+
+/// The values one secrets env file of this text sets, as [`load`] reads it from `path`, and its
+/// problems (for the fuzzers, which check that no problem quotes the file's text).
+pub fn env_file_values(path: &Path, text: &str) -> (BTreeMap<String, NodeValue>, Vec<Problem>) {
+    let mut layer = Layer::default();
+    layer.env_file_text(path, text);
+    (layer.values, layer.problems)
 }
 
 /// Loads every node source; all problems of all sources are reported together.
@@ -58,8 +67,14 @@ struct Layer {
 
 impl Layer {
     fn insert(&mut self, key: String, value: String, origin: String, secret: bool) {
+        self.insert_value(key, NodeValue { value, origin, secret, hidden_key: false });
+    }
+
+    fn insert_value(&mut self, key: String, node_value: NodeValue) {
+        let NodeValue { value, origin, .. } = &node_value;
+        let origin = origin.clone();
         if !is_valid_key(&key) {
-            self.problems.push(Problem::InvalidKey { key, origin });
+            self.problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin });
             return;
         }
         if value.contains('\0') {
@@ -67,24 +82,27 @@ impl Layer {
             return;
         }
         if let Some(existing) = self.values.get(&key) {
-            self.problems.push(Problem::DuplicateNodeKey { key, first: existing.origin.clone(), second: origin });
+            self.problems.push(if existing.hidden_key || node_value.hidden_key {
+                Problem::HiddenNodeKey { origin: format!("{} and {origin}", existing.origin), what: "set the same key" }
+            } else {
+                Problem::DuplicateNodeKey { key, first: existing.origin.clone(), second: origin }
+            });
             return;
         }
-        self.values.insert(key, NodeValue { value, origin, secret });
+        self.values.insert(key, node_value);
     }
 
     fn deploy_env(&mut self, path: &Path) {
         const WHAT: &str = "deploy-env file";
         let origin = path.display().to_string();
-        match read_json(WHAT, path) {
-            Ok(Value::Object(entries)) => {
+        match read_object(WHAT, path, "a JSON object") {
+            Ok(entries) => {
                 for (key, value) in entries {
-                    if let Some(text) = env_text(&value) {
+                    if let Some(text) = text(&value) {
                         self.insert(key, text, origin.clone(), false);
                     }
                 }
             }
-            Ok(_) => self.problems.push(Problem::WrongShape { what: WHAT, origin, expected: "a JSON object" }),
             Err(problem) => self.problems.push(problem),
         }
     }
@@ -187,10 +205,16 @@ impl Layer {
                 return;
             }
         };
-        for item in parse_env_file(&text) {
+        self.env_file_text(path, &text);
+    }
+
+    fn env_file_text(&mut self, path: &Path, text: &str) {
+        for item in parse_env_file(text) {
             match item {
                 Ok((key, value, line)) => {
-                    self.insert(key.to_owned(), value.to_owned(), format!("{}:{line}", path.display()), true)
+                    let origin = format!("{}:{line}", path.display());
+                    let hidden_key = value.bytes().all(|b| b == b'=');
+                    self.insert_value(key.to_owned(), NodeValue { value: value.to_owned(), origin, secret: true, hidden_key })
                 }
                 Err((line, reason)) => {
                     self.problems.push(Problem::BadEnvFileLine { path: path.to_owned(), line, reason })
@@ -200,3 +224,34 @@ impl Layer {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_env_file(text: &str) -> (PathBuf, Result<BTreeMap<String, NodeValue>, Vec<Problem>>) {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
+        std::fs::write(dir.join("deploy-env.json"), "{}").unwrap();
+        std::fs::write(dir.join("secrets.env"), text).unwrap();
+        let files = NodeFiles { deploy_env: dir.join("deploy-env.json"), secrets_dirs: vec![], secrets_env_files: vec![dir.join("secrets.env")] };
+        let loaded = load(&files);
+        (dir.join("secrets.env"), loaded)
+    }
+
+    #[test]
+    fn a_key_that_may_be_secret_text_is_never_named() {
+        let (path, loaded) = load_env_file("QUJDREVGR0hJSktM==\nQUJDREVGR0hJSktM=\n");
+        let problems: Vec<String> = loaded.unwrap_err().iter().map(ToString::to_string).collect();
+        let path = path.display();
+        assert_eq!(problems, [format!("{path}:1 and {path}:2 set the same key (the key is not shown: its line may be part of a wrapped secret)")]);
+        // Positive control: an ordinary repeated key is named.
+        let (path, loaded) = load_env_file("TF_VAR_a=1\nTF_VAR_a=2\n");
+        let problems: Vec<String> = loaded.unwrap_err().iter().map(ToString::to_string).collect();
+        let path = path.display();
+        assert_eq!(problems, [format!("TF_VAR_a is set by two node sources: {path}:1 and {path}:2")]);
+        let (_, loaded) = load_env_file("TF_VAR_a=\nTF_VAR_b==\nTF_VAR_c=x=\n");
+        let hidden: Vec<bool> = loaded.unwrap().values().map(|v| v.hidden_key).collect();
+        assert_eq!(hidden, [true, true, false]);
+    }
+}

@@ -1,19 +1,17 @@
-//! The job payload: a JSON object of at most 1 MiB, from a file or stdin, and how its values
-//! become the text of environment variables.
+//! The job payload: a JSON object of at most 1 MiB, from a file or stdin. Its values become the
+//! text of environment variables as [`super::json::text`] says.
 
 use std::io::Read;
 use std::path::Path;
 
-use serde_json::{Map, Value};
-
-use super::json::parse_json;
+use super::json::{Members, parse_object};
 use crate::error::Problem;
 
 /// Larger payloads are refused before parsing: a job has no business sending more.
 pub const PAYLOAD_LIMIT: usize = 1 << 20;
 
 /// Reads the payload from `path`, or from stdin when `path` is `-`.
-pub fn read(path: &Path) -> Result<Map<String, Value>, Problem> {
+pub fn read(path: &Path) -> Result<Members, Problem> {
     let what = "payload";
     let origin = if path == Path::new("-") { "on stdin".to_owned() } else { path.display().to_string() };
     let mut bytes = Vec::new();
@@ -29,41 +27,22 @@ pub fn read(path: &Path) -> Result<Map<String, Value>, Problem> {
     parse(&origin, &bytes)
 }
 
-pub fn parse(origin: &str, bytes: &[u8]) -> Result<Map<String, Value>, Problem> {
+pub fn parse(origin: &str, bytes: &[u8]) -> Result<Members, Problem> {
     if bytes.len() > PAYLOAD_LIMIT {
         return Err(Problem::PayloadTooLarge { limit: PAYLOAD_LIMIT });
     }
-    match parse_json("payload", origin, bytes)? {
-        Value::Object(map) => Ok(map),
-        _ => Err(Problem::WrongShape { what: "payload", origin: origin.to_owned(), expected: "a JSON object" }),
-    }
-}
-
-/// A string as is; a number or boolean as its JSON text; an array or object as compact JSON
-/// (so `INTERNAL_HOSTS` may be an array); `null` means "not given".
-pub fn env_text(value: &Value) -> Option<String> {
-    match value {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Array(_) | Value::Object(_) => Some(value.to_string()),
-    }
+    parse_object("payload", origin, bytes, "a JSON object")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
-    fn conversions() {
-        assert_eq!(env_text(&json!("a b")), Some("a b".into()));
-        assert_eq!(env_text(&json!(3)), Some("3".into()));
-        assert_eq!(env_text(&json!(1.5)), Some("1.5".into()));
-        assert_eq!(env_text(&json!(true)), Some("true".into()));
-        assert_eq!(env_text(&json!(["a", "b"])), Some(r#"["a","b"]"#.into()));
-        assert_eq!(env_text(&json!({"k": [1, 2]})), Some(r#"{"k":[1,2]}"#.into()));
-        assert_eq!(env_text(&json!(null)), None);
+    fn a_payload_is_an_object_of_at_most_one_mebibyte() {
+        assert_eq!(parse("x", b"[]").unwrap_err().to_string(), "payload x must be a JSON object");
+        let big = format!(r#"{{"A": "{}"}}"#, "a".repeat(PAYLOAD_LIMIT));
+        assert_eq!(parse("x", big.as_bytes()).unwrap_err().to_string(), "payload is larger than 1048576 bytes");
+        assert_eq!(parse("x", br#"{"A": 1e2}"#).unwrap()["A"].get(), "1e2");
     }
 }

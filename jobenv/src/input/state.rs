@@ -35,14 +35,25 @@ pub fn last_segment(address: &str) -> Option<&str> {
 }
 
 /// The namespace a payload names, for the job's identity before it is checked: `NAMESPACE`, or
-/// else the last path segment of `TF_HTTP_ADDRESS`.
+/// else the last path segment of `TF_HTTP_ADDRESS`; only one that fits the namespace grammar
+/// (an unchecked one could be anything: a query's token, a megabyte of text).
 pub fn namespace_of(namespace: Option<&str>, address: Option<&str>) -> Option<String> {
-    namespace.or_else(|| address.and_then(last_segment)).map(str::to_owned)
+    namespace.or_else(|| address.and_then(last_segment)).filter(|ns| names::is_valid_namespace(ns)).map(str::to_owned)
 }
 
-/// How an address appears in an error: quoted, unless it carries credentials.
+/// At most this many characters of an address appear in an error.
+const SHOWN_ADDRESS_CHARS: usize = 128;
+
+/// How an address appears in an error: quoted and cut short, without its query or fragment
+/// (which may carry a token), and not at all when it carries credentials.
 fn shown(address: &str) -> String {
-    if has_userinfo(address) { "(value not shown: it carries credentials)".to_owned() } else { format!("{address:?}") }
+    if has_userinfo(address) {
+        return "(value not shown: it carries credentials)".to_owned();
+    }
+    match address.find(['?', '#']) {
+        Some(at) => format!("{} (its query or fragment not shown)", super::shown(&address[..at], SHOWN_ADDRESS_CHARS)),
+        None => super::shown(address, SHOWN_ADDRESS_CHARS),
+    }
 }
 
 fn authority(address: &str) -> &str {
@@ -56,8 +67,10 @@ fn has_userinfo(address: &str) -> bool {
 
 /// Why `address` is not a strict state address, if it is not: an `http://` or `https://` URL
 /// with a host, without a query, a fragment, empty or dot segments (which URL parsers resolve,
-/// so that `<address>/../other` would name another deployment's state), whitespace, control
-/// characters or backslashes (which the URL standard reads as `/`); userinfo only if allowed.
+/// so that `<address>/../other` would name another deployment's state), a percent-encoded `.`,
+/// `/` or `\` (which servers such as nginx decode before they resolve dot segments, so that
+/// `<address>/..%2Fother` would too), whitespace, control characters or backslashes (which the
+/// URL standard reads as `/`); userinfo only if allowed.
 pub fn url_problem(address: &str, allow_userinfo: bool) -> Option<&'static str> {
     let Some(rest) = address.strip_prefix("https://").or_else(|| address.strip_prefix("http://")) else {
         return Some("must be an http:// or https:// URL");
@@ -84,26 +97,49 @@ pub fn url_problem(address: &str, allow_userinfo: bool) -> Option<&'static str> 
     if segments.iter().any(|segment| dot(segment)) {
         return Some("must not have . or .. path segments");
     }
+    let lower = path.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c"].iter().any(|encoded| lower.contains(encoded)) {
+        return Some("must not percent-encode '.', '/' or '\\'");
+    }
     match reqwest::Url::parse(address) {
         Ok(url) if url.path() == if path.is_empty() { "/" } else { path } => None,
         _ => Some("must be a URL that no parser rewrites"),
     }
 }
 
-/// Resolves the namespace; `payload` holds the payload's control and state keys.
+/// Checks the payload's state addresses ([`url_problem`]); false when one is not strict.
+pub fn check_addresses(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> bool {
+    let before = problems.len();
+    for key in ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"] {
+        if let Some((address, rule)) = payload.get(key).and_then(|address| Some((address, url_problem(address, false)?))) {
+            problems.push(Problem::BadControl { key, shown: shown(address), rule });
+        }
+    }
+    problems.len() == before
+}
+
+/// Resolves the namespace; `payload` holds the payload's control and state keys. An address
+/// that is not strict names no namespace ([`check_addresses`] reports it).
 pub fn namespace(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> Option<String> {
     let given = payload.get("NAMESPACE");
-    let address = payload.get("TF_HTTP_ADDRESS");
-    let from_address = address.and_then(|a| last_segment(a));
-    let namespace = match (given, from_address) {
-        (Some(given), Some(from_address)) if given != from_address => {
-            let address = shown(address.expect("an address was given"));
-            problems.push(Problem::NamespaceMismatch { namespace: given.clone(), address });
+    let address = payload.get("TF_HTTP_ADDRESS").filter(|address| url_problem(address, false).is_none());
+    if given.is_none() && address.is_none() && payload.contains_key("TF_HTTP_ADDRESS") {
+        return None;
+    }
+    let namespace = match (given, address.map(|a| (a, last_segment(a)))) {
+        // Without a segment to compare, every namespace sent with this address would share it.
+        (Some(given), Some((_, None))) => {
+            problems.push(Problem::AddressWithoutNamespace { namespace: super::shown(given, SHOWN_NAMESPACE_CHARS) });
+            return None;
+        }
+        (Some(given), Some((address, Some(from_address)))) if given != from_address => {
+            let namespace = super::cut(given, SHOWN_NAMESPACE_CHARS);
+            problems.push(Problem::NamespaceMismatch { namespace, address: shown(address) });
             return None;
         }
         (Some(namespace), _) => namespace.clone(),
-        (None, Some(from_address)) => from_address.to_owned(),
-        (None, None) => {
+        (None, Some((_, Some(from_address)))) => from_address.to_owned(),
+        (None, _) => {
             problems.push(Problem::MissingControl {
                 key: "NAMESPACE",
                 hint: " (the job payload must name the deployment's namespace: NAMESPACE, or TF_HTTP_ADDRESS ending in it)",
@@ -112,30 +148,25 @@ pub fn namespace(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Pr
         }
     };
     if !names::is_valid_namespace(&namespace) {
-        let shown = format!("{:?}", namespace.chars().take(64).collect::<String>());
+        let shown = super::shown(&namespace, SHOWN_NAMESPACE_CHARS);
         problems.push(Problem::BadControl { key: "NAMESPACE", shown, rule: "must match ^[a-z0-9][a-z0-9-]{0,62}$" });
         return None;
     }
     Some(namespace)
 }
 
-/// The state addresses of a job in `namespace`, from the node's base and the payload.
+/// A namespace is at most 63 characters: one cut at 64 is one that was too long anyway.
+const SHOWN_NAMESPACE_CHARS: usize = 64;
+
+/// The state addresses of a job in `namespace`, from the node's base and the payload (whose
+/// addresses passed [`check_addresses`]).
 pub fn address(
     namespace: &str,
     base: Option<&str>,
     payload: &BTreeMap<&'static str, String>,
     problems: &mut Vec<Problem>,
 ) -> Option<StateAddress> {
-    let before = problems.len();
     let given = |key: &'static str| payload.get(key).map(String::as_str);
-    for key in ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"] {
-        if let Some(rule) = given(key).and_then(|address| url_problem(address, false)) {
-            problems.push(Problem::BadControl { key, shown: shown(given(key).expect("given")), rule });
-        }
-    }
-    if problems.len() > before {
-        return None;
-    }
     let trimmed = |address: &str| address.strip_suffix('/').unwrap_or(address).to_owned();
     let (address, from_payload) = match (base, given("TF_HTTP_ADDRESS")) {
         (Some(base), given) => {
@@ -185,6 +216,9 @@ mod tests {
             ("https://state.example/tf/../other", ". or .."),
             ("https://state.example/tf/%2E%2e/other", ". or .."),
             ("https://state.example/tf/./ns", ". or .."),
+            ("https://state.example/tf/..%2Fother", "percent-encode"),
+            ("https://state.example/tf/ns%5C..%5Cother", "percent-encode"),
+            ("https://state.example/tf/%2E%2E%2fother", "percent-encode"),
             ("https://state.example/tf/n s", "whitespace"),
             ("https://state.example/tf/ns\n", "whitespace"),
             ("https://user:pw@state.example/tf/ns", "credentials"),
@@ -203,6 +237,9 @@ mod tests {
         assert_eq!(last_segment("https://s/"), None);
         assert_eq!(namespace_of(None, Some("https://s/tf/b")), Some("b".into()));
         assert_eq!(namespace_of(Some("a"), Some("https://s/tf/b")), Some("a".into()));
+        // Only a namespace of the grammar names the job before it is checked.
+        assert_eq!(namespace_of(None, Some("https://s/tf/b?token=t")), None);
+        assert_eq!(namespace_of(Some(&"n".repeat(64)), None), None);
     }
 
     fn payload(pairs: &[(&'static str, &str)]) -> BTreeMap<&'static str, String> {
@@ -213,6 +250,7 @@ mod tests {
     fn a_scoped_address_from_the_payload() {
         let mut problems = Vec::new();
         let p = payload(&[("TF_HTTP_ADDRESS", "https://s/tf/team-a/")]);
+        assert!(check_addresses(&p, &mut problems));
         assert_eq!(namespace(&p, &mut problems).as_deref(), Some("team-a"));
         let state = address("team-a", None, &p, &mut problems).unwrap();
         assert_eq!((state.address.as_str(), state.lock.as_str()), ("https://s/tf/team-a", "https://s/tf/team-a/lock"));
@@ -227,7 +265,8 @@ mod tests {
         let check = |pairs: &[(&'static str, &str)], base: Option<&str>| {
             let mut problems = Vec::new();
             let p = payload(pairs);
-            if let Some(ns) = namespace(&p, &mut problems) {
+            let ok = check_addresses(&p, &mut problems);
+            if let (Some(ns), true) = (namespace(&p, &mut problems), ok) {
                 address(&ns, base, &p, &mut problems);
             }
             problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
@@ -244,6 +283,14 @@ mod tests {
         assert!(e.contains("must not carry credentials") && !e.contains("hunter2"), "{e}");
         let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/x")], None);
         assert!(e.contains("TF_HTTP_LOCK_ADDRESS is given but the job has no state address"), "{e}");
+        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/tf/b"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/../a")], None);
+        assert!(e.contains("TF_HTTP_LOCK_ADDRESS") && e.contains("NAMESPACE \"a\" differs"), "every problem at once: {e}");
+        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/")], None);
+        assert!(e.contains("TF_HTTP_ADDRESS has no path segment to name the namespace \"a\""), "{e}");
+        let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a?token=qtoken")], None);
+        assert!(e.contains("TF_HTTP_ADDRESS \"https://s/tf/a\" (its query or fragment not shown) is invalid") && !e.contains("qtoken"), "{e}");
+        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", &format!("https://s/tf/{}", "b".repeat(300)))], None);
+        assert!(e.contains(&format!("\"https://s/tf/{}\"...", "b".repeat(115))) && e.len() < 300, "a long address is cut: {e}");
         let e = check(&[], None);
         assert!(e.contains("NAMESPACE is required but not set"), "{e}");
         // Positive control: a lock address under the state address passes.
