@@ -32,6 +32,13 @@ let
   optionalAttrs = cond: attrs: if cond then attrs else { };
   optional = cond: x: if cond then [ x ] else [ ];
   hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
+  hasSuffix =
+    suffix: s:
+    let
+      n = stringLength s;
+      m = stringLength suffix;
+    in
+    n >= m && substring (n - m) m s == suffix;
   # Drops the attributes whose value is null (the bootstrap then applies its own default or
   # its environment fallback).
   withoutNulls = attrs: removeAttrs attrs (filter (n: attrs.${n} == null) (attrNames attrs));
@@ -142,9 +149,24 @@ rec {
       "NODE_PATH"
       "GCONV_PATH"
       "SSH_AUTH_SOCK"
+      "PERLLIB"
+      "JAVA_TOOL_OPTIONS"
+      "_JAVA_OPTIONS"
+      "JDK_JAVA_OPTIONS"
+      "OPENSSL_CONF"
+      "OPENSSL_ENGINES"
+      "OPENSSL_MODULES"
+      "XDG_CONFIG_HOME"
+      "XDG_CONFIG_DIRS"
+      "HOSTALIASES"
+      "LOCALDOMAIN"
+      "RES_OPTIONS"
       "TF_CLI_CONFIG_FILE"
       "TF_DATA_DIR"
       "TF_PLUGIN_CACHE_DIR"
+      "TF_LOG_PATH"
+      "TF_REATTACH_PROVIDERS"
+      "TF_WORKSPACE"
     ];
     reservedPrefixes = [
       "NIX_"
@@ -154,14 +176,26 @@ rec {
       "PYTHON"
       "PERL5"
       "RUBY"
+      "LUA_"
       "GIT_"
       "SSH_ASKPASS"
       "TF_CLI_ARGS"
       "TF_HTTP_"
     ];
+    # stdenv runs these as shell code when nix-shell enters a dev shell.
+    reservedSuffixes = [
+      "Hook"
+      "Hooks"
+      "Phase"
+      "Phases"
+    ];
   };
 
-  isReservedName = key: elem key jobenvNames.reserved || any (p: hasPrefix p key) jobenvNames.reservedPrefixes;
+  isReservedName =
+    key:
+    elem key jobenvNames.reserved
+    || any (p: hasPrefix p key) jobenvNames.reservedPrefixes
+    || any (s: hasSuffix s key && key != s) jobenvNames.reservedSuffixes;
   isNodeToolName = key: elem key jobenvNames.nodeTools || any (p: hasPrefix p key) jobenvNames.nodeToolPrefixes;
   isControlName = key: elem key jobenvNames.nodeControl || elem key jobenvNames.payloadControl;
   # A file name jobenv reads from a secrets directory, and a key of a secrets env file.
@@ -291,6 +325,9 @@ rec {
     ++ optional (
       inEnv "SYSTEM" && match "[a-z0-9_]+-[a-z0-9_]+" deployEnv.SYSTEM == null
     ) "deployEnv.SYSTEM \"${deployEnv.SYSTEM}\" must match ^[a-z0-9_]+-[a-z0-9_]+$"
+    ++ optional (
+      !set "STATE_BASE_ADDRESS" && (set "TF_HTTP_USERNAME" || set "TF_HTTP_PASSWORD")
+    ) "TF_HTTP_USERNAME/TF_HTTP_PASSWORD are set but deployEnv.STATE_BASE_ADDRESS is not: jobenv sends the node's state credentials only to the node's own state backend"
     ++ optional (inEnv "EVENTS_SECRET") "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)"
     ++ optional (set "EVENTS_URL" != set "EVENTS_SECRET") "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)";
 

@@ -132,6 +132,10 @@ pub enum Problem {
     ArgumentTooLong { index: usize, bytes: usize, limit: usize },
     #[error("the program's arguments and environment take {total} bytes, more than the {budget} that jobenv leaves them under this stack limit (largest: {largest})")]
     ExecTooLarge { total: usize, budget: usize, largest: String },
+    #[error("the node sets {key} but no STATE_BASE_ADDRESS: the node's state credentials go only to the node's own state backend, never to an address a job chose")]
+    CredentialsWithoutBase { key: &'static str },
+    #[error("the payload's TF_HTTP_PASSWORD is longer than {max} bytes")]
+    PayloadPasswordTooLong { max: usize },
     #[error("NIXPKGS and DEPLOYMENT_NIXPKGS are both set and differ")]
     ConflictingNixpkgs,
     #[error("unknown ATTRIBUTE {0:?}: it is not in the published attribute list")]

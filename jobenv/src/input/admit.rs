@@ -12,6 +12,9 @@ use super::json::text as env_text;
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
 
+/// The longest `TF_HTTP_PASSWORD` a payload may send.
+pub const MAX_PAYLOAD_PASSWORD: usize = 4096;
+
 /// The payload, split by what each key is.
 #[derive(Debug, Default)]
 pub struct Payload {
@@ -106,6 +109,12 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
         }
         if text.contains('\0') {
             problems.push(Problem::NulInValue { key: key.clone(), origin: "payload".into() });
+            continue;
+        }
+        // The password becomes a redaction needle in every escaped form: a bound keeps that
+        // small whatever a payload sends.
+        if key == "TF_HTTP_PASSWORD" && text.len() > MAX_PAYLOAD_PASSWORD {
+            problems.push(Problem::PayloadPasswordTooLong { max: MAX_PAYLOAD_PASSWORD });
             continue;
         }
         match control {
@@ -213,7 +222,11 @@ mod tests {
         let mut i = inputs();
         // The node's pin under its other name, and one of the two state credentials.
         i.node.remove("NIXPKGS");
-        i.node.extend(node(&[("DEPLOYMENT_NIXPKGS", "/nixpkgs", false), ("TF_HTTP_USERNAME", "node-user", false)]));
+        i.node.extend(node(&[
+            ("DEPLOYMENT_NIXPKGS", "/nixpkgs", false),
+            ("TF_HTTP_USERNAME", "node-user", false),
+            ("STATE_BASE_ADDRESS", "https://state.example/node", false),
+        ]));
         i.set_payload("NIXPKGS", json!("/elsewhere"));
         i.set_payload("TF_HTTP_PASSWORD", json!("payload-password"));
         i.set_payload("STATE_BASE_ADDRESS", json!("https://state.example/tf"));
@@ -222,7 +235,7 @@ mod tests {
             plan.warnings,
             [
                 "payload value for NIXPKGS ignored: the node sets it",
-                "payload value for STATE_BASE_ADDRESS ignored: only the node may set it",
+                "payload value for STATE_BASE_ADDRESS ignored: the node sets it",
                 "payload value for TF_HTTP_PASSWORD ignored: the node sets the state backend's credentials",
             ]
         );

@@ -119,9 +119,20 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     let base = node("STATE_BASE_ADDRESS");
     // Never shown: the node's base may carry credentials. A query or a dot segment there would
     // let two namespaces address the same state, so the rules of a state address hold for it.
-    let base_rule = base.as_deref().and_then(|base| state::url_problem(base, true));
+    // Credentials in it only where they are redacted (a secrets source); and state credentials
+    // of the node only with a base of the node: they must never go to an address a job chose.
+    let base_secret = inputs.node.get("STATE_BASE_ADDRESS").is_some_and(|v| v.secret);
+    let base_rule = base.as_deref().and_then(|base| state::url_problem(base, true)).or_else(|| {
+        let userinfo = base.as_deref().is_some_and(state::has_userinfo);
+        (userinfo && !base_secret).then_some("carries credentials outside a secrets source: put them in TF_HTTP_USERNAME and TF_HTTP_PASSWORD")
+    });
     if let Some(rule) = base_rule {
         problems.push(Problem::BadControl { key: "STATE_BASE_ADDRESS", shown: "(value not shown)".into(), rule });
+    }
+    if base.is_none() {
+        if let Some(key) = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].into_iter().find(|key| inputs.node.contains_key(*key)) {
+            problems.push(Problem::CredentialsWithoutBase { key });
+        }
     }
     let state = match (&namespace, base_rule, addresses_ok) {
         (Some(namespace), None, true) => state::address(namespace, base.as_deref(), payload, problems),

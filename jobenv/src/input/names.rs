@@ -133,7 +133,15 @@ const RESERVED_PREFIXES: &[&str] =
 /// Names a payload may never set, even when declared: they would let a job steer the
 /// interpreter, the loader, Nix, git, ssh or OpenTofu of the node.
 pub fn is_reserved(key: &str) -> bool {
-    (RESERVED.contains(&key) || RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix))) && !STATE_KEYS.contains(&key)
+    (RESERVED.contains(&key) || RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)) || is_stdenv_code(key))
+        && !STATE_KEYS.contains(&key)
+}
+
+/// Shell code nixpkgs' stdenv runs when nix-shell enters a dev shell, if the environment holds
+/// it and the derivation does not set it: `shellHook`, `preHook`, `postHook`, any `*Hook(s)`
+/// or `*Phase(s)`.
+fn is_stdenv_code(key: &str) -> bool {
+    ["Hook", "Hooks", "Phase", "Phases"].iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
 }
 
 /// A state-backend key a payload may carry.
@@ -263,7 +271,8 @@ mod tests {
             "BASH_FUNC_ls%%", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH", "GLOBIGNORE", "PYTHONPATH",
             "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH", "GIT_SSH_COMMAND",
             "GIT_CONFIG_GLOBAL", "SSH_AUTH_SOCK", "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "TF_CLI_ARGS", "TF_CLI_ARGS_init",
-            "TF_CLI_CONFIG_FILE", "TF_DATA_DIR", "TF_PLUGIN_CACHE_DIR", "DEPLOYMENT_NAMESPACE", "PERLLIB", "JAVA_TOOL_OPTIONS",
+            "TF_CLI_CONFIG_FILE", "TF_DATA_DIR", "TF_PLUGIN_CACHE_DIR", "DEPLOYMENT_NAMESPACE", "shellHook", "preHook",
+            "postHook", "preConfigurePhases", "buildPhase", "PERLLIB", "JAVA_TOOL_OPTIONS",
             "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "XDG_CONFIG_HOME",
             "XDG_CONFIG_DIRS", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "TF_LOG_PATH", "TF_REATTACH_PROVIDERS", "TF_WORKSPACE",
             "LUA_INIT", "LUA_PATH_5_4",

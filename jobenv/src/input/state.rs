@@ -61,7 +61,7 @@ fn authority(address: &str) -> &str {
     &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())]
 }
 
-fn has_userinfo(address: &str) -> bool {
+pub fn has_userinfo(address: &str) -> bool {
     authority(address).contains('@')
 }
 
@@ -71,7 +71,8 @@ fn has_userinfo(address: &str) -> bool {
 /// `/` or `\` (which servers such as nginx decode before they resolve dot segments, so that
 /// `<address>/..%2Fother` would too), whitespace, control characters or backslashes (which the
 /// URL standard reads as `/`); userinfo only if allowed.
-pub fn url_problem(address: &str, allow_userinfo: bool) -> Option<&'static str> {
+pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
+    let allow_userinfo = node;
     let Some(rest) = address.strip_prefix("https://").or_else(|| address.strip_prefix("http://")) else {
         return Some("must be an http:// or https:// URL");
     };
@@ -100,6 +101,12 @@ pub fn url_problem(address: &str, allow_userinfo: bool) -> Option<&'static str> 
     let lower = path.to_ascii_lowercase();
     if ["%2e", "%2f", "%5c"].iter().any(|encoded| lower.contains(encoded)) {
         return Some("must not percent-encode '.', '/' or '\\'");
+    }
+    // A job's address: path segments of unreserved characters only. No percent-encoding and no
+    // `;` (servers that decode a segment, or read `..;` as `..`, would resolve it elsewhere).
+    let unreserved = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b));
+    if !node && !segments.iter().all(|segment| unreserved(segment)) {
+        return Some("must have path segments of letters, digits and . _ ~ - only");
     }
     match reqwest::Url::parse(address) {
         Ok(url) if url.path() == if path.is_empty() { "/" } else { path } => None,
