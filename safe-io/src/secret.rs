@@ -67,6 +67,10 @@ impl fmt::Debug for Secret {
 /// `text` in each form an encoder may write it inside a JSON string (see the module comment),
 /// the raw text first, without duplicates.
 pub fn forms(text: &str) -> Vec<String> {
+    // Most secrets (tokens, keys) hold nothing any encoder escapes: one form.
+    if text.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '/' | '<' | '>' | '&' | '\'') || c == ' ') {
+        return vec![text.to_owned()];
+    }
     let mut forms = vec![text.to_owned(), text.escape_debug().to_string()];
     for ascii_only in [false, true] {
         for html_safe in [false, true] {
@@ -98,8 +102,8 @@ struct Escaping {
 fn json_escaped(text: &str, how: Escaping) -> String {
     let mut out = String::with_capacity(text.len());
     let unit = |out: &mut String, u: u16| {
-        let hex = if how.upper_hex { format!("\\u{u:04X}") } else { format!("\\u{u:04x}") };
-        out.push_str(&hex);
+        use std::fmt::Write;
+        let _ = if how.upper_hex { write!(out, "\\u{u:04X}") } else { write!(out, "\\u{u:04x}") };
     };
     for c in text.chars() {
         match c {

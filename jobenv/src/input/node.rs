@@ -123,7 +123,7 @@ impl Layer {
             }
         };
         let canonical_dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
-        let mut names: Vec<(String, PathBuf)> = Vec::new();
+        let mut names: Vec<(String, PathBuf, bool)> = Vec::new();
         for entry in entries {
             let entry = match entry {
                 Ok(entry) => entry,
@@ -133,33 +133,52 @@ impl Layer {
                 }
             };
             match entry.file_name().into_string() {
-                Ok(name) if is_variable_name(&name) => names.push((name, entry.path())),
+                // A link is followed only after a check of where it points (the file type comes
+                // with the directory listing; an unknown one is checked as a link would be).
+                Ok(name) if is_variable_name(&name) => names.push((name, entry.path(), entry.file_type().is_ok_and(|t| t.is_symlink()) || entry.file_type().is_err())),
                 _ => tracing::debug!("skipping {} in the secrets directory", entry.path().display()),
             }
         }
         // read_dir order is arbitrary; a sorted walk keeps duplicate reports stable.
         names.sort();
-        for (name, path) in names {
-            if let Some(value) = self.read_secret_file(&path, &canonical_dir) {
+        for (name, path, link) in names {
+            if let Some(value) = self.read_secret_file(&path, link.then_some(canonical_dir.as_path())) {
                 self.insert(name, value, path.display().to_string(), true);
             }
         }
     }
 
-    fn read_secret_file(&mut self, path: &Path, canonical_dir: &Path) -> Option<String> {
+    /// One secret file. `link_dir`: the file is a link, which must point into this (canonical)
+    /// directory; a file that is not a link is opened without following one, so that one made
+    /// meanwhile is refused rather than followed.
+    fn read_secret_file(&mut self, path: &Path, link_dir: Option<&Path>) -> Option<String> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         let bad = |reason| Problem::BadSecretFile { path: path.to_owned(), reason };
-        match path.canonicalize() {
-            Ok(target) if target.parent() == Some(canonical_dir) => {}
-            Ok(_) => {
-                self.problems.push(bad("is a link that points outside its directory"));
-                return None;
-            }
-            Err(source) => {
-                self.problems.push(Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source });
-                return None;
+        let unreadable = |source| Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source };
+        if let Some(dir) = link_dir {
+            match path.canonicalize() {
+                Ok(target) if target.parent() == Some(dir) => {}
+                Ok(_) => {
+                    self.problems.push(bad("is a link that points outside its directory"));
+                    return None;
+                }
+                Err(source) => {
+                    self.problems.push(unreadable(source));
+                    return None;
+                }
             }
         }
-        match std::fs::metadata(path) {
+        // Non-blocking: a FIFO planted there must be refused as not a regular file, not hang.
+        let flags = nix::libc::O_NONBLOCK | if link_dir.is_some() { 0 } else { nix::libc::O_NOFOLLOW };
+        let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path) {
+            Ok(file) => file,
+            Err(source) => {
+                self.problems.push(unreadable(source));
+                return None;
+            }
+        };
+        match file.metadata() {
             Ok(meta) if meta.is_file() => {}
             Ok(meta) if meta.is_dir() => return None,
             Ok(_) => {
@@ -167,17 +186,16 @@ impl Layer {
                 return None;
             }
             Err(source) => {
-                self.problems.push(Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source });
+                self.problems.push(unreadable(source));
                 return None;
             }
         }
-        let bytes = match std::fs::read(path) {
-            Ok(bytes) => bytes,
-            Err(source) => {
-                self.problems.push(Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source });
-                return None;
-            }
-        };
+        let mut bytes = Vec::new();
+        // Through `take`: a plain read loop, without the size probe (another stat and a seek).
+        if let Err(source) = (&mut file).take(u64::MAX).read_to_end(&mut bytes) {
+            self.problems.push(unreadable(source));
+            return None;
+        }
         let mut text = match String::from_utf8(bytes) {
             Ok(text) => text,
             Err(_) => {
