@@ -141,15 +141,18 @@ pub fn escaped_redaction(data: &[u8]) {
 
 /// `text` inside a JSON string as an encoder chosen by the bits of `how` writes it: `\uXXXX` for
 /// everything outside printable ASCII (Python, PHP, .NET; astral characters as surrogate pairs),
-/// for `<`, `>`, `&`, U+2028 and U+2029 (Go, .NET), `\/` for `/` (PHP), upper-case hex (.NET).
+/// for `<`, `>`, `&`, U+2028 and U+2029 (Go, .NET), `\/` for `/` (PHP), upper-case hex (.NET);
+/// with bit 16, .NET's default exactly (which also writes `"` `'` `+` and the backtick as `\u`).
 fn json_spelling(text: &str, how: u8) -> String {
-    let (ascii, html, slash, upper) = (how & 1 != 0, how & 2 != 0, how & 4 != 0, how & 8 != 0);
+    let dotnet = how & 16 != 0;
+    let (ascii, html, slash, upper) = (dotnet || how & 1 != 0, dotnet || how & 2 != 0, !dotnet && how & 4 != 0, dotnet || how & 8 != 0);
     let mut out = String::new();
     let unit = |out: &mut String, unit: u16| {
         out.push_str(&if upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
     };
     for c in text.chars() {
         match c {
+            '"' | '\'' | '+' | '`' if dotnet => unit(&mut out, c as u16),
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),

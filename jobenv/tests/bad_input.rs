@@ -302,6 +302,29 @@ fn a_secret_file_that_links_outside_its_directory() {
 }
 
 #[test]
+fn a_fifo_or_an_oversized_file_in_the_secrets_directory_is_refused_by_name_and_size_only() {
+    let mut case = Case::new();
+    case.f.declare("LARGE", None);
+    let largest = case.f.secrets_dir().join("LARGE");
+    // Positive control: the largest value exec passes (`LARGE=<value>` and its NUL in 128 KiB),
+    // read from its file with a newline, runs.
+    std::fs::write(&largest, format!("{}\n", "x".repeat(128 * 1024 - "LARGE=".len() - 1))).unwrap();
+    case.run(&Case::payload()).expect_success().run();
+    std::fs::remove_file(&case.started).unwrap();
+    // One byte under the file limit: read, then refused as a value exec cannot pass.
+    std::fs::write(&largest, "x".repeat(128 * 1024 - 1)).unwrap();
+    let stderr = case.rejected(case.run(&Case::payload()), "LARGE (secret) cannot be passed to a program");
+    assert!(!stderr.contains("128 KiB or larger"), "{stderr}");
+    // At the limit, the file is not read: refused by its size, its content never shown. A FIFO
+    // is refused rather than waited on.
+    std::fs::write(&largest, format!("{SECRET}{}", "x".repeat(128 * 1024))).unwrap();
+    let fifo = case.f.secrets_dir().join("PIPE");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+    let stderr = case.rejected(case.run(&Case::payload()), &format!("secret file {} is 128 KiB or larger", largest.display()));
+    assert!(stderr.contains(&format!("secret file {} is not a regular file", fifo.display())), "{stderr}");
+}
+
+#[test]
 fn a_keys_file_that_declares_a_control_key() {
     let mut case = Case::new();
     case.f.declare("NAMESPACE", Some("default-ns"));

@@ -183,21 +183,25 @@ fn env_text_redacts_before_it_escapes() {
 }
 
 /// A secret with what encoders escape differently: non-ASCII (`ä`), a character above U+FFFF
-/// (a surrogate pair in `\u` escapes), `<` and `&` (Go), `/` (PHP), a quote.
-const ESCAPABLE: &str = "pä<ss&wo/rd\"-\u{1F600}-Zq81";
+/// (a surrogate pair in `\u` escapes), `<` and `&` (Go), `/` (PHP), a quote and `+` (.NET).
+const ESCAPABLE: &str = "pä<ss&wo/rd\"-\u{1F600}-Zq+81";
 
 #[test]
 fn a_secret_printed_json_escaped_by_python_go_php_or_dotnet_is_redacted() {
     let mut f = Fixture::new();
     // Each line a real encoder's output (Python's json), or Python's made into another's: Go
-    // escapes <, > and & as \u003c; PHP escapes / as \/; .NET writes upper-case hex.
+    // escapes <, > and & as \u003c; PHP escapes / as \/; .NET's default writes upper-case hex
+    // and escapes the quote, ' + and ` as \u too.
     let script = r#"
 import json, os, re
 s = os.environ["API_TOKEN"]
 python = json.dumps(s)
 go = json.dumps(s, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 php = json.dumps(s).replace("/", "\\/")
-dotnet = re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m.group(1).upper(), json.dumps(s).replace("<", "\\u003c").replace("&", "\\u0026"))
+inner = json.dumps(s)[1:-1].replace('\\"', '"')
+for c in "\"'+`<>&":
+    inner = inner.replace(c, "\\u%04X" % ord(c))
+dotnet = '"' + re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m.group(1).upper(), inner) + '"'
 for name, form in [("python", python), ("go", go), ("php", php), ("dotnet", dotnet), ("raw", json.dumps(s, ensure_ascii=False))]:
     print(name + ": " + form)
 "#;
@@ -218,10 +222,10 @@ for name, form in [("python", python), ("go", go), ("php", php), ("dotnet", dotn
     let text = String::from_utf8_lossy(&stdout).into_owned();
     let forms: std::collections::BTreeSet<&str> = text.lines().map(|l| l.split_once(": ").unwrap().1).collect();
     assert_eq!(forms.len(), 5, "{text}");
-    assert!(text.contains(r#"python: "p\u00e4<ss&wo/rd\"-\ud83d\ude00-Zq81""#), "{text}");
+    assert!(text.contains(r#"python: "p\u00e4<ss&wo/rd\"-\ud83d\ude00-Zq+81""#), "{text}");
     assert!(text.contains(r#"go: "pä\u003css\u0026wo/rd\"-"#), "{text}");
     assert!(text.contains(r#"php: "p\u00e4<ss&wo\/rd"#), "{text}");
-    assert!(text.contains(r#"dotnet: "p\u00E4\u003Css\u0026wo/rd\"-\uD83D\uDE00-Zq81""#), "{text}");
+    assert!(text.contains(r#"dotnet: "p\u00E4\u003Css\u0026wo/rd\u0022-\uD83D\uDE00-Zq\u002B81""#), "{text}");
 }
 
 #[test]

@@ -10,8 +10,10 @@
 //! as it is; as serde_json and RFC 8259 escape it (`\"`, `\\`, control characters); as Python's
 //! `json.dumps` does by default and PHP's `json_encode` (everything outside printable ASCII as
 //! `\uXXXX`, astral characters as a surrogate pair, PHP also `\/`); as Go's `encoding/json` does
-//! (`\u003c \u003e \u0026 \u2028 \u2029`); with `\/` for `/`; and with upper-case hex digits
-//! (.NET, Jackson); and as Rust's `Debug` prints it.
+//! (`\u003c \u003e \u0026 \u2028 \u2029`); with `\/` for `/`; with upper-case hex digits
+//! (Jackson); as .NET's `System.Text.Json` does by default (upper-case hex, and `"` `'` `+` and
+//! the backtick as `\uXXXX` too: a base64 key's `+` becomes `\u002B`); and as Rust's `Debug`
+//! prints it.
 
 use std::fmt;
 
@@ -68,7 +70,7 @@ impl fmt::Debug for Secret {
 /// the raw text first, without duplicates.
 pub fn forms(text: &str) -> Vec<String> {
     // Most secrets (tokens, keys) hold nothing any encoder escapes: one form.
-    if text.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '/' | '<' | '>' | '&' | '\'') || c == ' ') {
+    if text.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '/' | '<' | '>' | '&' | '\'' | '+' | '`') || c == ' ') {
         return vec![text.to_owned()];
     }
     let mut forms = vec![text.to_owned(), text.escape_debug().to_string()];
@@ -76,11 +78,12 @@ pub fn forms(text: &str) -> Vec<String> {
         for html_safe in [false, true] {
             for escape_slash in [false, true] {
                 for upper_hex in [false, true] {
-                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex }));
+                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, dotnet: false }));
                 }
             }
         }
     }
+    forms.push(json_escaped(text, Escaping { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, dotnet: true }));
     let mut seen = std::collections::HashSet::new();
     forms.retain(|form| seen.insert(form.clone()));
     forms
@@ -97,6 +100,8 @@ struct Escaping {
     escape_slash: bool,
     /// `\u00E4` rather than `\u00e4`.
     upper_hex: bool,
+    /// `"` `'` `+` and the backtick as `\uXXXX` as well (.NET's default `JavaScriptEncoder`).
+    dotnet: bool,
 }
 
 fn json_escaped(text: &str, how: Escaping) -> String {
@@ -107,6 +112,7 @@ fn json_escaped(text: &str, how: Escaping) -> String {
     };
     for c in text.chars() {
         match c {
+            '"' | '\'' | '+' | '`' if how.dotnet => unit(&mut out, c as u16),
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),

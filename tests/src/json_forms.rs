@@ -10,7 +10,9 @@
 //!   (the same plus `\/`): everything outside printable ASCII as `\uXXXX`, astral characters
 //!   as a surrogate pair;
 //! - Go's `encoding/json` default: also `<` `>` `&` U+2028 U+2029 as `\u003c` … `\u2029`;
-//! - upper-case hex digits (.NET's `System.Text.Json`, Jackson) for both of those.
+//! - upper-case hex digits (Jackson) for both of those;
+//! - .NET's `System.Text.Json` default (`JavaScriptEncoder.Default`): upper-case hex, everything
+//!   outside printable ASCII, `<` `>` `&`, and also `"` `'` `+` and the backtick as `\uXXXX`.
 
 /// What a given encoder escapes beyond the RFC's minimum.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,14 +25,16 @@ pub struct Encoder {
     pub escape_slash: bool,
     /// `\u00E4` rather than `\u00e4`.
     pub upper_hex: bool,
+    /// `"` `'` `+` and the backtick as `\uXXXX` too (.NET).
+    pub quotes_and_plus: bool,
 }
 
 impl Encoder {
-    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false };
-    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false };
-    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false };
-    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false };
-    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true };
+    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false };
+    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false };
+    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false, quotes_and_plus: false };
+    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false };
+    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, quotes_and_plus: true };
 
     /// Every encoder the scans know, with a name for messages.
     pub const ALL: [(&'static str, Encoder); 7] = [
@@ -55,6 +59,7 @@ impl Encoder {
         };
         for c in text.chars() {
             match c {
+                '"' | '\'' | '+' | '`' if self.quotes_and_plus => unit(&mut out, c as u16),
                 '"' => out.push_str("\\\""),
                 '\\' => out.push_str("\\\\"),
                 '\n' => out.push_str("\\n"),
@@ -121,6 +126,7 @@ mod tests {
         assert_eq!(Encoder::PHP.encode(text), "\\u00e4<\\/\\ud83d\\ude00");
         assert_eq!(Encoder::GO.encode(text), "\u{e4}\\u003c/\u{1F600}");
         assert_eq!(Encoder::DOTNET.encode(text), "\\u00E4\\u003C/\\uD83D\\uDE00");
+        assert_eq!(Encoder::DOTNET.encode("a\"b'c+d`e\\f"), "a\\u0022b\\u0027c\\u002Bd\\u0060e\\\\f");
         assert_eq!(every_form("plain").len(), 1);
     }
 }

@@ -178,8 +178,8 @@ impl Layer {
                 return None;
             }
         };
-        match file.metadata() {
-            Ok(meta) if meta.is_file() => {}
+        let size = match file.metadata() {
+            Ok(meta) if meta.is_file() => meta.len(),
             Ok(meta) if meta.is_dir() => return None,
             Ok(_) => {
                 self.problems.push(bad("is not a regular file"));
@@ -189,11 +189,17 @@ impl Layer {
                 self.problems.push(unreadable(source));
                 return None;
             }
-        }
-        let mut bytes = Vec::new();
-        // Through `take`: a plain read loop, without the size probe (another stat and a seek).
-        if let Err(source) = (&mut file).take(u64::MAX).read_to_end(&mut bytes) {
+        };
+        // No program can be given a longer value, and a stray large file (a backup, a log) must
+        // not become a needle of megabytes in every form: refused, by its size only.
+        let limit = crate::plan::MAX_ARG_STRLEN;
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(limit).min(limit) + 1);
+        if let Err(source) = (&mut file).take(limit as u64).read_to_end(&mut bytes) {
             self.problems.push(unreadable(source));
+            return None;
+        }
+        if bytes.len() >= limit {
+            self.problems.push(bad("is 128 KiB or larger, more than a program can be given"));
             return None;
         }
         let mut text = match String::from_utf8(bytes) {
