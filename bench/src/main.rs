@@ -60,7 +60,7 @@ fn main() -> anyhow::Result<()> {
         eprintln!("fediversity-bench: running {bench:?}");
         tables.push(match bench {
             Bench::Startup => startup::run(&tools, if cli.quick { 3 } else { 300 })?,
-            Bench::Redaction => redaction::run(&tools, if cli.quick { 4 << 20 } else { 1 << 30 }, if cli.quick { 1 } else { 3 })?,
+            Bench::Redaction => redaction::run(&tools, if cli.quick { 4 << 20 } else { 1 << 30 }, if cli.quick { 1 } else { 5 })?,
             Bench::BootstrapRerun => bootstrap::noop_rerun(&tools, if cli.quick { [5, 12] } else { [5, 500] }, if cli.quick { 1 } else { 7 })?,
             Bench::BootstrapCold => bootstrap::cold(&tools, 5, if cli.quick { 1 } else { 5 })?,
             Bench::Events => events::run(&tools, if cli.quick { 2_000_000 } else { 100_000_000 }, if cli.quick { 1 } else { 11 })?,

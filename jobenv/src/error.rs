@@ -150,6 +150,8 @@ pub enum Problem {
     BadSecretFile { path: PathBuf, reason: &'static str },
     #[error("{}:{line}: {reason}", path.display())]
     BadEnvFileLine { path: PathBuf, line: usize, reason: &'static str },
+    #[error("secrets env file {} {reason}", path.display())]
+    BadEnvFile { path: PathBuf, reason: &'static str },
     #[error("{set} is set but {missing} is not: progress events need both")]
     EventsHalfConfigured { set: &'static str, missing: &'static str },
     #[error("{origin} sets {}, which must come from a secrets directory or a secrets env file", name(key))]

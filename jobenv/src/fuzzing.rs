@@ -122,7 +122,9 @@ pub fn escaped_redaction(data: &[u8]) {
     if secret.len() < crate::plan::MIN_SECRET_LEN {
         return;
     }
-    let spelled = json_spelling(secret, how);
+    // Bit 64: as Rust's `Debug` prints it (inside its quotes); otherwise a JSON spelling.
+    let debug = format!("{secret:?}");
+    let spelled = if how & 64 != 0 { debug[1..debug.len() - 1].to_owned() } else { json_spelling(secret, how) };
     let mut warnings = Vec::new();
     let needles = crate::plan::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
     // The secret's spelling in the middle of the rest of the input, written in pieces.
@@ -142,10 +144,16 @@ pub fn escaped_redaction(data: &[u8]) {
 /// `text` inside a JSON string as an encoder chosen by the bits of `how` writes it: `\uXXXX` for
 /// everything outside printable ASCII (Python, PHP, .NET; astral characters as surrogate pairs),
 /// for `<`, `>`, `&`, U+2028 and U+2029 (Go, .NET), `\/` for `/` (PHP), upper-case hex (.NET);
-/// with bit 16, .NET's default exactly (which also writes `"` `'` `+` and the backtick as `\u`).
+/// with bit 16, .NET's default exactly (which also writes `"` `'` `+` and the backtick as `\u`);
+/// with bit 32, Gson's default (`<` `>` `&` `=` `'` as `\u`, lower-case, non-ASCII as it is).
 fn json_spelling(text: &str, how: u8) -> String {
+    let gson = how & 32 != 0 && how & 16 == 0;
     let dotnet = how & 16 != 0;
-    let (ascii, html, slash, upper) = (dotnet || how & 1 != 0, dotnet || how & 2 != 0, !dotnet && how & 4 != 0, dotnet || how & 8 != 0);
+    let (ascii, html, slash, upper) = if gson {
+        (false, true, false, false)
+    } else {
+        (dotnet || how & 1 != 0, dotnet || how & 2 != 0, !dotnet && how & 4 != 0, dotnet || how & 8 != 0)
+    };
     let mut out = String::new();
     let unit = |out: &mut String, unit: u16| {
         out.push_str(&if upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
@@ -153,6 +161,7 @@ fn json_spelling(text: &str, how: u8) -> String {
     for c in text.chars() {
         match c {
             '"' | '\'' | '+' | '`' if dotnet => unit(&mut out, c as u16),
+            '=' | '\'' if gson => unit(&mut out, c as u16),
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),

@@ -113,9 +113,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
     if problems.is_empty() { Ok(plan) } else { Err(problems) }
 }
 
-/// The kernel's limit for one string of argv or the environment, its NUL included
-/// (`MAX_ARG_STRLEN`, 32 pages).
-pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+pub use crate::input::MAX_ARG_STRLEN;
 
 /// How many bytes of argv and environment jobenv lets a program have under the stack limit
 /// `stack` (the soft `RLIMIT_STACK`). exec refuses more than a quarter of the stack limit, at

@@ -340,6 +340,40 @@ fn a_secrets_env_file_line_that_is_not_key_value_is_named_by_line_not_content() 
 }
 
 #[test]
+fn a_secrets_env_file_with_an_oversized_value_or_size_is_refused_without_its_text() {
+    let mut case = Case::new();
+    case.f.declare("TF_VAR_ok", None);
+    let env_file = case.f.path().join("secrets.env");
+    // Positive control: the file is read and the job runs.
+    std::fs::write(&env_file, "TF_VAR_ok=fine-value\n").unwrap();
+    case.run(&Case::payload()).env("JOBENV_SECRETS_ENV_FILES", &env_file).expect_success().run();
+    std::fs::remove_file(&case.started).unwrap();
+    // A value no program could be given is refused by its line, before it becomes a needle.
+    std::fs::write(&env_file, format!("TF_VAR_ok=fine-value\nTF_VAR_big={SECRET}{}\n", "x".repeat(128 * 1024))).unwrap();
+    let run = case.run(&Case::payload()).env("JOBENV_SECRETS_ENV_FILES", &env_file);
+    case.rejected(run, &format!("{}:2: has a value of 128 KiB or more", env_file.display()));
+    // A file of 1 MiB or more is not read at all.
+    std::fs::write(&env_file, format!("TF_VAR_ok={SECRET}\n{}", "# padding\n".repeat(110_000))).unwrap();
+    let run = case.run(&Case::payload()).env("JOBENV_SECRETS_ENV_FILES", &env_file);
+    case.rejected(run, &format!("secrets env file {} is 1 MiB or larger", env_file.display()));
+}
+
+#[test]
+fn a_link_to_a_fifo_inside_the_secrets_directory_is_refused_without_waiting() {
+    let case = Case::new();
+    let fifo = case.f.secrets_dir().join("pipe-target");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+    let link = case.f.secrets_dir().join("DOMAIN");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    case.rejected(case.run(&Case::payload()), &format!("secret file {} is not a regular file", link.display()));
+    // Positive control: a link to a regular file inside the directory is read.
+    std::fs::remove_file(&link).unwrap();
+    std::fs::write(case.f.secrets_dir().join("domain-target"), "example.org").unwrap();
+    std::os::unix::fs::symlink(case.f.secrets_dir().join("domain-target"), &link).unwrap();
+    case.run(&Case::payload()).expect_success().run();
+}
+
+#[test]
 fn status_refuses_a_job_id_that_is_a_path() {
     let case = Case::new();
     std::fs::write(case.f.path().join("outside.json"), "{}").unwrap();

@@ -229,6 +229,29 @@ for name, form in [("python", python), ("go", go), ("php", php), ("dotnet", dotn
 }
 
 #[test]
+fn a_secret_printed_by_rusts_debug_or_gson_is_redacted() {
+    // A decomposed accent and an apostrophe: Rust's `{:?}` writes `\u{301}` and leaves `'`
+    // alone; Gson writes `=` and `'` as `\u003d` `\u0027` and leaves non-ASCII as it is.
+    const SECRET: &str = "cafe\u{301}-pa'ss-QUJD==";
+    let debug = format!("{SECRET:?}");
+    let gson = format!("\"{}\"", SECRET.replace('=', "\\u003d").replace('\'', "\\u0027"));
+    let printed = format!("debug: {debug}\ngson: {gson}\n");
+    let mut f = Fixture::new();
+    let file = f.path().join("printed");
+    std::fs::write(&file, &printed).unwrap();
+    f.program("web", "apply", &format!("cat {}", file.display()));
+    f.declare("API_TOKEN", None).secret("API_TOKEN", SECRET);
+    let (stdout, _) = run(&f);
+    assert_eq!(String::from_utf8_lossy(&stdout), "debug: \"[REDACTED]\"\ngson: \"[REDACTED]\"\n");
+    // Positive control: the spellings differ from the secret and from each other, and pass
+    // unchanged when no secret is configured.
+    assert!(!printed.contains(SECRET) && debug != gson, "{printed}");
+    let mut plain = Fixture::new();
+    plain.program("web", "apply", &format!("cat {}", file.display()));
+    assert_eq!(String::from_utf8_lossy(&run(&plain).0), printed);
+}
+
+#[test]
 fn a_secret_of_exactly_four_bytes_is_redacted_and_draws_no_warning() {
     let mut f = Fixture::new();
     f.program("web", "apply", r#"echo "pin=$PIN"; echo "short=$SHORT""#).declare("PIN", None).secret("PIN", "4b!t").declare("SHORT", None).secret("SHORT", "3b!");

@@ -12,8 +12,9 @@
 //! `\uXXXX`, astral characters as a surrogate pair, PHP also `\/`); as Go's `encoding/json` does
 //! (`\u003c \u003e \u0026 \u2028 \u2029`); with `\/` for `/`; with upper-case hex digits
 //! (Jackson); as .NET's `System.Text.Json` does by default (upper-case hex, and `"` `'` `+` and
-//! the backtick as `\uXXXX` too: a base64 key's `+` becomes `\u002B`); and as Rust's `Debug`
-//! prints it.
+//! the backtick as `\uXXXX` too: a base64 key's `+` becomes `\u002B`); as Gson does by default
+//! (also `=` and `'`: a base64 key's padding becomes `\u003d`); and as Rust's `Debug` and
+//! `str::escape_debug` print it.
 
 use std::fmt;
 
@@ -70,20 +71,30 @@ impl fmt::Debug for Secret {
 /// the raw text first, without duplicates.
 pub fn forms(text: &str) -> Vec<String> {
     // Most secrets (tokens, keys) hold nothing any encoder escapes: one form.
-    if text.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '/' | '<' | '>' | '&' | '\'' | '+' | '`') || c == ' ') {
+    if text.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '/' | '<' | '>' | '&' | '\'' | '+' | '`' | '=') || c == ' ') {
         return vec![text.to_owned()];
     }
-    let mut forms = vec![text.to_owned(), text.escape_debug().to_string()];
+    every_form(text)
+}
+
+fn every_form(text: &str) -> Vec<String> {
+    // What `{:?}` prints inside its quotes (it leaves `'` alone, and escapes a combining mark
+    // anywhere), and `str::escape_debug`, which differs from it in both.
+    let debug = format!("{text:?}");
+    let debug = debug[1..debug.len() - 1].to_owned();
+    let mut forms = vec![text.to_owned(), debug, text.escape_debug().to_string()];
     for ascii_only in [false, true] {
         for html_safe in [false, true] {
             for escape_slash in [false, true] {
                 for upper_hex in [false, true] {
-                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, dotnet: false }));
+                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, dotnet: false, gson: false }));
                 }
             }
         }
     }
-    forms.push(json_escaped(text, Escaping { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, dotnet: true }));
+    let none = Escaping { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, dotnet: false, gson: false };
+    forms.push(json_escaped(text, Escaping { ascii_only: true, html_safe: true, upper_hex: true, dotnet: true, ..none }));
+    forms.push(json_escaped(text, Escaping { html_safe: true, gson: true, ..none }));
     let mut seen = std::collections::HashSet::new();
     forms.retain(|form| seen.insert(form.clone()));
     forms
@@ -102,6 +113,8 @@ struct Escaping {
     upper_hex: bool,
     /// `"` `'` `+` and the backtick as `\uXXXX` as well (.NET's default `JavaScriptEncoder`).
     dotnet: bool,
+    /// `=` and `'` as `\uXXXX` as well (Gson's default, which is also `html_safe`).
+    gson: bool,
 }
 
 fn json_escaped(text: &str, how: Escaping) -> String {
@@ -113,6 +126,7 @@ fn json_escaped(text: &str, how: Escaping) -> String {
     for c in text.chars() {
         match c {
             '"' | '\'' | '+' | '`' if how.dotnet => unit(&mut out, c as u16),
+            '=' | '\'' if how.gson => unit(&mut out, c as u16),
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
@@ -178,6 +192,16 @@ mod tests {
     }
 
     #[test]
+    fn the_one_form_shortcut_is_taken_only_where_every_form_is_the_text() {
+        for c in (0u8..=0x7f).map(char::from).chain(['\u{e4}', '\u{2028}', '\u{1F600}', '\u{301}', '\u{200b}']) {
+            let text = format!("ab{c}cd");
+            assert_eq!(forms(&text), every_form(&text), "{c:?}");
+        }
+        // The shortcut is taken (a token has one form).
+        assert_eq!(forms("AbC-12_x.y"), ["AbC-12_x.y"]);
+    }
+
+    #[test]
     fn debug_hides_the_value() {
         let s = Secret::new("hunter2-very-secret");
         assert_eq!(format!("{s:?}"), "Secret([REDACTED])");
@@ -230,6 +254,22 @@ mod tests {
     fn rusts_debug_form() {
         let secret = "tab\there\u{7}";
         assert_eq!(scrubbed(&format!("{secret:?}"), secret), "\"[REDACTED]\"");
+        // `Debug` leaves `'` alone where `escape_debug` escapes it, and escapes a combining mark
+        // anywhere where `escape_debug` does so only at the start: both spellings are found.
+        for secret in ["it's-a\u{1}secret", "cafe\u{301}-password", "love\u{2764}\u{fe0f}-pass"] {
+            assert_eq!(scrubbed(&format!("{secret:?}"), secret), "\"[REDACTED]\"", "{secret:?}");
+            assert_eq!(scrubbed(&secret.escape_debug().to_string(), secret), "[REDACTED]", "{secret:?}");
+        }
+    }
+
+    #[test]
+    fn dotnet_and_gson_default_forms() {
+        // System.Text.Json's default encoder: `"` `'` `+` as \u, upper-case hex, non-ASCII escaped.
+        assert_eq!(scrubbed(r"k\u0022ey\u0027\u002B\u00E4==", "k\"ey'+\u{e4}=="), "[REDACTED]");
+        // Gson's default: `=` and `'` (and `<` `>` `&`) as \u, lower-case hex, non-ASCII raw.
+        assert_eq!(scrubbed(r"QUJD+\u003d\u003d\u0027\u003cä", "QUJD+=='<\u{e4}"), "[REDACTED]");
+        // Control: a base64 key's padding makes it take the slow path.
+        assert_eq!(forms("QUJDRA==").len(), 2);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! - Go's `encoding/json` default: also `<` `>` `&` U+2028 U+2029 as `\u003c` … `\u2029`;
 //! - upper-case hex digits (Jackson) for both of those;
 //! - .NET's `System.Text.Json` default (`JavaScriptEncoder.Default`): upper-case hex, everything
-//!   outside printable ASCII, `<` `>` `&`, and also `"` `'` `+` and the backtick as `\uXXXX`.
+//!   outside printable ASCII, `<` `>` `&`, and also `"` `'` `+` and the backtick as `\uXXXX`;
+//! - Gson's default: Go's escapes and also `=` and `'` as `\u003d` `\u0027`.
 
 /// What a given encoder escapes beyond the RFC's minimum.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,22 +28,26 @@ pub struct Encoder {
     pub upper_hex: bool,
     /// `"` `'` `+` and the backtick as `\uXXXX` too (.NET).
     pub quotes_and_plus: bool,
+    /// `=` and `'` as `\uXXXX` too (Gson).
+    pub equals_and_apostrophe: bool,
 }
 
 impl Encoder {
-    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false };
-    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false };
-    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false, quotes_and_plus: false };
-    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false };
-    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, quotes_and_plus: true };
+    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
+    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
+    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
+    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
+    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, quotes_and_plus: true, equals_and_apostrophe: false };
+    pub const GSON: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: true };
 
     /// Every encoder the scans know, with a name for messages.
-    pub const ALL: [(&'static str, Encoder); 7] = [
+    pub const ALL: [(&'static str, Encoder); 8] = [
         ("serde", Encoder::SERDE),
         ("python", Encoder::PYTHON),
         ("php", Encoder::PHP),
         ("go", Encoder::GO),
         ("dotnet", Encoder::DOTNET),
+        ("gson", Encoder::GSON),
         ("python, upper-case hex", Encoder { upper_hex: true, ..Encoder::PYTHON }),
         ("go, upper-case hex", Encoder { upper_hex: true, ..Encoder::GO }),
     ];
@@ -60,6 +65,7 @@ impl Encoder {
         for c in text.chars() {
             match c {
                 '"' | '\'' | '+' | '`' if self.quotes_and_plus => unit(&mut out, c as u16),
+                '=' | '\'' if self.equals_and_apostrophe => unit(&mut out, c as u16),
                 '"' => out.push_str("\\\""),
                 '\\' => out.push_str("\\\\"),
                 '\n' => out.push_str("\\n"),
@@ -98,9 +104,11 @@ pub fn encode_value(encoder: Encoder, value: &serde_json::Value) -> String {
     }
 }
 
-/// `text` in every known form, raw and Rust's `Debug` included, without duplicates.
+/// `text` in every known form, raw, Rust's `Debug` (inside its quotes) and `str::escape_debug`
+/// included, without duplicates.
 pub fn every_form(text: &str) -> Vec<String> {
-    let mut forms = vec![text.to_owned(), text.escape_debug().to_string()];
+    let debug = format!("{text:?}");
+    let mut forms = vec![text.to_owned(), debug[1..debug.len() - 1].to_owned(), text.escape_debug().to_string()];
     for (_, encoder) in Encoder::ALL {
         forms.push(encoder.encode(text));
     }
@@ -127,6 +135,7 @@ mod tests {
         assert_eq!(Encoder::GO.encode(text), "\u{e4}\\u003c/\u{1F600}");
         assert_eq!(Encoder::DOTNET.encode(text), "\\u00E4\\u003C/\\uD83D\\uDE00");
         assert_eq!(Encoder::DOTNET.encode("a\"b'c+d`e\\f"), "a\\u0022b\\u0027c\\u002Bd\\u0060e\\\\f");
+        assert_eq!(Encoder::GSON.encode("a=b'c<\u{e4}"), "a\\u003db\\u0027c\\u003c\u{e4}");
         assert_eq!(every_form("plain").len(), 1);
     }
 }

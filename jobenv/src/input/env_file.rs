@@ -22,7 +22,9 @@ pub fn parse_env_file(text: &str) -> Vec<EnvLine<'_>> {
         match line.split_once('=') {
             Some((key, value)) => {
                 let key = key.trim_end();
-                if is_variable_name(key) {
+                if value.len() >= super::MAX_ARG_STRLEN {
+                    out.push(Err((line_no, "has a value of 128 KiB or more, more than a program can be given")));
+                } else if is_variable_name(key) {
                     out.push(Ok((key, value, line_no)));
                 } else {
                     out.push(Err((line_no, "has an invalid variable name")));

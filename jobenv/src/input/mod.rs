@@ -107,6 +107,11 @@ pub struct Checked {
 /// How many characters of a value from a job an error shows, unless it says otherwise.
 pub const SHOWN_CHARS: usize = 64;
 
+/// The kernel's limit for one string of argv or the environment, its NUL included
+/// (`MAX_ARG_STRLEN`, 32 pages). No node secret may be this long: no program could be given it,
+/// and a stray large file must not become a needle of megabytes in every form.
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+
 /// A value from a job as an error quotes it: at most `max` characters, and `...` after the
 /// quote when it was cut. Errors go to the log, `result.json` and progress events: a megabyte
 /// of payload is not repeated there.

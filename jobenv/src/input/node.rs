@@ -59,6 +59,10 @@ pub fn load(files: &NodeFiles) -> Result<BTreeMap<String, NodeValue>, Vec<Proble
     if layer.problems.is_empty() { Ok(layer.values) } else { Err(layer.problems) }
 }
 
+/// A secrets env file of this size or more is refused (like a payload).
+const ENV_FILE_LIMIT: usize = 1 << 20;
+const NOT_REGULAR: &str = "is not a regular file";
+
 #[derive(Default)]
 struct Layer {
     values: BTreeMap<String, NodeValue>,
@@ -133,9 +137,17 @@ impl Layer {
                 }
             };
             match entry.file_name().into_string() {
-                // A link is followed only after a check of where it points (the file type comes
-                // with the directory listing; an unknown one is checked as a link would be).
-                Ok(name) if is_variable_name(&name) => names.push((name, entry.path(), entry.file_type().is_ok_and(|t| t.is_symlink()) || entry.file_type().is_err())),
+                // The file type comes with the directory listing: a link is followed only after
+                // a check of where it points (an unknown type is checked as a link would be),
+                // and a device, FIFO or socket is refused without being opened (opening one can
+                // have effects of its own).
+                Ok(name) if is_variable_name(&name) => match entry.file_type() {
+                    Ok(kind) if kind.is_dir() => {}
+                    Ok(kind) if !kind.is_file() && !kind.is_symlink() => {
+                        self.problems.push(Problem::BadSecretFile { path: entry.path(), reason: NOT_REGULAR });
+                    }
+                    kind => names.push((name, entry.path(), !kind.is_ok_and(|kind| kind.is_file()))),
+                },
                 _ => tracing::debug!("skipping {} in the secrets directory", entry.path().display()),
             }
         }
@@ -149,16 +161,18 @@ impl Layer {
     }
 
     /// One secret file. `link_dir`: the file is a link, which must point into this (canonical)
-    /// directory; a file that is not a link is opened without following one, so that one made
-    /// meanwhile is refused rather than followed.
+    /// directory. What is opened is never followed: a file that is not a link is opened as it
+    /// is, a link's checked target as that target, so a link made or changed meanwhile is
+    /// refused rather than followed somewhere else.
     fn read_secret_file(&mut self, path: &Path, link_dir: Option<&Path>) -> Option<String> {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
         let bad = |reason| Problem::BadSecretFile { path: path.to_owned(), reason };
         let unreadable = |source| Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source };
+        let mut open = path.to_owned();
         if let Some(dir) = link_dir {
             match path.canonicalize() {
-                Ok(target) if target.parent() == Some(dir) => {}
+                Ok(target) if target.parent() == Some(dir) => open = target,
                 Ok(_) => {
                     self.problems.push(bad("is a link that points outside its directory"));
                     return None;
@@ -168,10 +182,22 @@ impl Layer {
                     return None;
                 }
             }
+            match std::fs::symlink_metadata(&open) {
+                Ok(meta) if meta.is_dir() => return None,
+                Ok(meta) if !meta.is_file() => {
+                    self.problems.push(bad(NOT_REGULAR));
+                    return None;
+                }
+                Ok(_) => {}
+                Err(source) => {
+                    self.problems.push(unreadable(source));
+                    return None;
+                }
+            }
         }
-        // Non-blocking: a FIFO planted there must be refused as not a regular file, not hang.
-        let flags = nix::libc::O_NONBLOCK | if link_dir.is_some() { 0 } else { nix::libc::O_NOFOLLOW };
-        let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path) {
+        // Non-blocking: a FIFO put there meanwhile must be refused as not a regular file, not hang.
+        let flags = nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW;
+        let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(&open) {
             Ok(file) => file,
             Err(source) => {
                 self.problems.push(unreadable(source));
@@ -182,7 +208,7 @@ impl Layer {
             Ok(meta) if meta.is_file() => meta.len(),
             Ok(meta) if meta.is_dir() => return None,
             Ok(_) => {
-                self.problems.push(bad("is not a regular file"));
+                self.problems.push(bad(NOT_REGULAR));
                 return None;
             }
             Err(source) => {
@@ -192,7 +218,7 @@ impl Layer {
         };
         // No program can be given a longer value, and a stray large file (a backup, a log) must
         // not become a needle of megabytes in every form: refused, by its size only.
-        let limit = crate::plan::MAX_ARG_STRLEN;
+        let limit = super::MAX_ARG_STRLEN;
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(limit).min(limit) + 1);
         if let Err(source) = (&mut file).take(limit as u64).read_to_end(&mut bytes) {
             self.problems.push(unreadable(source));
@@ -218,7 +244,17 @@ impl Layer {
     /// `KEY=VALUE` lines; blank lines and `#` comments are ignored; an `export ` prefix is
     /// accepted. The value is everything after the first `=`, verbatim (no quote removal).
     fn env_file(&mut self, path: &Path) {
-        let text = match std::fs::read_to_string(path) {
+        use std::io::Read;
+        // Bounded, like the payload: a file this large is no list of secrets.
+        let read = std::fs::File::open(path).and_then(|file| {
+            let mut text = String::new();
+            file.take(ENV_FILE_LIMIT as u64).read_to_string(&mut text).map(|_| text)
+        });
+        let text = match read {
+            Ok(text) if text.len() >= ENV_FILE_LIMIT => {
+                self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: "is 1 MiB or larger" });
+                return;
+            }
             Ok(text) => text,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 self.problems.push(Problem::MissingFile { what: "secrets env file", path: path.to_owned() });
