@@ -152,6 +152,8 @@ pub enum Problem {
     BadEnvFileLine { path: PathBuf, line: usize, reason: &'static str },
     #[error("secrets env file {} {reason}", path.display())]
     BadEnvFile { path: PathBuf, reason: &'static str },
+    #[error("the node's secrets hold {total} bytes together, more than {limit}: each is redacted in every form it may be printed in")]
+    SecretsTooLarge { total: usize, limit: usize },
     #[error("{set} is set but {missing} is not: progress events need both")]
     EventsHalfConfigured { set: &'static str, missing: &'static str },
     #[error("{origin} sets {}, which must come from a secrets directory or a secrets env file", name(key))]

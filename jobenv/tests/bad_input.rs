@@ -359,6 +359,33 @@ fn a_secrets_env_file_with_an_oversized_value_or_size_is_refused_without_its_tex
 }
 
 #[test]
+fn a_secrets_env_file_that_is_a_fifo_is_refused_without_waiting() {
+    let case = Case::new();
+    let fifo = case.f.path().join("secrets.env");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+    let run = case.run(&Case::payload()).env("JOBENV_SECRETS_ENV_FILES", &fifo);
+    case.rejected(run, &format!("secrets env file {} is not a regular file", fifo.display()));
+}
+
+#[test]
+fn secrets_of_more_than_one_mebibyte_together_are_refused_by_their_size() {
+    let mut case = Case::new();
+    // Positive control: seven values of 120 KiB (840 KiB in all, each one within the kernel's
+    // limit) are read and the job runs.
+    for i in 0..7 {
+        case.f.declare(&format!("TF_VAR_part{i}"), None);
+        std::fs::write(case.f.secrets_dir().join(format!("TF_VAR_part{i}")), format!("{SECRET}{}", "x".repeat(120 * 1024))).unwrap();
+    }
+    case.run(&Case::payload()).expect_success().run();
+    std::fs::remove_file(&case.started).unwrap();
+    // Two more make 1.05 MiB: refused, naming only the sizes.
+    for i in 7..9 {
+        std::fs::write(case.f.secrets_dir().join(format!("TF_VAR_part{i}")), format!("{SECRET}{}", "x".repeat(120 * 1024))).unwrap();
+    }
+    case.rejected(case.run(&Case::payload()), "the node's secrets hold 1106");
+}
+
+#[test]
 fn a_link_to_a_fifo_inside_the_secrets_directory_is_refused_without_waiting() {
     let case = Case::new();
     let fifo = case.f.secrets_dir().join("pipe-target");

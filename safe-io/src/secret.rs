@@ -13,8 +13,9 @@
 //! (`\u003c \u003e \u0026 \u2028 \u2029`); with `\/` for `/`; with upper-case hex digits
 //! (Jackson); as .NET's `System.Text.Json` does by default (upper-case hex, and `"` `'` `+` and
 //! the backtick as `\uXXXX` too: a base64 key's `+` becomes `\u002B`); as Gson does by default
-//! (also `=` and `'`: a base64 key's padding becomes `\u003d`); and as Rust's `Debug` and
-//! `str::escape_debug` print it.
+//! (also `=` and `'`: a base64 key's padding becomes `\u003d`); with only U+2028 and U+2029
+//! escaped (Gson without HTML escaping) and U+0085 too (Json.NET's default); and as Rust's
+//! `Debug` and `str::escape_debug` print it.
 
 use std::fmt;
 
@@ -83,18 +84,22 @@ fn every_form(text: &str) -> Vec<String> {
     let debug = format!("{text:?}");
     let debug = debug[1..debug.len() - 1].to_owned();
     let mut forms = vec![text.to_owned(), debug, text.escape_debug().to_string()];
+    let none = Escaping { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, dotnet: false, gson: false, separators: false, nel: false };
     for ascii_only in [false, true] {
         for html_safe in [false, true] {
             for escape_slash in [false, true] {
                 for upper_hex in [false, true] {
-                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, dotnet: false, gson: false }));
+                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, ..none }));
                 }
             }
         }
     }
-    let none = Escaping { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, dotnet: false, gson: false };
     forms.push(json_escaped(text, Escaping { ascii_only: true, html_safe: true, upper_hex: true, dotnet: true, ..none }));
     forms.push(json_escaped(text, Escaping { html_safe: true, gson: true, ..none }));
+    // Only U+2028 and U+2029 escaped (Gson without HTML escaping), and U+0085 too (Json.NET's
+    // default): the same as the minimal form for any secret without them.
+    forms.push(json_escaped(text, Escaping { separators: true, ..none }));
+    forms.push(json_escaped(text, Escaping { separators: true, nel: true, ..none }));
     let mut seen = std::collections::HashSet::new();
     forms.retain(|form| seen.insert(form.clone()));
     forms
@@ -115,6 +120,10 @@ struct Escaping {
     dotnet: bool,
     /// `=` and `'` as `\uXXXX` as well (Gson's default, which is also `html_safe`).
     gson: bool,
+    /// U+2028 and U+2029 as `\uXXXX` (Gson without HTML escaping, Json.NET).
+    separators: bool,
+    /// U+0085 as `\u0085` (Json.NET).
+    nel: bool,
 }
 
 fn json_escaped(text: &str, how: Escaping) -> String {
@@ -127,6 +136,8 @@ fn json_escaped(text: &str, how: Escaping) -> String {
         match c {
             '"' | '\'' | '+' | '`' if how.dotnet => unit(&mut out, c as u16),
             '=' | '\'' if how.gson => unit(&mut out, c as u16),
+            '\u{2028}' | '\u{2029}' if how.separators => unit(&mut out, c as u16),
+            '\u{85}' if how.nel => unit(&mut out, c as u16),
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
@@ -268,6 +279,11 @@ mod tests {
         assert_eq!(scrubbed(r"k\u0022ey\u0027\u002B\u00E4==", "k\"ey'+\u{e4}=="), "[REDACTED]");
         // Gson's default: `=` and `'` (and `<` `>` `&`) as \u, lower-case hex, non-ASCII raw.
         assert_eq!(scrubbed(r"QUJD+\u003d\u003d\u0027\u003cä", "QUJD+=='<\u{e4}"), "[REDACTED]");
+        // Json.NET's default escapes only U+0085, U+2028 and U+2029; Gson without HTML escaping
+        // only the last two.
+        assert_eq!(scrubbed(r"p\u00e4\u0085ssword", "p\u{e4}\u{85}ssword"), "[REDACTED]");
+        assert_eq!(scrubbed("p\u{e4}\\u0085ssword", "p\u{e4}\u{85}ssword"), "[REDACTED]");
+        assert_eq!(scrubbed("pass<\\u2028w\u{e4}rd", "pass<\u{2028}w\u{e4}rd"), "[REDACTED]");
         // Control: a base64 key's padding makes it take the slow path.
         assert_eq!(forms("QUJDRA==").len(), 2);
     }

@@ -13,7 +13,8 @@
 //! - upper-case hex digits (Jackson) for both of those;
 //! - .NET's `System.Text.Json` default (`JavaScriptEncoder.Default`): upper-case hex, everything
 //!   outside printable ASCII, `<` `>` `&`, and also `"` `'` `+` and the backtick as `\uXXXX`;
-//! - Gson's default: Go's escapes and also `=` and `'` as `\u003d` `\u0027`.
+//! - Gson's default: Go's escapes and also `=` and `'` as `\u003d` `\u0027`; Gson without HTML
+//!   escaping: only U+2028 and U+2029; Json.NET's default: those and U+0085.
 
 /// What a given encoder escapes beyond the RFC's minimum.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,24 +31,33 @@ pub struct Encoder {
     pub quotes_and_plus: bool,
     /// `=` and `'` as `\uXXXX` too (Gson).
     pub equals_and_apostrophe: bool,
+    /// U+2028 and U+2029 as `\uXXXX` (Gson without HTML escaping, Json.NET).
+    pub line_separators: bool,
+    /// U+0085 as `\u0085` (Json.NET).
+    pub next_line: bool,
 }
 
 impl Encoder {
-    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
-    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
-    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
-    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false };
-    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, quotes_and_plus: true, equals_and_apostrophe: false };
-    pub const GSON: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: true };
+    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
+    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
+    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
+    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
+    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, quotes_and_plus: true, equals_and_apostrophe: false, line_separators: false, next_line: false };
+    pub const GSON: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: true, line_separators: false, next_line: false };
+
+    pub const JSON_NET: Encoder = Encoder { line_separators: true, next_line: true, ..Encoder::SERDE };
+    pub const GSON_NO_HTML: Encoder = Encoder { line_separators: true, ..Encoder::SERDE };
 
     /// Every encoder the scans know, with a name for messages.
-    pub const ALL: [(&'static str, Encoder); 8] = [
+    pub const ALL: [(&'static str, Encoder); 10] = [
         ("serde", Encoder::SERDE),
         ("python", Encoder::PYTHON),
         ("php", Encoder::PHP),
         ("go", Encoder::GO),
         ("dotnet", Encoder::DOTNET),
         ("gson", Encoder::GSON),
+        ("json.net", Encoder::JSON_NET),
+        ("gson without html escaping", Encoder::GSON_NO_HTML),
         ("python, upper-case hex", Encoder { upper_hex: true, ..Encoder::PYTHON }),
         ("go, upper-case hex", Encoder { upper_hex: true, ..Encoder::GO }),
     ];
@@ -66,6 +76,8 @@ impl Encoder {
             match c {
                 '"' | '\'' | '+' | '`' if self.quotes_and_plus => unit(&mut out, c as u16),
                 '=' | '\'' if self.equals_and_apostrophe => unit(&mut out, c as u16),
+                '\u{2028}' | '\u{2029}' if self.line_separators => unit(&mut out, c as u16),
+                '\u{85}' if self.next_line => unit(&mut out, c as u16),
                 '"' => out.push_str("\\\""),
                 '\\' => out.push_str("\\\\"),
                 '\n' => out.push_str("\\n"),
@@ -136,6 +148,8 @@ mod tests {
         assert_eq!(Encoder::DOTNET.encode(text), "\\u00E4\\u003C/\\uD83D\\uDE00");
         assert_eq!(Encoder::DOTNET.encode("a\"b'c+d`e\\f"), "a\\u0022b\\u0027c\\u002Bd\\u0060e\\\\f");
         assert_eq!(Encoder::GSON.encode("a=b'c<\u{e4}"), "a\\u003db\\u0027c\\u003c\u{e4}");
+        assert_eq!(Encoder::JSON_NET.encode("<\u{e4}\u{85}\u{2028}"), "<\u{e4}\\u0085\\u2028");
+        assert_eq!(Encoder::GSON_NO_HTML.encode("<\u{85}\u{2029}"), "<\u{85}\\u2029");
         assert_eq!(every_form("plain").len(), 1);
     }
 }

@@ -56,11 +56,19 @@ pub fn load(files: &NodeFiles) -> Result<BTreeMap<String, NodeValue>, Vec<Proble
     for file in &files.secrets_env_files {
         layer.env_file(file);
     }
+    // Each secret becomes redaction needles in every form it may be printed in: the total is
+    // bounded, not only each value (24 values of 127 KiB would be gigabytes of automaton).
+    let total: usize = layer.values.values().filter(|v| v.secret).map(|v| v.value.len()).sum();
+    if total > SECRETS_LIMIT {
+        layer.problems.push(Problem::SecretsTooLarge { total, limit: SECRETS_LIMIT });
+    }
     if layer.problems.is_empty() { Ok(layer.values) } else { Err(layer.problems) }
 }
 
 /// A secrets env file of this size or more is refused (like a payload).
 const ENV_FILE_LIMIT: usize = 1 << 20;
+/// The most bytes all of a node's secrets may hold together.
+const SECRETS_LIMIT: usize = 1 << 20;
 const NOT_REGULAR: &str = "is not a regular file";
 
 #[derive(Default)]
@@ -245,17 +253,34 @@ impl Layer {
     /// accepted. The value is everything after the first `=`, verbatim (no quote removal).
     fn env_file(&mut self, path: &Path) {
         use std::io::Read;
-        // Bounded, like the payload: a file this large is no list of secrets.
-        let read = std::fs::File::open(path).and_then(|file| {
-            let mut text = String::new();
-            file.take(ENV_FILE_LIMIT as u64).read_to_string(&mut text).map(|_| text)
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking and a regular file only, like a secret file (a FIFO must not hang the
+        // job); bounded, like the payload: a file this large is no list of secrets.
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path);
+        let read = file.and_then(|file| {
+            let regular = file.metadata()?.is_file();
+            let mut bytes = Vec::new();
+            if regular {
+                file.take(ENV_FILE_LIMIT as u64).read_to_end(&mut bytes)?;
+            }
+            Ok((regular, bytes))
         });
         let text = match read {
-            Ok(text) if text.len() >= ENV_FILE_LIMIT => {
+            Ok((false, _)) => {
+                self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: NOT_REGULAR });
+                return;
+            }
+            Ok((true, bytes)) if bytes.len() >= ENV_FILE_LIMIT => {
                 self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: "is 1 MiB or larger" });
                 return;
             }
-            Ok(text) => text,
+            Ok((true, bytes)) => match String::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(_) => {
+                    self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: "is not UTF-8" });
+                    return;
+                }
+            },
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 self.problems.push(Problem::MissingFile { what: "secrets env file", path: path.to_owned() });
                 return;
