@@ -19,8 +19,10 @@ use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
 
 pub const MARKER: &[u8] = b"[REDACTED]";
 
-/// Secrets per searcher (see [`Engine::searches`]).
+/// Beginnings per searcher (see [`Engine::searches`]).
 const GROUP: usize = 64;
+/// How many bytes of each secret the searchers look for (see [`Engine::searches`]).
+const PREFIX: usize = 4;
 
 /// Cloning is cheap (the search automaton is shared) and gives a redactor with fresh state,
 /// one per output stream.
@@ -37,12 +39,19 @@ pub struct Redactor {
 }
 
 struct Engine {
-    /// Leftmost-longest search, restarted one byte after each match start, enumerates every
-    /// start position that has an occurrence together with its longest occurrence: the union
-    /// of those is the union of all occurrences, overlaps included. The secrets are split into
-    /// groups of at most [`GROUP`]: a searcher that small gets aho-corasick's SIMD prefilter,
-    /// which skips the bytes that cannot start a match, where one searcher for a hundred
-    /// secrets has to walk its automaton over every byte (measured: see BENCHMARKS.md).
+    /// The searchers look for where a secret may begin, not for the secrets themselves: for
+    /// the distinct first [`PREFIX`] bytes of the secrets (all of a secret when it is shorter
+    /// than that, in which case every secret is cut to the shortest one's length). A secret's
+    /// escaped forms mostly begin alike, so a node's 100 secrets in all their forms (337
+    /// needles) have about 150 beginnings: three searchers to scan every byte instead of six.
+    /// At each position found, [`Engine::longest_at`] tells the longest secret that starts
+    /// there.
+    ///
+    /// Each searcher holds at most [`GROUP`] beginnings: a searcher that small gets
+    /// aho-corasick's SIMD prefilter, which skips the bytes that cannot start a match, where
+    /// one searcher for a hundred patterns has to walk its automaton over every byte
+    /// (measured: see BENCHMARKS.md). A search restarted one byte after each position found
+    /// enumerates every position where some secret begins.
     searches: Vec<AhoCorasick>,
     /// Every secret, sorted: whether a tail is a proper prefix of one is a binary search (a set
     /// of every prefix would cost an allocation per byte of every secret at each start).
@@ -57,31 +66,35 @@ impl Redactor {
         Self::with_group_size(secrets, GROUP)
     }
 
-    /// As [`new`](Self::new), with `group` secrets per searcher: lets the property tests and
+    /// As [`new`](Self::new), with `group` beginnings per searcher: lets the property tests and
     /// the fuzzer exercise the merge across searchers with a handful of secrets.
     #[doc(hidden)]
     pub fn with_group_size<S: AsRef<[u8]>>(secrets: &[S], group: usize) -> Self {
         let secrets: Vec<&[u8]> = secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()).collect();
         let engine = (!secrets.is_empty()).then(|| {
-            let searches = secrets
+            let mut sorted: Vec<Vec<u8>> = secrets.iter().map(|s| s.to_vec()).collect();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let cut = sorted.iter().map(Vec::len).min().unwrap_or(0).min(PREFIX);
+            let mut beginnings: Vec<&[u8]> = sorted.iter().map(|secret| &secret[..cut]).collect();
+            beginnings.dedup();
+            let searches = beginnings
                 .chunks(group.max(1))
                 .map(|group| {
-                    // A contiguous NFA: a fraction of a DFA's build time and memory for a few
-                    // hundred needles, and the search speed is the prefilter's either way.
+                    // A contiguous NFA: a fraction of a DFA's build time and memory, and the
+                    // search speed is the prefilter's either way.
                     AhoCorasick::builder()
-                        .match_kind(MatchKind::LeftmostLongest)
+                        .match_kind(MatchKind::LeftmostFirst)
                         .kind(Some(AhoCorasickKind::ContiguousNFA))
                         .build(group)
                         .expect("a few dozen short literals always build")
                 })
                 .collect();
             let mut first_bytes = [false; 256];
-            for secret in &secrets {
+            for secret in &sorted {
                 first_bytes[secret[0] as usize] = true;
             }
-            let mut sorted: Vec<Vec<u8>> = secrets.iter().map(|s| s.to_vec()).collect();
-            sorted.sort_unstable();
-            let longest = secrets.iter().map(|s| s.len()).max().unwrap_or(0);
+            let longest = sorted.iter().map(Vec::len).max().unwrap_or(0);
             Arc::new(Engine { searches, sorted, first_bytes, longest })
         });
         Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
@@ -137,7 +150,9 @@ impl Redactor {
             let mut from = 0;
             while from < buf.len() {
                 let Some(m) = search.find(Input::new(buf).span(from..buf.len())) else { break };
-                found.push((m.start(), m.end()));
+                if let Some(len) = engine.longest_at(&buf[m.start()..]) {
+                    found.push((m.start(), m.start() + len));
+                }
                 from = m.start() + 1;
             }
         }
@@ -185,6 +200,29 @@ impl Redactor {
 }
 
 impl Engine {
+    /// The length of the longest secret that `rest` starts with. The secrets that start with
+    /// `rest[..depth]` are consecutive in sorted order, the one of exactly `depth` bytes (if
+    /// any) first: narrowing them down one byte of `rest` at a time costs two binary searches
+    /// per byte, however many secrets share a beginning (the tokens of one vault all start
+    /// with `hvs.`).
+    fn longest_at(&self, rest: &[u8]) -> Option<usize> {
+        let mut longest = None;
+        let mut here: &[Vec<u8>] = &self.sorted;
+        for (depth, &byte) in rest.iter().enumerate() {
+            if here.first().is_some_and(|secret| secret.len() == depth) {
+                longest = Some(depth);
+            }
+            let from = here.partition_point(|secret| secret.len() <= depth || secret[depth] < byte);
+            let to = here.partition_point(|secret| secret.len() <= depth || secret[depth] <= byte);
+            if from == to {
+                return longest;
+            }
+            here = &here[from..to];
+        }
+        // `rest` is used up: a secret of exactly its length may still be among `here`.
+        if here.first().is_some_and(|secret| secret.len() == rest.len()) { Some(rest.len()) } else { longest }
+    }
+
     /// The smallest position whose suffix is a proper prefix of some secret: from there on, a
     /// secret may still be completed by the next chunk. Only the last `longest - 1` positions
     /// can qualify. Returns `buf.len()` when nothing needs holding back.
@@ -310,6 +348,16 @@ mod tests {
     fn covered_bytes_that_are_held_stay_covered() {
         // "abcd" is complete, but "abcdxyz1" could still follow: "abcd" is held covered.
         every_split(&["abcd", "abcdxyz1", "bcdq"], b"abcdxyz abcdxyz1 abcdq");
+    }
+
+    #[test]
+    fn secrets_sharing_a_beginning_are_told_apart_in_full() {
+        // One searcher pattern, "hvs.", for all four; the longest that starts at each place wins.
+        let secrets = ["hvs.", "hvs.abcd", "hvs.abcdef", "hvs.abzz"];
+        assert_eq!(redact_all(&secrets, b"hvs.abcde hvs.ab"), b"[REDACTED]e [REDACTED]ab");
+        every_split(&secrets, b"hvs.abcde hvs.abcdef hvs.abz hvs.hvs.abzz");
+        // A one-byte secret makes every beginning one byte long.
+        every_split(&["hvs.abcd", "q", "hvs.xyz"], b"qhvs.abcq hvs.xyzq");
     }
 
     #[test]
