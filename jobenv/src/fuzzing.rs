@@ -202,7 +202,7 @@ pub fn redactor(data: &[u8]) {
     let mut cuts: Vec<usize> = cut_bytes.iter().map(|&b| usize::from(b) * input.len() / 255).collect();
     cuts.sort_unstable();
 
-    // One searcher per secret or all in one: the merge across searchers is fuzzed too.
+    // One to four beginnings per searcher: the merge across searchers is fuzzed too.
     let mut redactor = Redactor::with_group_size(&secrets, usize::from(count / 4 % 4) + 1);
     let mut out = Vec::new();
     let mut start = 0;

@@ -14,7 +14,7 @@ fn stream(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize]) -> Vec<u8> {
     stream_grouped(secrets, input, cuts, usize::MAX)
 }
 
-/// With `group` secrets per searcher (the production size is 64; small groups exercise the
+/// With `group` beginnings per searcher (the production size is 64; small groups exercise the
 /// merge of matches found by different searchers).
 fn stream_grouped(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
     let mut redactor = Redactor::with_group_size(secrets, group);

@@ -13,6 +13,7 @@
 //! - only bytes that could still be the start of a secret are held back (at most the longest
 //!   secret minus one byte), and never released on a timer: the rest goes out at once.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
@@ -22,7 +23,7 @@ pub const MARKER: &[u8] = b"[REDACTED]";
 /// Beginnings per searcher (see [`Engine::searches`]).
 const GROUP: usize = 64;
 /// How many bytes of each secret the searchers look for (see [`Engine::searches`]).
-const PREFIX: usize = 4;
+const PREFIX: usize = 6;
 
 /// Cloning is cheap (the search automaton is shared) and gives a redactor with fresh state,
 /// one per output stream.
@@ -43,16 +44,25 @@ struct Engine {
     /// the distinct first [`PREFIX`] bytes of the secrets (all of a secret when it is shorter
     /// than that, in which case every secret is cut to the shortest one's length). A secret's
     /// escaped forms mostly begin alike, so a node's 100 secrets in all their forms (337
-    /// needles) have about 150 beginnings: three searchers to scan every byte instead of six.
+    /// needles) have about 175 beginnings: three searchers to scan every byte instead of six.
+    /// Six bytes, not fewer: a public start shared by secrets (`-----BEGIN`, `hvs.`) is then
+    /// less often a beginning, and output full of it less often stops the search.
     /// At each position found, [`Engine::longest_at`] tells the longest secret that starts
-    /// there.
+    /// there, among the secrets with that beginning.
     ///
     /// Each searcher holds at most [`GROUP`] beginnings: a searcher that small gets
     /// aho-corasick's SIMD prefilter, which skips the bytes that cannot start a match, where
     /// one searcher for a hundred patterns has to walk its automaton over every byte
     /// (measured: see BENCHMARKS.md). A search restarted one byte after each position found
-    /// enumerates every position where some secret begins.
+    /// reports every position where some secret begins (aho-corasick's overlapping search
+    /// would, but without the SIMD prefilter).
     searches: Vec<AhoCorasick>,
+    /// Beginnings per searcher: the beginning a searcher's pattern stands for is numbered
+    /// `searcher * group + pattern`.
+    group: usize,
+    /// For each beginning, the secrets that start with it: a range of `sorted`, where they are
+    /// consecutive.
+    starting_with: Vec<Range<usize>>,
     /// Every secret, sorted: whether a tail is a proper prefix of one is a binary search (a set
     /// of every prefix would cost an allocation per byte of every secret at each start).
     sorted: Vec<Vec<u8>>,
@@ -76,8 +86,17 @@ impl Redactor {
             sorted.sort_unstable();
             sorted.dedup();
             let cut = sorted.iter().map(Vec::len).min().unwrap_or(0).min(PREFIX);
-            let mut beginnings: Vec<&[u8]> = sorted.iter().map(|secret| &secret[..cut]).collect();
-            beginnings.dedup();
+            let mut beginnings: Vec<&[u8]> = Vec::new();
+            let mut starting_with: Vec<Range<usize>> = Vec::new();
+            for (i, secret) in sorted.iter().enumerate() {
+                match starting_with.last_mut() {
+                    Some(range) if beginnings.last() == Some(&&secret[..cut]) => range.end = i + 1,
+                    _ => {
+                        beginnings.push(&secret[..cut]);
+                        starting_with.push(i..i + 1);
+                    }
+                }
+            }
             let searches = beginnings
                 .chunks(group.max(1))
                 .map(|group| {
@@ -95,7 +114,7 @@ impl Redactor {
                 first_bytes[secret[0] as usize] = true;
             }
             let longest = sorted.iter().map(Vec::len).max().unwrap_or(0);
-            Arc::new(Engine { searches, sorted, first_bytes, longest })
+            Arc::new(Engine { searches, group: group.max(1), starting_with, sorted, first_bytes, longest })
         });
         Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
     }
@@ -146,14 +165,14 @@ impl Redactor {
         if self.held_covered > 0 {
             found.push((0, self.held_covered));
         }
-        for search in &engine.searches {
+        for (searcher, search) in engine.searches.iter().enumerate() {
             let mut from = 0;
-            while from < buf.len() {
-                let Some(m) = search.find(Input::new(buf).span(from..buf.len())) else { break };
-                if let Some(len) = engine.longest_at(&buf[m.start()..]) {
-                    found.push((m.start(), m.start() + len));
+            while let Some(hit) = search.find(Input::new(buf).span(from..buf.len())) {
+                let beginning = searcher * engine.group + hit.pattern().as_usize();
+                if let Some(len) = engine.longest_at(&buf[hit.start()..], beginning) {
+                    found.push((hit.start(), hit.start() + len));
                 }
-                from = m.start() + 1;
+                from = hit.start() + 1;
             }
         }
         if engine.searches.len() > 1 {
@@ -200,27 +219,31 @@ impl Redactor {
 }
 
 impl Engine {
-    /// The length of the longest secret that `rest` starts with. The secrets that start with
-    /// `rest[..depth]` are consecutive in sorted order, the one of exactly `depth` bytes (if
-    /// any) first: narrowing them down one byte of `rest` at a time costs two binary searches
-    /// per byte, however many secrets share a beginning (the tokens of one vault all start
-    /// with `hvs.`).
-    fn longest_at(&self, rest: &[u8]) -> Option<usize> {
+    /// The length of the longest secret with the given beginning that `rest` starts with.
+    /// Secrets that start alike are consecutive in sorted order, and all of them start with what
+    /// the first and the last have in common: that is compared at once, then the secrets are
+    /// narrowed down by the next byte of `rest` (two binary searches), and so on. A secret of
+    /// exactly the common length can only be the first.
+    fn longest_at(&self, rest: &[u8], beginning: usize) -> Option<usize> {
+        let mut here = &self.sorted[self.starting_with[beginning].clone()];
         let mut longest = None;
-        let mut here: &[Vec<u8>] = &self.sorted;
-        for (depth, &byte) in rest.iter().enumerate() {
-            if here.first().is_some_and(|secret| secret.len() == depth) {
-                longest = Some(depth);
+        loop {
+            let (first, last) = (&here[0], &here[here.len() - 1]);
+            let shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+            if !rest.starts_with(&first[..shared]) {
+                return longest;
             }
-            let from = here.partition_point(|secret| secret.len() <= depth || secret[depth] < byte);
-            let to = here.partition_point(|secret| secret.len() <= depth || secret[depth] <= byte);
+            if first.len() == shared {
+                longest = Some(shared);
+            }
+            let Some(&byte) = rest.get(shared) else { return longest };
+            let from = here.partition_point(|secret| secret.len() <= shared || secret[shared] < byte);
+            let to = here.partition_point(|secret| secret.len() <= shared || secret[shared] <= byte);
             if from == to {
                 return longest;
             }
             here = &here[from..to];
         }
-        // `rest` is used up: a secret of exactly its length may still be among `here`.
-        if here.first().is_some_and(|secret| secret.len() == rest.len()) { Some(rest.len()) } else { longest }
     }
 
     /// The smallest position whose suffix is a proper prefix of some secret: from there on, a
@@ -395,12 +418,14 @@ mod group_tests {
 
     #[test]
     fn more_secrets_than_one_group_holds_are_all_redacted_and_merged_across_groups() {
-        // 150 secrets: three searchers. Overlapping secrets land in different groups.
-        let mut secrets: Vec<String> = (0..150).map(|i| format!("secret-{i:03}-value")).collect();
+        // 150 secrets of distinct beginnings: three searchers. Overlapping secrets land in
+        // different groups.
+        let mut secrets: Vec<String> = (0..150).map(|i| format!("{i:03}-secret-value")).collect();
         secrets.push("value-tail-x".into()); // overlaps the end of every "...-value"
-        let input = b"a secret-007-value-tail-x b secret-149-value c secret-000-valu d";
+        assert_eq!(Redactor::new(&secrets).engine.expect("secrets").searches.len(), 3);
+        let input = b"a 007-secret-value-tail-x b 149-secret-value c 000-secret-valu d";
         let expected = redact_all(&secrets, input);
-        assert_eq!(String::from_utf8_lossy(&expected), "a [REDACTED] b [REDACTED] c secret-000-valu d");
+        assert_eq!(String::from_utf8_lossy(&expected), "a [REDACTED] b [REDACTED] c 000-secret-valu d");
         for cut in 0..=input.len() {
             let mut r = Redactor::new(&secrets);
             let mut out = Vec::new();
