@@ -86,17 +86,12 @@ impl Redactor {
             sorted.sort_unstable();
             sorted.dedup();
             let cut = sorted.iter().map(Vec::len).min().unwrap_or(0).min(PREFIX);
-            let mut beginnings: Vec<&[u8]> = Vec::new();
             let mut starting_with: Vec<Range<usize>> = Vec::new();
-            for (i, secret) in sorted.iter().enumerate() {
-                match starting_with.last_mut() {
-                    Some(range) if beginnings.last() == Some(&&secret[..cut]) => range.end = i + 1,
-                    _ => {
-                        beginnings.push(&secret[..cut]);
-                        starting_with.push(i..i + 1);
-                    }
-                }
+            for alike in sorted.chunk_by(|a, b| a[..cut] == b[..cut]) {
+                let start = starting_with.last().map_or(0, |range| range.end);
+                starting_with.push(start..start + alike.len());
             }
+            let beginnings: Vec<&[u8]> = starting_with.iter().map(|range| &sorted[range.start][..cut]).collect();
             let searches = beginnings
                 .chunks(group.max(1))
                 .map(|group| {
