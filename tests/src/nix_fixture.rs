@@ -109,6 +109,13 @@ impl Fixture {
         self
     }
 
+    /// Declares a key only the node may set (`"node_only": true`).
+    pub fn declare_node_only(&mut self, key: &str, default: Option<&str>) -> &mut Self {
+        self.declare(key, default);
+        self.keys[key]["node_only"] = json!(true);
+        self
+    }
+
     /// Sets a key in deploy-env.json.
     pub fn node(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
         self.deploy_env.insert(key.into(), value.into());
