@@ -12,7 +12,7 @@
 //! 5. [`events`] (optional): progress events to a front-end; takes plain data and depends on
 //!    nothing above.
 //!
-//! Around them: [`cli`] (the command line), [`error`] (the one error type and the exit codes),
+//! Around them: [`cli`] (the command line, resolved once into [`settings`]), [`error`] (the one error type and the exit codes),
 //! [`show`] (what `env` and `keys` print). jobenv's own lines go through [`safe_io::log`].
 
 pub mod cli;
@@ -25,4 +25,5 @@ pub mod job;
 pub mod plan;
 pub mod record;
 pub mod run;
+pub mod settings;
 pub mod show;

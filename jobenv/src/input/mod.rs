@@ -25,9 +25,9 @@ pub mod state;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::cli::JobArgs;
 use crate::error::Problem;
 use crate::events::Target;
+use crate::settings::JobSettings;
 use controls::Controls;
 use keys::DeclaredKey;
 use node::NodeValue;
@@ -131,12 +131,12 @@ pub fn cut(value: &str, max: usize) -> String {
 }
 
 /// Reads every input of a job; all problems found are reported together.
-pub fn gather(job: &JobArgs) -> Gathered {
+pub fn gather(job: &JobSettings) -> Gathered {
     gather_with(job, payload::read(&job.payload))
 }
 
 /// [`gather`] with the payload already read (it can be read only once: it may be stdin).
-pub fn gather_with(job: &JobArgs, payload: Result<json::Members, Problem>) -> Gathered {
+pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -> Gathered {
     let mut problems: Vec<Problem> = Vec::new();
     let mut identity = Identity::default();
 
@@ -144,13 +144,8 @@ pub fn gather_with(job: &JobArgs, payload: Result<json::Members, Problem>) -> Ga
     if let Some(payload) = &payload {
         identity = identity_of(payload);
     }
-    let node_files = node::NodeFiles {
-        deploy_env: job.node.deploy_env.clone(),
-        secrets_dirs: job.node.secrets_dirs(),
-        secrets_env_files: job.node.secrets_env_files(),
-    };
     let required = job.node.required_secrets.as_deref().map(readiness::read).transpose().map_err(|p| problems.push(p)).ok().flatten();
-    let node = node::load(&node_files)
+    let node = node::load(&job.node)
         .map_err(|p| problems.extend(p.into_iter().map(|p| if required.is_some() { readiness::reclassify(p) } else { p })))
         .ok();
     if let (Some(required), Some(node)) = (&required, &node) {

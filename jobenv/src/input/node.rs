@@ -9,6 +9,7 @@ use super::env_file::{is_variable_name, parse_env_file};
 use super::json::{read_object, text};
 use super::names::is_valid_key;
 use crate::error::Problem;
+use crate::settings::NodeFiles;
 
 /// A value set by the node, with where it came from (a path, never the value, in messages).
 #[derive(Clone)]
@@ -28,14 +29,6 @@ impl std::fmt::Debug for NodeValue {
         let value: &dyn std::fmt::Debug = if self.secret { &"[REDACTED]" } else { &self.value };
         f.debug_struct("NodeValue").field("value", value).field("origin", &self.origin).field("secret", &self.secret).finish_non_exhaustive()
     }
-}
-
-/// Where the node layer is read from.
-#[derive(Debug, Clone, Default)]
-pub struct NodeFiles {
-    pub deploy_env: PathBuf,
-    pub secrets_dirs: Vec<PathBuf>,
-    pub secrets_env_files: Vec<PathBuf>,
 }
 
 /// The values one secrets env file of this text sets, as [`load`] reads it from `path`, and its
@@ -319,7 +312,15 @@ mod tests {
         let dir = temp.path();
         std::fs::write(dir.join("deploy-env.json"), "{}").unwrap();
         std::fs::write(dir.join("secrets.env"), text).unwrap();
-        let files = NodeFiles { deploy_env: dir.join("deploy-env.json"), secrets_dirs: vec![], secrets_env_files: vec![dir.join("secrets.env")] };
+        let files = NodeFiles {
+            deploy_env: dir.join("deploy-env.json"),
+            secrets_dirs: vec![],
+            secrets_env_files: vec![dir.join("secrets.env")],
+            keys: dir.join("unused"),
+            attributes: dir.join("unused"),
+            nix_shell: "nix-shell".into(),
+            required_secrets: None,
+        };
         let loaded = load(&files);
         (dir.join("secrets.env"), loaded)
     }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EXIT_INTERNAL, Error};
 use super::journal::{NODE_STOPPED, WORKER_LOST};
+use crate::events::Progress;
 use crate::run::Outcome;
 
 /// How a job stands or ended, one spelling for result.json, the journal and the log.
@@ -82,6 +83,21 @@ impl From<Outcome> for Ending {
     }
 }
 
+impl Ending {
+    /// The terminal status front-ends see for a job that ended so.
+    pub fn progress(&self, verb: &str) -> Progress {
+        match self.status {
+            Status::Succeeded if verb == "destroy" => Progress::Destroyed,
+            Status::Succeeded => Progress::Succeeded,
+            Status::Canceled => Progress::Canceled,
+            Status::TimedOut => Progress::TimedOut,
+            // A job refused before it ran has failed for its watchers. (A job is never `Running`
+            // when it ends.)
+            Status::Failed | Status::Rejected | Status::Running => Progress::Failed,
+        }
+    }
+}
+
 fn lines(error: &Error) -> Vec<String> {
     error.to_string().lines().map(str::to_owned).collect()
 }
@@ -95,6 +111,17 @@ mod tests {
         for status in [Status::Running, Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected] {
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
         }
+    }
+
+    #[test]
+    fn terminal_progress() {
+        let progress = |status, verb| Ending { status, exit_code: 0, errors: Vec::new(), interrupted_by: None }.progress(verb);
+        assert_eq!(progress(Status::Succeeded, "apply"), Progress::Succeeded);
+        assert_eq!(progress(Status::Succeeded, "destroy"), Progress::Destroyed);
+        assert_eq!(progress(Status::Failed, "destroy"), Progress::Failed);
+        assert_eq!(progress(Status::Rejected, "apply"), Progress::Failed);
+        assert_eq!(progress(Status::Canceled, "apply"), Progress::Canceled);
+        assert_eq!(progress(Status::TimedOut, "apply"), Progress::TimedOut);
     }
 
     #[test]

@@ -48,7 +48,7 @@ impl Journal {
         let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_) | locks::Refused::WorkerLost) => return Ok(None),
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
             Err(locks::Refused::Io(error)) => return Err(error),
         };
         let Some(mut entry) = self.read(job_id)? else { return Ok(None) };
