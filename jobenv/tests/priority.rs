@@ -151,9 +151,9 @@ fn system_from_one_side_only_draws_no_warning() {
 }
 
 /// The structural pins decide which code a deploy evaluates: a keys file marks them node-only,
-/// and then no payload (nor jobenv's own environment, which a front-end that runs jobenv sets)
-/// chooses them. The positive controls: the node's value arrives, and an ordinary declared key
-/// beside it still comes from the payload.
+/// and then no payload chooses them, and jobenv's own environment (the job runner's) does not
+/// pass them either: the node's files are their only source. The positive controls: the node's
+/// value arrives, and an ordinary declared key beside it still comes from the payload.
 #[test]
 fn a_node_only_key_comes_from_the_node_never_from_the_payload() {
     let mut f = env_printer();

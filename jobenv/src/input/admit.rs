@@ -34,7 +34,7 @@ pub fn is_control(key: &str) -> bool {
 
 /// Only the fixed pass-through names and the declared keys pass from jobenv's environment:
 /// none of the job runner's own variables (`WM_TOKEN`, `PYTHONPATH`, ...), and no node-only key
-/// (that environment is the job runner's, or the front-end's that runs jobenv itself).
+/// (the node's files are its only source).
 pub fn environ_admits(declared: &BTreeMap<String, DeclaredKey>, key: &str) -> bool {
     names::ENVIRON_PASSTHROUGH.contains(&key)
         || (declared.get(key).is_some_and(|d| !d.node_only) && !names::is_reserved(key) && !is_control(key))
