@@ -97,7 +97,8 @@ pub fn env_file(data: &[u8]) {
             }
             // These name one of jobenv's own names, whatever the line's value.
             Problem::DerivedKeyOnNode { key, origin } | Problem::PayloadOnlyKeyOnNode { key, origin } => {
-                assert!(policy::is_derived(key) || policy::is_payload_control(key), "{problem}");
+                let none = BTreeMap::new();
+                assert!(matches!(policy::class(key, &none), policy::KeyClass::Derived { .. } | policy::KeyClass::PayloadControl { .. }), "{problem}");
                 assert!(is_origin(origin), "{problem}");
             }
             Problem::DuplicateNodeKey { key, first, second } => {

@@ -173,7 +173,7 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         env.insert(key, Var { value, source });
     }
     for (key, node_value) in &inputs.node {
-        if input::names::is_consumed(key) {
+        if input::names::class(key, &inputs.declared).is_consumed() {
             continue;
         }
         let source = if node_value.secret { Source::Secret } else { Source::Node };
@@ -181,7 +181,7 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     }
     for (key, declared) in &inputs.declared {
         if let (false, Some(default)) = (env.contains_key(key), &declared.default) {
-            if !admit::is_control(key) {
+            if !input::names::class(key, &inputs.declared).is_control() {
                 env.insert(key.clone(), Var { value: default.clone(), source: Source::Default });
             }
         }

@@ -11,7 +11,7 @@ use crate::error::Problem;
 
 /// One declared key: what it means, what it is when no layer sets it, and whether only the node
 /// may set it.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DeclaredKey {
     pub description: String,
     #[serde(skip_serializing_if = "Option::is_none")]
