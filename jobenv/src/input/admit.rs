@@ -65,7 +65,7 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
     let mut admitted = Payload::default();
     let (mut undeclared, mut reserved) = (Vec::new(), Vec::new());
     let node_has_credentials = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].iter().any(|key| inputs.node.contains_key(*key));
-    for (key, value) in &inputs.payload {
+    for (key, value) in inputs.payload.iter() {
         if !names::is_valid_key(key) {
             problems.push(Problem::InvalidKey { key: super::cut(key, super::SHOWN_CHARS), origin: "payload".into() });
             continue;
@@ -80,7 +80,7 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             // Silent only for an equal value the job could know anyway: for a secret, silence
             // would tell the job whether its guess was right.
             let node = node_value(inputs, key);
-            if node.is_none_or(|node| node.secret || node.value != text) {
+            if node.is_none_or(|node| node.value.is_secret() || node.value.expose() != text) {
                 let why = match node {
                     Some(_) => "the node sets it",
                     None if credential => "the node sets the state backend's credentials",

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::ending::{Ending, Status};
+use super::ending::{Ending, InterruptedBy, Reason, Status};
 
 /// What `result.json` holds, borrowed from the job's records. Never a secret: statuses, codes,
 /// names and validation messages only.
@@ -29,9 +29,9 @@ pub struct JobResult<'a> {
     /// `interrupted` when the attempt was stopped without a result of its own; then
     /// `interrupted_by` says why (`worker_lost`, `node_stopped`) and a retry is safe.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<&'static str>,
+    pub interrupted_by: Option<InterruptedBy>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub errors: &'a [String],
 }
@@ -48,7 +48,7 @@ impl<'a> JobResult<'a> {
             job_id: None,
             attempt: None,
             replayed: false,
-            reason: ending.interrupted_by.map(|_| super::journal::INTERRUPTED),
+            reason: ending.reason(),
             interrupted_by: ending.interrupted_by,
             errors: &ending.errors,
         }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::journal::{Entry, JOBENV_GONE, Journal, NODE_STOPPED};
+use super::ending::InterruptedBy;
+use super::journal::{Entry, Journal};
 use super::locks;
 use super::ending::Status;
 use crate::run::tree;
@@ -34,7 +35,7 @@ impl Journal {
             if entry.status != Status::Running || entry.is_live() {
                 continue;
             }
-            if let Some(entry) = self.interrupt(&entry.job_id, JOBENV_GONE)? {
+            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone)? {
                 recovered.push(entry);
             }
         }
@@ -43,7 +44,7 @@ impl Journal {
 
     /// Under the job's lock: if the entry is still `running` and its jobenv gone, records it
     /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile.
-    fn interrupt(&self, job_id: &str, by: &str) -> std::io::Result<Option<Entry>> {
+    fn interrupt(&self, job_id: &str, by: InterruptedBy) -> std::io::Result<Option<Entry>> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
         let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
@@ -147,7 +148,7 @@ impl Journal {
                 }
             }
             // jobenv records its own end; one that could not is recorded here.
-            self.interrupt(&entry.job_id, NODE_STOPPED)?;
+            self.interrupt(&entry.job_id, InterruptedBy::NodeStopped)?;
             stopped.push(self.read(&entry.job_id)?.unwrap_or(entry));
         }
         Ok(stopped)

@@ -126,7 +126,7 @@ async fn supervise(
     let mut cancels = cancel.into_stream();
 
     let me = getpid();
-    let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.as_str())).collect();
+    let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.expose())).collect();
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
     let own_group = getpgrp() != me;
