@@ -1,5 +1,5 @@
 //! The invariants the fuzz targets check (jobenv/fuzz), shared with the regression test that
-//! replays what the fuzzers found (jobenv/tests/fuzz_regressions.rs). Each function panics
+//! replays what the fuzzers found (jobenv/tests/suite/fuzz_regressions.rs). Each function panics
 //! when an invariant breaks; that is how libFuzzer sees a failure.
 
 use std::collections::BTreeMap;
