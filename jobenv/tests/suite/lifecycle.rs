@@ -210,7 +210,7 @@ fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it(
         .args(["--job-id", "second"])
         .payload(&payload())
         .expect_code(2)
-        .expect_stderr_contains("namespace ns is locked by another deploy: job unlocker")
+        .expect_stderr("jobenv: error: namespace ns is locked by another deploy: job unlocker, jobenv pid [..]\n")
         .run();
     std::fs::write(f.path().join("go"), "").unwrap();
     assert_eq!(first.wait().unwrap().code(), Some(0));
