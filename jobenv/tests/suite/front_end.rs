@@ -274,7 +274,7 @@ fn one_deploy_per_namespace_however_the_namespace_is_named() {
     let mut first = f.jobenv(jobenv_bin!()).verb("apply").payload(&by_namespace).spawn();
     read_pids(&f.path().join("pids"), 1, Duration::from_secs(20));
     let by_address = json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": ADDRESS, "TF_HTTP_PASSWORD": PASSWORD});
-    let second = f
+    f
         .jobenv(jobenv_bin!())
         .verb("apply")
         .payload(&by_address)
