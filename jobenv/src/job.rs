@@ -30,8 +30,9 @@ use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
 use crate::record::locks::{self, Refused};
 use crate::record::result_file::{self, JobResult};
 use crate::record::{Ending, Status, upkeep};
+use crate::process;
 use crate::run::cancel::{Cancel, Cancelled};
-use crate::run::{self, RunOptions, tree};
+use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
@@ -241,7 +242,7 @@ impl<'a> Run<'a> {
     /// Step 7: if it cannot be written, nothing runs.
     fn running_entry(&mut self, journal: &Journal, plan: &Plan, attempt: Option<u32>, earlier: Vec<Attempt>, cancel: &Cancel) -> Result<Option<Entry>, Stop> {
         let (Some(id), Some(number)) = (&self.job_id, attempt) else { return Ok(None) };
-        let worker = cancel.worker().and_then(|worker| Some((worker.as_raw(), tree::start_time(worker.as_raw())?)));
+        let worker = cancel.worker().and_then(|worker| Some((worker.as_raw(), process::start_time(worker.as_raw())?)));
         let entry = Entry::running(id, number, earlier, [&plan.verb, &plan.attribute, &plan.namespace], worker, self.settings.grace);
         journal.write(&entry).map_err(|source| self.journal_problem(source))?;
         // From here on the job's records name this attempt.
@@ -336,7 +337,7 @@ impl<'a> Run<'a> {
                 ..JobResult::of(&ending)
             };
             // Without the file Windmill would fail the job anyway, with a worse message.
-            if !write_result(&result) && code == 0 {
+            if !result_file::write_here(&result) && code == 0 {
                 code = EXIT_INTERNAL;
             }
         }
@@ -350,26 +351,6 @@ impl<'a> Run<'a> {
 /// on ends the job like a cancel.
 fn catch_cancels(runner: &Runner) -> Result<Cancel, Stop> {
     Cancel::install(runner.worker()).map_err(|e| Error::io("cannot handle the cancel signals", e).into())
-}
-
-/// Writes `result.json` into the working directory (the job directory); says so when it cannot.
-fn write_result(result: &JobResult) -> bool {
-    let dir = std::env::current_dir().unwrap_or_default();
-    match result_file::write(&dir, result) {
-        Ok(()) => true,
-        Err(error) => {
-            tracing::error!("cannot write {}/result.json: {error}", dir.display());
-            false
-        }
-    }
-}
-
-/// Under a job runner, a job refused before its options could be read still gets its
-/// `result.json`: Windmill would otherwise record a failure without a word of why.
-pub fn record_rejected_before_start(runner: &Runner, verb: &str, errors: &[String]) {
-    let Some(job_id) = runner.job_id() else { return };
-    let ending = Ending { status: Status::Rejected, exit_code: crate::error::EXIT_REJECTED, errors: errors.to_vec(), interrupted_by: None };
-    write_result(&JobResult { verb, job_id: Some(job_id), ..JobResult::of(&ending) });
 }
 
 /// The events of a job, if the node configures them and the job names its deployment: a

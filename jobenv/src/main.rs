@@ -81,7 +81,7 @@ fn rejected_before_start(errors: &[String]) -> i32 {
         tracing::error!("{error}");
     }
     let verb = std::env::args().skip_while(|arg| arg != "--verb").nth(1).unwrap_or_default();
-    jobenv::job::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
+    jobenv::record::result_file::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
     EXIT_REJECTED
 }
 

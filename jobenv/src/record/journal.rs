@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
 use crate::error::{EXIT_INTERNAL, Problem};
-use crate::run::tree;
+use crate::process;
 
 /// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
 /// a new file cannot be written (a full disk): no new block is needed for that.
@@ -90,15 +90,15 @@ impl Entry {
 
     /// Still `running` under a jobenv that is alive (in this boot).
     pub fn is_live(&self) -> bool {
-        let this_boot = self.boot_id.as_deref().is_none_or(|id| tree::boot_id() == Some(id));
-        self.status == Status::Running && this_boot && tree::is_running(self.pid, self.pid_start)
+        let this_boot = self.boot_id.as_deref().is_none_or(|id| process::boot_id() == Some(id));
+        self.status == Status::Running && this_boot && process::is_running(self.pid, self.pid_start)
     }
 
     /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
     /// attempt is stopping its program tree and will record itself interrupted.
     pub fn is_stopping(&self) -> bool {
         let Some((parent, parent_start)) = self.parent else { return false };
-        self.is_live() && (tree::parent_of(self.pid) != Some(parent) || !tree::is_running(parent, parent_start))
+        self.is_live() && (process::parent_of(self.pid) != Some(parent) || !process::is_running(parent, parent_start))
     }
 
     /// Records that this attempt ended without a result: failed, interrupted, and why.
@@ -173,8 +173,8 @@ impl Entry {
             attribute: attribute.clone(),
             namespace: namespace.clone(),
             pid,
-            pid_start: tree::start_time(pid).unwrap_or_default(),
-            boot_id: tree::boot_id().map(str::to_owned),
+            pid_start: process::start_time(pid).unwrap_or_default(),
+            boot_id: process::boot_id().map(str::to_owned),
             parent,
             grace_ms: Some(grace.as_millis() as u64),
             started_at: now(),
@@ -386,7 +386,7 @@ pub(crate) mod tests {
     #[test]
     fn a_running_entry_of_a_live_process_is_refused() {
         let me = std::process::id() as i32;
-        let live = entry(Status::Running, me, tree::start_time(me).unwrap());
+        let live = entry(Status::Running, me, process::start_time(me).unwrap());
         assert!(matches!(decide(Some(live)), Decision::Refuse(_)));
     }
 
@@ -394,7 +394,7 @@ pub(crate) mod tests {
     fn a_running_entry_of_a_dead_process_runs_again_as_the_next_attempt() {
         let me = std::process::id() as i32;
         // Same pid, another start time: the process that wrote the entry is gone.
-        let dead = entry(Status::Running, me, tree::start_time(me).unwrap() + 1);
+        let dead = entry(Status::Running, me, process::start_time(me).unwrap() + 1);
         match decide(Some(dead)) {
             Decision::Run { attempt, earlier } => {
                 assert_eq!(attempt, 2);

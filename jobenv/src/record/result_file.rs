@@ -7,6 +7,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
+use crate::error::EXIT_REJECTED;
+use crate::settings::Runner;
 
 /// What `result.json` holds, borrowed from the job's records. Never a secret: statuses, codes,
 /// names and validation messages only.
@@ -60,4 +62,24 @@ pub fn write(dir: &Path, result: &JobResult) -> std::io::Result<()> {
     let mut text = serde_json::to_vec(result)?;
     text.push(b'\n');
     super::write_atomically(dir, "result.json", &text)
+}
+
+/// Writes `result.json` into the working directory (the job directory); says so when it cannot.
+pub fn write_here(result: &JobResult) -> bool {
+    let dir = std::env::current_dir().unwrap_or_default();
+    match write(&dir, result) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!("cannot write {}/result.json: {error}", dir.display());
+            false
+        }
+    }
+}
+
+/// Under a job runner, a job refused before its options could be read still gets its
+/// `result.json`: Windmill would otherwise record a failure without a word of why.
+pub fn record_rejected_before_start(runner: &Runner, verb: &str, errors: &[String]) {
+    let Some(job_id) = runner.job_id() else { return };
+    let ending = Ending { status: Status::Rejected, exit_code: EXIT_REJECTED, errors: errors.to_vec(), interrupted_by: None };
+    write_here(&JobResult { verb, job_id: Some(job_id), ..JobResult::of(&ending) });
 }

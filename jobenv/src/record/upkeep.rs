@@ -14,7 +14,7 @@ use super::ending::InterruptedBy;
 use super::journal::{Entry, Journal};
 use super::locks;
 use super::ending::Status;
-use crate::run::tree;
+use crate::process;
 
 /// The file `drain` creates before it signals a job's jobenv: that jobenv then records the
 /// attempt as stopped by the node, not as canceled.
@@ -136,14 +136,14 @@ impl Journal {
         for entry in live {
             let bound = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + STOP_MARGIN;
             let until = Instant::now() + bound;
-            while tree::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+            while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            if tree::is_running(entry.pid, entry.pid_start) {
+            if process::is_running(entry.pid, entry.pid_start) {
                 tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
                 signal(&entry, Signal::SIGKILL, true);
                 let until = Instant::now() + Duration::from_secs(2);
-                while tree::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+                while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -161,7 +161,7 @@ impl Journal {
 fn signal(entry: &Entry, signal: Signal, group: bool) {
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", entry.pid)).unwrap_or_default();
     // The kernel keeps 15 bytes of the name: `fediversity-jobenv` is `fediversity-job`.
-    if !tree::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
+    if !process::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
         return;
     }
     let pid = Pid::from_raw(entry.pid);
@@ -244,7 +244,7 @@ mod tests {
             while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != comm {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let mut e = entry(Status::Running, pid, tree::start_time(pid).unwrap());
+            let mut e = entry(Status::Running, pid, process::start_time(pid).unwrap());
             e.job_id = name.into();
             (child, e)
         };
