@@ -2,7 +2,8 @@
 //! cache. Follows Windmill's server code (`backend/windmill-api-users/src/users.rs`: `login`,
 //! `create_token`; `windmill-api-auth/src/auth.rs`: token resolution) and what CE 1.743.0
 //! answered (the "Auth and tokens" rows: status codes, texts, `tokens/list` fields, the 120 s
-//! cache that keeps a deleted non-session token working).
+//! cache that keeps a deleted non-session token working). A token's scopes and workspace are
+//! checked on every authenticated call (`scopes.rs`).
 
 use std::time::Instant;
 
@@ -14,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::reply::{Call, Reply, json_reply, random_token, text};
+use super::scopes;
 use super::server::Shared;
 use super::TokenRow;
 
@@ -39,9 +41,17 @@ pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -
 }
 
 /// The caller, from the token: 401 `Unauthorized` without one, `Not authorized: Unauthorized`
-/// with an unknown one (observed). Through the auth cache (module comment): an entry younger than
-/// its lifetime answers without looking at the `token` table.
+/// with an unknown one (observed); then the token's binding and scopes against the route.
 pub(super) fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
+    let row = resolve(shared, call)?;
+    let enforce = shared.state().enforce_scopes;
+    scopes::check(&row, call, enforce)?;
+    Ok(row)
+}
+
+/// The token's row, through the auth cache (module comment): an entry younger than its
+/// lifetime answers without looking at the `token` table.
+fn resolve(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
     let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
     let mut state = shared.state();
     let ttl = state.auth_cache_ttl;
@@ -106,7 +116,7 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             // A session token, label `session`, returned raw and as the `token` cookie (observed).
             let token = random_token();
             let mut state = shared.state();
-            state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin });
+            state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin, scopes: None, workspace_id: None });
             state.ever_minted.push(token.clone());
             Ok(Response::builder()
                 .status(200)
@@ -125,17 +135,27 @@ fn logout(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     Ok(text(200, "logged out successfully"))
 }
 
-/// server code, observed: labels are free text and not unique; 201 with the raw token.
+/// server code, observed: labels are free text and not unique; `scopes` and `workspace_id` are
+/// stored as given (`create_token_internal`); 201 with the raw token.
 fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     #[derive(Deserialize)]
     struct NewToken {
         label: Option<String>,
+        scopes: Option<Vec<String>>,
+        workspace_id: Option<String>,
     }
     let user = authed(shared, call)?;
     let new: NewToken = call.json()?;
     let mut state = shared.state();
     let token = if state.next_tokens.is_empty() { random_token() } else { state.next_tokens.remove(0) };
-    state.tokens.push(TokenRow { token: token.clone(), label: new.label.unwrap_or_default(), email: user.email.clone(), super_admin: user.super_admin });
+    state.tokens.push(TokenRow {
+        token: token.clone(),
+        label: new.label.unwrap_or_default(),
+        email: user.email.clone(),
+        super_admin: user.super_admin,
+        scopes: new.scopes,
+        workspace_id: new.workspace_id,
+    });
     state.ever_minted.push(token.clone());
     Ok(text(201, token))
 }
@@ -150,7 +170,7 @@ fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         .filter(|t| t.email == user.email)
         .map(|t| {
             json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": null, "created_at": "2026-11-29T12:00:00Z",
-                   "last_used_at": "2026-11-29T12:00:00Z", "scopes": null, "workspace_id": null, "read_only": false})
+                   "last_used_at": "2026-11-29T12:00:00Z", "scopes": t.scopes, "workspace_id": t.workspace_id, "read_only": false})
         })
         .collect();
     Ok(json_reply(&Value::Array(list)))

@@ -30,15 +30,18 @@
 //!   just before a script upload.
 //!
 //! One module per API area, each naming where its behaviour comes from: [`auth`] (auth and
-//! tokens), [`workspaces`] (workspaces and folders), [`scripts`], [`settings`] (global
-//! settings); [`server`] is the core (listener, recording, faults, dispatch), [`state`] the
-//! tables, [`reply`] Windmill's forms of requests and answers.
+//! tokens), [`scopes`] (scoped tokens, route by route), [`workspaces`] (workspaces and folders),
+//! [`scripts`], [`settings`] (global settings), [`jobs`] (runs, cancels, and the workspace
+//! reads a scoped token is refused); [`server`] is the core (listener, recording, faults,
+//! dispatch), [`state`] the tables, [`reply`] Windmill's forms of requests and answers.
 
 // Handlers return the error reply itself as `Err`: its size is of no concern in a test fake.
 #![allow(clippy::result_large_err)]
 
 mod auth;
+mod jobs;
 mod reply;
+mod scopes;
 mod scripts;
 mod server;
 mod settings;
@@ -82,6 +85,24 @@ pub struct TokenRow {
     pub label: String,
     pub email: String,
     pub super_admin: bool,
+    /// As given to `tokens/create`; none or empty: the owner's full rights.
+    pub scopes: Option<Vec<String>>,
+    /// The workspace the token is bound to, if any.
+    pub workspace_id: Option<String>,
+}
+
+/// A queued job (the fake has no worker: jobs never run).
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub id: String,
+    pub workspace: String,
+    /// `script` (a deployed script by path) or `preview` (code sent with the request).
+    pub kind: String,
+    pub script_path: Option<String>,
+    /// `label-<label>` for a labeled token, `admin` for a login session.
+    pub created_by: String,
+    pub args: Value,
+    pub canceled: bool,
 }
 
 /// A row of the `script` table: one version of a script.
@@ -186,6 +207,22 @@ impl WindmillFake {
     /// server whose tokens do not look like Windmill's.
     pub fn next_token(&self, token: &str) {
         self.state().next_tokens.push(token.to_owned());
+    }
+
+    /// Whether token scopes are enforced (the default, as since Windmill 1.509). Off: a server
+    /// that stores a token's scopes and grants every route all the same.
+    pub fn set_enforce_scopes(&self, enforce: bool) {
+        self.state().enforce_scopes = enforce;
+    }
+
+    /// What `GET /api/version` answers from now on ([`VERSION`] by default).
+    pub fn set_version(&self, version: &str) {
+        self.state().version = version.to_owned();
+    }
+
+    /// The jobs queued so far, oldest first.
+    pub fn jobs(&self) -> Vec<JobRow> {
+        self.state().jobs.clone()
     }
 
     pub fn ever_minted(&self) -> Vec<String> {

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 
 use super::reply::{Call, Reply, bearer, text};
 use super::state::State;
-use super::{Recorded, VERSION, auth, scripts, settings, workspaces};
+use super::{Recorded, auth, jobs, scripts, settings, workspaces};
 
 pub(super) struct Shared {
     pub state: Mutex<State>,
@@ -169,7 +169,7 @@ async fn route(shared: &Shared, call: &Call<'_>) -> Reply {
     let segments: Vec<&str> = call.path.trim_start_matches('/').split('/').collect();
     let answered = match segments.as_slice() {
         // OpenAPI: the liveness probe, no auth.
-        ["api", "version"] if call.method == "GET" => Ok(text(200, VERSION)),
+        ["api", "version"] if call.method == "GET" => Ok(text(200, shared.state().version.clone())),
         ["api", rest @ ..] if matches!(rest.first(), Some(&"auth" | &"users")) => auth::route(shared, call, rest).await,
         ["api", rest @ ..] if rest.first() == Some(&"workspaces") => workspaces::route(shared, call, rest),
         ["api", rest @ ..] if rest.first() == Some(&"settings") => settings::route(shared, call, rest),
@@ -182,7 +182,8 @@ async fn route(shared: &Shared, call: &Call<'_>) -> Reply {
 }
 
 /// `/api/w/{workspace}/…`: the caller must be admin there, which a superadmin is in every
-/// workspace (server code, token resolution).
+/// workspace (server code, token resolution); a scoped token must also have a scope for the
+/// route (`authed`).
 fn workspace_route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
     let user = auth::authed(shared, call)?;
     if !user.super_admin {
@@ -191,6 +192,7 @@ fn workspace_route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str])
     match rest.first() {
         Some(&"folders") => workspaces::folder_route(shared, call, workspace, rest),
         Some(&"scripts") => scripts::route(shared, call, workspace, rest),
+        Some(&"jobs" | &"jobs_u" | &"variables" | &"users") => jobs::route(shared, call, &user, workspace, rest),
         _ => Ok(text(404, "Not found")),
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::server::FaultRule;
-use super::{Recorded, ScriptRow, TokenRow};
+use super::{JobRow, Recorded, ScriptRow, TokenRow, VERSION};
 
 /// Windmill's auth cache lifetime (observed: a deleted non-session token worked for up to 120 s).
 pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(120);
@@ -29,6 +29,12 @@ pub(super) struct State {
     pub requests: Vec<Recorded>,
     pub faults: Vec<FaultRule>,
     pub concurrent_writes: Vec<(String, String)>,
+    /// Queued jobs (no worker runs them).
+    pub jobs: Vec<JobRow>,
+    /// Whether token scopes are enforced on every route (since Windmill 1.509).
+    pub enforce_scopes: bool,
+    /// What `GET /api/version` answers.
+    pub version: String,
 }
 
 impl Default for State {
@@ -49,6 +55,9 @@ impl Default for State {
             requests: Vec::new(),
             faults: Vec::new(),
             concurrent_writes: Vec::new(),
+            jobs: Vec::new(),
+            enforce_scopes: true,
+            version: VERSION.to_owned(),
         }
     }
 }
