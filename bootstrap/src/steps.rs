@@ -1,6 +1,6 @@
 //! The nine steps of the README's "What each step does", in order and numbered as there. Each
-//! returns what it looked at and whether it created, updated or left things; a failure is
-//! wrapped with the step's name.
+//! is a function returning what it looked at, whether it created, updated or left things, and
+//! what it hands on ([`Noted`]); [`Notes::step`] logs its line and names it in a failure.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::http::{self, Policy};
 use crate::openbao::OpenBao;
 use crate::password;
-use crate::report::{self, Outcome, Step};
+use crate::report::{Noted, Notes, Outcome, Step, noted};
 use crate::scripts::{self, Change, LocalScript};
 use crate::ui_auth_include::{self, Written};
 use safe_io::secret::{Secret, scrub};
@@ -26,56 +26,42 @@ pub enum Finish {
     Drift(Vec<Step>),
 }
 
-fn failed(step: Step) -> impl FnOnce(Error) -> Error {
-    move |error| Error::Step { step: step.to_string(), source: Box::new(error) }
-}
-
 /// Runs the steps. Tokens obtained on the way are pushed to `secrets`, so that the caller can
 /// scrub them from an error it prints.
 pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets: &mut Vec<Secret>) -> Result<Finish> {
     let client = http::client(&config.retry)?;
     let policy = Policy::new(&config.retry);
     let anonymous = Windmill::new(client.clone(), &config.windmill.url, policy.clone());
-    let mut drift = Vec::new();
-    let mut note = |step: Step, what: String, outcome: Outcome| {
-        report::line(step, &what, outcome, check);
-        if outcome != Outcome::Unchanged {
-            drift.push(step);
-        }
-    };
+    let mut notes = Notes::new(check);
 
     // 1. Wait for GET /api/version.
-    let (what, outcome) = ready(&anonymous, config).await.map_err(failed(Step::Ready))?;
-    note(Step::Ready, what, outcome);
-
+    notes.step(Step::Ready, ready(&anonymous, config)).await?;
     // 2. Log in with the node password; write the hash only when that fails.
-    let (what, outcome, session) = login(&anonymous, config, check).await.map_err(failed(Step::Login))?;
+    let session = notes.step(Step::Login, login(&anonymous, config, check)).await?;
     secrets.extend(session.clone());
-    note(Step::Login, what, outcome);
     let Some(session) = session else {
         // --check on a node whose password is neither the node's nor the default one: nothing
         // else can be looked at.
         tracing::info!("check: cannot log in, so workspace, scripts and settings were not compared");
-        return Ok(Finish::Drift(drift));
+        return Ok(finish(notes));
     };
     let session = anonymous.with_token(&session);
 
     if check {
         // --check: steps 4 to 6 read-only, with the login session, which is then logged out.
-        let compared = compare(&session, config, local, true, &mut note).await;
+        let compared = compare(&session, config, local, &mut notes).await;
         log_out(&session, config, secrets).await;
         compared?;
-        return Ok(if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) });
+        return Ok(finish(notes));
     }
 
     // 3. Mint the token the rest of the run uses, so every later call also proves it works. The
     // login session is then no longer needed: it is logged out rather than left to live its
     // three days.
-    let minted = session.create_token(&config.token.label).await;
+    let minted = notes.step(Step::Token, mint(&session, config)).await;
     log_out(&session, config, secrets).await;
-    let token = minted.map_err(failed(Step::Token))?;
+    let token = minted?;
     secrets.push(token.clone());
-    note(Step::Token, format!("minted a new token labeled {}", config.token.label), Outcome::Created);
     let api = anonymous.with_token(&token);
 
     // 4 to 7. Until OpenBao holds the new token nothing does, and nothing ever will: a failure
@@ -83,22 +69,11 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     // Restart=on-failure) would add a non-expiring superadmin token. From step 8 on it is kept:
     // OpenBao holds it, and its consumers may already use it; the next run's step 9 revokes it.
     let stored = async {
-        compare(&api, config, local, false, &mut note).await?;
+        compare(&api, config, local, &mut notes).await?;
         // 7. OpenBao, then 8. the nginx include: the old token stays valid until both hold the
         // new one, so a crash in between leaves a working include behind.
         let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
-        let written = bao.put(&config.openbao.path, &config.openbao.field, &token).await.map_err(failed(Step::OpenBao))?;
-        let mount = match &written.mount {
-            Some(mount) => format!("mount {mount}, KV v{}", written.version),
-            None => "no mount found, KV v1 assumed".to_owned(),
-        };
-        let (outcome, unknown) = match written.existed {
-            Some(false) => (Outcome::Created, ""),
-            Some(true) => (Outcome::Updated, ""),
-            None => (Outcome::Updated, "; whether it existed before is unknown: the token may not read it"),
-        };
-        note(Step::OpenBao, format!("{} field {} ({mount}) holds the new token{unknown}", config.openbao.path, config.openbao.field), outcome);
-        Ok(())
+        notes.step(Step::OpenBao, store_in_openbao(&bao, config, &token)).await
     }
     .await;
     if let Err(error) = stored {
@@ -107,35 +82,46 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     }
 
     // 8. The nginx include, written atomically with its owner and mode.
-    let (what, outcome) = ui_auth(config, &token).map_err(failed(Step::UiAuth))?;
-    note(Step::UiAuth, what, outcome);
-
+    notes.step(Step::UiAuth, async { ui_auth(config, &token) }).await?;
     // 9. Revoke the older tokens with the same label.
-    let (what, outcome) = revoke(&api, config, &token, secrets).await.map_err(failed(Step::Revoke))?;
-    note(Step::Revoke, what, outcome);
+    notes.step(Step::Revoke, revoke(&api, config, &token, secrets)).await?;
     Ok(Finish::Converged)
 }
 
+fn finish(notes: Notes) -> Finish {
+    let drift = notes.drift();
+    if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) }
+}
+
 /// Steps 4, 5 and 6: what `--check` compares and a run converges.
-async fn compare(
-    api: &Windmill,
-    config: &Config,
-    local: Vec<LocalScript>,
-    check: bool,
-    note: &mut impl FnMut(Step, String, Outcome),
-) -> Result<()> {
+async fn compare(api: &Windmill, config: &Config, local: Vec<LocalScript>, notes: &mut Notes) -> Result<()> {
+    let check = notes.check();
     // 4. Workspace and folder.
-    let (what, outcome, workspace_exists) = workspace(api, config, check).await.map_err(failed(Step::Workspace))?;
-    note(Step::Workspace, what, outcome);
-
+    let workspace_exists = notes.step(Step::Workspace, workspace(api, config, check)).await?;
     // 5. Scripts.
-    let (what, outcome) = scripts(api, config, local, check, workspace_exists).await.map_err(failed(Step::Scripts))?;
-    note(Step::Scripts, what, outcome);
-
+    notes.step(Step::Scripts, scripts(api, config, local, check, workspace_exists)).await?;
     // 6. Global settings.
-    let (what, outcome) = settings(api, &config.settings, check).await.map_err(failed(Step::Settings))?;
-    note(Step::Settings, what, outcome);
-    Ok(())
+    notes.step(Step::Settings, settings(api, &config.settings, check)).await
+}
+
+async fn mint(session: &Windmill, config: &Config) -> Result<Noted<Secret>> {
+    let token = session.create_token(&config.token.label).await?;
+    Ok(noted(format!("minted a new token labeled {}", config.token.label), Outcome::Created, token))
+}
+
+/// Step 7: `{field: token}` at the configured path, as `bao kv put` writes it.
+async fn store_in_openbao(bao: &OpenBao, config: &Config, token: &Secret) -> Result<Noted<()>> {
+    let written = bao.put(&config.openbao.path, &config.openbao.field, token).await?;
+    let mount = match &written.mount {
+        Some(mount) => format!("mount {mount}, KV v{}", written.version),
+        None => "no mount found, KV v1 assumed".to_owned(),
+    };
+    let (outcome, unknown) = match written.existed {
+        Some(false) => (Outcome::Created, ""),
+        Some(true) => (Outcome::Updated, ""),
+        None => (Outcome::Updated, "; whether it existed before is unknown: the token may not read it"),
+    };
+    Ok(noted(format!("{} field {} ({mount}) holds the new token{unknown}", config.openbao.path, config.openbao.field), outcome, ()))
 }
 
 /// Deletes the token this run minted, best effort, after a failure before it was stored. One
@@ -169,7 +155,7 @@ fn scrubbed(error: &Error, config: &Config, found: &[Secret]) -> String {
     scrub(&error.to_string(), &secrets)
 }
 
-async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> {
+async fn ready(client: &Windmill, config: &Config) -> Result<Noted<String>> {
     let started = Instant::now();
     let timeout = config.retry.ready_timeout;
     let backoff = ExponentialBuilder::default()
@@ -195,17 +181,15 @@ async fn ready(client: &Windmill, config: &Config) -> Result<(String, Outcome)> 
             return Err(not_ready(last.unwrap_or_else(|| "the request got no answer".to_owned())));
         }
     };
-    Ok((
-        format!("{} answered GET /api/version ({}) after {:.1} s", config.windmill.url, http::short(&version), started.elapsed().as_secs_f64()),
-        Outcome::Unchanged,
-    ))
+    let what = format!("{} answered GET /api/version ({}) after {:.1} s", config.windmill.url, http::short(&version), started.elapsed().as_secs_f64());
+    Ok(noted(what, Outcome::Unchanged, version))
 }
 
-async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(String, Outcome, Option<Secret>)> {
+async fn login(client: &Windmill, config: &Config, check: bool) -> Result<Noted<Option<Secret>>> {
     let w = &config.windmill;
     let email = &w.admin_email;
     if let Login::Token(session) = client.login(email, &w.admin_password).await? {
-        return Ok((format!("{email} logs in with the node password"), Outcome::Unchanged, Some(session)));
+        return Ok(noted(format!("{email} logs in with the node password"), Outcome::Unchanged, Some(session)));
     }
     if check {
         // Only --check tries the default password: to report whether the node is still fresh
@@ -216,18 +200,15 @@ async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(Strin
             Login::Invalid => None,
         };
         let was = if default.is_some() { "the default password" } else { "another password" };
-        return Ok((format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"), Outcome::Updated, default));
+        return Ok(noted(format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"), Outcome::Updated, default));
     }
     let hash = password::hash(&w.admin_password)?;
     password::write_hash(&config.database, email, &hash).await?;
     let attempts = config.retry.login_attempts;
     for attempt in 1..=attempts {
         if let Login::Token(session) = client.login(email, &w.admin_password).await? {
-            return Ok((
-                format!("{email} did not log in with the node password; its hash was written to the password table and it logs in now"),
-                Outcome::Updated,
-                Some(session),
-            ));
+            let what = format!("{email} did not log in with the node password; its hash was written to the password table and it logs in now");
+            return Ok(noted(what, Outcome::Updated, Some(session)));
         }
         if attempt < attempts {
             tokio::time::sleep(config.retry.delay).await;
@@ -236,7 +217,8 @@ async fn login(client: &Windmill, config: &Config, check: bool) -> Result<(Strin
     Err(Error::LoginStillRejected { email: email.clone(), attempts })
 }
 
-async fn workspace(client: &Windmill, config: &Config, check: bool) -> Result<(String, Outcome, bool)> {
+/// Step 4; its value: whether the workspace exists (with `--check`, it may not).
+async fn workspace(client: &Windmill, config: &Config, check: bool) -> Result<Noted<bool>> {
     let ws = &config.workspace;
     let mut outcome = Outcome::Unchanged;
     let mut exists = client.workspace_exists(&ws.id).await?;
@@ -254,10 +236,10 @@ async fn workspace(client: &Windmill, config: &Config, check: bool) -> Result<(S
             client.create_folder(&ws.id, &ws.folder).await?;
         }
     }
-    Ok((format!("workspace {} and folder {}", ws.id, ws.folder), outcome, exists))
+    Ok(noted(format!("workspace {} and folder {}", ws.id, ws.folder), outcome, exists))
 }
 
-async fn scripts(client: &Windmill, config: &Config, local: Vec<LocalScript>, check: bool, workspace_exists: bool) -> Result<(String, Outcome)> {
+async fn scripts(client: &Windmill, config: &Config, local: Vec<LocalScript>, check: bool, workspace_exists: bool) -> Result<Noted<()>> {
     let total = local.len();
     let changes: BTreeMap<String, Change> = if workspace_exists {
         scripts::converge(client, &config.workspace.id, local, config.scripts.concurrency, check).await?
@@ -290,10 +272,10 @@ async fn scripts(client: &Windmill, config: &Config, local: Vec<LocalScript>, ch
         what.push_str(&format!(", {update_word} {}", updated.join(" ")));
     }
     what.push_str(&format!(", {unchanged} unchanged"));
-    Ok((what, outcome))
+    Ok(noted(what, outcome, ()))
 }
 
-async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_json::Value>, check: bool) -> Result<(String, Outcome)> {
+async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_json::Value>, check: bool) -> Result<Noted<()>> {
     let mut outcome = Outcome::Unchanged;
     let mut changed = Vec::new();
     for (key, value) in wanted {
@@ -311,25 +293,25 @@ async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_json::Value
     if !changed.is_empty() {
         what.push_str(&format!(" (differed: {})", changed.join(", ")));
     }
-    Ok((what, outcome))
+    Ok(noted(what, outcome, ()))
 }
 
-fn ui_auth(config: &Config, token: &Secret) -> Result<(String, Outcome)> {
+fn ui_auth(config: &Config, token: &Secret) -> Result<Noted<()>> {
     let ui = &config.ui_auth;
     let outcome = match ui_auth_include::write(ui, token)? {
         Written::Created => Outcome::Created,
         Written::Updated => Outcome::Updated,
         Written::Unchanged => Outcome::Unchanged,
     };
-    Ok((format!("{} ({}:{} {:04o}) holds the new token", ui.file.display(), ui.owner, ui.group, ui.mode), outcome))
+    Ok(noted(format!("{} ({}:{} {:04o}) holds the new token", ui.file.display(), ui.owner, ui.group, ui.mode), outcome, ()))
 }
 
 /// Deletes the older tokens of the label. Their prefixes join `secrets`: Windmill's answers to a
 /// delete quote the prefix, and an error made of such an answer is scrubbed of it.
-async fn revoke(client: &Windmill, config: &Config, token: &Secret, secrets: &mut Vec<Secret>) -> Result<(String, Outcome)> {
+async fn revoke(client: &Windmill, config: &Config, token: &Secret, secrets: &mut Vec<Secret>) -> Result<Noted<()>> {
     let label = &config.token.label;
     if !config.token.revoke_previous {
-        return Ok((format!("token.revoke_previous is false; older tokens labeled {label} kept"), Outcome::Unchanged));
+        return Ok(noted(format!("token.revoke_previous is false; older tokens labeled {label} kept"), Outcome::Unchanged, ()));
     }
     let ours = token.prefix();
     let older: Vec<Secret> = client
@@ -344,5 +326,5 @@ async fn revoke(client: &Windmill, config: &Config, token: &Secret, secrets: &mu
         client.delete_token(token_prefix).await?;
     }
     let outcome = if older.is_empty() { Outcome::Unchanged } else { Outcome::Updated };
-    Ok((format!("{} older tokens labeled {label} deleted", older.len()), outcome))
+    Ok(noted(format!("{} older tokens labeled {label} deleted", older.len()), outcome, ()))
 }
