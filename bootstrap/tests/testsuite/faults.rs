@@ -11,6 +11,8 @@ use fediversity_testkit::openbao;
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
 
+use crate::support::assert_has_line;
+
 const CREATE: &str = "/api/w/fediversity/scripts/create";
 
 #[test]
@@ -45,7 +47,7 @@ fn windmill_never_up_fails_step_1_after_the_timeout() {
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect[..]");
 }
 
 #[test]
@@ -76,7 +78,7 @@ fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
     let run = node.finish(child.wait_with_output().unwrap());
     assert!(exited, "the wait for Windmill was not bounded by retry.ready_timeout_seconds: {run:?}");
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer");
     // It did connect: the listener holds the connection it never answered.
     assert!(!held.lock().unwrap().is_empty());
 }
@@ -120,15 +122,15 @@ fn an_error_after_retried_failures_reports_every_try() {
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized",
     );
     // Control: an error on the first try says nothing about tries.
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("instance_python_version answered 401: Unauthorized"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401: Unauthorized");
 }
 
 #[test]
@@ -137,9 +139,9 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway",
     );
     // The steps after it did not run: no token stored, and the one it minted was deleted.
     assert!(node.include_meta().is_none());
@@ -166,9 +168,9 @@ fn a_token_that_is_not_letters_and_digits_is_refused_and_never_shown() {
     node.windmill.next_token(token);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 3/9 token failed: Windmill POST /api/users/tokens/create: unexpected answer: the answer is not a Windmill token, which is letters and digits only (the answer is not shown)"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 3/9 token failed: Windmill POST /api/users/tokens/create: unexpected answer: the answer is not a Windmill token, which is letters and digits only (the answer is not shown)",
     );
     // Positive control: the fake did answer with it (and `finish` scanned the output for it,
     // as for every token the fake ever handed out).
@@ -222,7 +224,7 @@ fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy)"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy): [..]");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -275,9 +277,9 @@ fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read; not retried twice",
     );
 }
 
@@ -296,7 +298,7 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     node.config["ui_auth"]["file"] = json!(node.path().join("blocked/token.conf"));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 8/9 ui-auth failed"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: [..]");
     let b = openbao::shared().read_kv2("secret", &rest).unwrap()["value"].as_str().unwrap().to_owned();
     assert_ne!(a, b);
     // The include still holds A, and A is not revoked: step 9 did not run.

@@ -7,6 +7,8 @@ use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::{Node, ui_gid};
 use fediversity_testkit::postgres::ADMIN_EMAIL;
 use fediversity_testkit::{openbao, venv};
+
+use crate::support::assert_line;
 use serde_json::json;
 
 #[test]
@@ -15,23 +17,25 @@ fn a_fresh_node_converges() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
 
-    // One line per step, in order, each ending in its outcome.
+    // One line per step, in order, each whole as the README specifies it.
+    let dir = node.scripts_dir().display().to_string();
     let lines = run.step_lines();
-    assert_eq!(lines.len(), 9, "{run:?}");
-    for (i, line) in lines.iter().enumerate() {
-        assert!(line.starts_with("fediversity-windmill-bootstrap: step "), "{line}");
-        assert!(line.contains(&format!("step {}/9 ", i + 1)), "{line}");
-        assert!(line.ends_with(": created") || line.ends_with(": updated") || line.ends_with(": unchanged"), "{line}");
+    let expected = [
+        "step 1/9 ready: http://127.0.0.1:[..] answered GET /api/version (CE v1.587.0) after [..] s: unchanged".to_owned(),
+        "step 2/9 login: admin@windmill.dev did not log in with the node password; its hash was written to the password table and it logs in now: updated".to_owned(),
+        "step 3/9 token: minted a new token labeled fediversity: created".to_owned(),
+        "step 4/9 workspace: workspace fediversity and folder fediversity: created".to_owned(),
+        format!("step 5/9 scripts: 4 scripts in {dir}, created f/fediversity/_runner f/fediversity/deploy f/fediversity/destroy f/fediversity/hello, 0 unchanged: created"),
+        "step 6/9 settings: global settings instance_python_version (differed: instance_python_version): updated".to_owned(),
+        "step 7/9 openbao: [..] field value (mount secret/, KV v2) holds the new token: created".to_owned(),
+        "step 8/9 ui-auth: [..]/run/windmill-ui-auth/token.conf (root:postgres 0440) holds the new token: created".to_owned(),
+        "step 9/9 revoke: 0 older tokens labeled fediversity deleted: unchanged".to_owned(),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{run:?}");
+    for (line, pattern) in lines.iter().zip(&expected) {
+        assert_line(line, &format!("fediversity-windmill-bootstrap: {pattern}"));
     }
-    assert!(run.step_line(2).ends_with(": updated"), "the password was the default one: {run:?}");
-    assert!(run.step_line(2).contains("did not log in with the node password; its hash was written"), "{run:?}");
-    assert!(run.step_line(4).ends_with(": created"), "{run:?}");
-    assert!(run.step_line(5).ends_with(": created"), "{run:?}");
-    assert!(run.step_line(6).ends_with(": updated"), "{run:?}");
-    assert!(run.step_line(7).ends_with("holds the new token: created"), "the secret did not exist: {run:?}");
-    assert!(run.step_line(8).ends_with(": created"), "{run:?}");
-    assert!(run.step_line(9).ends_with(": unchanged"), "no older token to revoke: {run:?}");
-    assert!(run.stderr.ends_with("fediversity-windmill-bootstrap: converged\n"), "{run:?}");
+    assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: converged");
 
     // Windmill: workspace, folder, scripts (README.md ignored), setting.
     let w = &node.windmill;
