@@ -27,7 +27,7 @@ pub struct Cli {
     /// The JSON configuration file (see the README for every field and its default)
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// Only look: log in, compare workspace, folder, scripts and settings; change nothing
+    /// Only look: log in, compare workspace, folder, scripts, settings and the token OpenBao holds; change nothing
     #[arg(long)]
     pub check: bool,
 }

@@ -1,5 +1,5 @@
-//! `--check`: steps 1, 2 (login only), 4, 5 and 6, read-only; 0 when converged, 1 on drift;
-//! it writes nothing anywhere.
+//! `--check`: steps 1, 2 (login only), 4, 5, 6 and 7 (the token OpenBao holds), read-only; 0
+//! when converged, 1 on drift; it writes nothing anywhere.
 
 use std::os::unix::fs::MetadataExt;
 
@@ -9,6 +9,8 @@ use fediversity_testkit::openbao;
 use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH};
 use fediversity_testkit::windmill_fake::Recorded;
 use serde_json::{Value, json};
+
+use crate::support;
 
 /// What a node looks like from outside: what --check must not change.
 #[derive(Debug, PartialEq)]
@@ -30,7 +32,7 @@ fn snapshot(node: &Node) -> Snapshot {
         scripts: node.windmill.script_count(),
         workspaces: node.windmill.workspaces(),
         setting: node.windmill.setting("instance_python_version"),
-        labeled_tokens: node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(),
+        labeled_tokens: support::labeled(node, support::FRONT_END).len() + support::labeled(node, support::UI).len(),
     }
 }
 
@@ -53,7 +55,7 @@ fn writes(requests: &[Recorded]) -> Vec<String> {
 fn positive_control_writes_flags_what_a_converging_run_sends() {
     // The filter the --check tests rely on does see writes: those of a real run on a fresh
     // node, and of a rerun after a local edit.
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let mut first = writes(&node.windmill.requests());
     first.sort();
@@ -61,6 +63,7 @@ fn positive_control_writes_flags_what_a_converging_run_sends() {
         first,
         vec![
             "POST /api/settings/global/instance_python_version",
+            "POST /api/users/tokens/create",
             "POST /api/users/tokens/create",
             "POST /api/w/fediversity/folders/create",
             "POST /api/w/fediversity/scripts/create",
@@ -80,18 +83,26 @@ fn positive_control_writes_flags_what_a_converging_run_sends() {
 
 #[test]
 fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = snapshot(&node);
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(run.step_lines().len(), 5, "steps 1, 2, 4, 5, 6: {run:?}");
+    assert_eq!(run.step_lines().len(), 6, "steps 1, 2, 4, 5, 6, 7: {run:?}");
     for step in [1, 2, 4, 5, 6] {
         assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
     }
-    assert!(run.stderr.contains("check: the node is converged"), "{run:?}");
+    support::assert_line(
+        run.step_line(7),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds a live token labeled fediversity \
+             (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write; bound to workspace fediversity): unchanged",
+            node.bao_path
+        ),
+    );
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: the node is converged");
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
     // Its login session was logged out.
@@ -108,7 +119,7 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     assert!(run.step_line(5).ends_with(": would update"), "{run:?}");
     assert!(run.step_line(6).ends_with(": would update"), "{run:?}");
     assert!(run.step_line(4).ends_with(": unchanged"), "{run:?}");
-    assert!(run.stderr.contains("check: a run would change: 5/9 scripts, 6/9 settings"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: a run would change: 5/9 scripts, 6/9 settings");
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
 
@@ -119,7 +130,7 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
 
 #[test]
 fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
-    let node = Node::new();
+    let node = support::node();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("does not log in with the node password (it has the default password)"), "{run:?}");
@@ -129,6 +140,7 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
     for step in [4, 5] {
         assert!(run.step_line(step).ends_with(": would create"), "{run:?}");
     }
+    support::assert_line(run.step_line(7), &format!("fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no token: would create", node.bao_path));
     assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
     // The session of the default password it compared with was logged out.
     assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/auth/login") && r.body.contains("\"changeme\"")));
@@ -143,11 +155,91 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
 
 #[test]
 fn an_unknown_password_stops_the_check_at_the_login() {
-    let node = Node::new();
+    let node = support::node();
     node.db.set_password_hash(ADMIN_EMAIL, "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$8VRpVmUuZZx8GOmJ2S2KjNBZUxbD9PbqWkGiD3fIxRo");
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("(it has another password)"), "{run:?}");
-    assert!(run.stderr.contains("cannot log in, so workspace, scripts and settings were not compared"), "{run:?}");
+    support::assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: check: cannot log in, so workspace, scripts, settings and the stored token were not compared",
+    );
     assert_eq!(run.step_lines().len(), 2, "{run:?}");
+}
+
+#[test]
+fn a_stored_token_with_other_scopes_or_binding_is_drift() {
+    let mut node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    // Positive control: as configured, it checks clean.
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+
+    // The configuration now wants the front-end to read jobs only: the stored token has more.
+    node.config["token"]["scopes"] = json!(["jobs:read"]);
+    let before = snapshot(&node);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    support::assert_line(
+        run.step_line(7),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity, minted with \
+             scopes jobs:read jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:write where jobs:read are configured: would update",
+            node.bao_path
+        ),
+    );
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: a run would change: 7/9 openbao");
+    assert_eq!(snapshot(&node), before);
+
+    // Unbound, as a front-end that uses the wmill CLI needs it: the binding differs.
+    node.config["token"] = json!({"bind_to_workspace": false});
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(7).ends_with("minted with bound to workspace fediversity where no workspace is configured: would update"), "{run:?}");
+
+    // A run mints it as now configured, and the check agrees.
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert_eq!(node.windmill.tokens().iter().find(|t| t.label == support::FRONT_END).unwrap().workspace_id, None);
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+}
+
+#[test]
+fn a_stored_token_that_is_no_live_token_of_its_label_is_drift() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let stored = support::stored_token(&node).unwrap();
+    // Someone revoked it in the UI.
+    let session = node.login(&node.password).unwrap();
+    let url = format!("{}/api/users/tokens/delete/{}", node.windmill.url, &stored[..10]);
+    assert_eq!(fediversity_testkit::http::request("DELETE", &url, &[("Authorization", &format!("Bearer {session}"))], None).status, 200);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    support::assert_line(
+        run.step_line(7),
+        &format!("fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no live token labeled fediversity: would update", node.bao_path),
+    );
+    // A token of another label in its place is no better: the UI's token, say.
+    let rest = node.bao_path.strip_prefix("secret/").unwrap();
+    openbao::shared().api("POST", &format!("secret/data/{rest}"), Some(&json!({"data": {"value": node.include_token().unwrap()}})));
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(7).ends_with("holds no live token labeled fediversity: would update"), "{run:?}");
+}
+
+#[test]
+fn an_openbao_token_that_may_not_read_fails_the_check_by_step() {
+    // Node::new's token may only create and update the secret: a run works, --check cannot
+    // compare the stored token and says so, exit 3.
+    let node = Node::new();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    support::assert_has_line(
+        &run.stderr,
+        &format!(
+            "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/secret/data/{} answered 403: 1 error occurred: * permission denied (the token is missing, invalid or lacks a policy for this path)",
+            node.bao_path.strip_prefix("secret/").unwrap()
+        ),
+    );
+    // Its login session was logged out all the same.
+    assert_eq!(node.sessions(), Vec::<String>::new());
 }

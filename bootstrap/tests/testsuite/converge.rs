@@ -1,19 +1,19 @@
-//! A fresh node: every step creates what is missing, and the token ends up working, in OpenBao
-//! and in the nginx include.
+//! A fresh node: every step creates what is missing; the front-end's scoped token ends up in
+//! OpenBao, the UI's full one in the nginx include, and each works for what it is for.
 
 use std::os::unix::fs::MetadataExt;
 
 use fediversity_testkit::bootstrap_bin;
-use fediversity_testkit::node::{Node, ui_gid};
+use fediversity_testkit::node::ui_gid;
 use fediversity_testkit::postgres::ADMIN_EMAIL;
-use fediversity_testkit::{openbao, venv};
+use fediversity_testkit::venv;
 
-use crate::support::assert_line;
+use crate::support::{self, assert_line};
 use serde_json::json;
 
 #[test]
 fn a_fresh_node_converges() {
-    let node = Node::new();
+    let node = support::node();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
 
@@ -23,13 +23,18 @@ fn a_fresh_node_converges() {
     let expected = [
         "step 1/9 ready: http://127.0.0.1:[..] answered GET /api/version (CE v1.587.0) after [..] s: unchanged".to_owned(),
         "step 2/9 login: admin@windmill.dev did not log in with the node password; its hash was written to the password table and it logs in now: updated".to_owned(),
-        "step 3/9 token: minted a new token labeled fediversity: created".to_owned(),
+        "step 3/9 token: minted a new token labeled fediversity-ui (the superadmin's full rights) for the nginx include and the rest of this run: created".to_owned(),
         "step 4/9 workspace: workspace fediversity and folder fediversity: created".to_owned(),
         format!("step 5/9 scripts: 4 scripts in {dir}, created f/fediversity/_runner f/fediversity/deploy f/fediversity/destroy f/fediversity/hello, 0 unchanged: created"),
         "step 6/9 settings: global settings instance_python_version (differed: instance_python_version): updated".to_owned(),
-        "step 7/9 openbao: [..] field value (mount secret/, KV v2) holds the new token: created".to_owned(),
-        "step 8/9 ui-auth: [..]/run/windmill-ui-auth/token.conf (root:postgres 0440) holds the new token: created".to_owned(),
-        "step 9/9 revoke: 0 older tokens labeled fediversity deleted: unchanged".to_owned(),
+        format!(
+            "step 7/9 openbao: {} field value (mount secret/, KV v2) holds the new token labeled fediversity \
+             (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write; bound to workspace fediversity), \
+             refused GET /api/w/fediversity/variables/list (403) as its scopes require: created",
+            node.bao_path
+        ),
+        format!("step 8/9 ui-auth: {} (root:postgres 0440) holds the new token labeled fediversity-ui: created", node.include_path().display()),
+        "step 9/9 revoke: older tokens deleted: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged".to_owned(),
     ];
     assert_eq!(lines.len(), expected.len(), "{run:?}");
     for (line, pattern) in lines.iter().zip(&expected) {
@@ -50,21 +55,27 @@ fn a_fresh_node_converges() {
     assert!(w.versions("fediversity", "README").is_empty());
     assert_eq!(w.setting("instance_python_version"), Some(json!("3.12")));
 
-    // The token: one `fediversity` token, the same in OpenBao and the include, and it works.
-    let labeled: Vec<_> = w.tokens().into_iter().filter(|t| t.label == "fediversity").collect();
-    assert_eq!(labeled.len(), 1);
-    let token = &labeled[0].token;
-    assert!(node.token_works(token));
-    let rest = node.bao_path.strip_prefix("secret/").unwrap();
-    assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": token})));
-    assert_eq!(node.include_token().as_deref(), Some(token.as_str()));
-    // Every call after minting, but the logout of the login session right after it, used the
-    // new token: it works for everything the bootstrap does.
+    // The tokens: one of each label; OpenBao holds the front-end's, scoped and bound as
+    // configured; the include holds the UI's, unscoped; both work.
+    let (front, ui) = (support::labeled(&node, support::FRONT_END), support::labeled(&node, support::UI));
+    assert_eq!((front.len(), ui.len()), (1, 1));
+    assert_eq!(support::stored_token(&node).as_ref(), Some(&front[0]));
+    assert_eq!(node.include_token().as_ref(), Some(&ui[0]));
+    let rows = w.tokens();
+    let row = |token: &str| rows.iter().find(|t| t.token == token).unwrap().clone();
+    let scopes = ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"].map(String::from).to_vec();
+    assert_eq!((row(&front[0]).scopes, row(&front[0]).workspace_id.as_deref()), (Some(scopes), Some("fediversity")));
+    assert_eq!((row(&ui[0]).scopes, row(&ui[0]).workspace_id), (None, None));
+    assert!(node.token_works(&ui[0]));
+    // The token of step 3 made every call after the logout of the login session, but the proof
+    // of step 7: one read with the front-end's new token, refused.
     let requests = w.requests();
     let minted_at = requests.iter().position(|r| r.is("POST", "/api/users/tokens/create")).unwrap();
     assert!(requests[minted_at + 1].is("POST", "/api/auth/logout"));
-    assert_ne!(requests[minted_at + 1].token.as_deref(), Some(token.as_str()));
-    assert!(requests[minted_at + 2..].iter().all(|r| r.token.as_deref() == Some(token.as_str())));
+    assert_ne!(requests[minted_at + 1].token.as_deref(), Some(ui[0].as_str()));
+    let (proof, others): (Vec<_>, Vec<_>) = requests[minted_at + 2..].iter().partition(|r| r.token.as_deref() == Some(front[0].as_str()));
+    assert_eq!(proof.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>(), ["GET /api/w/fediversity/variables/list"]);
+    assert!(others.iter().all(|r| r.token.as_deref() == Some(ui[0].as_str())));
 
     // Two logins, both with the node password (before and after the hash was written): the
     // default password is only for --check. No login session is left behind.

@@ -16,3 +16,4 @@ mod password;
 mod scripts;
 mod secrets_never_logged;
 mod support;
+mod tokens;

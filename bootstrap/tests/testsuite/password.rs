@@ -9,13 +9,15 @@ use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH, cluster};
 use fediversity_testkit::venv;
 use serde_json::json;
 
+use crate::support;
+
 fn no_token_minted(node: &Node) -> bool {
     !node.windmill.requests().iter().any(|r| r.is("POST", "/api/users/tokens/create"))
 }
 
 #[test]
 fn the_hash_is_written_once_and_verifies_with_both_argon2_implementations() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
@@ -33,7 +35,7 @@ fn the_hash_is_written_once_and_verifies_with_both_argon2_implementations() {
 
 #[test]
 fn another_password_is_replaced() {
-    let node = Node::new();
+    let node = support::node();
     let other = Argon2::default().hash_password(b"someone-changed-it", &SaltString::generate(&mut OsRng)).unwrap().to_string();
     node.db.set_password_hash(ADMIN_EMAIL, &other);
     let run = node.run(bootstrap_bin!(), &[]);
@@ -46,7 +48,7 @@ fn another_password_is_replaced() {
 
 #[test]
 fn zero_rows_updated_is_a_clear_error_and_nothing_else_happens() {
-    let node = Node::new();
+    let node = support::node();
     // The admin exists but does not log in with a password: the UPDATE matches no row.
     node.db.execute(&format!("UPDATE password SET login_type = 'github' WHERE email = '{ADMIN_EMAIL}'"));
     let run = node.run(bootstrap_bin!(), &[]);
@@ -62,7 +64,7 @@ fn zero_rows_updated_is_a_clear_error_and_nothing_else_happens() {
 
 #[test]
 fn postgresql_unreachable_is_a_clear_error_and_nothing_else_changes() {
-    let node = Node::new();
+    let node = support::node();
     let closed = fediversity_testkit::servers::free_port();
     let dsn = node.db.app_dsn().replace(&format!("port={}", cluster().port), &format!("port={closed}"));
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
@@ -76,7 +78,7 @@ fn postgresql_unreachable_is_a_clear_error_and_nothing_else_changes() {
 
 #[test]
 fn a_wrong_database_password_is_reported_without_the_password() {
-    let node = Node::new();
+    let node = support::node();
     let dsn = node.db.app_dsn().replace(&node.db.app_password(), "not-the-db-password");
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
     let mut node = node;
@@ -91,7 +93,7 @@ fn a_wrong_database_password_is_reported_without_the_password() {
 fn the_update_runs_under_the_configured_role() {
     // The login role is NOINHERIT: without SET ROLE it may not touch `password`. A role that
     // does not exist fails at SET ROLE, and is named.
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["windmill"]["database_role"] = json!("no_such_role");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
@@ -103,7 +105,7 @@ fn the_update_runs_under_the_configured_role() {
 fn a_login_that_still_fails_after_the_write_is_reported() {
     // The DSN names another database than the one Windmill reads: the write succeeds there,
     // Windmill keeps rejecting the password.
-    let node = Node::new();
+    let node = support::node();
     let elsewhere = cluster().windmill_database();
     std::fs::write(node.path().join("database-url"), elsewhere.app_dsn()).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -121,7 +123,7 @@ fn a_login_that_still_fails_after_the_write_is_reported() {
 fn a_malformed_stored_hash_is_reported_not_overwritten() {
     // Windmill answers 500 (not "Invalid login") for a hash it cannot parse (observed on CE 1.743.0). The
     // spec writes the hash only on "invalid login", so this is reported for a human.
-    let node = Node::new();
+    let node = support::node();
     node.db.set_password_hash(ADMIN_EMAIL, "garbage");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");

@@ -6,6 +6,8 @@ use fediversity_testkit::node::Node;
 use fediversity_testkit::windmill_fake::ScriptRow;
 use serde_json::json;
 
+use crate::support;
+
 fn creates(node: &Node, mark: usize) -> Vec<String> {
     node.windmill
         .requests_since(mark)
@@ -17,7 +19,7 @@ fn creates(node: &Node, mark: usize) -> Vec<String> {
 
 #[test]
 fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(before.len(), 1);
@@ -52,7 +54,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
 
 #[test]
 fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_left_alone() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     // A new file, a script archived in the UI, a file removed locally.
     node.write_script("f/fediversity/new_one.sh", "echo new\n");
@@ -78,7 +80,7 @@ fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_l
 
 #[test]
 fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["scripts"]["concurrency"] = json!(4);
     for i in 0..40 {
         node.write_script(&format!("f/fediversity/many/s{i:02}.py"), &format!("def main():\n    return {i}\n"));
@@ -98,7 +100,7 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
 
 #[test]
 fn a_version_whose_dependency_job_failed_is_uploaded_again() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
     // As on a fresh nixpkgs node, where the lock ran with Python 3.11 before step 6 set 3.12.
@@ -124,7 +126,7 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
 
 #[test]
 fn a_remote_change_of_content_or_summary_is_overwritten() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let local = std::fs::read_to_string(node.scripts_dir().join("f/fediversity/_runner.py")).unwrap();
 
