@@ -31,6 +31,10 @@ pub enum Error {
     /// (Windmill's `<Kind>: <message>`, OpenBao's `errors`), shortened.
     #[error("{service} {call} answered {status}{}: {message}", tries_suffix(*.tries))]
     Status { service: &'static str, call: String, status: u16, message: String, tries: usize },
+    /// An answer longer than the bound on what is read (`http::MAX_BODY`): not read further,
+    /// not retried.
+    #[error("{service} {call}: the answer is larger than {limit_mib} MiB, the most that is read")]
+    TooLarge { service: &'static str, call: String, limit_mib: usize },
     /// A 2xx answer whose body is not what the API documents.
     #[error("{service} {call}: unexpected answer: {detail}")]
     Unexpected { service: &'static str, call: String, detail: String },

@@ -143,7 +143,10 @@ impl Windmill {
             .await
             .map_err(|e| http::describe(&e))?;
         let status = response.status();
-        let body = response.text().await.map_err(|e| http::describe(&e))?;
+        let body = http::read_body(response).await.map_err(|e| match e {
+            http::BodyError::TooLarge => http::too_large(),
+            http::BodyError::Read(e) => http::describe(&e),
+        })?;
         if status == StatusCode::OK { Ok(body.trim().to_owned()) } else { Err(format!("answered {}: {}", status.as_u16(), http::short(&body))) }
     }
 

@@ -357,3 +357,73 @@ fn a_listed_token_prefix_stays_one_path_segment() {
         assert!(path.starts_with("/api/users/tokens/delete/") && path.matches('/').count() == 5, "{path}");
     }
 }
+
+#[test]
+fn an_answer_over_the_bound_fails_the_call_naming_the_bound_and_is_not_retried() {
+    let node = support::node();
+    node.windmill.fail("POST", "/api/auth/login", Fault::Oversized(5 << 20), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login: the answer is larger than 4 MiB, the most that is read",
+    );
+    assert_eq!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/auth/login")).count(), 1, "not retried");
+    // Positive control: an answer just under the bound is read whole (and then refused as the
+    // token it is not).
+    node.windmill.fail("POST", "/api/auth/login", Fault::Oversized((4 << 20) - 1), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login: unexpected answer: the answer is not a Windmill token[..]",
+    );
+}
+
+#[test]
+fn an_endless_answer_without_a_length_is_read_only_up_to_the_bound() {
+    use std::io::{Read, Write};
+    // A server that answers GET /api/version with a chunked body that never ends, and counts
+    // what it could send on each connection before the client closed it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
+    let counts = sent.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                let chunk = [b'v'; 65536];
+                let mut total = 0;
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n");
+                while stream.write_all(b"10000\r\n").and_then(|()| stream.write_all(&chunk)).and_then(|()| stream.write_all(b"\r\n")).is_ok() {
+                    total += chunk.len();
+                    if total > 1 << 30 {
+                        break;
+                    }
+                }
+                counts.lock().unwrap().push(total);
+            });
+        }
+    });
+    let mut node = support::node();
+    node.config["windmill"]["url"] = json!(url);
+    node.config["retry"]["ready_timeout_seconds"] = json!(1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the answer is larger than 4 MiB, the most that is read",
+    );
+    // Each connection was closed soon after the bound (socket buffers hold a few MiB more),
+    // and the server did send past the bound: the client stopped reading, not the server. (The
+    // try under way when the wait ended may have been cut short of it.)
+    let sent = sent.lock().unwrap().clone();
+    assert!(sent.iter().any(|n| *n >= 4 << 20), "{sent:?}");
+    assert!(sent.iter().all(|n| *n < 64 << 20), "{sent:?}");
+}

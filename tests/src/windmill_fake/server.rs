@@ -50,6 +50,9 @@ pub enum Fault {
     /// echoes what it could not process): shows whether a secret in the request reaches a
     /// message in a form other than its own.
     StatusEchoingBody(u16, crate::json_forms::Encoder),
+    /// Answer 200 with a body of this many bytes (with its length), changing nothing: a server
+    /// or proxy that sends far more than any answer of the API.
+    Oversized(usize),
     /// Read the whole request, change nothing, close the connection without an answer.
     DropBeforeHandling,
     /// Handle the call (its effect happens), then close the connection without the answer.
@@ -140,6 +143,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
             };
             text(status, format!("Bad request: cannot process {quoted}"))
         }
+        Some(Fault::Oversized(len)) => text(200, "x".repeat(len)),
         Some(Fault::DropBeforeHandling) => {
             kill.notify_one();
             std::future::pending().await
