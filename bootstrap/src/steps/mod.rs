@@ -48,16 +48,18 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     let Some(session) = session else {
         // --check on a node whose password is neither the node's nor the default one: nothing
         // else can be looked at.
-        tracing::info!("check: cannot log in, so workspace, scripts, settings and the stored token were not compared");
+        tracing::info!("check: cannot log in, so workspace, scripts, settings and the stored tokens were not compared");
         return Ok(finish(notes));
     };
     let session = anonymous.with_token(&session);
 
     if check {
-        // --check: steps 4 to 7 read-only, with the login session, which is then logged out.
+        // --check: steps 4 to 9 read-only, with the login session, which is then logged out.
         let compared = async {
             compare(&session, config, local, &mut notes).await?;
-            notes.step(Step::OpenBao, tokens::check_openbao(&session, &bao, config, secrets)).await
+            let front = notes.step(Step::OpenBao, tokens::check_openbao(&session, &bao, config, secrets)).await?;
+            let ui = notes.step(Step::UiAuth, tokens::check_include(&session, config, secrets)).await?;
+            notes.step(Step::Revoke, tokens::check_revoke(&session, config, [front, ui])).await
         }
         .await;
         log_out(&session, config, secrets).await;

@@ -1,6 +1,6 @@
 //! Steps 3, 7, 8 and 9: the two tokens minted, the front-end's proved and stored in OpenBao, the
 //! UI's in the nginx include, the older ones of each label revoked; and what `--check` compares
-//! of them. A token's own life (mint, prove, discard, revoke) is [`crate::token`]'s.
+//! of them (steps 7, 8 and 9; step 3 has nothing of its own to compare: a run always mints). A token's own life (mint, prove, discard, revoke) is [`crate::token`]'s.
 
 use safe_io::secret::Secret;
 
@@ -93,18 +93,73 @@ pub(super) async fn revoke(api: &Windmill, config: &Config, minted: &[&Minted], 
 }
 
 /// `--check`'s step 7: the token OpenBao holds must be a live token of the front-end's label,
-/// with the configured scopes and binding. It joins `secrets`.
-pub(super) async fn check_openbao(session: &Windmill, bao: &OpenBao, config: &Config, secrets: &mut Vec<Secret>) -> Result<Noted<()>> {
+/// with the configured scopes and binding. Its value: that token, which joins `secrets`.
+pub(super) async fn check_openbao(session: &Windmill, bao: &OpenBao, config: &Config, secrets: &mut Vec<Secret>) -> Result<Noted<Option<Secret>>> {
     let spec = TokenSpec::front_end(config);
     let place = format!("{} field {}", config.openbao.path, config.openbao.field);
     let Some(stored) = bao.get(&config.openbao.path, &config.openbao.field).await? else {
-        return Ok(noted(format!("{place} holds no token"), Outcome::Created, ()));
+        return Ok(noted(format!("{place} holds no token"), Outcome::Created, None));
     };
     secrets.push(stored.clone());
     let listed = session.list_tokens().await?;
-    Ok(match token::compare(&listed, &stored, &spec) {
-        Compared::Same => noted(format!("{place} holds a live token {}", spec.describe()), Outcome::Unchanged, ()),
-        Compared::NotLive => noted(format!("{place} holds no live token labeled {}", spec.label), Outcome::Updated, ()),
-        Compared::Differs(what) => noted(format!("{place} holds the token labeled {}, minted with {what}", spec.label), Outcome::Updated, ()),
-    })
+    let (what, outcome) = match token::compare(&listed, &stored, &spec) {
+        Compared::Same => (format!("{place} holds a live token {}", spec.describe()), Outcome::Unchanged),
+        Compared::NotLive => (format!("{place} holds no live token labeled {}", spec.label), Outcome::Updated),
+        Compared::Differs(what) => (format!("{place} holds the token labeled {}, minted with {what}", spec.label), Outcome::Updated),
+    };
+    Ok(noted(what, outcome, Some(stored)))
+}
+
+/// `--check`'s step 8: the include must be the line with a live token of the UI's label (full
+/// rights, bound to nothing), with the configured owner, group and mode. Its value: that token,
+/// which joins `secrets`.
+pub(super) async fn check_include(session: &Windmill, config: &Config, secrets: &mut Vec<Secret>) -> Result<Noted<Option<Secret>>> {
+    let (ui, spec) = (&config.ui_auth, TokenSpec::ui(config));
+    let file = ui.file.display();
+    let Some(found) = ui_auth_include::read(ui)? else {
+        return Ok(noted(format!("{file} does not exist"), Outcome::Created, None));
+    };
+    let mut differs = Vec::new();
+    if (found.uid, found.gid, found.mode) != (ui.uid, ui.gid, ui.mode) {
+        differs.push(format!("is {}:{} {:04o} where {}:{} {:04o} is configured", found.uid, found.gid, found.mode, ui.uid, ui.gid, ui.mode));
+    }
+    match &found.token {
+        None => differs.push("holds no token line".to_owned()),
+        Some(stored) => {
+            secrets.push(stored.clone());
+            match token::compare(&session.list_tokens().await?, stored, &spec) {
+                Compared::Same => {}
+                Compared::NotLive => differs.push(format!("holds no live token labeled {}", spec.label)),
+                Compared::Differs(what) => differs.push(format!("holds the token labeled {}, minted with {what}", spec.label)),
+            }
+        }
+    }
+    if differs.is_empty() {
+        Ok(noted(format!("{file} ({}:{} {:04o}) holds a live token {}", ui.owner, ui.group, ui.mode, spec.describe()), Outcome::Unchanged, found.token))
+    } else {
+        Ok(noted(format!("{file} {}", differs.join(", ")), Outcome::Updated, found.token))
+    }
+}
+
+/// `--check`'s step 9: with `token.revoke_previous`, tokens of either label besides the stored
+/// ones (`stored`: OpenBao's, the include's) are what a run would delete.
+pub(super) async fn check_revoke(session: &Windmill, config: &Config, stored: [Option<Secret>; 2]) -> Result<Noted<()>> {
+    let specs = TokenSpec::both(config);
+    if !config.token.revoke_previous {
+        let labels: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
+        return Ok(noted(format!("token.revoke_previous is false; older tokens labeled {} are kept", labels.join(" and ")), Outcome::Unchanged, ()));
+    }
+    let listed = session.list_tokens().await?;
+    let mut counts = Vec::new();
+    for (spec, kept) in specs.iter().zip(&stored) {
+        let kept = kept.as_ref().map(Secret::prefix);
+        let older = listed
+            .iter()
+            .filter(|t| t.label.as_deref() == Some(spec.label.as_str()) && kept.as_ref().is_none_or(|k| k.expose() != t.token_prefix))
+            .count();
+        counts.push((spec.label.as_str(), older));
+    }
+    let shown: Vec<String> = counts.iter().map(|(label, n)| format!("{n} labeled {label}")).collect();
+    let outcome = if counts.iter().any(|(_, n)| *n > 0) { Outcome::Updated } else { Outcome::Unchanged };
+    Ok(noted(format!("tokens besides the stored ones: {}", shown.join(", ")), outcome, ()))
 }

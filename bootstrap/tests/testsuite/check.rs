@@ -1,5 +1,6 @@
-//! `--check`: steps 1, 2 (login only), 4, 5, 6 and 7 (the token OpenBao holds), read-only; 0
-//! when converged, 1 on drift; it writes nothing anywhere.
+//! `--check`: steps 1, 2 (login only), 4 to 6, and 7 to 9 (the tokens OpenBao and the include
+//! hold, and no others), read-only; 0 when converged, 1 on drift, 3 when a part cannot be
+//! reached; it writes nothing anywhere.
 
 use std::os::unix::fs::MetadataExt;
 
@@ -90,7 +91,7 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(run.step_lines().len(), 6, "steps 1, 2, 4, 5, 6, 7: {run:?}");
+    assert_eq!(run.step_lines().len(), 8, "steps 1, 2, 4 to 9: {run:?}");
     for step in [1, 2, 4, 5, 6] {
         assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
     }
@@ -101,6 +102,17 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
              (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write; bound to workspace fediversity): unchanged",
             node.bao_path
         ),
+    );
+    support::assert_line(
+        run.step_line(8),
+        &format!(
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} (root:postgres 0440) holds a live token labeled fediversity-ui (the superadmin's full rights): unchanged",
+            node.include_path().display()
+        ),
+    );
+    support::assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged",
     );
     support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: the node is converged");
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
@@ -141,6 +153,8 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
         assert!(run.step_line(step).ends_with(": would create"), "{run:?}");
     }
     support::assert_line(run.step_line(7), &format!("fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no token: would create", node.bao_path));
+    support::assert_line(run.step_line(8), &format!("fediversity-windmill-bootstrap: step 8/9 ui-auth: {} does not exist: would create", node.include_path().display()));
+    support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged");
     assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
     // The session of the default password it compared with was logged out.
     assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/auth/login") && r.body.contains("\"changeme\"")));
@@ -162,7 +176,7 @@ fn an_unknown_password_stops_the_check_at_the_login() {
     assert!(run.step_line(2).contains("(it has another password)"), "{run:?}");
     support::assert_has_line(
         &run.stderr,
-        "fediversity-windmill-bootstrap: check: cannot log in, so workspace, scripts, settings and the stored token were not compared",
+        "fediversity-windmill-bootstrap: check: cannot log in, so workspace, scripts, settings and the stored tokens were not compared",
     );
     assert_eq!(run.step_lines().len(), 2, "{run:?}");
 }
@@ -239,6 +253,86 @@ fn an_openbao_token_that_may_not_read_fails_the_check_by_step() {
             "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/secret/data/{} answered 403: 1 error occurred: * permission denied (the token is missing, invalid or lacks a policy for this path)",
             node.bao_path.strip_prefix("secret/").unwrap()
         ),
+    );
+    // Its login session was logged out all the same.
+    assert_eq!(node.sessions(), Vec::<String>::new());
+
+    // OpenBao down: the same, exit 3 naming the step.
+    let mut node = node;
+    node.config["openbao"]["addr"] = json!(format!("http://127.0.0.1:{}", fediversity_testkit::servers::free_port()));
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        &format!("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{}: cannot connect[..] (after 3 tries)", node.bao_path),
+    );
+}
+
+#[test]
+fn the_include_and_tokens_beside_the_stored_ones_are_compared_too() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let ui = node.include_token().unwrap();
+    let mode = |m: u32| std::fs::set_permissions(node.include_path(), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+
+    // Another mode: drift, named.
+    mode(0o640);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    support::assert_line(
+        run.step_line(8),
+        &format!(
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} is 0:{gid} 0640 where 0:{gid} 0440 is configured: would update",
+            node.include_path().display(),
+            gid = fediversity_testkit::node::ui_gid()
+        ),
+    );
+    mode(0o440);
+
+    // A line that is not the include's (a token nobody can tell from text): no token line.
+    std::fs::write(node.include_path(), "# emptied by hand\n").unwrap();
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(8).ends_with(" holds no token line: would update"), "{run:?}");
+
+    // The include holds the front-end's token instead: no live token of the UI's label.
+    std::fs::write(node.include_path(), format!("proxy_set_header Authorization \"Bearer {}\";\n", support::stored_token(&node).unwrap())).unwrap();
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.step_line(8).ends_with(" holds no live token labeled fediversity-ui: would update"), "{run:?}");
+    std::fs::write(node.include_path(), format!("proxy_set_header Authorization \"Bearer {ui}\";\n")).unwrap();
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0, "positive control: restored, converged");
+
+    // A token of the UI's label besides the stored one: a run would delete it.
+    let session = node.login(&node.password).unwrap();
+    let minted = fediversity_testkit::http::request(
+        "POST",
+        &format!("{}/api/users/tokens/create", node.windmill.url),
+        &[("Authorization", &format!("Bearer {session}"))],
+        Some(r#"{"label": "fediversity-ui"}"#),
+    );
+    assert_eq!(minted.status, 201);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    support::assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 1 labeled fediversity-ui: would update",
+    );
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: a run would change: 9/9 revoke");
+}
+
+#[test]
+fn an_include_that_cannot_be_looked_at_fails_the_check_by_step() {
+    let mut node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    // The include's directory is a file now: whether the include is as configured cannot be told.
+    std::fs::write(node.path().join("not-a-dir"), "x").unwrap();
+    node.config["ui_auth"]["file"] = json!(node.path().join("not-a-dir/token.conf"));
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        &format!("fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: cannot look at {}/not-a-dir/token.conf: Not a directory (os error 20)", node.path().display()),
     );
     // Its login session was logged out all the same.
     assert_eq!(node.sessions(), Vec::<String>::new());
