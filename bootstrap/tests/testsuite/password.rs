@@ -29,7 +29,7 @@ fn the_hash_is_written_once_and_verifies_with_both_argon2_implementations() {
     // Login worked with the node password: no further write on the next run.
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(2).ends_with("logs in with the node password: unchanged"), "{run:?}");
+    support::assert_line(run.step_line(2), "fediversity-windmill-bootstrap: step 2/9 login: admin@windmill.dev logs in with the node password: unchanged");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).unwrap(), hash);
 }
 
@@ -40,8 +40,10 @@ fn another_password_is_replaced() {
     node.db.set_password_hash(ADMIN_EMAIL, &other);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(2).contains("did not log in with the node password; its hash was written"), "{run:?}");
-    assert!(run.step_line(2).ends_with(": updated"), "{run:?}");
+    support::assert_line(
+        run.step_line(2),
+        "fediversity-windmill-bootstrap: step 2/9 login: admin@windmill.dev did not log in with the node password; its hash was written to the password table and it logs in now: updated",
+    );
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
     assert!(Argon2::default().verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap()).is_ok());
 }
@@ -54,7 +56,7 @@ fn zero_rows_updated_is_a_clear_error_and_nothing_else_happens() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
-        run.stderr.contains("error: step 2/9 login failed: no row in Windmill's password table for admin@windmill.dev with login_type 'password' (zero rows updated)"),
+        run.stderr.lines().last() == Some("fediversity-windmill-bootstrap: error: step 2/9 login failed: no row in Windmill's password table for admin@windmill.dev with login_type 'password' (zero rows updated)"),
         "{run:?}"
     );
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
@@ -70,7 +72,7 @@ fn postgresql_unreachable_is_a_clear_error_and_nothing_else_changes() {
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 2/9 login failed: PostgreSQL: cannot connect: error connecting to server"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: cannot connect: error connecting to server[..]");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
     assert!(no_token_minted(&node));
     assert!(node.windmill.workspaces() == vec!["admins".to_owned()]);
@@ -85,8 +87,7 @@ fn a_wrong_database_password_is_reported_without_the_password() {
     node.extra_secrets.push(("the wrong database password".into(), "not-the-db-password".into()));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("step 2/9 login failed: PostgreSQL: cannot connect"), "{run:?}");
-    assert!(run.stderr.contains("password authentication failed"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: cannot connect[..]password authentication failed[..]");
 }
 
 #[test]
@@ -97,7 +98,10 @@ fn the_update_runs_under_the_configured_role() {
     node.config["windmill"]["database_role"] = json!("no_such_role");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("step 2/9 login failed: PostgreSQL: SET ROLE no_such_role: ERROR 22023: role \"no_such_role\" does not exist"), "{run:?}");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: SET ROLE no_such_role: ERROR 22023: role \"no_such_role\" does not exist",
+    );
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
 }
 
@@ -111,7 +115,7 @@ fn a_login_that_still_fails_after_the_write_is_reported() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
-        run.stderr.contains("step 2/9 login failed: the password hash of admin@windmill.dev was written, but Windmill still rejects the node password after 3 logins"),
+        run.stderr.lines().last() == Some("fediversity-windmill-bootstrap: error: step 2/9 login failed: the password hash of admin@windmill.dev was written, but Windmill still rejects the node password after 3 logins"),
         "{run:?}"
     );
     assert_ne!(elsewhere.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
@@ -127,6 +131,6 @@ fn a_malformed_stored_hash_is_reported_not_overwritten() {
     node.db.set_password_hash(ADMIN_EMAIL, "garbage");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("step 2/9 login failed: Windmill POST /api/auth/login answered 500 after 3 tries: Internal: password hash string"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login answered 500 after 3 tries: Internal: password hash string[..]");
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some("garbage"));
 }

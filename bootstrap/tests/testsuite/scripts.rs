@@ -29,7 +29,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy, 3 unchanged: updated");
 
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, edited);
@@ -75,7 +75,7 @@ fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_l
     let hello = node.windmill.versions("fediversity", "f/fediversity/hello");
     assert_eq!(hello.len(), 1);
     assert!(!hello[0].archived);
-    assert!(run.step_line(5).contains("created f/fediversity/new_one, updated f/fediversity/destroy"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], created f/fediversity/new_one, updated f/fediversity/destroy, 2 unchanged: updated");
 }
 
 #[test]
@@ -108,12 +108,12 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
 
     let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
-    assert!(check.step_line(5).contains("would update f/fediversity/deploy, 3 unchanged"), "{check:?}");
+    support::assert_line(check.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy, 3 unchanged: would update");
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy, 3 unchanged: updated");
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, before[0].content);
 
@@ -133,7 +133,7 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     // Someone deploys other content by hand: the next run puts the local file back on top.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", "print('other')\n", "_runner");
     let run = node.run(bootstrap_bin!(), &[]);
-    assert!(run.step_line(5).contains("updated f/fediversity/_runner"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner, 3 unchanged: updated");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 3);
     assert_eq!(versions[2].content, local);
@@ -142,14 +142,14 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     // Same content, another summary: not "unchanged" either.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", &local, "pushed by hand");
     let run = node.run(bootstrap_bin!(), &[]);
-    assert!(run.step_line(5).contains("updated f/fediversity/_runner"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner, 3 unchanged: updated");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 5);
     assert_eq!((versions[4].content.as_str(), versions[4].summary.as_str()), (local.as_str(), "_runner"));
 
     // And then it is left alone.
     let run = node.run(bootstrap_bin!(), &[]);
-    assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], 4 unchanged: unchanged");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/_runner").len(), 5);
 }
 
