@@ -1,5 +1,5 @@
 //! The two API tokens a run mints, each with what it needs, and their life here: mint, prove,
-//! store, revoke.
+//! store (in OpenBao or in the include), revoke.
 //!
 //! - The UI's token (`ui_auth.label`) has the superadmin's full rights: admins behind the
 //!   forward auth act through it, and every call of the run after step 3 uses it.
@@ -17,17 +17,10 @@ use safe_io::secret::Secret;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::openbao::{self, OpenBao};
 use crate::scope;
+use crate::ui_auth_include;
 use crate::windmill::{NewToken, TokenInfo, Windmill};
-
-/// Where a token goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sink {
-    /// Step 7: the `openbao.path` secret, read by the front-end.
-    OpenBao,
-    /// Step 8: the nginx include of the UI.
-    Include,
-}
 
 /// One token as the configuration describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,20 +30,19 @@ pub struct TokenSpec {
     pub scopes: Vec<String>,
     /// The workspace the token is bound to (401 everywhere else).
     pub workspace: Option<String>,
-    pub sink: Sink,
 }
 
 impl TokenSpec {
     /// The UI's token: full rights, bound to nothing.
     pub fn ui(config: &Config) -> Self {
-        TokenSpec { label: config.ui_auth.label.clone(), scopes: Vec::new(), workspace: None, sink: Sink::Include }
+        TokenSpec { label: config.ui_auth.label.clone(), scopes: Vec::new(), workspace: None }
     }
 
     /// The front-end's token, as `token.*` configures it.
     pub fn front_end(config: &Config) -> Self {
         let t = &config.token;
         let workspace = t.bind_to_workspace.then(|| config.workspace.id.clone());
-        TokenSpec { label: t.label.clone(), scopes: t.scopes.clone(), workspace, sink: Sink::OpenBao }
+        TokenSpec { label: t.label.clone(), scopes: t.scopes.clone(), workspace }
     }
 
     /// Both, in the order a run stores them (the front-end's in step 7, the UI's in step 8).
@@ -79,12 +71,22 @@ impl Minted {
     pub fn secret(&self) -> &Secret {
         &self.token
     }
+}
 
-    /// The sink holds it now: a later failure keeps it (its consumers may use it already; the
-    /// next run's step 9 revokes it).
-    pub fn stored(&mut self) {
-        self.stored = true;
-    }
+/// Step 7's store: `{field: token}` at `openbao.path`, as `bao kv put` writes it. Once written,
+/// a later failure keeps the token (its consumers may use it already; the next run's step 9
+/// revokes it).
+pub async fn store_in_openbao(bao: &OpenBao, config: &Config, minted: &mut Minted) -> Result<openbao::Written> {
+    let written = bao.put(&config.openbao.path, &config.openbao.field, &minted.token).await?;
+    minted.stored = true;
+    Ok(written)
+}
+
+/// Step 8's store: the nginx include, written atomically with its owner and mode.
+pub fn store_in_include(config: &Config, minted: &mut Minted) -> Result<ui_auth_include::Written> {
+    let written = ui_auth_include::write(&config.ui_auth, &minted.token)?;
+    minted.stored = true;
+    Ok(written)
 }
 
 /// `tokens/create` for `spec`, with the caller's (the superadmin's) token. The new token joins
@@ -123,7 +125,9 @@ pub async fn prove(api: &Windmill, minted: &Minted, workspace: &str, version: &s
         return Ok(Proof::Unscoped);
     }
     // The configuration leaves at least one read uncovered (checked when it is loaded).
-    let route = scope::probe(&spec.scopes).expect("token.scopes leave a read to prove the limit with");
+    let Some(route) = scope::probe(&spec.scopes) else {
+        return Err(Error::Config(format!("token.scopes name every domain the run proves the token's limit with ({})", scope::probe_domains().join(", "))));
+    };
     let (call, answer) = api.with_token(&minted.token).status_of_read(workspace, route).await?;
     let status = answer.status.as_u16();
     match status {
@@ -217,7 +221,7 @@ mod tests {
     use super::*;
 
     fn spec(scopes: &[&str], workspace: Option<&str>) -> TokenSpec {
-        TokenSpec { label: "fediversity".into(), scopes: scopes.iter().map(|s| s.to_string()).collect(), workspace: workspace.map(Into::into), sink: Sink::OpenBao }
+        TokenSpec { label: "fediversity".into(), scopes: scopes.iter().map(|s| s.to_string()).collect(), workspace: workspace.map(Into::into) }
     }
 
     fn listed(label: &str, prefix: &str, scopes: Option<&[&str]>, workspace: Option<&str>) -> TokenInfo {

@@ -45,8 +45,7 @@ pub(super) async fn openbao(
 ) -> Result<Noted<()>> {
     let minted = front.insert(token::mint(api, TokenSpec::front_end(config), secrets).await?);
     let proof = token::prove(api, minted, &config.workspace.id, version).await?;
-    let written = bao.put(&config.openbao.path, &config.openbao.field, minted.secret()).await?;
-    minted.stored();
+    let written = token::store_in_openbao(bao, config, minted).await?;
     let mount = match &written.mount {
         Some(mount) => format!("mount {mount}, KV v{}", written.version),
         None => "no mount found, KV v1 assumed".to_owned(),
@@ -69,12 +68,11 @@ pub(super) async fn openbao(
 /// Step 8: the UI's token in the nginx include, written atomically with its owner and mode.
 pub(super) fn ui_auth(config: &Config, ui: &mut Minted) -> Result<Noted<()>> {
     let file = &config.ui_auth;
-    let outcome = match ui_auth_include::write(file, ui.secret())? {
+    let outcome = match token::store_in_include(config, ui)? {
         Written::Created => Outcome::Created,
         Written::Updated => Outcome::Updated,
         Written::Unchanged => Outcome::Unchanged,
     };
-    ui.stored();
     let what = format!("{} ({}:{} {:04o}) holds the new token labeled {}", file.file.display(), file.owner, file.group, file.mode, ui.spec.label);
     Ok(noted(what, outcome, ()))
 }
