@@ -180,6 +180,19 @@ pub struct RunArgs {
     /// must never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
     #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,
+    /// How the program tree is kept: a cgroup of its own where jobenv may create one (auto),
+    /// always (cgroup: the job is not run without one), or jobenv's descendants in /proc (proc)
+    /// [JOBENV_CONTAINMENT]
+    #[arg(long, value_enum, value_name = "HOW", env = "JOBENV_CONTAINMENT", default_value = "auto")]
+    pub containment: ContainmentArg,
+}
+
+/// `--containment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ContainmentArg {
+    Auto,
+    Cgroup,
+    Proc,
 }
 
 impl RunArgs {
@@ -194,6 +207,11 @@ impl RunArgs {
             timeout: self.timeout,
             lock_timeout: self.lock_timeout,
             retain: days(self.retain_days),
+            containment: match self.containment {
+                ContainmentArg::Auto => settings::Containment::Auto,
+                ContainmentArg::Cgroup => settings::Containment::Cgroup,
+                ContainmentArg::Proc => settings::Containment::Proc,
+            },
         }
     }
 }

@@ -77,4 +77,17 @@ pub struct RunSettings {
     pub timeout: Option<Duration>,
     pub lock_timeout: Duration,
     pub retain: Duration,
+    pub containment: Containment,
+}
+
+/// How the program tree is kept (`--containment`, `JOBENV_CONTAINMENT`; see `run::tree`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Containment {
+    /// A cgroup of the deploy's own where jobenv may create one, else the /proc walk.
+    #[default]
+    Auto,
+    /// A cgroup, or the job is not run.
+    Cgroup,
+    /// The /proc walk, even where a cgroup could be made.
+    Proc,
 }

@@ -6,6 +6,8 @@
 //!   repository whose dev shells real `nix-shell` instantiates offline.
 //! - [`job_run`]: one jobenv invocation and what the test expects of it (exit code, output,
 //!   secrets that must appear nowhere).
+//! - [`cgroup`]: the cgroup (v2) a process is in, whether a cgroup still holds processes, and
+//!   the sweep of deploy cgroups a killed jobenv left behind.
 //! - [`process`]: liveness of pids, waiting with deadlines, watching output as it comes.
 //! - [`worker`]: a stand-in for a Windmill worker that starts a job as the real one does, and
 //!   can die.
@@ -23,6 +25,7 @@
 //! - [`events_receiver`]: an HTTP receiver of jobenv's progress events (checks the secret by
 //!   its SHA-256, can be slow or dead).
 
+pub mod cgroup;
 pub mod events_receiver;
 pub mod http;
 pub mod job_run;

@@ -19,6 +19,8 @@ pub struct Fixture {
     deploy_env: Map<String, Value>,
     keys: Map<String, Value>,
     attributes: Vec<String>,
+    /// `JOBENV_CONTAINMENT` for every jobenv of this fixture (unset: jobenv's default).
+    containment: Option<&'static str>,
 }
 
 /// The PATH jobenv itself runs with in tests: enough to find nix-shell and a shell.
@@ -47,7 +49,15 @@ impl Fixture {
         deploy_env.insert("NIXPKGS".into(), json!(root));
         // Skips nix-shell's evaluation of <nixpkgs>.bashInteractive, which needs nixpkgs.
         deploy_env.insert("NIX_BUILD_SHELL".into(), json!("/bin/bash"));
-        Fixture { dir, deploy_env, keys: Map::new(), attributes: Vec::new() }
+        Fixture { dir, deploy_env, keys: Map::new(), attributes: Vec::new(), containment: None }
+    }
+
+    /// A node whose jobenv keeps its program trees as `containment` says (`JOBENV_CONTAINMENT`:
+    /// `cgroup`, `proc` or `auto`).
+    pub fn with_containment(containment: &'static str) -> Self {
+        let mut fixture = Self::new();
+        fixture.containment = Some(containment);
+        fixture
     }
 
     pub fn path(&self) -> &Path {
@@ -210,6 +220,9 @@ in
             .env("JOBENV_ATTRIBUTES", self.attributes_path())
             .env("JOBENV_SECRETS_DIRS", self.secrets_dir())
             .env("JOBENV_STATE_DIR", self.state_dir());
+        if let Some(containment) = self.containment {
+            command.env("JOBENV_CONTAINMENT", containment);
+        }
         command
     }
 
@@ -233,6 +246,14 @@ in
     /// Runs jobenv to completion with `payload` on stdin.
     pub fn run(&self, jobenv: &Path, args: &[&str], payload: &Value) -> Output {
         run_with_payload(self.command(jobenv, args), payload)
+    }
+}
+
+impl Drop for Fixture {
+    /// A test that SIGKILLed a jobenv may leave its deploy's cgroup behind (under the test's
+    /// own): what the state directory records is killed and removed with the fixture.
+    fn drop(&mut self) {
+        crate::cgroup::sweep(&self.state_dir());
     }
 }
 

@@ -42,6 +42,21 @@ pub struct Attempt {
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphans: Option<Orphans>,
+}
+
+/// Processes of an attempt's program tree that were still running in its cgroup after its
+/// jobenv was gone, and were stopped (see `record::orphans`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Orphans {
+    /// How many there were (each got SIGTERM).
+    pub found: usize,
+    /// How many were still running after the grace, and got SIGKILL.
+    pub killed: usize,
+    /// Who stopped them: `recover`, `drain`, or the run of the namespace that found them.
+    pub stopped_by: String,
+    pub stopped_at: String,
 }
 
 /// The journal entry of one job id: its latest attempt, plus the earlier ones.
@@ -77,6 +92,8 @@ pub struct Entry {
     pub reason: Option<Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_by: Option<InterruptedBy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphans: Option<Orphans>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<Attempt>,
 }
@@ -108,6 +125,16 @@ impl Entry {
         self.interrupted_by = Some(by);
         self.exit_code = None;
         self.finished_at = Some(now());
+    }
+
+    /// Records the orphans of attempt `attempt` (this one or an earlier one); false if the
+    /// entry has no such attempt.
+    pub fn note_orphans(&mut self, attempt: u32, orphans: Orphans) -> bool {
+        if self.attempt == attempt {
+            self.orphans = Some(orphans);
+            return true;
+        }
+        note_orphans(&mut self.earlier, attempt, orphans)
     }
 
     /// Records how this attempt ended.
@@ -157,7 +184,19 @@ impl Entry {
             interrupted_by: self.interrupted_by,
             started_at: self.started_at.clone(),
             finished_at: self.finished_at.clone(),
+            orphans: self.orphans.clone(),
         }
+    }
+}
+
+/// Records the orphans of attempt `attempt` among `earlier`; false if there is no such attempt.
+pub fn note_orphans(earlier: &mut [Attempt], attempt: u32, orphans: Orphans) -> bool {
+    match earlier.iter_mut().find(|a| a.attempt == attempt) {
+        Some(earlier) => {
+            earlier.orphans = Some(orphans);
+            true
+        }
+        None => false,
     }
 }
 
@@ -184,6 +223,7 @@ impl Entry {
             finished_at: None,
             reason: None,
             interrupted_by: None,
+            orphans: None,
             earlier,
         }
     }
@@ -372,6 +412,7 @@ pub(crate) mod tests {
             finished_at: None,
             reason: None,
             interrupted_by: None,
+            orphans: None,
             earlier: Vec::new(),
         }
     }

@@ -6,12 +6,15 @@
 //! - [`journal`]: one entry per job id in the state directory, written before the program runs
 //!   and when it ends; what a second run of the same job id does;
 //! - [`locks`]: one run per job id, one deploy per namespace (`flock`s);
+//! - [`orphans`]: which cgroup holds a namespace's program tree, and what its deploy left
+//!   running there once its jobenv is gone, stopped and recorded;
 //! - [`result_file`]: the Windmill job result, `result.json`;
 //! - [`upkeep`]: `recover`, `prune` and `drain`, which keep the journal true between runs.
 
 pub mod ending;
 pub mod journal;
 pub mod locks;
+pub mod orphans;
 pub mod result_file;
 pub mod upkeep;
 

@@ -26,12 +26,19 @@ pub fn stop_request(journal: &Journal, job_id: &str) -> PathBuf {
 pub const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 impl Journal {
-    /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
-    /// them. Each is re-read and rewritten under its job lock, so a run of that job id that
-    /// starts meanwhile either waits for it or has the lock first (then the entry is its own).
+    /// Stops what deploys whose jobenv is gone left running in their cgroups (recording it in
+    /// their entries, see [`super::orphans`]), marks every `running` entry whose jobenv is gone
+    /// as failed (`interrupted`), and returns the entries it changed. Each is re-read and
+    /// rewritten under its job lock, so a run of that job id that starts meanwhile either waits
+    /// for it or has the lock first (then the entry is its own).
     pub fn recover(&self) -> std::io::Result<Vec<Entry>> {
+        let orphaned = self.stop_orphans("recover")?;
         let mut recovered = Vec::new();
         for (_, entry) in self.entries()? {
+            if orphaned.contains(&entry.job_id) {
+                recovered.push(entry);
+                continue;
+            }
             if entry.status != Status::Running || entry.is_live() {
                 continue;
             }
@@ -113,7 +120,8 @@ impl Journal {
     /// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
     /// tree with its grace and records the attempt interrupted by the node). A jobenv that has
     /// not ended by its grace plus [`STOP_MARGIN`] is SIGKILLed with its process group if it
-    /// leads one, and its entry recorded here. Returns what it did, one entry per job.
+    /// leads one, what its program tree left running in its cgroup is stopped too, and its entry
+    /// recorded here. Returns what it did, one entry per job.
     pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
         let running = || -> std::io::Result<Vec<Entry>> {
             Ok(self.entries()?.into_iter().map(|(_, e)| e).filter(Entry::is_live).collect())
@@ -145,6 +153,11 @@ impl Journal {
                 let until = Instant::now() + Duration::from_secs(2);
                 while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(20));
+                }
+                // What left its process group (a `setsid`'d helper) is still in its cgroup.
+                let namespace = locks::namespace_path(&self.locks, &entry.namespace);
+                if let Ok(_held) = locks::acquire(&namespace, Duration::from_secs(1), "jobenv drain", None) {
+                    super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
                 }
             }
             // jobenv records its own end; one that could not is recorded here.

@@ -1,17 +1,20 @@
 //! Stage 3 of a job: running the program. Spawn it with exactly the planned environment
-//! ([`spawn`]), copy its output through the redactor ([`pump`], [`redact`]), reap every child
-//! ([`reaper`]), and stop the whole program tree ([`tree`]) on a cancel signal ([`cancel`]) or
-//! on the timeout.
+//! ([`spawn`]), in its program tree ([`tree`]: a cgroup of its own, or jobenv's descendants
+//! where there is none), copy its output through the redactor ([`pump`], [`redact`]), reap
+//! every child ([`reaper`]), and stop the whole tree on a cancel signal ([`cancel`]), on the
+//! timeout, or when the worker is gone.
 //!
 //! How each way a job can end is covered (the README's guarantee "Cancellation leaves nothing
 //! running"; Windmill's cancel is a SIGKILL of the job's process group, or with
 //! `MAX_WAIT_FOR_SIGINT` a SIGINT to the job process alone):
 //! 1. Windmill's default cancel SIGKILLs the process group that jobenv leads. The program stays
-//!    in jobenv's group in that case, so it dies with it.
+//!    in jobenv's group in that case, so it dies with it; what left the group (a `setsid`'d
+//!    helper, a daemon) is still in the deploy's cgroup, which the next run of the namespace or
+//!    `recover` stops (`record::orphans`).
 //! 2. With `MAX_WAIT_FOR_SIGINT`, only jobenv gets SIGINT, and if jobenv exits first nothing
-//!    else is killed. So jobenv stops the tree itself: SIGTERM to every descendant, the grace
+//!    else is killed. So jobenv stops the tree itself: SIGTERM to every process of it, the grace
 //!    period, SIGKILL to whatever is left, and only then exits.
-//! 3. The timeout runs the same ladder.
+//! 3. The timeout, a lost worker and `drain` run the same ladder.
 //! 4. When jobenv does not lead its process group (a front-end runs it as a subprocess), the
 //!    program gets a group of its own, and jobenv never signals a group at all.
 
@@ -24,7 +27,7 @@ pub mod tree;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use nix::sys::prctl;
@@ -37,6 +40,7 @@ use crate::events::{Events, Level};
 use crate::plan::Plan;
 use cancel::{Cancel, Cancelled};
 use redact::Redactor;
+use tree::{ProgramTree, Tree};
 
 pub struct RunOptions {
     /// Time between SIGTERM and SIGKILL of the program tree.
@@ -94,8 +98,9 @@ impl Outcome {
     }
 }
 
-/// Runs the plan to its end and reports how it ended. Output goes to jobenv's stdout/stderr.
-pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel) -> Result<Outcome, Error> {
+/// Runs the plan to its end in `tree` and reports how it ended. Output goes to jobenv's
+/// stdout/stderr.
+pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel, tree: Tree) -> Result<Outcome, Error> {
     // One thread drives everything async: the program is spawned from this thread, and its
     // parent-death signal is tied to the spawning thread, not to the process.
     // The redactor (about a millisecond to build with a hundred secrets in all their forms) is
@@ -104,14 +109,19 @@ pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel) -> Result<Outcome, 
     let redactor = std::thread::Builder::new().name("redactor".into()).spawn(move || Redactor::new(&secrets));
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::io("cannot start the runtime", e))?;
-    runtime.block_on(supervise(plan, options, cancel, redactor))
+    // The one place that knows which kind of tree this is.
+    match tree {
+        Tree::Cgroup(cgroup) => runtime.block_on(supervise(plan, options, cancel, redactor, Arc::new(cgroup))),
+        Tree::Proc(walk) => runtime.block_on(supervise(plan, options, cancel, redactor, Arc::new(walk))),
+    }
 }
 
-async fn supervise(
+async fn supervise<T: ProgramTree>(
     plan: &Plan,
     mut options: RunOptions,
     mut cancel: Cancel,
     redactor: std::io::Result<std::thread::JoinHandle<Redactor>>,
+    tree: Arc<T>,
 ) -> Result<Outcome, Error> {
     prctl::set_child_subreaper(true).map_err(|e| Error::sys("cannot become a child subreaper", e))?;
     // Under a job runner: when jobenv's parent is no longer the worker that started it, the
@@ -125,11 +135,10 @@ async fn supervise(
     }
     let mut cancels = cancel.into_stream();
 
-    let me = getpid();
     let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.expose())).collect();
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
-    let own_group = getpgrp() != me;
+    let own_group = getpgrp() != getpid();
     let mut passed = spawn::Passed { ready: None, lock: options.tree_lock.take() };
     if options.events.is_on() {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make the ready pipe", e))?;
@@ -137,7 +146,7 @@ async fn supervise(
         passed.ready = Some(write);
     }
     let spawned =
-        spawn::spawn(&plan.argv, &env, own_group, passed).map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
+        spawn::spawn(&plan.argv, &env, own_group, passed, tree.place()).map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
     let mut reaper = reaper::start(spawned.pid);
 
     let redactor = match redactor {
@@ -178,24 +187,25 @@ async fn supervise(
             let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
             let why = if matches!(outcome, Outcome::NodeStopped(_)) { " (the node is stopping)" } else { "" };
             tracing::warn!("received {name}{why}: stopping the program tree (grace {:?})", options.grace);
-            tree::stop(me, options.grace, &mut reaper.tree_gone).await;
+            stop(&tree, options.grace).await;
         }
         Outcome::WorkerLost => {
             tracing::warn!("the worker that started this job is gone: stopping the program tree (grace {:?})", options.grace);
-            tree::stop(me, options.grace, &mut reaper.tree_gone).await;
+            stop(&tree, options.grace).await;
         }
         Outcome::TimedOut => {
             tracing::warn!("timeout of {:?} reached: stopping the program tree (grace {:?})", options.timeout.unwrap_or_default(), options.grace);
-            tree::stop(me, options.grace, &mut reaper.tree_gone).await;
+            stop(&tree, options.grace).await;
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
             // The program is gone; whatever it left running is stopped the same way, so a
             // finished job leaves nothing behind. Normally the reaper reports at once that no
-            // child is left; if not, /proc decides (a zombie not yet reaped is not left behind).
+            // child is left (every process of the tree is jobenv's descendant: it is a child
+            // subreaper); if not, the tree decides (a zombie not yet reaped is not left behind).
             let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone)).await.is_ok();
-            if !reaped && !tree::live_descendants(me).is_empty() {
+            if !reaped && !tree.is_empty() {
                 tracing::warn!("the program exited but left processes running: stopping them");
-                tree::stop(me, options.grace, &mut reaper.tree_gone).await;
+                stop(&tree, options.grace).await;
             }
         }
     }
@@ -211,6 +221,15 @@ async fn supervise(
         }
     }
     Ok(outcome)
+}
+
+/// Stops the tree ([`ProgramTree::stop`], which polls and sleeps) on the blocking pool: the
+/// runtime's own thread stays free.
+async fn stop<T: ProgramTree>(tree: &Arc<T>, grace: Duration) {
+    let tree = Arc::clone(tree);
+    if tokio::task::spawn_blocking(move || tree.stop(grace)).await.is_err() {
+        tracing::error!("stopping the program tree failed");
+    }
 }
 
 /// A cancel signal, or `drain` stopping the node (it creates the job's stop request first).

@@ -1,6 +1,8 @@
 //! Starting the deployment program with `std::process::Command`: exactly the planned argv and
 //! environment, stdin from /dev/null, stdout and stderr into pipes, and in the child, just
 //! before the exec:
+//! - entering the program tree ([`super::tree::Placement`]: its cgroup, where there is one), so
+//!   that no process of the program ever runs outside it;
 //! - the cancel signals back to their default (jobenv catches them; see [`super::cancel`]);
 //! - `PR_SET_PDEATHSIG`, so the program dies with jobenv even when jobenv alone is SIGKILLed
 //!   (tied to the thread that spawns: jobenv spawns from its main thread, which lives until
@@ -16,6 +18,8 @@ use std::process::{ChildStderr, ChildStdout, Command, Stdio};
 
 use nix::libc;
 use nix::unistd::{Pid, getpid};
+
+use super::tree::Placement;
 
 /// The started program: its pid and the read ends of its stdout and stderr.
 pub struct Spawned {
@@ -43,9 +47,9 @@ const PARKED: RawFd = 10;
 /// At most this many descriptors are passed.
 const MAX_PASSED: usize = 2;
 
-/// Starts `argv[0]` (a path) with `argv` and exactly `env`; in a process group of its own when
-/// `own_group`.
-pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Passed) -> io::Result<Spawned> {
+/// Starts `argv[0]` (a path) with `argv` and exactly `env`, placed in the program tree by
+/// `placement`; in a process group of its own when `own_group`.
+pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Passed, placement: Placement) -> io::Result<Spawned> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program"))?;
     let mut command = Command::new(program);
     command.args(args).env_clear().envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -60,7 +64,7 @@ pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Pas
     let parent = getpid();
     // SAFETY: `prepare_child` runs between fork and exec and makes only async-signal-safe system
     // calls on data prepared before the fork; it allocates nothing and takes no lock.
-    unsafe { command.pre_exec(move || prepare_child(parent, moves)) };
+    unsafe { command.pre_exec(move || prepare_child(parent, moves, placement)) };
     let mut child = command.spawn()?;
     // Our copies of the passed descriptors close here: only the program tree holds them now.
     drop(passed);
@@ -73,11 +77,13 @@ pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Pas
 
 /// The child's side of [`spawn`]; see the module comment for what and why. `moves` are
 /// `(descriptor, number it gets)`, unused slots `(-1, -1)`.
-fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED]) -> io::Result<()> {
+fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED], placement: Placement) -> io::Result<()> {
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
     if nix::unistd::getppid() != parent {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
+    // Before anything of the program runs: a child that cannot enter its cgroup never execs.
+    placement.enter()?;
     // SAFETY: plain system calls on signal and descriptor numbers (a default disposition
     // installs no handler code); errors are reported, nothing else.
     unsafe {
@@ -116,9 +122,12 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    /// No program tree to enter (the /proc walk's placement).
+    const NOWHERE: Placement = Placement { procs: None };
+
     fn run(argv: &[&str], env: &[(&str, &str)]) -> io::Result<(String, i32)> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        let mut spawned = spawn(&argv, env, false, Passed::default())?;
+        let mut spawned = spawn(&argv, env, false, Passed::default(), NOWHERE)?;
         let mut out = String::new();
         spawned.stdout.read_to_string(&mut out)?;
         let status = nix::sys::wait::waitpid(spawned.pid, None).unwrap();
@@ -159,7 +168,7 @@ mod tests {
         let leaked = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty()).unwrap();
         let (read, write) = nix::unistd::pipe().unwrap();
         let argv: Vec<String> = ["/bin/sh", "-c", "ls /proc/self/fd; printf x >&3"].map(String::from).to_vec();
-        let mut spawned = spawn(&argv, &[], false, Passed { ready: Some(write), lock: None }).unwrap();
+        let mut spawned = spawn(&argv, &[], false, Passed { ready: Some(write), lock: None }, NOWHERE).unwrap();
         let mut out = String::new();
         spawned.stdout.read_to_string(&mut out).unwrap();
         nix::sys::wait::waitpid(spawned.pid, None).unwrap();

@@ -303,9 +303,11 @@ fn a_corrupt_entry_is_refused_naming_its_file() {
     assert_eq!(runs(&f), 0);
 }
 
+/// Without a cgroup (the /proc walk): the tree lock on fd 4 is what keeps the namespace locked.
+/// With one, the next run stops the orphan first (`containment.rs`).
 #[test]
-fn after_sigkill_of_a_subprocess_jobenv_its_namespace_stays_locked_while_the_program_tree_lives() {
-    let mut f = Fixture::new();
+fn after_sigkill_of_a_subprocess_jobenv_without_a_cgroup_its_namespace_stays_locked_while_the_program_tree_lives() {
+    let mut f = Fixture::with_containment("proc");
     let dir = f.path().display().to_string();
     // The program leaves a grandchild that the parent-death signal does not reach.
     f.program("web", "apply", &format!("sleep 300 & echo $! > {dir}/orphan.pid; echo $$ > {dir}/program.pid; wait"));

@@ -1,18 +1,49 @@
-//! The program tree: finding it in /proc, and stopping it. jobenv makes itself a child
-//! subreaper, so every descendant, even one whose parent died or that moved to another process
-//! group or session, stays a descendant of jobenv by parent pid until it is reaped; jobenv
-//! therefore signals its descendants one by one and never a process group (its parent's, or a
-//! sibling's in a pipeline, must never be hit).
+//! The fallback tree, where jobenv cannot make a cgroup: jobenv's descendants by parent pid in
+//! `/proc`. jobenv makes itself a child subreaper, so every descendant, even one whose parent
+//! died or that moved to another process group or session, stays a descendant of jobenv until
+//! it is reaped. What it cannot follow: anything once jobenv itself is gone (its orphans are
+//! then PID 1's), which is why a namespace's tree lock (fd 4) is the namespace lock's second
+//! half here.
 
-use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::sync::watch;
 
+use super::{Placement, ProgramTree};
 pub use crate::process::{Process, is_running, start_time};
 use crate::process::read_stat;
+
+/// The descendants of one process (jobenv).
+pub struct ProcTree {
+    root: Pid,
+}
+
+impl ProcTree {
+    pub fn of_this_process() -> Self {
+        ProcTree { root: nix::unistd::getpid() }
+    }
+}
+
+impl ProgramTree for ProcTree {
+    fn place(&self) -> Placement {
+        Placement { procs: None }
+    }
+
+    fn is_empty(&self) -> bool {
+        live_descendants(self.root).is_empty()
+    }
+
+    fn members(&self) -> Vec<Process> {
+        live_descendants(self.root)
+    }
+
+    fn kill(&self) {
+        for process in live_descendants(self.root) {
+            process.signal(Signal::SIGKILL);
+        }
+    }
+}
 
 /// The live (not zombie) descendants of `root`, parents before children.
 pub fn live_descendants(root: Pid) -> Vec<Process> {
@@ -36,47 +67,6 @@ pub fn live_descendants(root: Pid) -> Vec<Process> {
         }
     }
     out
-}
-
-/// SIGTERM to every live descendant, up to `grace` for them to go, then SIGKILL until none is
-/// left. Descendants that appear during the grace period get their SIGTERM too. `tree_gone`
-/// turns true when jobenv has no child left (the reaper's report).
-pub async fn stop(me: Pid, grace: Duration, tree_gone: &mut watch::Receiver<bool>) {
-    let deadline = Instant::now() + grace;
-    let mut warned = HashSet::new();
-    loop {
-        let live = live_descendants(me);
-        if live.is_empty() {
-            return;
-        }
-        if Instant::now() >= deadline {
-            break;
-        }
-        for process in live {
-            if warned.insert(process) {
-                process.signal(Signal::SIGTERM);
-            }
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(20), tree_gone.wait_for(|gone| *gone)).await;
-    }
-    let mut reported = false;
-    // Bounded so a process that cannot be killed (uninterruptible sleep) cannot hang jobenv
-    // forever; 10 s is far beyond what SIGKILL takes.
-    for _ in 0..1000 {
-        let live = live_descendants(me);
-        if live.is_empty() {
-            return;
-        }
-        if !reported {
-            tracing::warn!("{} process(es) still running after the grace period: sending SIGKILL", live.len());
-            reported = true;
-        }
-        for process in live {
-            process.signal(Signal::SIGKILL);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tracing::error!("processes of the program tree survived SIGKILL for 10 s");
 }
 
 #[cfg(test)]

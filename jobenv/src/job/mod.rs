@@ -12,7 +12,9 @@
 //!    refused; anything else runs as the next attempt.
 //! 5. **inputs and plan**: read, check and merge every input ([`crate::input`],
 //!    [`crate::plan`]); from here front-ends see the job (`preparing`).
-//! 6. **namespace lock**: one deploy per namespace, held by the program tree too.
+//! 6. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
+//!    without its jobenv is stopped first ([`crate::record::orphans`]); the program tree (a
+//!    cgroup of its own, recorded, or jobenv's descendants) is made, and holds a lock too.
 //! 7. **running entry** in the journal.
 //! 8. **program**: run and supervise it ([`crate::run`]).
 //! 9. **terminal entry** in the journal, and pruning.
@@ -32,8 +34,11 @@ use crate::record::result_file::{self, JobResult};
 use crate::record::{Ending, Status, upkeep};
 use crate::process;
 use crate::run::cancel::{Cancel, Cancelled};
+use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
+
+mod namespace;
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.
@@ -89,15 +94,6 @@ struct Run<'a> {
     events: Events,
 }
 
-/// The two namespace locks a deploy holds (step 6): jobenv's own, and the program tree's, with
-/// the descriptor of the latter the program tree gets. Both are held until jobenv exits:
-/// dropping a [`locks::Held`] unlocks the file for every descriptor of it.
-struct NamespaceLocks {
-    _own: locks::Held,
-    _tree: locks::Held,
-    for_tree: OwnedFd,
-}
-
 impl<'a> Run<'a> {
     fn new(settings: &'a RunSettings) -> Self {
         Run {
@@ -120,11 +116,12 @@ impl<'a> Run<'a> {
         // The payload is read once, now: the decision compares what it asks for with the journal.
         let payload = input::payload::read(&self.settings.job.payload);
         let _job_lock = self.job_lock(&journal, &mut cancel)?;
-        let (attempt, earlier) = self.decide(&journal, &payload)?;
+        let (attempt, mut earlier) = self.decide(&journal, &payload)?;
         let plan = self.plan(payload)?;
-        let namespace = self.namespace_locks(&journal, &plan, &mut cancel)?;
+        let namespace = self.namespace_locks(&journal, &plan, attempt, &mut earlier, &mut cancel)?;
         let entry = self.running_entry(&journal, &plan, attempt, earlier, &cancel)?;
-        let ending = self.program(&plan, namespace.for_tree, cancel);
+        // The tree goes to the program (and is gone when it returns), the locks stay held.
+        let ending = self.program(&plan, namespace.for_tree, namespace.tree, cancel);
         Ok(self.terminal_entry(&journal, entry, ending))
     }
 
@@ -225,20 +222,6 @@ impl<'a> Run<'a> {
         Ok(plan)
     }
 
-    /// Step 6. The program tree keeps a lock of its own (see `run::spawn::Passed::lock`): held,
-    /// it means the tree of an earlier deploy whose jobenv was killed still runs.
-    fn namespace_locks(&self, journal: &Journal, plan: &Plan, cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
-        let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
-        let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
-        let own = locks::acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
-            .map_err(|refused| self.refused(refused, locked))?;
-        let tree = locks::acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
-            self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
-        })?;
-        let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
-        Ok(NamespaceLocks { _own: own, _tree: tree, for_tree: for_tree.into() })
-    }
-
     /// Step 7: if it cannot be written, nothing runs.
     fn running_entry(&mut self, journal: &Journal, plan: &Plan, attempt: Option<u32>, earlier: Vec<Attempt>, cancel: &Cancel) -> Result<Option<Entry>, Stop> {
         let (Some(id), Some(number)) = (&self.job_id, attempt) else { return Ok(None) };
@@ -251,7 +234,7 @@ impl<'a> Run<'a> {
     }
 
     /// Step 8.
-    fn program(&self, plan: &Plan, tree_lock: OwnedFd, cancel: Cancel) -> Ending {
+    fn program(&self, plan: &Plan, tree_lock: OwnedFd, tree: Tree, cancel: Cancel) -> Ending {
         tracing::info!("running {} in namespace {} (system {}, verb {})", plan.executable, plan.namespace, plan.system, plan.verb);
         let options = RunOptions {
             grace: self.settings.grace,
@@ -260,7 +243,7 @@ impl<'a> Run<'a> {
             stop_request: self.stop_request.clone(),
             tree_lock: Some(tree_lock),
         };
-        match run::run(plan, options, cancel) {
+        match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {
                 let ending = Ending::from(outcome);
                 let took = self.started.elapsed().as_secs_f64();

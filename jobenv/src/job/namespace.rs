@@ -1,0 +1,77 @@
+//! Step 6 of a run: the namespace. One deploy per namespace: jobenv's own lock of it, what an
+//! earlier deploy of it left running without its jobenv stopped first, the program tree's lock,
+//! and the program tree itself (a cgroup of its own, recorded, or jobenv's descendants).
+
+use std::os::fd::OwnedFd;
+
+use super::{Run, Stop};
+use crate::error::{Error, Problem};
+use crate::plan::Plan;
+use crate::process;
+use crate::record::journal::{self, Attempt, Journal};
+use crate::record::locks;
+use crate::record::orphans::{self, Recorded, TreeRecord};
+use crate::run::cancel::Cancel;
+use crate::run::tree::{self, Tree, hierarchy};
+
+/// What a deploy holds of its namespace (step 6): the program tree it runs in and the record of
+/// where that is; the two namespace locks, jobenv's own and the program tree's, with the
+/// descriptor of the latter the program tree gets. The locks are held until jobenv exits
+/// (dropping a [`locks::Held`] unlocks the file for every descriptor of it); the record goes
+/// before them, once the tree's cgroup is gone (fields drop in this order).
+pub(super) struct NamespaceLocks {
+    pub(super) tree: Tree,
+    _recorded: Option<Recorded>,
+    _own: locks::Held,
+    _tree: locks::Held,
+    pub(super) for_tree: OwnedFd,
+}
+
+impl Run<'_> {
+    /// Step 6. Holding jobenv's own lock of the namespace, this run stops what an earlier deploy
+    /// of it left running in its cgroup; an earlier attempt of this very job is recorded in
+    /// `earlier` (step 7 writes it). The program tree keeps a lock of its own (see
+    /// `run::spawn::Passed::lock`): held, it means the tree of an earlier deploy whose jobenv
+    /// was killed still runs, where no cgroup shows it.
+    pub(super) fn namespace_locks(&self, journal: &Journal, plan: &Plan, attempt: Option<u32>, earlier: &mut [Attempt], cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
+        let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
+        let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
+        let own = locks::acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
+            .map_err(|refused| self.refused(refused, locked))?;
+        let left = orphans::stop_left(journal, namespace, &self.holder, self.job_id.as_deref()).map_err(|e| self.journal_problem(e))?;
+        if let Some(left) = left {
+            if left.survived {
+                return Err(locked(format!("{} process(es) of an earlier deploy, whose jobenv is gone, survived SIGKILL", left.orphans.killed)).into());
+            }
+            // An earlier attempt of this very job: its entry is this run's to write (step 7).
+            if let (Some(id), Some(number)) = (&left.job_id, left.attempt) {
+                if self.job_id.as_ref() == Some(id) {
+                    journal::note_orphans(earlier, number, left.orphans);
+                }
+            }
+        }
+        let tree = locks::acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
+            self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
+        })?;
+        let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
+        let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
+        Ok(NamespaceLocks { tree: program_tree, _recorded: recorded, _own: own, _tree: tree, for_tree: for_tree.into() })
+    }
+
+    /// Step 6, the program tree, chosen once: a cgroup of its own, recorded before it is made
+    /// (so that a later run finds it whenever this jobenv dies); or the /proc walk.
+    fn program_tree(&self, journal: &Journal, namespace: &str, attempt: Option<u32>) -> Result<(Tree, Option<Recorded>), Stop> {
+        let me = std::process::id() as i32;
+        let name = hierarchy::deploy_name(namespace, me, process::start_time(me).unwrap_or_default());
+        let no_cgroup = |why| Error::io("JOBENV_CONTAINMENT=cgroup, but no cgroup can be made for the program", std::io::Error::other(why));
+        let site = tree::site(self.settings.containment, &name).map_err(no_cgroup)?;
+        let recorded = match site.location() {
+            Some(dir) => {
+                let record = TreeRecord { cgroup: dir.to_owned(), job_id: self.job_id.clone(), attempt, jobenv_pid: me, grace_ms: self.settings.grace.as_millis() as u64 };
+                Some(Recorded::write(journal, namespace, &record).map_err(|source| self.journal_problem(source))?)
+            }
+            None => None,
+        };
+        Ok((site.make().map_err(no_cgroup)?, recorded))
+    }
+}

@@ -1,0 +1,171 @@
+//! The program tree: every process a deploy starts, how the program enters it, how jobenv knows
+//! whether any of it still runs, and how it is stopped. Two kinds, chosen once per run
+//! ([`choose`]):
+//!
+//! - a [`Cgroup`] of the deploy's own, created under jobenv's cgroup (cgroup v2): the program
+//!   is placed in it before it execs, so everything it starts is in it, whatever it does with
+//!   its descriptors, sessions or parents; "still runs" is `cgroup.events`' `populated`, and a
+//!   later run or `recover` can find it after jobenv is gone;
+//! - a [`ProcTree`], where there is no writable cgroup v2 (the fallback): jobenv's descendants
+//!   by parent pid in `/proc` (jobenv is a child subreaper, so they stay its descendants while
+//!   it lives), which end with jobenv.
+//!
+//! Either is stopped by the same ladder ([`ProgramTree::stop`]): SIGTERM to every process of
+//! the tree, the grace, then SIGKILL until none is left. jobenv never signals a process group:
+//! its parent's, or a sibling's in a pipeline, must never be hit.
+
+pub mod cgroup;
+pub mod hierarchy;
+pub mod proc_walk;
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+pub use crate::process::Process;
+use crate::settings::Containment;
+pub use cgroup::Cgroup;
+pub use proc_walk::ProcTree;
+
+/// How often a stop looks again whether the tree is gone.
+const POLL: Duration = Duration::from_millis(10);
+/// How long SIGKILL is repeated before a stop gives up: a process in uninterruptible sleep must
+/// not hang jobenv forever, and 10 s is far beyond what SIGKILL takes.
+const KILL_BOUND: Duration = Duration::from_secs(10);
+
+pub trait ProgramTree: Send + Sync + 'static {
+    /// What the program's process does between fork and exec to enter the tree.
+    fn place(&self) -> Placement;
+
+    /// No process of the tree runs (a zombie waiting to be reaped does not count).
+    fn is_empty(&self) -> bool;
+
+    /// The processes of the tree now.
+    fn members(&self) -> Vec<Process>;
+
+    /// SIGKILL to every process of the tree.
+    fn kill(&self);
+
+    /// SIGTERM to every process of the tree (those that appear meanwhile get theirs too), up to
+    /// `grace` for them to go, then SIGKILL until none is left. Blocks until the tree is empty,
+    /// or SIGKILL failed for [`KILL_BOUND`].
+    fn stop(&self, grace: Duration) -> Stopped {
+        let deadline = Instant::now() + grace;
+        let mut signalled = HashSet::new();
+        while !self.is_empty() && Instant::now() < deadline {
+            for process in self.members() {
+                if signalled.insert(process) {
+                    process.signal(Signal::SIGTERM);
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+        let mut stopped = Stopped { signalled: signalled.len(), killed: 0, empty: false };
+        let until = Instant::now() + KILL_BOUND;
+        while !self.is_empty() {
+            if Instant::now() >= until {
+                tracing::error!("processes of the program tree survived SIGKILL for {KILL_BOUND:?}");
+                return stopped;
+            }
+            if stopped.killed == 0 {
+                let left = self.members().len();
+                if left > 0 {
+                    tracing::warn!("{left} process(es) still running after the grace period: sending SIGKILL");
+                }
+                stopped.killed = left.max(1);
+            }
+            self.kill();
+            std::thread::sleep(POLL);
+        }
+        stopped.empty = true;
+        stopped
+    }
+}
+
+/// What a stop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Processes that got SIGTERM.
+    pub signalled: usize,
+    /// Processes still running after the grace, which got SIGKILL.
+    pub killed: usize,
+    /// No process is left.
+    pub empty: bool,
+}
+
+/// What the child does just before it execs to enter the program tree: nothing (the /proc walk
+/// follows jobenv's descendants), or write `0` (itself) into a cgroup's `cgroup.procs`, opened
+/// before the fork. Async-signal-safe: one `write` on a descriptor prepared before the fork.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub(super) procs: Option<RawFd>,
+}
+
+impl Placement {
+    pub fn enter(self) -> io::Result<()> {
+        let Some(procs) = self.procs else { return Ok(()) };
+        // SAFETY: a write of a static buffer to a descriptor the parent opened and keeps open
+        // until the child has exec'd.
+        let written = unsafe { nix::libc::write(procs, b"0".as_ptr().cast(), 1) };
+        if written == 1 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    }
+}
+
+/// The tree of one deploy, of the kind chosen for it.
+pub enum Tree {
+    Cgroup(Cgroup),
+    Proc(ProcTree),
+}
+
+/// Where a deploy's tree is to be, chosen once ([`site`]) before it is made ([`Site::make`]):
+/// a cgroup's directory is recorded first, so that no cgroup exists that a later run could not
+/// find, whenever this jobenv dies.
+pub struct Site {
+    containment: Containment,
+    cgroup: Option<PathBuf>,
+}
+
+/// The site of a deploy's tree: a new cgroup `name` under jobenv's own, or the /proc walk where
+/// there is no writable cgroup v2 (said once, at debug level) or the node asks for it. `Err`
+/// when the node asks for a cgroup and there is none.
+pub fn site(containment: Containment, name: &str) -> Result<Site, String> {
+    if containment == Containment::Proc {
+        tracing::debug!("the program tree is jobenv's descendants in /proc, as JOBENV_CONTAINMENT=proc asks");
+        return Ok(Site { containment, cgroup: None });
+    }
+    match hierarchy::own_cgroup() {
+        Ok(own) => Ok(Site { containment, cgroup: Some(own.join(name)) }),
+        Err(why) => Site { containment, cgroup: None }.fall_back(why),
+    }
+}
+
+impl Site {
+    /// The directory of the cgroup to be made, if it is one.
+    pub fn location(&self) -> Option<&Path> {
+        self.cgroup.as_deref()
+    }
+
+    /// Makes the tree.
+    pub fn make(self) -> Result<Tree, String> {
+        let Some(dir) = &self.cgroup else { return Ok(Tree::Proc(ProcTree::of_this_process())) };
+        match Cgroup::create(dir) {
+            Ok(cgroup) => {
+                tracing::debug!("the program runs in the cgroup {}", dir.display());
+                Ok(Tree::Cgroup(cgroup))
+            }
+            Err(why) => self.fall_back(why)?.make(),
+        }
+    }
+
+    fn fall_back(self, why: String) -> Result<Site, String> {
+        if self.containment == Containment::Cgroup {
+            return Err(why);
+        }
+        tracing::debug!("no cgroup for the program ({why}): the program tree is jobenv's descendants in /proc");
+        Ok(Site { cgroup: None, ..self })
+    }
+}
