@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod cancellation;
+mod containment;
 mod crash_sweep;
 mod env_and_keys;
 mod events;
