@@ -3,7 +3,8 @@
 //! the job's process group, or with MAX_WAIT_FOR_SIGINT a SIGINT to the job process alone).
 //!
 //! The program starts a tree: a background `sleep`, a shell with its own background `sleep`,
-//! and itself; every pid goes to a file so the test can watch each process.
+//! and itself; every pid goes to a file so the test can watch each process. Each test runs with
+//! each kind of program tree (`with_each_tree!`).
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -18,6 +19,17 @@ use serde_json::json;
 
 const TREE: usize = 4;
 
+with_each_tree!(
+    sigterm_stops_every_process_of_the_tree_and_exits_143,
+    without_leading_a_group_jobenv_gives_the_program_its_own_and_spares_its_parents,
+    sigint_to_a_group_leading_jobenv_stops_the_tree_before_it_exits,
+    windmills_default_cancel_sigkills_the_group_and_everything_dies,
+    a_program_that_traps_sigterm_and_lingers_is_killed_after_the_grace,
+    the_timeout_stops_the_tree_and_exits_124,
+    sigkill_of_jobenv_alone_takes_the_program_with_it,
+    processes_left_behind_by_a_finished_program_are_stopped
+);
+
 struct Job {
     f: Fixture,
     pids_file: PathBuf,
@@ -26,8 +38,8 @@ struct Job {
 
 impl Job {
     /// `trap` is shell code run first (e.g. a SIGTERM trap); the tree is then started.
-    fn new(trap: &str) -> Self {
-        let mut f = Fixture::new();
+    fn new(trap: &str, containment: &'static str) -> Self {
+        let mut f = Fixture::with_containment(containment);
         let pids_file = f.path().join("pids");
         let program_file = f.path().join("program.pid");
         let p = pids_file.display();
@@ -68,9 +80,8 @@ fn assert_all_gone(tree: &[i32], limit: Duration) {
     assert!(gone, "still alive: {alive:?} of {tree:?}");
 }
 
-#[test]
-fn sigterm_stops_every_process_of_the_tree_and_exits_143() {
-    let job = Job::new("");
+fn sigterm_stops_every_process_of_the_tree_and_exits_143(containment: &'static str) {
+    let job = Job::new("", containment);
     let mut jobenv = job.start(&[], false);
     let tree = job.tree();
     // Positive control: the whole tree is running before the signal.
@@ -81,9 +92,8 @@ fn sigterm_stops_every_process_of_the_tree_and_exits_143() {
     assert_all_gone(&tree, Duration::from_secs(1));
 }
 
-#[test]
-fn without_leading_a_group_jobenv_gives_the_program_its_own_and_spares_its_parents() {
-    let job = Job::new("");
+fn without_leading_a_group_jobenv_gives_the_program_its_own_and_spares_its_parents(containment: &'static str) {
+    let job = Job::new("", containment);
     let mut jobenv = job.start(&[], false);
     let tree = job.tree();
     let program = job.program();
@@ -95,11 +105,10 @@ fn without_leading_a_group_jobenv_gives_the_program_its_own_and_spares_its_paren
     // This test process shares jobenv's group and is still here to assert it.
 }
 
-#[test]
-fn sigint_to_a_group_leading_jobenv_stops_the_tree_before_it_exits() {
+fn sigint_to_a_group_leading_jobenv_stops_the_tree_before_it_exits(containment: &'static str) {
     // Windmill with MAX_WAIT_FOR_SIGINT: SIGINT to the job process alone; if it exits first,
     // nothing else is ever killed, so jobenv must leave nothing behind.
-    let job = Job::new("");
+    let job = Job::new("", containment);
     let mut jobenv = job.start(&[], true);
     let tree = job.tree();
     let program = job.program();
@@ -110,9 +119,8 @@ fn sigint_to_a_group_leading_jobenv_stops_the_tree_before_it_exits() {
     assert!(tree.iter().all(|&p| !is_alive(p)), "left behind: {:?}", tree.iter().filter(|&&p| is_alive(p)).collect::<Vec<_>>());
 }
 
-#[test]
-fn windmills_default_cancel_sigkills_the_group_and_everything_dies() {
-    let job = Job::new("");
+fn windmills_default_cancel_sigkills_the_group_and_everything_dies(containment: &'static str) {
+    let job = Job::new("", containment);
     let mut jobenv = job.start(&[], true);
     let tree = job.tree();
     killpg(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
@@ -120,9 +128,8 @@ fn windmills_default_cancel_sigkills_the_group_and_everything_dies() {
     assert_all_gone(&tree, Duration::from_secs(1));
 }
 
-#[test]
-fn a_program_that_traps_sigterm_and_lingers_is_killed_after_the_grace() {
-    let job = Job::new("trap 'echo got TERM' TERM");
+fn a_program_that_traps_sigterm_and_lingers_is_killed_after_the_grace(containment: &'static str) {
+    let job = Job::new("trap 'echo got TERM' TERM", containment);
     let mut jobenv = job.start(&["--grace", "1"], false);
     let mut stdout = StreamWatch::new(jobenv.stdout.take().unwrap());
     let tree = job.tree();
@@ -137,9 +144,8 @@ fn a_program_that_traps_sigterm_and_lingers_is_killed_after_the_grace() {
     assert!(String::from_utf8_lossy(&stdout.finish()).contains("got TERM"), "the program saw SIGTERM first");
 }
 
-#[test]
-fn the_timeout_stops_the_tree_and_exits_124() {
-    let job = Job::new("");
+fn the_timeout_stops_the_tree_and_exits_124(containment: &'static str) {
+    let job = Job::new("", containment);
     let mut jobenv = job.start(&["--timeout", "1"], false);
     let tree = job.tree();
     let status = wait_exit(&mut jobenv, Duration::from_secs(10)).expect("the timeout ends the job");
@@ -151,9 +157,8 @@ fn the_timeout_stops_the_tree_and_exits_124() {
     assert!(stderr.contains("jobenv: warning: timeout of 1s reached"), "{stderr}");
 }
 
-#[test]
-fn sigkill_of_jobenv_alone_takes_the_program_with_it() {
-    let job = Job::new("");
+fn sigkill_of_jobenv_alone_takes_the_program_with_it(containment: &'static str) {
+    let job = Job::new("", containment);
     let mut jobenv = job.start(&[], false);
     let tree = job.tree();
     let program = job.program();
@@ -165,9 +170,8 @@ fn sigkill_of_jobenv_alone_takes_the_program_with_it() {
     assert!(died, "the direct child outlived jobenv: no parent-death signal");
 }
 
-#[test]
-fn processes_left_behind_by_a_finished_program_are_stopped() {
-    let mut f = Fixture::new();
+fn processes_left_behind_by_a_finished_program_are_stopped(containment: &'static str) {
+    let mut f = Fixture::with_containment(containment);
     let pids = f.path().join("pids");
     f.program("web", "apply", &format!("setsid sleep 300 > /dev/null 2>&1 & echo $! > {}; echo done", pids.display()));
     let out = f.run(jobenv_bin!(), &["run", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));

@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 
 /// The program's tree: a background `sleep`, a shell with its own, and itself; it runs until
 /// `go` exists (then exits 0). With `trap`, it first installs that shell code (e.g. a SIGTERM
-/// trap that lingers).
-fn fixture(trap: &str) -> Fixture {
-    let mut f = Fixture::new();
+/// trap that lingers). `containment`: the containment (`JOBENV_CONTAINMENT`).
+fn fixture_in(trap: &str, containment: &'static str) -> Fixture {
+    let mut f = Fixture::with_containment(containment);
     let dir = f.path().display().to_string();
     f.program(
         "web",
@@ -29,6 +29,11 @@ fn fixture(trap: &str) -> Fixture {
         ),
     );
     f
+}
+
+/// The same with jobenv's default containment.
+fn fixture(trap: &str) -> Fixture {
+    fixture_in(trap, "auto")
 }
 
 fn payload() -> Value {
@@ -44,6 +49,14 @@ fn tree(f: &Fixture) -> Vec<i32> {
     read_pids(&f.path().join("pids"), 4, Duration::from_secs(20))
 }
 
+with_each_tree!(
+    a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it,
+    a_re_run_that_comes_while_the_lost_attempt_still_stops_waits_for_it,
+    drain_stops_running_jobs_through_their_jobenv_and_records_them_interrupted,
+    a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it,
+    a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_node_stop
+);
+
 fn assert_all_gone(tree: &[i32], limit: Duration) {
     let gone = wait_until(limit, || tree.iter().all(|&pid| !is_alive(pid)));
     let alive: Vec<_> = tree.iter().filter(|&&p| is_alive(p)).collect();
@@ -51,9 +64,8 @@ fn assert_all_gone(tree: &[i32], limit: Duration) {
     assert!(gone, "still running without a worker: {alive:?} of {tree:?}");
 }
 
-#[test]
-fn a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it() {
-    let f = fixture("");
+fn a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it(containment: &'static str) {
+    let f = fixture_in("", containment);
     let mut worker = Worker::start(&f, jobenv_bin!(), "lost-1", "apply", &payload(), &["--grace", "1"]);
     let tree = tree(&f);
     // Positive control: the whole tree runs under the live worker.
@@ -79,11 +91,10 @@ fn a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it() {
     assert_eq!(runs(&f), 2);
 }
 
-#[test]
-fn a_re_run_that_comes_while_the_lost_attempt_still_stops_waits_for_it() {
+fn a_re_run_that_comes_while_the_lost_attempt_still_stops_waits_for_it(containment: &'static str) {
     // The program lingers 1.5 s after SIGTERM (its `sleep` ignores the SIGTERMs jobenv sends
     // every process of the tree): the old attempt is still stopping when the re-run comes.
-    let f = fixture("trap 'trap \"\" TERM; sleep 1.5; exit 143' TERM");
+    let f = fixture_in("trap 'trap \"\" TERM; sleep 1.5; exit 143' TERM", containment);
     let mut worker = Worker::start(&f, jobenv_bin!(), "lost-2", "apply", &payload(), &["--grace", "3"]);
     let tree = tree(&f);
     worker.kill();
@@ -123,9 +134,8 @@ fn drain(f: &Fixture, wait: &str) -> (Option<i32>, Value, String) {
     (done.code, printed, done.stderr)
 }
 
-#[test]
-fn drain_stops_running_jobs_through_their_jobenv_and_records_them_interrupted() {
-    let f = fixture("trap 'echo got TERM; exit 143' TERM");
+fn drain_stops_running_jobs_through_their_jobenv_and_records_them_interrupted(containment: &'static str) {
+    let f = fixture_in("trap 'echo got TERM; exit 143' TERM", containment);
     let mut worker = Worker::start(&f, jobenv_bin!(), "drained-1", "apply", &payload(), &["--grace", "2"]);
     let tree = tree(&f);
     let started = Instant::now();
@@ -197,9 +207,8 @@ fn a_worker_that_dies_while_its_job_waits_for_the_namespace_starts_nothing() {
     assert_eq!(runs(&f), 2);
 }
 
-#[test]
-fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it() {
-    let mut f = fixture("");
+fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it(containment: &'static str) {
+    let mut f = fixture_in("", containment);
     let dir = f.path().display().to_string();
     // The program releases the namespace's tree lock it was given (fd 4), then goes on.
     f.program("web", "apply", &format!("flock -u 4; echo unlocked > {dir}/unlocked; while [ ! -e {dir}/go ]; do sleep 0.05; done"));
@@ -218,9 +227,8 @@ fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it(
     f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "second"]).payload(&payload()).expect_success().run();
 }
 
-#[test]
-fn a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_node_stop() {
-    let f = fixture("");
+fn a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_node_stop(containment: &'static str) {
+    let f = fixture_in("", containment);
     // What a drain that was itself killed would leave behind.
     std::fs::create_dir_all(f.state_dir().join("jobs")).unwrap();
     std::fs::write(f.state_dir().join("jobs/.stale.stop"), "").unwrap();

@@ -2,6 +2,26 @@
 //! area. Each runs the real `fediversity-jobenv` against real `nix-shell` and a node the test
 //! kit writes ([`fediversity_testkit`]).
 
+/// Instantiates each named test, a function of the containment (`JOBENV_CONTAINMENT`), once
+/// per kind of program tree: `cgroup::<test>` (the deploy's own cgroup) and `proc_walk::<test>`
+/// (jobenv's descendants in /proc, the fallback where there is no writable cgroup v2).
+macro_rules! with_each_tree {
+    ($($test:ident),* $(,)?) => {
+        mod cgroup {
+            $(#[test]
+            fn $test() {
+                super::$test("cgroup")
+            })*
+        }
+        mod proc_walk {
+            $(#[test]
+            fn $test() {
+                super::$test("proc")
+            })*
+        }
+    };
+}
+
 mod bad_input;
 mod cancellation;
 mod containment;
