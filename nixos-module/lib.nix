@@ -699,6 +699,13 @@ rec {
   # SIGKILL of the program tree), recorded as interrupted: the node stopped, a retry is safe;
   # (3) systemd's own stop signal, SIGTERM to the worker (KillMode=mixed), ends it, and SIGKILL
   # goes to whatever is left in the unit. TimeoutStopSec bounds each of these steps.
+  #
+  # Delegate: the unit's cgroup subtree is the unit's own (systemd chowns it to the unit's
+  # dynamic user), so jobenv, as a job process, makes each deploy's cgroup below it and keeps
+  # the whole program tree in it. jobenv enables no controller, so the worker's own processes
+  # stay where they are, in the unit's cgroup. It also puts ExecStop's commands (the kill, the
+  # drain) in a `.control` cgroup of the unit; the drain finds deploys by the journal, not by
+  # its own cgroup. systemd's final SIGKILL still reaches every process of the subtree.
   workerLifecycle =
     {
       jobenv,
@@ -719,6 +726,7 @@ rec {
       TimeoutStartSec = "${toString (readinessTimeoutSeconds + 60)}s";
       TimeoutStopSec = "${toString (drainTimeoutSeconds + graceSeconds + stopMarginSeconds)}s";
       KillMode = "mixed";
+      Delegate = true;
     };
 
   # Settings added to nixpkgs' Windmill units (which this module does not redefine) and the

@@ -450,6 +450,8 @@ fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
         json!(["-/c/bin/kill -s TERM $MAINPID", format!("/j/bin/fediversity-jobenv drain --state-dir {state_dir} --wait 120")])
     );
     assert_eq!(lifecycle["KillMode"], "mixed");
+    // jobenv makes each deploy's cgroup in the unit's subtree.
+    assert_eq!(lifecycle["Delegate"], true);
     let margin = eval("lib.stopMarginSeconds").as_u64().unwrap();
     assert!(margin >= 10);
     assert_eq!(lifecycle["TimeoutStopSec"], format!("{}s", 120 + grace + margin));
@@ -1175,6 +1177,7 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     );
     assert_eq!(service["TimeoutStopSec"], format!("{}s", 90 + jobenv_grace() + 30));
     assert_eq!(service["KillMode"], "mixed");
+    assert_eq!(service["Delegate"], true);
     assert_eq!(worker["wants"], json!(["openbao-agent-default.service"]));
     assert_eq!(worker["environment"]["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env");
     assert_eq!(
