@@ -3,7 +3,9 @@
 //! the program must be at least 10 times less than that of a minimal Python runner doing the
 //! same job (`bench/reference_runner.py`). An absolute time would say little: a deploy job's
 //! cost is dominated by nix-shell, so what matters is that jobenv adds a small share of what
-//! the runner it replaces would.
+//! the runner it replaces would. jobenv runs twice over: with its program tree in a cgroup of
+//! the deploy's own (what a node with a writable cgroup v2 does) and with the /proc walk (the
+//! fallback, and jobenv before the cgroup), so the cgroup's own cost shows as a ratio too.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,6 +21,9 @@ use crate::stats::{Samples, ms};
 
 const WARM_UP: usize = 5;
 const FACTOR_TARGET: f64 = 10.0;
+/// The cgroup (make it, record it, place the program, read `cgroup.events`, remove it) may cost
+/// at most this share of jobenv's overhead with the /proc walk on top of it.
+const CGROUP_TARGET: f64 = 1.25;
 
 pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
     let secrets = node_secrets(100);
@@ -40,7 +45,11 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
         c.arg("-i").arg(format!("PATH={}", node.path("bin").display())).arg(&node.stand_in).args(["--run", "exec web-apply"]);
         c
     };
-    let jobenv = || node.jobenv_run_on_stdin(&payload);
+    let jobenv = |containment: &str| -> anyhow::Result<Command> {
+        let mut c = node.jobenv_run_on_stdin(&payload)?;
+        c.env("JOBENV_CONTAINMENT", containment);
+        Ok(c)
+    };
     let python_runner = || -> anyhow::Result<Command> {
         let mut c = Command::new(&python.path);
         c.arg("-S").arg(&reference).args(["--verb", "apply"]);
@@ -49,15 +58,16 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
         Ok(c)
     };
 
-    let mut samples = [Samples::default(), Samples::default(), Samples::default(), Samples::default()];
+    let mut samples = [Samples::default(), Samples::default(), Samples::default(), Samples::default(), Samples::default()];
     for round in 0..rounds + WARM_UP {
-        // Rotate the order each round so drift on a busy machine hits all four alike.
-        for k in 0..4 {
-            let which = (round + k) % 4;
+        // Rotate the order each round so drift on a busy machine hits all five alike.
+        for k in 0..5 {
+            let which = (round + k) % 5;
             let command = match which {
                 0 => direct(),
                 1 => stand_in(),
-                2 => jobenv()?,
+                2 => jobenv("cgroup")?,
+                3 => jobenv("proc")?,
                 _ => python_runner()?,
             };
             let took = time(command)?;
@@ -66,17 +76,18 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
             }
         }
     }
-    let [direct, stand_in, jobenv, python_samples] = samples;
+    let [direct, stand_in, jobenv, walk, python_samples] = samples;
     let base = direct.median();
     let over = |s: &Samples| s.median().saturating_sub(base);
-    let (jobenv_over, python_over, stand_in_over) = (over(&jobenv), over(&python_samples), over(&stand_in));
+    let (jobenv_over, walk_over, python_over, stand_in_over) = (over(&jobenv), over(&walk), over(&python_samples), over(&stand_in));
     let jobenv_own = jobenv.median().saturating_sub(stand_in.median());
     let factor = python_over.as_secs_f64() / jobenv_over.as_secs_f64().max(1e-6);
+    let cgroup_factor = jobenv_over.as_secs_f64() / walk_over.as_secs_f64().max(1e-6);
     let row = |name: &str, s: &Samples, overhead: String| vec![name.to_owned(), ms(s.median()), ms(s.min()), ms(s.max()), overhead];
     Ok(Table {
         title: "1. Start-up overhead of jobenv".into(),
         method: format!(
-            "Wall time of each command from spawn to exit, {rounds} rounds after {WARM_UP} warm-up rounds, the four commands in a rotating order; a command's overhead is its median minus the direct exec's median. The program is `/bin/true`. The node has deploy-env.json, keys.json ({declared} declared keys), attributes.json and a secrets directory of 100 files, as a node has (`bench/src/secrets.rs`); the payload (4 keys) comes on stdin. jobenv (`run --verb apply --payload -`, without a job id, so nothing is journaled) reads and validates all of them, merges, builds its redaction needles from the 100 secrets, takes the namespace lock and runs the program through `--nix-shell` = a stand-in (`bench/src/bin/nix_shell_stand_in.rs`) that execs it as `nix-shell --run \"exec PROG\"` would, without nix's evaluation; jobenv supervises the program and redacts its output. The Python runner (`bench/reference_runner.py`, {version}, started with `-S`: it needs only the standard library, and this machine's site hooks are no runner's cost) parses the payload from stdin, reads the same node files and 100 secrets, merges (node over payload over environment, declared keys only) and `subprocess.run`s the same stand-in with the same argv; it does not redact, lock or supervise.",
+            "Wall time of each command from spawn to exit, {rounds} rounds after {WARM_UP} warm-up rounds, the five commands in a rotating order; a command's overhead is its median minus the direct exec's median. The program is `/bin/true`. The node has deploy-env.json, keys.json ({declared} declared keys), attributes.json and a secrets directory of 100 files, as a node has (`bench/src/secrets.rs`); the payload (4 keys) comes on stdin. jobenv (`run --verb apply --payload -`, without a job id, so nothing is journaled) reads and validates all of them, merges, builds its redaction needles from the 100 secrets, takes the namespace lock and runs the program through `--nix-shell` = a stand-in (`bench/src/bin/nix_shell_stand_in.rs`) that execs it as `nix-shell --run \"exec PROG\"` would, without nix's evaluation; jobenv supervises the program and redacts its output. It runs twice over: with `JOBENV_CONTAINMENT=cgroup`, the program tree in a cgroup of its own (made below the benchmark's cgroup, recorded in the state directory, the program placed in it before it execs, its emptiness read from `cgroup.events`, removed at the end), and with `JOBENV_CONTAINMENT=proc`, the /proc walk of jobenv's descendants (the fallback, and how jobenv kept the tree before). The Python runner (`bench/reference_runner.py`, {version}, started with `-S`: it needs only the standard library, and this machine's site hooks are no runner's cost) parses the payload from stdin, reads the same node files and 100 secrets, merges (node over payload over environment, declared keys only) and `subprocess.run`s the same stand-in with the same argv; it does not redact, lock or supervise.",
             declared = secrets.len() + 2,
             version = python.version,
         ),
@@ -84,18 +95,29 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
         rows: vec![
             row("`env -i PROG` (baseline)", &direct, "—".into()),
             row("`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)", &stand_in, format!("+{}", ms(stand_in_over))),
-            row("`fediversity-jobenv run`", &jobenv, format!("+{}", ms(jobenv_over))),
+            row("`fediversity-jobenv run`, the program in a cgroup", &jobenv, format!("+{}", ms(jobenv_over))),
+            row("`fediversity-jobenv run`, the /proc walk (`JOBENV_CONTAINMENT=proc`)", &walk, format!("+{}", ms(walk_over))),
             row("Python runner (`bench/reference_runner.py`)", &python_samples, format!("+{}", ms(python_over))),
         ],
-        targets: vec![Target {
-            text: format!(
-                "Python runner's overhead / jobenv's overhead: {factor:.1}× (target ≥ {FACTOR_TARGET:.0}×); jobenv's overhead {}, of which the stand-in's exec {} and jobenv's own {}",
-                ms(jobenv_over),
-                ms(stand_in_over),
-                ms(jobenv_own)
-            ),
-            met: factor >= FACTOR_TARGET,
-        }],
+        targets: vec![
+            Target {
+                text: format!(
+                    "Python runner's overhead / jobenv's overhead (with its cgroup): {factor:.1}× (target ≥ {FACTOR_TARGET:.0}×); jobenv's overhead {}, of which the stand-in's exec {} and jobenv's own {}",
+                    ms(jobenv_over),
+                    ms(stand_in_over),
+                    ms(jobenv_own)
+                ),
+                met: factor >= FACTOR_TARGET,
+            },
+            Target {
+                text: format!(
+                    "jobenv's overhead with its cgroup / with the /proc walk: {cgroup_factor:.2}× (target ≤ {CGROUP_TARGET:.2}×): {} against {}",
+                    ms(jobenv_over),
+                    ms(walk_over)
+                ),
+                met: cgroup_factor <= CGROUP_TARGET,
+            },
+        ],
     })
 }
 
