@@ -6,9 +6,11 @@
 //!    checked: which key may come from where, and every control key against its rule.
 //! 2. [`plan`]: the merge of the three layers into the exact argv and environment of the
 //!    program; a pure function, which `env` prints.
-//! 3. [`run`]: spawning the program, streaming its output through the redactor, stopping the
-//!    whole program tree on a cancel or the timeout.
-//! 4. [`record`]: how the job ended, the journal, the locks and `result.json`.
+//! 3. [`run`]: spawning the program in its program tree (a cgroup of its own, or jobenv's
+//!    descendants where there is none), streaming its output through the redactor, stopping the
+//!    whole tree on a cancel, the timeout or a lost worker.
+//! 4. [`record`]: how the job ended, the journal, the locks, what a deploy whose jobenv is gone
+//!    left running, and `result.json`.
 //! 5. [`events`] (optional): progress events to a front-end; takes plain data and depends on
 //!    nothing above.
 //!

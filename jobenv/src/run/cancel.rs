@@ -5,7 +5,7 @@
 //! action (a silent death: no result.json, no journal end, no final event) but an ordinary
 //! `canceled` ending: the job checks [`Cancel::pending`] before it starts the program. Once the
 //! program runs, the supervisor gets each signal from [`Cancel::into_stream`] and stops the
-//! program tree (grace, then SIGKILL: [`super::tree::stop`]). The child resets the three to
+//! program tree (grace, then SIGKILL: [`super::tree::ProgramTree::stop`]). The child resets the three to
 //! their defaults before it execs (see [`super::spawn`]).
 
 use nix::sys::signal::Signal;

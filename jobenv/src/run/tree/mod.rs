@@ -1,6 +1,6 @@
 //! The program tree: every process a deploy starts, how the program enters it, how jobenv knows
 //! whether any of it still runs, and how it is stopped. Two kinds, chosen once per run
-//! ([`choose`]):
+//! ([`site`]):
 //!
 //! - a [`Cgroup`] of the deploy's own, created under jobenv's cgroup (cgroup v2): the program
 //!   is placed in it before it execs, so everything it starts is in it, whatever it does with
@@ -52,7 +52,7 @@ pub trait ProgramTree: Send + Sync + 'static {
 
     /// SIGTERM to every process of the tree (those that appear meanwhile get theirs too), up to
     /// `grace` for them to go, then SIGKILL until none is left. Blocks until the tree is empty,
-    /// or SIGKILL failed for [`KILL_BOUND`].
+    /// or SIGKILL failed for `KILL_BOUND`.
     fn stop(&self, grace: Duration) -> Stopped {
         let deadline = Instant::now() + grace;
         let mut signalled = HashSet::new();
