@@ -154,14 +154,15 @@ impl Journal {
                 while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                // What left its process group (a `setsid`'d helper) is still in its cgroup.
-                let namespace = locks::namespace_path(&self.locks, &entry.namespace);
-                if let Ok(_held) = locks::acquire(&namespace, Duration::from_secs(1), "jobenv drain", None) {
-                    super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
-                }
             }
             // jobenv records its own end; one that could not is recorded here.
             self.interrupt(&entry.job_id, InterruptedBy::NodeStopped)?;
+            // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
+            // helper) is still in its cgroup.
+            let namespace = locks::namespace_path(&self.locks, &entry.namespace);
+            if let Ok(_held) = locks::acquire(&namespace, Duration::from_secs(1), "jobenv drain", None) {
+                super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
+            }
             stopped.push(self.read(&entry.job_id)?.unwrap_or(entry));
         }
         Ok(stopped)

@@ -271,6 +271,24 @@ fn windmills_re_run_of_the_same_job_records_its_earlier_attempts_orphans() {
     assert_recorded(&entry["earlier"][0], "job zombie, jobenv pid ");
 }
 
+#[test]
+fn drain_stops_what_a_jobenv_it_had_to_sigkill_left_in_its_cgroup() {
+    let d = Deploy::new("cgroup");
+    let mut worker = d.start_under_worker("stuck", "escape");
+    let escapees = d.escapees();
+    // A jobenv that cannot act on drain's SIGTERM: drain SIGKILLs its process group after the
+    // grace (1 s) and 5 s, which the helper and the daemon, in sessions of their own, escape.
+    kill(Pid::from_raw(worker.job), Signal::SIGSTOP).unwrap();
+    let done = d.f.jobenv(jobenv_bin!()).args(["drain", "--wait", "0"]).expect_success().run();
+    assert!(done.stderr.contains("did not end within 6s: SIGKILL"), "{done:?}");
+    assert!(worker.wait(Duration::from_secs(5)).is_some());
+    assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
+    let printed: Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(printed[0]["interrupted_by"], "node_stopped", "{printed}");
+    assert_recorded(&printed[0], "drain");
+    assert!(recorded(&d.f.state_dir()).is_empty());
+}
+
 /// Whether `pid` holds a descriptor of a file whose path ends with `name`.
 fn holds(pid: i32, name: &str) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
