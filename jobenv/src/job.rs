@@ -118,7 +118,8 @@ impl<'a> Run<'a> {
         let mut cancel = catch_cancels(&self.settings.runner)?;
         let journal = self.journal()?;
         // The payload is read once, now: the decision compares what it asks for with the journal.
-        let payload = input::payload::read(&self.settings.job.payload);
+        // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
+        let payload = input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
         let _job_lock = self.job_lock(&journal, &mut cancel)?;
         let (attempt, earlier) = self.decide(&journal, &payload)?;
         let plan = self.plan(payload)?;
