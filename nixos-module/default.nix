@@ -120,6 +120,10 @@ let
     openWithoutAuthentication = cfg.ui.dangerouslyServeWithoutAuthentication;
   };
 
+  tls = cfg.tls // {
+    acmeCerts = builtins.attrNames config.security.acme.certs;
+  };
+
   opt =
     type: default: description:
     mkOption { inherit type default description; };
@@ -652,7 +656,7 @@ in
             unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;
           }
           ++ uiAccess.problems
-          ++ fw.tlsProblems cfg.tls
+          ++ fw.tlsProblems tls
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
         );
@@ -765,7 +769,7 @@ in
       virtualHosts = fw.virtualHosts {
         inherit (cfg) domain uiDomain;
         port = config.services.windmill.serverPort;
-        tls = fw.tlsSettings cfg.tls;
+        tls = fw.tlsSettings tls;
         ui = fw.uiLocations {
           upstream = fw.upstream config.services.windmill.serverPort;
           forwardAuth = if cfg.ui.forwardAuth.enable then cfg.ui.forwardAuth else null;

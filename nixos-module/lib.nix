@@ -1102,15 +1102,21 @@ rec {
   # ACME certificate per name (`enableACME`); or the operator's ACME certificate (`useACMEHost`,
   # which must cover both names); or a certificate and key from files (`certificate`,
   # `certificateKey`: paths, never copied to the store). `enable = false`: plain HTTP (TLS ends
-  # in front of the node).
+  # in front of the node). `acmeCerts`: the names of the node's `security.acme.certs`.
+  #
+  # A configuration `tlsProblems` refuses gets no TLS settings at all rather than a half one:
+  # nginx's module would otherwise fail first, on a `null` key file or a missing
+  # `security.acme.certs.<name>`, with an error that names neither this module nor the option,
+  # and the assertion that says what to do would never be shown.
   tlsSettings =
-    {
+    args@{
       enable ? true,
       useACMEHost ? null,
       certificate ? null,
       certificateKey ? null,
+      acmeCerts ? null,
     }:
-    if !enable then
+    if !enable || tlsProblems args != [ ] then
       { }
     else if certificate != null then
       {
@@ -1135,10 +1141,15 @@ rec {
       useACMEHost ? null,
       certificate ? null,
       certificateKey ? null,
+      # null: not known (the check is left out).
+      acmeCerts ? null,
     }:
     optional ((certificate == null) != (certificateKey == null)) "tls.certificate and tls.certificateKey go together: set both or neither"
     ++ optional (certificate != null && useACMEHost != null) "tls.certificate and tls.useACMEHost are two sources of one certificate: set one"
-    ++ optional (!enable && (certificate != null || useACMEHost != null)) "tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)";
+    ++ optional (!enable && (certificate != null || useACMEHost != null)) "tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)"
+    ++ optional (
+      enable && useACMEHost != null && acmeCerts != null && !(elem useACMEHost acmeCerts)
+    ) "tls.useACMEHost is \"${useACMEHost}\" but the node defines no security.acme.certs.\"${useACMEHost}\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name";
 
   # Both vhosts. On `domain`, `/` answers 404 and only `/api/` reaches Windmill; it is nginx's
   # default server, so a request by IP address or for an unknown name lands there, never on
@@ -1177,10 +1188,8 @@ rec {
     { user }:
     {
       # The deployment programs build and copy closures through the daemon as the worker.
-      trusted-users = [
-        "root"
-        user
-      ];
+      # (nixpkgs' nix module already trusts root: naming it here would list it twice.)
+      trusted-users = [ user ];
       # Flake references resolve through the node's registry only, never a downloaded one.
       flake-registry = "";
       experimental-features = [

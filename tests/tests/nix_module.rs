@@ -896,9 +896,11 @@ fn a_changed_admin_password_reruns_the_bootstrap_and_a_new_token_reloads_nginx()
 #[test]
 fn nix_trusts_the_worker_pins_nixpkgs_and_uses_no_downloaded_registry() {
     let settings = eval(r#"lib.nixSettings { user = "windmill"; }"#);
+    // Root is nixpkgs' own definition (its nix module trusts root), merged in front of this
+    // one on a node (the_module_merges_with_nixpkgs_nix_settings_without_listing_root_twice).
     assert_eq!(
         settings,
-        json!({"trusted-users": ["root", "windmill"], "flake-registry": "", "experimental-features": ["nix-command", "flakes"]})
+        json!({"trusted-users": ["windmill"], "flake-registry": "", "experimental-features": ["nix-command", "flakes"]})
     );
     assert_eq!(
         eval(r#"lib.registry (lib.deploymentNixpkgs { DEPLOYMENT_ROOT = "/r"; DEPLOYMENT_NIXPKGS = "/nix/store/aaa-source"; })"#),
@@ -1027,6 +1029,11 @@ fn both_names_get_tls_the_nixos_way() {
         eval(r#"lib.tlsProblems { enable = false; useACMEHost = "e"; }"#),
         json!(["tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)"])
     );
+    // A refused configuration gets no TLS settings at all (nginx would fail on them first).
+    assert_eq!(eval(r#"lib.tlsSettings { certificate = "/c"; }"#), json!({}));
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "other" ]; }"#), json!({}));
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
+    assert_eq!(eval(r#"lib.tlsProblems { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#), json!([]));
 }
 
 #[test]
@@ -1078,13 +1085,30 @@ const NODE: &str = r#"{
   };
 }"#;
 
+/// What nixpkgs' nix module (nixos/modules/config/nix.nix) defines in `nix.settings` at normal
+/// priority, whatever the node says.
+const NIXPKGS_NIX: &str = r#"{ nix.settings = { trusted-users = [ "root" ]; }; }"#;
+
 fn module_expr(patch: &str, also: &str, select: &str) -> String {
+    module_expr_on(patch, also, "{ }", select)
+}
+
+/// `module_expr` on a node whose other configuration (what the module reads of it) is
+/// `node_config`, a Nix attrset.
+fn module_expr_on(patch: &str, also: &str, node_config: &str, select: &str) -> String {
     format!(
         r#"let
-             h = import {harness} {{ settings = ({patch}) {NODE}; alsoDefined = [ {NIXPKGS_WINDMILL} ] ++ {also}; }};
+             h = import {harness} {{ settings = ({patch}) {NODE}; alsoDefined = [ {NIXPKGS_WINDMILL} {NIXPKGS_NIX} ] ++ {also}; nodeConfig = {node_config}; }};
            in ({select}) h"#,
         harness = nix_string(repo().join("tests/nix/module-harness.nix")),
     )
+}
+
+/// `module` on a node whose other configuration is `node_config`.
+fn module_on(patch: &str, node_config: &str, select: &str) -> Value {
+    let out = nix_instantiate(&module_expr_on(patch, "[ ]", node_config, select));
+    assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// `select` (a Nix function of the harness's result) of the module evaluated for NODE patched
@@ -1142,7 +1166,8 @@ fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
     for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"] {
         assert_eq!(units[unit]["serviceConfig"]["ExecStart"], trimmed, "{unit}");
         assert_eq!(units[unit]["serviceConfig"]["Restart"], "always", "{unit}");
-        assert_eq!(units[unit]["after"], json!(["openbao-agent-default.service", "network.target"]), "{unit}");
+        // nixpkgs' entries first: its modules come before this one, as on a node.
+        assert_eq!(units[unit]["after"], json!(["network.target", "openbao-agent-default.service"]), "{unit}");
     }
     assert_eq!(units["windmill-worker"]["environment"]["WORKER_GROUP"], "default");
     assert_eq!(units["windmill-worker"]["environment"]["JOBENV_STATE_DIR"], jobenv_const("DEFAULT_STATE_DIR"));
@@ -1154,6 +1179,49 @@ fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
         "h: h.config.systemd.services.windmill-worker.serviceConfig",
     );
     assert!(error.contains("conflicting definitions of config.systemd.services.windmill-worker.serviceConfig.KillMode"), "{error}");
+}
+
+#[test]
+fn the_module_merges_with_nixpkgs_nix_settings_without_listing_root_twice() {
+    // nixpkgs' nix module trusts root itself; merged after it, the worker's user is added once.
+    let settings = module("s: s", "h: h.config.nix.settings");
+    assert_eq!(settings["trusted-users"], json!(["root", "windmill"]));
+    // The control: the harness keeps duplicates, as nixpkgs' listOf merge does, so the single
+    // root above is the module's doing, not the harness deduplicating.
+    let doubled = nix_instantiate(&module_expr("s: s", r#"[ { nix.settings.trusted-users = [ "windmill" ]; } ]"#, "h: h.config.nix.settings.trusted-users"));
+    assert!(doubled.status.success(), "{}", String::from_utf8_lossy(&doubled.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&doubled.stdout).unwrap(), json!(["root", "windmill", "windmill"]));
+}
+
+#[test]
+fn a_tls_configuration_nginx_could_not_take_fails_by_an_assertion_and_reaches_nginx_as_nothing() {
+    // An ACME certificate the node does not define: nixpkgs' nginx would read
+    // security.acme.certs.<name> and fail with a bare "attribute missing".
+    let select = "h: { hosts = h.config.services.nginx.virtualHosts; assertions = map (a: a.message) h.config.assertions; }";
+    let result = module(r#"s: s // { tls.useACMEHost = "example.org"; }"#, select);
+    assert_eq!(
+        result["assertions"],
+        json!(["services.fediversity-windmill: tls.useACMEHost is \"example.org\" but the node defines no security.acme.certs.\"example.org\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name"])
+    );
+    // A certificate without its key: nginx's sslCertificateKey would get null.
+    let half = module(r#"s: s // { tls.certificate = "/run/keys/cert.pem"; }"#, select);
+    assert_eq!(half["assertions"], json!(["services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither"]));
+    for result in [&result, &half] {
+        for host in ["windmill.example.org", "jobs.example.org"] {
+            let vhost = result["hosts"][host].as_object().unwrap();
+            for key in ["useACMEHost", "enableACME", "sslCertificate", "sslCertificateKey", "forceSSL"] {
+                assert!(!vhost.contains_key(key), "{host}: {key} in {vhost:?}");
+            }
+        }
+        assert!(!result["hosts"].to_string().contains("null"), "{}", result["hosts"]);
+    }
+    // The controls: the certificate defined, and both files given, reach nginx.
+    let defined = module_on(r#"s: s // { tls.useACMEHost = "example.org"; }"#, r#"{ security.acme.certs."example.org" = { }; }"#, select);
+    assert_eq!(defined["assertions"], json!([]));
+    assert_eq!(defined["hosts"]["jobs.example.org"]["useACMEHost"], "example.org");
+    let both = module(r#"s: s // { tls = { certificate = "/run/keys/cert.pem"; certificateKey = "/run/keys/key.pem"; }; }"#, select);
+    assert_eq!(both["assertions"], json!([]));
+    assert_eq!(both["hosts"]["windmill.example.org"]["sslCertificateKey"], "/run/keys/key.pem");
 }
 
 #[test]
@@ -1262,8 +1330,9 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
         assert_eq!((hosts[host]["forceSSL"].as_bool(), hosts[host]["enableACME"].as_bool()), (Some(true), Some(true)), "{host}");
     }
 
-    let result = module(
+    let result = module_on(
         r#"s: s // { ui.forwardAuth = { enable = true; allowedGroups = [ "ops" ]; }; tls = { useACMEHost = "example.org"; }; }"#,
+        r#"{ security.acme.certs."example.org" = { domain = "example.org"; extraDomainNames = [ "*.example.org" ]; }; }"#,
         "h: { hosts = h.config.services.nginx.virtualHosts; rule = h.cfg.ui.forwardAuth.accessControlRule; warnings = h.config.warnings; }",
     );
     let ui = &result["hosts"]["jobs.example.org"];
