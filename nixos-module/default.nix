@@ -483,6 +483,42 @@ in
       '';
     };
 
+    jobs = {
+      timeout = mkOption {
+        type = types.nullOr seconds;
+        default = null;
+        example = 3600;
+        description = ''
+          Wall-clock limit of a deployment program, in seconds (jobenv's `JOBENV_TIMEOUT`): at
+          the limit jobenv stops the program tree (SIGTERM, {option}`jobs.grace`, SIGKILL) and
+          the job fails as timed out. Null: no limit of jobenv's own. Keep it below Windmill's
+          own job timeout (the worker's `TIMEOUT`), which would otherwise end the job first
+          with Windmill's error instead of jobenv's result.
+        '';
+      };
+      grace = mkOption {
+        type = seconds;
+        default = fw.jobenvGraceSeconds;
+        description = ''
+          Seconds between SIGTERM and SIGKILL of a program tree that jobenv stops (a cancel, a
+          timeout, a drain; `JOBENV_GRACE`). The worker's `MAX_WAIT_FOR_SIGINT` is this plus 7 s
+          (Windmill SIGKILLs a cancelled job's process group after that), and the worker's
+          `TimeoutStopSec` counts it too.
+        '';
+      };
+      lockWait = mkOption {
+        type = types.ints.unsigned;
+        default = 0;
+        example = 900;
+        description = ''
+          Seconds a job waits for another job of the same namespace to finish
+          (`JOBENV_LOCK_TIMEOUT`); 0 refuses the second job at once. A waiting job holds its
+          worker, so with one worker a second deploy waits in Windmill's queue instead and
+          this matters only with more workers.
+        '';
+      };
+    };
+
     drainTimeout = mkOption {
       type = seconds;
       default = 300;
@@ -723,6 +759,7 @@ in
             ;
         };
         smtpPasswordFile = cfg.smtp.passwordFile;
+        inherit (cfg) jobs;
       })
       {
         # nixpkgs' module runs `pkgs.windmill`; it has no package option.
@@ -736,6 +773,7 @@ in
               waitForFiles = if waitForFiles == null then null else "${waitForFiles}";
               drainTimeoutSeconds = cfg.drainTimeout;
               readinessTimeoutSeconds = cfg.readinessTimeout;
+              graceSeconds = cfg.jobs.grace;
             }
             // {
               ExecStart = mkForce windmill;

@@ -565,13 +565,28 @@ rec {
 
   # ---- systemd ----------------------------------------------------------------------------
 
-  # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
-  # process group. jobenv stops the program tree within its grace (3 s by default) and exits;
-  # this must be well above that.
-  maxWaitForSigint = 10;
-
   # jobenv's default grace: SIGTERM to SIGKILL of a program tree (its `--grace`).
   jobenvGraceSeconds = 3;
+
+  # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
+  # process group. jobenv stops the program tree within its grace and exits; this leaves it 7 s
+  # more than the grace for that (10 s with the default grace).
+  maxWaitForSigint = graceSeconds: graceSeconds + 7;
+
+  # The limits of every job (the module's `jobs.*`), as jobenv reads them from its environment:
+  # the worker passes them to each job through WHITELIST_ENVS. `timeout` null: no limit (the
+  # variable is not set at all). The defaults are jobenv's own.
+  jobLimitsEnvironment =
+    {
+      timeout ? null,
+      grace ? jobenvGraceSeconds,
+      lockWait ? 0,
+    }:
+    {
+      JOBENV_GRACE = toString grace;
+      JOBENV_LOCK_TIMEOUT = toString lockWait;
+    }
+    // optionalAttrs (timeout != null) { JOBENV_TIMEOUT = toString timeout; };
 
   # What a stop of the worker may take beyond the drain's wait and jobenv's grace: the worker's
   # own exit and systemd's bookkeeping.
@@ -736,13 +751,17 @@ rec {
       # windmill-server's SMTP variables (`smtpEnvironment`) and password file.
       smtp ? { },
       smtpPasswordFile ? null,
+      # The limits of every job (`jobLimitsEnvironment`'s arguments).
+      jobs ? { },
     }:
     let
+      limits = { grace = jobenvGraceSeconds; } // jobs;
       # What jobenv reads from its environment on the worker (passed through to jobs).
       jobenvEnvironment = {
         JOBENV_STATE_DIR = paths.stateDir;
         JOBENV_REQUIRED_SECRETS = paths.requiredSecrets;
       }
+      // jobLimitsEnvironment limits
       // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
       // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; };
       windmillUnit = role: {
@@ -772,7 +791,7 @@ rec {
           // {
             # A cancel sends SIGINT to the job process (jobenv, once the script exec'd) and
             # waits this long before SIGKILLing the job's process group.
-            MAX_WAIT_FOR_SIGINT = toString maxWaitForSigint;
+            MAX_WAIT_FOR_SIGINT = toString (maxWaitForSigint limits.grace);
             # nix-shell's caches: a writable home (the unit's StateDirectory).
             HOME = "/var/lib/windmill-worker";
             # Windmill clears a job's environment except for the names listed here.

@@ -552,7 +552,10 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     let units = eval(r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; secretsEnvFiles = [ lib.paths.tfTokenEnv "/run/other.env" ]; }"#);
     let worker = &units["windmill-worker"];
     let env = &worker["environment"];
-    assert_eq!(env["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR");
+    assert_eq!(
+        env["WHITELIST_ENVS"],
+        "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
+    );
     for name in env["WHITELIST_ENVS"].as_str().unwrap().split(',') {
         assert!(env.get(name).is_some(), "{name} is whitelisted but not set");
         // Read by jobenv's command line (a clap `env` or a variable it looks up itself).
@@ -570,9 +573,36 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     }
     // Without a nix-shell or secrets env files given, neither is passed.
     let units = eval("lib.units { }");
-    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    // jobenv's defaults unless the node sets limits; no timeout variable without a timeout.
+    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_GRACE"], jobenv_grace().to_string());
+    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_LOCK_TIMEOUT"], "0");
+    assert!(units["windmill-worker"]["environment"].get("JOBENV_TIMEOUT").is_none());
     assert!(units["windmill-worker"]["environment"].get("JOBENV_NIX_SHELL").is_none());
     assert!(units["windmill-worker"]["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
+}
+
+#[test]
+fn the_nodes_job_limits_reach_every_job_and_bound_the_cancel_and_the_stop() {
+    let worker = module(r#"s: s // { jobs = { timeout = 3600; grace = 10; lockWait = 900; }; drainTimeout = 60; }"#, "h: h.config.systemd.services.windmill-worker");
+    let env = &worker["environment"];
+    assert_eq!((env["JOBENV_TIMEOUT"].as_str(), env["JOBENV_GRACE"].as_str(), env["JOBENV_LOCK_TIMEOUT"].as_str()), (Some("3600"), Some("10"), Some("900")));
+    let whitelisted: Vec<&str> = env["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    for name in ["JOBENV_TIMEOUT", "JOBENV_GRACE", "JOBENV_LOCK_TIMEOUT"] {
+        assert!(whitelisted.contains(&name), "{name} does not reach jobs: {whitelisted:?}");
+        // The names jobenv's `run` reads them by.
+        assert!(cli.contains(&format!("env = \"{name}\"")), "jobenv reads no {name}");
+    }
+    // A longer grace: Windmill waits longer before it SIGKILLs a cancelled job's group, and the
+    // stop is bounded by the drain, this grace and the margin.
+    assert_eq!(env["MAX_WAIT_FOR_SIGINT"], "17");
+    assert_eq!(worker["serviceConfig"]["TimeoutStopSec"], "100s");
+    // The control: the defaults (jobenv's own).
+    let worker = module("s: s", "h: h.config.systemd.services.windmill-worker");
+    assert_eq!(worker["environment"]["MAX_WAIT_FOR_SIGINT"], "10");
+    assert!(worker["environment"].get("JOBENV_TIMEOUT").is_none());
+    assert_eq!(worker["serviceConfig"]["TimeoutStopSec"], format!("{}s", 300 + jobenv_grace() + 30));
 }
 
 // ---- Windmill's package -----------------------------------------------------------------------
@@ -1247,7 +1277,7 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     assert_eq!(worker["environment"]["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env");
     assert_eq!(
         worker["environment"]["WHITELIST_ENVS"],
-        "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
+        "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
     );
     let path = strings(&worker["path"]);
     assert!(path.iter().any(|p| p.ends_with("-nix")) && path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
@@ -1256,7 +1286,7 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     let worker = module("s: s // { deploySecrets = { }; }", "h: h.config.systemd.services.windmill-worker");
     assert_eq!(worker["serviceConfig"]["ExecStartPre"], json!([format!("-{jobenv} recover --state-dir {state_dir}")]));
     assert!(worker["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
-    assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
 }
 
 #[test]
