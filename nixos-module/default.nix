@@ -616,8 +616,35 @@ in
         description = "The tree the bootstrap uploads: relative paths are the Windmill paths.";
       };
       token = {
-        label = opt types.str d.token.label "The label of the API token the bootstrap mints.";
-        revokePrevious = opt types.bool d.token.revokePrevious "Delete older tokens with the same label once the new one is stored.";
+        label = opt types.str d.token.label ''
+          The label of the front-end's API token, the one the bootstrap stores in OpenBao
+          ({option}`bootstrap.openbao.path`).
+        '';
+        revokePrevious = opt types.bool d.token.revokePrevious "Delete older tokens of each label (the front-end's and the UI's) once the new one is stored.";
+        scopes = mkOption {
+          type = types.nullOr (types.listOf (types.strMatching "[^[:space:]]+"));
+          default = d.token.scopes;
+          example = [
+            "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"
+            "jobs:read"
+            "jobs:write"
+          ];
+          description = ''
+            The Windmill scopes of the front-end's token (the bootstrap's `token.scopes`). Null:
+            the bootstrap's default, exactly what a front-end needs: run
+            `f/<folder>/deploy` and `f/<folder>/destroy`, read jobs and cancel them; a leaked
+            token then cannot run other code on the worker nor change the scripts. `[ ]`: an
+            unscoped token with the superadmin's rights (the seed's behaviour), accepted with a
+            warning here and by the bootstrap. The UI include always gets a token of its own
+            with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
+          '';
+        };
+        bindToWorkspace = opt types.bool d.token.bindToWorkspace ''
+          Bind the front-end's token to the workspace (`token.bind_to_workspace`): every route
+          outside it answers 401. A front-end that drives Windmill through the `wmill` CLI
+          needs an unbound token (and a scope such as `users:read`); one that calls the HTTP
+          API needs nothing else.
+        '';
       };
       settings = mkOption {
         type = types.attrsOf (pkgs.formats.json { }).type;
@@ -660,6 +687,11 @@ in
           description = "Group of that file (nginx must read it).";
         };
         mode = opt (types.strMatching "0?[0-7]{3}") d.uiAuth.mode "Mode of that file, octal.";
+        tokenLabel = opt types.str d.uiAuth.tokenLabel ''
+          The label of the UI include's own token (`ui_auth.label`), which has full rights: the
+          admins behind the identity layer act as the superadmin. Must differ from
+          {option}`bootstrap.token.label` (the bootstrap revokes the older tokens of each).
+        '';
       };
       retry = {
         loginAttempts = opt types.ints.positive d.retry.loginAttempts "Logins tried after writing the password hash.";
@@ -698,7 +730,8 @@ in
         );
 
     warnings =
-      lib.optional (uiAccess.mode == "closed") ''
+      map (w: "services.fediversity-windmill: ${w}") (fw.bootstrapWarnings cfg.bootstrap)
+      ++ lib.optional (uiAccess.mode == "closed") ''
         services.fediversity-windmill: the admin UI on ${cfg.uiDomain} answers 403 to every
         request: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).
       ''

@@ -463,6 +463,7 @@ rec {
       given = name: env name != null && env name != "";
       # Like the OpenBao CLI and the bootstrap: BAO_ADDR, else VAULT_ADDR when BAO_ADDR is unset.
       addrFromEnvironment = given "BAO_ADDR" || (env "BAO_ADDR" == null && given "VAULT_ADDR");
+      uiLabel = b.uiAuth.tokenLabel or bootstrapDefaults.uiAuth.tokenLabel;
       # Windmill's own rules, which the bootstrap checks.
       workspaceId = match "[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*" b.workspace.id;
       folder = match "[A-Za-z0-9_]+" b.workspace.folder;
@@ -475,9 +476,21 @@ rec {
         [ "bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr" ]
     )
     ++ (if b.token.label != "session" then [ ] else [ "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session" ])
+    ++ (if uiLabel != "session" then [ ] else [ "bootstrap.uiAuth.tokenLabel must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session" ])
+    ++ (
+      if b.token.label != uiLabel then
+        [ ]
+      else
+        [ "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both \"${uiLabel}\": the bootstrap revokes the older tokens of each label, so the front-end's token and the UI's would revoke each other; give them different labels" ]
+    )
     ++ (if workspaceId != null then [ ] else [ "bootstrap.workspace.id \"${b.workspace.id}\" is not a Windmill workspace id (word characters, single hyphens between them)" ])
     ++ (if folder != null then [ ] else [ "bootstrap.workspace.folder \"${b.workspace.folder}\" is not a Windmill folder name (letters, digits and underscores)" ]);
 
+
+  # What evaluation says about bootstrap options the bootstrap accepts with a warning of its own.
+  bootstrapWarnings =
+    bootstrap:
+    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with the superadmin's full rights: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
 
   # The defaults of every bootstrap option, as the README's bootstrap "Configuration" lists them
   # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"
@@ -500,6 +513,10 @@ rec {
     token = {
       label = "fediversity";
       revokePrevious = true;
+      # null: the bootstrap's default scopes (run the folder's deploy and destroy, read and
+      # cancel jobs); [ ]: an unscoped token.
+      scopes = null;
+      bindToWorkspace = true;
     };
     settings = {
       instance_python_version = "3.12";
@@ -515,6 +532,8 @@ rec {
       owner = "root";
       group = "nginx";
       mode = "0440";
+      # The label of the UI include's own (full-rights) token.
+      tokenLabel = "fediversity-ui";
     };
     retry = {
       loginAttempts = 12;
@@ -544,9 +563,13 @@ rec {
       };
       workspace = { inherit (b.workspace) id name folder; };
       scripts.dir = scriptsDir;
+      # Rendered also at their defaults (null scopes: the bootstrap's default ones), so that the
+      # file says what the node asked for.
       token = {
         inherit (b.token) label;
         revoke_previous = b.token.revokePrevious;
+        scopes = b.token.scopes or bootstrapDefaults.token.scopes;
+        bind_to_workspace = b.token.bindToWorkspace or bootstrapDefaults.token.bindToWorkspace;
       };
       inherit (b) settings;
       openbao = withoutNulls {
@@ -554,7 +577,10 @@ rec {
         token_file = b.openbao.tokenFile;
         path = required "openbao.path" b.openbao.path;
       };
-      ui_auth = { inherit (b.uiAuth) file owner group mode; };
+      ui_auth = {
+        inherit (b.uiAuth) file owner group mode;
+        label = b.uiAuth.tokenLabel or bootstrapDefaults.uiAuth.tokenLabel;
+      };
       retry = {
         login_attempts = b.retry.loginAttempts;
         delay_seconds = b.retry.delaySeconds;

@@ -732,6 +732,42 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     );
     let fine = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ workspace = {{ id = "fedi-ops_2"; name = "n"; folder = "deploy_2"; }}; }}"#), "{ }", "null");
     assert_eq!(fine, json!([]));
+
+    // The UI's token label: never a session's, never the front-end token's (each run revokes
+    // the older tokens of both labels).
+    for (labels, expected) in [
+        (
+            r#"token = b.token // { label = "fediversity"; }; uiAuth = b.uiAuth // { tokenLabel = "session"; };"#,
+            "bootstrap.uiAuth.tokenLabel must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+        ),
+        (
+            r#"token = b.token // { label = "shared"; }; uiAuth = b.uiAuth // { tokenLabel = "shared"; };"#,
+            "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both \"shared\": the bootstrap revokes the older tokens of each label, so the front-end's token and the UI's would revoke each other; give them different labels",
+        ),
+    ] {
+        let problems = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ {labels} }}"#), "{ }", "null");
+        assert_eq!(problems, json!([expected]), "{labels}");
+    }
+    let distinct = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ token = b.token // {{ label = "front"; }}; uiAuth = b.uiAuth // {{ tokenLabel = "ui"; }}; }}"#), "{ }", "null");
+    assert_eq!(distinct, json!([]));
+}
+
+#[test]
+fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
+    let select = "h: { warnings = builtins.filter (w: builtins.match \".*scopes.*\" w != null) h.config.warnings; token = (builtins.fromJSON h.config.environment.etc.\"fediversity-windmill/bootstrap.json\".source.text).token; }";
+    let unscoped = module("s: s // { bootstrap = s.bootstrap // { token.scopes = [ ]; }; }", select);
+    assert_eq!(
+        unscoped["warnings"],
+        json!(["services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"])
+    );
+    assert_eq!(unscoped["token"]["scopes"], json!([]));
+    // The controls: the default (null, the bootstrap's scopes) and explicit scopes warn of nothing.
+    let default = module("s: s", select);
+    assert_eq!(default["warnings"], json!([]));
+    assert_eq!(default["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true}));
+    let scoped = module(r#"s: s // { bootstrap = s.bootstrap // { token = { scopes = [ "jobs:read" ]; bindToWorkspace = false; }; }; }"#, select);
+    assert_eq!(scoped["warnings"], json!([]));
+    assert_eq!(scoped["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false}));
 }
 
 /// The bootstrap configuration of the README ("fediversity-windmill-bootstrap", "Configuration"):
@@ -751,6 +787,9 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/scripts/dir", Value::Null),
         ("/token/label", json!("fediversity")),
         ("/token/revoke_previous", json!(true)),
+        // null: the bootstrap's default scopes (checked below).
+        ("/token/scopes", Value::Null),
+        ("/token/bind_to_workspace", json!(true)),
         ("/settings", json!({"instance_python_version": "3.12"})),
         ("/openbao/addr", Value::Null),
         ("/openbao/token_file", Value::Null),
@@ -760,6 +799,7 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/ui_auth/owner", json!("root")),
         ("/ui_auth/group", json!("nginx")),
         ("/ui_auth/mode", json!("0440")),
+        ("/ui_auth/label", json!("fediversity-ui")),
         ("/retry/login_attempts", json!(12)),
         ("/retry/delay_seconds", json!(5)),
         ("/retry/ready_timeout_seconds", json!(300)),
@@ -809,6 +849,8 @@ fn the_bootstrap_configuration_has_every_field_of_the_spec_with_its_default() {
     assert_eq!(config["windmill"]["database_url_file"], "/run/keys/windmill-dsn");
     assert_eq!(config["scripts"]["dir"], "/nix/store/xyz-fediversity-windmill-scripts");
     assert_eq!(config["openbao"]["path"], "fediversity/secret/windmill/apiToken");
+    // Rendered as null: the bootstrap's default scopes, not an unscoped token.
+    assert_eq!(config.pointer("/token/scopes"), Some(&Value::Null));
 }
 
 #[test]
@@ -819,10 +861,10 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
              bootstrap = {
                windmill = { url = "http://127.0.0.1:9001"; adminEmail = "root@example.org"; adminPasswordFile = "/p"; defaultPassword = "fresh"; databaseUrlFile = "/d"; databaseRole = "other_admin"; };
                workspace = { id = "ws"; name = "Workspace"; folder = "deploys"; };
-               token = { label = "front"; revokePrevious = false; };
+               token = { label = "front"; revokePrevious = false; scopes = [ "jobs:read" ]; bindToWorkspace = false; };
                settings = { instance_python_version = "3.12"; base_url = "https://jobs.example.org"; };
                openbao = { addr = "http://127.0.0.1:8100"; tokenFile = "/t"; path = "p/secret/x"; field = "token"; };
-               uiAuth = { file = "/run/ui/token.conf"; owner = "root"; group = "www"; mode = "0400"; };
+               uiAuth = { file = "/run/ui/token.conf"; owner = "root"; group = "www"; mode = "0400"; tokenLabel = "admins"; };
                retry = { loginAttempts = 3; delaySeconds = 1; readyTimeoutSeconds = 60; };
              };
            }"#,
@@ -833,10 +875,10 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
             "windmill": {"url": "http://127.0.0.1:9001", "admin_email": "root@example.org", "admin_password_file": "/p", "default_password": "fresh", "database_url_file": "/d", "database_role": "other_admin"},
             "workspace": {"id": "ws", "name": "Workspace", "folder": "deploys"},
             "scripts": {"dir": "/s"},
-            "token": {"label": "front", "revoke_previous": false},
+            "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false},
             "settings": {"instance_python_version": "3.12", "base_url": "https://jobs.example.org"},
             "openbao": {"addr": "http://127.0.0.1:8100", "token_file": "/t", "path": "p/secret/x", "field": "token"},
-            "ui_auth": {"file": "/run/ui/token.conf", "owner": "root", "group": "www", "mode": "0400"},
+            "ui_auth": {"file": "/run/ui/token.conf", "owner": "root", "group": "www", "mode": "0400", "label": "admins"},
             "retry": {"login_attempts": 3, "delay_seconds": 1, "ready_timeout_seconds": 60}
         })
     );
