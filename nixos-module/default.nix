@@ -120,6 +120,27 @@ let
     openWithoutAuthentication = cfg.ui.dangerouslyServeWithoutAuthentication;
   };
 
+  # What the node takes from its deployment repository (null: none).
+  system = pkgs.stdenv.hostPlatform.system;
+  published =
+    if cfg.deploymentRepository == null then
+      null
+    else
+      fw.repositoryPublished {
+        outputs = fw.deploymentRepositoryOutputs cfg.deploymentRepository;
+        inherit system;
+      };
+  repositoryKeys = if published == null then { } else published.keys;
+  credentialPaths = fw.credentialPathKeys cfg.credentials;
+  declaredKeys = fw.declaredKeys {
+    repository = repositoryKeys;
+    operator = cfg.deployKeys;
+    nodeKeys = credentialPaths.declarations;
+  };
+  deploymentAttributes = fw.renderDeploymentAttributes (
+    (if published == null then [ ] else published.attributes) ++ cfg.deploymentAttributes
+  );
+
   tls = cfg.tls // {
     acmeCerts = builtins.attrNames config.security.acme.certs;
   };
@@ -318,13 +339,36 @@ in
       '';
       description = ''
         Node-owned keys of every deployment, rendered to `${fw.paths.deployEnv}`: the control
-        keys `DEPLOYMENT_ROOT` (required) and `DEPLOYMENT_NIXPKGS` (default: the node's
-        `pkgs.path`), `STATE_BASE_ADDRESS`, any declared key the node fixes, and Nix/OpenTofu
-        variables. Not for secrets (world-readable in the Nix store): use
+        keys `DEPLOYMENT_ROOT` (required; default: {option}`deploymentRepository`'s tree) and
+        `DEPLOYMENT_NIXPKGS` (default: the node's `pkgs.path`), `STATE_BASE_ADDRESS`, any
+        declared key the node fixes (the structural pins, the repository's `nodeEnvKeys`; the
+        Incus store's key paths are added for the configured {option}`credentials`), and
+        Nix/OpenTofu variables. A payload never overrides a key set here. Not for secrets (world-readable in the Nix store): use
         {option}`deploySecrets`. `DEPLOYMENT_NIXPKGS` is also the `nixpkgs` entry of the node's
         flake registry (so, on a flake-built node, also `<nixpkgs>`). A key jobenv would refuse
         (undeclared, reserved, only for a job, derived by jobenv, or set twice) fails the
         evaluation.
+      '';
+    };
+
+    deploymentRepository = mkOption {
+      type = types.nullOr types.path;
+      default = null;
+      example = literalExpression "inputs.deployments";
+      description = ''
+        The deployment repository the node follows: a flake (e.g. the input
+        `inputs.deployments`) or a path whose `default.nix` evaluates to the same outputs.
+        From it the module takes `deployEnv.DEPLOYMENT_ROOT` (the repository's tree: a flake's
+        git-tracked files; a path is copied whole), the declared keys with their descriptions
+        and defaults (`lib.deployEnvKeys`, every set of `lib.deployEnvKeysByMethod`,
+        `lib.standaloneEnvKeys`: each a list of names or an attrset of name → description or
+        `{ description; default; }`), which keys are node-only (`lib.nodeEnvKeys`, same
+        shapes: a front-end's value for one is dropped) and the deployment attributes
+        (`lib.deploymentAttributes`, else the names of `devShells.<system>`).
+        {option}`deployKeys` and {option}`deploymentAttributes` add to these or override them.
+        DEPLOYMENT_ROOT must hold a `default.nix` with those `devShells` (jobenv runs
+        `nix-shell <DEPLOYMENT_ROOT> -A devShells.<SYSTEM>.<ATTRIBUTE>`). Null: everything
+        comes from the options.
       '';
     };
 
@@ -333,28 +377,48 @@ in
         types.submodule {
           options = {
             description = mkOption {
-              type = types.str;
-              description = "What the key means (shown by `fediversity-jobenv keys`).";
+              type = types.nullOr types.str;
+              default = null;
+              description = ''
+                What the key means (shown by `fediversity-jobenv keys`). Null: the deployment
+                repository's description; a key neither declares fails the evaluation.
+              '';
             };
             default = mkOption {
               type = types.nullOr types.str;
               default = null;
-              description = "The value a deployment gets when nothing sets the key.";
+              description = "The value a deployment gets when nothing sets the key. Null: the repository's default, if any.";
+            };
+            nodeOnly = mkOption {
+              type = types.nullOr types.bool;
+              default = null;
+              description = ''
+                Whether only the node may set the key: a payload's value for it is dropped with
+                a warning (the node's own value, from {option}`deployEnv` or a secret, wins
+                either way). Null: node-only for the structural pins, the repository's
+                `nodeEnvKeys` and the Incus store's key paths, not for other keys. `false` on a
+                pin lets a front-end choose it: only for a front-end trusted with what a deploy
+                evaluates.
+              '';
             };
           };
         }
       );
       default = { };
       example = literalExpression ''
-        lib.mapAttrs (_: k: { inherit (k) description; default = k.default or null; })
-          (builtins.fromJSON (builtins.readFile "''${deployment-repository}/keys.json"))
+        {
+          DOMAIN = { description = "The domain the deployment serves"; default = "example.org"; };
+          HOSTING_CONFIG.nodeOnly = false;  # this node's front-end may choose the hosting configuration
+        }
       '';
       description = ''
-        The keys a deployment may see, as the deployment repository publishes them, rendered
-        with the structural pins (`HOSTING_CONFIG`, `PIN_EFFECT`, `SELF_MODULE_SOURCE`,
-        `OPERATOR_MODULE_SOURCE`, `VERSION_LAYERS`, `DNS_DOMAIN`) to `${fw.paths.deployKeys}`.
-        A job payload may set only these (and `SYSTEM`, `ATTRIBUTE`, `EXECUTABLE`, `NAMESPACE`,
-        `BUILD_ID`). A control key here fails the evaluation (jobenv refuses such a file).
+        Keys a deployment may see, added to (or, field by field, overriding) those of
+        {option}`deploymentRepository` and the structural pins (`HOSTING_CONFIG`,
+        `PIN_EFFECT`, `SELF_MODULE_SOURCE`, `OPERATOR_MODULE_SOURCE`, `VERSION_LAYERS`,
+        `DNS_DOMAIN`, node-only), all rendered to `${fw.paths.deployKeys}`. A job payload may
+        set only declared keys that are not node-only (and `SYSTEM`, `ATTRIBUTE`, `EXECUTABLE`,
+        `NAMESPACE`, `BUILD_ID`). A control key here fails the evaluation (jobenv refuses such
+        a file); control keys the repository lists are left out (jobenv handles them itself).
       '';
     };
 
@@ -366,8 +430,18 @@ in
         "peertube-tofu-vm"
       ];
       description = ''
-        The deployment attributes that exist (the repository publishes them), rendered to
-        `${fw.paths.deploymentAttributes}`. A job's `ATTRIBUTE` must be one of them.
+        Deployment attributes added to those of {option}`deploymentRepository`, all rendered
+        (sorted, without repeats) to `${fw.paths.deploymentAttributes}`. A job's `ATTRIBUTE`
+        must be one of them.
+      '';
+    };
+
+    openbaoPrefix = mkOption {
+      type = types.strMatching "[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*";
+      default = "fediversity";
+      description = ''
+        The seed's OpenBao prefix: its KV v2 mount is `<openbaoPrefix>/secret`. The defaults of
+        {option}`credentials.tfToken` and {option}`bootstrap.openbao.path` are under it.
       '';
     };
 
@@ -390,16 +464,28 @@ in
     };
 
     credentials = {
+      hostName = mkOption {
+        type = types.strMatching "[A-Za-z0-9][A-Za-z0-9_.-]*";
+        default = config.networking.hostName;
+        defaultText = literalExpression "config.networking.hostName";
+        description = "The node's name in the seed's OpenBao paths (`incus-deploy/<hostName>/…`).";
+      };
       tfToken = mkOption {
         type = types.nullOr types.str;
-        default = null;
+        default = fw.seedTfTokenTemplate {
+          prefix = cfg.openbaoPrefix;
+          inherit (cfg.credentials) hostName;
+        };
+        defaultText = literalExpression ''"{{ with secret \"''${openbaoPrefix}/secret/data/incus-deploy/''${credentials.hostName}/tokenHosts\" }}{{ .Data.data.value }}{{ end }}"'';
         example = ''{{ with secret "secret/data/incus/deploy" }}{{ .Data.data.token }}{{ end }}'';
         description = ''
-          OpenBao agent template source whose output is the Incus deployments' token. Rendered
-          as the line `TF_VAR_token=<output>` to `${fw.paths.tfTokenEnv}` (`root:<windmill
-          user>`, `0440`), a secrets env file of jobenv (`JOBENV_SECRETS_ENV_FILES`):
-          `TF_VAR_token` reaches the programs as a secret, redacted from their output, and is
-          required before a job runs.
+          OpenBao agent template source whose output is the Incus deployments' token; by
+          default the seed's source (the field `value` of `incus-deploy/<hostName>/tokenHosts`
+          in the KV v2 mount `<openbaoPrefix>/secret`). Rendered as the line
+          `TF_VAR_token=<output>` to `${fw.paths.tfTokenEnv}` (`root:<windmill user>`, `0440`),
+          a secrets env file of jobenv (`JOBENV_SECRETS_ENV_FILES`): `TF_VAR_token` reaches the
+          programs as a secret, redacted from their output, and is required before a job runs.
+          Null: no Incus token (a node without Incus deployments).
         '';
       };
       incusStoreSshKey = mkOption {
@@ -407,7 +493,17 @@ in
         default = null;
         description = ''
           OpenBao agent template source of the Incus store's SSH key, rendered to
-          `${fw.paths.incusStoreSshKey}` (`root:<windmill user>`, `0440`).
+          `${fw.paths.incusStoreSshKey}` (`root:<windmill user>`, `0440`); its path reaches the
+          programs as {option}`credentials.incusStoreSshKeyVariable`.
+        '';
+      };
+      incusStoreSshKeyVariable = mkOption {
+        type = types.nullOr (types.strMatching "[A-Za-z_][A-Za-z0-9_]*");
+        default = "INCUS_STORE_SSH_KEY_FILE";
+        description = ''
+          The node-owned, node-only key whose value is `${fw.paths.incusStoreSshKey}` when
+          {option}`credentials.incusStoreSshKey` is set (in deploy-env.json, declared in the
+          keys file). Null: the path is not passed.
         '';
       };
       incusStoreSigningKey = mkOption {
@@ -415,7 +511,16 @@ in
         default = null;
         description = ''
           OpenBao agent template source of the Incus store's signing key, rendered to
-          `${fw.paths.incusStoreSigningKey}` (`root:<windmill user>`, `0440`).
+          `${fw.paths.incusStoreSigningKey}` (`root:<windmill user>`, `0440`); its path reaches
+          the programs as {option}`credentials.incusStoreSigningKeyVariable`.
+        '';
+      };
+      incusStoreSigningKeyVariable = mkOption {
+        type = types.nullOr (types.strMatching "[A-Za-z_][A-Za-z0-9_]*");
+        default = "INCUS_STORE_SIGNING_KEY_FILE";
+        description = ''
+          The node-owned, node-only key whose value is `${fw.paths.incusStoreSigningKey}` when
+          {option}`credentials.incusStoreSigningKey` is set. Null: the path is not passed.
         '';
       };
     };
@@ -672,8 +777,9 @@ in
         };
         path = mkOption {
           type = types.str;
-          example = "fediversity/secret/windmill/apiToken";
-          description = "The `bao kv put` path the API token is stored at.";
+          default = "${cfg.openbaoPrefix}/secret/windmill/apiToken";
+          defaultText = literalExpression ''"''${openbaoPrefix}/secret/windmill/apiToken"'';
+          description = "The `bao kv put` path the front-end's API token is stored at (where the seed's front-end reads it).";
         };
         field = opt types.str d.openbao.field "The field of that secret holding the token.";
       };
@@ -714,10 +820,17 @@ in
         (
           fw.nodeProblems {
             inherit (cfg) deployEnv deploySecrets;
-            declared = builtins.attrNames (fw.renderDeployKeys cfg.deployKeys);
+            declared = builtins.attrNames declaredKeys;
             inherit (cfg.credentials) tfToken;
           }
           ++ fw.deployKeysProblems cfg.deployKeys
+          ++ fw.undescribedKeyProblems declaredKeys
+          ++ fw.repositoryProblems {
+            published = if published == null then null else published.published;
+            inherit system repositoryKeys;
+            operatorKeys = cfg.deployKeys;
+            attributes = deploymentAttributes;
+          }
           ++ fw.bootstrapProblems {
             inherit (cfg) bootstrap;
             unitEnvironment = unit.environment;
@@ -731,6 +844,16 @@ in
 
     warnings =
       map (w: "services.fediversity-windmill: ${w}") (fw.bootstrapWarnings cfg.bootstrap)
+      ++ map (
+        key:
+        "services.fediversity-windmill: the deployment repository's nodeEnvKeys names ${key}, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no ${key}"
+      ) (fw.unsetNodeKeys {
+        inherit repositoryKeys;
+        nodeSet =
+          builtins.attrNames cfg.deployEnv
+          ++ builtins.attrNames cfg.deploySecrets
+          ++ fw.credentialEnvKeys { inherit (cfg.credentials) tfToken; };
+      })
       ++ lib.optional (uiAccess.mode == "closed") ''
         services.fediversity-windmill: the admin UI on ${cfg.uiDomain} answers 403 to every
         request: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).
@@ -743,7 +866,12 @@ in
     services.windmill.enable = true;
     services.windmill.baseUrl = mkDefault "https://${cfg.uiDomain}";
 
-    services.fediversity-windmill.deployEnv.DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}";
+    services.fediversity-windmill.deployEnv = mkMerge [
+      { DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}"; }
+      # The repository's tree, in the store ("${…}" copies a path; a flake is its source).
+      (mkIf (cfg.deploymentRepository != null) { DEPLOYMENT_ROOT = mkDefault "${cfg.deploymentRepository}"; })
+      (builtins.mapAttrs (_: mkDefault) credentialPaths.values)
+    ];
 
     users.users.${windmillUser} = {
       isSystemUser = true;
@@ -754,10 +882,8 @@ in
 
     environment.etc = {
       "fediversity-windmill/deploy-env.json".source = jsonFile "deploy-env.json" (fw.renderDeployEnv cfg.deployEnv);
-      "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderDeployKeys cfg.deployKeys);
-      "fediversity-windmill/deployment-attributes.json".source = jsonFile "deployment-attributes.json" (
-        fw.renderDeploymentAttributes cfg.deploymentAttributes
-      );
+      "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderDeployKeys declaredKeys);
+      "fediversity-windmill/deployment-attributes.json".source = jsonFile "deployment-attributes.json" deploymentAttributes;
       "fediversity-windmill/required-secrets.json".source = jsonFile "required-secrets.json" (
         fw.renderRequiredSecrets {
           inherit (cfg) deploySecrets;

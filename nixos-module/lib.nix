@@ -205,15 +205,23 @@ rec {
 
   # The structural pins the deployment programs read from their environment besides the keys
   # the deployment repository publishes. Declared here so that a node can set them in
-  # deploy-env.json; the operator's deployKeys may redefine them.
-  structuralKeys = {
-    HOSTING_CONFIG.description = "Structural pin: the hosting provider's configuration the deployment programs read";
-    PIN_EFFECT.description = "Structural pin: the effect of the version pins on a deployment";
-    SELF_MODULE_SOURCE.description = "Structural pin: the source of the deployment's own NixOS modules";
-    OPERATOR_MODULE_SOURCE.description = "Structural pin: the source of the operator's NixOS modules";
-    VERSION_LAYERS.description = "Structural pin: the layers of versions a deployment is built from";
-    DNS_DOMAIN.description = "Structural pin: the DNS domain deployments are published under";
-  };
+  # deploy-env.json, and node-only: a payload's value for one is dropped (a job must not choose
+  # which module source a deploy evaluates, nor what nix-shell's evaluation reads), unless the
+  # operator declares the pin otherwise (`deployKeys.<pin>.nodeOnly = false`).
+  structuralKeys =
+    mapAttrs
+      (_: description: {
+        inherit description;
+        nodeOnly = true;
+      })
+      {
+        HOSTING_CONFIG = "Structural pin: the hosting provider's configuration the deployment programs read";
+        PIN_EFFECT = "Structural pin: the effect of the version pins on a deployment";
+        SELF_MODULE_SOURCE = "Structural pin: the source of the deployment's own NixOS modules";
+        OPERATOR_MODULE_SOURCE = "Structural pin: the source of the operator's NixOS modules";
+        VERSION_LAYERS = "Structural pin: the layers of versions a deployment is built from";
+        DNS_DOMAIN = "Structural pin: the DNS domain deployments are published under";
+      };
 
   # deploy-env.json: the node-owned keys, a JSON object of strings.
   renderDeployEnv =
@@ -223,13 +231,259 @@ rec {
       if isString value then value else throw "services.fediversity-windmill.deployEnv.${name} must be a string"
     ) deployEnv;
 
-  # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?}}, the structural pins
-  # plus the operator's keys (which win).
+  # ---- the deployment repository ----------------------------------------------------------
+
+  # Where the module looks in the deployment repository's outputs (seed 001 US2): the key sets
+  # a front-end sends, under `lib`, each a list of names or an attrset of name -> description
+  # (a string) or name -> { description ? ; default ? ; } ...
+  repositoryKeySets = [
+    "deployEnvKeys"
+    "standaloneEnvKeys"
+  ];
+  # ... `lib.deployEnvKeysByMethod`, an attrset of method -> such a key set, ...
+  repositoryKeySetsByMethod = "deployEnvKeysByMethod";
+  # ... `lib.nodeEnvKeys`, the keys the node (never a front-end) provides, node-only here ...
+  repositoryNodeKeys = "nodeEnvKeys";
+  # ... and the deployment attributes: `lib.deploymentAttributes` (a list of names) when the
+  # repository publishes it, else the names of its `devShells.<system>` (what jobenv's
+  # `nix-shell <root> -A devShells.<SYSTEM>.<ATTRIBUTE>` can instantiate).
+  repositoryAttributes = "deploymentAttributes";
+
+  # The repository's outputs: a flake's (an attrset such as `inputs.deployments`) as they are;
+  # a path (or a derivation) imported, and called with `{ }` when that is a function, the way
+  # nix-shell evaluates DEPLOYMENT_ROOT.
+  deploymentRepositoryOutputs =
+    repository:
+    if builtins.isAttrs repository && (repository.type or null) != "derivation" then
+      repository
+    else
+      let
+        imported = import "${repository}";
+      in
+      if builtins.isFunction imported then imported { } else imported;
+
+  # One key set of the repository as name -> { description, default, nodeOnly } with null for
+  # what it does not say (a default that is not a string becomes its JSON text, as jobenv passes
+  # a payload's arrays and objects). `where` names the set in errors.
+  publishedKeySet =
+    where: nodeOnly: set:
+    let
+      entry =
+        name: v:
+        if isString v then
+          {
+            description = v;
+            default = null;
+            inherit nodeOnly;
+          }
+        else if builtins.isAttrs v then
+          {
+            description = v.description or null;
+            default =
+              let
+                d = v.default or null;
+              in
+              if d == null || isString d then d else toJSON d;
+            inherit nodeOnly;
+          }
+        else
+          throw "services.fediversity-windmill.deploymentRepository: ${where}.${name} is neither a description (a string) nor { description; default; }";
+    in
+    if builtins.isList set then
+      listToAttrs (
+        map (
+          name:
+          if isString name then
+            {
+              inherit name;
+              value = {
+                description = null;
+                default = null;
+                inherit nodeOnly;
+              };
+            }
+          else
+            throw "services.fediversity-windmill.deploymentRepository: ${where} lists something that is not a key name"
+        ) set
+      )
+    else if builtins.isAttrs set then
+      mapAttrs entry set
+    else
+      throw "services.fediversity-windmill.deploymentRepository: ${where} is neither a list of key names nor an attrset of keys";
+
+  # Key declarations merged layer by layer, field by field: a field a later layer leaves null
+  # (or out) keeps the value of an earlier one.
+  mergeKeys = builtins.foldl' (
+    acc: layer: acc // mapAttrs (name: entry: (acc.${name} or { }) // withoutNulls entry) layer
+  ) { };
+
+  # What the repository publishes: `keys` (its key sets merged, its nodeEnvKeys node-only, its
+  # control keys left out: jobenv consumes those itself and refuses a keys file that declares
+  # one), `attributes`, and `published`, the outputs found (for the error when there are none).
+  repositoryPublished =
+    { outputs, system }:
+    let
+      l = outputs.lib or { };
+      byMethod = l.${repositoryKeySetsByMethod} or { };
+      shells = outputs.devShells.${system} or null;
+      sets =
+        concatLists (map (n: optional (l ? ${n}) (publishedKeySet "lib.${n}" null l.${n})) repositoryKeySets)
+        ++ map (m: publishedKeySet "lib.${repositoryKeySetsByMethod}.${m}" null byMethod.${m}) (attrNames byMethod)
+        ++ optional (l ? ${repositoryNodeKeys}) (publishedKeySet "lib.${repositoryNodeKeys}" true l.${repositoryNodeKeys});
+      merged = mergeKeys sets;
+    in
+    {
+      keys = mapAttrs (
+        _: k:
+        {
+          description = "Declared by the deployment repository";
+          default = null;
+          nodeOnly = false;
+        }
+        // k
+      ) (removeAttrs merged (filter isControlName (attrNames merged)));
+      attributes =
+        if l ? ${repositoryAttributes} then
+          l.${repositoryAttributes}
+        else if shells != null then
+          attrNames shells
+        else
+          [ ];
+      published =
+        filter (n: l ? ${n}) (repositoryKeySets ++ [ repositoryKeySetsByMethod repositoryNodeKeys repositoryAttributes ])
+        ++ optional (shells != null) "devShells.${system}";
+    };
+
+  # Every key of deploy-keys.json, lowest layer first: the structural pins (node-only), the
+  # node's own file-path keys (`nodeKeys`, node-only), the repository's keys, then the operator's
+  # deployKeys, field by field. So `deployKeys.HOSTING_CONFIG.nodeOnly = false` lets a front-end
+  # send that pin and keeps its description, and `deployKeys.DOMAIN.default = "…"` changes only
+  # the default of a key the repository declares. A description no layer gives stays null (an
+  # assertion names the key).
+  declaredKeys =
+    {
+      repository ? { },
+      operator ? { },
+      nodeKeys ? { },
+    }:
+    mapAttrs (_: k: {
+      description = k.description or null;
+      default = k.default or null;
+      nodeOnly = k.nodeOnly or false;
+    }) (mergeKeys [
+      structuralKeys
+      nodeKeys
+      repository
+      operator
+    ]);
+
+  # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?, "node_only": true?}}.
   renderDeployKeys =
-    deployKeys:
+    keys:
     mapAttrs (
-      _: key: { inherit (key) description; } // optionalAttrs ((key.default or null) != null) { inherit (key) default; }
-    ) (structuralKeys // deployKeys);
+      _: k:
+      { description = if k.description == null then "" else k.description; }
+      // optionalAttrs (k.default != null) { inherit (k) default; }
+      // optionalAttrs k.nodeOnly { node_only = true; }
+    ) keys;
+
+  # When neither the repository nor the options give keys or attributes, every job would fail:
+  # evaluation fails instead, naming what is missing. `published`: what the repository
+  # publishes (null: no repository).
+  repositoryProblems =
+    {
+      published ? null,
+      system,
+      operatorKeys,
+      repositoryKeys,
+      attributes,
+    }:
+    let
+      outputs = concatStringsSep ", " (
+        map (n: "lib.${n}") (repositoryKeySets ++ [ repositoryKeySetsByMethod repositoryNodeKeys ])
+      );
+      found = if published == [ ] then "nothing the module reads" else concatStringsSep ", " published;
+    in
+    optional (repositoryKeys == { } && operatorKeys == { }) (
+      if published == null then
+        "no deployment keys: set deploymentRepository (the module reads ${outputs}) or declare deployKeys"
+      else
+        "deploymentRepository publishes no keys (it has ${found}; the module reads ${outputs}) and deployKeys is empty: publish the keys in the repository or declare them in deployKeys"
+    )
+    ++ optional (attributes == [ ]) (
+      if published == null then
+        "no deployment attributes: set deploymentRepository (the module reads lib.${repositoryAttributes}, else the names of devShells.${system}) or deploymentAttributes"
+      else
+        "deploymentRepository publishes no deployment attributes (it has ${found}; the module reads lib.${repositoryAttributes}, else the names of devShells.${system}) and deploymentAttributes is empty: every job would be refused"
+    );
+
+  # Keys declared with no description anywhere (jobenv's `keys` would show nothing).
+  undescribedKeyProblems =
+    keys:
+    map (k: "deployKeys.${k}.description is not set and the deployment repository does not declare ${k}: say what the key means") (
+      filter (k: keys.${k}.description == null) (attrNames keys)
+    );
+
+  # The repository's node-only keys that no node source sets and that have no default: every
+  # deployment gets nothing for them (a warning: a repository may list optional ones).
+  unsetNodeKeys =
+    {
+      repositoryKeys,
+      nodeSet,
+    }:
+    filter (k: repositoryKeys.${k}.nodeOnly && (repositoryKeys.${k}.default or null) == null && !(elem k nodeSet)) (
+      attrNames repositoryKeys
+    );
+
+  # The node's file-path keys of the Incus store's credentials (SC-002), for those configured:
+  # `declarations` (node-only keys of deploy-keys.json) and `values` (deploy-env.json).
+  # `credentials`: the module's `credentials` options.
+  credentialPathKeys =
+    credentials:
+    let
+      c = {
+        incusStoreSshKey = null;
+        incusStoreSigningKey = null;
+        incusStoreSshKeyVariable = null;
+        incusStoreSigningKeyVariable = null;
+      }
+      // credentials;
+      keys =
+        optional (c.incusStoreSshKey != null && c.incusStoreSshKeyVariable != null) {
+          name = c.incusStoreSshKeyVariable;
+          path = paths.incusStoreSshKey;
+          what = "SSH key";
+        }
+        ++ optional (c.incusStoreSigningKey != null && c.incusStoreSigningKeyVariable != null) {
+          name = c.incusStoreSigningKeyVariable;
+          path = paths.incusStoreSigningKey;
+          what = "signing key";
+        };
+    in
+    {
+      declarations = listToAttrs (
+        map (k: {
+          inherit (k) name;
+          value = {
+            description = "Path of the Incus store's ${k.what} on the node (rendered by its OpenBao agent, readable by the worker's group)";
+            nodeOnly = true;
+          };
+        }) keys
+      );
+      values = listToAttrs (
+        map (k: {
+          inherit (k) name;
+          value = k.path;
+        }) keys
+      );
+    };
+
+  # The seed's source of the Incus deployments' token (002 US2.2): `TF_VAR_token` from the
+  # secret `incus-deploy/<hostName>/tokenHosts` (its field `value`) of the KV v2 mount
+  # `<prefix>/secret`, as an OpenBao agent template.
+  seedTfTokenTemplate =
+    { prefix, hostName }:
+    ''{{ with secret "${prefix}/secret/data/incus-deploy/${hostName}/tokenHosts" }}{{ .Data.data.value }}{{ end }}'';
 
   # deployment-attributes.json: the attribute names, a JSON array, sorted and without repeats.
   renderDeploymentAttributes = uniqueSorted;
@@ -311,7 +565,7 @@ rec {
     in
     concatLists (map keyProblems sources)
     ++ duplicateProblems
-    ++ optional (!set "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs"
+    ++ optional (!set "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)"
     ++ optional (!set "DEPLOYMENT_NIXPKGS" && !set "NIXPKGS") "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with"
     ++ optional (absolute "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT must be an absolute path"
     ++ optional (absolute "DEPLOYMENT_NIXPKGS") "deployEnv.DEPLOYMENT_NIXPKGS must be an absolute path"

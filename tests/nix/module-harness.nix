@@ -270,6 +270,7 @@ let
     };
   pkgs = {
     path = "/nix/store/00000000000000000000000000000000-source";
+    stdenv.hostPlatform.system = "x86_64-linux";
     runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
     writeText = name: text: drv name // { inherit text; };
     writeShellScript = name: text: drv name // { inherit text; };
@@ -303,6 +304,7 @@ let
       serverPort = 8001;
     };
     services.nginx.group = "nginx";
+    networking.hostName = "windmill-node";
     security.acme.certs = { };
     systemd.package = drv "systemd";
     nix.package = drv "nix";

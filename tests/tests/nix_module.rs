@@ -168,7 +168,7 @@ fn node_problems(env: &str, secrets: &str, tf_token: bool) -> Vec<String> {
         r#"lib.nodeProblems {{
              deployEnv = {{ DEPLOYMENT_ROOT = "/nix/store/r"; DEPLOYMENT_NIXPKGS = "/nix/store/n"; }} // {env};
              deploySecrets = {secrets};
-             declared = builtins.attrNames (lib.renderDeployKeys {{ MESSAGE.description = "m"; BASH_ENV.description = "declared, although reserved"; }});
+             declared = builtins.attrNames (lib.declaredKeys {{ operator = {{ MESSAGE.description = "m"; BASH_ENV.description = "declared, although reserved"; }}; }});
              tfToken = {};
            }}"#,
         if tf_token { r#""{{ .token }}""# } else { "null" }
@@ -285,7 +285,7 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
     assert_eq!(
         problems,
         vec![
-            "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs",
+            "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)",
             "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with"
         ]
     );
@@ -647,25 +647,95 @@ fn deploy_env_json_is_the_node_keys_as_an_object_of_strings() {
 }
 
 #[test]
-fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins() {
+fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins_node_only() {
     let rendered = eval(
-        r#"lib.renderDeployKeys {
+        r#"lib.renderDeployKeys (lib.declaredKeys { operator = {
              DOMAIN = { description = "The domain"; default = "example.org"; };
              INTERNAL_HOSTS = { description = "Hosts, a JSON array"; default = null; };
              DNS_DOMAIN = { description = "Overridden by the operator"; default = "dns.example"; };
-           }"#,
+             PIN_EFFECT.nodeOnly = false;
+           }; })"#,
     );
     let keys = rendered.as_object().unwrap();
     assert_eq!(rendered["DOMAIN"], json!({"description": "The domain", "default": "example.org"}));
     // A key without a default has none in the file (jobenv: "simply absent" when unset).
     assert_eq!(rendered["INTERNAL_HOSTS"], json!({"description": "Hosts, a JSON array"}));
-    assert_eq!(rendered["DNS_DOMAIN"], json!({"description": "Overridden by the operator", "default": "dns.example"}));
-    for pin in ["HOSTING_CONFIG", "PIN_EFFECT", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS"] {
+    // A pin the operator describes stays node-only; one the operator opens keeps its description.
+    assert_eq!(rendered["DNS_DOMAIN"], json!({"description": "Overridden by the operator", "default": "dns.example", "node_only": true}));
+    assert!(rendered["PIN_EFFECT"]["description"].as_str().unwrap().starts_with("Structural pin: "));
+    assert!(rendered["PIN_EFFECT"].get("node_only").is_none(), "{rendered}");
+    for pin in ["HOSTING_CONFIG", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS"] {
         let description = rendered[pin]["description"].as_str().unwrap_or_else(|| panic!("{pin}: {rendered}"));
         assert!(description.starts_with("Structural pin: "), "{pin}: {description}");
         assert!(rendered[pin].get("default").is_none());
+        assert_eq!(rendered[pin]["node_only"], true, "{pin}");
     }
     assert_eq!(keys.len(), 3 + 5);
+}
+
+/// The fixture deployment repository (tests/nix/deployments), as a Nix string of its path.
+fn fixture_repository() -> String {
+    nix_string(repo().join("tests/nix/deployments"))
+}
+
+#[test]
+fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attributes_from_its_shells() {
+    let published = eval(&format!(r#"lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "x86_64-linux"; }}"#, fixture_repository()));
+    let keys = &published["keys"];
+    let generated = "Declared by the deployment repository";
+    assert_eq!(
+        keys,
+        &json!({
+            "SSH_PRIVATE_KEY_FILE": {"description": "Path of the SSH key the deployment connects to its machines with", "default": null, "nodeOnly": false},
+            // Defaults that are JSON values become their JSON text, as a payload's would.
+            "INTERNAL_HOSTS": {"description": "Hosts of the deployment, a JSON array", "default": "[]", "nodeOnly": false},
+            "PUBLISHED_HOSTS": {"description": "Host names the deployment serves, a JSON array", "default": null, "nodeOnly": false},
+            "ENVIRONMENTS": {"description": "The deployment's environments, a JSON object", "default": "{\"production\":true}", "nodeOnly": false},
+            "DOMAIN": {"description": "The domain the deployment serves", "default": "example.org", "nodeOnly": false},
+            "TF_VAR_flavour": {"description": "The size of the machines OpenTofu creates", "default": null, "nodeOnly": false},
+            "SSH_HOST": {"description": generated, "default": null, "nodeOnly": false},
+            "STANDALONE_NAME": {"description": generated, "default": null, "nodeOnly": false},
+            // nodeEnvKeys: node-only; its control key DEPLOYMENT_ROOT is left out.
+            "NODE_REGION": {"description": "Where the node runs", "default": "eu", "nodeOnly": true},
+            "NODE_SITE": {"description": "The site of the node", "default": null, "nodeOnly": true},
+        })
+    );
+    assert_eq!(published["attributes"], json!(["mastodon", "peertube"]));
+    assert_eq!(
+        published["published"],
+        json!(["deployEnvKeys", "standaloneEnvKeys", "deployEnvKeysByMethod", "nodeEnvKeys", "devShells.x86_64-linux"])
+    );
+    // lib.deploymentAttributes, when published, is the list; another system has no shells.
+    let explicit = eval(r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributes = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#);
+    assert_eq!(explicit, json!(["only-this"]));
+    let other = eval(&format!(r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "riscv64-linux"; }}).attributes"#, fixture_repository()));
+    assert_eq!(other, json!([]));
+    // A key listed both as a front-end key and a node key is node-only, with the description it has.
+    let both = eval(r#"(lib.repositoryPublished { outputs.lib = { deployEnvKeys.REGION = "The region"; nodeEnvKeys = [ "REGION" ]; }; system = "x"; }).keys"#);
+    assert_eq!(both, json!({"REGION": {"description": "The region", "default": null, "nodeOnly": true}}));
+    // A shape the module cannot read is named.
+    let error = eval_error(r#"lib.repositoryPublished { outputs.lib.deployEnvKeys = { DOMAIN = 3; }; system = "x"; }"#);
+    assert!(error.contains("deploymentRepository: lib.deployEnvKeys.DOMAIN is neither a description (a string) nor { description; default; }"), "{error}");
+    let error = eval_error(r#"lib.repositoryPublished { outputs.lib.nodeEnvKeys = "DOMAIN"; system = "x"; }"#);
+    assert!(error.contains("deploymentRepository: lib.nodeEnvKeys is neither a list of key names nor an attrset of keys"), "{error}");
+}
+
+#[test]
+fn the_operators_keys_override_the_repositorys_field_by_field() {
+    let keys = eval(
+        r#"lib.declaredKeys {
+             repository = { DOMAIN = { description = "The domain"; default = "example.org"; nodeOnly = false; }; NODE_SITE = { description = "Site"; default = null; nodeOnly = true; }; };
+             operator = { DOMAIN = { description = null; default = "fedi.example"; nodeOnly = null; }; NODE_SITE.nodeOnly = false; EXTRA = { description = "Mine"; }; };
+           }"#,
+    );
+    assert_eq!(keys["DOMAIN"], json!({"description": "The domain", "default": "fedi.example", "nodeOnly": false}));
+    assert_eq!(keys["NODE_SITE"], json!({"description": "Site", "default": null, "nodeOnly": false}));
+    assert_eq!(keys["EXTRA"], json!({"description": "Mine", "default": null, "nodeOnly": false}));
+    assert_eq!(keys["HOSTING_CONFIG"]["nodeOnly"], true);
+    // A key described nowhere is named.
+    let problems = eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.default = "x"; })"#);
+    assert_eq!(problems, json!(["deployKeys.LONELY.description is not set and the deployment repository does not declare LONELY: say what the key means"]));
+    assert_eq!(eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.description = "d"; })"#), json!([]));
 }
 
 #[test]
@@ -1296,6 +1366,176 @@ fn a_tls_configuration_nginx_could_not_take_fails_by_an_assertion_and_reaches_ng
     assert_eq!(both["hosts"]["windmill.example.org"]["sslCertificateKey"], "/run/keys/key.pem");
 }
 
+/// NODE without a hand-written key list: no deployKeys, no deploymentAttributes, no
+/// DEPLOYMENT_ROOT, and the fixture repository (`repository`, a Nix expression) instead.
+fn following(repository: &str, more: &str) -> String {
+    format!(
+        r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // {{
+             deploymentRepository = {repository};
+             deployEnv = (builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]) // {{ NODE_SITE = "ams"; }};
+           }} // {more}"#
+    )
+}
+
+const NODE_FILES: &str = r#"h: {
+  assertions = map (a: a.message) h.config.assertions;
+  warnings = h.config.warnings;
+  env = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-env.json".source.text;
+  keys = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-keys.json".source.text;
+  attributes = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deployment-attributes.json".source.text;
+}"#;
+
+#[test]
+fn a_node_that_follows_its_repository_takes_its_root_keys_and_attributes_without_a_key_list() {
+    let fixture = fixture_repository();
+    let result = module(&following(&fixture, "{ }"), NODE_FILES);
+    assert_eq!(result["assertions"], json!([]));
+    let fixture_dir = repo().join("tests/nix/deployments").display().to_string();
+    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], fixture_dir.as_str());
+    let keys = &result["keys"];
+    // The keys a seed front-end sends (FR-014) are declared, with the repository's words.
+    for key in ["SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "PUBLISHED_HOSTS", "ENVIRONMENTS", "DOMAIN", "TF_VAR_flavour", "SSH_HOST", "STANDALONE_NAME"] {
+        assert!(keys[key]["description"].is_string(), "{key}: {keys}");
+        assert!(keys[key].get("node_only").is_none(), "{key} is a front-end key: {keys}");
+    }
+    assert_eq!(keys["INTERNAL_HOSTS"], json!({"description": "Hosts of the deployment, a JSON array", "default": "[]"}));
+    // Its nodeEnvKeys and the structural pins are node-only; its control key is not declared.
+    assert_eq!(keys["NODE_REGION"], json!({"description": "Where the node runs", "default": "eu", "node_only": true}));
+    assert_eq!(keys["NODE_SITE"], json!({"description": "The site of the node", "node_only": true}));
+    for pin in ["HOSTING_CONFIG", "PIN_EFFECT", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS", "DNS_DOMAIN"] {
+        assert_eq!(keys[pin]["node_only"], true, "{pin}");
+    }
+    assert!(keys.get("DEPLOYMENT_ROOT").is_none(), "{keys}");
+    assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
+    assert_eq!(result["warnings"].as_array().unwrap().iter().filter(|w| w.as_str().unwrap().contains("nodeEnvKeys")).count(), 0);
+
+    // As a flake input: its outputs as they are, its outPath the root.
+    let flake = format!(r#"((import {fixture}) {{ }}) // {{ outPath = "/nix/store/33333333333333333333333333333333-source"; }}"#);
+    let result = module(&following(&flake, "{ }"), NODE_FILES);
+    assert_eq!(result["assertions"], json!([]));
+    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], "/nix/store/33333333333333333333333333333333-source");
+    assert_eq!(result["keys"]["NODE_REGION"]["node_only"], true);
+    assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
+}
+
+#[test]
+fn the_operators_options_add_to_and_override_what_the_repository_publishes() {
+    let result = module(
+        &following(
+            &fixture_repository(),
+            r#"{
+                 deployKeys = { HOSTING_CONFIG.nodeOnly = false; DOMAIN.default = "fedi.example"; MESSAGE.description = "Mine"; NODE_REGION.nodeOnly = false; };
+                 deploymentAttributes = [ "extra" "mastodon" ];
+               }"#,
+        ),
+        NODE_FILES,
+    );
+    assert_eq!(result["assertions"], json!([]));
+    let keys = &result["keys"];
+    // The pin is opened explicitly (its description kept); the others stay node-only.
+    assert!(keys["HOSTING_CONFIG"].get("node_only").is_none(), "{}", keys["HOSTING_CONFIG"]);
+    assert!(keys["HOSTING_CONFIG"]["description"].as_str().unwrap().starts_with("Structural pin: "));
+    assert_eq!(keys["SELF_MODULE_SOURCE"]["node_only"], true);
+    assert_eq!(keys["DOMAIN"], json!({"description": "The domain the deployment serves", "default": "fedi.example"}));
+    assert_eq!(keys["NODE_REGION"], json!({"description": "Where the node runs", "default": "eu"}));
+    assert_eq!(keys["MESSAGE"], json!({"description": "Mine"}));
+    assert_eq!(result["attributes"], json!(["extra", "mastodon", "peertube"]));
+    // An explicit root wins over the repository's.
+    let root = module(
+        &following(&fixture_repository(), r#"{ deployEnv = { DEPLOYMENT_ROOT = "/srv/checkout"; NODE_SITE = "ams"; }; }"#),
+        "h: h.cfg.deployEnv.DEPLOYMENT_ROOT",
+    );
+    assert_eq!(root, "/srv/checkout");
+}
+
+#[test]
+fn neither_a_repository_nor_options_fails_the_evaluation_naming_what_is_missing() {
+    let bare = r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // { deployEnv = builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]; }"#;
+    assert_eq!(
+        assertions(bare),
+        vec![
+            "services.fediversity-windmill: deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)",
+            "services.fediversity-windmill: no deployment keys: set deploymentRepository (the module reads lib.deployEnvKeys, lib.standaloneEnvKeys, lib.deployEnvKeysByMethod, lib.nodeEnvKeys) or declare deployKeys",
+            "services.fediversity-windmill: no deployment attributes: set deploymentRepository (the module reads lib.deploymentAttributes, else the names of devShells.x86_64-linux) or deploymentAttributes",
+        ]
+    );
+    // A repository that publishes none of it: named, with what it does have.
+    let empty = r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // { deploymentRepository = { outPath = "/nix/store/44444444444444444444444444444444-empty"; lib.other = 1; devShells.aarch64-linux = { }; }; }"#;
+    assert_eq!(
+        assertions(empty),
+        vec![
+            "services.fediversity-windmill: deploymentRepository publishes no keys (it has nothing the module reads; the module reads lib.deployEnvKeys, lib.standaloneEnvKeys, lib.deployEnvKeysByMethod, lib.nodeEnvKeys) and deployKeys is empty: publish the keys in the repository or declare them in deployKeys",
+            "services.fediversity-windmill: deploymentRepository publishes no deployment attributes (it has nothing the module reads; the module reads lib.deploymentAttributes, else the names of devShells.x86_64-linux) and deploymentAttributes is empty: every job would be refused",
+        ]
+    );
+    // The controls: either source alone is enough.
+    assert_eq!(assertions(r#"s: s // { deploymentRepository = { outPath = "/nix/store/44444444444444444444444444444444-empty"; }; }"#), Vec::<String>::new());
+    assert_eq!(assertions(&following(&fixture_repository(), "{ }")), Vec::<String>::new());
+}
+
+#[test]
+fn a_node_key_the_repository_needs_and_the_node_does_not_set_is_warned_of() {
+    let fixture = fixture_repository();
+    let unset = format!(
+        r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // {{ deploymentRepository = {fixture}; deployEnv = builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]; }}"#
+    );
+    let warnings: Vec<String> = strings(&module(&unset, "h: h.config.warnings")).into_iter().filter(|w| w.contains("nodeEnvKeys")).collect();
+    assert_eq!(
+        warnings,
+        vec!["services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"]
+    );
+    // The control: set by a secret, it is not warned of (NODE_REGION has a default either way).
+    let by_secret = format!(r#"s: (({unset}) s) // {{ deploySecrets = s.deploySecrets // {{ NODE_SITE = "{{{{ .site }}}}"; }}; }}"#);
+    assert!(!module(&by_secret, "h: h.config.warnings").to_string().contains("nodeEnvKeys"));
+}
+
+#[test]
+fn the_incus_store_keys_reach_programs_as_node_owned_file_path_keys() {
+    let select = r#"h: { env = h.cfg.deployEnv; keys = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-keys.json".source.text; assertions = map (a: a.message) h.config.assertions; }"#;
+    let both = module(r#"s: s // { credentials = { incusStoreSshKey = "{{ .ssh }}"; incusStoreSigningKey = "{{ .sign }}"; }; }"#, select);
+    assert_eq!(both["assertions"], json!([]));
+    assert_eq!(both["env"]["INCUS_STORE_SSH_KEY_FILE"], "/run/incus-deploy/incus-store-ssh.key");
+    assert_eq!(both["env"]["INCUS_STORE_SIGNING_KEY_FILE"], "/run/incus-deploy/incus-store-signing.key");
+    for key in ["INCUS_STORE_SSH_KEY_FILE", "INCUS_STORE_SIGNING_KEY_FILE"] {
+        assert_eq!(both["keys"][key]["node_only"], true, "{key}");
+        assert!(both["keys"][key]["description"].as_str().unwrap().starts_with("Path of the Incus store's"), "{key}");
+    }
+    // Other names, or none.
+    let renamed = module(
+        r#"s: s // { credentials = { incusStoreSshKey = "{{ .ssh }}"; incusStoreSshKeyVariable = "STORE_SSH_KEY"; incusStoreSigningKey = "{{ .sign }}"; incusStoreSigningKeyVariable = null; }; }"#,
+        select,
+    );
+    assert_eq!(renamed["env"]["STORE_SSH_KEY"], "/run/incus-deploy/incus-store-ssh.key");
+    for key in ["INCUS_STORE_SSH_KEY_FILE", "INCUS_STORE_SIGNING_KEY_FILE"] {
+        assert!(renamed["env"].get(key).is_none() && renamed["keys"].get(key).is_none(), "{key}");
+    }
+    // Without the credentials, no path keys.
+    let none = module("s: s", select);
+    assert!(none["env"].get("INCUS_STORE_SSH_KEY_FILE").is_none() && none["keys"].get("INCUS_STORE_SSH_KEY_FILE").is_none());
+}
+
+#[test]
+fn the_tf_token_defaults_to_the_seeds_source_under_the_prefix() {
+    let select = r#"h: { templates = h.cfg.openbaoAgentTemplates; required = builtins.fromJSON h.config.environment.etc."fediversity-windmill/required-secrets.json".source.text; path = (builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text).openbao.path; }"#;
+    let default = module(r#"s: s // { bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#, select);
+    let tf = default["templates"].as_array().unwrap().iter().find(|t| t["destination"] == "/run/incus-deploy/tf-token.env").expect("tf-token.env is rendered by default");
+    assert_eq!(tf["contents"], "TF_VAR_token={{ with secret \"fediversity/secret/data/incus-deploy/windmill-node/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n");
+    assert!(strings(&default["required"]).contains(&"TF_VAR_token".to_owned()));
+    // The front-end's token goes where the seed's front-end reads it.
+    assert_eq!(default["path"], "fediversity/secret/windmill/apiToken");
+    let prefixed = module(
+        r#"s: s // { openbaoPrefix = "acme/fedi"; credentials.hostName = "node-7"; bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#,
+        select,
+    );
+    let tf = prefixed["templates"].as_array().unwrap().iter().find(|t| t["destination"] == "/run/incus-deploy/tf-token.env").unwrap();
+    assert_eq!(tf["contents"], "TF_VAR_token={{ with secret \"acme/fedi/secret/data/incus-deploy/node-7/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n");
+    assert_eq!(prefixed["path"], "acme/fedi/secret/windmill/apiToken");
+    // The control: a node without Incus deployments says so, and nothing is rendered or required.
+    let none = module("s: s // { credentials.tfToken = null; }", select);
+    assert!(!none["templates"].to_string().contains("tf-token.env"));
+    assert!(!strings(&none["required"]).contains(&"TF_VAR_token".to_owned()));
+}
+
 #[test]
 fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     let worker = module(r#"s: s // { credentials.tfToken = "{{ .t }}"; drainTimeout = 90; }"#, "h: h.config.systemd.services.windmill-worker");
@@ -1325,7 +1565,7 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     assert!(path.iter().any(|p| p.ends_with("-nix")) && path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
 
     // Nothing declared to render: nothing to wait for, and no secrets env file.
-    let worker = module("s: s // { deploySecrets = { }; }", "h: h.config.systemd.services.windmill-worker");
+    let worker = module("s: s // { deploySecrets = { }; credentials.tfToken = null; }", "h: h.config.systemd.services.windmill-worker");
     assert_eq!(worker["serviceConfig"]["ExecStartPre"], json!([format!("-{jobenv} recover --state-dir {state_dir}")]));
     assert!(worker["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
     assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
@@ -1345,10 +1585,16 @@ fn the_module_renders_the_node_files_and_the_agents_templates() {
         json!({
             "DEPLOYMENT_ROOT": "/nix/store/00000000000000000000000000000000-deployments",
             "DEPLOYMENT_NIXPKGS": "/nix/store/00000000000000000000000000000000-source",
-            "STATE_BASE_ADDRESS": "https://state.example.org/tofu"
+            "STATE_BASE_ADDRESS": "https://state.example.org/tofu",
+            // SC-002: where the programs find the Incus store's key, a node-owned key.
+            "INCUS_STORE_SSH_KEY_FILE": "/run/incus-deploy/incus-store-ssh.key"
         })
     );
-    assert_eq!(file("fediversity-windmill/deploy-keys.json")["MESSAGE"], json!({"description": "A message"}));
+    let keys = file("fediversity-windmill/deploy-keys.json");
+    assert_eq!(keys["MESSAGE"], json!({"description": "A message"}));
+    assert_eq!(keys["INCUS_STORE_SSH_KEY_FILE"]["node_only"], true);
+    // Only the configured credential's path is passed.
+    assert!(keys.get("INCUS_STORE_SIGNING_KEY_FILE").is_none(), "{keys}");
     assert_eq!(file("fediversity-windmill/deployment-attributes.json"), json!(["demo"]));
     assert_eq!(file("fediversity-windmill/bootstrap.json")["settings"], json!({"instance_python_version": "3.12"}));
     let destinations: Vec<&str> = result["templates"].as_array().unwrap().iter().map(|t| t["destination"].as_str().unwrap()).collect();
