@@ -160,7 +160,7 @@ pub enum Problem {
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
-    #[error("keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\" and \"default\")", name(key))]
+    #[error("keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\", \"default\" and \"node_only\")", name(key))]
     UnknownKeysField { origin: String, key: String, field: String },
     #[error("the keys file declares {}, a control key jobenv consumes and never passes to the program", name(key))]
     DeclaredControlKey { key: String },

@@ -17,7 +17,7 @@ pub fn payload(data: &[u8]) {
     let Ok(payload) = crate::input::payload::parse("fuzz", data) else { return };
     let declared: BTreeMap<String, DeclaredKey> = ["DOMAIN", "HOSTS", "PATH", "NIX_CONFIG"]
         .into_iter()
-        .map(|k| (k.to_owned(), DeclaredKey { description: String::new(), default: None }))
+        .map(|k| (k.to_owned(), DeclaredKey::default()))
         .collect();
     let node: BTreeMap<String, NodeValue> = [("DEPLOYMENT_ROOT", "/"), ("NIXPKGS", "/nixpkgs"), ("DOMAIN", "node.example")]
         .into_iter()

@@ -83,6 +83,8 @@ pub struct Plan {
     pub secrets: Vec<Vec<u8>>,
     /// Payload keys dropped because the node owns them (the node won).
     pub ignored: Vec<String>,
+    /// The declared keys only the node may set, sorted.
+    pub node_only: Vec<String>,
     /// One line each, naming keys only.
     pub warnings: Vec<String>,
 }
@@ -100,6 +102,7 @@ impl std::fmt::Debug for Plan {
             .field("env", &self.env)
             .field("secrets", &format_args!("{} needles", self.secrets.len()))
             .field("ignored", &self.ignored)
+            .field("node_only", &self.node_only)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -226,6 +229,7 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         env,
         secrets,
         ignored,
+        node_only: inputs.declared.iter().filter(|(_, d)| d.node_only).map(|(key, _)| key.clone()).collect(),
         warnings,
     }
 }
@@ -368,7 +372,7 @@ mod tests {
             &format!(r#""A": {}"#, var(r#""plain-node-value""#, "Node")),
             &format!(r#""TF_VAR_token": {}"#, var(r#""[REDACTED]""#, "Secret")),
             &format!(r#""TF_HTTP_PASSWORD": {}"#, var(r#""[REDACTED]""#, "PayloadSecret")),
-            &format!(r#"secrets: {} needles, ignored: ["DEPLOYMENT_ROOT"], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }}"#, plan.secrets.len()),
+            &format!(r#"secrets: {} needles, ignored: ["DEPLOYMENT_ROOT"], node_only: [], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }}"#, plan.secrets.len()),
         ] {
             assert!(shown.contains(part), "{part}\nnot in\n{shown}");
         }

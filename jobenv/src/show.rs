@@ -34,7 +34,8 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
                 .collect();
             // For each payload key that was dropped: who won.
             let ignored: serde_json::Map<_, _> = plan.ignored.iter().map(|key| (key.clone(), json!("node"))).collect();
-            let mut text = serde_json::to_string_pretty(&json!({"argv": argv, "env": env, "ignored": ignored})).expect("serializes");
+            let document = json!({"argv": argv, "env": env, "ignored": ignored, "node_only": plan.node_only});
+            let mut text = serde_json::to_string_pretty(&document).expect("serializes");
             text.push('\n');
             text
         }
@@ -50,6 +51,9 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
             if !plan.ignored.is_empty() {
                 let keys: Vec<String> = plan.ignored.iter().map(|key| key.escape_debug().to_string()).collect();
                 text.push_str(&format!("# payload keys ignored, the node wins: {}\n", keys.join(", ")));
+            }
+            if !plan.node_only.is_empty() {
+                text.push_str(&format!("# node-only keys, never taken from a payload: {}\n", plan.node_only.join(", ")));
             }
             text
         }
@@ -76,6 +80,9 @@ pub fn keys(declared: &BTreeMap<String, DeclaredKey>, format: Format) -> String 
                 }
                 if let Some(default) = &entry.default {
                     text.push_str(&format!("    default: {}\n", default.escape_debug()));
+                }
+                if entry.node_only {
+                    text.push_str("    node-only: set by the node; a payload value is ignored\n");
                 }
             }
             text

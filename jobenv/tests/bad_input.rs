@@ -443,11 +443,26 @@ fn a_keys_file_entry_with_an_unknown_field_is_refused_naming_it() {
     std::fs::write(&keys, r#"{"API_TOKEN": {"description": "d"}, "DOMAIN": {"description": "the domain", "defualt": "example.org"}}"#).unwrap();
     let stderr = case.rejected(
         case.run(&Case::payload()).env("JOBENV_KEYS", &keys),
-        &format!("keys file {} entry DOMAIN has an unknown field \"defualt\" (an entry has \"description\" and \"default\")", keys.display()),
+        &format!("keys file {} entry DOMAIN has an unknown field \"defualt\" (an entry has \"description\", \"default\" and \"node_only\")", keys.display()),
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     // `keys` refuses it too.
     case.f.jobenv(jobenv_bin!()).args(["keys".as_ref(), "--keys".as_ref(), keys.as_os_str()]).expect_code(2).expect_stderr_contains("unknown field \"defualt\"").run();
+}
+
+#[test]
+fn a_keys_file_node_only_that_is_not_a_boolean_is_refused() {
+    let case = Case::new();
+    let keys = case.f.path().join("node-only-keys.json");
+    std::fs::write(&keys, r#"{"API_TOKEN": {"description": "d"}, "HOSTING_CONFIG": {"description": "pin", "node_only": "yes"}}"#).unwrap();
+    let stderr = case.rejected(
+        case.run(&Case::payload()).env("JOBENV_KEYS", &keys),
+        &format!("keys file {} entry HOSTING_CONFIG", keys.display()),
+    );
+    assert!(stderr.contains("a boolean \"node_only\""), "{stderr}");
+    // The positive control: `true` is accepted.
+    std::fs::write(&keys, r#"{"API_TOKEN": {"description": "d"}, "HOSTING_CONFIG": {"description": "pin", "node_only": true}}"#).unwrap();
+    case.f.jobenv(jobenv_bin!()).args(["keys".as_ref(), "--keys".as_ref(), keys.as_os_str()]).expect_success().run();
 }
 
 #[test]

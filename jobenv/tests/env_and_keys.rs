@@ -80,6 +80,31 @@ fn keys_lists_descriptions_and_defaults() {
 }
 
 #[test]
+fn keys_and_env_say_which_keys_are_node_only() {
+    let mut f = Fixture::new();
+    f.program("web", "apply", "true").declare_node_only("HOSTING_CONFIG", Some("/etc/hosting")).declare("DOMAIN", None);
+    f.write();
+    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--keys"]).arg(f.keys_path()).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "DOMAIN\n    test key DOMAIN\nHOSTING_CONFIG\n    test key HOSTING_CONFIG\n    default: /etc/hosting\n    node-only: set by the node; a payload value is ignored\n"
+    );
+    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--format", "json", "--keys"]).arg(f.keys_path()).output().unwrap();
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(keys["HOSTING_CONFIG"], json!({"description": "test key HOSTING_CONFIG", "default": "/etc/hosting", "node_only": true}));
+    assert_eq!(keys["DOMAIN"], json!({"description": "test key DOMAIN"}), "an ordinary key says nothing of it");
+
+    let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "HOSTING_CONFIG": "/payload"});
+    let run = |format: &str| f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply", "--format", format]).payload(&payload).expect_success().run().stdout;
+    let text = run("text");
+    assert!(text.contains("HOSTING_CONFIG=/etc/hosting  # default\n"), "{text}");
+    assert!(text.ends_with("# payload keys ignored, the node wins: HOSTING_CONFIG\n# node-only keys, never taken from a payload: HOSTING_CONFIG\n"), "{text}");
+    let shown: Value = serde_json::from_str(&run("json")).unwrap();
+    assert_eq!(shown["node_only"], json!(["HOSTING_CONFIG"]));
+    assert_eq!(shown["ignored"], json!({"HOSTING_CONFIG": "node"}));
+}
+
+#[test]
 fn the_nix_shell_option_picks_the_program_that_runs() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true");

@@ -164,3 +164,76 @@ fn declared_steering_variables_in_jobenvs_own_environment_never_reach_the_progra
         assert!(!env.contains_key(*key), "{key} reached the program: {env:?}");
     }
 }
+
+use fediversity_testkit::nix_fixture::WORKER_UID;
+
+/// jobenv holds every secret of the node and the payload (a tenant's state password): no process
+/// of its own user can read its environment, its descriptors or its memory, not even the program
+/// it runs. Its `/proc` files belong to root while it runs. The positive controls: the same
+/// checks, by the same process, succeed against an ordinary process of that user, and the
+/// descriptor jobenv is refused is there (root sees it).
+#[test]
+fn jobenv_is_sealed_from_the_processes_of_its_own_user() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+
+    let mut f = Fixture::new();
+    let (checked, go) = (f.job_dir().join("checked"), f.job_dir().join("go"));
+    // The program is a child of jobenv ($PPID): nix-shell's stand-in below execs into it.
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            r#"jobenv=$PPID
+sleep 30 & peer=$!
+echo "uid: $(id -u)"
+for file in environ fd/0 mem; do
+  for who in jobenv peer; do
+    eval pid=\$$who
+    if (exec 5< /proc/$pid/$file) 2>/dev/null; then echo "$who $file: readable"; else echo "$who $file: denied"; fi
+  done
+done
+printf "%s\\n%s\\n" $jobenv $$ > {checked}.tmp && mv {checked}.tmp {checked}
+while [ ! -e {go} ]; do sleep 0.05; done
+kill $peer"#,
+            checked = checked.display(),
+            go = go.display()
+        ),
+    );
+    f.declare("API_TOKEN", None).secret("API_TOKEN", "node-secret-in-jobenvs-memory");
+    let stand_in = f.nix_shell_stand_in();
+    let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--nix-shell", stand_in.to_str().unwrap()]).payload(&payload());
+    run.command().uid(WORKER_UID).gid(WORKER_UID);
+    f.hand_to(WORKER_UID);
+    let mut jobenv = run.spawn();
+    if !fediversity_testkit::process::wait_until(Duration::from_secs(20), || checked.exists()) {
+        let _ = jobenv.kill();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(jobenv.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        panic!("the program never ran its checks:\n{stderr}");
+    }
+    let pids = fediversity_testkit::process::read_pids(&checked, 2, Duration::from_secs(20));
+    let (jobenv_pid, program) = (pids[0], pids[1]);
+    assert_eq!(jobenv_pid, jobenv.id() as i32, "the program's parent is jobenv");
+
+    // As root: jobenv's files belong to root, the program's to the worker's user; the payload
+    // descriptor the program was refused exists.
+    let owner = |pid: i32, file: &str| std::fs::metadata(format!("/proc/{pid}/{file}")).unwrap().uid();
+    assert_eq!(owner(jobenv_pid, "environ"), 0);
+    assert_eq!(owner(jobenv_pid, "status"), 0);
+    assert_eq!(owner(program, "environ"), WORKER_UID);
+    assert!(std::fs::read_link(format!("/proc/{jobenv_pid}/fd/0")).is_ok(), "jobenv's stdin is open");
+
+    std::fs::write(&go, "").unwrap();
+    let status = fediversity_testkit::process::wait_exit(&mut jobenv, Duration::from_secs(20)).expect("jobenv ends");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(jobenv.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{status:?}\n{stdout}");
+    assert_eq!(
+        stdout,
+        format!(
+            "uid: {WORKER_UID}\njobenv environ: denied\npeer environ: readable\njobenv fd/0: denied\npeer fd/0: readable\njobenv mem: denied\npeer mem: readable\n"
+        )
+    );
+}

@@ -233,3 +233,46 @@ fn a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_nod
     assert_eq!((result["status"].as_str(), result.get("interrupted_by")), (Some("canceled"), None), "{result}");
     assert_eq!(f.journal_entry(jobenv_bin!(), "stale")["status"], "canceled");
 }
+
+/// jobenv is not dumpable, so most of its `/proc` is closed to its own user: `recover` and
+/// `drain`, run as the worker's user, still know a live jobenv from a dead one and stop it. A
+/// live job is left alone by `recover` (its positive control: once that jobenv is SIGKILLed,
+/// `recover` marks it), and `drain` stops and records it.
+#[test]
+fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
+    use fediversity_testkit::nix_fixture::WORKER_UID;
+    use std::os::unix::process::CommandExt;
+
+    let mut f = Fixture::new();
+    let pid_file = f.job_dir().join("program.pid");
+    f.program("web", "apply", &format!("echo $$ > {0}.tmp && mv {0}.tmp {0}\nwhile :; do sleep 0.05; done", pid_file.display()));
+    let stand_in = f.nix_shell_stand_in();
+    let as_worker = |args: &[&str]| {
+        let mut run = f.jobenv(jobenv_bin!()).args(args.iter().copied());
+        run.command().uid(WORKER_UID).gid(WORKER_UID);
+        f.hand_to(WORKER_UID);
+        run
+    };
+    let start = |job_id: &str| {
+        let _ = std::fs::remove_file(&pid_file);
+        let job = as_worker(&["run", "--verb", "apply", "--grace", "1", "--nix-shell", stand_in.to_str().unwrap(), "--job-id", job_id])
+            .payload(&payload())
+            .spawn();
+        read_pids(&pid_file, 1, Duration::from_secs(20));
+        job
+    };
+    let printed = |done: &fediversity_testkit::job_run::Done| serde_json::from_str::<Value>(&done.stdout).expect("JSON");
+
+    let mut killed = start("sealed-1");
+    let done = as_worker(&["recover"]).expect_success().run();
+    assert_eq!(printed(&done), json!([]), "recover took a live, sealed jobenv for a dead one: {done:?}");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let done = as_worker(&["recover"]).expect_success().run();
+    assert_eq!(printed(&done)[0]["job_id"], "sealed-1", "{done:?}");
+
+    let mut drained = start("sealed-2");
+    let done = as_worker(&["drain", "--wait", "0"]).expect_success().expect_stderr_contains("draining: stopping job sealed-2").run();
+    assert_eq!(printed(&done)[0]["interrupted_by"], "node_stopped", "{done:?}");
+    assert!(drained.wait().unwrap().code().is_some(), "jobenv ended on its own, after stopping its program");
+}

@@ -149,3 +149,48 @@ fn system_from_one_side_only_draws_no_warning() {
     let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "SYSTEM": "riscv64-linux"})).run();
     assert!(done.stderr.contains("jobenv: warning: payload value for SYSTEM ignored: the node sets it"), "{done:?}");
 }
+
+/// The structural pins decide which code a deploy evaluates: a keys file marks them node-only,
+/// and then no payload (nor jobenv's own environment, which a front-end that runs jobenv sets)
+/// chooses them. The positive controls: the node's value arrives, and an ordinary declared key
+/// beside it still comes from the payload.
+#[test]
+fn a_node_only_key_comes_from_the_node_never_from_the_payload() {
+    let mut f = env_printer();
+    f.declare_node_only("SELF_MODULE_SOURCE", None).declare_node_only("HOSTING_CONFIG", None).declare("DOMAIN", None);
+    f.node("SELF_MODULE_SOURCE", "/nix/store/node-pinned-source");
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("HOSTING_CONFIG", "/from-jobenv-environment")
+        .payload(&json!({
+            "ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN": "example.org",
+            "SELF_MODULE_SOURCE": "/tmp/attacker-source", "HOSTING_CONFIG": "/tmp/attacker-config",
+        }))
+        .expect_success()
+        .expect_stderr_contains("jobenv: warning: payload value for SELF_MODULE_SOURCE ignored: the node sets it")
+        .expect_stderr_contains("jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it")
+        .expect_nowhere("a payload pin", "attacker")
+        .run();
+    let env = done.env();
+    assert_eq!(env["SELF_MODULE_SOURCE"], "/nix/store/node-pinned-source");
+    assert!(!env.contains_key("HOSTING_CONFIG"), "a node-only key the node does not set stays unset: {env:?}");
+    assert_eq!(env["DOMAIN"], "example.org");
+}
+
+/// A node-only key's declared default is the node's word too: it fills the key when the node
+/// sets nothing, whatever the payload says.
+#[test]
+fn a_node_only_default_wins_over_the_payload() {
+    let mut f = env_printer();
+    f.declare_node_only("PIN_EFFECT", Some("node-default"));
+    let env = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "PIN_EFFECT": "payload-choice"}))
+        .expect_success()
+        .expect_stderr_contains("jobenv: warning: payload value for PIN_EFFECT ignored: only the node may set it")
+        .run()
+        .env();
+    assert_eq!(env["PIN_EFFECT"], "node-default");
+}

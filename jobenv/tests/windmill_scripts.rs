@@ -354,6 +354,15 @@ fn the_job_process_becomes_jobenv_and_the_payload_is_never_on_a_command_line() {
     assert!(stdin.display().to_string().starts_with("/memfd:fediversity-job-payload"), "{}", stdin.display());
     // The program stays in the job's process group, where the worker's SIGKILL reaches it.
     assert_eq!(pgid(program), Some(job_pid));
+    // jobenv never holds the worker's credentials: the job's WM_TOKEN has its owner's full
+    // rights. Positive control: the job id, which jobenv needs, and the node's settings arrive.
+    let jobenv_env = text(&std::fs::read(format!("/proc/{job_pid}/environ")).unwrap());
+    let names: Vec<&str> = jobenv_env.split('\0').filter_map(|pair| pair.split_once('=')).map(|(key, _)| key).collect();
+    assert!(names.contains(&"WM_JOB_ID") && names.contains(&"JOBENV_STATE_DIR") && names.contains(&"PATH"), "{names:?}");
+    for dropped in ["WM_TOKEN", "WM_ROOT_JOB_ID", "WM_WORKSPACE", "WM_EMAIL", "WM_USERNAME", "WM_JOB_PATH", "BASE_INTERNAL_URL"] {
+        assert!(!names.contains(&dropped), "jobenv was given {dropped}: {names:?}");
+    }
+    assert!(!jobenv_env.contains(WM_TOKEN));
 
     // Never on a command line: not jobenv's, not the program's, not any process of the job.
     // Positive control: the value is in the program's environment, where the scan looks too.

@@ -24,6 +24,10 @@ pub struct Fixture {
 /// The PATH jobenv itself runs with in tests: enough to find nix-shell and a shell.
 pub const TEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// An unprivileged user standing for a Windmill worker's (`nobody`): jobenv, the program it
+/// runs and every other job's program run as one user.
+pub const WORKER_UID: u32 = 65534;
+
 impl Default for Fixture {
     fn default() -> Self {
         Self::new()
@@ -109,6 +113,13 @@ impl Fixture {
         self
     }
 
+    /// Declares a key only the node may set (`"node_only": true`).
+    pub fn declare_node_only(&mut self, key: &str, default: Option<&str>) -> &mut Self {
+        self.declare(key, default);
+        self.keys[key]["node_only"] = json!(true);
+        self
+    }
+
     /// Sets a key in deploy-env.json.
     pub fn node(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
         self.deploy_env.insert(key.into(), value.into());
@@ -125,6 +136,30 @@ impl Fixture {
     pub fn secret(&mut self, key: &str, value: &str) -> &mut Self {
         std::fs::write(self.secrets_dir().join(key), format!("{value}\n")).expect("secret file");
         self
+    }
+
+    /// Hands the node to an unprivileged user, as a node hands it to its worker's user: the
+    /// fixture readable, the state and job directories its own. Run jobenv as that user with
+    /// [`Fixture::nix_shell_stand_in`]: nix-shell itself cannot build as another user on a
+    /// single-user Nix store.
+    pub fn hand_to(&self, uid: u32) -> &Self {
+        std::fs::set_permissions(self.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod the fixture");
+        for dir in [self.state_dir(), self.job_dir()] {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).expect("chown");
+        }
+        self
+    }
+
+    /// A nix-shell for jobenv that enters no shell: it puts the programs on PATH and execs the
+    /// `--run` string, so the program is jobenv's own child.
+    pub fn nix_shell_stand_in(&self) -> PathBuf {
+        let path = self.path().join("nix-shell-stand-in");
+        let script = format!(
+            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --run ] && run=$2; shift; done\nPATH={}/bin:/usr/bin:/bin exec /bin/sh -c \"$run\"\n",
+            self.root().display()
+        );
+        write_executable(&path, &script);
+        path
     }
 
     /// Writes deploy-env.json, the keys and attributes files and default.nix.
@@ -238,6 +273,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) {
     use std::io::Write;
     let mut file = tempfile::NamedTempFile::new_in(path.parent().expect("a parent")).expect("temp file");
     file.write_all(bytes).expect("write");
+    // As a node renders them (and readable by the worker's user of [`Fixture::hand_to`]).
+    file.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).expect("chmod");
     file.persist(path).expect("rename into place");
 }
 

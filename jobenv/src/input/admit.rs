@@ -33,9 +33,11 @@ pub fn is_control(key: &str) -> bool {
 }
 
 /// Only the fixed pass-through names and the declared keys pass from jobenv's environment:
-/// none of the job runner's own variables (`WM_TOKEN`, `PYTHONPATH`, ...).
+/// none of the job runner's own variables (`WM_TOKEN`, `PYTHONPATH`, ...), and no node-only key
+/// (that environment is the job runner's, or the front-end's that runs jobenv itself).
 pub fn environ_admits(declared: &BTreeMap<String, DeclaredKey>, key: &str) -> bool {
-    names::ENVIRON_PASSTHROUGH.contains(&key) || (declared.contains_key(key) && !names::is_reserved(key) && !is_control(key))
+    names::ENVIRON_PASSTHROUGH.contains(&key)
+        || (declared.get(key).is_some_and(|d| !d.node_only) && !names::is_reserved(key) && !is_control(key))
 }
 
 /// Node keys must be declared, control keys the node may set, or Nix/OpenTofu variables.
@@ -83,7 +85,8 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
         // A payload-only or derived key on the node is the node's error (`check_node`), not a
         // reason to drop the payload's value.
         let node_sets = inputs.node.contains_key(key) && !names::is_derived(key) && (!names::is_payload_control(key) || names::is_shared_control(key));
-        if node_sets || names::is_node_control(key) || (credential && node_has_credentials) {
+        let node_only = names::is_node_control(key) || inputs.declared.get(key).is_some_and(|d| d.node_only);
+        if node_sets || node_only || (credential && node_has_credentials) {
             // Silent only for an equal value the job could know anyway: for a secret, silence
             // would tell the job whether its guess was right.
             let node = node_value(inputs, key);
@@ -177,10 +180,10 @@ mod tests {
     fn a_keys_file_that_declares_a_control_key_is_refused() {
         let mut i = inputs();
         for key in ["SYSTEM", "BUILD_ID", "DEPLOYMENT_ROOT"] {
-            i.declared.insert(key.into(), super::DeclaredKey { description: String::new(), default: Some("x".into()) });
+            i.declared.insert(key.into(), super::DeclaredKey { default: Some("x".into()), ..Default::default() });
         }
         // Derived keys may be declared: the program reads them, jobenv sets them.
-        i.declared.insert("DEPLOYMENT_NAMESPACE".into(), super::DeclaredKey { description: String::new(), default: None });
+        i.declared.insert("DEPLOYMENT_NAMESPACE".into(), super::DeclaredKey::default());
         assert_eq!(
             problems(&i),
             [

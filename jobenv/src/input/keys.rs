@@ -9,18 +9,25 @@ use serde_json::Value;
 use super::json::{object, read_json, read_object, text};
 use crate::error::Problem;
 
-/// One declared key: what it means and what it is when no layer sets it.
-#[derive(Debug, Clone, serde::Serialize)]
+/// One declared key: what it means, what it is when no layer sets it, and whether only the node
+/// may set it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct DeclaredKey {
     pub description: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
+    /// The node sets it (deploy-env.json, a secret) or its default applies; a payload value is
+    /// dropped with a warning, and jobenv's own environment (a job runner's, or a front-end's
+    /// that runs jobenv itself) never passes it. For what decides which code a deploy evaluates:
+    /// the structural pins.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub node_only: bool,
 }
 
 /// The fields of a keys-file entry.
-const FIELDS: &[&str] = &["description", "default"];
+const FIELDS: &[&str] = &["description", "default", "node_only"];
 
-/// `{"KEY": {"description": "...", "default": "..."?}}`
+/// `{"KEY": {"description": "...", "default": "..."?, "node_only": true?}}`
 pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Problem>> {
     const WHAT: &str = "keys file";
     let entries = read_object(WHAT, path, "a JSON object of keys").map_err(|p| vec![p])?;
@@ -59,7 +66,15 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
             problems.push(Problem::NulInValue { key, origin: origin.clone() });
             continue;
         }
-        keys.insert(key, DeclaredKey { description, default });
+        let node_only = match fields.get("node_only").map(|raw| raw.get()) {
+            None | Some("null" | "false") => false,
+            Some("true") => true,
+            Some(_) => {
+                problems.push(shape("a boolean \"node_only\""));
+                continue;
+            }
+        };
+        keys.insert(key, DeclaredKey { description, default, node_only });
     }
     if problems.is_empty() { Ok(keys) } else { Err(problems) }
 }

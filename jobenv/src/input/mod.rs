@@ -252,7 +252,7 @@ pub(crate) mod test_support {
     pub fn inputs() -> Inputs {
         let declared = [("A", None), ("B", Some("b-default")), ("C", None), ("HOSTING_CONFIG", None)]
             .into_iter()
-            .map(|(k, d): (&str, Option<&str>)| (k.to_owned(), DeclaredKey { description: format!("{k} key"), default: d.map(Into::into) }))
+            .map(|(k, d): (&str, Option<&str>)| (k.to_owned(), DeclaredKey { description: format!("{k} key"), default: d.map(Into::into), node_only: false }))
             .collect();
         Inputs {
             verb: "apply".into(),

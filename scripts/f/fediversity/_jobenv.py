@@ -3,7 +3,7 @@
 A Windmill worker runs a Python job as one process, calls the script's entry point with the
 job's arguments, and cancels the job by signalling that process (SIGINT first when the worker
 sets MAX_WAIT_FOR_SIGINT, then SIGKILL to its process group). So this module does not start
-jobenv as a child and wait for it: it replaces the Python process with jobenv (os.execv). jobenv
+jobenv as a child and wait for it: it replaces the Python process with jobenv (os.execve). jobenv
 then *is* the job process: it receives the worker's signals itself, stops the whole deployment
 program tree before it exits, and writes the job's result.json into the job directory.
 
@@ -14,6 +14,11 @@ pipe buffer holds, and a process that fills a pipe and then execs has nobody lef
 An anonymous file has no such limit, never touches the disk and leaves nothing behind. Where
 memfd_create is unavailable, an unlinked temporary file in TMPDIR does the same job, except that
 its contents may reach the disk there (it has no name, and is gone when jobenv exits).
+
+jobenv gets the job's environment without the worker's credentials: a job's WM_TOKEN has its
+owner's full rights on the Windmill server (even for a job started with a scoped token), and
+jobenv needs nothing of the worker but the job id. Whatever jobenv does not hold, no process that
+could read it can take from it.
 
 Standard library only: the Windmill instance resolves no third-party requirement.
 """
@@ -28,6 +33,13 @@ import tempfile
 # The runner: a name looked up on the worker's PATH (the NixOS module puts it there), or an
 # absolute path.
 JOBENV = "fediversity-jobenv"
+
+# What jobenv takes from the worker: the job's id (its journal entry and result.json). Every
+# other WM_* variable (WM_TOKEN above all) and the addresses of the worker's own API server stay
+# behind in this process image, which the exec replaces.
+_WORKER_KEPT = ("WM_JOB_ID",)
+_WORKER_DROPPED_PREFIXES = ("WM_",)
+_WORKER_DROPPED = ("BASE_INTERNAL_URL", "BASE_URL")
 
 # Signals the Python runtime ignores (SIGPIPE, SIGXFSZ) or handles (SIGINT). Ignored signals
 # stay ignored across exec and would be inherited by the deployment program; handled ones reset
@@ -70,9 +82,19 @@ def hand_over(verb, payload):
             signal.signal(number, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     try:
-        os.execv(program, argv)
+        os.execve(program, argv, jobenv_environment(os.environ))
     except OSError as error:
         raise JobenvNotFound(f"cannot start {program}: {error.strerror}") from None
+
+
+def jobenv_environment(environ):
+    """The job's environment without what the worker gives a job for its own API: jobenv's."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in _WORKER_KEPT
+        or not (key in _WORKER_DROPPED or key.startswith(_WORKER_DROPPED_PREFIXES))
+    }
 
 
 def find_jobenv():
