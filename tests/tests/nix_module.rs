@@ -1772,3 +1772,126 @@ fn the_vm_tests_script_is_valid_python() {
     std::fs::write(&file, format!("{script}\n    if\n")).unwrap();
     assert!(!Command::new("python3").args(["-c", &check]).output().unwrap().status.success());
 }
+
+// ---- the rendered node files, read by the real jobenv -------------------------------------------
+
+/// The fediversity-jobenv binary of this workspace. The test binaries of the README's
+/// `cargo test --workspace` have it built already (jobenv's own integration tests need it), so
+/// this asks cargo for it with that same build: nothing is rebuilt then. Run alone, this test
+/// builds the workspace's tests first.
+fn jobenv_binary() -> PathBuf {
+    let mut cargo = Command::new(env!("CARGO"));
+    // Without what cargo set for this test's own run (the package's CARGO_PKG_* and
+    // CARGO_MANIFEST_*, its LD_LIBRARY_PATH): build scripts that watch those would otherwise
+    // see a changed environment and rebuild.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy().into_owned();
+        if name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_MANIFEST_") || name.starts_with("CARGO_CRATE_") || name == "LD_LIBRARY_PATH" {
+            cargo.env_remove(name);
+        }
+    }
+    let out = cargo
+        .args(["test", "--workspace", "--locked", "--no-run", "--message-format=json"])
+        .current_dir(repo())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "cargo test --no-run failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        // The program itself, not its unit tests (also a "bin" artifact, with profile.test).
+        .find(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == "fediversity-jobenv" && m["target"]["kind"] == json!(["bin"]) && m["profile"]["test"] == false
+        })
+        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reports the fediversity-jobenv binary")
+}
+
+/// Runs the real jobenv (`run --verb apply`, through real nix-shell) for `payload` against the
+/// node files the module renders for NODE following the fixture repository, patched by `more`;
+/// the secrets it requires are given. Returns its exit code and its output (stdout and stderr).
+fn run_job_on_rendered_node(jobenv: &Path, more: &str, payload: &Value) -> (i32, String) {
+    let fixture = repo().join("tests/nix/deployments").display().to_string();
+    let patch = following(
+        &fixture_repository(),
+        &format!(r#"({{ deployEnv = {{ NODE_SITE = "ams"; HOSTING_CONFIG = "/node/hosting"; NIX_BUILD_SHELL = "/bin/bash"; DEPLOYMENT_NIXPKGS = {root}; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; }}; }} // {more})"#, root = json!(fixture)),
+    );
+    let files = module(
+        &patch,
+        r#"h: { assertions = map (a: a.message) h.config.assertions; etc = builtins.mapAttrs (_: f: f.source.text) h.config.environment.etc; }"#,
+    );
+    assert_eq!(files["assertions"], json!([]), "{patch}");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["deploy-env.json", "deploy-keys.json", "deployment-attributes.json", "required-secrets.json"] {
+        std::fs::write(dir.path().join(name), files["etc"][format!("fediversity-windmill/{name}")].as_str().unwrap()).unwrap();
+    }
+    // What the agent would render: the NODE's deploy secret and tf-token.env.
+    std::fs::create_dir(dir.path().join("secrets")).unwrap();
+    std::fs::write(dir.path().join("secrets/TF_VAR_hcloud_token"), "hcloud-secret-0f3a9c").unwrap();
+    std::fs::write(dir.path().join("tf-token.env"), "TF_VAR_token=incus-secret-7b21e4\n").unwrap();
+    std::fs::create_dir(dir.path().join("state")).unwrap();
+    let mut command = Command::new(jobenv);
+    command
+        .args(["run", "--verb", "apply"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .env("JOBENV_DEPLOY_ENV", dir.path().join("deploy-env.json"))
+        .env("JOBENV_KEYS", dir.path().join("deploy-keys.json"))
+        .env("JOBENV_ATTRIBUTES", dir.path().join("deployment-attributes.json"))
+        .env("JOBENV_REQUIRED_SECRETS", dir.path().join("required-secrets.json"))
+        .env("JOBENV_SECRETS_DIRS", dir.path().join("secrets"))
+        .env("JOBENV_SECRETS_ENV_FILES", dir.path().join("tf-token.env"))
+        .env("JOBENV_STATE_DIR", dir.path().join("state"));
+    let out = fediversity_testkit::nix_fixture::run_with_payload(command, payload);
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn a_seed_shaped_deploy_runs_on_the_rendered_node_and_no_payload_sets_a_node_only_key() {
+    let jobenv = jobenv_binary();
+    // What a seed front-end sends (FR-014), plus values for the pins and the node's keys.
+    let payload = json!({
+        "ATTRIBUTE": "mastodon",
+        "TF_HTTP_ADDRESS": "https://state.example.org/tofu/team-a",
+        "DOMAIN": "team-a.example",
+        "INTERNAL_HOSTS": ["10.0.0.1", "10.0.0.2"],
+        "PUBLISHED_HOSTS": ["team-a.example"],
+        "ENVIRONMENTS": {"production": false},
+        "SSH_PRIVATE_KEY_FILE": "/run/keys/team-a",
+        "SELF_MODULE_SOURCE": "/payload/module-source",
+        "HOSTING_CONFIG": "/payload/hosting",
+        "NODE_REGION": "payload-region",
+        "NODE_SITE": "payload-site",
+    });
+    let (code, output) = run_job_on_rendered_node(&jobenv, "{ }", &payload);
+    assert_eq!(code, 0, "{output}");
+    for line in [
+        "DOMAIN=team-a.example",
+        r#"INTERNAL_HOSTS=["10.0.0.1","10.0.0.2"]"#,
+        r#"PUBLISHED_HOSTS=["team-a.example"]"#,
+        r#"ENVIRONMENTS={"production":false}"#,
+        "SSH_PRIVATE_KEY_FILE=/run/keys/team-a",
+        // The node's value of a pin and of a node key wins; a node-only key the node leaves
+        // unset gets its declared default, or nothing: never the payload's value.
+        "HOSTING_CONFIG=/node/hosting",
+        "NODE_SITE=ams",
+        "NODE_REGION=eu",
+        "SELF_MODULE_SOURCE=unset",
+    ] {
+        assert!(output.lines().any(|l| l.ends_with(line)), "{line} not in:\n{output}");
+    }
+    for value in ["/payload/module-source", "/payload/hosting", "payload-region", "payload-site"] {
+        assert!(!output.contains(&format!("={value}")), "{value} reached the program:\n{output}");
+    }
+    // The secrets the module requires were there, and stayed out of the output.
+    assert!(!output.contains("hcloud-secret-0f3a9c") && !output.contains("incus-secret-7b21e4"), "{output}");
+
+    // The control: an operator who opens a pin explicitly lets the payload's value through.
+    let (code, output) = run_job_on_rendered_node(&jobenv, "{ deployKeys.SELF_MODULE_SOURCE.nodeOnly = false; }", &payload);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.lines().any(|l| l.ends_with("SELF_MODULE_SOURCE=/payload/module-source")), "{output}");
+    assert!(output.lines().any(|l| l.ends_with("HOSTING_CONFIG=/node/hosting")), "{output}");
+}
