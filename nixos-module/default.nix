@@ -689,11 +689,16 @@ in
         };
         adminEmail = opt types.str d.windmill.adminEmail "The superadmin whose password the bootstrap enforces.";
         adminPasswordFile = mkOption {
-          type = absolutePath;
+          type = types.nullOr absolutePath;
+          default = null;
           example = "/run/fediversity-windmill/admin-password";
           description = ''
-            File holding the node's superadmin password (rendered by the OpenBao agent). When it
-            changes, the bootstrap runs again.
+            File holding the node's superadmin password (e.g. rendered by the OpenBao agent).
+            When it changes, the bootstrap runs again. Null (the seed's way, FR-008): the node
+            generates one, once, before the bootstrap's first run: 32 random bytes as 64 hex
+            digits in `${fw.paths.generatedAdminPassword}` (root-only, mode 0400, in a 0700
+            directory; never in the Nix store nor in a log). It is never changed by the node
+            again, reboots and rebuilds included; read it there as root to sign in.
           '';
         };
         defaultPassword = opt types.str d.windmill.defaultPassword "The password of a fresh Windmill instance.";
@@ -919,6 +924,7 @@ in
         };
         smtpPasswordFile = cfg.smtp.passwordFile;
         inherit (cfg) jobs;
+        generatesAdminPassword = cfg.bootstrap.windmill.adminPasswordFile == null;
       })
       {
         # nixpkgs' module runs `pkgs.windmill`; it has no package option.
@@ -945,6 +951,22 @@ in
         fediversity-windmill-bootstrap-rerun.serviceConfig.ExecStart = "${systemctl} try-restart --no-block fediversity-windmill-bootstrap.service";
         fediversity-windmill-nginx-reload.serviceConfig.ExecStart = "${systemctl} try-reload-or-restart --no-block nginx.service";
       }
+      (mkIf (cfg.bootstrap.windmill.adminPasswordFile == null) {
+        ${fw.adminPasswordUnit} = fw.adminPasswordService // {
+          serviceConfig = fw.adminPasswordService.serviceConfig // {
+            ExecStart = "${pkgs.writeShellScript "fediversity-windmill-generate-admin-password" (
+              fw.adminPasswordScript (
+                builtins.listToAttrs (
+                  map (program: {
+                    name = program;
+                    value = "${pkgs.coreutils}/bin/${program}";
+                  }) [ "od" "tr" "ln" "rm" "chmod" "mktemp" "sync" ]
+                )
+              )
+            )}";
+          };
+        };
+      })
       (mkIf cfg.openbaoAgent.enable {
         openbao-agent-default = fw.agentService {
           bao = "${cfg.openbaoAgent.package}/bin/bao";
@@ -957,7 +979,7 @@ in
     ];
 
     systemd.paths = fw.pathUnits {
-      inherit (cfg.bootstrap.windmill) adminPasswordFile;
+      adminPasswordFile = fw.adminPasswordFileOf cfg.bootstrap;
       uiAuthFile = cfg.bootstrap.uiAuth.file;
     };
 

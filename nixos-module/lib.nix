@@ -63,6 +63,10 @@ rec {
     # jobenv's journal and locks (its default without $STATE_DIRECTORY).
     stateDir = "/var/lib/fediversity-jobenv";
     uiAuthDir = "/run/windmill-ui-auth";
+    # The superadmin's password the node generates when none is given (FR-008): kept across
+    # reboots, root-only.
+    adminPasswordDir = "/var/lib/fediversity-windmill";
+    generatedAdminPassword = "/var/lib/fediversity-windmill/admin-password";
     credentialsDir = "/run/incus-deploy";
     tfTokenEnv = "/run/incus-deploy/tf-token.env";
     incusStoreSshKey = "/run/incus-deploy/incus-store-ssh.key";
@@ -796,6 +800,87 @@ rec {
     };
   };
 
+  # The superadmin password file the bootstrap reads: the operator's, else the generated one.
+  adminPasswordFileOf = b: if (b.windmill.adminPasswordFile or null) != null then b.windmill.adminPasswordFile else paths.generatedAdminPassword;
+
+  # FR-008: with no adminPasswordFile the node generates the superadmin's password once, as the
+  # seed's component does (`openssl rand -hex 32` strength: 32 random bytes as 64 hex digits).
+  # This script (bash) runs as root before the bootstrap. A file that exists is never changed,
+  # so the password stays what the bootstrap enforced (an empty one is refused, not replaced:
+  # someone emptied it). The password goes to the file through the shell's builtin printf only,
+  # never into a process's arguments, and appears in no output; the file is written beside its
+  # final name and linked there, so no reader ever sees half of it and two runs cannot both
+  # create it. `od`, `tr`, `ln`, `rm`, `chmod`, `mktemp` and `sync` are programs (coreutils).
+  adminPasswordScript =
+    {
+      file ? paths.generatedAdminPassword,
+      od ? "od",
+      tr ? "tr",
+      ln ? "ln",
+      rm ? "rm",
+      chmod ? "chmod",
+      mktemp ? "mktemp",
+      sync ? "sync",
+    }:
+    let
+      q = shellQuote;
+      dir = dirOf file;
+    in
+    concatStringsSep "\n" [
+      "set -euo pipefail"
+      "umask 077"
+      "file=${q file}"
+      "if [ -e \"$file\" ] || [ -L \"$file\" ]; then"
+      "  if [ ! -s \"$file\" ]; then"
+      "    echo \"fediversity-windmill: $file exists but is empty: remove it to have a new superadmin password generated\" >&2"
+      "    exit 1"
+      "  fi"
+      "  exit 0"
+      "fi"
+      "tmp=$(${q mktemp} ${q "${dir}/.admin-password.XXXXXXXX"})"
+      # (`rm` is a store path or a bare name: no quoting needed inside the trap's quotes.)
+      "trap '${rm} -f \"$tmp\"' EXIT"
+      "password=$(${q od} -An -N32 -tx1 /dev/urandom | ${q tr} -d ' \\n')"
+      "if [ \"\${#password}\" -ne 64 ]; then"
+      "  echo \"fediversity-windmill: could not read 32 random bytes for the superadmin password\" >&2"
+      "  exit 1"
+      "fi"
+      "printf '%s\\n' \"$password\" > \"$tmp\""
+      "${q chmod} 0400 \"$tmp\""
+      "${q sync} \"$tmp\""
+      "${q ln} \"$tmp\" \"$file\""
+      "${q sync} ${q dir}"
+      ""
+    ];
+
+  # The unit that runs `adminPasswordScript` (its ExecStart added by the module): once per boot,
+  # before the bootstrap, which requires it. Root, with its state directory the only writable
+  # place, no network.
+  adminPasswordUnit = "fediversity-windmill-admin-password";
+  adminPasswordService = {
+    description = "Generate the Windmill superadmin's password once (fediversity)";
+    before = [ "fediversity-windmill-bootstrap.service" ];
+    serviceConfig = {
+      Type = "oneshot";
+      RemainAfterExit = true;
+      StateDirectory = baseNameOf paths.adminPasswordDir;
+      StateDirectoryMode = "0700";
+      UMask = "0077";
+      CapabilityBoundingSet = [ "" ];
+      NoNewPrivileges = true;
+      PrivateNetwork = true;
+      PrivateTmp = true;
+      PrivateDevices = true;
+      ProtectSystem = "strict";
+      ProtectHome = true;
+      ProtectKernelTunables = true;
+      ProtectKernelModules = true;
+      ProtectControlGroups = true;
+      RestrictAddressFamilies = [ "AF_UNIX" ];
+      SystemCallArchitectures = "native";
+    };
+  };
+
   # The bootstrap's JSON configuration (the README's bootstrap "Configuration") from the module's
   # `bootstrap` options plus the scripts tree.
   renderBootstrapConfig =
@@ -810,7 +895,8 @@ rec {
       windmill = {
         inherit (b.windmill) url;
         admin_email = b.windmill.adminEmail;
-        admin_password_file = required "windmill.adminPasswordFile" b.windmill.adminPasswordFile;
+        # None given: the one the node generates (`adminPasswordScript`).
+        admin_password_file = adminPasswordFileOf b;
         default_password = b.windmill.defaultPassword;
         database_url_file = required "windmill.databaseUrlFile" b.windmill.databaseUrlFile;
         database_role = b.windmill.databaseRole;
@@ -1033,6 +1119,9 @@ rec {
       smtpPasswordFile ? null,
       # The limits of every job (`jobLimitsEnvironment`'s arguments).
       jobs ? { },
+      # The node generates the superadmin's password (no adminPasswordFile): the bootstrap
+      # requires the unit that does.
+      generatesAdminPassword ? false,
     }:
     let
       limits = { grace = jobenvGraceSeconds; } // jobs;
@@ -1093,6 +1182,17 @@ rec {
           agent
           "network-online.target"
         ];
+      }
+      // optionalAttrs generatesAdminPassword {
+        after = [
+          "windmill-server.service"
+          agent
+          "network-online.target"
+          "${adminPasswordUnit}.service"
+        ];
+        requires = [ "${adminPasswordUnit}.service" ];
+      }
+      // {
         # Retry for as long as it takes (Windmill or OpenBao not up yet, a sealed OpenBao).
         startLimitIntervalSec = 0;
         serviceConfig = {

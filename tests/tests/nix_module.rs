@@ -957,7 +957,6 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
 #[test]
 fn a_missing_required_bootstrap_option_is_named() {
     for (option, set) in [
-        ("windmill.adminPasswordFile", r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#),
         ("windmill.databaseUrlFile", r#"databaseUrlFile = "/run/keys/windmill-dsn";"#),
         ("openbao.path", r#"// { path = "fediversity/secret/windmill/apiToken"; }"#),
     ] {
@@ -966,6 +965,91 @@ fn a_missing_required_bootstrap_option_is_named() {
         let error = eval_error(&broken);
         assert!(error.contains(&format!("services.fediversity-windmill.bootstrap.{option} is required")), "{option}: {error}");
     }
+    // No admin password file: the one the node generates (FR-008).
+    let generated = eval(&MINIMAL_BOOTSTRAP.replace(r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#, ""));
+    assert_eq!(generated["windmill"]["admin_password_file"], "/var/lib/fediversity-windmill/admin-password");
+}
+
+/// Runs lib.adminPasswordScript with bash for the file `file`; returns its exit code and output.
+fn run_password_script(file: &Path) -> (i32, String) {
+    let script = eval(&format!("lib.adminPasswordScript {{ file = {}; }}", Value::from(file.display().to_string())));
+    let out = Command::new("bash").args(["-c", script.as_str().unwrap()]).output().unwrap();
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn the_node_generates_the_superadmin_password_once_root_only_and_never_changes_it() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("admin-password");
+    let (code, output) = run_password_script(&file);
+    assert_eq!((code, output.as_str()), (0, ""), "it says nothing, the password least of all");
+    let password = std::fs::read_to_string(&file).unwrap();
+    // 32 random bytes as hex (the seed's `openssl rand -hex 32`), one trailing newline.
+    let hex = password.strip_suffix('\n').expect("one trailing newline");
+    assert_eq!(hex.len(), 64, "{hex}");
+    assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hex}");
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!((meta.permissions().mode() & 0o777, meta.uid()), (0o400, 0), "root-only");
+    // Nothing else is left beside it.
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, vec!["admin-password"]);
+
+    // Never changed again: a second run (a reboot, a rebuild) keeps it, as it keeps one the
+    // operator wrote.
+    let (code, _) = run_password_script(&file);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), password);
+    let other = dir.path().join("operators");
+    std::fs::write(&other, "chosen-by-the-operator\n").unwrap();
+    assert_eq!(run_password_script(&other).0, 0);
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "chosen-by-the-operator\n");
+    // Another node (another run on an empty directory) gets another password.
+    let second = dir.path().join("second");
+    assert_eq!(run_password_script(&second).0, 0);
+    assert_ne!(std::fs::read_to_string(&second).unwrap(), password);
+
+    // An emptied file is refused, not silently replaced.
+    let empty = dir.path().join("emptied");
+    std::fs::write(&empty, "").unwrap();
+    let (code, output) = run_password_script(&empty);
+    assert_eq!(code, 1);
+    assert!(output.contains("exists but is empty: remove it to have a new superadmin password generated"), "{output}");
+    assert_eq!(std::fs::read_to_string(&empty).unwrap(), "");
+}
+
+#[test]
+fn without_an_admin_password_file_the_bootstrap_reads_the_generated_one_after_its_unit() {
+    let select = r#"h: {
+      file = (builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text).windmill.admin_password_file;
+      units = h.config.systemd.services;
+      watched = h.config.systemd.paths.fediversity-windmill-bootstrap-password.pathConfig.PathChanged;
+    }"#;
+    let generated = module(r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#, select);
+    assert_eq!(generated["file"], "/var/lib/fediversity-windmill/admin-password");
+    assert_eq!(generated["watched"], "/var/lib/fediversity-windmill/admin-password");
+    let unit = &generated["units"]["fediversity-windmill-admin-password"];
+    assert_eq!(unit["serviceConfig"]["Type"], "oneshot");
+    assert_eq!(unit["serviceConfig"]["StateDirectory"], "fediversity-windmill");
+    assert_eq!(unit["serviceConfig"]["StateDirectoryMode"], "0700");
+    assert_eq!(unit["serviceConfig"]["PrivateNetwork"], true);
+    assert!(unit["serviceConfig"].get("User").is_none(), "root");
+    let exec = unit["serviceConfig"]["ExecStart"].as_str().unwrap();
+    assert!(exec.ends_with("-fediversity-windmill-generate-admin-password"), "{exec}");
+    let bootstrap = &generated["units"]["fediversity-windmill-bootstrap"];
+    assert!(bootstrap["requires"].as_array().unwrap().contains(&json!("fediversity-windmill-admin-password.service")));
+    assert!(bootstrap["after"].as_array().unwrap().contains(&json!("fediversity-windmill-admin-password.service")));
+    // The script the unit runs is lib.nix's, with coreutils' programs.
+    let text = module(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#,
+        "h: h.config.systemd.services.fediversity-windmill-admin-password.serviceConfig.ExecStart",
+    );
+    assert!(text.as_str().unwrap().starts_with("/nix/store/"), "{text}");
+    // The control: with the operator's file, nothing is generated.
+    let given = module("s: s", select);
+    assert_eq!(given["file"], "/run/fediversity-windmill/admin-password");
+    assert!(given["units"].get("fediversity-windmill-admin-password").is_none());
+    assert!(given["units"]["fediversity-windmill-bootstrap"].get("requires").is_none());
 }
 
 #[test]
