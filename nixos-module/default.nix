@@ -529,7 +529,7 @@ in
       type = types.listOf (types.attrsOf types.anything);
       readOnly = true;
       default = fw.agentTemplates {
-        inherit (cfg) deploySecrets credentials;
+        inherit (cfg) deploySecrets credentials backup;
         group = windmillUser;
       };
       defaultText = literalExpression "template stanzas rendering deploySecrets and credentials";
@@ -662,6 +662,90 @@ in
         description = "`SMTP_FROM`.";
       };
       tlsImplicit = opt types.bool false "`SMTP_TLS_IMPLICIT`: TLS from the first byte (port 465) rather than STARTTLS.";
+    };
+
+    backup = {
+      enable = mkEnableOption ''
+        a restic backup of Windmill's database (seed 002 FR-015): `pg_dump` streamed into
+        restic (0.17 or newer, `--stdin-from-command`) as root, on a timer, to
+        {option}`backup.repository`, with credentials the OpenBao agent renders root-only'';
+      repository = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "s3:https://garage.example.org/windmill-backups";
+        description = ''
+          The restic repository (`RESTIC_REPOSITORY`): the seed's Garage bucket
+          `windmill-backups` in the example. It holds no credential: those come from
+          {option}`backup.environmentTemplate`.
+        '';
+      };
+      passwordTemplate = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = ''{{ with secret "fediversity/secret/data/windmill/backup" }}{{ .Data.data.resticPassword }}{{ end }}'';
+        description = ''
+          OpenBao agent template source of the repository's password, rendered to
+          `${fw.paths.backupPassword}` (root, `0400`) and read by restic from there
+          (`RESTIC_PASSWORD_FILE`). Required with {option}`backup.enable`.
+        '';
+      };
+      environmentTemplate = mkOption {
+        type = types.nullOr types.lines;
+        default = null;
+        example = ''
+          {{ with secret "fediversity/secret/data/garage/windmill-backups" }}
+          AWS_ACCESS_KEY_ID={{ .Data.data.accessKeyId }}
+          AWS_SECRET_ACCESS_KEY={{ .Data.data.secretAccessKey }}
+          {{ end }}
+          AWS_DEFAULT_REGION=garage
+        '';
+        description = ''
+          OpenBao agent template source of the repository's credentials as `KEY=VALUE` lines
+          (for S3: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), rendered to
+          `${fw.paths.backupEnvironment}` (root, `0400`), the backup unit's `EnvironmentFile`.
+          Null: none (a local or SFTP repository).
+        '';
+      };
+      timerConfig = mkOption {
+        type = types.attrsOf types.str;
+        default = {
+          OnCalendar = "daily";
+          RandomizedDelaySec = "1h";
+          Persistent = "true";
+        };
+        description = "When the backup runs (`systemd.timers.fediversity-windmill-backup.timerConfig`).";
+      };
+      pruneOpts = mkOption {
+        type = types.listOf types.str;
+        default = [
+          "--keep-daily 7"
+          "--keep-weekly 5"
+          "--keep-monthly 12"
+        ];
+        description = "Options of `restic forget --prune` after each backup (its snapshots only); `[ ]`: keep every snapshot.";
+      };
+      initialize = opt types.bool true "Create the repository (`restic init`) when it does not exist yet.";
+      dumpCommand = mkOption {
+        type = types.nullOr (types.listOf types.str);
+        default = null;
+        example = [
+          "/run/current-system/sw/bin/pg_dump"
+          "--dbname=postgresql://windmill@db.example.org/windmill"
+        ];
+        description = ''
+          The program (and its arguments) whose output is backed up, run by restic without a
+          shell. Null: `pg_dump` of the local database (`services.windmill.database.name`) as
+          the `postgres` superuser, in a clean environment. A node whose database is elsewhere
+          sets this (with its credentials from a file such as `PGPASSFILE`, never in the
+          arguments, which every local user can read).
+        '';
+      };
+      package = mkOption {
+        type = types.package;
+        default = pkgs.restic;
+        defaultText = literalExpression "pkgs.restic";
+        description = "The restic (0.17 or newer) that runs the backup.";
+      };
     };
 
     otel.endpoint = mkOption {
@@ -845,6 +929,10 @@ in
           ++ fw.tlsProblems tls
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
+          ++ fw.backupProblems {
+            inherit (cfg) backup;
+            localDatabase = config.services.windmill.database.createLocally;
+          }
         );
 
     warnings =
@@ -967,6 +1055,30 @@ in
           };
         };
       })
+      (mkIf (cfg.backup.enable && cfg.backup.repository != null) {
+        fediversity-windmill-backup = fw.backupService {
+          restic = "${cfg.backup.package}/bin/restic";
+          inherit (cfg.backup) repository pruneOpts;
+          dumpCommand =
+            if cfg.backup.dumpCommand != null then
+              cfg.backup.dumpCommand
+            else
+              fw.localDumpCommand {
+                setpriv = "${pkgs.util-linux}/bin/setpriv";
+                pgDump = "${config.services.postgresql.package}/bin/pg_dump";
+                database = config.services.windmill.database.name;
+              };
+          initScript =
+            if cfg.backup.initialize then
+              "${pkgs.writeShellScript "fediversity-windmill-backup-init" (
+                fw.backupInitScript { restic = "${cfg.backup.package}/bin/restic"; }
+              )}"
+            else
+              null;
+          hasEnvironmentFile = cfg.backup.environmentTemplate != null;
+          agent = cfg.openbaoAgent.unit;
+        };
+      })
       (mkIf cfg.openbaoAgent.enable {
         openbao-agent-default = fw.agentService {
           bao = "${cfg.openbaoAgent.package}/bin/bao";
@@ -977,6 +1089,24 @@ in
         };
       })
     ];
+
+    systemd.timers = mkIf (cfg.backup.enable && cfg.backup.repository != null) {
+      fediversity-windmill-backup = {
+        description = "Back up Windmill's database with restic (fediversity)";
+        wantedBy = [ "timers.target" ];
+        inherit (cfg.backup) timerConfig;
+      };
+    };
+
+    # restic with the backup's repository and credentials, for restoring (as root).
+    environment.systemPackages = lib.optional (cfg.backup.enable && cfg.backup.repository != null) (
+      pkgs.writeShellScriptBin "fediversity-windmill-restic" (
+        fw.resticWrapper {
+          restic = "${cfg.backup.package}/bin/restic";
+          inherit (cfg.backup) repository;
+        }
+      )
+    );
 
     systemd.paths = fw.pathUnits {
       adminPasswordFile = fw.adminPasswordFileOf cfg.bootstrap;

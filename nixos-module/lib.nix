@@ -31,6 +31,7 @@ let
   # `cond ? attrs : {}`
   optionalAttrs = cond: attrs: if cond then attrs else { };
   optional = cond: x: if cond then [ x ] else [ ];
+  optionals' = cond: xs: if cond then xs else [ ];
   hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
   hasSuffix =
     suffix: s:
@@ -68,6 +69,10 @@ rec {
     adminPasswordDir = "/var/lib/fediversity-windmill";
     generatedAdminPassword = "/var/lib/fediversity-windmill/admin-password";
     credentialsDir = "/run/incus-deploy";
+    # The backup's credentials (FR-015), root-only.
+    backupDir = "/run/fediversity-windmill/backup";
+    backupPassword = "/run/fediversity-windmill/backup/restic-password";
+    backupEnvironment = "/run/fediversity-windmill/backup/restic.env";
     tfTokenEnv = "/run/incus-deploy/tf-token.env";
     incusStoreSshKey = "/run/incus-deploy/incus-store-ssh.key";
     incusStoreSigningKey = "/run/incus-deploy/incus-store-signing.key";
@@ -610,10 +615,15 @@ rec {
       destination,
       contents,
       group,
+      perms ? "0440",
     }:
     {
-      inherit contents destination group;
-      perms = "0440";
+      inherit
+        contents
+        destination
+        group
+        perms
+        ;
       error_on_missing_key = true;
     };
 
@@ -659,9 +669,11 @@ rec {
       deploySecrets,
       credentials ? { },
       group,
+      backup ? null,
     }:
     let
       files = renderedFiles { inherit deploySecrets credentials; };
+      backupFiles = backupRenderedFiles backup;
     in
     map (
       destination:
@@ -669,7 +681,187 @@ rec {
         inherit destination group;
         contents = files.${destination};
       }
-    ) (attrNames files);
+    ) (attrNames files)
+    # The backup's credentials are root's alone: the worker's jobs never need them.
+    ++ map (
+      destination:
+      agentTemplate {
+        inherit destination;
+        contents = backupFiles.${destination};
+        group = "root";
+        perms = "0400";
+      }
+    ) (attrNames backupFiles);
+
+  # ---- the backup of Windmill's database (FR-015) -----------------------------------------
+
+  # What the agent renders for the backup, by destination: the restic repository's password
+  # and, for an S3 repository, an environment file (`AWS_ACCESS_KEY_ID=…` lines). `backup`: the
+  # module's `backup` options, or null.
+  backupRenderedFiles =
+    backup:
+    optionalAttrs (backup != null && (backup.enable or false)) (
+      optionalAttrs (backup.passwordTemplate != null) { ${paths.backupPassword} = backup.passwordTemplate; }
+      // optionalAttrs (backup.environmentTemplate != null) { ${paths.backupEnvironment} = backup.environmentTemplate; }
+    );
+
+  backupTag = "windmill-database";
+  # The dump's name in a snapshot (restic stores it at the snapshot's root).
+  backupFileName = "windmill.sql";
+
+  # The dump of the local database, as the one PostgreSQL role that reads every row whatever
+  # Windmill's row-level security says (the superuser `postgres`, by peer authentication), in
+  # a clean environment (restic's holds the repository's credentials). Plain SQL: restic
+  # deduplicates it between days, and `psql` restores it. A program and its arguments: restic
+  # runs it itself (--stdin-from-command), without a shell.
+  localDumpCommand =
+    {
+      setpriv,
+      pgDump,
+      database,
+    }:
+    [
+      setpriv
+      "--reuid=postgres"
+      "--regid=postgres"
+      "--init-groups"
+      "--reset-env"
+      "--"
+      pgDump
+      "--dbname=${database}"
+    ];
+
+  # The backup's unit (root): restic runs the dump and stores its output as one file; a dump
+  # that fails (its exit code) fails the backup and leaves no snapshot, which a pipe into
+  # `restic backup --stdin` would not. Then, with `pruneOpts`, old snapshots of the tag are
+  # forgotten and pruned. `restic`, `dumpCommand` and `initScript` are store paths.
+  backupService =
+    {
+      restic,
+      repository,
+      dumpCommand,
+      initScript ? null,
+      pruneOpts ? [ ],
+      hasEnvironmentFile ? false,
+      agent ? agentUnit,
+    }:
+    {
+      description = "Back up Windmill's database with restic (fediversity)";
+      after = [
+        "postgresql.service"
+        agent
+        "network-online.target"
+      ];
+      wants = [ "network-online.target" ];
+      environment = {
+        RESTIC_REPOSITORY = repository;
+        RESTIC_PASSWORD_FILE = paths.backupPassword;
+        RESTIC_CACHE_DIR = "/var/cache/fediversity-windmill-backup";
+      };
+      # A long backup is not cut short by a `switch`.
+      restartIfChanged = false;
+      serviceConfig = {
+        Type = "oneshot";
+        ExecStartPre = optional (initScript != null) initScript;
+        ExecStart = [
+          (concatStringsSep " " (
+            [
+              restic
+              "backup"
+              "--stdin-from-command"
+              "--stdin-filename"
+              backupFileName
+              "--tag"
+              backupTag
+              "--"
+            ]
+            ++ dumpCommand
+          ))
+        ]
+        ++ optional (pruneOpts != [ ]) (
+          concatStringsSep " " (
+            [
+              restic
+              "forget"
+              "--prune"
+              "--tag"
+              backupTag
+            ]
+            ++ pruneOpts
+          )
+        );
+        CacheDirectory = "fediversity-windmill-backup";
+        CacheDirectoryMode = "0700";
+        UMask = "0077";
+        # setpriv's change to postgres needs these two; nothing else of root's.
+        CapabilityBoundingSet = [
+          "CAP_SETUID"
+          "CAP_SETGID"
+        ];
+        NoNewPrivileges = true;
+        PrivateTmp = true;
+        PrivateDevices = true;
+        ProtectSystem = "strict";
+        ProtectHome = true;
+        ProtectKernelTunables = true;
+        ProtectKernelModules = true;
+        ProtectControlGroups = true;
+        RestrictAddressFamilies = [
+          "AF_UNIX"
+          "AF_INET"
+          "AF_INET6"
+        ];
+        SystemCallArchitectures = "native";
+      }
+      // optionalAttrs hasEnvironmentFile {
+        # Not `-`-prefixed: without its credentials the backup fails, loudly.
+        EnvironmentFile = paths.backupEnvironment;
+      };
+    };
+
+  # Creates the repository when it does not exist yet (bash; `restic` a store path).
+  backupInitScript =
+    { restic }:
+    concatStringsSep "\n" [
+      "# restic init, once: when the repository has no config yet."
+      "if ! ${shellQuote restic} cat config >/dev/null 2>&1; then"
+      "  ${shellQuote restic} init"
+      "fi"
+      ""
+    ];
+
+  # `fediversity-windmill-restic` (bash), restic with the backup's repository and credentials,
+  # for listing and restoring (README: "Restoring Windmill's database"). The environment file
+  # is read as systemd reads an EnvironmentFile of KEY=VALUE lines, values verbatim.
+  resticWrapper =
+    { restic, repository }:
+    concatStringsSep "\n" [
+      "set -euo pipefail"
+      "export RESTIC_REPOSITORY=${shellQuote repository}"
+      "export RESTIC_PASSWORD_FILE=${shellQuote paths.backupPassword}"
+      "export RESTIC_CACHE_DIR=/var/cache/fediversity-windmill-backup"
+      "if [ -e ${shellQuote paths.backupEnvironment} ]; then"
+      "  while IFS= read -r line || [ -n \"$line\" ]; do"
+      "    case \"$line\" in ''|'#'*) continue ;; esac"
+      "    export \"\${line%%=*}=\${line#*=}\""
+      "  done < ${shellQuote paths.backupEnvironment}"
+      "fi"
+      "exec ${shellQuote restic} \"$@\""
+      ""
+    ];
+
+  backupProblems =
+    {
+      backup,
+      localDatabase,
+    }:
+    optionals' backup.enable (
+      optional (backup.repository == null) "backup.repository is required with backup.enable (e.g. \"s3:https://garage.example.org/windmill-backups\")"
+      ++ optional (backup.passwordTemplate == null) "backup.passwordTemplate is required with backup.enable: the OpenBao agent template of the restic repository's password"
+      ++ optional (
+        backup.dumpCommand == null && !localDatabase
+      ) "backup.dumpCommand: the default dumps the local database (services.windmill.database.createLocally), which this node does not have; set a command that dumps Windmill's database to stdout, its credentials from a file (never in its arguments)"
+    );
 
   # The configuration of the module's own agent (`openbaoAgent.enable`): the operator's settings
   # (address, auto_auth, ...) with the module's template stanzas before the operator's own.
@@ -1300,6 +1492,7 @@ rec {
       "d ${paths.runDir} 0755 root root - -"
       "d ${paths.secretsDir} 0750 root ${group} - -"
       "d ${paths.credentialsDir} 0750 root ${group} - -"
+      "d ${paths.backupDir} 0700 root root - -"
       "d ${paths.stateDir} 0750 ${user} ${group} - -"
       "d ${dirOf uiAuthFile} 0750 root ${uiAuthGroup} - -"
     ];

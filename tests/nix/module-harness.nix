@@ -274,6 +274,7 @@ let
     runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
     writeText = name: text: drv name // { inherit text; };
     writeShellScript = name: text: drv name // { inherit text; };
+    writeShellScriptBin = name: text: drv name // { inherit text; };
     runCommand = name: env: script: drv name // { inherit script; };
     callPackage = path: args: drv "callPackage-${baseNameOf path}";
     formats.json = _: {
@@ -288,6 +289,8 @@ let
     git = drv "git";
     bash = drv "bash";
     openbao = drv "openbao";
+    restic = drv "restic";
+    util-linux = drv "util-linux";
   };
 
   # ---- the module, and the options' values ------------------------------------------------
@@ -300,9 +303,14 @@ let
   config = update {
     services.fediversity-windmill = cfg;
     services.windmill = {
-      database.user = "windmill";
+      database = {
+        user = "windmill";
+        name = "windmill";
+        createLocally = true;
+      };
       serverPort = 8001;
     };
+    services.postgresql.package = drv "postgresql";
     services.nginx.group = "nginx";
     networking.hostName = "windmill-node";
     security.acme.certs = { };

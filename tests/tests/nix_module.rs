@@ -355,6 +355,7 @@ fn secrets_and_credentials_become_agent_templates_readable_by_the_worker_group_o
             "d /run/fediversity-windmill 0755 root root - -",
             format!("d {secrets_dir} 0750 root windmill - -"),
             "d /run/incus-deploy 0750 root windmill - -",
+            "d /run/fediversity-windmill/backup 0700 root root - -",
             format!("d {} 0750 windmill windmill - -", jobenv_const("DEFAULT_STATE_DIR")),
             "d /run/windmill-ui-auth 0750 root nginx - -"
         ])
@@ -1855,6 +1856,130 @@ fn the_vm_tests_script_is_valid_python() {
     // Positive control: a script with a syntax error is caught the same way.
     std::fs::write(&file, format!("{script}\n    if\n")).unwrap();
     assert!(!Command::new("python3").args(["-c", &check]).output().unwrap().status.success());
+}
+
+// ---- the backup of Windmill's database (FR-015) --------------------------------------------------
+
+const BACKUP: &str = r#"{
+  enable = true;
+  repository = "s3:https://garage.example.org/windmill-backups";
+  passwordTemplate = "{{ with secret \"fediversity/secret/data/windmill/backup\" }}{{ .Data.data.resticPassword }}{{ end }}";
+  environmentTemplate = "AWS_ACCESS_KEY_ID={{ .id }}\nAWS_SECRET_ACCESS_KEY={{ .key }}\n";
+}"#;
+
+#[test]
+fn the_database_is_streamed_from_pg_dump_into_restic_as_root_on_a_timer() {
+    let result = module(
+        &format!("s: s // {{ backup = {BACKUP}; }}"),
+        "h: { unit = h.config.systemd.services.fediversity-windmill-backup; timer = h.config.systemd.timers.fediversity-windmill-backup; templates = h.cfg.openbaoAgentTemplates; packages = map (p: p.name) h.config.environment.systemPackages; assertions = map (a: a.message) h.config.assertions; required = h.config.environment.etc.\"fediversity-windmill/required-secrets.json\".source.text; waited = h.config.systemd.services.windmill-worker.serviceConfig.ExecStartPre; }",
+    );
+    assert_eq!(result["assertions"], json!([]));
+    let unit = &result["unit"];
+    let store = "/nix/store/00000000000000000000000000000000";
+    assert_eq!(
+        unit["serviceConfig"]["ExecStart"],
+        json!([
+            format!("{store}-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- {store}-util-linux/bin/setpriv --reuid=postgres --regid=postgres --init-groups --reset-env -- {store}-postgresql/bin/pg_dump --dbname=windmill"),
+            format!("{store}-restic/bin/restic forget --prune --tag windmill-database --keep-daily 7 --keep-weekly 5 --keep-monthly 12"),
+        ])
+    );
+    assert!(unit["serviceConfig"]["ExecStartPre"][0].as_str().unwrap().ends_with("-fediversity-windmill-backup-init"));
+    // Root (no User=), with only what setpriv needs; the credentials are files the agent renders.
+    assert!(unit["serviceConfig"].get("User").is_none() && unit["serviceConfig"].get("DynamicUser").is_none());
+    assert_eq!(unit["serviceConfig"]["CapabilityBoundingSet"], json!(["CAP_SETUID", "CAP_SETGID"]));
+    assert_eq!(unit["serviceConfig"]["EnvironmentFile"], "/run/fediversity-windmill/backup/restic.env");
+    assert_eq!(
+        unit["environment"],
+        json!({"RESTIC_REPOSITORY": "s3:https://garage.example.org/windmill-backups", "RESTIC_PASSWORD_FILE": "/run/fediversity-windmill/backup/restic-password", "RESTIC_CACHE_DIR": "/var/cache/fediversity-windmill-backup"})
+    );
+    assert!(unit["after"].as_array().unwrap().contains(&json!("postgresql.service")) && unit["after"].as_array().unwrap().contains(&json!("openbao-agent-default.service")));
+    assert_eq!(result["timer"]["wantedBy"], json!(["timers.target"]));
+    assert_eq!(result["timer"]["timerConfig"], json!({"OnCalendar": "daily", "RandomizedDelaySec": "1h", "Persistent": "true"}));
+    assert!(strings(&result["packages"]).contains(&"fediversity-windmill-restic".to_owned()));
+    // The agent renders both root-only; the worker's group gets neither, and jobs do not wait
+    // for them nor require them.
+    let backup_templates: Vec<&Value> = result["templates"].as_array().unwrap().iter().filter(|t| t["destination"].as_str().unwrap().starts_with("/run/fediversity-windmill/backup/")).collect();
+    assert_eq!(
+        backup_templates,
+        vec![
+            &json!({"destination": "/run/fediversity-windmill/backup/restic-password", "contents": "{{ with secret \"fediversity/secret/data/windmill/backup\" }}{{ .Data.data.resticPassword }}{{ end }}", "group": "root", "perms": "0400", "error_on_missing_key": true}),
+            &json!({"destination": "/run/fediversity-windmill/backup/restic.env", "contents": "AWS_ACCESS_KEY_ID={{ .id }}\nAWS_SECRET_ACCESS_KEY={{ .key }}\n", "group": "root", "perms": "0400", "error_on_missing_key": true}),
+        ]
+    );
+    assert!(!result["required"].as_str().unwrap().contains("restic"));
+    assert!(!result["waited"].to_string().contains("backup"));
+    assert!(eval(r#"lib.tmpfilesRules { group = "windmill"; }"#).as_array().unwrap().contains(&json!("d /run/fediversity-windmill/backup 0700 root root - -")));
+
+    // The control: off by default, nothing of it.
+    let off = module("s: s", "h: { units = builtins.attrNames h.config.systemd.services; timers = h.config.systemd.timers or { }; templates = h.cfg.openbaoAgentTemplates; }");
+    assert!(!strings(&off["units"]).contains(&"fediversity-windmill-backup".to_owned()));
+    assert_eq!(off["timers"], json!({}));
+    assert!(!off["templates"].to_string().contains("backup"));
+}
+
+#[test]
+fn a_backup_without_its_repository_password_or_local_database_fails_the_evaluation() {
+    assert_eq!(
+        assertions("s: s // { backup.enable = true; }"),
+        vec![
+            "services.fediversity-windmill: backup.repository is required with backup.enable (e.g. \"s3:https://garage.example.org/windmill-backups\")",
+            "services.fediversity-windmill: backup.passwordTemplate is required with backup.enable: the OpenBao agent template of the restic repository's password",
+        ]
+    );
+    let remote = format!("s: s // {{ backup = {BACKUP}; }}");
+    let out = nix_instantiate(&module_expr_on(&remote, "[ ]", "{ services.windmill.database.createLocally = false; }", "h: map (a: a.message) h.config.assertions"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!(["services.fediversity-windmill: backup.dumpCommand: the default dumps the local database (services.windmill.database.createLocally), which this node does not have; set a command that dumps Windmill's database to stdout, its credentials from a file (never in its arguments)"])
+    );
+    // With its own dump command, a remote database is fine, and the command is run as given.
+    let own = format!(r#"s: s // {{ backup = {BACKUP} // {{ dumpCommand = [ "/run/current-system/sw/bin/pg_dump" "--dbname=windmill" ]; pruneOpts = [ ]; environmentTemplate = null; }}; }}"#);
+    let result = module_on(&own, "{ services.windmill.database.createLocally = false; }", "h: { assertions = map (a: a.message) h.config.assertions; unit = h.config.systemd.services.fediversity-windmill-backup.serviceConfig; }");
+    assert_eq!(result["assertions"], json!([]));
+    assert_eq!(
+        result["unit"]["ExecStart"],
+        json!(["/nix/store/00000000000000000000000000000000-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- /run/current-system/sw/bin/pg_dump --dbname=windmill"])
+    );
+    assert!(result["unit"].get("EnvironmentFile").is_none());
+}
+
+#[test]
+fn the_restic_wrapper_and_the_init_script_use_the_backups_repository_and_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    // A restic that prints what it was given.
+    let restic = dir.path().join("restic");
+    std::fs::write(
+        &restic,
+        "#!/bin/sh\necho \"args=$*\"\necho \"repo=$RESTIC_REPOSITORY password_file=$RESTIC_PASSWORD_FILE id=$AWS_ACCESS_KEY_ID key=$AWS_SECRET_ACCESS_KEY\"\n[ \"$1\" != cat ] || [ -e \"$HAS_CONFIG\" ]\n",
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&restic).status().unwrap();
+    let restic = Value::from(restic.display().to_string());
+
+    let wrapper = eval(&format!(r#"lib.resticWrapper {{ restic = {restic}; repository = "s3:https://garage.example.org/windmill-backups"; }}"#));
+    let text = wrapper.as_str().unwrap();
+    assert!(text.contains("export RESTIC_PASSWORD_FILE='/run/fediversity-windmill/backup/restic-password'"), "{text}");
+    // Run it against an environment file of our own (the real one is root's, under /run).
+    let env_file = dir.path().join("restic.env");
+    std::fs::write(&env_file, "# Garage\nAWS_ACCESS_KEY_ID=GK123\n\nAWS_SECRET_ACCESS_KEY=s3cr=t with spaces\n").unwrap();
+    let text = text.replace("/run/fediversity-windmill/backup/restic.env", &env_file.display().to_string());
+    let out = Command::new("bash").args(["-c", &text, "wrapper", "snapshots", "--tag", "windmill-database"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "args=snapshots --tag windmill-database\nrepo=s3:https://garage.example.org/windmill-backups password_file=/run/fediversity-windmill/backup/restic-password id=GK123 key=s3cr=t with spaces\n"
+    );
+
+    // init only when the repository has no config.
+    let init = eval(&format!("lib.backupInitScript {{ restic = {restic}; }}"));
+    let run_init = |has_config: &Path| Command::new("bash").args(["-c", init.as_str().unwrap()]).env("HAS_CONFIG", has_config).output().unwrap();
+    let out = run_init(&dir.path().join("no-config"));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("args=init"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run_init(&env_file);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("args=init"), "an existing repository is not initialised again");
 }
 
 // ---- the rendered node files, read by the real jobenv -------------------------------------------
