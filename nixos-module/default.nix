@@ -141,6 +141,14 @@ let
     (if published == null then [ ] else published.attributes) ++ cfg.deploymentAttributes
   );
 
+  portalRule = fw.portalRuleChecks {
+    rule = cfg.ui.forwardAuth.accessControlRule;
+    instances = config.services.authelia.instances or { };
+    instance = cfg.ui.forwardAuth.autheliaInstance;
+    inherit (cfg.ui.forwardAuth) ruleAddedToPortal;
+  };
+  forwardAuthOn = cfg.ui.forwardAuth.enable;
+
   tls = cfg.tls // {
     acmeCerts = builtins.attrNames config.security.acme.certs;
   };
@@ -253,6 +261,28 @@ in
           default = [ "fediversity-admins" ];
           description = "The portal's groups allowed on the UI name (in {option}`ui.forwardAuth.accessControlRule`).";
         };
+        autheliaInstance = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "main";
+          description = ''
+            The instance of this node's Authelia (`services.authelia.instances.<name>`) that is
+            the UI's portal: the module adds {option}`ui.forwardAuth.accessControlRule` to its
+            `settings.access_control.rules`, first (Authelia takes the first rule that
+            matches). Null: the module adds nothing; then evaluation fails if this node runs an
+            Authelia instance whose rules lack it, and warns (until
+            {option}`ui.forwardAuth.ruleAddedToPortal`) if the portal runs elsewhere.
+          '';
+        };
+        ruleAddedToPortal = mkOption {
+          type = types.bool;
+          default = false;
+          description = ''
+            The portal runs on another node and its `access_control.rules` hold
+            {option}`ui.forwardAuth.accessControlRule`: set this to say so, which ends the
+            warning that reminds of it.
+          '';
+        };
         accessControlRule = mkOption {
           type = types.attrsOf types.anything;
           readOnly = true;
@@ -263,10 +293,9 @@ in
           defaultText = literalExpression ''{ domain = [ uiDomain ]; policy = "one_factor"; subject = [ "group:fediversity-admins" ]; }'';
           description = ''
             The rule the portal must have for the UI name, in Authelia's `access_control.rules`
-            format: the portal, not nginx, decides the policy and the groups. Add it to the
-            portal's configuration, e.g.
-            `services.authelia.instances.<name>.settings.access_control.rules = [ config.services.fediversity-windmill.ui.forwardAuth.accessControlRule ];`
-            where the portal runs on this node.
+            format: the portal, not nginx, decides the policy and the groups. Added to this
+            node's Authelia by {option}`ui.forwardAuth.autheliaInstance`; a portal on another
+            node needs it in its own configuration.
           '';
         };
       };
@@ -926,6 +955,7 @@ in
             unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;
           }
           ++ uiAccess.problems
+          ++ lib.optionals forwardAuthOn portalRule.problems
           ++ fw.tlsProblems tls
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
@@ -947,6 +977,7 @@ in
           ++ builtins.attrNames cfg.deploySecrets
           ++ fw.credentialEnvKeys { inherit (cfg.credentials) tfToken; };
       })
+      ++ map (w: "services.fediversity-windmill: ${w}") (lib.optionals forwardAuthOn portalRule.warnings)
       ++ lib.optional (uiAccess.mode == "closed") ''
         services.fediversity-windmill: the admin UI on ${cfg.uiDomain} answers 403 to every
         request: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).
@@ -1111,6 +1142,13 @@ in
     systemd.paths = fw.pathUnits {
       adminPasswordFile = fw.adminPasswordFileOf cfg.bootstrap;
       uiAuthFile = cfg.bootstrap.uiAuth.file;
+    };
+
+    # US3.1: this node's portal gets the UI's rule, before the operator's own.
+    services.authelia.instances = mkIf (forwardAuthOn && cfg.ui.forwardAuth.autheliaInstance != null) {
+      ${cfg.ui.forwardAuth.autheliaInstance}.settings.access_control.rules = lib.mkBefore [
+        cfg.ui.forwardAuth.accessControlRule
+      ];
     };
 
     services.nginx = {

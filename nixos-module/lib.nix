@@ -1690,6 +1690,39 @@ rec {
       subject = map (g: "group:${g}") allowedGroups;
     };
 
+  # Whether the portal has the UI's rule (US3.1: without it, every signed-in user of the portal
+  # would get the superadmin's UI). `instances`: this node's `services.authelia.instances`;
+  # `instance`: the one the module adds the rule to (`ui.forwardAuth.autheliaInstance`), or
+  # null. Returns `problems` (assertions) and `warnings`.
+  portalRuleChecks =
+    {
+      rule,
+      instances ? { },
+      instance ? null,
+      ruleAddedToPortal ? false,
+    }:
+    let
+      enabled = filter (n: instances.${n}.enable or false) (attrNames instances);
+      hasRule = n: elem rule (instances.${n}.settings.access_control.rules or [ ]);
+      names = concatStringsSep ", " enabled;
+      ruleText = toJSON rule;
+    in
+    if instance != null then
+      {
+        problems = optional (!(elem instance enabled)) "ui.forwardAuth.autheliaInstance is \"${instance}\" but services.authelia.instances.\"${instance}\" is not an enabled Authelia instance of this node${if enabled == [ ] then "" else " (enabled: ${names})"}: name the instance that guards the UI, or leave it null when the portal runs elsewhere";
+        warnings = [ ];
+      }
+    else if enabled != [ ] then
+      {
+        problems = optional (!(any hasRule enabled)) "this node runs Authelia (services.authelia.instances: ${names}) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"${head enabled}\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules";
+        warnings = [ ];
+      }
+    else
+      {
+        problems = [ ];
+        warnings = optional (!ruleAddedToPortal) "the admin UI's portal does not run on this node: its access_control.rules must hold ${ruleText} (ui.forwardAuth.accessControlRule), or every user it signs in gets the superadmin's UI; once it does, set ui.forwardAuth.ruleAddedToPortal = true";
+      };
+
   # TLS of both names the NixOS way: forceSSL (HTTP redirects to HTTPS) with, by default, an
   # ACME certificate per name (`enableACME`); or the operator's ACME certificate (`useACMEHost`,
   # which must cover both names); or a certificate and key from files (`certificate`,

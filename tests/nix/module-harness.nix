@@ -231,6 +231,7 @@ let
     mkBefore = lib.mkOrder 500;
     mkAfter = lib.mkOrder 1500;
     optional = cond: x: if cond then [ x ] else [ ];
+    optionals = cond: xs: if cond then xs else [ ];
     functionArgs = f: f.__functionArgs or (builtins.functionArgs f);
     mkRenamedOptionModule = from: to: {
       _type = "renamed";

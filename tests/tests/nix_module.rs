@@ -1734,7 +1734,7 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
     }
 
     let result = module_on(
-        r#"s: s // { ui.forwardAuth = { enable = true; allowedGroups = [ "ops" ]; }; tls = { useACMEHost = "example.org"; }; }"#,
+        r#"s: s // { ui.forwardAuth = { enable = true; allowedGroups = [ "ops" ]; ruleAddedToPortal = true; }; tls = { useACMEHost = "example.org"; }; }"#,
         r#"{ security.acme.certs."example.org" = { domain = "example.org"; extraDomainNames = [ "*.example.org" ]; }; }"#,
         "h: { hosts = h.config.services.nginx.virtualHosts; rule = h.cfg.ui.forwardAuth.accessControlRule; warnings = h.config.warnings; }",
     );
@@ -1750,6 +1750,64 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
     assert_eq!(result["hosts"]["jobs.example.org"]["locations"]["/"]["extraConfig"], "include /run/windmill-ui-auth/*.conf;");
     assert!(result["hosts"]["jobs.example.org"].get("forceSSL").is_none());
     assert!(result["warnings"][0].as_str().unwrap().contains("gives every visitor the Windmill superadmin's token"));
+}
+
+#[test]
+fn the_nodes_authelia_gets_the_uis_rule_first_and_a_portal_without_it_fails_the_evaluation() {
+    let rule = json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:fediversity-admins"]});
+    let select = "h: { assertions = map (a: a.message) h.config.assertions; warnings = builtins.filter (w: builtins.match \".*(portal|Authelia).*\" w != null) h.config.warnings; authelia = h.config.services.authelia or null; }";
+    let local = r#"{ services.authelia.instances.main.enable = true; }"#;
+    // The operator's own rule, as nixpkgs' authelia module would merge it with the module's.
+    let operators = r#"[ { services.authelia.instances.main.settings.access_control.rules = [ { domain = [ "*.example.org" ]; policy = "bypass"; } ]; } ]"#;
+    let run = |patch: &str, node: &str, also: &str| -> Value {
+        let out = nix_instantiate(&module_expr_on(patch, also, node, select));
+        assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    let added = run(r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "main"; }; }"#, local, operators);
+    assert_eq!(added["assertions"], json!([]));
+    assert_eq!(added["warnings"], json!([]));
+    // First: Authelia applies the first rule that matches, and the operator's bypass would.
+    assert_eq!(added["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"], json!([rule, {"domain": ["*.example.org"], "policy": "bypass"}]));
+
+    // An instance the node does not run: named.
+    let wrong = run(r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "portal"; }; }"#, local, "[ ]");
+    assert_eq!(
+        wrong["assertions"],
+        json!(["services.fediversity-windmill: ui.forwardAuth.autheliaInstance is \"portal\" but services.authelia.instances.\"portal\" is not an enabled Authelia instance of this node (enabled: main): name the instance that guards the UI, or leave it null when the portal runs elsewhere"])
+    );
+
+    // The node runs Authelia and nobody added the rule: every signed-in user would be admitted.
+    let forgotten = run("s: s // { ui.forwardAuth.enable = true; }", local, operators);
+    assert_eq!(
+        forgotten["assertions"],
+        json!(["services.fediversity-windmill: this node runs Authelia (services.authelia.instances: main) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"main\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules"])
+    );
+    assert!(forgotten["authelia"].is_null() || forgotten["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"].as_array().map_or(true, |r| !r.contains(&rule)));
+    // The control: the operator added it by hand.
+    let by_hand = run(
+        "s: s // { ui.forwardAuth.enable = true; }",
+        &format!("{{ services.authelia.instances.main = {{ enable = true; settings.access_control.rules = [ (builtins.fromJSON {}) ]; }}; }}", Value::from(rule.to_string())),
+        "[ ]",
+    );
+    assert_eq!(by_hand["assertions"], json!([]));
+    assert_eq!(by_hand["warnings"], json!([]));
+    // A disabled instance is not the portal.
+    let disabled = run("s: s // { ui.forwardAuth.enable = true; }", r#"{ services.authelia.instances.main.enable = false; }"#, "[ ]");
+    assert_eq!(disabled["assertions"], json!([]));
+
+    // The portal elsewhere: evaluation says which rule it needs, until told it has it.
+    let elsewhere = run("s: s // { ui.forwardAuth.enable = true; }", "{ }", "[ ]");
+    assert_eq!(
+        elsewhere["warnings"],
+        json!([format!("services.fediversity-windmill: the admin UI's portal does not run on this node: its access_control.rules must hold {rule} (ui.forwardAuth.accessControlRule), or every user it signs in gets the superadmin's UI; once it does, set ui.forwardAuth.ruleAddedToPortal = true")])
+    );
+    let told = run("s: s // { ui.forwardAuth = { enable = true; ruleAddedToPortal = true; }; }", "{ }", "[ ]");
+    assert_eq!((told["assertions"].clone(), told["warnings"].clone()), (json!([]), json!([])));
+    // Without the forward auth (another identity layer), none of this applies.
+    let other = run(r#"s: s // { ui.nginxAuthConfig = "deny all;"; }"#, local, "[ ]");
+    assert_eq!((other["assertions"].clone(), other["warnings"].clone()), (json!([]), json!([])));
 }
 
 #[test]
