@@ -32,7 +32,13 @@
 #   unless a test puts it into `nodeConfig`.
 {
   # Values of `services.fediversity-windmill.*` (`enable` is set).
-  settings,
+  settings ? null,
+  # Or a whole node module (e.g. the README's example), called with `config`, `lib`, `pkgs` and
+  # `moduleArgs`: its `services.fediversity-windmill` is `settings`, the rest of what it defines
+  # is both merged with the module's configuration (like `alsoDefined`) and seen by the module
+  # in `config` (like `nodeConfig`); its `imports` are returned, not followed.
+  userModule ? null,
+  moduleArgs ? { },
   # `environment` of the bootstrap unit as the rest of the node sets it.
   bootstrapEnvironment ? { },
   # Definitions of other modules, merged with the module's config (e.g. what nixpkgs'
@@ -301,6 +307,14 @@ let
     a: b:
     a
     // mapAttrs (name: v: if isPlainAttrs v && isPlainAttrs (a.${name} or null) then update a.${name} v else v) b;
+  user = if userModule == null then null else userModule ({ inherit config lib pkgs; } // moduleArgs);
+  userRest =
+    if user == null then
+      { }
+    else
+      removeAttrs user [ "imports" "services" ] // { services = removeAttrs (user.services or { }) [ "fediversity-windmill" ]; };
+  givenSettings = if user == null then settings else user.services.fediversity-windmill;
+
   config = update {
     services.fediversity-windmill = cfg;
     services.windmill = {
@@ -321,13 +335,13 @@ let
       environment = bootstrapEnvironment;
       serviceConfig = { };
     };
-  } nodeConfig;
+  } (update nodeConfig userRest);
   evaluated = import module { inherit config lib pkgs; };
   prefix = [
     "services"
     "fediversity-windmill"
   ];
-  user = settings // {
+  userSettings = givenSettings // {
     enable = true;
   };
 
@@ -349,7 +363,7 @@ let
         throw "services.fediversity-windmill.${builtins.concatStringsSep "." path} has no value and no default"
     else
       mapAttrs (name: o: valuesOf (path ++ [ name ]) o (if isAttrs given && given ? ${name} then given.${name} else absent)) options;
-  cfg = valuesOf [ ] evaluated.options.services.fediversity-windmill user;
+  cfg = valuesOf [ ] evaluated.options.services.fediversity-windmill userSettings;
 
   unknownSettings =
     path: options: given:
@@ -391,9 +405,10 @@ in
   inherit cfg;
   # nixpkgs' modules come before the module (a node imports it into nixpkgs' module set), so
   # their list entries come first, as in NixOS.
-  config = mergeDefs "config" (alsoDefined ++ [ evaluated.config ]);
+  config = mergeDefs "config" (alsoDefined ++ [ userRest evaluated.config ]);
   imports = evaluated.imports;
-  unknownSettings = unknownSettings [ ] evaluated.options.services.fediversity-windmill user;
+  unknownSettings = unknownSettings [ ] evaluated.options.services.fediversity-windmill userSettings;
+  userImports = if user == null then [ ] else user.imports or [ ];
   typeErrors = typeErrors [ ] evaluated.options.services.fediversity-windmill cfg;
   options = listToAttrs (optionDocs [ ] evaluated.options.services.fediversity-windmill);
 }

@@ -2040,6 +2040,82 @@ fn the_restic_wrapper_and_the_init_script_use_the_backups_repository_and_credent
     assert!(!String::from_utf8_lossy(&out.stdout).contains("args=init"), "an existing repository is not initialised again");
 }
 
+/// The first ```nix block of the README's "NixOS module" section, as it stands.
+fn readme_module_example() -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = &readme[readme.find("\n## NixOS module\n").expect("the README's NixOS module section")..];
+    let start = section.find("```nix\n").expect("a nix block in the section") + "```nix\n".len();
+    let end = start + section[start..].find("\n```").unwrap();
+    section[start..end].to_owned()
+}
+
+#[test]
+fn the_readmes_module_example_evaluates_and_passes_every_assertion() {
+    let example = readme_module_example();
+    // It is the example of a node that follows its repository, not some other block.
+    assert!(example.contains("deploymentRepository = inputs.deployments;"), "{example}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("configuration.nix");
+    std::fs::write(&file, &example).unwrap();
+    let expr = format!(
+        r#"let
+             h = import {harness} {{
+               userModule = import {file};
+               moduleArgs.inputs = {{
+                 fediversity-windmill.nixosModules.default = {module};
+                 deployments = ((import {fixture}) {{ }}) // {{ outPath = "/nix/store/55555555555555555555555555555555-source"; }};
+               }};
+               alsoDefined = [ {NIXPKGS_WINDMILL} {NIXPKGS_NIX} ];
+               # The node's Authelia, which the example says is configured elsewhere.
+               nodeConfig.services.authelia.instances.main.enable = true;
+             }};
+           in {{
+             inherit (h) typeErrors unknownSettings userImports;
+             assertions = map (a: a.message) h.config.assertions;
+             warnings = h.config.warnings;
+             env = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-env.json".source.text;
+             attributes = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deployment-attributes.json".source.text;
+             bootstrap = builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text;
+             rules = h.config.services.authelia.instances.main.settings.access_control.rules;
+             backup = h.config.systemd.services.fediversity-windmill-backup.serviceConfig.ExecStart;
+             acme = h.config.security.acme.acceptTerms;
+           }}"#,
+        harness = nix_string(repo().join("tests/nix/module-harness.nix")),
+        file = nix_string(file.clone()),
+        module = nix_string(repo().join("nixos-module")),
+        fixture = fixture_repository(),
+    );
+    let out = nix_instantiate(&expr);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["assertions"], json!([]), "the README's example fails the module's own assertions");
+    assert_eq!(result["typeErrors"], json!([]));
+    assert_eq!(result["unknownSettings"], json!([]));
+    // It warns of nothing of its own (the UI is protected, its rule is in the portal, the token
+    // scoped), only of the node key the stand-in repository needs and the example cannot know.
+    assert_eq!(
+        result["warnings"],
+        json!(["services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"])
+    );
+    assert_eq!(result["userImports"], json!([repo().join("nixos-module").display().to_string()]));
+    // What the example says it does.
+    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], "/nix/store/55555555555555555555555555555555-source");
+    assert_eq!(result["env"]["STATE_BASE_ADDRESS"], "https://state.example.org/tofu");
+    assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
+    assert_eq!(result["bootstrap"]["windmill"]["admin_password_file"], "/var/lib/fediversity-windmill/admin-password");
+    assert_eq!(result["bootstrap"]["openbao"]["path"], "fediversity/secret/windmill/apiToken");
+    assert_eq!(result["rules"][0]["domain"], json!(["jobs.example.org"]));
+    assert!(result["backup"][0].as_str().unwrap().contains("backup --stdin-from-command"));
+    assert_eq!(result["acme"], true);
+
+    // The control: the same example on a node without that Authelia instance is refused.
+    let out = nix_instantiate(&expr.replace("nodeConfig.services.authelia.instances.main.enable = true;", ""));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["assertions"].as_array().unwrap().len(), 1, "{}", refused["assertions"]);
+    assert!(refused["assertions"][0].as_str().unwrap().contains("ui.forwardAuth.autheliaInstance is \"main\""), "{}", refused["assertions"]);
+}
+
 // ---- the rendered node files, read by the real jobenv -------------------------------------------
 
 /// The fediversity-jobenv binary of this workspace. The test binaries of the README's
