@@ -1902,6 +1902,13 @@ fn the_vm_tests_script_is_valid_python() {
         "a worker restart runs recover",
         "a changed script is uploaded again after the bootstrap restarts",
         "a stop during a running deploy drains it",
+        "the front-end's token runs deploys and reads jobs, and nothing else",
+        "a rerun changes nothing and rotates the tokens",
+        "this node's Authelia has the UI's rule, first, and applies it",
+        "a payload never sets a node-only key or pin",
+        "the generated superadmin password is root's, stays, and logs in",
+        "a new admin password reruns the bootstrap",
+        "the backup stores the database and a restore brings it back",
     ] {
         assert!(script.contains(&format!("with subtest(\"{subtest}\"):")), "{subtest}");
     }
