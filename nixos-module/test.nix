@@ -248,6 +248,10 @@ in
         passwordTemplate = ''{{ with secret "secret/data/backup/restic" }}{{ .Data.data.password }}{{ end }}'';
         timerConfig.OnCalendar = "2099-01-01";
       };
+      # The unit's system is read-only; a local repository (unlike the seed's S3 bucket) needs
+      # its directory writable.
+      systemd.tmpfiles.rules = [ "d /var/lib/vm-test-restic 0700 root root - -" ];
+      systemd.services.fediversity-windmill-backup.serviceConfig.ReadWritePaths = [ "/var/lib/vm-test-restic" ];
 
       # A real Authelia, only for its rules (nginx asks the stub portal above): the UI's rule
       # comes from the module; everything else is denied.
@@ -786,7 +790,7 @@ in
           assert info["success"], (info, logs)
 
       with subtest("a changed script is uploaded again after the bootstrap restarts"):
-          before = script_hashes(token)
+          before = script_hashes(admin)
           switch(f"{TOPLEVEL}/specialisation/changed-script")
           new_dir = machine.succeed("jq -r .scripts.dir /etc/fediversity-windmill/bootstrap.json").strip()
           assert new_dir != SCRIPTS, new_dir
