@@ -263,13 +263,18 @@ rec {
   # nix-shell evaluates DEPLOYMENT_ROOT.
   deploymentRepositoryOutputs =
     repository:
-    if builtins.isAttrs repository && (repository.type or null) != "derivation" then
+    let
+      isDerivation = (repository.type or null) == "derivation";
+      # A path is imported where it is (not its store copy, which evaluation need not have
+      # made yet); a derivation's output has to be built first (import from derivation).
+      imported = import (if isDerivation then "${repository}" else repository);
+    in
+    if builtins.isAttrs repository && !isDerivation then
       repository
+    else if builtins.isFunction imported then
+      imported { }
     else
-      let
-        imported = import "${repository}";
-      in
-      if builtins.isFunction imported then imported { } else imported;
+      imported;
 
   # One key set of the repository as name -> { description, default, nodeOnly } with null for
   # what it does not say (a default that is not a string becomes its JSON text, as jobenv passes

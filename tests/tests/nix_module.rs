@@ -709,6 +709,13 @@ fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attribute
     // lib.deploymentAttributes, when published, is the list; another system has no shells.
     let explicit = eval(r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributes = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#);
     assert_eq!(explicit, json!(["only-this"]));
+    // A path value (what `deploymentRepository = ./deployments;` gives) is imported where it is,
+    // not through a store copy evaluation may not have made.
+    let as_path = eval(&format!(
+        r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "x86_64-linux"; }}).attributes"#,
+        repo().join("tests/nix/deployments").display()
+    ));
+    assert_eq!(as_path, json!(["mastodon", "peertube"]));
     let other = eval(&format!(r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "riscv64-linux"; }}).attributes"#, fixture_repository()));
     assert_eq!(other, json!([]));
     // A key listed both as a front-end key and a node key is node-only, with the description it has.
