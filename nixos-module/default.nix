@@ -149,6 +149,7 @@ let
   };
   forwardAuthOn = cfg.ui.forwardAuth.enable;
 
+  # For the assertions only (see lib.nix, tlsSettings).
   tls = cfg.tls // {
     acmeCerts = builtins.attrNames config.security.acme.certs;
   };
@@ -1156,7 +1157,9 @@ in
       virtualHosts = fw.virtualHosts {
         inherit (cfg) domain uiDomain;
         port = config.services.windmill.serverPort;
-        tls = fw.tlsSettings tls;
+        # Not `tls`: the vhosts' settings must not depend on security.acme.certs (lib.nix,
+        # tlsSettings).
+        tls = fw.tlsSettings cfg.tls;
         ui = fw.uiLocations {
           upstream = fw.upstream config.services.windmill.serverPort;
           forwardAuth = if cfg.ui.forwardAuth.enable then cfg.ui.forwardAuth else null;

@@ -1732,21 +1732,24 @@ rec {
   # ACME certificate per name (`enableACME`); or the operator's ACME certificate (`useACMEHost`,
   # which must cover both names); or a certificate and key from files (`certificate`,
   # `certificateKey`: paths, never copied to the store). `enable = false`: plain HTTP (TLS ends
-  # in front of the node). `acmeCerts`: the names of the node's `security.acme.certs`.
+  # in front of the node).
   #
-  # A configuration `tlsProblems` refuses gets no TLS settings at all rather than a half one:
-  # nginx's module would otherwise fail first, on a `null` key file or a missing
-  # `security.acme.certs.<name>`, with an error that names neither this module nor the option,
-  # and the assertion that says what to do would never be shown.
+  # A half-set certificate gets no TLS settings at all rather than a half one: nginx's module
+  # would otherwise fail first, on a `null` key file, with an error that names neither this
+  # module nor the option, and the assertion that says what to do would never be shown. An
+  # unknown `useACMEHost` is passed on as it is: nixpkgs' nginx module derives the names of
+  # `security.acme.certs` from the vhosts' `enableACME`, so settings that looked at those
+  # names would recurse forever; the assertion (`tlsProblems` with `acmeCerts`), which NixOS
+  # checks before it builds anything, names it instead.
   tlsSettings =
-    args@{
+    {
       enable ? true,
       useACMEHost ? null,
       certificate ? null,
       certificateKey ? null,
-      acmeCerts ? null,
+      ...
     }:
-    if !enable || tlsProblems args != [ ] then
+    if !enable || (certificate == null) != (certificateKey == null) || (certificate != null && useACMEHost != null) then
       { }
     else if certificate != null then
       {

@@ -1263,10 +1263,13 @@ fn both_names_get_tls_the_nixos_way() {
         eval(r#"lib.tlsProblems { enable = false; useACMEHost = "e"; }"#),
         json!(["tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)"])
     );
-    // A refused configuration gets no TLS settings at all (nginx would fail on them first).
+    // A half-set certificate gets no TLS settings at all (nginx would fail on its null first).
     assert_eq!(eval(r#"lib.tlsSettings { certificate = "/c"; }"#), json!({}));
-    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "other" ]; }"#), json!({}));
-    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
+    assert_eq!(eval(r#"lib.tlsSettings { certificateKey = "/k"; }"#), json!({}));
+    // The settings never depend on which certificates the node has (nixpkgs' nginx derives
+    // those from the settings: a dependency back would recurse); only the assertion does.
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "other" ]; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = throw "the settings read the certificates"; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
     assert_eq!(eval(r#"lib.tlsProblems { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#), json!([]));
 }
 
@@ -1428,27 +1431,29 @@ fn the_module_merges_with_nixpkgs_nix_settings_without_listing_root_twice() {
 }
 
 #[test]
-fn a_tls_configuration_nginx_could_not_take_fails_by_an_assertion_and_reaches_nginx_as_nothing() {
+fn a_tls_configuration_nginx_could_not_take_fails_by_an_assertion_naming_it() {
     // An ACME certificate the node does not define: nixpkgs' nginx would read
-    // security.acme.certs.<name> and fail with a bare "attribute missing".
+    // security.acme.certs.<name> and fail with a bare "attribute missing"; NixOS checks the
+    // assertions first, and this one names the option.
     let select = "h: { hosts = h.config.services.nginx.virtualHosts; assertions = map (a: a.message) h.config.assertions; }";
     let result = module(r#"s: s // { tls.useACMEHost = "example.org"; }"#, select);
     assert_eq!(
         result["assertions"],
         json!(["services.fediversity-windmill: tls.useACMEHost is \"example.org\" but the node defines no security.acme.certs.\"example.org\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name"])
     );
+    // The vhosts keep the name (their settings must not depend on the node's certificates,
+    // which nixpkgs' nginx derives from them).
+    assert_eq!(result["hosts"]["jobs.example.org"]["useACMEHost"], "example.org");
     // A certificate without its key: nginx's sslCertificateKey would get null.
     let half = module(r#"s: s // { tls.certificate = "/run/keys/cert.pem"; }"#, select);
     assert_eq!(half["assertions"], json!(["services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither"]));
-    for result in [&result, &half] {
-        for host in ["windmill.example.org", "jobs.example.org"] {
-            let vhost = result["hosts"][host].as_object().unwrap();
-            for key in ["useACMEHost", "enableACME", "sslCertificate", "sslCertificateKey", "forceSSL"] {
-                assert!(!vhost.contains_key(key), "{host}: {key} in {vhost:?}");
-            }
+    for host in ["windmill.example.org", "jobs.example.org"] {
+        let vhost = half["hosts"][host].as_object().unwrap();
+        for key in ["useACMEHost", "enableACME", "sslCertificate", "sslCertificateKey", "forceSSL"] {
+            assert!(!vhost.contains_key(key), "{host}: {key} in {vhost:?}");
         }
-        assert!(!result["hosts"].to_string().contains("null"), "{}", result["hosts"]);
     }
+    assert!(!half["hosts"].to_string().contains("null"), "{}", half["hosts"]);
     // The controls: the certificate defined, and both files given, reach nginx.
     let defined = module_on(r#"s: s // { tls.useACMEHost = "example.org"; }"#, r#"{ security.acme.certs."example.org" = { }; }"#, select);
     assert_eq!(defined["assertions"], json!([]));
