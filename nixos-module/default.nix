@@ -1007,7 +1007,7 @@ in
 
     environment.etc = {
       "fediversity-windmill/deploy-env.json".source = jsonFile "deploy-env.json" (fw.renderDeployEnv cfg.deployEnv);
-      "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderDeployKeys declaredKeys);
+      "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderKeys declaredKeys);
       "fediversity-windmill/deployment-attributes.json".source = jsonFile "deployment-attributes.json" deploymentAttributes;
       "fediversity-windmill/required-secrets.json".source = jsonFile "required-secrets.json" (
         fw.renderRequiredSecrets {

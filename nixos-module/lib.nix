@@ -391,15 +391,20 @@ rec {
       operator
     ]);
 
-  # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?, "node_only": true?}}.
-  renderDeployKeys =
+  # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?, "node_only": true?}},
+  # from merged declarations (`declaredKeys`).
+  renderKeys =
     keys:
     mapAttrs (
       _: k:
-      { description = if k.description == null then "" else k.description; }
-      // optionalAttrs (k.default != null) { inherit (k) default; }
-      // optionalAttrs k.nodeOnly { node_only = true; }
+      { description = if (k.description or null) == null then "" else k.description; }
+      // optionalAttrs ((k.default or null) != null) { inherit (k) default; }
+      // optionalAttrs (k.nodeOnly or false) { node_only = true; }
     ) keys;
+
+  # deploy-keys.json of a node without a repository: the operator's keys (deployKeys) with the
+  # structural pins.
+  renderDeployKeys = operator: renderKeys (declaredKeys { inherit operator; });
 
   # When neither the repository nor the options give keys or attributes, every job would fail:
   # evaluation fails instead, naming what is missing. `published`: what the repository

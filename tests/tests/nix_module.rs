@@ -650,12 +650,12 @@ fn deploy_env_json_is_the_node_keys_as_an_object_of_strings() {
 #[test]
 fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins_node_only() {
     let rendered = eval(
-        r#"lib.renderDeployKeys (lib.declaredKeys { operator = {
+        r#"lib.renderDeployKeys {
              DOMAIN = { description = "The domain"; default = "example.org"; };
              INTERNAL_HOSTS = { description = "Hosts, a JSON array"; default = null; };
              DNS_DOMAIN = { description = "Overridden by the operator"; default = "dns.example"; };
              PIN_EFFECT.nodeOnly = false;
-           }; })"#,
+           }"#,
     );
     let keys = rendered.as_object().unwrap();
     assert_eq!(rendered["DOMAIN"], json!({"description": "The domain", "default": "example.org"}));
@@ -672,6 +672,11 @@ fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins_node_only()
         assert_eq!(rendered[pin]["node_only"], true, "{pin}");
     }
     assert_eq!(keys.len(), 3 + 5);
+    // The same through the merged declarations the module renders.
+    let merged = eval(r#"lib.renderKeys (lib.declaredKeys { operator.PIN_EFFECT.nodeOnly = false; repository.NODE_SITE = { description = "s"; nodeOnly = true; }; })"#);
+    assert_eq!(merged["NODE_SITE"], json!({"description": "s", "node_only": true}));
+    assert!(merged["PIN_EFFECT"].get("node_only").is_none());
+    assert_eq!(merged["HOSTING_CONFIG"]["node_only"], true);
 }
 
 /// The fixture deployment repository (tests/nix/deployments), as a Nix string of its path.
