@@ -29,7 +29,9 @@
 #   down to its lists), and priorities are compared per option path, not per submodule;
 # - `config` as the module sees it is a fixed stand-in (`nodeConfig` adds to it), not the
 #   fixpoint of every module: the module cannot read back a value another module defines
-#   unless a test puts it into `nodeConfig`.
+#   unless a test puts it into `nodeConfig`, and a cycle through another module (nixpkgs'
+#   nginx derives security.acme.certs from the vhosts' TLS settings, so settings that read
+#   the certificates recurse forever) evaluates here and only fails under the real one.
 {
   # Values of `services.fediversity-windmill.*` (`enable` is set).
   settings ? null,
