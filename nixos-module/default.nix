@@ -44,6 +44,8 @@ let
   # option is a string (a Nix path value would be copied into the world-readable store).
   absolutePath = types.strMatching "/.+";
   seconds = types.ints.positive;
+  # A Windmill token label as the bootstrap accepts one: not empty, no control characters.
+  tokenLabel = types.strMatching "[^[:cntrl:]]+";
 
   jsonFile = name: value: pkgs.writeText name (builtins.toJSON value);
   bootstrapConfig = jsonFile "fediversity-windmill-bootstrap.json" (
@@ -840,7 +842,7 @@ in
         description = "The tree the bootstrap uploads: relative paths are the Windmill paths.";
       };
       token = {
-        label = opt types.str d.token.label ''
+        label = opt tokenLabel d.token.label ''
           The label of the front-end's API token, the one the bootstrap stores in OpenBao
           ({option}`bootstrap.openbao.path`).
         '';
@@ -912,7 +914,7 @@ in
           description = "Group of that file (nginx must read it).";
         };
         mode = opt (types.strMatching "0?[0-7]{3}") d.uiAuth.mode "Mode of that file, octal.";
-        tokenLabel = opt types.str d.uiAuth.tokenLabel ''
+        tokenLabel = opt tokenLabel d.uiAuth.tokenLabel ''
           The label of the UI include's own token (`ui_auth.label`), which has full rights: the
           admins behind the identity layer act as the superadmin. Must differ from
           {option}`bootstrap.token.label` (the bootstrap revokes the older tokens of each).

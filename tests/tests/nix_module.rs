@@ -848,6 +848,9 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     let default = module("s: s", select);
     assert_eq!(default["warnings"], json!([]));
     assert_eq!(default["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true}));
+    // Labels the bootstrap refuses (empty, a control character) are refused by their type.
+    let typed = module(r#"s: s // { bootstrap = s.bootstrap // { token.label = ""; uiAuth.tokenLabel = "ui\nlabel"; }; }"#, "h: h.typeErrors");
+    assert_eq!(typed, json!(["bootstrap.token.label: not a string matching [^[:cntrl:]]+", "bootstrap.uiAuth.tokenLabel: not a string matching [^[:cntrl:]]+"]));
     let scoped = module(r#"s: s // { bootstrap = s.bootstrap // { token = { scopes = [ "jobs:read" ]; bindToWorkspace = false; }; }; }"#, select);
     assert_eq!(scoped["warnings"], json!([]));
     assert_eq!(scoped["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false}));
