@@ -14,7 +14,8 @@ Exit codes:
   2  configuration error (bad or missing field, unreadable file, invalid BOOTSTRAP_LOG);
      nothing was changed
   3  a step failed; the error line names it (systemd's Restart=on-failure retries),
-     or the lock file could not be taken (`lock failed: ...`)";
+     or the lock file could not be taken (`lock failed: ...`); with --check: a part
+     could not be reached or read";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,7 +28,7 @@ pub struct Cli {
     /// The JSON configuration file (see the README for every field and its default)
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// Only look: log in, compare workspace, folder, scripts and settings; change nothing
+    /// Only look: log in, compare workspace, folder, scripts, settings, the token OpenBao holds and the include; change nothing
     #[arg(long)]
     pub check: bool,
 }

@@ -80,9 +80,14 @@ pub struct Scripts {
     pub concurrency: usize,
 }
 
+/// The front-end's token (stored in OpenBao).
 #[derive(Debug)]
 pub struct Token {
     pub label: String,
+    /// Resolved: the defaults filled in; empty means an unscoped token.
+    pub scopes: Vec<String>,
+    pub bind_to_workspace: bool,
+    /// For both labels: the front-end's and the include's.
     pub revoke_previous: bool,
 }
 
@@ -98,6 +103,8 @@ pub struct OpenBao {
 
 #[derive(Debug)]
 pub struct UiAuth {
+    /// The label of the include's token.
+    pub label: String,
     pub file: PathBuf,
     pub owner: String,
     pub uid: u32,
@@ -222,7 +229,10 @@ mod tests {
         assert_eq!(c.database.role, "windmill_admin");
         assert_eq!((c.workspace.id.as_str(), c.workspace.name.as_str(), c.workspace.folder.as_str()), ("fediversity", "fediversity", "fediversity"));
         assert_eq!(c.token.label, "fediversity");
+        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"]);
+        assert!(c.token.bind_to_workspace);
         assert!(c.token.revoke_previous);
+        assert_eq!(c.ui_auth.label, "fediversity-ui");
         assert_eq!(c.settings.get("instance_python_version"), Some(&Value::from("3.12")));
         assert_eq!(c.openbao.addr, "http://127.0.0.1:8200");
         assert_eq!(c.openbao.path, "secret/windmill/apiToken");
@@ -241,6 +251,16 @@ mod tests {
         // The Debug of the whole configuration shows no secret.
         let debug = format!("{c:?}");
         assert!(!debug.contains("a-long-password") && !debug.contains("dbsecret"), "{debug}");
+    }
+
+    #[test]
+    fn the_default_scopes_follow_the_folder_and_null_is_the_default() {
+        let (_dir, path) = setup(serde_json::json!({"openbao": {"addr": "http://x:1"}, "workspace": {"folder": "ops"}, "token": {"scopes": null}}));
+        let c = load_with(&path, &NoEnv).unwrap();
+        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/ops/deploy,f/ops/destroy", "jobs:read", "jobs:write"]);
+        let (_dir, path) = setup(serde_json::json!({"openbao": {"addr": "http://x:1"}, "token": {"scopes": [], "bind_to_workspace": false}}));
+        let c = load_with(&path, &NoEnv).unwrap();
+        assert!(c.token.scopes.is_empty() && !c.token.bind_to_workspace);
     }
 
     #[test]

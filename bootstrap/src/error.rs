@@ -31,6 +31,10 @@ pub enum Error {
     /// (Windmill's `<Kind>: <message>`, OpenBao's `errors`), shortened.
     #[error("{service} {call} answered {status}{}: {message}", tries_suffix(*.tries))]
     Status { service: &'static str, call: String, status: u16, message: String, tries: usize },
+    /// An answer longer than the bound on what is read (`http::MAX_BODY`): not read further,
+    /// not retried.
+    #[error("{service} {call}: the answer is larger than {limit_mib} MiB, the most that is read")]
+    TooLarge { service: &'static str, call: String, limit_mib: usize },
     /// A 2xx answer whose body is not what the API documents.
     #[error("{service} {call}: unexpected answer: {detail}")]
     Unexpected { service: &'static str, call: String, detail: String },
@@ -53,6 +57,14 @@ pub enum Error {
     Hash(String),
     #[error("the password hash of {email} was written, but Windmill still rejects the node password after {attempts} logins")]
     LoginStillRejected { email: String, attempts: u32 },
+    /// The proof of step 7: Windmill granted the new front-end token a read its scopes do not
+    /// cover (a server that stores scopes without enforcing them on every route).
+    #[error(
+        "Windmill {version} granted the new token labeled {label} {call} (answered {status}), which its scopes do not cover: \
+         this server does not enforce token scopes (they hold on every route since Windmill 1.509); \
+         the token was not stored"
+    )]
+    ScopesNotEnforced { version: String, label: String, call: String, status: u16 },
     #[error("{path}: a concurrent writer changed the script again after it was re-read; not retried twice")]
     ScriptConflict { path: String },
     /// A failure while converging one script.

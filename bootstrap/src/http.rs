@@ -7,6 +7,7 @@
 //! here without the URL (reqwest puts it in its messages, and a token-delete URL holds a token
 //! prefix).
 //!
+//! An answer's body is read up to [`MAX_BODY`]; a longer one fails the call, naming the bound.
 //! A server's text is cut short for a message ([`Answer::shown`]); the secrets the request
 //! carried (its token, a password in its body) are scrubbed from it first, in every form, as
 //! the final scrub of the whole message could no longer find a secret that the cut split.
@@ -21,6 +22,11 @@ use safe_io::secret::{Secret, scrub};
 
 use crate::config::Retry;
 use crate::error::{Error, Result};
+
+/// The most of an answer's body that is read: Windmill's and OpenBao's answers to the
+/// bootstrap's calls are a few kilobytes (a script's content the largest). A server that sends
+/// more is refused rather than read into memory whole.
+pub const MAX_BODY: usize = 4 << 20;
 
 /// A status and a body, read in full, and how many tries it took.
 #[derive(Debug)]
@@ -82,10 +88,48 @@ impl Policy {
     }
 }
 
-/// A try worth another: no answer, or a 5xx/429 answer.
+/// A try that failed: worth another when it got no answer or a 5xx/429 answer; not when the
+/// answer was too large (a server that sends too much does so again).
 struct Transient {
     detail: String,
     answer: Option<Answer>,
+    too_large: bool,
+}
+
+impl Transient {
+    fn no_answer(detail: String) -> Self {
+        Transient { detail, answer: None, too_large: false }
+    }
+}
+
+/// Why a body was not read.
+pub enum BodyError {
+    /// Longer than [`MAX_BODY`]: not read further.
+    TooLarge,
+    /// Cut off, or another error of the transfer.
+    Read(reqwest::Error),
+}
+
+/// The body of `response`, at most [`MAX_BODY`] bytes of it: a declared length over the bound
+/// is refused before anything is read, an undeclared one as soon as the bound is passed.
+pub async fn read_body(mut response: reqwest::Response) -> std::result::Result<String, BodyError> {
+    if response.content_length().is_some_and(|len| len > MAX_BODY as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    // Both servers answer UTF-8; anything else is shown as replacement characters.
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The message for a body over the bound: names the bound, never the body.
+pub fn too_large() -> String {
+    format!("the answer is larger than {} MiB, the most that is read", MAX_BODY >> 20)
 }
 
 /// Sends the request `build` makes, retrying transient failures; `service` and `call` (e.g.
@@ -105,25 +149,30 @@ pub async fn send(
         let request = build();
         let carried = carried.clone();
         async move {
-            let response = request.send().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
+            let response = request.send().await.map_err(|e| Transient::no_answer(describe(&e)))?;
             let status = response.status();
-            let body = response.text().await.map_err(|e| Transient { detail: describe(&e), answer: None })?;
+            let body = read_body(response).await.map_err(|e| match e {
+                BodyError::TooLarge => Transient { detail: too_large(), answer: None, too_large: true },
+                BodyError::Read(e) => Transient::no_answer(describe(&e)),
+            })?;
             // `tries` is set once the retries are over.
             let answer = Answer { status, body, tries: 0, carried };
             if is_transient(status) {
-                return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer) });
+                return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer), too_large: false });
             }
             Ok(answer)
         }
     };
     let result = attempt
         .retry(policy.backoff())
+        .when(|failure: &Transient| !failure.too_large)
         .notify(|failure: &Transient, delay: Duration| {
             tracing::debug!("{service} {call}: {}; retrying in {:.2} s", failure.detail, delay.as_secs_f64());
         })
         .await;
     match result {
         Ok(answer) => Ok(Answer { tries, ..answer }),
+        Err(Transient { too_large: true, .. }) => Err(Error::TooLarge { service, call: call.to_owned(), limit_mib: MAX_BODY >> 20 }),
         Err(Transient { answer: Some(answer), .. }) => Err(Error::Status {
             service,
             call: call.to_owned(),
@@ -131,7 +180,7 @@ pub async fn send(
             message: answer.shown(),
             tries,
         }),
-        Err(Transient { detail, answer: None }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
+        Err(Transient { detail, answer: None, .. }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
     }
 }
 

@@ -93,17 +93,8 @@ impl OpenBao {
             Some((mount, version)) => (Some(mount.clone()), *version),
             None => (None, 1),
         };
-        let (api_path, body) = match (&mount, version) {
-            (Some(mount), 2) => {
-                let rest = path.strip_prefix(mount.as_str()).or_else(|| path.strip_prefix(mount.trim_end_matches('/'))).unwrap_or("");
-                let rest = rest.trim_start_matches('/');
-                if rest.is_empty() {
-                    return Err(Error::PathIsMount { path: path.to_owned(), mount: mount.clone() });
-                }
-                (format!("{}data/{rest}", ensure_slash(mount)), json!({"data": {field: value.expose()}, "options": {}}))
-            }
-            _ => (path.to_owned(), json!({field: value.expose()})),
-        };
+        let api_path = data_path(path, mount.as_deref(), version)?;
+        let body = if version == 2 { json!({"data": {field: value.expose()}, "options": {}}) } else { json!({field: value.expose()}) };
         // KV v1 says nothing about the secret in its answer to the write: read it first. A token
         // that may only write (a 403 here) leaves it unknown.
         let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
@@ -123,6 +114,34 @@ impl OpenBao {
         Ok(Written { mount, version, existed })
     }
 
+    /// `kv get`: the value of `field` in the secret at `path` (its newest version on KV v2), or
+    /// `None` when there is no such secret or field. For `--check`: the token must be allowed to
+    /// read the path.
+    pub async fn get(&self, path: &str, field: &str) -> Result<Option<Secret>> {
+        let (mount, version) = match self.mount_of(path).await? {
+            Some((mount, version)) => (Some(mount), version),
+            None => (None, 1),
+        };
+        let api_path = data_path(path, mount.as_deref(), version)?;
+        let call = format!("GET /v1/{api_path}");
+        let answer = self.request(Method::GET, &api_path, &call, None, None).await?;
+        match answer.status {
+            StatusCode::NOT_FOUND => Ok(None),
+            StatusCode::OK => {
+                // The body holds the secret: a message never shows it.
+                let body: Value = serde_json::from_str(&answer.body)
+                    .map_err(|_| Error::Unexpected { service: SERVICE, call: call.clone(), detail: "the answer is not JSON (not shown)".into() })?;
+                let data = if version == 2 { body.pointer("/data/data") } else { body.pointer("/data") };
+                match data.and_then(|d| d.get(field)) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(value)) => Ok(Some(Secret::token(value.as_str()))),
+                    Some(_) => Err(Error::Unexpected { service: SERVICE, call, detail: format!("the field {field} is not a string (not shown)") }),
+                }
+            }
+            _ => Err(status_error(&call, &answer)),
+        }
+    }
+
     /// `GET /v1/<path>` of a KV v1 secret: 200 (it exists), 404 (it does not), or `None` when
     /// the token may not read it.
     async fn exists_v1(&self, api_path: &str) -> Result<Option<bool>> {
@@ -134,6 +153,22 @@ impl OpenBao {
             StatusCode::FORBIDDEN => Ok(None),
             _ => Err(status_error(&call, &answer)),
         }
+    }
+}
+
+/// Where the secret's data is read and written: `<mount>/data/<rest>` on KV v2, the path itself
+/// on KV v1 (and when no mount was found, as the CLI assumes).
+fn data_path(path: &str, mount: Option<&str>, version: u8) -> Result<String> {
+    match (mount, version) {
+        (Some(mount), 2) => {
+            let rest = path.strip_prefix(mount).or_else(|| path.strip_prefix(mount.trim_end_matches('/'))).unwrap_or("");
+            let rest = rest.trim_start_matches('/');
+            if rest.is_empty() {
+                return Err(Error::PathIsMount { path: path.to_owned(), mount: mount.to_owned() });
+            }
+            Ok(format!("{}data/{rest}", ensure_slash(mount)))
+        }
+        _ => Ok(path.to_owned()),
     }
 }
 

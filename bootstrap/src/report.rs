@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::error::{Error, Result};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Ready = 1,
@@ -69,6 +71,49 @@ impl Outcome {
 
 pub fn line(step: Step, what: &str, outcome: Outcome, check: bool) {
     tracing::info!("step {step}: {what}: {}", outcome.word(check));
+}
+
+/// What a step looked at and how it came out (its log line), and what it hands on.
+pub struct Noted<T> {
+    pub what: String,
+    pub outcome: Outcome,
+    pub value: T,
+}
+
+pub fn noted<T>(what: impl Into<String>, outcome: Outcome, value: T) -> Noted<T> {
+    Noted { what: what.into(), outcome, value }
+}
+
+/// The steps' log lines, and the steps that changed something (or, with `--check`, would).
+pub struct Notes {
+    check: bool,
+    drift: Vec<Step>,
+}
+
+impl Notes {
+    pub fn new(check: bool) -> Self {
+        Notes { check, drift: Vec::new() }
+    }
+
+    pub fn check(&self) -> bool {
+        self.check
+    }
+
+    /// Runs one step: a failure is wrapped with the step's name; otherwise its line is logged
+    /// and a change recorded.
+    pub async fn step<T>(&mut self, step: Step, work: impl Future<Output = Result<Noted<T>>>) -> Result<T> {
+        let noted = work.await.map_err(|error| Error::Step { step: step.to_string(), source: Box::new(error) })?;
+        line(step, &noted.what, noted.outcome, self.check);
+        if noted.outcome != Outcome::Unchanged {
+            self.drift.push(step);
+        }
+        Ok(noted.value)
+    }
+
+    /// The steps that changed something, in order.
+    pub fn drift(self) -> Vec<Step> {
+        self.drift
+    }
 }
 
 #[cfg(test)]

@@ -28,8 +28,42 @@ pub enum Written {
 
 /// Writes the include for `token`.
 pub fn write(ui: &UiAuth, token: &Secret) -> Result<Written> {
-    let contents = format!("proxy_set_header Authorization \"Bearer {}\";\n", token.expose());
-    write_file(&ui.file, contents.as_bytes(), ui.uid, ui.gid, ui.mode)
+    write_file(&ui.file, line(token).as_bytes(), ui.uid, ui.gid, ui.mode)
+}
+
+fn line(token: &Secret) -> String {
+    format!("proxy_set_header Authorization \"Bearer {}\";\n", token.expose())
+}
+
+/// What the include is now, for `--check`.
+pub struct Found {
+    /// The token of its one line, when it is exactly the line [`write`] writes.
+    pub token: Option<Secret>,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+}
+
+/// The include as it is, or `None` when there is none. Not a regular file, or not the one line
+/// this module writes: no token. A file that cannot be read is an error (the check cannot tell).
+pub fn read(ui: &UiAuth) -> Result<Option<Found>> {
+    let meta = match std::fs::symlink_metadata(&ui.file) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("cannot look at {}", ui.file.display()), e)),
+    };
+    let token = if meta.is_file() {
+        let text = std::fs::read(&ui.file).map_err(|e| Error::io(format!("cannot read {}", ui.file.display()), e))?;
+        // The token is never shown: a line that is not ours is reported without its text.
+        let text = String::from_utf8(text).unwrap_or_default();
+        text.strip_prefix("proxy_set_header Authorization \"Bearer ")
+            .and_then(|rest| rest.strip_suffix("\";\n"))
+            .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
+            .map(Secret::token)
+    } else {
+        None
+    };
+    Ok(Some(Found { token, uid: meta.uid(), gid: meta.gid(), mode: meta.mode() & 0o7777 }))
 }
 
 fn write_file(path: &Path, contents: &[u8], uid: u32, gid: u32, mode: u32) -> Result<Written> {
@@ -104,6 +138,20 @@ mod tests {
         assert_ne!(std::fs::metadata(&path).unwrap().ino(), meta.ino());
         let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("token.conf")]);
+    }
+
+    #[test]
+    fn the_include_is_read_back_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+        let ui = UiAuth { label: "ui".into(), file: dir.path().join("t.conf"), owner: String::new(), uid, group: String::new(), gid, mode: 0o440 };
+        assert!(read(&ui).unwrap().is_none());
+        write(&ui, &Secret::token("Abc123")).unwrap();
+        let found = read(&ui).unwrap().unwrap();
+        assert_eq!((found.token.as_ref().map(Secret::expose), found.uid, found.gid, found.mode), (Some("Abc123"), uid, gid, 0o440));
+        // Another line: no token.
+        std::fs::write(&ui.file, "proxy_set_header Authorization \"Bearer a;b\";\n").unwrap();
+        assert!(read(&ui).unwrap().unwrap().token.is_none());
     }
 
     #[test]

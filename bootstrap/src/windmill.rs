@@ -32,11 +32,28 @@ pub enum Login {
 }
 
 /// One row of `GET /api/users/tokens/list`: the list shows only the first 10
-/// characters of each token.
+/// characters of each token, and its scopes and workspace as they were minted (`null` for
+/// none; observed on CE 1.743.0).
 #[derive(Debug, Deserialize)]
 pub struct TokenInfo {
     pub label: Option<String>,
     pub token_prefix: String,
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    #[serde(default)]
+    pub workspace_id: Option<String>,
+}
+
+/// The body of `tokens/create` (`NewToken` of the OpenAPI): no expiration, so the token lives
+/// until a later run revokes it; scopes and workspace only when there are any (an empty list and
+/// no list both mean the owner's full rights).
+#[derive(Debug, Serialize)]
+pub struct NewToken<'a> {
+    pub label: &'a str,
+    #[serde(skip_serializing_if = "no_scopes")]
+    pub scopes: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<&'a str>,
 }
 
 /// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not.
@@ -83,6 +100,10 @@ pub enum Created {
     Conflict(String),
 }
 
+fn no_scopes(scopes: &&[String]) -> bool {
+    scopes.is_empty()
+}
+
 impl Windmill {
     pub fn new(http: Client, base: &str, policy: Policy) -> Self {
         Windmill { http, base: base.to_owned(), policy, token: None }
@@ -122,7 +143,10 @@ impl Windmill {
             .await
             .map_err(|e| http::describe(&e))?;
         let status = response.status();
-        let body = response.text().await.map_err(|e| http::describe(&e))?;
+        let body = http::read_body(response).await.map_err(|e| match e {
+            http::BodyError::TooLarge => http::too_large(),
+            http::BodyError::Read(e) => http::describe(&e),
+        })?;
         if status == StatusCode::OK { Ok(body.trim().to_owned()) } else { Err(format!("answered {}: {}", status.as_u16(), http::short(&body))) }
     }
 
@@ -146,10 +170,11 @@ impl Windmill {
         expect_ok(call, answer)
     }
 
-    /// `POST /api/users/tokens/create {"label"}`: 201 with the new token as plain text.
-    pub async fn create_token(&self, label: &str) -> Result<Secret> {
+    /// `POST /api/users/tokens/create`: 201 with the new token as plain text.
+    pub async fn create_token(&self, new: &NewToken<'_>) -> Result<Secret> {
         let call = "POST /api/users/tokens/create";
-        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&json!({"label": label})), None).await?;
+        let body = serde_json::to_value(new).expect("a NewToken serializes");
+        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&body), None).await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => raw_token(call, answer),
             _ => Err(unexpected_status(call, answer)),
@@ -172,6 +197,14 @@ impl Windmill {
         let path = format!("/api/users/tokens/delete/{segment}");
         let answer = self.request(Method::DELETE, &path, call, None, Some(prefix)).await?;
         expect_ok(call, answer)
+    }
+
+    /// The status of `GET /api/w/{workspace}/{route}` (a harmless read), and the call as named
+    /// in messages. Transient failures are retried as for every call; the caller judges the rest.
+    pub async fn status_of_read(&self, workspace: &str, route: &str) -> Result<(String, Answer)> {
+        let call = format!("GET /api/w/{workspace}/{route}");
+        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/{route}"), &call, None, None).await?;
+        Ok((call, answer))
     }
 
     /// `POST /api/workspaces/exists {"id"}`: a JSON bool (archived workspaces count).

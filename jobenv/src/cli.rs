@@ -1,10 +1,13 @@
 //! The command line. Every option can also come from the environment variable in brackets in
-//! its help; a flag wins over the variable.
+//! its help; a flag wins over the variable. What a command runs with is resolved here into
+//! [`crate::settings`], once: nothing below reads a flag or an option's variable.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::settings::{self, Runner};
 
 pub const DEFAULT_DEPLOY_ENV: &str = "/etc/fediversity-windmill/deploy-env.json";
 pub const DEFAULT_SECRETS_DIR: &str = "/run/fediversity-windmill/deploy-secrets";
@@ -112,13 +115,17 @@ pub struct NodeArgs {
 }
 
 impl NodeArgs {
-    /// Repeatable options whose variable holds a ':'-separated list; the flags win.
-    pub fn secrets_dirs(&self) -> Vec<PathBuf> {
-        list_or_env(&self.secrets_dirs, "JOBENV_SECRETS_DIRS", Some(DEFAULT_SECRETS_DIR))
-    }
-
-    pub fn secrets_env_files(&self) -> Vec<PathBuf> {
-        list_or_env(&self.secrets_env_files, "JOBENV_SECRETS_ENV_FILES", None)
+    pub fn settings(&self) -> settings::NodeFiles {
+        settings::NodeFiles {
+            deploy_env: self.deploy_env.clone(),
+            // Repeatable options whose variable holds a ':'-separated list; the flags win.
+            secrets_dirs: list_or_env(&self.secrets_dirs, "JOBENV_SECRETS_DIRS", Some(DEFAULT_SECRETS_DIR)),
+            secrets_env_files: list_or_env(&self.secrets_env_files, "JOBENV_SECRETS_ENV_FILES", None),
+            keys: self.keys.clone(),
+            attributes: self.attributes.clone(),
+            nix_shell: self.nix_shell.clone(),
+            required_secrets: self.required_secrets.clone(),
+        }
     }
 }
 
@@ -145,6 +152,12 @@ pub struct JobArgs {
     pub node: NodeArgs,
 }
 
+impl JobArgs {
+    pub fn settings(&self) -> settings::JobSettings {
+        settings::JobSettings { verb: self.verb.clone(), payload: self.payload.clone(), node: self.node.settings() }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -167,6 +180,27 @@ pub struct RunArgs {
     /// must never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
     #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,
+}
+
+impl RunArgs {
+    /// The settings of `run` under `runner` (see [`Runner::from_environment`]).
+    pub fn settings(&self, runner: Runner) -> settings::RunSettings {
+        settings::RunSettings {
+            job: self.job.settings(),
+            runner,
+            job_id: self.job_id.clone(),
+            state_dir: self.state.dir(),
+            grace: self.grace,
+            timeout: self.timeout,
+            lock_timeout: self.lock_timeout,
+            retain: days(self.retain_days),
+        }
+    }
+}
+
+/// A retention in days, as a duration.
+pub fn days(days: u32) -> Duration {
+    Duration::from_secs(u64::from(days) * 86_400)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

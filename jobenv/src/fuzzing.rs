@@ -1,5 +1,5 @@
 //! The invariants the fuzz targets check (jobenv/fuzz), shared with the regression test that
-//! replays what the fuzzers found (jobenv/tests/fuzz_regressions.rs). Each function panics
+//! replays what the fuzzers found (jobenv/tests/suite/fuzz_regressions.rs). Each function panics
 //! when an invariant breaks; that is how libFuzzer sees a failure.
 
 use std::collections::BTreeMap;
@@ -21,15 +21,15 @@ pub fn payload(data: &[u8]) {
         .collect();
     let node: BTreeMap<String, NodeValue> = [("DEPLOYMENT_ROOT", "/"), ("NIXPKGS", "/nixpkgs"), ("DOMAIN", "node.example")]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), NodeValue { value: v.to_owned(), origin: "node".into(), secret: false, hidden_key: false }))
+        .map(|(k, v)| (k.to_owned(), NodeValue { value: safe_io::secret::Text::Plain(v.to_owned()), origin: "node".into(), hidden_key: false }))
         .collect();
     let inputs = Inputs {
         verb: "apply".into(),
         node,
         declared,
         attributes: vec!["web".into(), "db-1".into()],
-        payload: payload.clone(),
-        environ: vec![("PATH".into(), "/bin".into())],
+        payload: safe_io::secret::Hidden(payload.clone()),
+        environ: safe_io::secret::Hidden(vec![("PATH".into(), "/bin".into())]),
         nix_shell: "/bin/nix-shell".into(),
         running_system: "x86_64-linux".into(),
         exec_budget: crate::plan::exec_budget(8 << 20),
@@ -39,14 +39,14 @@ pub fn payload(data: &[u8]) {
     assert_eq!(plan.argv[7], format!("exec {}-apply", plan.attribute), "the shell text is not exec <ATTRIBUTE>-<VERB>");
     assert!(policy::is_valid_namespace(&plan.namespace));
     assert!(policy::is_valid_system(&plan.system));
-    assert_eq!(plan.env["DOMAIN"].value, "node.example", "the payload overrode the node");
+    assert_eq!(plan.env["DOMAIN"].value.expose(), "node.example", "the payload overrode the node");
     for (key, var) in &plan.env {
-        assert!(policy::is_valid_key(key) && !var.value.contains('\0'), "an invalid variable reached the plan");
+        assert!(policy::is_valid_key(key) && !var.value.expose().contains('\0'), "an invalid variable reached the plan");
         if payload.contains_key(key) && var.source == crate::plan::Source::Payload {
             assert!(!policy::is_reserved(key), "the payload set reserved {key}");
         }
     }
-    assert_eq!(plan.env["PATH"].value, "/bin", "the payload set PATH");
+    assert_eq!(plan.env["PATH"].value.expose(), "/bin", "the payload set PATH");
 }
 
 /// Any text as a secrets env file: parsing never panics, every accepted key is a variable name,
@@ -97,7 +97,8 @@ pub fn env_file(data: &[u8]) {
             }
             // These name one of jobenv's own names, whatever the line's value.
             Problem::DerivedKeyOnNode { key, origin } | Problem::PayloadOnlyKeyOnNode { key, origin } => {
-                assert!(policy::is_derived(key) || policy::is_payload_control(key), "{problem}");
+                let none = BTreeMap::new();
+                assert!(matches!(policy::class(key, &none), policy::KeyClass::Derived { .. } | policy::KeyClass::PayloadControl { .. }), "{problem}");
                 assert!(is_origin(origin), "{problem}");
             }
             Problem::DuplicateNodeKey { key, first, second } => {

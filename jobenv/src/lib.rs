@@ -12,7 +12,8 @@
 //! 5. [`events`] (optional): progress events to a front-end; takes plain data and depends on
 //!    nothing above.
 //!
-//! Around them: [`cli`] (the command line), [`error`] (the one error type and the exit codes),
+//! Around them: [`cli`] (the command line, resolved once into [`settings`]), [`process`] (a
+//! process's identity in `/proc`, for the tree and the journal), [`error`] (the one error type and the exit codes),
 //! [`show`] (what `env` and `keys` print). jobenv's own lines go through [`safe_io::log`].
 
 pub mod cli;
@@ -23,6 +24,8 @@ pub mod fuzzing;
 pub mod input;
 pub mod job;
 pub mod plan;
+pub mod process;
 pub mod record;
 pub mod run;
+pub mod settings;
 pub mod show;

@@ -5,6 +5,7 @@ use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunAr
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
 use jobenv::record::journal::{self, Journal};
+use jobenv::settings::Runner;
 use jobenv::show;
 
 /// jobenv holds every secret of the node, the job's payload (a tenant's state password) and its
@@ -80,16 +81,16 @@ fn rejected_before_start(errors: &[String]) -> i32 {
         tracing::error!("{error}");
     }
     let verb = std::env::args().skip_while(|arg| arg != "--verb").nth(1).unwrap_or_default();
-    jobenv::job::record_rejected_before_start(&verb, errors);
+    jobenv::record::result_file::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
     EXIT_REJECTED
 }
 
 fn run(args: RunArgs) -> i32 {
-    jobenv::job::run(&args)
+    jobenv::job::run(&args.settings(Runner::from_environment()))
 }
 
 fn env(args: EnvArgs) -> i32 {
-    match jobenv::input::gather(&args.job).inputs.and_then(|inputs| jobenv::plan::plan(&inputs)).map_err(Error::Rejected) {
+    match jobenv::input::gather(&args.job.settings()).inputs.and_then(|inputs| jobenv::plan::plan(&inputs)).map_err(Error::Rejected) {
         Err(error) => {
             error.log();
             error.exit_code()
@@ -121,8 +122,7 @@ fn recover(args: RecoverArgs) -> i32 {
     let dir = args.state.dir();
     let recovered = open_journal(&dir).and_then(|journal| {
         let recovered = journal.recover().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
-        let retain = std::time::Duration::from_secs(u64::from(args.retain_days) * 86_400);
-        if let Err(error) = journal.prune(retain, None) {
+        if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days), None) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(recovered)

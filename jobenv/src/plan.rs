@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::error::Problem;
 use crate::events::Target;
 use crate::input::{self, Checked, Inputs, admit};
+use safe_io::secret::{Hidden, Secret, Text};
 
 /// Secrets shorter than this would shred the log if redacted; they draw a warning instead.
 pub const MIN_SECRET_LEN: usize = 4;
@@ -23,19 +24,9 @@ pub enum Source {
     Node,
     Secret,
     Payload,
-    /// A payload value redacted like a secret (the state backend's password a front-end sends).
-    #[serde(rename = "payload")]
-    PayloadSecret,
     Environ,
     Default,
     Derived,
-}
-
-impl Source {
-    /// Its value is redacted everywhere jobenv shows output.
-    pub fn is_secret(self) -> bool {
-        matches!(self, Source::Secret | Source::PayloadSecret)
-    }
 }
 
 impl std::fmt::Display for Source {
@@ -43,7 +34,7 @@ impl std::fmt::Display for Source {
         let text = match self {
             Source::Node => "node",
             Source::Secret => "secret",
-            Source::Payload | Source::PayloadSecret => "payload",
+            Source::Payload => "payload",
             Source::Environ => "environ",
             Source::Default => "default",
             Source::Derived => "derived",
@@ -52,23 +43,24 @@ impl std::fmt::Display for Source {
     }
 }
 
-#[derive(Clone, PartialEq, Eq)]
+/// One variable of the program's environment. A secret value (from a secrets source, or the
+/// payload's `TF_HTTP_PASSWORD`) is a [`Text::Secret`]: redacted everywhere jobenv shows output,
+/// never in a `Debug` output.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Var {
-    pub value: String,
+    pub value: Text,
     pub source: Source,
 }
 
-/// A secret's value never appears in a Debug output (a `{:?}` in a log line or a panic).
-impl std::fmt::Debug for Var {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value: &dyn std::fmt::Debug = if self.source.is_secret() { &"[REDACTED]" } else { &self.value };
-        f.debug_struct("Var").field("value", value).field("source", &self.source).finish()
+impl Var {
+    fn plain(value: String, source: Source) -> Self {
+        Var { value: Text::Plain(value), source }
     }
 }
 
 /// What `run` executes, and what `env` prints. Its Debug output holds no secret value: secret
-/// variables show as `[REDACTED]` (see [`Var`]) and the redaction needles only by number.
-#[derive(Clone)]
+/// variables are [`Text::Secret`]s and the redaction needles are [`Hidden`].
+#[derive(Debug, Clone)]
 pub struct Plan {
     pub verb: String,
     pub attribute: String,
@@ -80,32 +72,13 @@ pub struct Plan {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, Var>,
     /// The byte strings the redactor replaces.
-    pub secrets: Vec<Vec<u8>>,
+    pub secrets: Hidden<Vec<Vec<u8>>>,
     /// Payload keys dropped because the node owns them (the node won).
     pub ignored: Vec<String>,
     /// The declared keys only the node may set, sorted.
     pub node_only: Vec<String>,
     /// One line each, naming keys only.
     pub warnings: Vec<String>,
-}
-
-impl std::fmt::Debug for Plan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plan")
-            .field("verb", &self.verb)
-            .field("attribute", &self.attribute)
-            .field("namespace", &self.namespace)
-            .field("system", &self.system)
-            .field("executable", &self.executable)
-            .field("events", &self.events)
-            .field("argv", &self.argv)
-            .field("env", &self.env)
-            .field("secrets", &format_args!("{} needles", self.secrets.len()))
-            .field("ignored", &self.ignored)
-            .field("node_only", &self.node_only)
-            .field("warnings", &self.warnings)
-            .finish()
-    }
 }
 
 /// Checks `inputs` and merges them: the whole of stages 1 (validation) and 2, with the check
@@ -141,7 +114,7 @@ fn exec_problems(plan: &Plan, budget: usize) -> Vec<Problem> {
     }
     let mut sizes: Vec<(usize, &str)> = Vec::new();
     for (key, var) in &plan.env {
-        let bytes = key.len() + 1 + var.value.len();
+        let bytes = key.len() + 1 + var.value.expose().len();
         if bytes + 1 > MAX_ARG_STRLEN {
             problems.push(Problem::ValueTooLong { key: key.clone(), from: var.source.to_string(), bytes, limit: MAX_ARG_STRLEN - 1 });
         }
@@ -162,42 +135,43 @@ fn exec_problems(plan: &Plan, budget: usize) -> Vec<Problem> {
 pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     let Checked { controls, payload, ignored, mut warnings } = checked;
     let mut env: BTreeMap<String, Var> = BTreeMap::new();
-    for (key, value) in &inputs.environ {
+    for (key, value) in inputs.environ.iter() {
         if admit::environ_admits(&inputs.declared, key) {
-            env.insert(key.clone(), Var { value: value.clone(), source: Source::Environ });
+            env.insert(key.clone(), Var::plain(value.clone(), Source::Environ));
         }
     }
     // Keys the node owns never got here (see `admit::payload`).
     for (key, value) in payload {
-        let source = if key == "TF_HTTP_PASSWORD" { Source::PayloadSecret } else { Source::Payload };
-        env.insert(key, Var { value, source });
+        // The state backend's password a front-end sends is redacted like a node secret.
+        let value = if key == "TF_HTTP_PASSWORD" { Text::Secret(Secret::new(value)) } else { Text::Plain(value) };
+        env.insert(key, Var { value, source: Source::Payload });
     }
     for (key, node_value) in &inputs.node {
-        if input::names::is_consumed(key) {
+        if input::names::class(key, &inputs.declared).is_consumed() {
             continue;
         }
-        let source = if node_value.secret { Source::Secret } else { Source::Node };
+        let source = if node_value.value.is_secret() { Source::Secret } else { Source::Node };
         env.insert(key.clone(), Var { value: node_value.value.clone(), source });
     }
     for (key, declared) in &inputs.declared {
         if let (false, Some(default)) = (env.contains_key(key), &declared.default) {
-            if !admit::is_control(key) {
-                env.insert(key.clone(), Var { value: default.clone(), source: Source::Default });
+            if !input::names::class(key, &inputs.declared).is_control() {
+                env.insert(key.clone(), Var::plain(default.clone(), Source::Default));
             }
         }
     }
-    let derived = |value: String| Var { value, source: Source::Derived };
+    let derived = |value: String| Var::plain(value, Source::Derived);
     env.insert("DEPLOYMENT_NAMESPACE".into(), derived(controls.namespace.clone()));
     if let Some(state) = &controls.state {
         let keys = ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"];
         for ((key, value), from_payload) in keys.into_iter().zip([&state.address, &state.lock, &state.unlock]).zip(state.from_payload) {
             let source = if from_payload { Source::Payload } else { Source::Derived };
-            env.insert(key.into(), Var { value: value.clone(), source });
+            env.insert(key.into(), Var::plain(value.clone(), source));
         }
     }
     // <nixpkgs> inside the program is the node's pin, the same nix-shell gets with -I; a
     // NIX_PATH the node sets comes after it (Nix takes the first match).
-    let nix_path = match inputs.node.get("NIX_PATH").map(|v| v.value.as_str()) {
+    let nix_path = match inputs.node.get("NIX_PATH").map(|v| v.value.expose()) {
         Some(rest) if !rest.is_empty() => format!("nixpkgs={}:{rest}", controls.nixpkgs),
         _ => format!("nixpkgs={}", controls.nixpkgs),
     };
@@ -214,9 +188,12 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         run_string(&controls.executable, controls.events.is_some()),
     ];
 
-    let payload_secrets = env.iter().filter(|(_, var)| var.source == Source::PayloadSecret).map(|(k, v)| (k.as_str(), v.value.as_str()));
-    let node_secrets = inputs.node.iter().filter(|(_, v)| v.secret).map(|(k, v)| (k.as_str(), v.value.as_str()));
-    let secrets = redaction_needles(node_secrets.chain(payload_secrets), &mut warnings);
+    // Every secret of the node (also those the program does not get: `EVENTS_SECRET`), and the
+    // payload's.
+    let payload_secrets = env.iter().filter(|(_, var)| var.source == Source::Payload && var.value.is_secret());
+    let node_secrets = inputs.node.iter().filter(|(_, v)| v.value.is_secret()).map(|(k, v)| (k, &v.value));
+    let secrets = node_secrets.chain(payload_secrets.map(|(k, v)| (k, &v.value))).map(|(k, v)| (k.as_str(), v.expose()));
+    let secrets = Hidden(redaction_needles(secrets, &mut warnings));
 
     Plan {
         verb: inputs.verb.clone(),
@@ -284,11 +261,11 @@ mod tests {
         i.node.extend(node(&[("A", "node", false)]));
         i.set_payload("A", json!("payload"));
         i.set_payload("C", json!("payload"));
-        i.environ = vec![("A".into(), "environ".into()), ("C".into(), "environ".into())];
+        i.environ.0 = vec![("A".into(), "environ".into()), ("C".into(), "environ".into())];
         let plan = plan(&i).unwrap();
-        assert_eq!(plan.env["A"], Var { value: "node".into(), source: Source::Node });
-        assert_eq!(plan.env["C"], Var { value: "payload".into(), source: Source::Payload });
-        assert_eq!(plan.env["B"], Var { value: "b-default".into(), source: Source::Default });
+        assert_eq!(plan.env["A"], Var::plain("node".into(), Source::Node));
+        assert_eq!(plan.env["C"], Var::plain("payload".into(), Source::Payload));
+        assert_eq!(plan.env["B"], Var::plain("b-default".into(), Source::Default));
         assert!(!plan.env.contains_key("HOSTING_CONFIG"));
         assert_eq!(plan.warnings, ["payload value for A ignored: the node sets it"]);
     }
@@ -296,13 +273,13 @@ mod tests {
     #[test]
     fn environ_admits_only_passthrough_and_declared() {
         let mut i = inputs();
-        i.environ = [("PATH", "/bin"), ("WM_TOKEN", "x"), ("PYTHONPATH", "/p"), ("C", "c"), ("RANDOM_VAR", "r")]
+        i.environ.0 = [("PATH", "/bin"), ("WM_TOKEN", "x"), ("PYTHONPATH", "/p"), ("C", "c"), ("RANDOM_VAR", "r")]
             .iter()
             .map(|(k, v)| ((*k).into(), (*v).into()))
             .collect();
         let plan = plan(&i).unwrap();
         assert_eq!(plan.env["PATH"].source, Source::Environ);
-        assert_eq!(plan.env["C"].value, "c");
+        assert_eq!(plan.env["C"].value.expose(), "c");
         for k in ["WM_TOKEN", "PYTHONPATH", "RANDOM_VAR"] {
             assert!(!plan.env.contains_key(k), "{k} leaked");
         }
@@ -313,11 +290,11 @@ mod tests {
         let mut i = inputs();
         i.node.extend(node(&[("STATE_BASE_ADDRESS", "https://state.example/tf/", false)]));
         let plan = plan(&i).unwrap();
-        assert_eq!(plan.env["TF_HTTP_ADDRESS"].value, "https://state.example/tf/ns1");
-        assert_eq!(plan.env["TF_HTTP_LOCK_ADDRESS"].value, "https://state.example/tf/ns1/lock");
-        assert_eq!(plan.env["TF_HTTP_UNLOCK_ADDRESS"].value, "https://state.example/tf/ns1/lock");
-        assert_eq!(plan.env["DEPLOYMENT_NAMESPACE"].value, "ns1");
-        assert_eq!(plan.env["NIX_PATH"].value, "nixpkgs=/nixpkgs");
+        assert_eq!(plan.env["TF_HTTP_ADDRESS"].value.expose(), "https://state.example/tf/ns1");
+        assert_eq!(plan.env["TF_HTTP_LOCK_ADDRESS"].value.expose(), "https://state.example/tf/ns1/lock");
+        assert_eq!(plan.env["TF_HTTP_UNLOCK_ADDRESS"].value.expose(), "https://state.example/tf/ns1/lock");
+        assert_eq!(plan.env["DEPLOYMENT_NAMESPACE"].value.expose(), "ns1");
+        assert_eq!(plan.env["NIX_PATH"].value.expose(), "nixpkgs=/nixpkgs");
     }
 
     #[test]
@@ -348,7 +325,7 @@ mod tests {
         let mut i = inputs();
         i.node.extend(node(&[("NIX_PATH", "nixpkgs=/elsewhere:other=/o", false)]));
         let plan = plan(&i).unwrap();
-        assert_eq!(plan.env["NIX_PATH"], Var { value: "nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), source: Source::Derived });
+        assert_eq!(plan.env["NIX_PATH"], Var::plain("nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), Source::Derived));
     }
 
     #[test]
@@ -369,19 +346,20 @@ mod tests {
         for part in [
             r#"Plan { verb: "apply", attribute: "web", namespace: "ns1", system: "x86_64-linux", executable: "web-apply", events: None, "#,
             r#"argv: ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"], "#,
-            &format!(r#""A": {}"#, var(r#""plain-node-value""#, "Node")),
-            &format!(r#""TF_VAR_token": {}"#, var(r#""[REDACTED]""#, "Secret")),
-            &format!(r#""TF_HTTP_PASSWORD": {}"#, var(r#""[REDACTED]""#, "PayloadSecret")),
-            &format!(r#"secrets: {} needles, ignored: ["DEPLOYMENT_ROOT"], node_only: [], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }}"#, plan.secrets.len()),
+            &format!(r#""A": {}"#, var(r#"Plain("plain-node-value")"#, "Node")),
+            &format!(r#""TF_VAR_token": {}"#, var("Secret(Secret([REDACTED]))", "Secret")),
+            &format!(r#""TF_HTTP_PASSWORD": {}"#, var("Secret(Secret([REDACTED]))", "Payload")),
+            r#"secrets: (not shown), ignored: ["DEPLOYMENT_ROOT"], node_only: [], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }"#,
         ] {
             assert!(shown.contains(part), "{part}\nnot in\n{shown}");
         }
         assert!(plan.secrets.len() >= 2, "both secrets are needles");
-        // The inputs show the payload's keys, not its values.
-        assert!(inputs_shown.contains(r#"payload: ["ATTRIBUTE", "DEPLOYMENT_ROOT", "NAMESPACE", "TF_HTTP_ADDRESS", "TF_HTTP_PASSWORD"]"#), "{inputs_shown}");
+        // The inputs show neither the payload nor jobenv's environment, but the node's plain
+        // values.
+        assert!(inputs_shown.contains("payload: (not shown), environ: (not shown)") && inputs_shown.contains("plain-node-value"), "{inputs_shown}");
         // Positive control: the secrets are in the plan.
-        assert_eq!(plan.env["TF_VAR_token"].value, "debug-secret-value");
-        assert_eq!(plan.env["TF_HTTP_PASSWORD"].value, "payload-password-value");
+        assert_eq!(plan.env["TF_VAR_token"].value.expose(), "debug-secret-value");
+        assert_eq!(plan.env["TF_HTTP_PASSWORD"].value.expose(), "payload-password-value");
     }
 
     #[test]

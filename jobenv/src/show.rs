@@ -22,7 +22,7 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
     };
     let shown = |key: &str| {
         let var = &plan.env[key];
-        if var.source.is_secret() { "[REDACTED]".to_owned() } else { redacted(&var.value) }
+        if var.value.is_secret() { "[REDACTED]".to_owned() } else { redacted(var.value.expose()) }
     };
     let argv: Vec<String> = plan.argv.iter().map(|arg| redacted(arg)).collect();
     let text = match format {

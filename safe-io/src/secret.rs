@@ -68,6 +68,47 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// A value shown as it is, or a secret: its `Debug` never shows a secret's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Text {
+    Plain(String),
+    Secret(Secret),
+}
+
+impl Text {
+    /// The value, for the places that pass it on (a program's environment) or compare it.
+    pub fn expose(&self) -> &str {
+        match self {
+            Text::Plain(text) => text,
+            Text::Secret(secret) => secret.expose(),
+        }
+    }
+
+    pub fn is_secret(&self) -> bool {
+        matches!(self, Text::Secret(_))
+    }
+}
+
+/// Any value whose `Debug` shows nothing of it: a URL that may carry credentials, a payload, a
+/// set of redaction needles. It hides from `{:?}` only; the value is there to use (`.0`, or
+/// through `Deref`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Hidden<T>(pub T);
+
+impl<T> fmt::Debug for Hidden<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("(not shown)")
+    }
+}
+
+impl<T> std::ops::Deref for Hidden<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// `text` in each form an encoder may write it inside a JSON string (see the module comment),
 /// the raw text first, without duplicates.
 pub fn forms(text: &str) -> Vec<String> {
@@ -217,6 +258,12 @@ mod tests {
         let s = Secret::new("hunter2-very-secret");
         assert_eq!(format!("{s:?}"), "Secret([REDACTED])");
         assert!(!format!("{:?}", Some(&s)).contains("hunter2"));
+        // A text that may be secret, and anything hidden: the plain one shows (the positive
+        // control), the others do not.
+        let (plain, secret) = (Text::Plain("plain-text".into()), Text::Secret(s.clone()));
+        assert_eq!(format!("{plain:?} {secret:?}"), r#"Plain("plain-text") Secret(Secret([REDACTED]))"#);
+        assert_eq!(secret.expose(), "hunter2-very-secret");
+        assert_eq!(format!("{:?}", Hidden(vec!["hunter2-very-secret"])), "(not shown)");
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub struct JobRun {
     code: Option<Option<i32>>,
     stderr_contains: Vec<String>,
     stdout: Option<String>,
+    stderr: Option<String>,
     nowhere: Vec<(String, String)>,
 }
 
@@ -65,7 +66,7 @@ impl Done {
 
 impl JobRun {
     pub fn new(command: Command) -> Self {
-        JobRun { command, stdin: Vec::new(), code: None, stderr_contains: Vec::new(), stdout: None, nowhere: Vec::new() }
+        JobRun { command, stdin: Vec::new(), code: None, stderr_contains: Vec::new(), stdout: None, stderr: None, nowhere: Vec::new() }
     }
 
     /// `run --verb <verb>`.
@@ -113,6 +114,13 @@ impl JobRun {
         self
     }
 
+    /// stderr as a whole, as the README specifies jobenv's lines: `[..]` stands for any text
+    /// within a line (a duration, a pid), `...` on a line of its own for any lines.
+    pub fn expect_stderr(mut self, expected: impl Into<String>) -> Self {
+        self.stderr = Some(expected.into());
+        self
+    }
+
     pub fn expect_stdout(mut self, text: impl Into<String>) -> Self {
         self.stdout = Some(text.into());
         self
@@ -152,6 +160,9 @@ impl JobRun {
         }
         if let Some(stdout) = &self.stdout {
             assert_eq!(&done.stdout, stdout, "stdout\n{done:?}");
+        }
+        if let Some(expected) = &self.stderr {
+            snapbox::Assert::new().eq(done.stderr.as_str(), expected.as_str());
         }
         done
     }

@@ -3,7 +3,7 @@
 //! the Windmill fake can echo a request the way such a server would. Each function returns the
 //! string's JSON text without the surrounding quotes.
 //!
-//! The forms (checked against the real encoders in `bootstrap/tests/secrets_never_logged.rs`,
+//! The forms (checked against the real encoders in `bootstrap/tests/testsuite/secrets_never_logged.rs`,
 //! Python's against the venv's python itself):
 //! - serde_json and RFC 8259's minimum: `"` `\` and control characters escaped, the rest as is;
 //! - Python's `json.dumps` default (`ensure_ascii=True`), and PHP's `json_encode` default

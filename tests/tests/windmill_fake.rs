@@ -1,7 +1,8 @@
 //! The Windmill fake behaves as a real Windmill CE server does (observed on 1.743.0, and per its
 //! server code), for the behaviours the bootstrap's tests lean on: the auth cache that keeps a
 //! deleted non-session token working, logout, script hashes that do not tell an absent
-//! `parent_hash` from a `null` one, `lock_error_logs`.
+//! `parent_hash` from a `null` one, `lock_error_logs`, and scoped tokens request by request (the
+//! table CE 1.743.0 answered a token bound to a workspace with the front-end's scopes).
 
 use std::time::Duration;
 
@@ -149,4 +150,167 @@ fn the_next_token_can_be_chosen() {
     let next = f.mint(&session, "fediversity");
     assert_eq!(next.len(), 32);
     assert!(next.chars().all(|c| c.is_ascii_alphanumeric()));
+}
+
+// ---- scoped tokens, request by request (CE 1.743.0, observed with curl) ----------------------
+
+/// The scopes the front-end's token gets, for the folder `fediversity`.
+const FRONT_END_SCOPES: [&str; 3] = ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"];
+
+/// A fake with the workspace `fediversity` and three scripts, and an admin session.
+fn workspace_with_scripts() -> (Fake, String) {
+    let f = fake();
+    let session = f.session();
+    assert_eq!(f.call("POST", "/api/workspaces/create", Some(&session), Some(json!({"id": "fediversity", "name": "fediversity"}))).status, 200);
+    for name in ["deploy", "destroy", "other"] {
+        let body = json!({"path": format!("f/fediversity/{name}"), "summary": name, "description": "", "content": "def main():\n    pass\n", "language": "python3"});
+        assert_eq!(f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body)).status, 201);
+    }
+    (f, session)
+}
+
+impl Fake {
+    fn mint_with(&self, session: &str, body: serde_json::Value) -> String {
+        let reply = self.call("POST", "/api/users/tokens/create", Some(session), Some(body));
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.body
+    }
+
+    /// Status and body of a request, a JSON body `{}` for every POST.
+    fn answer(&self, method: &str, path: &str, token: &str) -> (u16, String) {
+        let body = match (method, path) {
+            ("POST", p) if p.ends_with("/preview") => Some(json!({"content": "def main():\n    return 1\n", "language": "python3", "args": {}})),
+            ("POST", "/api/w/fediversity/scripts/create") => {
+                Some(json!({"path": "f/fediversity/deploy", "summary": "x", "description": "", "content": "print('replaced')\n", "language": "python3"}))
+            }
+            ("POST", "/api/users/tokens/create") => Some(json!({"label": "x"})),
+            ("POST", p) if p.starts_with("/api/settings/") => Some(json!({"value": "3.12"})),
+            ("POST", _) => Some(json!({})),
+            _ => None,
+        };
+        let reply = self.call(method, path, Some(token), body);
+        (reply.status, reply.body)
+    }
+}
+
+/// Each request a scoped token is refused, with what Windmill answers it.
+const REFUSED: [(&str, &str, u16, &str); 10] = [
+    ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", 403, "Permission denied: Required scope: jobs:run:scripts:f/fediversity/other"),
+    ("POST", "/api/w/fediversity/jobs/run/preview", 403, "Permission denied: Required scope: jobs:run"),
+    ("POST", "/api/w/fediversity/jobs/run_wait_result/preview", 403, "Permission denied: Required scope: jobs:run"),
+    ("POST", "/api/w/fediversity/scripts/create", 403, "Permission denied: Required scope: scripts:write"),
+    ("GET", "/api/w/fediversity/users/list", 403, "Permission denied: Required scope: users:read"),
+    ("GET", "/api/w/fediversity/variables/list", 403, "Permission denied: Required scope: variables:read"),
+    ("POST", "/api/users/tokens/create", 401, "Not authorized: Unauthorized"),
+    ("GET", "/api/settings/global/instance_python_version", 401, "Not authorized: Unauthorized"),
+    ("GET", "/api/users/whoami", 401, "Not authorized: Unauthorized"),
+    ("GET", "/api/w/second/variables/list", 401, "Not authorized: Unauthorized"),
+];
+
+#[test]
+fn a_scoped_token_bound_to_the_workspace_runs_the_two_scripts_and_is_refused_the_rest() {
+    let (f, session) = workspace_with_scripts();
+    assert_eq!(f.call("POST", "/api/workspaces/create", Some(&session), Some(json!({"id": "second", "name": "second"}))).status, 200);
+    let token = f.mint_with(&session, json!({"label": "fediversity", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}));
+
+    // The two scripts run: 201 with the job id, the job created by the token's label.
+    for script in ["deploy", "destroy"] {
+        let (status, id) = f.answer("POST", &format!("/api/w/fediversity/jobs/run/p/f/fediversity/{script}"), &token);
+        assert_eq!(status, 201, "{id}");
+        let job = f.fake.jobs().into_iter().find(|j| j.id == id).expect("the job was queued");
+        assert_eq!((job.created_by.as_str(), job.script_path.as_deref()), ("label-fediversity", Some(format!("f/fediversity/{script}").as_str())));
+        // Read and cancelled with `jobs:read` and `jobs:write`.
+        let (status, body) = f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &token);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["created_by"], "label-fediversity");
+        assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &token), (200, id.clone()));
+        assert!(f.fake.jobs().iter().any(|j| j.id == id && j.canceled));
+    }
+    // Everything else: refused, as the table records; nothing was run or written.
+    let jobs = f.fake.jobs().len();
+    for (method, path, status, body) in REFUSED {
+        assert_eq!(f.answer(method, path, &token), (status, body.to_owned()), "{method} {path}");
+    }
+    assert_eq!(f.fake.jobs().len(), jobs);
+    assert_eq!(f.fake.versions("fediversity", "f/fediversity/deploy").len(), 1);
+    // `/api/version` needs no token.
+    assert_eq!(f.call("GET", "/api/version", Some(&token), None).status, 200);
+
+    // Positive control: the admin's unscoped session is refused none of them.
+    for (method, path, _, _) in REFUSED {
+        let (status, body) = f.answer(method, path, &session);
+        assert!(![401, 403].contains(&status), "{method} {path}: {status} {body}");
+    }
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &session).0, 201);
+    let preview = f.fake.jobs().into_iter().find(|j| j.kind == "preview").expect("the session's preview was queued");
+    assert_eq!(preview.created_by, "admin");
+}
+
+#[test]
+fn cancelling_with_jobs_read_alone_is_a_400() {
+    let (f, session) = workspace_with_scripts();
+    let runner = f.mint_with(&session, json!({"label": "runner", "scopes": ["jobs:run:scripts:f/fediversity/deploy", "jobs:read"], "workspace_id": "fediversity"}));
+    let (status, id) = f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &runner);
+    assert_eq!(status, 201);
+    assert_eq!(f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &runner).0, 200);
+    let (status, body) = f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &runner);
+    assert_eq!(status, 400);
+    assert_eq!(body, "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it");
+    assert!(f.fake.jobs().iter().all(|j| !j.canceled));
+    // Without any jobs scope the route itself is refused.
+    let other = f.mint_with(&session, json!({"label": "other", "scopes": ["variables:read"]}));
+    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &other).0, 403);
+}
+
+#[test]
+fn an_unbound_scoped_token_reaches_global_routes_only_through_a_scope() {
+    let (f, session) = workspace_with_scripts();
+    let jobs_only = f.mint_with(&session, json!({"label": "cli", "scopes": FRONT_END_SCOPES}));
+    let with_users = f.mint_with(&session, json!({"label": "cli", "scopes": [FRONT_END_SCOPES[0], "users:read"]}));
+    assert_eq!(f.answer("GET", "/api/users/whoami", &jobs_only), (403, "Permission denied: Required scope: users:read".to_owned()));
+    assert_eq!(f.answer("GET", "/api/users/whoami", &with_users).0, 200);
+    // Unbound, it works in any workspace its scopes cover.
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &jobs_only).0, 201);
+    // `users:read` does not cover writing users.
+    assert_eq!(f.answer("POST", "/api/users/tokens/create", &with_users), (403, "Permission denied: Required scope: users:write".to_owned()));
+}
+
+#[test]
+fn a_folder_wildcard_covers_every_script_of_the_folder_and_no_other_folder() {
+    let (f, session) = workspace_with_scripts();
+    let folder = f.mint_with(&session, json!({"label": "folder", "scopes": ["jobs:run:scripts:f/fediversity/*"], "workspace_id": "fediversity"}));
+    let prefix = f.mint_with(&session, json!({"label": "prefix", "scopes": ["jobs:run:scripts:f/fedi/*"], "workspace_id": "fediversity"}));
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &folder).0, 201);
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &prefix).0, 403);
+    // A kind covers runs of deployed scripts only, never a preview.
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/preview", &folder).0, 403);
+}
+
+#[test]
+fn token_list_shows_scopes_and_workspace_and_a_token_without_scopes_has_full_rights() {
+    let (f, session) = workspace_with_scripts();
+    let empty = f.mint_with(&session, json!({"label": "empty", "scopes": []}));
+    f.mint_with(&session, json!({"label": "scoped", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}));
+    let listed = f.call("GET", "/api/users/tokens/list", Some(&session), None).json();
+    let row = |label: &str| listed.as_array().unwrap().iter().find(|t| t["label"] == label).unwrap().clone();
+    assert_eq!((row("scoped")["scopes"].clone(), row("scoped")["workspace_id"].clone()), (json!(FRONT_END_SCOPES), json!("fediversity")));
+    assert_eq!((row("empty")["scopes"].clone(), row("empty")["workspace_id"].clone()), (json!([]), json!(null)));
+    assert_eq!(row("session")["scopes"], json!(null));
+    assert_eq!(f.answer("GET", "/api/w/fediversity/variables/list", &empty).0, 200);
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/preview", &empty).0, 201);
+}
+
+#[test]
+fn a_server_that_does_not_enforce_scopes_grants_every_route_but_keeps_the_binding() {
+    let (f, session) = workspace_with_scripts();
+    let token = f.mint_with(&session, json!({"label": "fediversity", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}));
+    f.fake.set_version("CE v1.500.2");
+    f.fake.set_enforce_scopes(false);
+    assert_eq!(f.call("GET", "/api/version", None, None).body, "CE v1.500.2");
+    assert_eq!(f.answer("GET", "/api/w/fediversity/variables/list", &token), (200, "[]".to_owned()));
+    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/preview", &token).0, 201);
+    assert_eq!(f.answer("GET", "/api/users/whoami", &token).0, 401);
+    // Control: enforced again, refused again.
+    f.fake.set_enforce_scopes(true);
+    assert_eq!(f.answer("GET", "/api/w/fediversity/variables/list", &token).0, 403);
 }

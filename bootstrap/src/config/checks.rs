@@ -7,6 +7,7 @@ use std::path::Path;
 use safe_io::secret::Secret;
 
 use super::Problems;
+use crate::scope;
 
 /// Windmill's check constraint on `workspace.id`: `^\w+(-\w+)*$` (ASCII here; the constraint
 /// `proper_id` of Windmill's `workspace` table). Also keeps the id safe in a URL path.
@@ -26,6 +27,41 @@ pub fn is_folder_name(name: &str) -> bool {
 pub fn is_setting_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_lowercase()) && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A token's label: Windmill's labels are free text, but this one is logged and compared.
+/// Windmill labels every login session `session`: revoking "older tokens with the same label"
+/// would then log out every session of the admin.
+pub fn token_label(field: &str, label: &str, problems: &mut Problems) {
+    if label.is_empty() {
+        problems.add(format!("{field} is empty"));
+    } else if label == "session" {
+        problems.add(format!("{field} must not be \"session\": Windmill uses that label for login sessions"));
+    } else if label.chars().count() > 255 || label.chars().any(char::is_control) {
+        problems.add(format!("{field} must be at most 255 characters without control characters"));
+    }
+}
+
+/// The front-end token's scopes: each one Windmill would parse (see [`crate::scope`]), not too
+/// many, and at least one harmless read left that they must refuse (the proof of step 7).
+pub fn scopes(field: &str, scopes: &[String], problems: &mut Problems) {
+    if scopes.len() > scope::MAX_SCOPES {
+        problems.add(format!("{field} has {} scopes, more than {}", scopes.len(), scope::MAX_SCOPES));
+        return;
+    }
+    for (i, s) in scopes.iter().enumerate() {
+        if let Some(why) = scope::problem(s) {
+            // The scope is shown escaped, unless it is too long to be one.
+            let shown = if s.chars().count() > scope::MAX_LEN { String::new() } else { format!(" {s:?}") };
+            problems.add(format!("{field}[{i}]{shown} is not a Windmill scope: it {why}"));
+        }
+    }
+    if !scopes.is_empty() && scope::probe(scopes).is_none() {
+        problems.add(format!(
+            "{field} name every domain the run proves the token's limit with ({}): list fewer, or [] for an unscoped token",
+            scope::probe_domains().join(", ")
+        ));
+    }
 }
 
 /// The `bao kv put` path, without leading or trailing slashes, which goes into OpenBao API paths:

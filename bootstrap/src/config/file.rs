@@ -76,11 +76,17 @@ pub struct Scripts {
     pub concurrency: usize,
 }
 
+/// The front-end's token, the one OpenBao holds.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Token {
     #[serde(default = "fediversity")]
     pub label: String,
+    /// Absent or `null`: the defaults for the folder; `[]`: an unscoped token.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    #[serde(default = "yes")]
+    pub bind_to_workspace: bool,
     #[serde(default = "yes")]
     pub revoke_previous: bool,
 }
@@ -102,6 +108,9 @@ pub struct OpenBao {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UiAuth {
+    /// The label of the include's own token (full rights).
+    #[serde(default = "ui_auth_label")]
+    pub label: String,
     #[serde(default = "ui_auth_file")]
     pub file: PathBuf,
     #[serde(default = "root")]
@@ -166,6 +175,9 @@ fn yes() -> bool {
 }
 fn openbao_field() -> String {
     "value".into()
+}
+fn ui_auth_label() -> String {
+    "fediversity-ui".into()
 }
 fn ui_auth_file() -> PathBuf {
     "/run/windmill-ui-auth/token.conf".into()
@@ -254,6 +266,9 @@ mod tests {
         assert_eq!(file.workspace.folder, "fediversity");
         assert_eq!(file.scripts.concurrency, 8);
         assert!(file.token.revoke_previous);
+        assert!(file.token.bind_to_workspace);
+        assert_eq!(file.token.scopes, None);
+        assert_eq!(file.ui_auth.label, "fediversity-ui");
         assert_eq!(file.ui_auth.mode, "0440");
         assert_eq!(file.retry.call_attempts, 5);
         assert_eq!(file.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));

@@ -9,18 +9,24 @@ use safe_io::secret::Secret;
 use serde_json::Value;
 
 use super::checks;
+use crate::scope;
 use super::file::{self, File};
 use super::{Config, Database, Env, OpenBao, Problems, Retry, Scripts, Token, UiAuth, Windmill, Workspace};
 
 pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Config> {
     let windmill = windmill(&raw.windmill, problems);
     let database = database(&raw.windmill, problems);
+    let token = token(raw.token, &raw.workspace.folder, problems);
     let workspace = workspace(raw.workspace, problems);
     let scripts = scripts(raw.scripts, problems);
-    let token = token(raw.token, problems);
     let settings = settings(raw.settings, problems);
     let openbao = openbao(raw.openbao, env, problems);
     let ui_auth = ui_auth(raw.ui_auth, problems);
+    if ui_auth.as_ref().is_some_and(|ui| ui.label == token.label) {
+        // Step 9 deletes the older tokens of each label: with one label for both, each token
+        // would be revoked as an "older" token of the other.
+        problems.add(format!("token.label and ui_auth.label are both {:?}: the two tokens need labels of their own", token.label));
+    }
     let retry = retry(&raw.retry, problems);
     Some(Config {
         windmill: windmill?,
@@ -110,16 +116,14 @@ fn scripts(raw: file::Scripts, problems: &mut Problems) -> Option<Scripts> {
     }
 }
 
-fn token(raw: file::Token, problems: &mut Problems) -> Token {
-    if raw.label.is_empty() {
-        problems.add("token.label is empty");
-    }
-    // Windmill labels every login session `session`; revoking "older tokens with the same
-    // label" would then log out every session of the admin.
-    if raw.label == "session" {
-        problems.add("token.label must not be \"session\": Windmill uses that label for login sessions");
-    }
-    Token { label: raw.label, revoke_previous: raw.revoke_previous }
+fn token(raw: file::Token, folder: &str, problems: &mut Problems) -> Token {
+    checks::token_label("token.label", &raw.label, problems);
+    let scopes = match raw.scopes {
+        None => scope::defaults(folder),
+        Some(scopes) => scopes,
+    };
+    checks::scopes("token.scopes", &scopes, problems);
+    Token { label: raw.label, scopes, bind_to_workspace: raw.bind_to_workspace, revoke_previous: raw.revoke_previous }
 }
 
 fn settings(raw: BTreeMap<String, Value>, problems: &mut Problems) -> BTreeMap<String, Value> {
@@ -167,7 +171,8 @@ fn ui_auth(raw: file::UiAuth, problems: &mut Problems) -> Option<UiAuth> {
     let uid = checks::user_id("ui_auth.owner", &raw.owner, problems);
     let gid = checks::group_id("ui_auth.group", &raw.group, problems);
     let mode = checks::file_mode("ui_auth.mode", &raw.mode, problems);
-    Some(UiAuth { file: raw.file, owner: raw.owner, uid: uid?, group: raw.group, gid: gid?, mode: mode? })
+    checks::token_label("ui_auth.label", &raw.label, problems);
+    Some(UiAuth { label: raw.label, file: raw.file, owner: raw.owner, uid: uid?, group: raw.group, gid: gid?, mode: mode? })
 }
 
 fn retry(raw: &file::Retry, problems: &mut Problems) -> Option<Retry> {

@@ -15,7 +15,6 @@ pub mod lines;
 pub mod model;
 mod sender;
 
-use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -24,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use reqwest::Url;
-pub use safe_io::secret::Secret;
+pub use safe_io::secret::{Hidden, Secret};
 
 pub use model::{Level, Progress};
 
@@ -38,16 +37,10 @@ pub const QUEUE_LINES: usize = 4096;
 pub const QUEUE_BYTES: usize = 1 << 20;
 
 /// Where events go. The URL is not shown either: it may carry credentials.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Target {
-    pub url: Url,
+    pub url: Hidden<Url>,
     pub secret: Secret,
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Target").field("url", &"(not shown)").field("secret", &self.secret).finish()
-    }
 }
 
 /// What every event of a job names.

@@ -1,13 +1,14 @@
-//! Which keys are admitted from which layer: every node key must be declared, a control key or a
-//! Nix/OpenTofu variable; every payload key must be declared or a payload control key, and never
-//! reserved or node-only; only a fixed set of names passes from jobenv's own environment. All
-//! offending keys of one kind are collected, so one error line lists them all.
+//! Which keys are admitted from which layer, by their [`KeyClass`]: every node key must be
+//! declared, a control key or a Nix/OpenTofu variable; every payload key must be declared or a
+//! payload control key, and never reserved or node-only; only a fixed set of names passes from
+//! jobenv's own environment. All offending keys of one kind are collected, so one error line
+//! lists them all.
 
 use std::collections::BTreeMap;
 
 use super::keys::DeclaredKey;
 use super::node::NodeValue;
-use super::names;
+use super::names::{self, KeyClass};
 use super::json::text as env_text;
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
@@ -27,44 +28,33 @@ pub struct Payload {
     pub ignored: Vec<String>,
 }
 
-/// A key no layer passes on as it is: jobenv consumes it or derives it.
-pub fn is_control(key: &str) -> bool {
-    names::is_consumed(key) || names::is_derived(key)
-}
-
 /// Only the fixed pass-through names and the declared keys pass from jobenv's environment:
 /// none of the job runner's own variables (`WM_TOKEN`, `PYTHONPATH`, ...), and no node-only key
-/// (that environment is the job runner's, or the front-end's that runs jobenv itself).
+/// (the node's files are its only source).
 pub fn environ_admits(declared: &BTreeMap<String, DeclaredKey>, key: &str) -> bool {
-    names::ENVIRON_PASSTHROUGH.contains(&key)
-        || (declared.get(key).is_some_and(|d| !d.node_only) && !names::is_reserved(key) && !is_control(key))
+    names::ENVIRON_PASSTHROUGH.contains(&key) || names::class(key, declared).environ_may_set()
 }
 
 /// Node keys must be declared, control keys the node may set, or Nix/OpenTofu variables.
 pub fn check_node(node: &NodeValues, declared: &BTreeMap<String, DeclaredKey>, problems: &mut Vec<Problem>) {
     for (key, value) in node {
         let origin = value.origin.clone();
-        if names::is_derived(key) {
-            problems.push(Problem::DerivedKeyOnNode { key: key.clone(), origin });
-        } else if names::is_payload_control(key) && !names::is_shared_control(key) {
-            problems.push(Problem::PayloadOnlyKeyOnNode { key: key.clone(), origin });
-        } else if !(declared.contains_key(key)
-            || names::is_node_control(key)
-            || names::is_shared_control(key)
-            || names::is_node_tool_key(key))
-        {
-            problems.push(if value.hidden_key {
-                Problem::HiddenNodeKey { origin, what: "sets a key that is neither declared in the keys file nor a Nix/OpenTofu variable a node may set" }
-            } else {
-                Problem::UndeclaredNodeKey { key: key.clone(), origin }
-            });
+        match names::class(key, declared) {
+            KeyClass::Derived { .. } => problems.push(Problem::DerivedKeyOnNode { key: key.clone(), origin }),
+            KeyClass::PayloadControl { node_may_set: false } => problems.push(Problem::PayloadOnlyKeyOnNode { key: key.clone(), origin }),
+            class if class.node_may_set() => {}
+            _ if value.hidden_key => problems.push(Problem::HiddenNodeKey {
+                origin,
+                what: "sets a key that is neither declared in the keys file nor a Nix/OpenTofu variable a node may set",
+            }),
+            _ => problems.push(Problem::UndeclaredNodeKey { key: key.clone(), origin }),
         }
     }
 }
 
 /// A keys file that declares a control key would hand the program a key jobenv consumes.
 pub fn check_declared(declared: &BTreeMap<String, DeclaredKey>, problems: &mut Vec<Problem>) {
-    for key in declared.keys().filter(|key| names::is_consumed(key)) {
+    for key in declared.keys().filter(|key| names::class(key, declared).is_consumed()) {
         problems.push(Problem::DeclaredControlKey { key: key.clone() });
     }
 }
@@ -75,22 +65,22 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
     let mut admitted = Payload::default();
     let (mut undeclared, mut reserved) = (Vec::new(), Vec::new());
     let node_has_credentials = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].iter().any(|key| inputs.node.contains_key(*key));
-    for (key, value) in &inputs.payload {
+    for (key, value) in inputs.payload.iter() {
         if !names::is_valid_key(key) {
             problems.push(Problem::InvalidKey { key: super::cut(key, super::SHOWN_CHARS), origin: "payload".into() });
             continue;
         }
         let Some(text) = env_text(value) else { continue };
-        let credential = matches!(key.as_str(), "TF_HTTP_USERNAME" | "TF_HTTP_PASSWORD");
+        let class = names::class(key, &inputs.declared);
+        let credential = matches!(class, KeyClass::StateCredential { .. });
         // A payload-only or derived key on the node is the node's error (`check_node`), not a
         // reason to drop the payload's value.
-        let node_sets = inputs.node.contains_key(key) && !names::is_derived(key) && (!names::is_payload_control(key) || names::is_shared_control(key));
-        let node_only = names::is_node_control(key) || inputs.declared.get(key).is_some_and(|d| d.node_only);
-        if node_sets || node_only || (credential && node_has_credentials) {
+        let node_sets = inputs.node.contains_key(key) && !matches!(class, KeyClass::Derived { .. } | KeyClass::PayloadControl { node_may_set: false });
+        if node_sets || class.is_node_only() || (credential && node_has_credentials) {
             // Silent only for an equal value the job could know anyway: for a secret, silence
             // would tell the job whether its guess was right.
             let node = node_value(inputs, key);
-            if node.is_none_or(|node| node.secret || node.value != text) {
+            if node.is_none_or(|node| node.value.is_secret() || node.value.expose() != text) {
                 let why = match node {
                     Some(_) => "the node sets it",
                     None if credential => "the node sets the state backend's credentials",
@@ -101,15 +91,18 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             admitted.ignored.push(key.clone());
             continue;
         }
-        let control = names::PAYLOAD_CONTROL_KEYS.iter().chain(names::STATE_KEYS).find(|c| **c == key);
-        if control.is_none() && (names::is_reserved(key) || names::is_derived(key)) {
-            reserved.push(super::cut(key, super::SHOWN_CHARS));
-            continue;
-        }
-        if control.is_none() && !inputs.declared.contains_key(key) {
-            undeclared.push(super::cut(key, super::SHOWN_CHARS));
-            continue;
-        }
+        let control = match class {
+            KeyClass::Reserved { .. } | KeyClass::Derived { payload_may_propose: false } => {
+                reserved.push(super::cut(key, super::SHOWN_CHARS));
+                continue;
+            }
+            KeyClass::Undeclared | KeyClass::NodeTool => {
+                undeclared.push(super::cut(key, super::SHOWN_CHARS));
+                continue;
+            }
+            KeyClass::PayloadControl { .. } | KeyClass::Derived { .. } | KeyClass::NodeControl => true,
+            KeyClass::StateCredential { .. } | KeyClass::Declared(_) => false,
+        };
         if text.contains('\0') {
             problems.push(Problem::NulInValue { key: key.clone(), origin: "payload".into() });
             continue;
@@ -120,8 +113,8 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             problems.push(Problem::PayloadPasswordTooLong { max: MAX_PAYLOAD_PASSWORD });
             continue;
         }
-        match control {
-            Some(name) if !credential => {
+        match names::PAYLOAD_CONTROL_KEYS.iter().chain(names::STATE_KEYS).find(|c| **c == key) {
+            Some(name) if control => {
                 admitted.controls.insert(*name, text);
             }
             _ => admitted.values.push((key.clone(), text)),

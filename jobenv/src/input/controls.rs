@@ -11,7 +11,8 @@ use super::names;
 use super::state::{self, StateAddress};
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
-use crate::events::{Secret, Target};
+use crate::events::Target;
+use safe_io::secret::{Hidden, Text};
 
 /// The resolved control keys of a job that passed every check.
 #[derive(Debug, Clone)]
@@ -37,10 +38,10 @@ fn shown(value: &str) -> String {
 pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) -> Option<Controls> {
     let before = problems.len();
     let payload = &payload.controls;
-    let node = |key: &str| inputs.node.get(key).map(|v| v.value.clone());
+    let node = |key: &str| inputs.node.get(key).map(|v| v.value.expose().to_owned());
     // A control key may come from a secrets directory: then its value is never shown.
     let shown_node = |key: &str, value: &str| match inputs.node.get(key) {
-        Some(v) if v.secret => "(value not shown: it comes from a secret)".to_owned(),
+        Some(v) if v.value.is_secret() => "(value not shown: it comes from a secret)".to_owned(),
         _ => shown(value),
     };
     let missing = |key, hint| Problem::MissingControl { key, hint };
@@ -121,7 +122,7 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     // let two namespaces address the same state, so the rules of a state address hold for it.
     // Credentials in it only where they are redacted (a secrets source); and state credentials
     // of the node only with a base of the node: they must never go to an address a job chose.
-    let base_secret = inputs.node.get("STATE_BASE_ADDRESS").is_some_and(|v| v.secret);
+    let base_secret = inputs.node.get("STATE_BASE_ADDRESS").is_some_and(|v| v.value.is_secret());
     let base_rule = base.as_deref().and_then(|base| state::url_problem(base, true)).or_else(|| {
         let userinfo = base.as_deref().is_some_and(state::has_userinfo);
         (userinfo && !base_secret).then_some("carries credentials outside a secrets source: put them in TF_HTTP_USERNAME and TF_HTTP_PASSWORD")
@@ -173,25 +174,31 @@ pub fn events_target(node: &NodeValues) -> Result<Option<Target>, Vec<Problem>> 
     let mut problems = Vec::new();
     // Never shown: a URL may carry credentials, and it may come from a secrets source.
     let hidden = || "(value not shown)".to_owned();
-    let url = match Url::parse(&url.value) {
+    let url = match Url::parse(url.value.expose()) {
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => Some(url),
         _ => {
             problems.push(Problem::BadControl { key: "EVENTS_URL", shown: hidden(), rule: "must be an http:// or https:// URL" });
             None
         }
     };
-    if !secret.secret {
+    let secret = match &secret.value {
         // A secret in deploy-env.json would be neither protected on disk nor redacted.
-        problems.push(Problem::SecretOutsideSecrets { key: "EVENTS_SECRET", origin: secret.origin.clone() });
-    } else if !is_valid_events_secret(&secret.value) {
-        problems.push(Problem::BadControl {
-            key: "EVENTS_SECRET",
-            shown: hidden(),
-            rule: "must be 16 to 1024 printable ASCII characters without spaces",
-        });
-    }
-    match (url, problems.is_empty()) {
-        (Some(url), true) => Ok(Some(Target { url, secret: Secret::new(secret.value.as_str()) })),
+        Text::Plain(_) => {
+            problems.push(Problem::SecretOutsideSecrets { key: "EVENTS_SECRET", origin: secret.origin.clone() });
+            None
+        }
+        Text::Secret(value) if !is_valid_events_secret(value.expose()) => {
+            problems.push(Problem::BadControl {
+                key: "EVENTS_SECRET",
+                shown: hidden(),
+                rule: "must be 16 to 1024 printable ASCII characters without spaces",
+            });
+            None
+        }
+        Text::Secret(value) => Some(value.clone()),
+    };
+    match (url, secret) {
+        (Some(url), Some(secret)) if problems.is_empty() => Ok(Some(Target { url: Hidden(url), secret })),
         _ => Err(problems),
     }
 }
@@ -242,7 +249,7 @@ mod tests {
     fn a_control_value_from_a_secret_is_not_shown_in_errors() {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "x86_64-SECRETSYS", true)]));
-        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: "relative-SECRETROOT".into(), origin: "secret".into(), secret: true, hidden_key: false });
+        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: Text::Secret(safe_io::secret::Secret::new("relative-SECRETROOT")), origin: "secret".into(), hidden_key: false });
         let p = problems(&i).join("\n");
         assert!(!p.contains("SECRETSYS") && !p.contains("SECRETROOT"), "{p}");
         // Positive control: the same values from deploy-env.json are shown.

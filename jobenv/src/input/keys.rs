@@ -11,14 +11,14 @@ use crate::error::Problem;
 
 /// One declared key: what it means, what it is when no layer sets it, and whether only the node
 /// may set it.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DeclaredKey {
     pub description: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
     /// The node sets it (deploy-env.json, a secret) or its default applies; a payload value is
-    /// dropped with a warning, and jobenv's own environment (a job runner's, or a front-end's
-    /// that runs jobenv itself) never passes it. For what decides which code a deploy evaluates:
+    /// dropped with a warning, and jobenv's own environment (the job runner's) never passes it:
+    /// the node's files are its only source. For what decides which code a deploy evaluates:
     /// the structural pins.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub node_only: bool,

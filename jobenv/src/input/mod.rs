@@ -25,49 +25,34 @@ pub mod state;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::cli::JobArgs;
 use crate::error::Problem;
 use crate::events::Target;
+use crate::settings::JobSettings;
 use controls::Controls;
 use keys::DeclaredKey;
 use node::NodeValue;
+use safe_io::secret::Hidden;
 
 /// Every value the node sets, by key.
 pub type NodeValues = BTreeMap<String, NodeValue>;
 
-/// Everything a job is made of, read from disk: the input of [`check`] and of the merge.
-#[derive(Clone)]
+/// Everything a job is made of, read from disk: the input of [`check`] and of the merge. Its
+/// Debug output holds no secret: node secrets are [`safe_io::secret::Text::Secret`]s, and the
+/// payload (which may hold the state password) and jobenv's environment are [`Hidden`].
+#[derive(Debug, Clone)]
 pub struct Inputs {
     pub verb: String,
     pub node: NodeValues,
     pub declared: BTreeMap<String, DeclaredKey>,
     pub attributes: Vec<String>,
-    pub payload: json::Members,
+    pub payload: Hidden<json::Members>,
     /// jobenv's own environment (only admitted names are kept).
-    pub environ: Vec<(String, String)>,
+    pub environ: Hidden<Vec<(String, String)>>,
     /// The nix-shell to run, already resolved to a path.
     pub nix_shell: PathBuf,
     pub running_system: String,
     /// Bytes of argv and environment the program may have ([`crate::plan::exec_budget`]).
     pub exec_budget: usize,
-}
-
-/// The payload by its keys only: its values may hold the state password (node values show
-/// theirs unless they are secret, see [`NodeValue`]).
-impl std::fmt::Debug for Inputs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inputs")
-            .field("verb", &self.verb)
-            .field("node", &self.node)
-            .field("declared", &self.declared)
-            .field("attributes", &self.attributes)
-            .field("payload", &self.payload.keys().collect::<Vec<_>>())
-            .field("environ", &self.environ.iter().map(|(key, _)| key).collect::<Vec<_>>())
-            .field("nix_shell", &self.nix_shell)
-            .field("running_system", &self.running_system)
-            .field("exec_budget", &self.exec_budget)
-            .finish()
-    }
 }
 
 /// What a job says it is about, known as soon as its payload is read (for the job result,
@@ -131,12 +116,12 @@ pub fn cut(value: &str, max: usize) -> String {
 }
 
 /// Reads every input of a job; all problems found are reported together.
-pub fn gather(job: &JobArgs) -> Gathered {
+pub fn gather(job: &JobSettings) -> Gathered {
     gather_with(job, payload::read(&job.payload))
 }
 
 /// [`gather`] with the payload already read (it can be read only once: it may be stdin).
-pub fn gather_with(job: &JobArgs, payload: Result<json::Members, Problem>) -> Gathered {
+pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -> Gathered {
     let mut problems: Vec<Problem> = Vec::new();
     let mut identity = Identity::default();
 
@@ -144,13 +129,8 @@ pub fn gather_with(job: &JobArgs, payload: Result<json::Members, Problem>) -> Ga
     if let Some(payload) = &payload {
         identity = identity_of(payload);
     }
-    let node_files = node::NodeFiles {
-        deploy_env: job.node.deploy_env.clone(),
-        secrets_dirs: job.node.secrets_dirs(),
-        secrets_env_files: job.node.secrets_env_files(),
-    };
     let required = job.node.required_secrets.as_deref().map(readiness::read).transpose().map_err(|p| problems.push(p)).ok().flatten();
-    let node = node::load(&node_files)
+    let node = node::load(&job.node)
         .map_err(|p| problems.extend(p.into_iter().map(|p| if required.is_some() { readiness::reclassify(p) } else { p })))
         .ok();
     if let (Some(required), Some(node)) = (&required, &node) {
@@ -174,8 +154,8 @@ pub fn gather_with(job: &JobArgs, payload: Result<json::Members, Problem>) -> Ga
                 node,
                 declared,
                 attributes,
-                payload,
-                environ,
+                payload: Hidden(payload),
+                environ: Hidden(environ),
                 nix_shell,
                 running_system: names::running_system(),
                 exec_budget: crate::plan::exec_budget(stack_limit()),
@@ -243,7 +223,7 @@ pub(crate) mod test_support {
     pub fn node(pairs: &[(&str, &str, bool)]) -> NodeValues {
         pairs
             .iter()
-            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: (*v).into(), origin: format!("test:{k}"), secret: *secret, hidden_key: false }))
+            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: if *secret { safe_io::secret::Text::Secret(safe_io::secret::Secret::new(*v)) } else { safe_io::secret::Text::Plain((*v).into()) }, origin: format!("test:{k}"), hidden_key: false }))
             .collect()
     }
 
@@ -259,8 +239,8 @@ pub(crate) mod test_support {
             node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),
             declared,
             attributes: vec!["web".into()],
-            payload: json::members(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"})),
-            environ: vec![],
+            payload: Hidden(json::members(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"}))),
+            environ: Hidden(vec![]),
             nix_shell: "/bin/nix-shell".into(),
             running_system: "x86_64-linux".into(),
             exec_budget: crate::plan::exec_budget(8 << 20),
@@ -270,7 +250,7 @@ pub(crate) mod test_support {
     impl Inputs {
         /// Sets a payload key to `value`, written as serde_json writes it.
         pub fn set_payload(&mut self, key: &str, value: serde_json::Value) {
-            self.payload.insert(key.to_owned(), json::raw(&value));
+            self.payload.0.insert(key.to_owned(), json::raw(&value));
         }
     }
 

@@ -1,5 +1,10 @@
 //! Which names may come from where. These lists are the security boundary of jobenv: a name
-//! that is not admitted here never reaches a deployment program.
+//! that is not admitted here never reaches a deployment program. [`class`] is what a key is,
+//! made of them.
+
+use std::collections::BTreeMap;
+
+use super::keys::DeclaredKey;
 
 /// The verbs of the deployment programs (`<group>-<method>-<machine>-<verb>`).
 pub const VERBS: &[&str] = &[
@@ -144,30 +149,92 @@ fn is_stdenv_code(key: &str) -> bool {
     ["Hook", "Hooks", "Phase", "Phases"].iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
 }
 
-/// A state-backend key a payload may carry.
-pub fn is_state_key(key: &str) -> bool {
-    STATE_KEYS.contains(&key)
+/// What a key is to jobenv: which layer may set it, and whether it reaches the program. The
+/// one classification admission ([`super::admit`]) and the merge ([`crate::plan`]) share; each
+/// key has exactly one class, the first that fits in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyClass<'a> {
+    /// jobenv's own input, set by the node only, never passed to the program
+    /// (`DEPLOYMENT_ROOT`, `NIXPKGS`, `STATE_BASE_ADDRESS`, `EVENTS_URL`, ...).
+    NodeControl,
+    /// jobenv's own input, set by a payload, never passed to the program (`ATTRIBUTE`,
+    /// `NAMESPACE`, ...); `SYSTEM` the node may set too.
+    PayloadControl { node_may_set: bool },
+    /// jobenv derives it (`DEPLOYMENT_NAMESPACE`, the state addresses): no node source sets it; a
+    /// payload may propose a state address, checked against its rules.
+    Derived { payload_may_propose: bool },
+    /// The state backend's credentials: the node's, or a payload's where the node has none.
+    StateCredential { declared: bool },
+    /// Steers a shell, an interpreter, the loader, Nix, git, ssh or OpenTofu: no payload sets it
+    /// and jobenv's environment never passes it, declared or not; the node may, when it declares
+    /// it or it is a Nix/OpenTofu variable of the node.
+    Reserved { node_may_set: bool },
+    /// Declared in the keys file.
+    Declared(&'a DeclaredKey),
+    /// An undeclared Nix/OpenTofu variable a node may set (`NIX_CONFIG`, `TF_VAR_*`, ...).
+    NodeTool,
+    Undeclared,
 }
 
-pub fn is_node_control(key: &str) -> bool {
-    NODE_CONTROL_KEYS.contains(&key)
+/// The class of `key` on a node that declares `declared`.
+pub fn class<'a>(key: &str, declared: &'a BTreeMap<String, DeclaredKey>) -> KeyClass<'a> {
+    if NODE_CONTROL_KEYS.contains(&key) {
+        KeyClass::NodeControl
+    } else if PAYLOAD_CONTROL_KEYS.contains(&key) {
+        KeyClass::PayloadControl { node_may_set: SHARED_CONTROL_KEYS.contains(&key) }
+    } else if DERIVED_KEYS.contains(&key) {
+        KeyClass::Derived { payload_may_propose: STATE_KEYS.contains(&key) }
+    } else if STATE_KEYS.contains(&key) {
+        KeyClass::StateCredential { declared: declared.contains_key(key) }
+    } else if is_reserved(key) {
+        KeyClass::Reserved { node_may_set: declared.contains_key(key) || is_node_tool_key(key) }
+    } else if let Some(entry) = declared.get(key) {
+        KeyClass::Declared(entry)
+    } else if is_node_tool_key(key) {
+        KeyClass::NodeTool
+    } else {
+        KeyClass::Undeclared
+    }
 }
 
-pub fn is_payload_control(key: &str) -> bool {
-    PAYLOAD_CONTROL_KEYS.contains(&key)
-}
+impl KeyClass<'_> {
+    /// jobenv consumes it and never passes it to the program.
+    pub fn is_consumed(self) -> bool {
+        matches!(self, KeyClass::NodeControl | KeyClass::PayloadControl { .. })
+    }
 
-pub fn is_shared_control(key: &str) -> bool {
-    SHARED_CONTROL_KEYS.contains(&key)
-}
+    /// No layer passes it on as it is: jobenv consumes it or derives it.
+    pub fn is_control(self) -> bool {
+        self.is_consumed() || matches!(self, KeyClass::Derived { .. })
+    }
 
-/// A control key jobenv consumes and never passes to the program.
-pub fn is_consumed(key: &str) -> bool {
-    is_node_control(key) || is_payload_control(key)
-}
+    /// Only the node may set it: a payload value is dropped.
+    pub fn is_node_only(self) -> bool {
+        match self {
+            KeyClass::NodeControl => true,
+            KeyClass::Declared(entry) => entry.node_only,
+            _ => false,
+        }
+    }
 
-pub fn is_derived(key: &str) -> bool {
-    DERIVED_KEYS.contains(&key)
+    /// A node source may set it.
+    pub fn node_may_set(self) -> bool {
+        match self {
+            KeyClass::NodeControl | KeyClass::StateCredential { .. } | KeyClass::Declared(_) | KeyClass::NodeTool => true,
+            KeyClass::PayloadControl { node_may_set } | KeyClass::Reserved { node_may_set } => node_may_set,
+            KeyClass::Derived { .. } | KeyClass::Undeclared => false,
+        }
+    }
+
+    /// It may pass from jobenv's own environment (besides [`ENVIRON_PASSTHROUGH`]): a declared
+    /// key that is not node-only.
+    pub fn environ_may_set(self) -> bool {
+        match self {
+            KeyClass::Declared(entry) => !entry.node_only,
+            KeyClass::StateCredential { declared } => declared,
+            _ => false,
+        }
+    }
 }
 
 /// A variable name jobenv can pass to execve: non-empty, no `=`, no NUL.
@@ -287,8 +354,36 @@ mod tests {
             assert!(!is_reserved(k), "{k}");
         }
         for k in STATE_KEYS {
-            assert!(!is_reserved(k) && is_state_key(k), "{k}");
+            assert!(!is_reserved(k) && STATE_KEYS.contains(k), "{k}");
         }
+    }
+
+    #[test]
+    fn every_key_has_one_class_and_the_first_that_fits_wins() {
+        let mut declared = BTreeMap::new();
+        for key in ["DOMAIN", "PIN", "PATH", "TF_HTTP_PASSWORD", "DEPLOYMENT_NAMESPACE", "SYSTEM"] {
+            declared.insert(key.to_owned(), DeclaredKey { node_only: key == "PIN", ..Default::default() });
+        }
+        let class = |key| class(key, &declared);
+        assert_eq!(class("DEPLOYMENT_ROOT"), KeyClass::NodeControl);
+        assert_eq!(class("ATTRIBUTE"), KeyClass::PayloadControl { node_may_set: false });
+        // A control key stays one when a keys file declares it (which is refused on its own).
+        assert_eq!(class("SYSTEM"), KeyClass::PayloadControl { node_may_set: true });
+        assert_eq!(class("DEPLOYMENT_NAMESPACE"), KeyClass::Derived { payload_may_propose: false });
+        assert_eq!(class("TF_HTTP_LOCK_ADDRESS"), KeyClass::Derived { payload_may_propose: true });
+        assert_eq!(class("TF_HTTP_USERNAME"), KeyClass::StateCredential { declared: false });
+        assert_eq!(class("TF_HTTP_PASSWORD"), KeyClass::StateCredential { declared: true });
+        assert_eq!(class("PATH"), KeyClass::Reserved { node_may_set: true });
+        assert_eq!(class("NIX_CONFIG"), KeyClass::Reserved { node_may_set: true });
+        assert_eq!(class("LD_PRELOAD"), KeyClass::Reserved { node_may_set: false });
+        assert_eq!(class("DOMAIN"), KeyClass::Declared(&declared["DOMAIN"]));
+        assert!(class("PIN").is_node_only() && !class("DOMAIN").is_node_only() && class("NIXPKGS").is_node_only());
+        assert_eq!(class("TF_VAR_token"), KeyClass::NodeTool);
+        assert_eq!(class("TF_LOG"), KeyClass::NodeTool);
+        assert_eq!(class("ANYTHING"), KeyClass::Undeclared);
+        // Who may set what.
+        assert!(class("DOMAIN").environ_may_set() && !class("PIN").environ_may_set() && !class("PATH").environ_may_set());
+        assert!(class("TF_VAR_token").node_may_set() && !class("LD_PRELOAD").node_may_set() && !class("ATTRIBUTE").node_may_set());
     }
 
     #[test]

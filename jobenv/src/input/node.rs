@@ -9,33 +9,19 @@ use super::env_file::{is_variable_name, parse_env_file};
 use super::json::{read_object, text};
 use super::names::is_valid_key;
 use crate::error::Problem;
+use crate::settings::NodeFiles;
+use safe_io::secret::{Secret, Text};
 
-/// A value set by the node, with where it came from (a path, never the value, in messages).
-#[derive(Clone)]
+/// A value set by the node, with where it came from (a path, never the value, in messages): a
+/// secret (from a secrets directory or env file) or a plain value (deploy-env.json).
+#[derive(Debug, Clone)]
 pub struct NodeValue {
-    pub value: String,
+    pub value: Text,
     pub origin: String,
-    pub secret: bool,
     /// The key itself may be secret text: an env-file line `KEY=` or `KEY==` whose value is
     /// nothing but `=` is what the last line of a wrapped base64 value looks like when it is all
     /// letters and digits. Errors about such a key name its origin (file and line) only.
     pub hidden_key: bool,
-}
-
-/// A secret's value never appears in a Debug output.
-impl std::fmt::Debug for NodeValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value: &dyn std::fmt::Debug = if self.secret { &"[REDACTED]" } else { &self.value };
-        f.debug_struct("NodeValue").field("value", value).field("origin", &self.origin).field("secret", &self.secret).finish_non_exhaustive()
-    }
-}
-
-/// Where the node layer is read from.
-#[derive(Debug, Clone, Default)]
-pub struct NodeFiles {
-    pub deploy_env: PathBuf,
-    pub secrets_dirs: Vec<PathBuf>,
-    pub secrets_env_files: Vec<PathBuf>,
 }
 
 /// The values one secrets env file of this text sets, as [`load`] reads it from `path`, and its
@@ -58,7 +44,7 @@ pub fn load(files: &NodeFiles) -> Result<BTreeMap<String, NodeValue>, Vec<Proble
     }
     // Each secret becomes redaction needles in every form it may be printed in: the total is
     // bounded, not only each value (24 values of 127 KiB would be gigabytes of automaton).
-    let total: usize = layer.values.values().filter(|v| v.secret).map(|v| v.value.len()).sum();
+    let total: usize = layer.values.values().filter(|v| v.value.is_secret()).map(|v| v.value.expose().len()).sum();
     if total > SECRETS_LIMIT {
         layer.problems.push(Problem::SecretsTooLarge { total, limit: SECRETS_LIMIT });
     }
@@ -78,8 +64,8 @@ struct Layer {
 }
 
 impl Layer {
-    fn insert(&mut self, key: String, value: String, origin: String, secret: bool) {
-        self.insert_value(key, NodeValue { value, origin, secret, hidden_key: false });
+    fn insert(&mut self, key: String, value: Text, origin: String) {
+        self.insert_value(key, NodeValue { value, origin, hidden_key: false });
     }
 
     fn insert_value(&mut self, key: String, node_value: NodeValue) {
@@ -89,7 +75,7 @@ impl Layer {
             self.problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin });
             return;
         }
-        if value.contains('\0') {
+        if value.expose().contains('\0') {
             self.problems.push(Problem::NulInValue { key, origin });
             return;
         }
@@ -111,7 +97,7 @@ impl Layer {
             Ok(entries) => {
                 for (key, value) in entries {
                     if let Some(text) = text(&value) {
-                        self.insert(key, text, origin.clone(), false);
+                        self.insert(key, Text::Plain(text), origin.clone());
                     }
                 }
             }
@@ -163,7 +149,7 @@ impl Layer {
         names.sort();
         for (name, path, link) in names {
             if let Some(value) = self.read_secret_file(&path, link.then_some(canonical_dir.as_path())) {
-                self.insert(name, value, path.display().to_string(), true);
+                self.insert(name, Text::Secret(Secret::new(value)), path.display().to_string());
             }
         }
     }
@@ -299,7 +285,7 @@ impl Layer {
                 Ok((key, value, line)) => {
                     let origin = format!("{}:{line}", path.display());
                     let hidden_key = value.bytes().all(|b| b == b'=');
-                    self.insert_value(key.to_owned(), NodeValue { value: value.to_owned(), origin, secret: true, hidden_key })
+                    self.insert_value(key.to_owned(), NodeValue { value: Text::Secret(Secret::new(value)), origin, hidden_key })
                 }
                 Err((line, reason)) => {
                     self.problems.push(Problem::BadEnvFileLine { path: path.to_owned(), line, reason })
@@ -319,7 +305,15 @@ mod tests {
         let dir = temp.path();
         std::fs::write(dir.join("deploy-env.json"), "{}").unwrap();
         std::fs::write(dir.join("secrets.env"), text).unwrap();
-        let files = NodeFiles { deploy_env: dir.join("deploy-env.json"), secrets_dirs: vec![], secrets_env_files: vec![dir.join("secrets.env")] };
+        let files = NodeFiles {
+            deploy_env: dir.join("deploy-env.json"),
+            secrets_dirs: vec![],
+            secrets_env_files: vec![dir.join("secrets.env")],
+            keys: dir.join("unused"),
+            attributes: dir.join("unused"),
+            nix_shell: "nix-shell".into(),
+            required_secrets: None,
+        };
         let loaded = load(&files);
         (dir.join("secrets.env"), loaded)
     }

@@ -42,7 +42,7 @@ pub fn reclassify(problem: Problem) -> Problem {
 pub fn missing(required: &[String], node: &NodeValues) -> Vec<Problem> {
     required
         .iter()
-        .filter(|name| !node.get(name.as_str()).is_some_and(|value| value.secret && !value.value.is_empty()))
+        .filter(|name| !node.get(name.as_str()).is_some_and(|value| value.value.is_secret() && !value.value.expose().is_empty()))
         .map(|name| Problem::NodeNotReady(format!("the secret {name} is missing or empty (not rendered yet?)")))
         .collect()
 }

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EXIT_INTERNAL, Error};
-use super::journal::{NODE_STOPPED, WORKER_LOST};
+use crate::events::Progress;
 use crate::run::Outcome;
 
 /// How a job stands or ended, one spelling for result.json, the journal and the log.
@@ -40,6 +40,31 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// Why an attempt ended as it did, beyond its status (`reason` in the journal and
+/// `result.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Stopped without a result of its own ([`InterruptedBy`] says why): not a result, and a
+    /// retry of the job is safe.
+    Interrupted,
+    /// The program ran but its end could not be recorded: never run again by accident, never
+    /// replayed as a success either.
+    ResultUnknown,
+}
+
+/// What stopped an interrupted attempt (`interrupted_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterruptedBy {
+    /// Its jobenv died (found by the next run of the job id, or `recover`).
+    JobenvGone,
+    /// The worker that started its jobenv died.
+    WorkerLost,
+    /// The node stopped (`drain`).
+    NodeStopped,
+}
+
 /// How a run ended: what jobenv exits with and what every record of the job says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ending {
@@ -49,7 +74,7 @@ pub struct Ending {
     pub errors: Vec<String>,
     /// Set when the attempt was stopped without a result of its own (a lost worker, a node that
     /// stopped): it is not a result, and a retry of the job is safe.
-    pub interrupted_by: Option<&'static str>,
+    pub interrupted_by: Option<InterruptedBy>,
 }
 
 impl Ending {
@@ -64,21 +89,47 @@ impl Ending {
     }
 }
 
+/// The table of how a run ended: its status, what interrupted it (then its one error line), and
+/// its exit code ([`Outcome::exit_code`]); the progress status follows from the status
+/// ([`Ending::progress`]), the journal's and `result.json`'s `reason` from the interruption
+/// ([`Ending::reason`]).
 impl From<Outcome> for Ending {
     fn from(outcome: Outcome) -> Self {
-        let (status, interrupted_by, errors) = match outcome {
-            Outcome::Exited(0) => (Status::Succeeded, None, Vec::new()),
-            Outcome::Exited(_) | Outcome::Killed(_) => (Status::Failed, None, Vec::new()),
-            Outcome::Cancelled(_) => (Status::Canceled, None, Vec::new()),
-            Outcome::TimedOut => (Status::TimedOut, None, Vec::new()),
-            Outcome::WorkerLost => (Status::Failed, Some(WORKER_LOST), vec![
-                "the Windmill worker that started this job is gone: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
-            ]),
-            Outcome::NodeStopped(_) => (Status::Failed, Some(NODE_STOPPED), vec![
-                "the node stopped: the program tree was stopped; the job did not complete and a retry is safe".to_owned(),
-            ]),
+        let (status, interrupted_by) = match outcome {
+            Outcome::Exited(0) => (Status::Succeeded, None),
+            Outcome::Exited(_) | Outcome::Killed(_) => (Status::Failed, None),
+            Outcome::Cancelled(_) => (Status::Canceled, None),
+            Outcome::TimedOut => (Status::TimedOut, None),
+            Outcome::WorkerLost => (Status::Failed, Some(InterruptedBy::WorkerLost)),
+            Outcome::NodeStopped(_) => (Status::Failed, Some(InterruptedBy::NodeStopped)),
         };
+        let who = match interrupted_by {
+            Some(InterruptedBy::WorkerLost) => Some("the Windmill worker that started this job is gone"),
+            Some(InterruptedBy::NodeStopped) => Some("the node stopped"),
+            Some(InterruptedBy::JobenvGone) | None => None,
+        };
+        let errors = who.map(|who| format!("{who}: the program tree was stopped; the job did not complete and a retry is safe")).into_iter().collect();
         Ending { status, exit_code: outcome.exit_code(), errors, interrupted_by }
+    }
+}
+
+impl Ending {
+    /// `interrupted` when the attempt has no result of its own.
+    pub fn reason(&self) -> Option<Reason> {
+        self.interrupted_by.map(|_| Reason::Interrupted)
+    }
+
+    /// The terminal status front-ends see for a job that ended so.
+    pub fn progress(&self, verb: &str) -> Progress {
+        match self.status {
+            Status::Succeeded if verb == "destroy" => Progress::Destroyed,
+            Status::Succeeded => Progress::Succeeded,
+            Status::Canceled => Progress::Canceled,
+            Status::TimedOut => Progress::TimedOut,
+            // A job refused before it ran has failed for its watchers. (A job is never `Running`
+            // when it ends.)
+            Status::Failed | Status::Rejected | Status::Running => Progress::Failed,
+        }
     }
 }
 
@@ -95,6 +146,17 @@ mod tests {
         for status in [Status::Running, Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected] {
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
         }
+    }
+
+    #[test]
+    fn terminal_progress() {
+        let progress = |status, verb| Ending { status, exit_code: 0, errors: Vec::new(), interrupted_by: None }.progress(verb);
+        assert_eq!(progress(Status::Succeeded, "apply"), Progress::Succeeded);
+        assert_eq!(progress(Status::Succeeded, "destroy"), Progress::Destroyed);
+        assert_eq!(progress(Status::Failed, "destroy"), Progress::Failed);
+        assert_eq!(progress(Status::Rejected, "apply"), Progress::Failed);
+        assert_eq!(progress(Status::Canceled, "apply"), Progress::Canceled);
+        assert_eq!(progress(Status::TimedOut, "apply"), Progress::TimedOut);
     }
 
     #[test]

@@ -20,19 +20,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::ending::{Ending, Status};
+use super::ending::{Ending, InterruptedBy, Reason, Status};
 use crate::error::{EXIT_INTERNAL, Problem};
-use crate::run::tree;
-
-/// The reason recorded for an attempt that ended without a result of its own.
-pub const INTERRUPTED: &str = "interrupted";
-/// The reason recorded when the program ran but its end could not be written.
-pub const RESULT_UNKNOWN: &str = "result_unknown";
-
-/// Why an attempt was interrupted (`interrupted_by`).
-pub const JOBENV_GONE: &str = "jobenv_gone";
-pub const WORKER_LOST: &str = "worker_lost";
-pub const NODE_STOPPED: &str = "node_stopped";
+use crate::process;
 
 /// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
 /// a new file cannot be written (a full disk): no new block is needed for that.
@@ -46,9 +36,9 @@ pub struct Attempt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<String>,
+    pub interrupted_by: Option<InterruptedBy>,
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
@@ -84,9 +74,9 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<String>,
+    pub interrupted_by: Option<InterruptedBy>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<Attempt>,
 }
@@ -95,27 +85,27 @@ impl Entry {
     /// Ended with a result of its own (an interrupted attempt has none; an unknown result is
     /// one: the program ran).
     pub fn is_result(&self) -> bool {
-        self.status != Status::Running && self.reason.as_deref() != Some(INTERRUPTED)
+        self.status != Status::Running && self.reason != Some(Reason::Interrupted)
     }
 
     /// Still `running` under a jobenv that is alive (in this boot).
     pub fn is_live(&self) -> bool {
-        let this_boot = self.boot_id.as_deref().is_none_or(|id| tree::boot_id() == Some(id));
-        self.status == Status::Running && this_boot && tree::is_running(self.pid, self.pid_start)
+        let this_boot = self.boot_id.as_deref().is_none_or(|id| process::boot_id() == Some(id));
+        self.status == Status::Running && this_boot && process::is_running(self.pid, self.pid_start)
     }
 
     /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
     /// attempt is stopping its program tree and will record itself interrupted.
     pub fn is_stopping(&self) -> bool {
         let Some((parent, parent_start)) = self.parent else { return false };
-        self.is_live() && (tree::parent_of(self.pid) != Some(parent) || !tree::is_running(parent, parent_start))
+        self.is_live() && (process::parent_of(self.pid) != Some(parent) || !process::is_running(parent, parent_start))
     }
 
     /// Records that this attempt ended without a result: failed, interrupted, and why.
-    pub fn mark_interrupted(&mut self, by: &str) {
+    pub fn mark_interrupted(&mut self, by: InterruptedBy) {
         self.status = Status::Failed;
-        self.reason = Some(INTERRUPTED.to_owned());
-        self.interrupted_by = Some(by.to_owned());
+        self.reason = Some(Reason::Interrupted);
+        self.interrupted_by = Some(by);
         self.exit_code = None;
         self.finished_at = Some(now());
     }
@@ -125,9 +115,9 @@ impl Entry {
         self.status = ending.status;
         self.exit_code = Some(ending.exit_code);
         self.finished_at = Some(now());
-        if let Some(by) = ending.interrupted_by {
-            self.reason = Some(INTERRUPTED.to_owned());
-            self.interrupted_by = Some(by.to_owned());
+        if ending.interrupted_by.is_some() {
+            self.reason = ending.reason();
+            self.interrupted_by = ending.interrupted_by;
         }
     }
 
@@ -150,7 +140,7 @@ impl Entry {
     /// How the recorded attempt ended, for a replay.
     pub fn ending(&self) -> Ending {
         let mut ending = Ending { status: self.status, exit_code: self.exit_code.unwrap_or(EXIT_INTERNAL), errors: Vec::new(), interrupted_by: None };
-        if self.reason.as_deref() == Some(RESULT_UNKNOWN) {
+        if self.reason == Some(Reason::ResultUnknown) {
             let code = self.program_exit_code.map_or("an unknown code".to_owned(), |code| format!("exit code {code}"));
             ending.errors.push(format!("the program of this job ran (attempt {}, {code}) but its end could not be recorded: the result is unknown", self.attempt));
             ending.exit_code = EXIT_INTERNAL;
@@ -163,8 +153,8 @@ impl Entry {
             attempt: self.attempt,
             status: self.status,
             exit_code: self.exit_code,
-            reason: self.reason.clone(),
-            interrupted_by: self.interrupted_by.clone(),
+            reason: self.reason,
+            interrupted_by: self.interrupted_by,
             started_at: self.started_at.clone(),
             finished_at: self.finished_at.clone(),
         }
@@ -183,8 +173,8 @@ impl Entry {
             attribute: attribute.clone(),
             namespace: namespace.clone(),
             pid,
-            pid_start: tree::start_time(pid).unwrap_or_default(),
-            boot_id: tree::boot_id().map(str::to_owned),
+            pid_start: process::start_time(pid).unwrap_or_default(),
+            boot_id: process::boot_id().map(str::to_owned),
             parent,
             grace_ms: Some(grace.as_millis() as u64),
             started_at: now(),
@@ -217,7 +207,7 @@ pub fn decide(existing: Option<Entry>) -> Decision {
         Some(entry) if entry.is_live() => Decision::Refuse(entry),
         Some(mut entry) => {
             if entry.status == Status::Running {
-                entry.mark_interrupted(JOBENV_GONE);
+                entry.mark_interrupted(InterruptedBy::JobenvGone);
             }
             let mut earlier = std::mem::take(&mut entry.earlier);
             earlier.push(entry.as_attempt());
@@ -295,7 +285,7 @@ impl Journal {
         unknown.program_exit_code = entry.exit_code;
         unknown.status = Status::Failed;
         unknown.exit_code = Some(EXIT_INTERNAL);
-        unknown.reason = Some(RESULT_UNKNOWN.to_owned());
+        unknown.reason = Some(Reason::ResultUnknown);
         let bytes = serde_json::to_vec(&unknown)?;
         let path = self.entry_path(&entry.job_id);
         let in_place = std::fs::OpenOptions::new().write(true).open(&path).and_then(|file| {
@@ -396,7 +386,7 @@ pub(crate) mod tests {
     #[test]
     fn a_running_entry_of_a_live_process_is_refused() {
         let me = std::process::id() as i32;
-        let live = entry(Status::Running, me, tree::start_time(me).unwrap());
+        let live = entry(Status::Running, me, process::start_time(me).unwrap());
         assert!(matches!(decide(Some(live)), Decision::Refuse(_)));
     }
 
@@ -404,14 +394,14 @@ pub(crate) mod tests {
     fn a_running_entry_of_a_dead_process_runs_again_as_the_next_attempt() {
         let me = std::process::id() as i32;
         // Same pid, another start time: the process that wrote the entry is gone.
-        let dead = entry(Status::Running, me, tree::start_time(me).unwrap() + 1);
+        let dead = entry(Status::Running, me, process::start_time(me).unwrap() + 1);
         match decide(Some(dead)) {
             Decision::Run { attempt, earlier } => {
                 assert_eq!(attempt, 2);
                 assert_eq!(earlier.len(), 1);
                 assert_eq!(earlier[0].status, Status::Failed);
-                assert_eq!(earlier[0].reason.as_deref(), Some(INTERRUPTED));
-                assert_eq!(earlier[0].interrupted_by.as_deref(), Some(JOBENV_GONE));
+                assert_eq!(earlier[0].reason, Some(Reason::Interrupted));
+                assert_eq!(earlier[0].interrupted_by, Some(InterruptedBy::JobenvGone));
             }
             other => panic!("{other:?}"),
         }
@@ -420,10 +410,10 @@ pub(crate) mod tests {
     #[test]
     fn an_interrupted_entry_is_not_a_result_and_an_unknown_one_is() {
         let mut interrupted = entry(Status::Running, 1, 0);
-        interrupted.mark_interrupted(WORKER_LOST);
+        interrupted.mark_interrupted(InterruptedBy::WorkerLost);
         assert!(matches!(decide(Some(interrupted)), Decision::Run { attempt: 2, .. }));
         let mut unknown = entry(Status::Failed, 1, 0);
-        (unknown.reason, unknown.exit_code, unknown.program_exit_code) = (Some(RESULT_UNKNOWN.into()), Some(125), Some(0));
+        (unknown.reason, unknown.exit_code, unknown.program_exit_code) = (Some(Reason::ResultUnknown), Some(125), Some(0));
         match decide(Some(unknown)) {
             Decision::Replay(entry) => {
                 let ending = entry.ending();
@@ -472,7 +462,8 @@ pub(crate) mod tests {
         let running_len = std::fs::metadata(journal.entry_path("j1")).unwrap().len();
         e.end(&Ending { status: Status::Succeeded, exit_code: 0, errors: Vec::new(), interrupted_by: None });
         let mut unknown = e.clone();
-        (unknown.reason, unknown.program_exit_code, unknown.interrupted_by) = (Some(RESULT_UNKNOWN.into()), Some(0), Some("x".repeat(20)));
+        // The longest of each.
+        (unknown.reason, unknown.program_exit_code, unknown.interrupted_by) = (Some(Reason::ResultUnknown), Some(-2147483648), Some(InterruptedBy::NodeStopped));
         assert!((serde_json::to_vec(&unknown).unwrap().len() as u64) < running_len, "no room for the end");
         assert_eq!(journal.read("j1").unwrap().unwrap().status, Status::Running, "the padding is valid JSON");
     }

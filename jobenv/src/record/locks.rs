@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use safe_io::lock::LockFile;
 
-use crate::run::cancel::Cancel;
+use crate::run::cancel::{Cancel, Cancelled};
 
 /// A held lock; dropping it releases the lock.
 pub struct Held {
@@ -29,10 +29,8 @@ impl Held {
 pub enum Refused {
     /// Another process holds it; `holder` is what that process wrote into the lock file.
     Busy { holder: String },
-    /// A cancel signal came while waiting.
-    Cancelled(nix::sys::signal::Signal),
-    /// The worker that started jobenv died while it waited.
-    WorkerLost,
+    /// A cancel signal came while waiting, or the worker that started jobenv died.
+    Cancelled(Cancelled),
     Io(std::io::Error),
 }
 
@@ -56,11 +54,8 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mu
             let _ = held.file().write_all_at(&holder_record(holder), 0);
             return Ok(Held { held });
         }
-        if let Some(signal) = cancel.as_mut().and_then(|c| c.pending()) {
-            return Err(Refused::Cancelled(signal));
-        }
-        if cancel.as_ref().is_some_and(|c| c.worker_lost()) {
-            return Err(Refused::WorkerLost);
+        if let Some(cancelled) = cancel.as_mut().and_then(|c| c.check()) {
+            return Err(Refused::Cancelled(cancelled));
         }
         if !said_waiting && Instant::now() < deadline {
             tracing::info!("{} is held by {}: waiting up to {wait:?}", path.display(), holder_of(file.file()));

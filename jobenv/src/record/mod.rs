@@ -1,7 +1,8 @@
 //! Stage 4 of a job: what is recorded of it, so that its result is never lost or executed twice
 //! by accident.
 //!
-//! - [`ending`]: how a job ended (one [`Status`], one [`Ending`]);
+//! - [`ending`]: how a job ended (one [`Status`], one [`Ending`], the typed [`Reason`] and
+//!   [`InterruptedBy`]), and the table from the run's outcome to each record of it;
 //! - [`journal`]: one entry per job id in the state directory, written before the program runs
 //!   and when it ends; what a second run of the same job id does;
 //! - [`locks`]: one run per job id, one deploy per namespace (`flock`s);
@@ -16,7 +17,7 @@ pub mod upkeep;
 
 use std::path::Path;
 
-pub use ending::{Ending, Status};
+pub use ending::{Ending, InterruptedBy, Reason, Status};
 
 /// Replaces `dir/name` with `bytes` atomically (see [`safe_io::atomic`]): a crash leaves the old
 /// file or the new one, never a torn one.

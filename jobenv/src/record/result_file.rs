@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::ending::{Ending, Status};
+use super::ending::{Ending, InterruptedBy, Reason, Status};
+use crate::error::EXIT_REJECTED;
+use crate::settings::Runner;
 
 /// What `result.json` holds, borrowed from the job's records. Never a secret: statuses, codes,
 /// names and validation messages only.
@@ -29,9 +31,9 @@ pub struct JobResult<'a> {
     /// `interrupted` when the attempt was stopped without a result of its own; then
     /// `interrupted_by` says why (`worker_lost`, `node_stopped`) and a retry is safe.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<&'static str>,
+    pub interrupted_by: Option<InterruptedBy>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub errors: &'a [String],
 }
@@ -48,7 +50,7 @@ impl<'a> JobResult<'a> {
             job_id: None,
             attempt: None,
             replayed: false,
-            reason: ending.interrupted_by.map(|_| super::journal::INTERRUPTED),
+            reason: ending.reason(),
             interrupted_by: ending.interrupted_by,
             errors: &ending.errors,
         }
@@ -60,4 +62,24 @@ pub fn write(dir: &Path, result: &JobResult) -> std::io::Result<()> {
     let mut text = serde_json::to_vec(result)?;
     text.push(b'\n');
     super::write_atomically(dir, "result.json", &text)
+}
+
+/// Writes `result.json` into the working directory (the job directory); says so when it cannot.
+pub fn write_here(result: &JobResult) -> bool {
+    let dir = std::env::current_dir().unwrap_or_default();
+    match write(&dir, result) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!("cannot write {}/result.json: {error}", dir.display());
+            false
+        }
+    }
+}
+
+/// Under a job runner, a job refused before its options could be read still gets its
+/// `result.json`: Windmill would otherwise record a failure without a word of why.
+pub fn record_rejected_before_start(runner: &Runner, verb: &str, errors: &[String]) {
+    let Some(job_id) = runner.job_id() else { return };
+    let ending = Ending { status: Status::Rejected, exit_code: EXIT_REJECTED, errors: errors.to_vec(), interrupted_by: None };
+    write_here(&JobResult { verb, job_id: Some(job_id), ..JobResult::of(&ending) });
 }

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::journal::{Entry, JOBENV_GONE, Journal, NODE_STOPPED};
+use super::ending::InterruptedBy;
+use super::journal::{Entry, Journal};
 use super::locks;
 use super::ending::Status;
-use crate::run::tree;
+use crate::process;
 
 /// The file `drain` creates before it signals a job's jobenv: that jobenv then records the
 /// attempt as stopped by the node, not as canceled.
@@ -34,7 +35,7 @@ impl Journal {
             if entry.status != Status::Running || entry.is_live() {
                 continue;
             }
-            if let Some(entry) = self.interrupt(&entry.job_id, JOBENV_GONE)? {
+            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone)? {
                 recovered.push(entry);
             }
         }
@@ -43,12 +44,12 @@ impl Journal {
 
     /// Under the job's lock: if the entry is still `running` and its jobenv gone, records it
     /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile.
-    fn interrupt(&self, job_id: &str, by: &str) -> std::io::Result<Option<Entry>> {
+    fn interrupt(&self, job_id: &str, by: InterruptedBy) -> std::io::Result<Option<Entry>> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
         let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_) | locks::Refused::WorkerLost) => return Ok(None),
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
             Err(locks::Refused::Io(error)) => return Err(error),
         };
         let Some(mut entry) = self.read(job_id)? else { return Ok(None) };
@@ -135,19 +136,19 @@ impl Journal {
         for entry in live {
             let bound = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + STOP_MARGIN;
             let until = Instant::now() + bound;
-            while tree::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+            while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            if tree::is_running(entry.pid, entry.pid_start) {
+            if process::is_running(entry.pid, entry.pid_start) {
                 tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
                 signal(&entry, Signal::SIGKILL, true);
                 let until = Instant::now() + Duration::from_secs(2);
-                while tree::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+                while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
             // jobenv records its own end; one that could not is recorded here.
-            self.interrupt(&entry.job_id, NODE_STOPPED)?;
+            self.interrupt(&entry.job_id, InterruptedBy::NodeStopped)?;
             stopped.push(self.read(&entry.job_id)?.unwrap_or(entry));
         }
         Ok(stopped)
@@ -160,7 +161,7 @@ impl Journal {
 fn signal(entry: &Entry, signal: Signal, group: bool) {
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", entry.pid)).unwrap_or_default();
     // The kernel keeps 15 bytes of the name: `fediversity-jobenv` is `fediversity-job`.
-    if !tree::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
+    if !process::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
         return;
     }
     let pid = Pid::from_raw(entry.pid);
@@ -243,7 +244,7 @@ mod tests {
             while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != comm {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let mut e = entry(Status::Running, pid, tree::start_time(pid).unwrap());
+            let mut e = entry(Status::Running, pid, process::start_time(pid).unwrap());
             e.job_id = name.into();
             (child, e)
         };

@@ -44,6 +44,15 @@ impl Cancel {
         self.signals.pending().find_map(|raw| Signal::try_from(raw).ok())
     }
 
+    /// Whether the job is to end now instead of going on: a cancel signal came, or the worker is
+    /// gone. Never waits.
+    pub fn check(&mut self) -> Option<Cancelled> {
+        match self.pending() {
+            Some(signal) => Some(Cancelled::Signal(signal)),
+            None => self.worker_lost().then_some(Cancelled::WorkerLost),
+        }
+    }
+
     /// Every cancel signal from now on (and one that came before and was not looked at), for
     /// the supervisor's async loop. A thread of its own waits for them.
     pub fn into_stream(mut self) -> UnboundedReceiver<Signal> {
@@ -64,7 +73,11 @@ impl Cancel {
     }
 }
 
-/// Says that a cancel came before the program started (nothing ran).
-pub fn log_cancelled_before_start(signal: Signal) {
-    tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+/// Why a job ends before its program started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// A cancel signal came.
+    Signal(Signal),
+    /// The worker that started jobenv is gone.
+    WorkerLost,
 }

@@ -23,7 +23,7 @@ pub mod spawn;
 pub mod tree;
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
 use crate::plan::Plan;
-use cancel::Cancel;
+use cancel::{Cancel, Cancelled};
 use redact::Redactor;
 
 pub struct RunOptions {
@@ -120,18 +120,13 @@ async fn supervise(
     let worker_lost = |worker: Option<Pid>| worker.is_some_and(|worker| getppid() != worker);
     // A cancel that came while jobenv validated and took its locks, or a worker that died
     // meanwhile: the program never starts.
-    if let Some(signal) = cancel.pending() {
-        cancel::log_cancelled_before_start(signal);
-        return Ok(stopped_by(signal, &options));
-    }
-    if worker_lost(worker) {
-        tracing::warn!("the worker that started this job is gone: the program is not started");
-        return Ok(Outcome::WorkerLost);
+    if let Some(cancelled) = cancel.check() {
+        return Ok(not_started(cancelled, options.stop_request.as_deref()));
     }
     let mut cancels = cancel.into_stream();
 
     let me = getpid();
-    let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.as_str())).collect();
+    let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.expose())).collect();
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
     let own_group = getpgrp() != me;
@@ -220,8 +215,27 @@ async fn supervise(
 
 /// A cancel signal, or `drain` stopping the node (it creates the job's stop request first).
 fn stopped_by(signal: Signal, options: &RunOptions) -> Outcome {
-    match &options.stop_request {
+    signalled(signal, options.stop_request.as_deref())
+}
+
+fn signalled(signal: Signal, stop_request: Option<&Path>) -> Outcome {
+    match stop_request {
         Some(request) if request.exists() => Outcome::NodeStopped(signal as i32),
         _ => Outcome::Cancelled(signal as i32),
+    }
+}
+
+/// The job ends before its program started (nothing ran), wherever jobenv finds out: while it
+/// validates, waits for a lock, or is about to spawn. One line says why.
+pub fn not_started(cancelled: Cancelled, stop_request: Option<&Path>) -> Outcome {
+    match cancelled {
+        Cancelled::Signal(signal) => {
+            tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+            signalled(signal, stop_request)
+        }
+        Cancelled::WorkerLost => {
+            tracing::warn!("the worker that started this job is gone: the program is not started");
+            Outcome::WorkerLost
+        }
     }
 }

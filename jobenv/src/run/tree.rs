@@ -11,64 +11,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
-struct Stat {
-    ppid: i32,
-    zombie: bool,
-    /// Clock ticks after boot when the process started: with the pid, it names one process
-    /// (a pid alone can be reused).
-    start: u64,
-}
-
-/// Reads `/proc/<pid>/stat`: `pid (comm) state ppid ...`; comm may hold spaces and parens.
-fn read_stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &text[text.rfind(')')? + 2..];
-    let mut fields = after_comm.split(' ');
-    let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    // Field 22 of stat; `fields` now stands at field 5.
-    let start = fields.nth(17)?.parse().ok()?;
-    Some(Stat { ppid, zombie: state == "Z" || state == "X", start })
-}
-
-/// This boot's id: a pid and its start time name one process only within one boot.
-pub fn boot_id() -> Option<&'static str> {
-    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    BOOT_ID.get_or_init(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_owned())).as_deref()
-}
-
-/// The parent of `pid`; `None` if there is no such process.
-pub fn parent_of(pid: i32) -> Option<i32> {
-    read_stat(pid).map(|stat| stat.ppid)
-}
-
-/// When `pid` started (see [`is_running`]); `None` if there is no such process.
-pub fn start_time(pid: i32) -> Option<u64> {
-    read_stat(pid).map(|stat| stat.start)
-}
-
-/// True when the process `pid` that started at `start` still runs (not a zombie, not a
-/// newer process that reused the pid).
-pub fn is_running(pid: i32, start: u64) -> bool {
-    read_stat(pid).is_some_and(|stat| !stat.zombie && stat.start == start)
-}
-
-/// A live process, named by its pid and start time (a pid alone can be reused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Process {
-    pub pid: Pid,
-    pub start: u64,
-}
-
-impl Process {
-    /// Signals the process if it is still the one that was found (not a newer process that
-    /// reused its pid since).
-    pub fn signal(self, signal: nix::sys::signal::Signal) {
-        if is_running(self.pid.as_raw(), self.start) {
-            let _ = nix::sys::signal::kill(self.pid, signal);
-        }
-    }
-}
+pub use crate::process::{Process, is_running, start_time};
+use crate::process::read_stat;
 
 /// The live (not zombie) descendants of `root`, parents before children.
 pub fn live_descendants(root: Pid) -> Vec<Process> {

@@ -11,6 +11,8 @@ use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::{Node, ui_gid};
 use serde_json::json;
 
+use crate::support;
+
 const UNIT_CAPABILITIES: &str = "--bounding-set=-all,+chown,+dac_read_search";
 
 fn setpriv() -> Command {
@@ -43,7 +45,7 @@ fn positive_control_the_bounding_set_takes_cap_fowner_away() {
 
 #[test]
 fn the_include_gets_another_owner_under_the_units_capabilities() {
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["ui_auth"]["owner"] = json!("nobody");
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
     // The directory as the module's tmpfiles rule makes it: root, the include's group, 0750.
@@ -54,7 +56,7 @@ fn the_include_gets_another_owner_under_the_units_capabilities() {
 
     let run = run_with_unit_capabilities(&node);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(8).ends_with(": created"), "{run:?}");
+    support::assert_line(run.step_line(8), &format!("fediversity-windmill-bootstrap: step 8/9 ui-auth: {} (nobody:postgres 0440) holds the new token labeled fediversity-ui: created", node.include_path().display()));
     assert_eq!(node.include_owner_group_mode(), Some((nobody, ui_gid(), 0o440)));
 
     // A second run replaces the include (a new token) with the same caps.
@@ -70,7 +72,7 @@ fn the_include_gets_another_owner_under_the_units_capabilities() {
 fn a_missing_include_directory_is_made_so_that_the_bootstrap_can_still_write_in_it() {
     // After a reboot before tmpfiles ran (or with another ui_auth.file): the bootstrap makes the
     // directories, owned by itself so that it needs no CAP_DAC_OVERRIDE to write there.
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["ui_auth"]["owner"] = json!("nobody");
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
 

@@ -4,6 +4,8 @@ use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use serde_json::json;
 
+use crate::support;
+
 fn assert_untouched(node: &Node) {
     assert!(node.windmill.requests().is_empty(), "Windmill was contacted");
     assert!(node.include_meta().is_none());
@@ -11,7 +13,7 @@ fn assert_untouched(node: &Node) {
 
 #[test]
 fn a_missing_config_file_is_exit_2() {
-    let node = Node::new();
+    let node = support::node();
     let out = Node::command(bootstrap_bin!(), &node.path().join("nope.json"), &[]).output().unwrap();
     let run = node.finish(out);
     assert_eq!(run.code, 2, "{run:?}");
@@ -20,7 +22,7 @@ fn a_missing_config_file_is_exit_2() {
 
 #[test]
 fn bad_fields_and_files_are_all_named_with_exit_2() {
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["windmill"]["admin_password_file"] = json!(node.path().join("missing-password"));
     node.config["ui_auth"]["group"] = json!("no-such-group-anywhere");
     node.config["ui_auth"]["mode"] = json!("0644");
@@ -46,7 +48,7 @@ fn bad_fields_and_files_are_all_named_with_exit_2() {
 
 #[test]
 fn an_unparseable_dsn_is_exit_2_without_its_text() {
-    let mut node = Node::new();
+    let mut node = support::node();
     let bad = format!("{} sslmode=nonsense", node.db.app_dsn());
     std::fs::write(node.path().join("database-url"), &bad).unwrap();
     node.extra_secrets.push(("the bad DSN".into(), bad));
@@ -58,7 +60,7 @@ fn an_unparseable_dsn_is_exit_2_without_its_text() {
 
 #[test]
 fn a_script_tree_with_a_bad_path_is_exit_2() {
-    let node = Node::new();
+    let node = support::node();
     node.write_script("deploy.py", "print('at the top: no Windmill path')\n");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 2, "{run:?}");
@@ -70,7 +72,7 @@ fn a_script_tree_with_a_bad_path_is_exit_2() {
 fn a_setting_name_is_checked_before_anything_is_sent() {
     // A setting name goes into the API path (`/api/settings/global/<name>`), sent with the
     // superadmin's token: a name like this one would mint a token instead.
-    let mut node = Node::new();
+    let mut node = support::node();
     for bad in ["../../users/tokens/create?x=", "Instance_python_version", "a/b", "a b", "_x", "1x", "\u{e4}", ""] {
         node.config["settings"] = json!({"instance_python_version": "3.12", bad: 1});
         let run = node.run(bootstrap_bin!(), &[]);
@@ -90,7 +92,7 @@ fn a_setting_name_is_checked_before_anything_is_sent() {
 
 #[test]
 fn a_url_that_could_carry_a_credential_is_refused_by_field_name_without_its_text() {
-    let mut node = Node::new();
+    let mut node = support::node();
     // Each URL with the part of it that plays the credential.
     let cases = [
         ("windmill", "url", "http://127.0.0.1:1/?token=query-secret-1", "query-secret-1", "must not have userinfo, a query or a fragment"),
@@ -126,7 +128,7 @@ fn a_value_of_the_wrong_type_is_named_by_its_field_never_shown() {
     // serde's own message quotes the value (`invalid type: integer `…`, expected a string`):
     // for `windmill.default_password` that is a password, and elsewhere it may be one put in
     // the wrong field.
-    let mut node = Node::new();
+    let mut node = support::node();
     let cases = [
         ("windmill", "default_password", json!(918273645546372819_u64), "windmill.default_password: invalid type, expected a string"),
         ("retry", "login_attempts", json!("misplaced-secret-1"), "retry.login_attempts: invalid type, expected u32"),
@@ -160,7 +162,7 @@ fn a_value_of_the_wrong_type_is_named_by_its_field_never_shown() {
 
 #[test]
 fn an_invalid_bootstrap_log_level_is_a_configuration_error() {
-    let node = Node::new();
+    let node = support::node();
     let config = node.write_config();
     let out = Node::command(bootstrap_bin!(), &config, &[]).env("BOOTSTRAP_LOG", "verbose").output().unwrap();
     let run = node.finish(out);
@@ -175,4 +177,43 @@ fn an_invalid_bootstrap_log_level_is_a_configuration_error() {
     let run = node.finish(out);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stderr.contains("step 1/9 ready"), "{run:?}");
+}
+
+#[test]
+fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
+    let mut node = support::node();
+    let cases = [
+        (json!({"token": {"label": "same"}, "ui_auth": {"label": "same"}}), "error: token.label and ui_auth.label are both \"same\": the two tokens need labels of their own"),
+        (json!({"ui_auth": {"label": "fediversity"}}), "error: token.label and ui_auth.label are both \"fediversity\": the two tokens need labels of their own"),
+        (json!({"ui_auth": {"label": "session"}}), "error: ui_auth.label must not be \"session\": Windmill uses that label for login sessions"),
+        (json!({"token": {"label": "session"}}), "error: token.label must not be \"session\": Windmill uses that label for login sessions"),
+        (json!({"ui_auth": {"label": ""}}), "error: ui_auth.label is empty"),
+        (json!({"token": {"label": "two\nlines"}}), "error: token.label must be at most 255 characters without control characters"),
+        (json!({"token": {"scopes": ["jobs:read", "jobs: write"]}}), "error: token.scopes[1] \"jobs: write\" is not a Windmill scope: it has whitespace or a control character"),
+        (json!({"token": {"scopes": ["*"]}}), "error: token.scopes[0] \"*\" is not a Windmill scope: it is not domain:action[:resource] (or jobs:run:<kind>[:<paths>])"),
+        (json!({"token": {"scopes": ["Jobs:Read"]}}), "error: token.scopes[0] \"Jobs:Read\" is not a Windmill scope: it has a domain or action that is not a lower-case word (letters, digits, _)"),
+        (json!({"token": {"scopes": [format!("jobs:run:scripts:{}", "f/x/y,".repeat(60))]}}), "error: token.scopes[0] is not a Windmill scope: it is 377 characters, more than 256"),
+        (
+            json!({"token": {"scopes": ["variables:read", "users:read", "resources:read", "schedules:read", "groups:read", "folders:read"]}}),
+            "error: token.scopes name every domain the run proves the token's limit with (variables, users, resources, schedules, groups, folders): list fewer, or [] for an unscoped token",
+        ),
+    ];
+    for (patch, problem) in cases {
+        let good = node.config.clone();
+        for (section, fields) in patch.as_object().unwrap() {
+            for (field, value) in fields.as_object().unwrap() {
+                node.config[section][field] = value.clone();
+            }
+        }
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 2, "{patch}: {run:?}");
+        support::assert_has_line(&run.stderr, &format!("fediversity-windmill-bootstrap: {problem}"));
+        assert_untouched(&node);
+        node.config = good;
+    }
+    // Positive control: labels of their own and well-formed scopes run.
+    node.config["token"] = json!({"label": "front", "scopes": ["jobs:run:scripts:f/fediversity/*", "jobs:read"]});
+    node.config["ui_auth"]["label"] = json!("admins");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
 }

@@ -232,8 +232,10 @@ fn a_job_id_names_one_request() {
             .args(["--job-id", "one-request"])
             .stdin(payload)
             .expect_code(2)
-            .expect_stderr_contains("jobenv: error: job one-request was already run for apply of web in namespace ns; this run asks for")
-            .expect_stderr_contains("a job id names one request")
+            .expect_stderr(format!(
+                "jobenv: error: job one-request was already run for apply of web in namespace ns; this run asks for {verb} of web in namespace {}: a job id names one request\n",
+                if verb == "destroy" { "ns" } else { "other" }
+            ))
             .run();
     }
     // Positive control: the same request is replayed.
@@ -242,7 +244,9 @@ fn a_job_id_names_one_request() {
         .args(["--job-id", "one-request"])
         .stdin(PAYLOAD)
         .expect_code(3)
-        .expect_stderr_contains("replaying the recorded result, not running it again")
+        .expect_stderr(
+            "jobenv: job one-request already ended (failed, exit code 3, attempt 1, at [..]Z): replaying the recorded result, not running it again\n",
+        )
         .run();
     assert_eq!(runs(&f), 1);
 }

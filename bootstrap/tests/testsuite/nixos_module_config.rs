@@ -10,6 +10,8 @@ use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use serde_json::{Value, json};
 
+use crate::support;
+
 fn render(node: &Node) -> Value {
     let (config, _) = render_with(node, "b: b");
     config
@@ -60,7 +62,7 @@ fn render_with(node: &Node, patch: &str) -> (Value, Value) {
 
 #[test]
 fn the_config_the_module_renders_converges_a_node_and_checks_clean() {
-    let mut node = Node::new();
+    let mut node = support::node();
     let mut rendered = render(&node);
     // The module leaves the lock at the bootstrap's default under /run; a test keeps its own.
     assert!(rendered.get("lock_file").is_none());
@@ -85,7 +87,7 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
     // Each value lib.nix's bootstrapProblems reports at evaluation (a module assertion) is one
     // the bootstrap exits 2 on; the control (the values as the module defaults them) passes
     // both.
-    let (_, problems) = render_with(&Node::new(), "b: b");
+    let (_, problems) = render_with(&support::node(), "b: b");
     assert_eq!(problems, json!([]));
     for (patch, problem, refusal) in [
         (r#"b: b // { uiAuth = b.uiAuth // { mode = "0444"; }; }"#, "bootstrap.uiAuth.mode 0444 gives others access", "ui_auth.mode 0444 gives access to others"),
@@ -97,7 +99,7 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
         (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#, "bootstrap.uiAuth.tokenLabel must not be \"session\"", "ui_auth.label"),
         (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = b.token.label; }; }"#, "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both", "ui_auth.label"),
     ] {
-        let mut node = Node::new();
+        let mut node = support::node();
         let (config, problems) = render_with(&node, patch);
         let problems: Vec<&str> = problems.as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
         assert_eq!(problems.len(), 1, "{patch}: {problems:?}");

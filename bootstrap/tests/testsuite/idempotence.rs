@@ -1,20 +1,22 @@
 //! A second run on a converged node creates nothing and rewrites nothing (asserted from the
-//! requests the fake recorded); it mints a new token and deletes the older ones of its label.
+//! requests the fake recorded); it mints both tokens again and deletes the older ones of each
+//! label.
 
 use std::os::unix::fs::MetadataExt;
 
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::http;
-use fediversity_testkit::node::Node;
-use fediversity_testkit::openbao;
 use fediversity_testkit::postgres::ADMIN_EMAIL;
 use serde_json::json;
 
+use crate::support;
+
 #[test]
 fn a_second_run_writes_nothing_but_a_new_token() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let first = node.include_token().unwrap();
+    let first_front = support::stored_token(&node).unwrap();
     let hash = node.db.password_hash(ADMIN_EMAIL);
     let ino = node.include_meta().unwrap().ino();
     // A token of another label, made with the first token: it must survive the revocation.
@@ -35,9 +37,9 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     assert_eq!(run.code, 0, "{run:?}");
     let requests = node.windmill.requests_since(mark);
 
-    // Every write the second run sent: the login, the new token, the logout of its login
-    // session, the existence check of the workspace (a POST that only reads) and the deletion
-    // of the first token. Nothing else.
+    // Every write the second run sent: the login, the UI's new token, the logout of its login
+    // session, the existence check of the workspace (a POST that only reads), the front-end's
+    // new token and the deletion of the first run's two tokens. Nothing else.
     let writes: Vec<String> = requests.iter().filter(|r| r.method != "GET").map(|r| format!("{} {}", r.method, r.path)).collect();
     assert_eq!(
         writes,
@@ -46,6 +48,8 @@ fn a_second_run_writes_nothing_but_a_new_token() {
             "POST /api/users/tokens/create".to_owned(),
             "POST /api/auth/logout".to_owned(),
             "POST /api/workspaces/exists".to_owned(),
+            "POST /api/users/tokens/create".to_owned(),
+            format!("DELETE /api/users/tokens/delete/{}", &first_front[..10]),
             format!("DELETE /api/users/tokens/delete/{}", &first[..10]),
         ]
     );
@@ -54,25 +58,25 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     for step in [1, 2, 4, 5, 6] {
         assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
     }
-    assert!(run.step_line(7).ends_with("holds the new token: updated"), "{run:?}");
-    assert!(run.step_line(9).contains("1 older tokens labeled fediversity deleted"), "{run:?}");
+    support::assert_line(run.step_line(7), "fediversity-windmill-bootstrap: step 7/9 openbao: [..] holds the new token labeled fediversity ([..]), refused GET /api/w/fediversity/variables/list (403) as its scopes require: updated");
+    support::assert_line(run.step_line(8), "fediversity-windmill-bootstrap: step 8/9 ui-auth: [..] holds the new token labeled fediversity-ui: updated");
+    support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated");
     assert_eq!(node.windmill.script_count(), 4, "no script version created");
     // The password was not rewritten.
     assert_eq!(node.db.password_hash(ADMIN_EMAIL), hash);
 
-    // The new token is in both places and works; the first one is revoked (gone from the token
-    // list: Windmill's auth cache may let it work up to 120 s more, which the bootstrap does not
+    // The new tokens are in their places; the first run's are revoked (gone from the token list:
+    // Windmill's auth cache may let them work up to 120 s more, which the bootstrap does not
     // control); the other label's token and the login sessions are left alone.
-    let second = node.include_token().unwrap();
-    assert_ne!(second, first);
+    let (second, second_front) = (node.include_token().unwrap(), support::stored_token(&node).unwrap());
+    assert!(second != first && second_front != first_front);
     assert!(node.token_works(&second));
-    assert!(!node.windmill.has_token(&first));
-    assert!(node.windmill.has_token(&second));
-    let rest = node.bao_path.strip_prefix("secret/").unwrap();
-    assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": second})));
-    let labels: Vec<String> = node.windmill.tokens().into_iter().map(|t| t.label).collect();
-    assert_eq!(labels.iter().filter(|l| *l == "fediversity").count(), 1);
-    assert_eq!(labels.iter().filter(|l| *l == "someone-else").count(), 1);
+    for gone in [&first, &first_front] {
+        assert!(!node.windmill.has_token(gone));
+    }
+    assert_eq!(support::labeled(&node, support::UI), vec![second]);
+    assert_eq!(support::labeled(&node, support::FRONT_END), vec![second_front]);
+    assert_eq!(support::labeled(&node, "someone-else").len(), 1);
     assert_eq!(node.sessions(), vec![someone]);
     // The include was replaced by a rename (a new inode), not rewritten in place.
     assert_ne!(node.include_meta().unwrap().ino(), ino);
@@ -80,14 +84,17 @@ fn a_second_run_writes_nothing_but_a_new_token() {
 
 #[test]
 fn revoke_previous_false_keeps_the_older_tokens() {
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["token"] = json!({"revoke_previous": false, "label": "fedi-ops"});
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    let first = node.include_token().unwrap();
+    let (first, first_front) = (node.include_token().unwrap(), support::stored_token(&node).unwrap());
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(9).ends_with(": unchanged"), "{run:?}");
+    support::assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: token.revoke_previous is false; older tokens labeled fedi-ops and fediversity-ui kept: unchanged",
+    );
     assert!(!node.windmill.requests().iter().any(|r| r.method == "DELETE"));
-    assert!(node.windmill.has_token(&first));
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fedi-ops").count(), 2);
+    assert!(node.windmill.has_token(&first) && node.windmill.has_token(&first_front));
+    assert_eq!((support::labeled(&node, "fedi-ops").len(), support::labeled(&node, support::UI).len()), (2, 2));
 }

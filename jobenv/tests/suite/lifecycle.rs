@@ -210,7 +210,7 @@ fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it(
         .args(["--job-id", "second"])
         .payload(&payload())
         .expect_code(2)
-        .expect_stderr_contains("namespace ns is locked by another deploy: job unlocker")
+        .expect_stderr("jobenv: error: namespace ns is locked by another deploy: job unlocker, jobenv pid [..]\n")
         .run();
     std::fs::write(f.path().join("go"), "").unwrap();
     assert_eq!(first.wait().unwrap().code(), Some(0));
@@ -245,7 +245,9 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
 
     let mut f = Fixture::new();
     let pid_file = f.job_dir().join("program.pid");
-    f.program("web", "apply", &format!("echo $$ > {0}.tmp && mv {0}.tmp {0}\nwhile :; do sleep 0.05; done", pid_file.display()));
+    // One process, no children: after a SIGKILL of its jobenv it dies of the parent-death
+    // signal, and with it the namespace's tree lock is free.
+    f.program("web", "apply", &format!("echo $$ > {0}.tmp && mv {0}.tmp {0}\nexec sleep 300", pid_file.display()));
     let stand_in = f.nix_shell_stand_in();
     let as_worker = |args: &[&str]| {
         let mut run = f.jobenv(jobenv_bin!()).args(args.iter().copied());
@@ -255,10 +257,15 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
     };
     let start = |job_id: &str| {
         let _ = std::fs::remove_file(&pid_file);
-        let job = as_worker(&["run", "--verb", "apply", "--grace", "1", "--nix-shell", stand_in.to_str().unwrap(), "--job-id", job_id])
+        let mut job = as_worker(&["run", "--verb", "apply", "--grace", "1", "--nix-shell", stand_in.to_str().unwrap(), "--job-id", job_id])
             .payload(&payload())
             .spawn();
-        read_pids(&pid_file, 1, Duration::from_secs(20));
+        if !wait_until(Duration::from_secs(20), || pid_file.exists()) {
+            let _ = job.kill();
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(job.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            panic!("job {job_id} never started its program:\n{stderr}");
+        }
         job
     };
     let printed = |done: &fediversity_testkit::job_run::Done| serde_json::from_str::<Value>(&done.stdout).expect("JSON");
@@ -266,8 +273,10 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
     let mut killed = start("sealed-1");
     let done = as_worker(&["recover"]).expect_success().run();
     assert_eq!(printed(&done), json!([]), "recover took a live, sealed jobenv for a dead one: {done:?}");
+    let program = read_pids(&pid_file, 1, Duration::from_secs(1))[0];
     killed.kill().unwrap();
     killed.wait().unwrap();
+    assert!(wait_until(Duration::from_secs(5), || !is_alive(program)), "the program outlived its SIGKILLed jobenv");
     let done = as_worker(&["recover"]).expect_success().run();
     assert_eq!(printed(&done)[0]["job_id"], "sealed-1", "{done:?}");
 

@@ -24,7 +24,12 @@ fn node_wins_over_payload_which_wins_over_environment_and_defaults_fill_the_rest
         .env("KEY_E", "from-environ")
         .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "KEY_A": "from-payload", "KEY_B": "from-payload"}))
         .expect_success()
-        .expect_stderr_contains("jobenv: warning: payload value for KEY_A ignored: the node sets it")
+        .expect_stderr(
+            "jobenv: warning: payload value for KEY_A ignored: the node sets it
+jobenv: running web-apply in namespace ns (system [..]-linux, verb apply)
+jobenv: web-apply succeeded with exit code 0 after [..]s
+",
+        )
         .run();
     let env = done.env();
     assert_eq!(env["KEY_A"], "from-node");
@@ -151,9 +156,9 @@ fn system_from_one_side_only_draws_no_warning() {
 }
 
 /// The structural pins decide which code a deploy evaluates: a keys file marks them node-only,
-/// and then no payload (nor jobenv's own environment, which a front-end that runs jobenv sets)
-/// chooses them. The positive controls: the node's value arrives, and an ordinary declared key
-/// beside it still comes from the payload.
+/// and then no payload chooses them, and jobenv's own environment (the job runner's) does not
+/// pass them either: the node's files are their only source. The positive controls: the node's
+/// value arrives, and an ordinary declared key beside it still comes from the payload.
 #[test]
 fn a_node_only_key_comes_from_the_node_never_from_the_payload() {
     let mut f = env_printer();
@@ -168,8 +173,13 @@ fn a_node_only_key_comes_from_the_node_never_from_the_payload() {
             "SELF_MODULE_SOURCE": "/tmp/attacker-source", "HOSTING_CONFIG": "/tmp/attacker-config",
         }))
         .expect_success()
-        .expect_stderr_contains("jobenv: warning: payload value for SELF_MODULE_SOURCE ignored: the node sets it")
-        .expect_stderr_contains("jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it")
+        .expect_stderr(
+            "jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it
+jobenv: warning: payload value for SELF_MODULE_SOURCE ignored: the node sets it
+jobenv: running web-apply in namespace ns (system [..]-linux, verb apply)
+jobenv: web-apply succeeded with exit code 0 after [..]s
+",
+        )
         .expect_nowhere("a payload pin", "attacker")
         .run();
     let env = done.env();

@@ -7,6 +7,8 @@ use fediversity_testkit::openbao::{self, OpenBao};
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
 
+use crate::support;
+
 fn writer_token(bao: &OpenBao, api_path: &str) -> String {
     bao.token_with_policy(&OpenBao::unique("writer"), &format!("path \"{api_path}\" {{ capabilities = [\"create\", \"update\"] }}\n"))
 }
@@ -21,14 +23,15 @@ fn kv_v2_under_a_prefix_like_bao_kv_put() {
     let node = Node::with_openbao(&bao.addr, &format!("{prefix}/secret/windmill/apiToken"), &token);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).contains(&format!("(mount {prefix}/, KV v2) holds the new token: created")), "{run:?}");
+    let place = format!("{prefix}/secret/windmill/apiToken field value (mount {prefix}/, KV v2)");
+    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": created"));
     let stored = bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap();
-    assert_eq!(stored, json!({"value": node.include_token().unwrap()}));
+    assert_eq!(stored, json!({"value": support::front_token(&node)}));
     // A second run writes a new version holding only the new token (a full `kv put`).
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).ends_with("holds the new token: updated"), "{run:?}");
-    assert_eq!(bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(), json!({"value": node.include_token().unwrap()}));
+    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": updated"));
+    assert_eq!(bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(), json!({"value": support::front_token(&node)}));
     let (_, meta) = bao.get(&format!("{prefix}/metadata/secret/windmill/apiToken"));
     assert_eq!(meta["data"]["current_version"], json!(2));
 }
@@ -43,10 +46,10 @@ fn kv_v1_mount_gets_the_flat_map_at_the_path() {
     node.config["openbao"]["field"] = json!("token");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).contains(&format!("(mount {mount}/, KV v1)")), "{run:?}");
-    assert_eq!(bao.read_kv1(&path), Some(json!({"token": node.include_token().unwrap()})));
+    assert_eq!(bao.read_kv1(&path), Some(json!({"token": support::front_token(&node)})));
     // The token may only write: whether the secret was there before is unknown, and said so.
-    assert!(run.step_line(7).ends_with("holds the new token; whether it existed before is unknown: the token may not read it: updated"), "{run:?}");
+    let place = format!("{path} field token (mount {mount}/, KV v1)");
+    support::assert_line(run.step_line(7), &support::openbao_line(&place, "; whether it existed before is unknown: the token may not read it: updated"));
 }
 
 #[test]
@@ -59,11 +62,12 @@ fn kv_v1_with_a_token_that_may_read_tells_created_from_updated() {
     let node = Node::with_openbao(&bao.addr, &path, &token);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).ends_with(&format!("(mount {mount}/, KV v1) holds the new token: created")), "{run:?}");
+    let place = format!("{path} field value (mount {mount}/, KV v1)");
+    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": created"));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).ends_with(&format!("(mount {mount}/, KV v1) holds the new token: updated")), "{run:?}");
-    assert_eq!(bao.read_kv1(&path), Some(json!({"value": node.include_token().unwrap()})));
+    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": updated"));
+    assert_eq!(bao.read_kv1(&path), Some(json!({"value": support::front_token(&node)})));
 }
 
 #[test]
@@ -73,27 +77,35 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
     let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains(&format!("error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{path} answered 403: permission denied (the token is missing, invalid or lacks a policy for this path)")),
-        "{run:?}"
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        &format!("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{path} answered 403: permission denied (the token is missing, invalid or lacks a policy for this path)"),
     );
     // Nothing after step 7 ran: no include.
     assert!(node.include_meta().is_none());
 
-    // The token it minted was deleted again: none is left.
-    assert!(run.stderr.contains("deleted the token labeled fediversity that this run minted, as the run failed before storing it"), "{run:?}");
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
+    // The tokens it minted were deleted again: none is left.
+    assert_discarded(&run);
+    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (0, 0));
 
     // With a working token the rerun converges.
     std::fs::write(node.path().join("bao-token"), writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")))).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (1, 1));
 }
 
-/// The `fediversity` tokens in Windmill's token table.
-fn labeled(node: &Node) -> Vec<String> {
-    node.windmill.tokens().into_iter().filter(|t| t.label == "fediversity").map(|t| t.token).collect()
+/// The run deleted both tokens it minted, the front-end's first, each with its line.
+#[track_caller]
+fn assert_discarded(run: &fediversity_testkit::node::Run) {
+    let deleted: Vec<&str> = run.stderr.lines().filter(|l| l.contains("deleted the token labeled")).collect();
+    assert_eq!(deleted.len(), 2, "{run:?}");
+    for (line, label) in deleted.iter().zip([support::FRONT_END, support::UI]) {
+        support::assert_line(
+            line,
+            &format!("fediversity-windmill-bootstrap: deleted the token labeled {label} that this run minted, as the run failed before storing it"),
+        );
+    }
 }
 
 #[test]
@@ -103,7 +115,7 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     let good = writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")));
     let node = Node::with_openbao(&bao.addr, &path, &good);
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    let before = labeled(&node);
+    let (before, ui) = (support::labeled(&node, support::FRONT_END), node.include_token().unwrap());
     assert_eq!(before.len(), 1);
 
     // OpenBao refuses the token now: three runs, as systemd's restarts would make them.
@@ -112,24 +124,25 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     for _ in 0..3 {
         let run = node.run(bootstrap_bin!(), &[]);
         assert_eq!(run.code, 3, "{run:?}");
-        assert!(run.stderr.contains("error: step 7/9 openbao failed"), "{run:?}");
-        assert!(run.stderr.contains("deleted the token labeled fediversity that this run minted"), "{run:?}");
+        support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: [..]");
+        assert_discarded(&run);
     }
-    // Positive control: each run did mint one (and logged in once: one session each).
-    assert_eq!(node.windmill.ever_minted().len(), minted + 3 * 2);
-    // No extra token: the one of the last good run, still in the include and working.
-    assert_eq!(labeled(&node), before);
-    assert_eq!(node.include_token(), Some(before[0].clone()));
-    assert!(node.token_works(&before[0]));
+    // Positive control: each run did mint both (and logged in once: one session each).
+    assert_eq!(node.windmill.ever_minted().len(), minted + 3 * 3);
+    // No extra token: those of the last good run, still in the include and working.
+    assert_eq!(support::labeled(&node, support::FRONT_END), before);
+    assert_eq!(support::labeled(&node, support::UI), vec![ui.clone()]);
+    assert_eq!(node.include_token(), Some(ui.clone()));
+    assert!(node.token_works(&ui));
 
     std::fs::write(node.path().join("bao-token"), &good).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(9).contains("1 older tokens labeled fediversity deleted"), "{run:?}");
-    let after = labeled(&node);
+    support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated");
+    let after = support::labeled(&node, support::FRONT_END);
     assert_eq!(after.len(), 1);
     assert_ne!(after, before);
-    assert_eq!(node.include_token(), Some(after[0].clone()));
+    assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": after[0]})));
 }
 
 #[test]
@@ -137,17 +150,19 @@ fn a_cleanup_that_fails_is_a_warning_and_the_run_still_names_its_step() {
     let bao = openbao::shared();
     let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
     let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
-    // Every try of the delete fails (the test node allows three).
-    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 3);
+    // Every try of both deletes fails (the test node allows three each).
+    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 6);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("warning: could not delete the token labeled fediversity that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{prefix} answered 500 after 3 tries: Internal: injected fault"),
-        "{run:?}"
-    );
-    assert!(run.stderr.lines().last().unwrap().contains("error: step 7/9 openbao failed"), "{run:?}");
-    // The token stays, for a later run's step 9.
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+    for label in [support::FRONT_END, support::UI] {
+        support::assert_has_line(
+            &run.stderr,
+            &format!("fediversity-windmill-bootstrap: warning: could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{{prefix}} answered 500 after 3 tries: Internal: injected fault"),
+        );
+    }
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: [..]");
+    // The tokens stay, for a later run's step 9.
+    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (1, 1));
 }
 
 #[test]
@@ -159,8 +174,10 @@ fn a_token_without_a_policy_for_the_path_is_refused_at_the_write() {
     let node = Node::with_openbao(&bao.addr, &path, &elsewhere);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains(&format!("step 7/9 openbao failed: OpenBao PUT /v1/secret/data/{} answered 403", path.trim_start_matches("secret/"))), "{run:?}");
-    assert!(run.stderr.contains("permission denied"), "{run:?}");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        &format!("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao PUT /v1/secret/data/{} answered 403: [..]permission denied (the token is missing, invalid or lacks a policy for this path)", path.trim_start_matches("secret/")),
+    );
 }
 
 #[test]
@@ -169,7 +186,7 @@ fn a_path_that_is_the_mount_itself_is_named() {
     let node = Node::with_openbao(&bao.addr, "secret", bao.root_token());
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 7/9 openbao failed: openbao.path \"secret\" names the KV v2 mount \"secret/\" itself, not a secret in it"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: openbao.path \"secret\" names the KV v2 mount \"secret/\" itself, not a secret in it");
     assert!(node.include_meta().is_none());
 }
 
@@ -179,8 +196,7 @@ fn a_path_without_a_mount_is_refused_like_the_cli() {
     let node = Node::with_openbao(&bao.addr, &format!("{}/windmill/apiToken", OpenBao::unique("nomount")), bao.root_token());
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/"), "{run:?}");
-    assert!(run.stderr.contains("answered 403"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/[..] answered 403: [..]");
 }
 
 #[test]
@@ -193,14 +209,15 @@ fn a_sealed_server_is_a_503_after_retries() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
-        run.stderr.contains("error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/secret/windmill/apiToken answered 503 after 3 tries"),
+        support::matches("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/secret/windmill/apiToken answered 503 after 3 tries: [..]Vault is sealed[..]", run.stderr.lines().last().unwrap()),
         "{run:?}"
     );
     assert!(run.stderr.contains("Vault is sealed"), "{run:?}");
     assert!(node.include_meta().is_none());
-    // The token it minted is gone again.
-    assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/users/tokens/create")));
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
+    // The tokens it minted are gone again.
+    assert_eq!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/users/tokens/create")).count(), 2);
+    assert_discarded(&run);
+    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (0, 0));
 }
 
 #[test]
@@ -217,5 +234,5 @@ fn the_address_and_token_can_come_from_the_environment() {
     let out = Node::command(bootstrap_bin!(), &config, &[]).env("VAULT_ADDR", &bao.addr).env("VAULT_TOKEN", &token).output().unwrap();
     let run = node.finish(out);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": node.include_token().unwrap()})));
+    assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": support::front_token(&node)})));
 }

@@ -55,10 +55,12 @@ fn without_a_windmill_job_no_result_file_is_written() {
 fn the_job_log_names_the_program_and_its_outcome() {
     let mut f = Fixture::new();
     f.program("web", "apply", "exit 3");
-    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_code(3).run();
-    let lines = done.stderr_lines();
-    assert_eq!(lines[0], format!("jobenv: running web-apply in namespace ns (system {}, verb apply)", system()));
-    assert!(lines[1].starts_with("jobenv: web-apply failed with exit code 3 after "), "{done:?}");
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload())
+        .expect_code(3)
+        .expect_stderr(format!("jobenv: running web-apply in namespace ns (system {}, verb apply)\njobenv: web-apply failed with exit code 3 after [..]s\n", system()))
+        .run();
 }
 
 fn system() -> String {

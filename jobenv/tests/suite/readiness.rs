@@ -25,7 +25,7 @@ fn run(f: &Fixture) -> fediversity_testkit::job_run::JobRun {
 #[test]
 fn a_missing_required_secret_is_a_node_that_is_not_ready() {
     let (f, started) = fixture();
-    run(&f).expect_code(75).expect_stderr_contains("jobenv: error: node not ready: the secret TF_VAR_token is missing or empty").run();
+    run(&f).expect_code(75).expect_stderr("jobenv: error: node not ready: the secret TF_VAR_token is missing or empty (not rendered yet?)\n").run();
     assert!(!started.exists(), "the program ran");
     let result = f.result_json();
     assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("rejected"), Some(75)), "{result}");

@@ -6,6 +6,8 @@ use fediversity_testkit::node::Node;
 use fediversity_testkit::windmill_fake::ScriptRow;
 use serde_json::json;
 
+use crate::support;
+
 fn creates(node: &Node, mark: usize) -> Vec<String> {
     node.windmill
         .requests_since(mark)
@@ -17,7 +19,7 @@ fn creates(node: &Node, mark: usize) -> Vec<String> {
 
 #[test]
 fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(before.len(), 1);
@@ -27,7 +29,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy, 3 unchanged: updated");
 
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, edited);
@@ -52,7 +54,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
 
 #[test]
 fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_left_alone() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     // A new file, a script archived in the UI, a file removed locally.
     node.write_script("f/fediversity/new_one.sh", "echo new\n");
@@ -73,12 +75,12 @@ fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_l
     let hello = node.windmill.versions("fediversity", "f/fediversity/hello");
     assert_eq!(hello.len(), 1);
     assert!(!hello[0].archived);
-    assert!(run.step_line(5).contains("created f/fediversity/new_one, updated f/fediversity/destroy"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], created f/fediversity/new_one, updated f/fediversity/destroy, 2 unchanged: updated");
 }
 
 #[test]
 fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["scripts"]["concurrency"] = json!(4);
     for i in 0..40 {
         node.write_script(&format!("f/fediversity/many/s{i:02}.py"), &format!("def main():\n    return {i}\n"));
@@ -98,7 +100,7 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
 
 #[test]
 fn a_version_whose_dependency_job_failed_is_uploaded_again() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let before = node.windmill.versions("fediversity", "f/fediversity/deploy");
     // As on a fresh nixpkgs node, where the lock ran with Python 3.11 before step 6 set 3.12.
@@ -106,12 +108,12 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
 
     let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
-    assert!(check.step_line(5).contains("would update f/fediversity/deploy, 3 unchanged"), "{check:?}");
+    support::assert_line(check.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy, 3 unchanged: would update");
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(5).contains("updated f/fediversity/deploy, 3 unchanged: updated"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy, 3 unchanged: updated");
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, before[0].content);
 
@@ -124,14 +126,14 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
 
 #[test]
 fn a_remote_change_of_content_or_summary_is_overwritten() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let local = std::fs::read_to_string(node.scripts_dir().join("f/fediversity/_runner.py")).unwrap();
 
     // Someone deploys other content by hand: the next run puts the local file back on top.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", "print('other')\n", "_runner");
     let run = node.run(bootstrap_bin!(), &[]);
-    assert!(run.step_line(5).contains("updated f/fediversity/_runner"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner, 3 unchanged: updated");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 3);
     assert_eq!(versions[2].content, local);
@@ -140,14 +142,14 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     // Same content, another summary: not "unchanged" either.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", &local, "pushed by hand");
     let run = node.run(bootstrap_bin!(), &[]);
-    assert!(run.step_line(5).contains("updated f/fediversity/_runner"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner, 3 unchanged: updated");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 5);
     assert_eq!((versions[4].content.as_str(), versions[4].summary.as_str()), (local.as_str(), "_runner"));
 
     // And then it is left alone.
     let run = node.run(bootstrap_bin!(), &[]);
-    assert!(run.step_line(5).ends_with(": unchanged"), "{run:?}");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], 4 unchanged: unchanged");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/_runner").len(), 5);
 }
 

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
-use fediversity_testkit::openbao;
 use nix::fcntl::{Flock, FlockArg};
 use serde_json::json;
 
+use crate::support;
+
 #[test]
 fn two_runs_started_together_end_like_one() {
-    let node = Node::new();
+    let node = support::node();
     let config = node.write_config();
     let spawn = || Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let (first, second) = (spawn(), spawn());
@@ -31,29 +32,27 @@ fn two_runs_started_together_end_like_one() {
     // The password was written by one of them only: the other logged in with it.
     let updated = runs.iter().filter(|r| r.step_line(2).ends_with(": updated")).count();
     assert_eq!(updated, 1);
-    // One token with the label, the one in OpenBao and the include, working.
-    let labeled: Vec<_> = w.tokens().into_iter().filter(|t| t.label == "fediversity").collect();
-    assert_eq!(labeled.len(), 1);
-    assert_eq!(node.include_token().as_deref(), Some(labeled[0].token.as_str()));
-    let rest = node.bao_path.strip_prefix("secret/").unwrap();
-    assert_eq!(openbao::shared().read_kv2("secret", rest), Some(json!({"value": labeled[0].token})));
-    assert!(node.token_works(&labeled[0].token));
+    // One token of each label, the front-end's in OpenBao, the UI's in the include, working.
+    let (front, ui) = (support::labeled(&node, support::FRONT_END), support::labeled(&node, support::UI));
+    assert_eq!((front.len(), ui.len()), (1, 1));
+    assert_eq!(support::stored_token(&node).as_ref(), Some(&front[0]));
+    assert_eq!(node.include_token().as_ref(), Some(&ui[0]));
+    assert!(node.token_works(&ui[0]));
 }
 
 #[test]
 fn a_lock_file_that_cannot_be_taken_is_named_and_nothing_is_touched() {
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["lock_file"] = json!(node.path().join("no-such-dir/bootstrap.lock"));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: lock failed: cannot open the lock file"), "{run:?}");
-    assert!(run.stderr.contains("no-such-dir/bootstrap.lock: No such file or directory"), "{run:?}");
+    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: lock failed: cannot open the lock file [..]no-such-dir/bootstrap.lock: No such file or directory (os error 2)");
     assert!(node.windmill.requests().is_empty());
 }
 
 #[test]
 fn a_run_waits_while_another_holds_the_lock() {
-    let node = Node::new();
+    let node = support::node();
     let config = node.write_config();
     let lock_path = node.path().join("bootstrap.lock");
     let file = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();

@@ -7,9 +7,10 @@ use std::time::Duration;
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::process;
-use fediversity_testkit::openbao;
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
+
+use crate::support::{self, assert_has_line, assert_line};
 
 const CREATE: &str = "/api/w/fediversity/scripts/create";
 
@@ -45,7 +46,7 @@ fn windmill_never_up_fails_step_1_after_the_timeout() {
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect[..]");
 }
 
 #[test]
@@ -61,7 +62,7 @@ fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
             holder.lock().unwrap().push(stream);
         }
     });
-    let mut node = Node::new();
+    let mut node = support::node();
     node.config["windmill"]["url"] = json!(url);
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
     node.config["retry"]["request_timeout_seconds"] = json!(600);
@@ -76,14 +77,14 @@ fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
     let run = node.finish(child.wait_with_output().unwrap());
     assert!(exited, "the wait for Windmill was not bounded by retry.ready_timeout_seconds: {run:?}");
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer");
     // It did connect: the listener holds the connection it never answered.
     assert!(!held.lock().unwrap().is_empty());
 }
 
 #[test]
 fn server_errors_are_retried_then_converge() {
-    let node = Node::new();
+    let node = support::node();
     // Two failures, three tries allowed: the third succeeds.
     node.windmill.fail("POST", CREATE, Fault::Status(500), 2);
     node.windmill.fail("POST", "/api/users/tokens/create", Fault::Status(502), 2);
@@ -99,7 +100,7 @@ fn server_errors_are_retried_then_converge() {
 #[test]
 fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_present() {
     // The server creates them and the answer is lost: the retry gets 400 "already exists".
-    let node = Node::new();
+    let node = support::node();
     node.windmill.fail("POST", "/api/workspaces/create", Fault::DropAfterHandling, 1);
     node.windmill.fail("POST", "/api/w/fediversity/folders/create", Fault::DropAfterHandling, 1);
     let run = node.run(bootstrap_bin!(), &[]);
@@ -115,36 +116,40 @@ fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_presen
 #[test]
 fn an_error_after_retried_failures_reports_every_try() {
     // A 502 is retried; the second try gets a 401, which is not: two tries, both counted.
-    let node = Node::new();
+    let node = support::node();
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 1);
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized",
     );
     // Control: an error on the first try says nothing about tries.
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("instance_python_version answered 401: Unauthorized"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401: Unauthorized");
 }
 
 #[test]
 fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
-    let node = Node::new();
+    let node = support::node();
     node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 502 after 3 tries: Bad Gateway",
     );
-    // The steps after it did not run: no token stored, and the one it minted was deleted.
+    // The steps after it did not run: no token stored, and the UI's token it minted (the
+    // front-end's comes in step 7) was deleted.
     assert!(node.include_meta().is_none());
+    assert_eq!(support::stored_token(&node), None);
     assert_eq!(node.windmill.setting("instance_python_version"), None);
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 0);
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: deleted the token labeled fediversity-ui that this run minted, as the run failed before storing it");
+    assert_eq!(support::labeled(&node, support::UI), Vec::<String>::new());
+    assert!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/users/tokens/create")).count() == 1);
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -152,8 +157,8 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     assert_eq!(node.windmill.setting("instance_python_version"), Some(json!("3.12")));
     assert_eq!(node.windmill.script_count(), 4);
     // The failed run left no token for this one to revoke.
-    assert!(run.step_line(9).contains("0 older tokens"), "{run:?}");
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+    assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged");
+    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (1, 1));
     assert!(!node.windmill.requests_since(mark).iter().any(|r| r.path.contains("create") && r.path.contains("workspaces")));
 }
 
@@ -162,13 +167,13 @@ fn a_token_that_is_not_letters_and_digits_is_refused_and_never_shown() {
     // Printable, without spaces, but with a quote and a semicolon, which would end the nginx
     // directive and start another.
     let token = "Ab12345678\";more_set_headers;x";
-    let node = Node::new();
+    let node = support::node();
     node.windmill.next_token(token);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 3/9 token failed: Windmill POST /api/users/tokens/create: unexpected answer: the answer is not a Windmill token, which is letters and digits only (the answer is not shown)"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 3/9 token failed: Windmill POST /api/users/tokens/create: unexpected answer: the answer is not a Windmill token, which is letters and digits only (the answer is not shown)",
     );
     // Positive control: the fake did answer with it (and `finish` scanned the output for it,
     // as for every token the fake ever handed out).
@@ -191,7 +196,7 @@ fn converge_then_edit_deploy(node: &Node) -> String {
 
 #[test]
 fn a_connection_dropped_after_the_upload_took_effect_still_gives_one_version() {
-    let node = Node::new();
+    let node = support::node();
     let first = converge_then_edit_deploy(&node);
     // The server creates the version, the answer is lost; the retry gets "same hash".
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
@@ -205,7 +210,7 @@ fn a_connection_dropped_after_the_upload_took_effect_still_gives_one_version() {
 
 #[test]
 fn a_connection_dropped_before_the_upload_took_effect_gives_one_version() {
-    let node = Node::new();
+    let node = support::node();
     converge_then_edit_deploy(&node);
     node.windmill.fail("POST", CREATE, Fault::DropBeforeHandling, 1);
     let run = node.run(bootstrap_bin!(), &[]);
@@ -215,14 +220,14 @@ fn a_connection_dropped_before_the_upload_took_effect_gives_one_version() {
 
 #[test]
 fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
-    let mut node = Node::new();
+    let mut node = support::node();
     converge_then_edit_deploy(&node);
     // No retries: the drop fails step 5; the version was created all the same.
     node.config["retry"]["call_attempts"] = json!(1);
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy)"), "{run:?}");
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy): [..]");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -234,7 +239,7 @@ fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
 
 #[test]
 fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
-    let node = Node::new();
+    let node = support::node();
     converge_then_edit_deploy(&node);
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs')\n");
     let mark = node.windmill.requests().len();
@@ -257,7 +262,7 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
 
 #[test]
 fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
-    let node = Node::new();
+    let node = support::node();
     node.windmill.concurrent_write_before_create("f/fediversity/hello", "print('theirs')\n");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -269,24 +274,23 @@ fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
 
 #[test]
 fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
-    let node = Node::new();
+    let node = support::node();
     converge_then_edit_deploy(&node);
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 1')\n");
     node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(
-        run.stderr.contains("error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read"),
-        "{run:?}"
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 5/9 scripts failed: f/fediversity/deploy: a concurrent writer changed the script again after it was re-read; not retried twice",
     );
 }
 
 #[test]
 fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
-    let mut node = Node::new();
+    let mut node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    let a = node.include_token().unwrap();
-    let rest = node.bao_path.strip_prefix("secret/").unwrap().to_owned();
+    let (ui_a, front_a) = (node.include_token().unwrap(), support::stored_token(&node).unwrap());
 
     // Run 2 stops right after step 7: the include cannot be written (its directory is a file),
     // which leaves the state a crash between the two writes would leave. The configured
@@ -296,24 +300,31 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     node.config["ui_auth"]["file"] = json!(node.path().join("blocked/token.conf"));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert!(run.stderr.contains("error: step 8/9 ui-auth failed"), "{run:?}");
-    let b = openbao::shared().read_kv2("secret", &rest).unwrap()["value"].as_str().unwrap().to_owned();
-    assert_ne!(a, b);
-    // The include still holds A, and A is not revoked: step 9 did not run.
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: [..]");
+    // OpenBao holds the front-end's new token B, which stays; the UI's new token, stored
+    // nowhere, was deleted.
+    let front_b = support::stored_token(&node).unwrap();
+    assert_ne!(front_a, front_b);
+    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: deleted the token labeled fediversity-ui that this run minted, as the run failed before storing it");
+    assert_eq!(support::labeled(&node, support::UI), vec![ui_a.clone()]);
+    // The include still holds A, and nothing is revoked: step 9 did not run.
     node.config["ui_auth"]["file"] = good_include;
-    assert_eq!(node.include_token().as_deref(), Some(a.as_str()));
-    assert!(node.windmill.has_token(&a) && node.windmill.has_token(&b));
-    assert!(node.token_works(&a) && node.token_works(&b));
+    assert_eq!(node.include_token().as_deref(), Some(ui_a.as_str()));
+    assert!(node.windmill.has_token(&front_a) && node.windmill.has_token(&front_b));
+    assert!(node.token_works(&ui_a));
 
-    // The rerun: one new token C, in both places, working; A and B revoked.
+    // The rerun: a new token of each label in its place; the older ones revoked.
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    let c = node.include_token().unwrap();
-    assert_eq!(openbao::shared().read_kv2("secret", &rest), Some(json!({"value": c})));
-    assert!(node.token_works(&c));
+    let (ui_c, front_c) = (node.include_token().unwrap(), support::stored_token(&node).unwrap());
+    assert!(node.token_works(&ui_c));
+    assert_eq!(support::labeled(&node, support::UI), vec![ui_c]);
+    assert_eq!(support::labeled(&node, support::FRONT_END), vec![front_c]);
     // Revoked: gone from the token list (the auth cache may keep them working a while).
-    assert!(!node.windmill.has_token(&a) && !node.windmill.has_token(&b));
-    assert!(run.step_line(9).contains("2 older tokens"), "{run:?}");
+    for gone in [&ui_a, &front_a, &front_b] {
+        assert!(!node.windmill.has_token(gone));
+    }
+    assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 2 labeled fediversity, 1 labeled fediversity-ui: updated");
 }
 
 #[test]
@@ -322,7 +333,7 @@ fn a_listed_token_prefix_stays_one_path_segment() {
     // Windmill's own tokens are letters and digits; a server that answers anything else (here:
     // a token someone else minted on a fake that allows it) must not steer the delete, sent with
     // the superadmin's token, to another endpoint.
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let odd = "../../ws/x?yABCDEFGHIJKLMNOPQRSTUVWXYZ";
     node.windmill.next_token(odd);
@@ -340,8 +351,79 @@ fn a_listed_token_prefix_stays_one_path_segment() {
     // The odd token was deleted like any other, through the delete endpoint.
     assert!(!node.windmill.has_token(odd));
     let deletes: Vec<String> = node.windmill.requests_since(mark).into_iter().filter(|r| r.method == "DELETE").map(|r| r.path).collect();
-    assert_eq!(deletes.len(), 2, "{deletes:?}");
+    // The odd one, the first run's front-end token and its UI token.
+    assert_eq!(deletes.len(), 3, "{deletes:?}");
     for path in &deletes {
         assert!(path.starts_with("/api/users/tokens/delete/") && path.matches('/').count() == 5, "{path}");
     }
+}
+
+#[test]
+fn an_answer_over_the_bound_fails_the_call_naming_the_bound_and_is_not_retried() {
+    let node = support::node();
+    node.windmill.fail("POST", "/api/auth/login", Fault::Oversized(5 << 20), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login: the answer is larger than 4 MiB, the most that is read",
+    );
+    assert_eq!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/auth/login")).count(), 1, "not retried");
+    // Positive control: an answer just under the bound is read whole (and then refused as the
+    // token it is not).
+    node.windmill.fail("POST", "/api/auth/login", Fault::Oversized((4 << 20) - 1), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login: unexpected answer: the answer is not a Windmill token[..]",
+    );
+}
+
+#[test]
+fn an_endless_answer_without_a_length_is_read_only_up_to_the_bound() {
+    use std::io::{Read, Write};
+    // A server that answers GET /api/version with a chunked body that never ends, and counts
+    // what it could send on each connection before the client closed it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
+    let counts = sent.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                let chunk = [b'v'; 65536];
+                let mut total = 0;
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n");
+                while stream.write_all(b"10000\r\n").and_then(|()| stream.write_all(&chunk)).and_then(|()| stream.write_all(b"\r\n")).is_ok() {
+                    total += chunk.len();
+                    if total > 1 << 30 {
+                        break;
+                    }
+                }
+                counts.lock().unwrap().push(total);
+            });
+        }
+    });
+    let mut node = support::node();
+    node.config["windmill"]["url"] = json!(url);
+    node.config["retry"]["ready_timeout_seconds"] = json!(1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the answer is larger than 4 MiB, the most that is read",
+    );
+    // Each connection was closed soon after the bound (socket buffers hold a few MiB more),
+    // and the server did send past the bound: the client stopped reading, not the server. (The
+    // try under way when the wait ended may have been cut short of it.)
+    let sent = sent.lock().unwrap().clone();
+    assert!(sent.iter().any(|n| *n >= 4 << 20), "{sent:?}");
+    assert!(sent.iter().all(|n| *n < 64 << 20), "{sent:?}");
 }

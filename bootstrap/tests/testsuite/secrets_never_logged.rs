@@ -10,6 +10,8 @@ use fediversity_testkit::node::{Node, find_secrets};
 use fediversity_testkit::windmill_fake::Fault;
 use serde_json::json;
 
+use crate::support;
+
 #[test]
 fn the_scan_finds_secrets_as_they_are_and_escaped() {
     let secrets = vec![("pw".to_owned(), "p\"w\\x-1234567890".to_owned()), ("token".to_owned(), "abcdefghij1234567890".to_owned())];
@@ -23,7 +25,7 @@ fn the_scan_finds_secrets_as_they_are_and_escaped() {
 fn positive_control_a_secret_the_bootstrap_prints_is_caught() {
     // The node password is also the folder name here, and folder names are logged: the scan
     // must flag this run.
-    let mut node = Node::new();
+    let mut node = support::node();
     let password = format!("Folder_{}", fediversity_testkit::servers::random_string(16));
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password.clone();
@@ -39,11 +41,17 @@ fn positive_control_a_secret_the_bootstrap_prints_is_caught() {
 
 #[test]
 fn positive_control_tokens_and_prefixes_are_scanned() {
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let token = node.include_token().unwrap();
     let names = find_secrets(&format!("x {token} y"), &node.secrets());
     assert!(names.iter().any(|n| n.starts_with("Windmill token #")), "{names:?}");
+    // The front-end's token too, whole and by its prefix.
+    let front = support::stored_token(&node).unwrap();
+    let names = find_secrets(&format!("x {front} y"), &node.secrets());
+    assert!(names.iter().any(|n| n.starts_with("Windmill token #")), "{names:?}");
+    let names = find_secrets(&format!("x {} y", &front[..10]), &node.secrets());
+    assert!(names.iter().any(|n| n.starts_with("the prefix of Windmill token #")), "{names:?}");
     let names = find_secrets(&format!("deleted prefix {}", &token[..10]), &node.secrets());
     assert!(names.iter().any(|n| n.starts_with("the prefix of Windmill token #")), "{names:?}");
     let names = find_secrets(&node.db.app_dsn(), &node.secrets());
@@ -52,7 +60,7 @@ fn positive_control_tokens_and_prefixes_are_scanned() {
 
 #[test]
 fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
-    let node = Node::new();
+    let node = support::node();
     let config = node.write_config();
     node.windmill.fail("POST", "/api/auth/login", Fault::Status(502), 1);
     node.windmill.fail("POST", "/api/users/tokens/create", Fault::DropAfterHandling, 1);
@@ -85,17 +93,18 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
 fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     // Windmill's delete answers quote the prefix (`deleted 1 tokens ["QedeJtIbdx*****"] with
     // prefix QedeJtIbdx`, observed): here an error answer to the revocation does the same.
-    let node = Node::new();
+    let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    let first = node.include_token().unwrap();
+    // Step 9 deletes the front-end's older token first.
+    let first = support::stored_token(&node).unwrap();
     node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::StatusQuotingPath(400), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     // The answer reached the message, with the prefix replaced (and `finish` scanned the output
     // for every token and its prefix).
-    assert!(
-        run.stderr.contains("error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]"),
-        "{run:?}"
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]",
     );
     // Positive control: the call was about the first token, whose prefix the answer quoted.
     assert!(node.windmill.requests().iter().any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10])));
@@ -105,7 +114,7 @@ fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
 /// A node whose password holds what JSON encoders escape differently: a quote, a slash, `<>&`,
 /// a non-ASCII letter and an astral character.
 fn node_with_an_escapable_password() -> Node {
-    let mut node = Node::new();
+    let mut node = support::node();
     let password = format!("pw-\u{e4}\"</&>-\u{1F600}-{}", fediversity_testkit::servers::random_string(12));
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password;
@@ -155,7 +164,7 @@ fn an_admin_password_echoed_json_escaped_by_a_server_is_scrubbed() {
 fn the_default_password_is_scrubbed_like_the_node_password() {
     // --check on a fresh node: the node password is refused, then the default password is tried,
     // and the answer to that login quotes it.
-    let mut node = Node::new();
+    let mut node = support::node();
     let default = format!("default-pw-{}", fediversity_testkit::servers::random_string(16));
     node.config["windmill"]["default_password"] = json!(default);
     node.extra_secrets.push(("the default password".into(), default));
@@ -173,7 +182,7 @@ fn the_default_password_is_scrubbed_like_the_node_password() {
 fn an_echoed_secret_is_scrubbed_before_a_long_answer_is_cut() {
     // A server text is cut to 300 characters in a message. A long password echoed across that
     // cut must not leave its first part behind, which no scrubbing of the whole password finds.
-    let mut node = Node::new();
+    let mut node = support::node();
     let password = format!("pw-{}", fediversity_testkit::servers::random_string(400));
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password.clone();

@@ -1,0 +1,261 @@
+//! The two API tokens a run mints, each with what it needs, and their life here: mint, prove,
+//! store (in OpenBao or in the include), revoke.
+//!
+//! - The UI's token (`ui_auth.label`) has the superadmin's full rights: admins behind the
+//!   forward auth act through it, and every call of the run after step 3 uses it.
+//! - The front-end's token (`token.label`), the one OpenBao holds, gets only `token.scopes` and,
+//!   with `token.bind_to_workspace`, the workspace: a leaked copy then runs the deploy and destroy
+//!   scripts and reads and cancels jobs, and nothing else (no preview, no other script, no
+//!   script upload, no variables, users, tokens or settings).
+//!
+//! Before OpenBao holds a scoped token, the run proves the limit: the token must be refused a
+//! harmless read its scopes do not cover; a server that grants it (one that stores scopes
+//! without enforcing them) fails the step instead of storing a token that only looks limited. A
+//! token that was minted and not stored when the run fails is deleted again ([`discard`]).
+
+use safe_io::secret::Secret;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::openbao::{self, OpenBao};
+use crate::scope;
+use crate::ui_auth_include;
+use crate::windmill::{NewToken, TokenInfo, Windmill};
+
+/// One token as the configuration describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSpec {
+    pub label: String,
+    /// Empty: unscoped, the superadmin's full rights.
+    pub scopes: Vec<String>,
+    /// The workspace the token is bound to (401 everywhere else).
+    pub workspace: Option<String>,
+}
+
+impl TokenSpec {
+    /// The UI's token: full rights, bound to nothing.
+    pub fn ui(config: &Config) -> Self {
+        TokenSpec { label: config.ui_auth.label.clone(), scopes: Vec::new(), workspace: None }
+    }
+
+    /// The front-end's token, as `token.*` configures it.
+    pub fn front_end(config: &Config) -> Self {
+        let t = &config.token;
+        let workspace = t.bind_to_workspace.then(|| config.workspace.id.clone());
+        TokenSpec { label: t.label.clone(), scopes: t.scopes.clone(), workspace }
+    }
+
+    /// Both, in the order a run stores them (the front-end's in step 7, the UI's in step 8).
+    pub fn both(config: &Config) -> [TokenSpec; 2] {
+        [Self::front_end(config), Self::ui(config)]
+    }
+
+    /// `labeled <label> (<rights>)`, for log lines (scopes and labels are no secrets).
+    pub fn describe(&self) -> String {
+        let rights = if self.scopes.is_empty() { "the superadmin's full rights".to_owned() } else { format!("scopes {}", self.scopes.join(" ")) };
+        match &self.workspace {
+            Some(workspace) => format!("labeled {} ({rights}; bound to workspace {workspace})", self.label),
+            None => format!("labeled {} ({rights})", self.label),
+        }
+    }
+}
+
+/// A token this run minted, and whether a sink holds it yet.
+pub struct Minted {
+    pub spec: TokenSpec,
+    token: Secret,
+    stored: bool,
+}
+
+impl Minted {
+    pub fn secret(&self) -> &Secret {
+        &self.token
+    }
+}
+
+/// Step 7's store: `{field: token}` at `openbao.path`, as `bao kv put` writes it. Once written,
+/// a later failure keeps the token (its consumers may use it already; the next run's step 9
+/// revokes it).
+pub async fn store_in_openbao(bao: &OpenBao, config: &Config, minted: &mut Minted) -> Result<openbao::Written> {
+    let written = bao.put(&config.openbao.path, &config.openbao.field, &minted.token).await?;
+    minted.stored = true;
+    Ok(written)
+}
+
+/// Step 8's store: the nginx include, written atomically with its owner and mode.
+pub fn store_in_include(config: &Config, minted: &mut Minted) -> Result<ui_auth_include::Written> {
+    let written = ui_auth_include::write(&config.ui_auth, &minted.token)?;
+    minted.stored = true;
+    Ok(written)
+}
+
+/// `tokens/create` for `spec`, with the caller's (the superadmin's) token. The new token joins
+/// `secrets` at once, so that any later message is scrubbed of it.
+pub async fn mint(api: &Windmill, spec: TokenSpec, secrets: &mut Vec<Secret>) -> Result<Minted> {
+    let new = NewToken { label: &spec.label, scopes: &spec.scopes, workspace_id: spec.workspace.as_deref() };
+    let token = api.create_token(&new).await?;
+    secrets.push(token.clone());
+    Ok(Minted { spec, token, stored: false })
+}
+
+/// How the limit of a token was shown.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// An unscoped token has no limit to prove.
+    Unscoped,
+    /// Windmill refused the token `call` with `status` (401 or 403).
+    Refused { call: String, status: u16 },
+}
+
+impl Proof {
+    pub fn describe(&self) -> String {
+        match self {
+            Proof::Unscoped => "unscoped, so no limit to prove".to_owned(),
+            Proof::Refused { call, status } => format!("refused {call} ({status}) as its scopes require"),
+        }
+    }
+}
+
+/// Asks Windmill, with the new token, for a harmless read of the workspace its scopes do not
+/// cover: it must be refused (401 or 403). A grant fails with the server's `version`; any other
+/// answer fails too, as the limit is then not shown.
+pub async fn prove(api: &Windmill, minted: &Minted, workspace: &str, version: &str) -> Result<Proof> {
+    let spec = &minted.spec;
+    if spec.scopes.is_empty() {
+        return Ok(Proof::Unscoped);
+    }
+    // The configuration leaves at least one read uncovered (checked when it is loaded).
+    let Some(route) = scope::probe(&spec.scopes) else {
+        return Err(Error::Config(format!("token.scopes name every domain the run proves the token's limit with ({})", scope::probe_domains().join(", "))));
+    };
+    let (call, answer) = api.with_token(&minted.token).status_of_read(workspace, route).await?;
+    let status = answer.status.as_u16();
+    match status {
+        401 | 403 => Ok(Proof::Refused { call, status }),
+        200..=299 => Err(Error::ScopesNotEnforced { version: version.to_owned(), label: spec.label.clone(), call, status }),
+        _ => Err(Error::Unexpected {
+            service: "Windmill",
+            call,
+            detail: format!("answered {status} where the new token's scopes must refuse it with 401 or 403: {}", answer.shown()),
+        }),
+    }
+}
+
+/// Deletes, best effort, the tokens of `minted` that no sink holds, after a failure: one line
+/// each, naming the label only (never the token or its prefix); the run's own error follows.
+/// Left behind, every failed run (every 30 s with `Restart=on-failure`) would add a
+/// non-expiring token. `api`'s own token, if it is among them, goes last.
+pub async fn discard(api: &Windmill, minted: &[&Minted], warn: impl Fn(&Error) -> String) {
+    for token in minted.iter().filter(|m| !m.stored) {
+        let label = &token.spec.label;
+        match api.delete_token(&token.token.prefix()).await {
+            Ok(()) => tracing::info!("deleted the token labeled {label} that this run minted, as the run failed before storing it"),
+            Err(error) => {
+                tracing::warn!("could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}", warn(&error))
+            }
+        }
+    }
+}
+
+/// Step 9: deletes the other tokens of each minted token's label; how many, per label. Their
+/// prefixes join `secrets`: Windmill's answers to a delete quote the prefix.
+pub async fn revoke(api: &Windmill, minted: &[&Minted], secrets: &mut Vec<Secret>) -> Result<Vec<(String, usize)>> {
+    let listed = api.list_tokens().await?;
+    let mut deleted = Vec::new();
+    for token in minted {
+        let ours = token.token.prefix();
+        let older: Vec<Secret> = listed
+            .iter()
+            .filter(|t| t.label.as_deref() == Some(token.spec.label.as_str()) && t.token_prefix != ours.expose())
+            .map(|t| Secret::new(&t.token_prefix))
+            .collect();
+        secrets.extend(older.iter().cloned());
+        for prefix in &older {
+            api.delete_token(prefix).await?;
+        }
+        deleted.push((token.spec.label.clone(), older.len()));
+    }
+    Ok(deleted)
+}
+
+/// How a stored token compares with its spec (`--check`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Compared {
+    /// A live token of the label, with the scopes and binding configured.
+    Same,
+    /// No live token of the label starts as the stored one does (revoked, or another label's).
+    NotLive,
+    /// Live, but minted with other scopes or another binding: what differs.
+    Differs(String),
+}
+
+/// Finds `stored` by its prefix among `listed` (`tokens/list`) and compares it with `spec`.
+/// Scopes compare as sets: their order means nothing to Windmill. No scopes and an empty list
+/// are the same: the owner's full rights.
+pub fn compare(listed: &[TokenInfo], stored: &Secret, spec: &TokenSpec) -> Compared {
+    let prefix = stored.prefix();
+    let Some(live) = listed.iter().find(|t| t.token_prefix == prefix.expose() && t.label.as_deref() == Some(spec.label.as_str())) else {
+        return Compared::NotLive;
+    };
+    let sorted = |scopes: &[String]| {
+        let mut scopes = scopes.to_vec();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    };
+    let (have, want) = (sorted(live.scopes.as_deref().unwrap_or_default()), sorted(&spec.scopes));
+    let mut differs = Vec::new();
+    if have != want {
+        let shown = |s: &[String]| if s.is_empty() { "none".to_owned() } else { s.join(" ") };
+        differs.push(format!("scopes {} where {} are configured", shown(&have), shown(&want)));
+    }
+    if live.workspace_id != spec.workspace {
+        let shown = |w: &Option<String>| w.as_ref().map_or("no workspace".to_owned(), |w| format!("workspace {w}"));
+        differs.push(format!("bound to {} where {} is configured", shown(&live.workspace_id), shown(&spec.workspace)));
+    }
+    if differs.is_empty() { Compared::Same } else { Compared::Differs(differs.join(", ")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(scopes: &[&str], workspace: Option<&str>) -> TokenSpec {
+        TokenSpec { label: "fediversity".into(), scopes: scopes.iter().map(|s| s.to_string()).collect(), workspace: workspace.map(Into::into) }
+    }
+
+    fn listed(label: &str, prefix: &str, scopes: Option<&[&str]>, workspace: Option<&str>) -> TokenInfo {
+        TokenInfo {
+            label: Some(label.into()),
+            token_prefix: prefix.into(),
+            scopes: scopes.map(|s| s.iter().map(|s| s.to_string()).collect()),
+            workspace_id: workspace.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_stored_token_is_compared_by_its_prefix_label_scopes_and_workspace() {
+        let stored = Secret::token("ABCDEFGHIJrest-of-the-token-xyz0");
+        let want = spec(&["jobs:read", "jobs:write"], Some("fediversity"));
+        let same = listed("fediversity", "ABCDEFGHIJ", Some(&["jobs:write", "jobs:read"]), Some("fediversity"));
+        assert_eq!(compare(&[same], &stored, &want), Compared::Same);
+        // Not listed, or listed under another label: not live.
+        assert_eq!(compare(&[listed("fediversity", "ZZZZZZZZZZ", None, None)], &stored, &want), Compared::NotLive);
+        assert_eq!(compare(&[listed("other", "ABCDEFGHIJ", Some(&["jobs:read", "jobs:write"]), Some("fediversity"))], &stored, &want), Compared::NotLive);
+        // Other scopes, no binding.
+        let wide = listed("fediversity", "ABCDEFGHIJ", None, None);
+        assert_eq!(
+            compare(&[wide], &stored, &want),
+            Compared::Differs("scopes none where jobs:read jobs:write are configured, bound to no workspace where workspace fediversity is configured".into())
+        );
+        // No scopes and an empty list are the same.
+        let unscoped = listed("fediversity", "ABCDEFGHIJ", Some(&[]), None);
+        assert_eq!(compare(&[unscoped], &stored, &spec(&[], None)), Compared::Same);
+    }
+
+    #[test]
+    fn descriptions_name_rights_and_binding() {
+        assert_eq!(spec(&["jobs:read"], Some("w")).describe(), "labeled fediversity (scopes jobs:read; bound to workspace w)");
+        assert_eq!(spec(&[], None).describe(), "labeled fediversity (the superadmin's full rights)");
+    }
+}

@@ -1,0 +1,116 @@
+//! A fresh node: every step creates what is missing; the front-end's scoped token ends up in
+//! OpenBao, the UI's full one in the nginx include, and each works for what it is for.
+
+use std::os::unix::fs::MetadataExt;
+
+use fediversity_testkit::bootstrap_bin;
+use fediversity_testkit::node::ui_gid;
+use fediversity_testkit::postgres::ADMIN_EMAIL;
+use fediversity_testkit::venv;
+
+use crate::support::{self, assert_line};
+use serde_json::json;
+
+#[test]
+fn a_fresh_node_converges() {
+    let node = support::node();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+
+    // One line per step, in order, each whole as the README specifies it.
+    let dir = node.scripts_dir().display().to_string();
+    let lines = run.step_lines();
+    let expected = [
+        "step 1/9 ready: http://127.0.0.1:[..] answered GET /api/version (CE v1.587.0) after [..] s: unchanged".to_owned(),
+        "step 2/9 login: admin@windmill.dev did not log in with the node password; its hash was written to the password table and it logs in now: updated".to_owned(),
+        "step 3/9 token: minted a new token labeled fediversity-ui (the superadmin's full rights) for the nginx include and the rest of this run: created".to_owned(),
+        "step 4/9 workspace: workspace fediversity and folder fediversity: created".to_owned(),
+        format!("step 5/9 scripts: 4 scripts in {dir}, created f/fediversity/_runner f/fediversity/deploy f/fediversity/destroy f/fediversity/hello, 0 unchanged: created"),
+        "step 6/9 settings: global settings instance_python_version (differed: instance_python_version): updated".to_owned(),
+        format!(
+            "step 7/9 openbao: {} field value (mount secret/, KV v2) holds the new token labeled fediversity \
+             (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write; bound to workspace fediversity), \
+             refused GET /api/w/fediversity/variables/list (403) as its scopes require: created",
+            node.bao_path
+        ),
+        format!("step 8/9 ui-auth: {} (root:postgres 0440) holds the new token labeled fediversity-ui: created", node.include_path().display()),
+        "step 9/9 revoke: older tokens deleted: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged".to_owned(),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{run:?}");
+    for (line, pattern) in lines.iter().zip(&expected) {
+        assert_line(line, &format!("fediversity-windmill-bootstrap: {pattern}"));
+    }
+    assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: converged");
+
+    // Windmill: workspace, folder, scripts (README.md ignored), setting.
+    let w = &node.windmill;
+    assert_eq!(w.workspaces(), vec!["admins".to_owned(), "fediversity".to_owned()]);
+    assert_eq!(w.folders(), vec![("fediversity".to_owned(), "fediversity".to_owned())]);
+    assert_eq!(w.script_count(), 4);
+    let deploy = w.versions("fediversity", "f/fediversity/deploy");
+    assert_eq!(deploy.len(), 1);
+    assert_eq!(deploy[0].content, std::fs::read_to_string(node.scripts_dir().join("f/fediversity/deploy.py")).unwrap());
+    assert_eq!((deploy[0].language.as_str(), deploy[0].summary.as_str(), deploy[0].description.as_str()), ("python3", "deploy", ""));
+    assert_eq!(w.versions("fediversity", "f/fediversity/hello")[0].language, "bash");
+    assert!(w.versions("fediversity", "README").is_empty());
+    assert_eq!(w.setting("instance_python_version"), Some(json!("3.12")));
+
+    // The tokens: one of each label; OpenBao holds the front-end's, scoped and bound as
+    // configured; the include holds the UI's, unscoped; both work.
+    let (front, ui) = (support::labeled(&node, support::FRONT_END), support::labeled(&node, support::UI));
+    assert_eq!((front.len(), ui.len()), (1, 1));
+    assert_eq!(support::stored_token(&node).as_ref(), Some(&front[0]));
+    assert_eq!(node.include_token().as_ref(), Some(&ui[0]));
+    let rows = w.tokens();
+    let row = |token: &str| rows.iter().find(|t| t.token == token).unwrap().clone();
+    let scopes = ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"].map(String::from).to_vec();
+    assert_eq!((row(&front[0]).scopes, row(&front[0]).workspace_id.as_deref()), (Some(scopes), Some("fediversity")));
+    assert_eq!((row(&ui[0]).scopes, row(&ui[0]).workspace_id), (None, None));
+    assert!(node.token_works(&ui[0]));
+    // The token of step 3 made every call after the logout of the login session, but the proof
+    // of step 7: one read with the front-end's new token, refused.
+    let requests = w.requests();
+    let minted_at = requests.iter().position(|r| r.is("POST", "/api/users/tokens/create")).unwrap();
+    assert!(requests[minted_at + 1].is("POST", "/api/auth/logout"));
+    assert_ne!(requests[minted_at + 1].token.as_deref(), Some(ui[0].as_str()));
+    let (proof, others): (Vec<_>, Vec<_>) = requests[minted_at + 2..].iter().partition(|r| r.token.as_deref() == Some(front[0].as_str()));
+    assert_eq!(proof.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>(), ["GET /api/w/fediversity/variables/list"]);
+    assert!(others.iter().all(|r| r.token.as_deref() == Some(ui[0].as_str())));
+
+    // Two logins, both with the node password (before and after the hash was written): the
+    // default password is only for --check. No login session is left behind.
+    let logins: Vec<_> = requests.iter().filter(|r| r.is("POST", "/api/auth/login")).collect();
+    assert_eq!(logins.len(), 2);
+    assert!(logins.iter().all(|r| r.body.contains(&format!("\"{}\"", node.password))));
+    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/auth/logout")).count(), 1);
+    assert_eq!(node.sessions(), Vec::<String>::new());
+
+    // The include: root, the configured group, 0440, and no temp file left beside it.
+    assert_eq!(node.include_owner_group_mode(), Some((0, ui_gid(), 0o440)));
+    let dir = node.include_path().parent().unwrap().to_owned();
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, vec!["token.conf".to_owned()]);
+    let dir_meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!((dir_meta.gid(), dir_meta.mode() & 0o777), (ui_gid(), 0o750));
+
+    // The password: an argon2id PHC string that fits VARCHAR(100), verified by both argon2s,
+    // and the fake (which reads the table) lets the admin in with it.
+    let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
+    assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$") && hash.len() <= 100, "{hash}");
+    use argon2::{Argon2, PasswordHash, PasswordVerifier};
+    let parsed = PasswordHash::new(&hash).unwrap();
+    assert!(Argon2::default().verify_password(node.password.as_bytes(), &parsed).is_ok());
+    assert!(Argon2::default().verify_password(b"changeme", &parsed).is_err());
+    assert!(venv::argon2_cffi_verifies(&hash, &node.password));
+    assert!(!venv::argon2_cffi_verifies(&hash, "changeme"));
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = std::process::Command::new(bootstrap_bin!()).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for needle in ["--config", "--check", "0  every step held", "1  --check found", "2  configuration error", "3  a step failed"] {
+        assert!(help.contains(needle), "missing {needle:?} in:\n{help}");
+    }
+}

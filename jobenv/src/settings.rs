@@ -1,0 +1,80 @@
+//! What a command runs with, resolved once in `main` from the command line and jobenv's own
+//! environment (see [`crate::cli`]): the library below never reads a flag or an option's
+//! variable itself, and whether jobenv runs under a job runner is decided here, once.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::unistd::Pid;
+
+/// Where the node's files are.
+#[derive(Debug, Clone)]
+pub struct NodeFiles {
+    pub deploy_env: PathBuf,
+    pub secrets_dirs: Vec<PathBuf>,
+    pub secrets_env_files: Vec<PathBuf>,
+    pub keys: PathBuf,
+    pub attributes: PathBuf,
+    /// A name looked up in jobenv's own `PATH`, or a path.
+    pub nix_shell: String,
+    pub required_secrets: Option<PathBuf>,
+}
+
+/// One job: its verb, its payload, and the node it runs on (`run` and `env`).
+#[derive(Debug, Clone)]
+pub struct JobSettings {
+    pub verb: String,
+    /// The payload file; `-` is stdin.
+    pub payload: PathBuf,
+    pub node: NodeFiles,
+}
+
+/// Who started jobenv.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runner {
+    /// A Windmill worker (`WM_JOB_ID` is set): jobenv is the job process, writes `result.json`
+    /// for the worker, and ends the job when its parent, the worker, is gone.
+    Windmill { job_id: String, worker: Pid },
+    /// A front-end that runs jobenv as a subprocess, or a person.
+    Standalone,
+}
+
+impl Runner {
+    /// From jobenv's own environment, at its start: under Windmill, its parent is the worker.
+    pub fn from_environment() -> Self {
+        match std::env::var("WM_JOB_ID") {
+            Ok(job_id) => Runner::Windmill { job_id, worker: nix::unistd::getppid() },
+            Err(_) => Runner::Standalone,
+        }
+    }
+
+    /// The worker whose death ends the job, under a job runner.
+    pub fn worker(&self) -> Option<Pid> {
+        match self {
+            Runner::Windmill { worker, .. } => Some(*worker),
+            Runner::Standalone => None,
+        }
+    }
+
+    /// The job id the runner gave, for `result.json`.
+    pub fn job_id(&self) -> Option<&str> {
+        match self {
+            Runner::Windmill { job_id, .. } => Some(job_id),
+            Runner::Standalone => None,
+        }
+    }
+}
+
+/// `run`.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub job: JobSettings,
+    pub runner: Runner,
+    /// The job's identity in the journal (`--job-id`, else the runner's); none: not journaled.
+    pub job_id: Option<String>,
+    pub state_dir: PathBuf,
+    pub grace: Duration,
+    pub timeout: Option<Duration>,
+    pub lock_timeout: Duration,
+    pub retain: Duration,
+}

@@ -1,0 +1,188 @@
+//! Auth and tokens: login against the real `password` table, sessions, API tokens, the auth
+//! cache. Follows Windmill's server code (`backend/windmill-api-users/src/users.rs`: `login`,
+//! `create_token`; `windmill-api-auth/src/auth.rs`: token resolution) and what CE 1.743.0
+//! answered (the "Auth and tokens" rows: status codes, texts, `tokens/list` fields, the 120 s
+//! cache that keeps a deleted non-session token working). A token's scopes and workspace are
+//! checked on every authenticated call (`scopes.rs`).
+
+use std::time::Instant;
+
+use argon2::{Argon2, PasswordHash, PasswordVerifier};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::reply::{Call, Reply, json_reply, random_token, text};
+use super::scopes;
+use super::server::Shared;
+use super::TokenRow;
+
+/// `/api/auth/…` and `/api/users/…`.
+pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -> Result<Reply, Reply> {
+    match (call.method, segments) {
+        ("POST", ["auth", "login"]) => login(shared, call).await,
+        ("POST", ["auth", "logout"]) => logout(shared, call),
+        ("GET", ["users", "whoami"]) => {
+            let user = authed(shared, call)?;
+            Ok(json_reply(&json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": "admin"})))
+        }
+        // observed: the OSS stub.
+        ("POST", ["users", "setpassword"]) => {
+            authed(shared, call)?;
+            Ok(text(500, "Internal: Not implemented in Windmill's Open Source repository @users_oss.rs:53:9"))
+        }
+        ("POST", ["users", "tokens", "create"]) => create_token(shared, call),
+        ("GET", ["users", "tokens", "list"]) => list_tokens(shared, call),
+        ("DELETE", ["users", "tokens", "delete", prefix]) => delete_tokens(shared, call, prefix),
+        _ => Ok(text(404, "Not found")),
+    }
+}
+
+/// The caller, from the token: 401 `Unauthorized` without one, `Not authorized: Unauthorized`
+/// with an unknown one (observed); then the token's binding and scopes against the route.
+pub(super) fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
+    let row = resolve(shared, call)?;
+    let enforce = shared.state().enforce_scopes;
+    scopes::check(&row, call, enforce)?;
+    Ok(row)
+}
+
+/// The token's row, through the auth cache (module comment): an entry younger than its
+/// lifetime answers without looking at the `token` table.
+fn resolve(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
+    let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
+    let mut state = shared.state();
+    let ttl = state.auth_cache_ttl;
+    if let Some((row, cached_at)) = state.auth_cache.get(token) {
+        if cached_at.elapsed() < ttl {
+            return Ok(row.clone());
+        }
+    }
+    match state.tokens.iter().find(|t| t.token == token).cloned() {
+        Some(row) => {
+            state.auth_cache.insert(token.to_owned(), (row.clone(), Instant::now()));
+            Ok(row)
+        }
+        None => {
+            state.auth_cache.remove(token);
+            Err(text(401, "Not authorized: Unauthorized"))
+        }
+    }
+}
+
+/// `require_super_admin` (server code).
+pub(super) fn require_super_admin(user: &TokenRow) -> Result<(), Reply> {
+    if user.super_admin { Ok(()) } else { Err(text(401, "Not authorized: This endpoint requires the caller to be a super admin")) }
+}
+
+async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct Login {
+        email: String,
+        password: String,
+    }
+    let login: Login = call.json()?;
+    // server code: lower-cased email; the row with login_type 'password'.
+    let email = login.email.to_lowercase();
+    let row = {
+        let (client, connection) = tokio_postgres::connect(&shared.dsn, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| text(500, format!("Internal: cannot reach the database: {e}")))?;
+        tokio::spawn(connection);
+        client
+            .query_opt("SELECT password_hash, super_admin FROM password WHERE email = $1 AND login_type = 'password'", &[&email])
+            .await
+            .map_err(|e| text(500, format!("Internal: {e}")))?
+    };
+    let invalid = || text(400, "Bad request: Invalid login");
+    let Some(row) = row else { return Err(invalid()) };
+    let hash: Option<String> = row.get(0);
+    let super_admin: bool = row.get(1);
+    let Some(hash) = hash else { return Err(invalid()) };
+    // server code: a PHC string parsed with PasswordHash::new (malformed → 500, observed), verified
+    // with Argon2::default(), parameters taken from the string.
+    let verified = tokio::task::spawn_blocking(move || {
+        let parsed = PasswordHash::new(&hash).map_err(|e| e.to_string())?;
+        Ok::<bool, String>(Argon2::default().verify_password(login.password.as_bytes(), &parsed).is_ok())
+    })
+    .await
+    .expect("verify task");
+    match verified {
+        Err(e) => Err(text(500, format!("Internal: {e} @users.rs:1968:50"))),
+        Ok(false) => Err(invalid()),
+        Ok(true) => {
+            // A session token, label `session`, returned raw and as the `token` cookie (observed).
+            let token = random_token();
+            let mut state = shared.state();
+            state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin, scopes: None, workspace_id: None });
+            state.ever_minted.push(token.clone());
+            Ok(Response::builder()
+                .status(200)
+                .header("content-type", "text/plain; charset=utf-8")
+                .header("set-cookie", format!("token={token}; HttpOnly; SameSite=Lax; Path=/"))
+                .body(Full::new(Bytes::from(token)))
+                .expect("response"))
+        }
+    }
+}
+
+/// observed: deletes the caller's token row, whatever its label, and answers 200.
+fn logout(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
+    let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
+    shared.state().delete_tokens(|t| t.token == token);
+    Ok(text(200, "logged out successfully"))
+}
+
+/// server code, observed: labels are free text and not unique; `scopes` and `workspace_id` are
+/// stored as given (`create_token_internal`); 201 with the raw token.
+fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct NewToken {
+        label: Option<String>,
+        scopes: Option<Vec<String>>,
+        workspace_id: Option<String>,
+    }
+    let user = authed(shared, call)?;
+    let new: NewToken = call.json()?;
+    let mut state = shared.state();
+    let token = if state.next_tokens.is_empty() { random_token() } else { state.next_tokens.remove(0) };
+    state.tokens.push(TokenRow {
+        token: token.clone(),
+        label: new.label.unwrap_or_default(),
+        email: user.email.clone(),
+        super_admin: user.super_admin,
+        scopes: new.scopes,
+        workspace_id: new.workspace_id,
+    });
+    state.ever_minted.push(token.clone());
+    Ok(text(201, token))
+}
+
+/// observed: only the first 10 characters come back.
+fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
+    let user = authed(shared, call)?;
+    let state = shared.state();
+    let list: Vec<Value> = state
+        .tokens
+        .iter()
+        .filter(|t| t.email == user.email)
+        .map(|t| {
+            json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": null, "created_at": "2026-11-29T12:00:00Z",
+                   "last_used_at": "2026-11-29T12:00:00Z", "scopes": t.scopes, "workspace_id": t.workspace_id, "read_only": false})
+        })
+        .collect();
+    Ok(json_reply(&Value::Array(list)))
+}
+
+/// observed: `deleted N tokens [...] with prefix P`. The segment is percent-decoded, as axum's
+/// `Path` extractor does.
+fn delete_tokens(shared: &Shared, call: &Call, prefix: &str) -> Result<Reply, Reply> {
+    let prefix = percent_encoding::percent_decode_str(prefix).decode_utf8_lossy();
+    let prefix = prefix.as_ref();
+    let user = authed(shared, call)?;
+    let mut state = shared.state();
+    let deleted = state.delete_tokens(|t| t.email == user.email && t.token.starts_with(prefix));
+    Ok(text(200, format!("deleted {deleted} tokens [\"{prefix}*****\"] with prefix {prefix}")))
+}

@@ -1,0 +1,289 @@
+//! The one fake of the test suite: an in-process Windmill HTTP server that answers like a real
+//! Windmill CE does, for the calls the bootstrap makes. Every behaviour says where it comes
+//! from: "server code" is Windmill's Rust source (`backend/windmill-api-users/src/users.rs` for
+//! login and tokens, `windmill-api-workspaces`, `windmill-api-groups/src/folders.rs`,
+//! `windmill-api-scripts/src/scripts.rs`, `windmill-api/src/settings.rs`,
+//! `windmill-api-auth/src/auth.rs`), "OpenAPI" its `backend/windmill-api/openapi.yaml`,
+//! "observed" what a real Windmill CE 1.743.0 answered, "nixpkgs" its package of 1.587.0.
+//!
+//! Design decisions:
+//! - Users are not held here: login reads the admin's `password_hash` from the test's real
+//!   PostgreSQL `password` table and verifies it with the argon2 crate, as Windmill does (server
+//!   code, `login`). So the bootstrap's database write is exercised end to end: if the hash it
+//!   wrote were wrong, the next login would fail.
+//! - Script hashes are the first 8 bytes of SHA-256 over the request body in a canonical form
+//!   (parsed, top-level `null` fields dropped, keys sorted), in 16 hex digits. Windmill hashes
+//!   the deserialised request (server code), which is not reproducible, but shares the properties
+//!   that matter: it covers every field including `parent_hash`, so resending the same request
+//!   gives the same hash, and identical content under a new parent does not; and since it
+//!   hashes the parsed struct, `"parent_hash": null` and no `parent_hash` are the same request.
+//! - Authentication goes through an auth cache, as on a real server (observed): a token that
+//!   authenticated once is remembered for 120 s, so a deleted token that is not a session keeps
+//!   working until its entry expires; a deleted session token stops at once (the database
+//!   trigger that clears the cache fires for `label = 'session'` only). Tests that need the old
+//!   behaviour shorten the time with [`WindmillFake::set_auth_cache_ttl`].
+//! - Every request is recorded (method, path, body, bearer token) before any fault applies.
+//! - Faults: refuse connections for the first N seconds or until told to listen (the port is
+//!   bound but not listening, so connects are refused, not hung); answer a chosen status on
+//!   chosen calls N times; drop the connection before or after handling a call (the latter
+//!   loses the answer of a call that took effect); let a "concurrent writer" create a version
+//!   just before a script upload.
+//!
+//! One module per API area, each naming where its behaviour comes from: [`auth`] (auth and
+//! tokens), [`scopes`] (scoped tokens, route by route), [`workspaces`] (workspaces and folders),
+//! [`scripts`], [`settings`] (global settings), [`jobs`] (runs, cancels, and the workspace
+//! reads a scoped token is refused); [`server`] is the core (listener, recording, faults,
+//! dispatch), [`state`] the tables, [`reply`] Windmill's forms of requests and answers.
+
+// Handlers return the error reply itself as `Err`: its size is of no concern in a test fake.
+#![allow(clippy::result_large_err)]
+
+mod auth;
+mod jobs;
+mod reply;
+mod scopes;
+mod scripts;
+mod server;
+mod settings;
+mod state;
+mod workspaces;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+
+pub use server::Fault;
+use server::{FaultRule, Shared};
+pub use state::AUTH_CACHE_TTL;
+use state::State;
+
+/// `GET /api/version` of the nixpkgs build (nixpkgs: postPatch makes it `CE v1.587.0`).
+pub const VERSION: &str = "CE v1.587.0";
+
+/// One request as the fake received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub body: String,
+    /// The bearer token (or `token` cookie) it carried.
+    pub token: Option<String>,
+}
+
+impl Recorded {
+    pub fn is(&self, method: &str, path: &str) -> bool {
+        self.method == method && self.path == path
+    }
+}
+
+/// A row of the `token` table.
+#[derive(Debug, Clone)]
+pub struct TokenRow {
+    pub token: String,
+    pub label: String,
+    pub email: String,
+    pub super_admin: bool,
+    /// As given to `tokens/create`; none or empty: the owner's full rights.
+    pub scopes: Option<Vec<String>>,
+    /// The workspace the token is bound to, if any.
+    pub workspace_id: Option<String>,
+}
+
+/// A queued job (the fake has no worker: jobs never run).
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub id: String,
+    pub workspace: String,
+    /// `script` (a deployed script by path) or `preview` (code sent with the request).
+    pub kind: String,
+    pub script_path: Option<String>,
+    /// `label-<label>` for a labeled token, `admin` for a login session.
+    pub created_by: String,
+    pub args: Value,
+    pub canceled: bool,
+}
+
+/// A row of the `script` table: one version of a script.
+#[derive(Debug, Clone)]
+pub struct ScriptRow {
+    pub workspace: String,
+    pub hash: String,
+    pub path: String,
+    pub parent_hashes: Vec<String>,
+    pub summary: String,
+    pub description: String,
+    pub content: String,
+    pub language: String,
+    pub lock: Option<String>,
+    /// Set when the version's dependency job failed (`get/p` answers it, OpenAPI `Script`, observed).
+    pub lock_error_logs: Option<String>,
+    pub archived: bool,
+    pub created_by: String,
+}
+
+pub struct WindmillFake {
+    pub url: String,
+    shared: Arc<Shared>,
+    /// Ends the refusal of [`start_refusing`](Self::start_refusing) early.
+    listen: Arc<Notify>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl WindmillFake {
+    /// A fake backed by the `password` table of the database at `dsn`, answering at once.
+    pub fn start(dsn: &str) -> WindmillFake {
+        Self::start_refusing(dsn, Duration::ZERO)
+    }
+
+    /// Like [`start`](Self::start), but connections are refused for the first `refuse_for`, or
+    /// until [`listen_now`](Self::listen_now).
+    pub fn start_refusing(dsn: &str, refuse_for: Duration) -> WindmillFake {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let shared = Arc::new(Shared { state: Mutex::new(State::default()), dsn: dsn.to_owned() });
+        let listen = Arc::new(Notify::new());
+        let addr = server::serve(&runtime, shared.clone(), refuse_for, listen.clone());
+        WindmillFake { url: format!("http://{addr}"), shared, listen, runtime: Some(runtime) }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state()
+    }
+
+    /// Starts listening now (a fake started with [`start_refusing`](Self::start_refusing)).
+    pub fn listen_now(&self) {
+        // A stored permit: works whether or not the server task waits yet.
+        self.listen.notify_one();
+    }
+
+    // ---- fault injection ------------------------------------------------------------------
+
+    /// The next `times` calls whose method is `method` and whose path starts with
+    /// `path_prefix` get `fault`.
+    pub fn fail(&self, method: &str, path_prefix: &str, fault: Fault, times: usize) {
+        self.fail_after(method, path_prefix, 0, fault, times);
+    }
+
+    /// As [`fail`](Self::fail), after letting the next `skip` matching calls through.
+    pub fn fail_after(&self, method: &str, path_prefix: &str, skip: usize, fault: Fault, times: usize) {
+        self.state().faults.push(FaultRule { method: method.into(), path_prefix: path_prefix.into(), fault, skip, remaining: times });
+    }
+
+    /// Just before the next `scripts/create` for `path`, another writer creates a version of
+    /// it with `content` (with the current head as parent, like a CLI would).
+    pub fn concurrent_write_before_create(&self, path: &str, content: &str) {
+        self.state().concurrent_writes.push((path.into(), content.into()));
+    }
+
+    // ---- inspection -----------------------------------------------------------------------
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state().requests.clone()
+    }
+
+    /// Requests recorded from index `mark` on (take a mark with `requests().len()`).
+    pub fn requests_since(&self, mark: usize) -> Vec<Recorded> {
+        self.state().requests[mark..].to_vec()
+    }
+
+    /// The `token` table: what `tokens/list` shows (the auth cache aside).
+    pub fn tokens(&self) -> Vec<TokenRow> {
+        self.state().tokens.clone()
+    }
+
+    /// Whether `token` is still a row of the `token` table (listed by `tokens/list`).
+    pub fn has_token(&self, token: &str) -> bool {
+        self.state().tokens.iter().any(|t| t.token == token)
+    }
+
+    /// How long a token stays in the auth cache ([`AUTH_CACHE_TTL`] by default). Entries cached
+    /// before the call keep the time they were cached at, and are judged by the new lifetime.
+    pub fn set_auth_cache_ttl(&self, ttl: Duration) {
+        self.state().auth_cache_ttl = ttl;
+    }
+
+    /// The next `tokens/create` answers `token` (and stores it) instead of a random token: for a
+    /// server whose tokens do not look like Windmill's.
+    pub fn next_token(&self, token: &str) {
+        self.state().next_tokens.push(token.to_owned());
+    }
+
+    /// Whether token scopes are enforced (the default, as since Windmill 1.509). Off: a server
+    /// that stores a token's scopes and grants every route all the same.
+    pub fn set_enforce_scopes(&self, enforce: bool) {
+        self.state().enforce_scopes = enforce;
+    }
+
+    /// What `GET /api/version` answers from now on ([`VERSION`] by default).
+    pub fn set_version(&self, version: &str) {
+        self.state().version = version.to_owned();
+    }
+
+    /// The jobs queued so far, oldest first.
+    pub fn jobs(&self) -> Vec<JobRow> {
+        self.state().jobs.clone()
+    }
+
+    pub fn ever_minted(&self) -> Vec<String> {
+        self.state().ever_minted.clone()
+    }
+
+    pub fn workspaces(&self) -> Vec<String> {
+        self.state().workspaces.keys().cloned().collect()
+    }
+
+    pub fn folders(&self) -> Vec<(String, String)> {
+        self.state().folders.iter().cloned().collect()
+    }
+
+    /// Every version of `path` in `workspace`, oldest first.
+    pub fn versions(&self, workspace: &str, path: &str) -> Vec<ScriptRow> {
+        self.state().scripts.iter().filter(|s| s.workspace == workspace && s.path == path).cloned().collect()
+    }
+
+    pub fn script_count(&self) -> usize {
+        self.state().scripts.len()
+    }
+
+    pub fn setting(&self, key: &str) -> Option<Value> {
+        self.state().settings.get(key).cloned()
+    }
+
+    // ---- changing state behind the bootstrap's back ---------------------------------------
+
+    pub fn put_setting(&self, key: &str, value: Value) {
+        self.state().settings.insert(key.into(), value);
+    }
+
+    /// Someone else deploys a version of `path` on top of the current head (as the UI or the
+    /// CLI would), with this content and summary.
+    pub fn push_version(&self, workspace: &str, path: &str, content: &str, summary: &str) {
+        let mut state = self.state();
+        scripts::push_other_version(&mut state, workspace, path, content, summary);
+    }
+
+    /// Sets (or, with `None`, clears) `lock_error_logs` of the newest version of a script, as a
+    /// failed dependency job does (server code).
+    pub fn set_lock_error(&self, workspace: &str, path: &str, logs: Option<&str>) {
+        let mut state = self.state();
+        let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
+        row.lock_error_logs = logs.map(str::to_owned);
+    }
+
+    /// Archives the newest version of a script (as deleting it in the UI does).
+    pub fn archive(&self, workspace: &str, path: &str) {
+        let mut state = self.state();
+        if let Some(row) = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path) {
+            row.archived = true;
+        }
+    }
+}
+
+impl Drop for WindmillFake {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}

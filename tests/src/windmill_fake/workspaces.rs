@@ -1,0 +1,111 @@
+//! Workspaces and folders. Follows Windmill's server code
+//! (`backend/windmill-api-workspaces/src/workspaces.rs`: `create_workspace`, the CE cap,
+//! `exists_workspace`; `windmill-api-groups/src/folders.rs`: `create_folder`, `get_folder`) and
+//! what CE 1.743.0 answered (the "Workspaces and folders" rows: 200 rather than the OpenAPI's
+//! 201, the texts of duplicates, the cap checked before the duplicate, the folder JSON).
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::{authed, require_super_admin};
+use super::reply::{Call, Reply, json_reply, text};
+use super::server::Shared;
+
+/// `/api/workspaces/…`.
+pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<Reply, Reply> {
+    match (call.method, segments) {
+        ("POST", ["workspaces", "create"]) => create_workspace(shared, call),
+        ("POST", ["workspaces", "exists"]) => {
+            #[derive(Deserialize)]
+            struct Id {
+                id: String,
+            }
+            authed(shared, call)?;
+            let id: Id = call.json()?;
+            // server code: a JSON bool; archived workspaces count too.
+            Ok(json_reply(&json!(shared.state().workspaces.contains_key(&id.id))))
+        }
+        _ => Ok(text(404, "Not found")),
+    }
+}
+
+/// `/api/w/{workspace}/folders/…`.
+pub(super) fn folder_route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+    match (call.method, rest) {
+        ("GET", ["folders", "get", name]) => get_folder(shared, workspace, name),
+        ("POST", ["folders", "create"]) => create_folder(shared, call, workspace),
+        _ => Ok(text(404, "Not found")),
+    }
+}
+
+/// Windmill's `workspace.id` check constraint `^\w+(-\w+)*$` (server code).
+fn proper_workspace_id(id: &str) -> bool {
+    !id.is_empty() && id.split('-').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+}
+
+fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct CreateWorkspace {
+        id: String,
+        #[allow(dead_code)]
+        name: String,
+        username: Option<String>,
+    }
+    let user = authed(shared, call)?;
+    // server code: superadmin only by default.
+    require_super_admin(&user)?;
+    let new: CreateWorkspace = call.json()?;
+    let mut state = shared.state();
+    // observed: the CE cap runs before the duplicate check.
+    if state.workspaces.keys().filter(|id| *id != "admins").count() >= 2 {
+        return Err(text(400, "Bad request: You have reached the maximum number of workspaces (2 outside of default workspace 'admins') without an enterprise license. Archive/delete another workspace to create a new one"));
+    }
+    if state.workspaces.contains_key(&new.id) {
+        return Err(text(400, format!("Bad request: Workspace {} already exists", new.id)));
+    }
+    if new.id == "global" {
+        return Err(text(400, "Bad request: global is not a valid workspace id"));
+    }
+    // server code: with automated usernames (the default), a username is refused.
+    if new.username.is_some_and(|u| !u.is_empty()) {
+        return Err(text(400, "Bad request: username is not allowed when username creation is automated"));
+    }
+    if !proper_workspace_id(&new.id) {
+        return Err(text(400, "SqlErr: error returned from database: new row for relation \"workspace\" violates check constraint \"proper_id\" @workspaces.rs:3851:5"));
+    }
+    state.workspaces.insert(new.id.clone(), new.name);
+    Ok(text(200, format!("Created workspace {}", new.id)))
+}
+
+fn get_folder(shared: &Shared, workspace: &str, name: &str) -> Result<Reply, Reply> {
+    let state = shared.state();
+    if !state.folders.contains(&(workspace.to_owned(), name.to_owned())) {
+        return Err(text(404, format!("Not found: Folder {name} not found")));
+    }
+    // observed: the folder JSON.
+    Ok(json_reply(&json!({"workspace_id": workspace, "name": name, "display_name": name, "owners": ["u/admin"],
+        "extra_perms": {"u/admin": true}, "summary": null, "created_by": "admin", "edited_at": "2026-11-29T12:00:00Z",
+        "default_permissioned_as": []})))
+}
+
+fn create_folder(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct NewFolder {
+        name: String,
+    }
+    let exists = shared.state().workspaces.contains_key(workspace);
+    let new: NewFolder = call.json()?;
+    // observed: the name rule, the duplicate, and the foreign key of a missing workspace.
+    if new.name.is_empty() || !new.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(text(400, "Bad request: Folder name can only contain alphanumeric characters, underscores, and hyphens"));
+    }
+    let mut state = shared.state();
+    if state.folders.contains(&(workspace.to_owned(), new.name.clone())) {
+        return Err(text(400, format!("Bad request: Folder {} already exists", new.name)));
+    }
+    if !exists {
+        return Err(text(500, "Internal: Failed to create folder: error returned from database: insert or update on table \"folder\" violates foreign key constraint \"folder_workspace_id_fkey\""));
+    }
+    state.folders.insert((workspace.to_owned(), new.name.clone()));
+    Ok(text(200, format!("Created folder {}", new.name)))
+}
