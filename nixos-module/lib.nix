@@ -950,7 +950,9 @@ rec {
   # What evaluation says about bootstrap options the bootstrap accepts with a warning of its own.
   bootstrapWarnings =
     bootstrap:
-    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with the superadmin's full rights: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
+    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with the superadmin's full rights${
+      if bootstrap.token.bindToWorkspace or true then " in the workspace" else ""
+    }: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
 
   # The defaults of every bootstrap option, as the README's bootstrap "Configuration" lists them
   # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"

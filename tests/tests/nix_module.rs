@@ -841,7 +841,7 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     let unscoped = module("s: s // { bootstrap = s.bootstrap // { token.scopes = [ ]; }; }", select);
     assert_eq!(
         unscoped["warnings"],
-        json!(["services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"])
+        json!(["services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights in the workspace: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"])
     );
     assert_eq!(unscoped["token"]["scopes"], json!([]));
     // The controls: the default (null, the bootstrap's scopes) and explicit scopes warn of nothing.
