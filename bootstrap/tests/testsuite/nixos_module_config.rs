@@ -95,6 +95,9 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
         (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label must not be \"session\"", "token.label must not be \"session\""),
         (r#"b: b // { workspace = b.workspace // { id = "two words"; }; }"#, "bootstrap.workspace.id \"two words\"", "workspace.id \"two words\" is invalid"),
         (r#"b: b // { workspace = b.workspace // { folder = "with-hyphen"; }; }"#, "bootstrap.workspace.folder \"with-hyphen\"", "workspace.folder \"with-hyphen\" is invalid"),
+        // The UI include's own token label (the bootstrap's `ui_auth.label`).
+        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#, "bootstrap.uiAuth.tokenLabel must not be \"session\"", "ui_auth.label"),
+        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = b.token.label; }; }"#, "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both", "ui_auth.label"),
     ] {
         let mut node = support::node();
         let (config, problems) = render_with(&node, patch);
