@@ -718,10 +718,12 @@ fn the_node_files_the_nixos_module_renders_are_what_jobenv_reads() {
         job.extra_env.push((var.into(), node.join(file).display().to_string()));
     }
 
-    // HOSTING_CONFIG is a structural pin the module declares; REGION takes its default.
+    // HOSTING_CONFIG is a structural pin the module declares node-only: the payload's is
+    // dropped with a warning. REGION takes its default; MESSAGE comes from the payload.
     let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "MESSAGE": "m1", "HOSTING_CONFIG": "hc"}));
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
-    assert_eq!(text(&out.stdout), "web-apply: message=m1 region=eu-1 hosting=hc\n");
+    assert_eq!(text(&out.stdout), "web-apply: message=m1 region=eu-1 hosting=\n");
+    assert!(text(&out.stderr).contains("jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it"), "{}", log(&out));
 
     // The control: the rendered keys are an allow-list, not a pass-through.
     let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}));
