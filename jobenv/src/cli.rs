@@ -13,6 +13,8 @@ pub const DEFAULT_DEPLOY_ENV: &str = "/etc/fediversity-windmill/deploy-env.json"
 pub const DEFAULT_SECRETS_DIR: &str = "/run/fediversity-windmill/deploy-secrets";
 pub const DEFAULT_KEYS: &str = "/etc/fediversity-windmill/deploy-keys.json";
 pub const DEFAULT_ATTRIBUTES: &str = "/etc/fediversity-windmill/deployment-attributes.json";
+/// `--grace`, in seconds.
+pub const DEFAULT_GRACE: &str = "3";
 
 #[derive(Debug, Parser)]
 #[command(name = "fediversity-jobenv", version, about = "Run a deployment program with a vetted environment")]
@@ -163,7 +165,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub job: JobArgs,
     /// Seconds between SIGTERM and SIGKILL of the program tree [JOBENV_GRACE]
-    #[arg(long, value_name = "SECONDS", env = "JOBENV_GRACE", default_value = "3", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", env = "JOBENV_GRACE", default_value = DEFAULT_GRACE, value_parser = parse_seconds)]
     pub grace: Duration,
     /// Wall-clock limit of the program in seconds [JOBENV_TIMEOUT]
     #[arg(long, value_name = "SECONDS", env = "JOBENV_TIMEOUT", value_parser = parse_positive_seconds)]

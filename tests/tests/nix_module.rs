@@ -54,39 +54,28 @@ fn eval_error(expr: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A string constant of jobenv's command line (jobenv/src/cli.rs), so that the module and
-/// jobenv cannot drift apart.
+/// jobenv's names and defaults as jobenv generates them for its module
+/// (`nixos-module/jobenv-names.json`; jobenv's own test fails when that file is stale).
+fn jobenv_facts() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("nixos-module/jobenv-names.json")).unwrap()).unwrap()
+}
+
+/// One of jobenv's default paths (`defaults` of [`jobenv_facts`]).
 fn jobenv_const(name: &str) -> String {
-    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    let prefix = format!("pub const {name}: &str = \"");
-    let line = cli.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("{name} in cli.rs"));
-    line.split('"').next().unwrap().to_owned()
+    let key = match name {
+        "DEFAULT_DEPLOY_ENV" => "deployEnv",
+        "DEFAULT_KEYS" => "deployKeys",
+        "DEFAULT_ATTRIBUTES" => "deploymentAttributes",
+        "DEFAULT_SECRETS_DIR" => "secretsDir",
+        "DEFAULT_STATE_DIR" => "stateDir",
+        other => panic!("no default {other}"),
+    };
+    jobenv_facts()["defaults"][key].as_str().unwrap().to_owned()
 }
 
-/// jobenv's default grace (`--grace`), from its command line.
+/// jobenv's default grace (`--grace`).
 fn jobenv_grace() -> u64 {
-    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    let grace_line = cli.lines().find(|l| l.contains("env = \"JOBENV_GRACE\"")).unwrap();
-    grace_line.split("default_value = \"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap()
-}
-
-/// The strings of a `const NAME: &[&str] = &[...]` of jobenv's names (jobenv/src/input/names.rs,
-/// formerly jobenv/src/policy.rs).
-fn policy_list(name: &str) -> Vec<String> {
-    let file = ["jobenv/src/input/names.rs", "jobenv/src/policy.rs"]
-        .into_iter()
-        .map(|f| repo().join(f))
-        .find(|f| f.exists())
-        .expect("jobenv's file of names");
-    let policy = std::fs::read_to_string(&file).unwrap();
-    let start = policy.find(&format!("const {name}: &[&str] =")).unwrap_or_else(|| panic!("{name} in {}", file.display()));
-    let rest = &policy[start..];
-    let rest = &rest[rest.find('=').unwrap()..];
-    let open = rest.find("&[").unwrap() + 2;
-    let close = open + rest[open..].find(']').unwrap();
-    let mut names: Vec<String> = rest[open..close].split('"').skip(1).step_by(2).map(str::to_owned).collect();
-    names.sort();
-    names
+    jobenv_facts()["defaults"]["graceSeconds"].as_u64().unwrap()
 }
 
 fn sorted(value: &Value) -> Vec<String> {
@@ -119,16 +108,12 @@ fn the_files_are_where_jobenv_looks_without_options() {
 
 #[test]
 fn the_names_lib_nix_knows_are_jobenvs() {
+    // lib.nix takes jobenv's lists as jobenv generates them, not a copy of its own.
     let names = eval("lib.jobenvNames");
-    assert_eq!(sorted(&names["nodeControl"]), policy_list("NODE_CONTROL_KEYS"));
-    assert_eq!(sorted(&names["payloadControl"]), policy_list("PAYLOAD_CONTROL_KEYS"));
-    assert_eq!(sorted(&names["sharedControl"]), policy_list("SHARED_CONTROL_KEYS"));
-    assert_eq!(sorted(&names["derived"]), policy_list("DERIVED_KEYS"));
-    assert_eq!(sorted(&names["nodeTools"]), policy_list("NODE_TOOL_KEYS"));
-    assert_eq!(sorted(&names["reserved"]), policy_list("RESERVED"));
-    assert_eq!(sorted(&names["reservedPrefixes"]), policy_list("RESERVED_PREFIXES"));
-    // The reading of policy.rs is not vacuous.
-    assert!(policy_list("NODE_TOOL_KEYS").contains(&"TF_INPUT".to_owned()));
+    let facts = jobenv_facts();
+    assert_eq!(names, facts);
+    // Not vacuous: the lists are there.
+    assert!(sorted(&names["nodeTools"]).contains(&"TF_INPUT".to_owned()) && sorted(&names["reserved"]).contains(&"PATH".to_owned()));
     // Reserved names: the README's list, by example (exact names and prefixes).
     for (key, reserved) in [
         ("PATH", true),
@@ -1804,7 +1789,7 @@ fn the_nodes_authelia_gets_the_uis_rule_first_and_a_portal_without_it_fails_the_
         forgotten["assertions"],
         json!(["services.fediversity-windmill: this node runs Authelia (services.authelia.instances: main) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"main\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules"])
     );
-    assert!(forgotten["authelia"].is_null() || forgotten["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"].as_array().map_or(true, |r| !r.contains(&rule)));
+    assert!(forgotten["authelia"].is_null() || forgotten["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"].as_array().is_none_or(|r| !r.contains(&rule)));
     // The control: the operator added it by hand.
     let by_hand = run(
         "s: s // { ui.forwardAuth.enable = true; }",

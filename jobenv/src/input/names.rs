@@ -54,8 +54,8 @@ pub const ENVIRON_PASSTHROUGH: &[&str] = &[
     "NIX_BUILD_SHELL",
 ];
 
-/// Undeclared Nix and OpenTofu variables a node may still set (`TF_VAR_*` by prefix).
-const NODE_TOOL_KEYS: &[&str] = &[
+/// Undeclared Nix and OpenTofu variables a node may still set (and [`NODE_TOOL_PREFIXES`]).
+pub const NODE_TOOL_KEYS: &[&str] = &[
     "NIX_CONFIG",
     "NIX_PATH",
     "NIX_REMOTE",
@@ -71,8 +71,10 @@ const NODE_TOOL_KEYS: &[&str] = &[
 
 /// A Nix/OpenTofu variable that a node may set although the keys file does not declare it.
 pub fn is_node_tool_key(key: &str) -> bool {
-    NODE_TOOL_KEYS.contains(&key) || key.starts_with("TF_VAR_")
+    NODE_TOOL_KEYS.contains(&key) || NODE_TOOL_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
 }
+
+pub const NODE_TOOL_PREFIXES: &[&str] = &["TF_VAR_"];
 
 /// The state-backend keys a payload may carry: the seeds' front-end scopes the state address
 /// itself and sends it, with the backend's credentials when the node has none (see
@@ -83,7 +85,7 @@ pub const STATE_KEYS: &[&str] =
 /// Exact names no payload may set, even when declared, and that never pass from jobenv's own
 /// environment: each makes bash, an interpreter, git, ssh, the loader or OpenTofu run code or
 /// read configuration of the job's choosing, or steers jobenv's own derived variables.
-const RESERVED: &[&str] = &[
+pub const RESERVED: &[&str] = &[
     "PATH",
     "HOME",
     "DEPLOYMENT_NAMESPACE",
@@ -132,7 +134,7 @@ const RESERVED: &[&str] = &[
 /// Reserved prefixes: the loader (`LD_`, `DYLD_`), Nix, bash's exported functions, Python, Perl,
 /// Ruby, Lua (`LUA_INIT` runs code), git, ssh's askpass, OpenTofu's extra arguments and its
 /// state backend (but for [`STATE_KEYS`]).
-const RESERVED_PREFIXES: &[&str] =
+pub const RESERVED_PREFIXES: &[&str] =
     &["NIX_", "LD_", "DYLD_", "BASH_FUNC_", "PYTHON", "PERL5", "RUBY", "LUA_", "GIT_", "SSH_ASKPASS", "TF_CLI_ARGS", "TF_HTTP_"];
 
 /// Names a payload may never set, even when declared: they would let a job steer the
@@ -146,8 +148,10 @@ pub fn is_reserved(key: &str) -> bool {
 /// it and the derivation does not set it: `shellHook`, `preHook`, `postHook`, any `*Hook(s)`
 /// or `*Phase(s)`.
 fn is_stdenv_code(key: &str) -> bool {
-    ["Hook", "Hooks", "Phase", "Phases"].iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
+    STDENV_CODE_SUFFIXES.iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
 }
+
+pub const STDENV_CODE_SUFFIXES: &[&str] = &["Hook", "Hooks", "Phase", "Phases"];
 
 /// What a key is to jobenv: which layer may set it, and whether it reaches the program. The
 /// one classification admission ([`super::admit`]) and the merge ([`crate::plan`]) share; each

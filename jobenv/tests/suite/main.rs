@@ -11,6 +11,7 @@ mod exec_limits;
 mod exit_status;
 mod front_end;
 mod fuzz_regressions;
+mod generated;
 mod isolation;
 mod journal;
 mod lifecycle;
