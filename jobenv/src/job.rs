@@ -231,9 +231,9 @@ impl<'a> Run<'a> {
     fn namespace_locks(&self, journal: &Journal, plan: &Plan, cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
         let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
         let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
-        let own = locks::acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
+        let own = journal.acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
             .map_err(|refused| self.refused(refused, locked))?;
-        let tree = locks::acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
+        let tree = journal.acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
             self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
         })?;
         let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
@@ -373,14 +373,14 @@ fn start_events(target: Option<&crate::events::Target>, identity: &Identity, ver
 /// next attempt.
 fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, Refused> {
     let path = locks::job_path(journal.locks(), id);
-    match locks::acquire(&path, Duration::ZERO, holder, Some(cancel)) {
+    match journal.acquire(&path, Duration::ZERO, holder, Some(cancel)) {
         Err(Refused::Busy { .. }) => match journal.read(id) {
             Ok(Some(entry)) if entry.is_stopping() => {
                 let wait = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + upkeep::STOP_MARGIN;
                 tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
-                locks::acquire(&path, wait, holder, Some(cancel))
+                journal.acquire(&path, wait, holder, Some(cancel))
             }
-            _ => locks::acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
+            _ => journal.acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
         },
         other => other,
     }

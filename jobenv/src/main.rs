@@ -172,9 +172,11 @@ fn status(args: StatusArgs) -> i32 {
         return error.exit_code();
     }
     let dir = args.state.dir();
-    let journal = match open_journal(&dir) {
+    // Only reads: a node where no job ran yet has no journal, and `status` makes none.
+    let journal = match Journal::at(&dir) {
         Ok(journal) => journal,
-        Err(error) => {
+        Err(source) => {
+            let error = Error::from(Problem::Journal { path: dir, source });
             error.log();
             return error.exit_code();
         }

@@ -21,6 +21,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
+use super::locks;
+use crate::run::cancel::Cancel;
 use crate::error::{EXIT_INTERNAL, Problem};
 use crate::process;
 
@@ -232,19 +234,62 @@ pub fn now() -> String {
 pub struct Journal {
     pub(super) jobs: PathBuf,
     pub(super) locks: PathBuf,
+    /// The state directory's owner, when jobenv runs as root in a directory that belongs to
+    /// someone else (an operator's `recover` or `run` by hand on a node whose worker runs as its
+    /// own user): whatever jobenv creates there is given to that owner, so the worker can go on
+    /// using it.
+    owner: Option<(u32, u32)>,
 }
 
 impl Journal {
     /// Creates the directories if needed (mode 0750: entries hold no secret, but no one else
-    /// needs to read them).
+    /// needs to read them), given to the state directory's owner (see [`Journal::owner`]).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        let jobs = state_dir.join("jobs");
-        let locks = state_dir.join("locks");
-        for dir in [&jobs, &locks] {
+        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(state_dir)?;
+        let journal = Journal::at(state_dir)?;
+        for dir in [&journal.jobs, &journal.locks] {
             std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir)?;
+            journal.own(dir)?;
         }
-        Ok(Journal { jobs, locks })
+        Ok(journal)
+    }
+
+    /// The journal of `state_dir` as it is, creating nothing: for what only reads it (`status`).
+    /// A state directory without a journal yet has no entries.
+    pub fn at(state_dir: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let owner = match std::fs::metadata(state_dir) {
+            Ok(dir) if nix::unistd::geteuid().is_root() && (dir.uid(), dir.gid()) != (0, 0) => Some((dir.uid(), dir.gid())),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Journal { jobs: state_dir.join("jobs"), locks: state_dir.join("locks"), owner })
+    }
+
+    /// Gives `path` (created by this jobenv) to the state directory's owner, when it has one of
+    /// its own.
+    pub(super) fn own(&self, path: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        match self.owner {
+            Some((uid, gid)) if std::fs::symlink_metadata(path)?.uid() != uid => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+            _ => Ok(()),
+        }
+    }
+
+    /// A lock of this state directory ([`locks::acquire`]), its file given to the directory's
+    /// owner.
+    pub fn acquire(&self, path: &Path, wait: Duration, holder: &str, cancel: Option<&mut Cancel>) -> Result<locks::Held, locks::Refused> {
+        let held = locks::acquire(path, wait, holder, cancel)?;
+        self.own(path).map_err(locks::Refused::Io)?;
+        Ok(held)
+    }
+
+    /// Writes a file of the state directory atomically, owned like the directory.
+    pub(super) fn write_file(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let options = safe_io::atomic::Options { mode: None, uid: self.owner.map(|o| o.0), gid: self.owner.map(|o| o.1) };
+        safe_io::atomic::write(path, bytes, options).map_err(std::io::Error::other)
     }
 
     pub fn locks(&self) -> &Path {
@@ -269,7 +314,7 @@ impl Journal {
     /// A crash leaves either the old entry or the new one, never a torn file. A `running` entry
     /// is padded (see [`PADDING`]).
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
-        super::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text(entry))
+        self.write_file(&self.entry_path(&entry.job_id), &text(entry))
     }
 
     /// The end of an attempt. If the new file cannot be written, the padded `running` entry is
@@ -311,7 +356,11 @@ impl Journal {
     /// not JSON, or not named for their `job_id`) are skipped with a warning naming the file.
     pub fn entries(&self) -> std::io::Result<Vec<(PathBuf, Entry)>> {
         let mut entries = Vec::new();
-        for dirent in std::fs::read_dir(&self.jobs)? {
+        let dirents = match std::fs::read_dir(&self.jobs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(entries),
+            other => other?,
+        };
+        for dirent in dirents {
             let path = dirent?.path();
             if path.extension().is_none_or(|ext| ext != "json") || path.file_name().is_some_and(|n| n.as_encoded_bytes().starts_with(b".")) {
                 continue;

@@ -46,7 +46,7 @@ impl Journal {
     /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile.
     fn interrupt(&self, job_id: &str, by: InterruptedBy) -> std::io::Result<Option<Entry>> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
+        let _lock = match self.acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
             Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
@@ -83,7 +83,7 @@ impl Journal {
             // starting owns the entry and its lock file (deleting them under it would let a
             // second run of the same id start beside it).
             let lock_path = locks::job_path(&self.locks, &entry.job_id);
-            let Ok(_held) = locks::acquire(&lock_path, Duration::ZERO, "jobenv prune", None) else { continue };
+            let Ok(_held) = self.acquire(&lock_path, Duration::ZERO, "jobenv prune", None) else { continue };
             pruned += usize::from(gone(std::fs::remove_file(&path))?);
             let _ = std::fs::remove_file(stop_request(self, &entry.job_id));
             let _ = std::fs::remove_file(&lock_path);
@@ -95,7 +95,7 @@ impl Journal {
             let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
             if super::journal::is_valid_job_id(job_id) && !self.entry_path(job_id).exists() && older(&path) {
                 // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Ok(_held) = locks::acquire(&path, Duration::ZERO, "jobenv prune", None) {
+                if let Ok(_held) = self.acquire(&path, Duration::ZERO, "jobenv prune", None) {
                     pruned += usize::from(gone(std::fs::remove_file(&path))?);
                 }
             }
@@ -129,7 +129,7 @@ impl Journal {
         }
         let mut stopped = Vec::new();
         for entry in &live {
-            std::fs::write(stop_request(self, &entry.job_id), b"")?;
+            self.write_file(&stop_request(self, &entry.job_id), b"")?;
             tracing::warn!("draining: stopping job {} (attempt {}, jobenv pid {})", entry.job_id, entry.attempt, entry.pid);
             signal(entry, Signal::SIGTERM, false);
         }

@@ -385,3 +385,50 @@ fn an_interrupted_job_id_is_not_reused_for_another_request() {
     f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "reused", "--lock-timeout", "5"]).stdin(PAYLOAD).expect_code(3).run();
     assert_eq!(runs(&f), 2);
 }
+
+/// Operators run jobenv by hand as root on a node whose worker runs as its own user: nothing
+/// jobenv leaves in the state directory may then belong to root, or the worker's user would fail
+/// every later job of that namespace or job id. `status` creates nothing at all.
+#[test]
+fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
+    use fediversity_testkit::nix_fixture::WORKER_UID;
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+
+    let mut f = Fixture::new();
+    f.program("web", "apply", "exit 0");
+    f.write();
+    f.hand_to(WORKER_UID);
+    let state = f.state_dir();
+    // As root: `status` on a node where no job ran yet makes no journal...
+    let done = f.jobenv(jobenv_bin!()).args(["status"]).expect_success().run();
+    assert_eq!(done.stdout, "[]\n");
+    f.jobenv(jobenv_bin!()).args(["status", "by-hand-1"]).expect_code(1).run();
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0, "status created something");
+    // ...and a run and a recover leave only files of the worker's user.
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "by-hand-1"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
+    let created: Vec<(String, u32, u32)> = walkdir::WalkDir::new(&state)
+        .min_depth(1)
+        .into_iter()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            (entry.path().strip_prefix(&state).unwrap().display().to_string(), meta.uid(), meta.gid())
+        })
+        .collect();
+    // Not vacuous: the entry and both kinds of lock are there.
+    for expected in ["jobs/by-hand-1.json", "locks/job-by-hand-1.lock", "locks/namespace-ns.lock", "locks/namespace-ns.tree.lock"] {
+        assert!(created.iter().any(|(path, ..)| path == expected), "{expected} not in {created:?}");
+    }
+    let foreign: Vec<_> = created.iter().filter(|(_, uid, gid)| (*uid, *gid) != (WORKER_UID, WORKER_UID)).collect();
+    assert!(foreign.is_empty(), "not the worker's: {foreign:?}");
+    // The worker's user goes on: the same namespace deploys, the same job id replays.
+    let stand_in = f.nix_shell_stand_in();
+    for (job_id, code) in [("by-hand-2", 0), ("by-hand-1", 0)] {
+        let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", job_id, "--nix-shell", stand_in.to_str().unwrap()]);
+        run.command().uid(WORKER_UID).gid(WORKER_UID);
+        f.hand_to(WORKER_UID);
+        run.payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_code(code).run();
+    }
+}
