@@ -376,7 +376,7 @@ fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel)
     match journal.acquire(&path, Duration::ZERO, holder, Some(cancel)) {
         Err(Refused::Busy { .. }) => match journal.read(id) {
             Ok(Some(entry)) if entry.is_stopping() => {
-                let wait = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + upkeep::STOP_MARGIN;
+                let wait = entry.stop_wait();
                 tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
                 journal.acquire(&path, wait, holder, Some(cancel))
             }

@@ -26,6 +26,12 @@ use crate::run::cancel::Cancel;
 use crate::error::{EXIT_INTERNAL, Problem};
 use crate::process;
 
+/// How long a stopping attempt is given beyond its grace.
+pub const STOP_MARGIN: Duration = Duration::from_secs(5);
+/// The most grace a journal entry can claim for its attempt (`--grace` is rarely more than a
+/// minute; a forged entry must not hold `drain` or the next run for days).
+pub const MAX_STOP_GRACE: Duration = Duration::from_secs(600);
+
 /// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
 /// a new file cannot be written (a full disk): no new block is needed for that.
 const PADDING: usize = 2048;
@@ -63,7 +69,7 @@ pub struct Entry {
     /// The process that started jobenv (the Windmill worker) and its start time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<(i32, u64)>,
-    /// jobenv's `--grace`, for a run that waits for this attempt to stop.
+    /// jobenv's `--grace`, for a run that waits for this attempt to stop ([`Entry::stop_wait`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_ms: Option<u64>,
     pub started_at: String,
@@ -93,7 +99,13 @@ impl Entry {
     /// Still `running` under a jobenv that is alive (in this boot).
     pub fn is_live(&self) -> bool {
         let this_boot = self.boot_id.as_deref().is_none_or(|id| process::boot_id() == Some(id));
-        self.status == Status::Running && this_boot && process::is_running(self.pid, self.pid_start)
+        self.status == Status::Running && this_boot && process::is_jobenv(self.pid, self.pid_start)
+    }
+
+    /// How long this attempt may take to stop: its grace and a margin, bounded, whatever the
+    /// entry says (it is a file a program of the worker's user could write).
+    pub fn stop_wait(&self) -> Duration {
+        Duration::from_millis(self.grace_ms.unwrap_or(3000)).min(MAX_STOP_GRACE) + STOP_MARGIN
     }
 
     /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
@@ -390,10 +402,21 @@ fn text(entry: &Entry) -> Vec<u8> {
 /// Parses the entry read from `path`: its `job_id` must be a valid id and its file's name.
 fn parse(path: &Path, bytes: &[u8]) -> std::io::Result<Entry> {
     let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} is corrupt: {why}", path.display()));
-    let entry: Entry = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    // serde's message may quote the file's text: escaped, it cannot start a line of its own.
+    let entry: Entry = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string().escape_debug().to_string()))?;
     let named = path.file_stem().and_then(|s| s.to_str());
     if !is_valid_job_id(&entry.job_id) || named != Some(entry.job_id.as_str()) {
         return Err(corrupt("its job_id is not its file name".into()));
+    }
+    // What messages quote of an entry has the grammar jobenv wrote it in: a forged entry cannot
+    // put a line of its own, or anything else, into a log.
+    let time = |t: &str| humantime::parse_rfc3339(t).is_ok();
+    let names = crate::input::names::VERBS.contains(&entry.verb.as_str())
+        && crate::input::names::is_valid_attribute(&entry.attribute)
+        && crate::input::names::is_valid_namespace(&entry.namespace);
+    let times = time(&entry.started_at) && entry.finished_at.as_deref().is_none_or(time) && entry.earlier.iter().all(|a| time(&a.started_at) && a.finished_at.as_deref().is_none_or(time));
+    if !names || !times {
+        return Err(corrupt("its verb, attribute, namespace or times are not as jobenv writes them".into()));
     }
     Ok(entry)
 }
@@ -432,11 +455,54 @@ pub(crate) mod tests {
         assert!(matches!(decide(Some(done)), Decision::Replay(e) if e.exit_code == Some(0)));
     }
 
+    /// A process named as jobenv is (`sleep` under jobenv's name), and its entry.
+    pub(crate) fn jobenv_named(dir: &Path) -> (std::process::Child, Entry) {
+        let program = dir.join("fediversity-jobenv");
+        std::os::unix::fs::symlink("/bin/sleep", &program).unwrap();
+        let child = std::process::Command::new(&program).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        // The kernel names the process after its file once it has exec'd.
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != "fediversity-job" {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (child, entry(Status::Running, pid, process::start_time(pid).unwrap()))
+    }
+
     #[test]
-    fn a_running_entry_of_a_live_process_is_refused() {
-        let me = std::process::id() as i32;
-        let live = entry(Status::Running, me, process::start_time(me).unwrap());
+    fn a_running_entry_of_a_live_jobenv_is_refused_and_of_another_process_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut jobenv, live) = jobenv_named(dir.path());
         assert!(matches!(decide(Some(live)), Decision::Refuse(_)));
+        let _ = jobenv.kill();
+        let _ = jobenv.wait();
+        // An entry that names a live process which is no jobenv (this test's own) is no live
+        // attempt: forged or stale, it must not hold the job id.
+        let me = std::process::id() as i32;
+        let forged = entry(Status::Running, me, process::start_time(me).unwrap());
+        assert!(matches!(decide(Some(forged)), Decision::Run { attempt: 2, .. }));
+    }
+
+    #[test]
+    fn an_entry_not_as_jobenv_writes_it_is_corrupt_and_its_text_never_reaches_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let mut e = entry(Status::Succeeded, 1, 0);
+        journal.write(&e).unwrap();
+        assert!(journal.read("j1").is_ok(), "positive control: as jobenv writes it");
+        for (field, value) in [("namespace", "ns\njobenv: forged"), ("verb", "apply\n"), ("attribute", "web x"), ("started_at", "yesterday\n")] {
+            let mut forged = serde_json::to_value(&e).unwrap();
+            forged[field] = serde_json::Value::from(value);
+            std::fs::write(journal.entry_path("j1"), forged.to_string()).unwrap();
+            let error = journal.read("j1").unwrap_err().to_string();
+            assert!(error.ends_with("is corrupt: its verb, attribute, namespace or times are not as jobenv writes them"), "{field}: {error}");
+        }
+        let mut forged = serde_json::to_value(&e).unwrap();
+        forged["status"] = serde_json::Value::from("running\njobenv: web-apply succeeded");
+        std::fs::write(journal.entry_path("j1"), forged.to_string()).unwrap();
+        let error = journal.read("j1").unwrap_err().to_string();
+        assert_eq!(error.lines().count(), 1, "{error}");
+        e.grace_ms = Some(u64::MAX / 2);
+        assert_eq!(e.stop_wait(), MAX_STOP_GRACE + STOP_MARGIN, "a forged grace is bounded");
     }
 
     #[test]

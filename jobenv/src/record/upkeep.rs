@@ -22,8 +22,6 @@ pub fn stop_request(journal: &Journal, job_id: &str) -> PathBuf {
     journal.jobs.join(format!(".{job_id}.stop"))
 }
 
-/// How long a stopping attempt is given beyond its grace.
-pub const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 impl Journal {
     /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
@@ -112,7 +110,7 @@ impl Journal {
     /// For a node that stops: lets the running journaled jobs finish for up to `wait`, then
     /// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
     /// tree with its grace and records the attempt interrupted by the node). A jobenv that has
-    /// not ended by its grace plus [`STOP_MARGIN`] is SIGKILLed with its process group if it
+    /// not ended by its grace plus a margin ([`Entry::stop_wait`]) is SIGKILLed with its process group if it
     /// leads one, and its entry recorded here. Returns what it did, one entry per job.
     pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
         let running = || -> std::io::Result<Vec<Entry>> {
@@ -134,16 +132,16 @@ impl Journal {
             signal(entry, Signal::SIGTERM, false);
         }
         for entry in live {
-            let bound = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + STOP_MARGIN;
+            let bound = entry.stop_wait();
             let until = Instant::now() + bound;
-            while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+            while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            if process::is_running(entry.pid, entry.pid_start) {
+            if process::is_jobenv(entry.pid, entry.pid_start) {
                 tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
                 signal(&entry, Signal::SIGKILL, true);
                 let until = Instant::now() + Duration::from_secs(2);
-                while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+                while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -159,9 +157,7 @@ impl Journal {
 /// a forged or stale one must not make `drain` signal an unrelated process); with `group`, its
 /// process group too when it leads one (a Windmill job process keeps its program tree there).
 fn signal(entry: &Entry, signal: Signal, group: bool) {
-    let comm = std::fs::read_to_string(format!("/proc/{}/comm", entry.pid)).unwrap_or_default();
-    // The kernel keeps 15 bytes of the name: `fediversity-jobenv` is `fediversity-job`.
-    if !process::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
+    if !process::is_jobenv(entry.pid, entry.pid_start) {
         return;
     }
     let pid = Pid::from_raw(entry.pid);
@@ -258,6 +254,33 @@ mod tests {
         assert!(jobenv.wait().unwrap().code().is_none(), "a jobenv was not signalled");
         let _ = other.kill();
         let _ = other.wait();
+    }
+
+    #[test]
+    fn drain_waits_only_for_a_jobenv_and_not_longer_than_a_bounded_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        // A forged entry naming a live process that is no jobenv, claiming a grace of days.
+        let mut other = std::process::Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let pid = other.id() as i32;
+        let mut forged = entry(Status::Running, pid, process::start_time(pid).unwrap());
+        forged.job_id = "forged".into();
+        forged.grace_ms = Some(3 * 86_400_000);
+        journal.write(&forged).unwrap();
+        let started = Instant::now();
+        assert!(journal.drain(Duration::ZERO).unwrap().is_empty(), "no jobenv ran");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(other.try_wait().unwrap().is_none(), "drain signalled a process that is not a jobenv");
+        let _ = other.kill();
+        let _ = other.wait();
+        // Positive control: a live jobenv is drained (signalled; this one dies of its SIGTERM).
+        let (mut jobenv, mut live) = super::super::journal::tests::jobenv_named(dir.path());
+        live.job_id = "live".into();
+        live.grace_ms = Some(1000);
+        journal.write(&live).unwrap();
+        let drained = journal.drain(Duration::ZERO).unwrap();
+        assert_eq!(drained.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(), ["live"]);
+        assert!(jobenv.wait().unwrap().code().is_none(), "the jobenv was signalled");
     }
 
     #[test]
