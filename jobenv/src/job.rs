@@ -125,7 +125,10 @@ impl<'a> Run<'a> {
         let plan = self.plan(payload)?;
         let namespace = self.namespace_locks(&journal, &plan, &mut cancel)?;
         let entry = self.running_entry(&journal, &plan, attempt, earlier, &cancel)?;
-        let ending = self.program(&plan, namespace.for_tree, cancel);
+        let ending = match journal.draining() {
+            Some(since) => not_started_on_a_draining_node(&since),
+            None => self.program(&plan, namespace.for_tree, cancel),
+        };
         Ok(self.terminal_entry(&journal, entry, ending))
     }
 
@@ -346,6 +349,16 @@ impl<'a> Run<'a> {
         self.events.wait();
         code
     }
+}
+
+/// Step 8, on a node that drains (from `drain`'s start until the worker starts again): the program
+/// is not started, and the job ends as a drained one (interrupted by the node, a retry is safe).
+/// Its running entry was written before this look, so a drain that began later sees the job.
+fn not_started_on_a_draining_node(since: &str) -> Ending {
+    tracing::warn!("the node is draining (since {since}): the program is not started");
+    let ending = Ending::from(run::Outcome::NodeStopped(nix::sys::signal::Signal::SIGTERM as i32));
+    ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
+    ending
 }
 
 /// Step 1. Under a job runner the worker that started jobenv is watched too: its death from now

@@ -122,6 +122,8 @@ fn recover(args: RecoverArgs) -> i32 {
     let dir = args.state.dir();
     let recovered = open_journal(&dir).and_then(|journal| {
         let recovered = journal.recover().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
+        // `recover` runs when the worker starts again: programs may start from now on.
+        journal.end_draining().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
         if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days), None) {
             tracing::warn!("cannot prune the journal: {error}");
         }

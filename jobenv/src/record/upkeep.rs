@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::ending::InterruptedBy;
-use super::journal::{Entry, Journal};
+use super::journal::{Entry, Journal, STOP_MARGIN};
 use super::locks;
 use super::ending::Status;
 use crate::process;
@@ -23,7 +23,36 @@ pub fn stop_request(journal: &Journal, job_id: &str) -> PathBuf {
 }
 
 
+/// What `drain` leaves in the state directory: from its start until `recover` (which the worker
+/// runs when it starts again), no program starts on this node, in this boot.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Draining {
+    boot_id: Option<String>,
+    since: String,
+}
+
 impl Journal {
+    fn draining_path(&self) -> PathBuf {
+        self.jobs.with_file_name("draining")
+    }
+
+    /// Since when the node drains, when a drain of this boot is under way: then no program may
+    /// start. An unreadable or foreign mark (another boot's) is no drain.
+    pub fn draining(&self) -> Option<String> {
+        let mark: Draining = serde_json::from_slice(&std::fs::read(self.draining_path()).ok()?).ok()?;
+        let this_boot = mark.boot_id.as_deref() == process::boot_id();
+        let since = humantime::parse_rfc3339(&mark.since).is_ok().then_some(mark.since)?;
+        this_boot.then_some(since)
+    }
+
+    /// The node starts again: programs may start (`recover`, at the worker's start).
+    pub fn end_draining(&self) -> std::io::Result<()> {
+        match std::fs::remove_file(self.draining_path()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
     /// them. Each is re-read and rewritten under its job lock, so a run of that job id that
     /// starts meanwhile either waits for it or has the lock first (then the entry is its own).
@@ -112,7 +141,48 @@ impl Journal {
     /// tree with its grace and records the attempt interrupted by the node). A jobenv that has
     /// not ended by its grace plus a margin ([`Entry::stop_wait`]) is SIGKILLed with its process group if it
     /// leads one, and its entry recorded here. Returns what it did, one entry per job.
+    ///
+    /// From its start on, no program starts on the node ([`Journal::draining`]): a job that was
+    /// waiting for a lock or still being validated refuses at its program's start, recorded like
+    /// a drained job; those that did so while this drain ran are returned too.
     pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
+        let since = super::journal::now();
+        let mark = Draining { boot_id: process::boot_id().map(str::to_owned), since: since.clone() };
+        self.write_file(&self.draining_path(), &serde_json::to_vec(&mark)?)?;
+        let mut stopped = self.drain_live(wait)?;
+        // Runs of a job id that were still before their program (waiting for a lock, being
+        // validated) hold their job lock: they refuse at their program's start now; a moment is
+        // given to them to do so and be counted.
+        let until = Instant::now() + STOP_MARGIN;
+        while !self.busy_job_ids()?.is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let began = humantime::parse_rfc3339(&since).expect("written just now");
+        for (_, entry) in self.entries()? {
+            let ended = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
+            let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
+            if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
+                stopped.push(entry);
+            }
+        }
+        Ok(stopped)
+    }
+
+    /// The job ids whose job lock a run holds right now.
+    fn busy_job_ids(&self) -> std::io::Result<Vec<String>> {
+        let mut busy = Vec::new();
+        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
+            let name = dirent.file_name();
+            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
+            let held = safe_io::lock::LockFile::open(&dirent.path()).and_then(|lock| lock.try_exclusive());
+            if matches!(held, Ok(None)) {
+                busy.push(job_id.to_owned());
+            }
+        }
+        Ok(busy)
+    }
+
+    fn drain_live(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
         let running = || -> std::io::Result<Vec<Entry>> {
             Ok(self.entries()?.into_iter().map(|(_, e)| e).filter(Entry::is_live).collect())
         };
