@@ -62,7 +62,8 @@ let
     openssh = pkgs.openssh;
     git = pkgs.git;
     bash = pkgs.bash;
-    fediversity-jobenv = cfg.package;
+    # The sealed copy the worker's start installs (lib.nix, `paths.sealedJobenv`).
+    fediversity-jobenv = fw.paths.sealedJobenvDir;
   };
 
   # nixpkgs' Windmill with only the Python and Bash toolchains: its build features cut down
@@ -1057,6 +1058,7 @@ in
           serviceConfig =
             fw.workerLifecycle {
               inherit jobenv kill;
+              install = "${pkgs.coreutils}/bin/install";
               waitForFiles = if waitForFiles == null then null else "${waitForFiles}";
               drainTimeoutSeconds = cfg.drainTimeout;
               readinessTimeoutSeconds = cfg.readinessTimeout;

@@ -65,6 +65,11 @@ rec {
     adminPasswordDir = "/var/lib/fediversity-windmill";
     generatedAdminPassword = "/var/lib/fediversity-windmill/admin-password";
     credentialsDir = "/run/incus-deploy";
+    # The worker's copy of fediversity-jobenv, executable but not readable by the worker's user:
+    # the kernel makes a process of a binary its user cannot read not dumpable from its first
+    # instruction (the binary's own seal comes only with its first constructor).
+    sealedJobenvDir = "/run/fediversity-jobenv";
+    sealedJobenv = "/run/fediversity-jobenv/bin/fediversity-jobenv";
     # The backup's credentials (FR-015), root-only.
     backupDir = "/run/fediversity-windmill/backup";
     backupPassword = "/run/fediversity-windmill/backup/restic-password";
@@ -1174,9 +1179,12 @@ rec {
 
   # How windmill-worker starts and stops (its serviceConfig; the programs are store paths).
   #
-  # Start: wait for the rendered files (when the node declares any), then `fediversity-jobenv
-  # recover`, which marks the jobs whose jobenv died with a previous worker as interrupted (best
-  # effort: a failure does not keep the worker down).
+  # Start: as root (`+`), copy jobenv to where the jobs find it (`paths.sealedJobenv`, mode
+  # 0111: the worker's user may run it, not read it, so the kernel starts it not dumpable, and
+  # no process of that user can read its environment or memory even in its first instructions);
+  # wait for the rendered files (when the node declares any); then `fediversity-jobenv
+  # recover`, which marks the jobs whose jobenv died with a previous worker as interrupted and
+  # ends a drain (best effort: a failure does not keep the worker down).
   #
   # Stop (systemd runs ExecStop before it signals the unit): a Windmill worker takes new jobs
   # until its first SIGTERM, which only stops that; it then waits for its running job, and a
@@ -1194,11 +1202,13 @@ rec {
       drainTimeoutSeconds,
       readinessTimeoutSeconds,
       graceSeconds ? jobenvGraceSeconds,
+      install ? null,
     }:
     {
-      ExecStartPre = optional (waitForFiles != null) waitForFiles ++ [
-        "-${jobenv} recover --state-dir ${paths.stateDir}"
-      ];
+      ExecStartPre =
+        optional (install != null) "+${install} -D -m 0111 -o root -g root ${jobenv} ${paths.sealedJobenv}"
+        ++ optional (waitForFiles != null) waitForFiles
+        ++ [ "-${jobenv} recover --state-dir ${paths.stateDir}" ];
       ExecStop = [
         "-${kill} -s TERM $MAINPID"
         "${jobenv} drain --state-dir ${paths.stateDir} --wait ${toString drainTimeoutSeconds}"

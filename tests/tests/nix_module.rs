@@ -445,6 +445,12 @@ fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
     // Without declared files, nothing to wait for.
     let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
     assert_eq!(lifecycle["ExecStartPre"], json!([format!("-/j recover --state-dir {state_dir}")]));
+    // With `install`, first the sealed copy of jobenv, as root (`+`).
+    let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; install = "/i"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
+    assert_eq!(
+        lifecycle["ExecStartPre"],
+        json!(["+/i -D -m 0111 -o root -g root /j /run/fediversity-jobenv/bin/fediversity-jobenv", format!("-/j recover --state-dir {state_dir}")])
+    );
     // The default grace is jobenv's.
     assert_eq!(eval("lib.jobenvGraceSeconds"), json!(grace));
 }
@@ -1631,11 +1637,16 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     let worker = module(r#"s: s // { credentials.tfToken = "{{ .t }}"; drainTimeout = 90; }"#, "h: h.config.systemd.services.windmill-worker");
     let service = &worker["serviceConfig"];
     let pre = strings(&service["ExecStartPre"]);
-    assert_eq!(pre.len(), 2);
-    assert!(pre[0].ends_with("-fediversity-windmill-wait-for-secrets"), "{pre:?}");
+    assert_eq!(pre.len(), 3);
     let jobenv = "/nix/store/00000000000000000000000000000000-callPackage-package.nix/bin/fediversity-jobenv";
+    // First, as root, the sealed copy the jobs run (executable, not readable, by the worker).
+    assert_eq!(
+        pre[0],
+        format!("+/nix/store/00000000000000000000000000000000-coreutils/bin/install -D -m 0111 -o root -g root {jobenv} /run/fediversity-jobenv/bin/fediversity-jobenv")
+    );
+    assert!(pre[1].ends_with("-fediversity-windmill-wait-for-secrets"), "{pre:?}");
     let state_dir = jobenv_const("DEFAULT_STATE_DIR");
-    assert_eq!(pre[1], format!("-{jobenv} recover --state-dir {state_dir}"));
+    assert_eq!(pre[2], format!("-{jobenv} recover --state-dir {state_dir}"));
     assert_eq!(
         service["ExecStop"],
         json!([
@@ -1652,11 +1663,13 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
         "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
     );
     let path = strings(&worker["path"]);
-    assert!(path.iter().any(|p| p.ends_with("-nix")) && path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
+    // The jobs find the sealed copy, not the package's own (which every user may read).
+    assert!(path.iter().any(|p| p.ends_with("-nix")) && path.contains(&"/run/fediversity-jobenv".to_owned()), "{path:?}");
+    assert!(!path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
 
     // Nothing declared to render: nothing to wait for, and no secrets env file.
     let worker = module("s: s // { deploySecrets = { }; credentials.tfToken = null; }", "h: h.config.systemd.services.windmill-worker");
-    assert_eq!(worker["serviceConfig"]["ExecStartPre"], json!([format!("-{jobenv} recover --state-dir {state_dir}")]));
+    assert_eq!(strings(&worker["serviceConfig"]["ExecStartPre"])[1..], [format!("-{jobenv} recover --state-dir {state_dir}")]);
     assert!(worker["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
     assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
 }
