@@ -89,18 +89,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
     if problems.is_empty() { Ok(plan) } else { Err(problems) }
 }
 
-pub use crate::input::MAX_ARG_STRLEN;
-
-/// How many bytes of argv and environment jobenv lets a program have under the stack limit
-/// `stack` (the soft `RLIMIT_STACK`). exec refuses more than a quarter of the stack limit, at
-/// most 6 MiB and at least 128 KiB (Linux's `bprm_stack_limits`). jobenv takes half of that:
-/// nix-shell execs the dev shell's bash, which execs the program, and each adds the dev
-/// shell's variables to what jobenv passed. With the usual 8 MiB stack that is 1 MiB, the
-/// payload's own limit.
-pub fn exec_budget(stack: u64) -> usize {
-    let kernel = (stack / 4).clamp(128 << 10, 6 << 20);
-    usize::try_from(kernel / 2).expect("at most 3 MiB")
-}
+pub use crate::input::{MAX_ARG_STRLEN, exec_budget};
 
 /// What exec could not pass: one string over [`MAX_ARG_STRLEN`], or more than `budget` bytes
 /// in all (each string with its NUL, and a pointer to each).
