@@ -21,8 +21,6 @@ pub enum RowKind {
 }
 
 impl RowKind {
-    pub const NAMES: [&'static str; 2] = ["jobs", "deployments"];
-
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "jobs" => Some(RowKind::Jobs),
@@ -118,6 +116,7 @@ pub fn notifications_url(base: &Url, kind: RowKind, row: u64) -> Url {
 
 /// One notification: the row's status, and some of the job's log.
 #[derive(Serialize, JsonSchema)]
+#[schemars(rename = "{S}Notification")]
 pub struct Notification<S> {
     pub status: S,
     #[serde(skip_serializing_if = "Option::is_none")]

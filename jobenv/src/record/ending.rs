@@ -1,6 +1,7 @@
 //! How a job ended: one [`Status`] and one [`Ending`], for the exit code, the job log,
 //! `result.json`, the journal and progress events alike.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EXIT_INTERNAL, Error};
@@ -9,7 +10,7 @@ use crate::events::{End, Level, Progress};
 use crate::run::Outcome;
 
 /// How a job stands or ended, one spelling for result.json, the journal and the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Only in the journal, while the program runs.
@@ -43,7 +44,7 @@ impl std::fmt::Display for Status {
 
 /// Why an attempt ended as it did, beyond its status (`reason` in the journal and
 /// `result.json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// Stopped without a result of its own ([`InterruptedBy`] says why): not a result, and a
@@ -55,7 +56,7 @@ pub enum Reason {
 }
 
 /// What stopped an interrupted attempt (`interrupted_by`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InterruptedBy {
     /// Its jobenv died (found by the next run of the job id, or `recover`).
