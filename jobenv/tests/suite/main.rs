@@ -5,6 +5,7 @@
 mod bad_input;
 mod cancellation;
 mod crash_sweep;
+mod dd0012;
 mod env_and_keys;
 mod events;
 mod exec_limits;
