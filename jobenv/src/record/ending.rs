@@ -137,7 +137,7 @@ impl Ending {
             (Status::Succeeded, _) => (Progress::Succeeded, J::Succeeded, D::Running, Info, "succeeded"),
             // Stopped without a result of its own (a lost worker, a node that stopped): someone
             // else stopped it, and a retry is safe.
-            (Status::Failed, Some(_)) => (Progress::Failed, J::Failed, D::Stopped, Warning, "was interrupted (a retry is safe)"),
+            (Status::Failed, Some(_)) => (Progress::Failed, J::Failed, D::Stopped, Warning, "was interrupted"),
             (Status::Failed, None) => (Progress::Failed, J::Failed, D::Failed, Error, "failed"),
             // A job refused before it ran has failed for its watchers.
             (Status::Rejected, _) => (Progress::Failed, J::Failed, D::Failed, Error, "was rejected"),
@@ -177,8 +177,8 @@ mod tests {
             (ending(Status::Rejected, None), "apply", Progress::Failed, J::Failed, D::Failed, "was rejected"),
             (ending(Status::Canceled, None), "apply", Progress::Canceled, J::Failed, D::Stopped, "was canceled"),
             (ending(Status::TimedOut, None), "apply", Progress::TimedOut, J::Failed, D::Failed, "timed out"),
-            (ending(Status::Failed, Some(InterruptedBy::WorkerLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted (a retry is safe)"),
-            (ending(Status::Failed, Some(InterruptedBy::NodeStopped)), "destroy", Progress::Failed, J::Failed, D::Stopped, "was interrupted (a retry is safe)"),
+            (ending(Status::Failed, Some(InterruptedBy::WorkerLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
+            (ending(Status::Failed, Some(InterruptedBy::NodeStopped)), "destroy", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
         ];
         for (ending, verb, progress, job, deployment, said) in table {
             let (shown, end) = ending.progress(verb);

@@ -3,6 +3,7 @@
 //! kit writes ([`fediversity_testkit`]).
 
 mod bad_input;
+mod contract;
 mod cancellation;
 mod crash_sweep;
 mod dd0012;
