@@ -139,7 +139,7 @@ impl Events {
 
     /// The job ended: its terminal status, how each format says the end (with jobenv's exit
     /// code), and jobenv's own error lines (sent at level `error`; they never hold a value).
-    pub fn finish(&self, status: Progress, end: End, errors: &[String]) {
+    pub fn finish(&self, (status, end): (Progress, End), errors: &[String]) {
         let Some(shared) = &self.0 else { return };
         shared.check_ready();
         shared.push_lines(Level::Error, errors.iter().map(|e| lines::capped(e.clone(), false)).collect());
