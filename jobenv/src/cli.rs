@@ -40,6 +40,33 @@ pub enum Command {
     /// each through its own jobenv (grace, then SIGKILL of its tree), recorded as interrupted;
     /// print them as JSON. Exit 0 when none is left running.
     Drain(DrainArgs),
+    /// Print a JSON Schema (draft 2020-12) of the front-end contract: `payload` is what this
+    /// node accepts (its attributes, its declared keys); the others are jobenv's own, as under
+    /// schemas/.
+    Schema(SchemaArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchemaName {
+    /// The payload this node accepts
+    Payload,
+    /// A Windmill job's result.json
+    Result,
+    /// A progress event in jobenv's format
+    EventJobenv,
+    /// A progress event in DD-0012's format
+    #[value(name = "event-dd-0012")]
+    EventDd0012,
+    /// A journal entry as `status JOB_ID` prints it
+    JournalEntry,
+}
+
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    #[arg(value_enum)]
+    pub what: SchemaName,
+    #[command(flatten)]
+    pub node: NodeArgs,
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/fediversity-jobenv";

@@ -327,7 +327,7 @@ impl<'a> Run<'a> {
     /// [`crate::events::FINAL_WAIT`] for the final progress event. Returns the exit code.
     fn conclude(self, ending: Ending) -> i32 {
         let verb = &self.settings.job.verb;
-        self.events.finish(ending.progress(verb), ending.exit_code, &ending.errors);
+        self.events.finish(ending.progress(verb), &ending.errors);
         let mut code = ending.exit_code;
         if let Runner::Windmill { job_id, .. } = &self.settings.runner {
             let result = JobResult {
@@ -367,11 +367,12 @@ fn catch_cancels(runner: &Runner) -> Result<Cancel, Stop> {
     Cancel::install(runner.worker()).map_err(|e| Error::io("cannot handle the cancel signals", e).into())
 }
 
-/// The events of a job, if the node configures them and the job names its deployment: a
-/// rejected job whose payload has no valid NAMESPACE cannot be shown on any channel.
+/// The events of a job, if the node configures them and the job names where they go: its row in
+/// DD-0012's format, in jobenv's its deployment (a job without a valid NAMESPACE has no channel).
 fn start_events(target: Option<&crate::events::Target>, identity: &Identity, verb: &str, job_id: Option<&str>) -> Events {
     let Some(target) = target else { return Events::default() };
-    let Some(deployment) = identity.namespace.clone().filter(|ns| input::names::is_valid_namespace(ns)) else {
+    let dd0012 = target.wire != crate::events::Wire::Jobenv;
+    let Some(deployment) = identity.namespace.clone().filter(|ns| input::names::is_valid_namespace(ns)).or(dd0012.then(String::new)) else {
         tracing::debug!("progress events are not sent: the job names no valid NAMESPACE");
         return Events::default();
     };

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunArgs, StatusArgs};
+use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunArgs, SchemaArgs, SchemaName, StatusArgs};
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
 use jobenv::record::journal::{self, Journal};
@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         Command::Recover(args) => recover(args),
         Command::Status(args) => status(args),
         Command::Drain(args) => drain(args),
+        Command::Schema(args) => schema(args),
     })
 }
 
@@ -111,6 +112,24 @@ fn keys(args: KeysArgs) -> i32 {
             EXIT_REJECTED
         }
         Ok(declared) => print(show::keys(&declared, args.format).as_bytes()),
+    }
+}
+
+fn schema(args: SchemaArgs) -> i32 {
+    use jobenv::schema;
+    let generated = match args.what {
+        SchemaName::Payload => schema::of_node(&args.node.settings()),
+        SchemaName::Result => Ok(schema::result()),
+        SchemaName::EventJobenv => Ok(schema::event_jobenv()),
+        SchemaName::EventDd0012 => Ok(schema::event_dd0012()),
+        SchemaName::JournalEntry => Ok(schema::journal_entry()),
+    };
+    match generated {
+        Ok(value) => print(schema::text(&value).as_bytes()),
+        Err(problems) => {
+            Error::Rejected(problems).log();
+            EXIT_REJECTED
+        }
     }
 }
 

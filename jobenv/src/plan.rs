@@ -67,7 +67,8 @@ pub struct Plan {
     pub namespace: String,
     pub system: String,
     pub executable: String,
-    /// Where progress events go (`EVENTS_URL` and `EVENTS_SECRET` of the node).
+    /// Where progress events go, and in which format (the node's `EVENTS_*`, and for DD-0012
+    /// the payload's row).
     pub events: Option<Target>,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, Var>,
@@ -178,11 +179,13 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     ];
 
     // Every secret of the node (also those the program does not get: `EVENTS_SECRET`), and the
-    // payload's.
+    // payload's (its `TF_HTTP_PASSWORD`, and a DD-0012 row's `EVENTS_SECRET`, which the program
+    // never gets either).
     let payload_secrets = env.iter().filter(|(_, var)| var.source == Source::Payload && var.value.is_secret());
     let node_secrets = inputs.node.iter().filter(|(_, v)| v.value.is_secret()).map(|(k, v)| (k, &v.value));
     let secrets = node_secrets.chain(payload_secrets.map(|(k, v)| (k, &v.value))).map(|(k, v)| (k.as_str(), v.expose()));
-    let secrets = Hidden(redaction_needles(secrets, &mut warnings));
+    let row_secret = controls.row_secret.as_ref().map(|secret| ("EVENTS_SECRET", secret.expose()));
+    let secrets = Hidden(redaction_needles(secrets.chain(row_secret), &mut warnings));
 
     Plan {
         verb: inputs.verb.clone(),

@@ -73,8 +73,8 @@ const MAX_IDENTITY_ATTRIBUTE: usize = 128;
 pub struct Gathered {
     pub identity: Identity,
     pub inputs: Result<Inputs, Vec<Problem>>,
-    /// Where progress events go, when the node's event settings are good: also for a job that
-    /// is rejected, so front-ends see why.
+    /// Where progress events go, when the node's event settings (and the payload's row) are
+    /// good: also for a job that is rejected, so front-ends see why.
     pub events: Option<Target>,
 }
 
@@ -150,7 +150,7 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
     let declared = keys::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
     let attributes = keys::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
-    let events = node.as_ref().and_then(|node| controls::events_target(node).ok().flatten());
+    let events = node.as_ref().zip(payload.as_ref()).and_then(|(node, payload)| controls::target_of_rejected(node, payload, &job.verb));
 
     let inputs = match (payload, node, declared, attributes, nix_shell) {
         (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell)) if problems.is_empty() => {

@@ -22,16 +22,20 @@ pub const VERBS: &[&str] = &[
 ];
 
 /// Control keys only the node may set; jobenv consumes them and does not pass them on.
-/// `EVENTS_URL` and `EVENTS_SECRET` configure progress events (see [`crate::events`]).
+/// `EVENTS_URL` and `EVENTS_FORMAT` configure progress events (see [`crate::events`]).
 pub const NODE_CONTROL_KEYS: &[&str] =
-    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS", "EVENTS_URL", "EVENTS_SECRET"];
+    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS", "EVENTS_URL", "EVENTS_FORMAT"];
 
 /// Control keys a job payload may set; jobenv consumes them and does not pass them on.
-/// `BUILD_ID` names the build in progress events; the program does not need it.
-pub const PAYLOAD_CONTROL_KEYS: &[&str] = &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE", "BUILD_ID"];
+/// `BUILD_ID` names the build in progress events, `EVENTS_KIND` and `EVENTS_ROW_ID` the DD-0012
+/// row they go to, `EVENTS_SECRET` that row's secret; the program needs none of them.
+pub const PAYLOAD_CONTROL_KEYS: &[&str] =
+    &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE", "BUILD_ID", "EVENTS_KIND", "EVENTS_ROW_ID", "EVENTS_SECRET"];
 
-/// Control keys that the node may also set (node wins, like any key).
-pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM"];
+/// Control keys that the node may also set (node wins, like any key). A payload's
+/// `EVENTS_SECRET` is taken only by a node whose events are DD-0012's (see
+/// [`super::controls::takes_row_secrets`]); elsewhere only the node may set it.
+pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM", "EVENTS_SECRET"];
 
 /// Variables jobenv computes itself; no layer may set them.
 pub const DERIVED_KEYS: &[&str] =
@@ -159,10 +163,10 @@ pub const STDENV_CODE_SUFFIXES: &[&str] = &["Hook", "Hooks", "Phase", "Phases"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyClass<'a> {
     /// jobenv's own input, set by the node only, never passed to the program
-    /// (`DEPLOYMENT_ROOT`, `NIXPKGS`, `STATE_BASE_ADDRESS`, `EVENTS_URL`, ...).
+    /// (`DEPLOYMENT_ROOT`, `NIXPKGS`, `STATE_BASE_ADDRESS`, `EVENTS_URL`, `EVENTS_FORMAT`, ...).
     NodeControl,
     /// jobenv's own input, set by a payload, never passed to the program (`ATTRIBUTE`,
-    /// `NAMESPACE`, ...); `SYSTEM` the node may set too.
+    /// `NAMESPACE`, `EVENTS_ROW_ID`, ...); `SYSTEM` and `EVENTS_SECRET` the node may set too.
     PayloadControl { node_may_set: bool },
     /// jobenv derives it (`DEPLOYMENT_NAMESPACE`, the state addresses): no node source sets it; a
     /// payload may propose a state address, checked against its rules.
@@ -371,6 +375,9 @@ mod tests {
         let class = |key| class(key, &declared);
         assert_eq!(class("DEPLOYMENT_ROOT"), KeyClass::NodeControl);
         assert_eq!(class("ATTRIBUTE"), KeyClass::PayloadControl { node_may_set: false });
+        assert_eq!(class("EVENTS_ROW_ID"), KeyClass::PayloadControl { node_may_set: false });
+        assert_eq!(class("EVENTS_SECRET"), KeyClass::PayloadControl { node_may_set: true });
+        assert_eq!(class("EVENTS_FORMAT"), KeyClass::NodeControl);
         // A control key stays one when a keys file declares it (which is refused on its own).
         assert_eq!(class("SYSTEM"), KeyClass::PayloadControl { node_may_set: true });
         assert_eq!(class("DEPLOYMENT_NAMESPACE"), KeyClass::Derived { payload_may_propose: false });

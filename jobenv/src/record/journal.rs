@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
@@ -37,7 +38,7 @@ pub const MAX_STOP_GRACE: Duration = Duration::from_secs(600);
 const PADDING: usize = 2048;
 
 /// An attempt that ended before the current one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Attempt {
     pub attempt: u32,
     pub status: Status,
@@ -53,7 +54,8 @@ pub struct Attempt {
 }
 
 /// The journal entry of one job id: its latest attempt, plus the earlier ones.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "fediversity-jobenv journal entry", description = "One job's entry, as `fediversity-jobenv status JOB_ID` prints it")]
 pub struct Entry {
     pub job_id: String,
     pub attempt: u32,

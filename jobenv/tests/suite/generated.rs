@@ -1,11 +1,12 @@
-//! Files generated from jobenv's own definitions and checked in beside what reads them: each is
+//! Files generated from jobenv's own definitions and checked in beside what reads them (the NixOS
+//! module's names, the JSON Schemas under schemas/): each is
 //! compared with what jobenv generates now, so a change to jobenv that is not carried over fails
 //! here. `JOBENV_UPDATE_GENERATED=1 cargo test -p fediversity-jobenv --test suite generated`
 //! writes them anew.
 
 use std::path::Path;
 
-fn check(path: &str, generated: &str) {
+pub(crate) fn check(path: &str, generated: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
     if std::env::var_os("JOBENV_UPDATE_GENERATED").is_some() {
         std::fs::write(&path, generated).unwrap();
@@ -28,4 +29,16 @@ fn the_module_reads_jobenvs_names_and_defaults_as_they_are() {
     assert!(document["nodeTools"].as_array().unwrap().iter().any(|name| name == "TF_INPUT"), "{generated}");
     assert_eq!(document["defaults"]["graceSeconds"], 3);
     check("nixos-module/jobenv-names.json", &generated);
+}
+
+/// The front-end contract (see `jobenv::schema`): each file under schemas/ is what jobenv
+/// generates from its types now.
+#[test]
+fn the_schemas_are_generated_from_jobenvs_types() {
+    for (path, generate) in jobenv::schema::FILES {
+        let schema = generate();
+        // Not vacuous: each describes an object with properties of its own.
+        assert!(schema["properties"].is_object() || schema["anyOf"].is_array() || schema["oneOf"].is_array(), "{path}: {schema}");
+        check(path, &jobenv::schema::text(&schema));
+    }
 }

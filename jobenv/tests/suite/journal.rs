@@ -62,7 +62,7 @@ fn a_finished_job_is_replayed_and_never_run_again() {
     assert_eq!(runs(&f), 1, "the program ran again");
     assert_eq!(stderr.lines().count(), 1, "one line says so: {stderr}");
     assert!(stderr.starts_with("jobenv: job job-1 already ended (failed, exit code 3, attempt 1, at "), "{stderr}");
-    let result: Value = serde_json::from_slice(&std::fs::read(f.job_dir().join("result.json")).unwrap()).unwrap();
+    let result = f.result_json();
     assert_eq!(result["status"], "failed");
     assert_eq!(result["exit_code"], 3);
     assert_eq!(result["replayed"], true);
@@ -133,6 +133,7 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     let out = f.command(jobenv_bin!(), &["recover"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let recovered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check_each(&recovered);
     let recovered = recovered.as_array().unwrap();
     assert_eq!(recovered.len(), 1, "{recovered:?}");
     assert_eq!(recovered[0]["job_id"], "dead-job");
@@ -147,6 +148,7 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     assert!(live.wait().unwrap().success());
     let all = f.command(jobenv_bin!(), &["status"]).output().unwrap();
     let all: Value = serde_json::from_slice(&all.stdout).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check_each(&all);
     let ids: Vec<&str> = all.as_array().unwrap().iter().map(|e| e["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["dead-job", "live-job"]);
 }
@@ -351,8 +353,10 @@ fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unkn
     assert!(stderr.contains("the end of job full-disk could not be recorded in the journal"), "{stderr}");
     assert!(stderr.contains("the program ended succeeded with exit code 0; the result is unknown"), "{stderr}");
     let first: Value = serde_json::from_slice(&std::fs::read(f.path().join("first-result.json")).unwrap()).unwrap();
+    fediversity_testkit::schemas::Contract::Result.check(&first);
     assert_eq!((first["status"].as_str(), first["exit_code"].as_i64()), (Some("failed"), Some(125)), "{first}");
     let entry: Value = serde_json::from_slice(&std::fs::read(f.path().join("entry.json")).unwrap()).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check(&entry);
     assert_eq!((entry["reason"].as_str(), entry["program_exit_code"].as_i64()), (Some("result_unknown"), Some(0)), "{entry}");
     // The rerun neither runs the job again nor reports a success that was never recorded.
     assert!(stderr.contains("second=125"), "{stderr}");

@@ -3,8 +3,10 @@
 //! kit writes ([`fediversity_testkit`]).
 
 mod bad_input;
+mod contract;
 mod cancellation;
 mod crash_sweep;
+mod dd0012;
 mod env_and_keys;
 mod events;
 mod exec_limits;

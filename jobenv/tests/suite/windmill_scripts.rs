@@ -120,7 +120,12 @@ impl Job {
     fn result(&self) -> Value {
         let path = self.job_dir().join("result.json");
         let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        serde_json::from_slice(&text).expect("result.json is JSON")
+        let result: Value = serde_json::from_slice(&text).expect("result.json is JSON");
+        // jobenv's, once the script handed over; else the script's own error.
+        if result.get("status").is_some() {
+            fediversity_testkit::schemas::Contract::Result.check(&result);
+        }
+        result
     }
 }
 
@@ -234,6 +239,7 @@ fn deploy_hands_the_payload_to_the_apply_program_and_the_job_succeeds() {
     // The job id reached jobenv through the exec: the run is journaled under it.
     let journal = job.f.state_dir().join(format!("jobs/{}.json", job.job_id.borrow()));
     let entry: Value = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check(&entry);
     assert_eq!((entry["status"].as_str(), entry["verb"].as_str(), entry["namespace"].as_str()), (Some("succeeded"), Some("apply"), Some("ns-1")));
 }
 
