@@ -35,10 +35,6 @@ use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
 
-/// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
-/// whether a job is still running.
-const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
-
 /// Runs the job and returns jobenv's exit code.
 pub fn run(settings: &RunSettings) -> i32 {
     let mut run = Run::new(settings);
@@ -176,7 +172,7 @@ impl<'a> Run<'a> {
     /// node that stops.
     fn job_lock(&self, journal: &Journal, cancel: &mut Cancel) -> Result<Option<locks::Held>, Stop> {
         let Some(id) = &self.job_id else { return Ok(None) };
-        let held = take_job_lock(journal, id, &self.holder, cancel)
+        let held = journal.lock_job(id, &self.holder, cancel)
             .map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
         if let Some(request) = &self.stop_request {
             let _ = std::fs::remove_file(request);
@@ -379,25 +375,6 @@ fn start_events(target: Option<&crate::events::Target>, identity: &Identity, ver
     // BUILD_ID from the payload, else the job id.
     let build = identity.build_id.clone().or_else(|| job_id.map(str::to_owned));
     Events::start(target, Ids { deployment, build, verb: verb.to_owned() })
-}
-
-/// The job's lock. A run of the same job id holds it until it exits; if that run is an attempt
-/// whose worker died (Windmill re-runs such a job with the same id, maybe before the old attempt
-/// has stopped), it is waited for up to its grace plus a margin, then this run goes on as the
-/// next attempt.
-fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, Refused> {
-    let path = locks::job_path(journal.locks(), id);
-    match journal.acquire(&path, Duration::ZERO, holder, Some(cancel)) {
-        Err(Refused::Busy { .. }) => match journal.read(id) {
-            Ok(Some(entry)) if entry.is_stopping() => {
-                let wait = entry.stop_wait();
-                tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
-                journal.acquire(&path, wait, holder, Some(cancel))
-            }
-            _ => journal.acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
-        },
-        other => other,
-    }
 }
 
 fn prune(journal: &Journal, retain: Duration, running: &str) {
