@@ -19,6 +19,11 @@ use super::scopes;
 use super::server::Shared;
 use super::TokenRow;
 
+/// The page size of `tokens/list` when none is asked for, and the most a page holds (server
+/// code: `paginate`; 100 and 1000 in the version matching CE 1.743.0).
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1000;
+
 /// `/api/auth/…` and `/api/users/…`.
 pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -> Result<Reply, Reply> {
     match (call.method, segments) {
@@ -160,14 +165,27 @@ fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     Ok(text(201, token))
 }
 
-/// observed: only the first 10 characters come back.
+/// observed: only the first 10 characters come back. server code (`list_tokens`): the caller's
+/// own tokens, newest first, a page at a time (`page` from 1, `per_page` at most
+/// [`MAX_PAGE`], [`DEFAULT_PAGE`] when not given), `exclude_ephemeral=true` leaving out the
+/// tokens Windmill gives jobs (label `ephemeral-script`).
 fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let user = authed(shared, call)?;
+    let number = |name: &str, default: usize| match call.param(name) {
+        None => Ok(default),
+        Some(value) => value.parse::<usize>().map_err(|e| text(400, format!("Failed to deserialize query string: {name}: {e}"))),
+    };
+    let page = number("page", 1)?.max(1);
+    let per_page = number("per_page", DEFAULT_PAGE)?.clamp(1, MAX_PAGE);
+    let exclude_ephemeral = call.param("exclude_ephemeral") == Some("true");
     let state = shared.state();
     let list: Vec<Value> = state
         .tokens
         .iter()
-        .filter(|t| t.email == user.email)
+        .rev()
+        .filter(|t| t.email == user.email && !(exclude_ephemeral && t.label == "ephemeral-script"))
+        .skip((page - 1) * per_page)
+        .take(per_page)
         .map(|t| {
             json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": null, "created_at": "2026-11-29T12:00:00Z",
                    "last_used_at": "2026-11-29T12:00:00Z", "scopes": t.scopes, "workspace_id": t.workspace_id, "read_only": false})

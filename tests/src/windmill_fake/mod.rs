@@ -67,6 +67,8 @@ pub const VERSION: &str = "CE v1.587.0";
 pub struct Recorded {
     pub method: String,
     pub path: String,
+    /// The query string, without the `?` (empty when there is none).
+    pub query: String,
     pub body: String,
     /// The bearer token (or `token` cookie) it carried.
     pub token: Option<String>,
@@ -101,6 +103,10 @@ pub struct JobRow {
     pub script_path: Option<String>,
     /// `label-<label>` for a labeled token, `admin` for a login session.
     pub created_by: String,
+    /// Whose rights the job runs with (`u/admin` for the admin's own jobs).
+    pub permissioned_as: String,
+    /// The code a job carries itself (a preview, an inline flow, an imported job).
+    pub raw_code: Option<String>,
     pub args: Value,
     pub canceled: bool,
 }
@@ -117,6 +123,9 @@ pub struct ScriptRow {
     pub content: String,
     pub language: String,
     pub lock: Option<String>,
+    /// The other fields of `NewScript` the writer set (runtime settings such as `tag`, `envs`,
+    /// `timeout`, `on_behalf_of_email`), answered by `get/p` as given.
+    pub settings: serde_json::Map<String, Value>,
     /// Set when the version's dependency job failed (`get/p` answers it, OpenAPI `Script`, observed).
     pub lock_error_logs: Option<String>,
     pub archived: bool,
@@ -277,6 +286,42 @@ impl WindmillFake {
         if let Some(row) = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path) {
             row.archived = true;
         }
+    }
+
+    /// Sets the `lock` of the newest version of a script, as its dependency job does when it
+    /// succeeds (server code: the worker writes the lock it computed into the row).
+    pub fn set_lock(&self, workspace: &str, path: &str, lock: &str) {
+        let mut state = self.state();
+        let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
+        row.lock = Some(lock.to_owned());
+    }
+
+    /// Archives a workspace, as `POST /api/w/{id}/workspaces/archive` does (`deleted = true`).
+    pub fn archive_workspace(&self, id: &str) {
+        self.state().archived_workspaces.insert(id.to_owned());
+    }
+
+    pub fn workspace_archived(&self, id: &str) -> bool {
+        self.state().archived_workspaces.contains(id)
+    }
+
+    /// Adds `count` tokens of the admin with `label` straight to the `token` table, newest last
+    /// (as `count` calls of `tokens/create` would, without the HTTP round trips).
+    pub fn insert_tokens(&self, label: &str, count: usize) -> Vec<String> {
+        let mut state = self.state();
+        let tokens: Vec<String> = (0..count).map(|_| reply::random_token()).collect();
+        for token in &tokens {
+            state.tokens.push(TokenRow {
+                token: token.clone(),
+                label: label.to_owned(),
+                email: crate::postgres::ADMIN_EMAIL.to_owned(),
+                super_admin: true,
+                scopes: None,
+                workspace_id: None,
+            });
+            state.ever_minted.push(token.clone());
+        }
+        tokens
     }
 }
 
