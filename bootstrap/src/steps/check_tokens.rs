@@ -101,10 +101,18 @@ pub(super) fn revoke(config: &Config, listed: &[TokenInfo], state: &State, store
         let all: Vec<&str> = current.iter().chain(&former).copied().collect();
         return Ok(noted(format!("token.revoke_previous is false; older tokens labeled {} are kept", all.join(" and ")), Outcome::Unchanged, ()));
     }
-    let kept: Vec<Secret> = stored.iter().flatten().map(Secret::prefix).collect();
-    let count = |label: &str| listed.iter().filter(|t| t.label.as_deref() == Some(label) && !kept.iter().any(|k| k.expose() == t.token_prefix)).count();
-    let mut shown: Vec<String> = current.iter().map(|l| format!("{} labeled {l}", count(l))).collect();
-    shown.extend(former.iter().map(|l| format!("{} labeled {l} (a former label)", count(l))));
-    let any = current.iter().chain(&former).any(|l| count(l) > 0);
+    // A stored token is kept for its own label; a run revokes every token of a former label.
+    let count = |label: &str, kept: Option<&Secret>| {
+        let kept = kept.map(Secret::prefix);
+        listed.iter().filter(|t| t.label.as_deref() == Some(label) && kept.as_ref().is_none_or(|k| k.expose() != t.token_prefix)).count()
+    };
+    let counts: Vec<(String, usize)> = current
+        .iter()
+        .zip(&stored)
+        .map(|(l, kept)| (format!("labeled {l}"), count(l, kept.as_ref())))
+        .chain(former.iter().map(|l| (format!("labeled {l} (a former label)"), count(l, None))))
+        .collect();
+    let shown: Vec<String> = counts.iter().map(|(what, n)| format!("{n} {what}")).collect();
+    let any = counts.iter().any(|(_, n)| *n > 0);
     Ok(noted(format!("tokens besides the stored ones: {}", shown.join(", ")), if any { Outcome::Updated } else { Outcome::Unchanged }, ()))
 }

@@ -232,3 +232,37 @@ fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
 }
+
+#[test]
+fn the_state_file_must_be_an_absolute_path_and_one_the_bootstrap_wrote() {
+    let mut node = support::node();
+    node.config["state_file"] = json!("relative/state.json");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 2, "{run:?}");
+    support::assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: state_file relative/state.json must be an absolute file path");
+    assert_untouched(&node);
+
+    // A file that is not the state: refused before anything is touched, by --check as by a run.
+    let mut node = support::node();
+    std::fs::create_dir_all(node.state_path().parent().unwrap()).unwrap();
+    std::fs::write(node.state_path(), r#"{"labels": ["session"]}"#).unwrap();
+    for args in [&[][..], &["--check"][..]] {
+        let run = node.run(bootstrap_bin!(), args);
+        assert_eq!(run.code, 3, "{run:?}");
+        support::assert_line(
+            run.stderr.lines().last().unwrap(),
+            &format!(
+                "fediversity-windmill-bootstrap: error: state file {}: lists the label \"session\", which the bootstrap never mints under; remove it from the file",
+                node.state_path().display()
+            ),
+        );
+        assert_untouched(&node);
+    }
+    // Positive control: removed, a run writes it afresh; --check never writes it.
+    std::fs::remove_file(node.state_path()).unwrap();
+    node.config["state_file"] = json!(node.path().join("fresh/state.json"));
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 1);
+    assert!(node.state().is_none());
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert!(node.state().is_some());
+}

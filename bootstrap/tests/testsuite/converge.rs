@@ -112,3 +112,22 @@ fn help_documents_the_exit_codes() {
         assert!(help.contains(needle), "missing {needle:?} in:\n{help}");
     }
 }
+
+#[test]
+fn an_archived_workspace_is_drift_and_a_run_unarchives_it() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    node.windmill.archive_workspace("fediversity");
+    let check = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(check.code, 1, "{check:?}");
+    assert_line(check.step_line(4), "fediversity-windmill-bootstrap: step 4/9 workspace: workspace fediversity (archived) and folder fediversity: would update");
+    assert!(node.windmill.workspace_archived("fediversity"), "--check changes nothing");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_line(run.step_line(4), "fediversity-windmill-bootstrap: step 4/9 workspace: workspace fediversity (was archived, unarchived) and folder fediversity: updated");
+    assert!(!node.windmill.workspace_archived("fediversity"));
+    // Positive control: live, it is left alone.
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert!(run.step_line(4).ends_with(": unchanged"), "{run:?}");
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+}

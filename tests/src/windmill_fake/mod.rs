@@ -91,6 +91,8 @@ pub struct TokenRow {
     pub scopes: Option<Vec<String>>,
     /// The workspace the token is bound to, if any.
     pub workspace_id: Option<String>,
+    /// RFC 3339, as given to `tokens/create`; none: the token never expires.
+    pub expiration: Option<String>,
 }
 
 /// A queued job (the fake has no worker: jobs never run).
@@ -318,10 +320,22 @@ impl WindmillFake {
                 super_admin: true,
                 scopes: None,
                 workspace_id: None,
+                expiration: None,
             });
             state.ever_minted.push(token.clone());
         }
         tokens
+    }
+
+    /// Lets `token` expire: its row stays (the fake's `tokens/list` still shows it, with its
+    /// expiration; whether a real server lists an expired token was not checked), and it no
+    /// longer authenticates (server code: the lookup takes `expiration IS NULL` or a future one),
+    /// at once, its auth cache entry dropped.
+    pub fn expire_token(&self, token: &str) {
+        let mut state = self.state();
+        let row = state.tokens.iter_mut().find(|t| t.token == token).expect("the token exists");
+        row.expiration = Some("2026-01-01T00:00:00Z".to_owned());
+        state.auth_cache.remove(token);
     }
 }
 

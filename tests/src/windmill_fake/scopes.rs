@@ -239,6 +239,7 @@ mod tests {
             super_admin: true,
             scopes: Some(scopes.iter().map(|s| s.to_string()).collect()),
             workspace_id: None,
+            expiration: None,
         }
     }
 
