@@ -35,7 +35,7 @@ pub fn write(ui: &UiAuth, token: &Secret) -> Result<Written> {
 }
 
 /// Why the directory of `file` is no place for the include, or `None` (also when it does not
-/// exist yet: [`write`] makes it 0750). In one that others may write, any local user can
+/// exist yet: [`write()`] makes it 0750). In one that others may write, any local user can
 /// replace or remove the include (without the sticky bit), or put a file of theirs under its
 /// name while it is missing, as after a reboot (with it): nginx would then send the admins'
 /// requests with a header of their choosing. The bootstrap does not change the mode of a
@@ -60,7 +60,7 @@ fn line(token: &Secret) -> String {
 
 /// What the include is now, for `--check`.
 pub struct Found {
-    /// The token of its one line, when it is exactly the line [`write`] writes.
+    /// The token of its one line, when it is exactly the line [`write()`] writes.
     pub token: Option<Secret>,
     pub uid: u32,
     pub gid: u32,

@@ -29,11 +29,13 @@
 //!   loses the answer of a call that took effect); let a "concurrent writer" create a version
 //!   just before a script upload.
 //!
-//! One module per API area, each naming where its behaviour comes from: [`auth`] (auth and
-//! tokens), [`scopes`] (scoped tokens, route by route), [`workspaces`] (workspaces and folders),
-//! [`scripts`], [`settings`] (global settings), [`jobs`] (runs, cancels, and the workspace
-//! reads a scoped token is refused); [`server`] is the core (listener, recording, faults,
-//! dispatch), [`state`] the tables, [`reply`] Windmill's forms of requests and answers.
+//! One module per API area, each naming where its behaviour comes from: [`auth`] (auth, tokens,
+//! `tokens/list` by pages), [`scopes`] (scoped tokens: the route check, then the run handlers'
+//! own), [`workspaces`] (workspaces, archived ones included, and folders), [`scripts`] (with the
+//! runtime settings and lock a writer gives), [`settings`] (global settings), [`jobs`] (runs by
+//! path and hash, previews, batches and imports, cancels, and the workspace reads a scoped token
+//! is refused); [`server`] is the core (listener, recording, faults, dispatch), [`state`] the
+//! tables, [`reply`] Windmill's forms of requests and answers.
 
 // Handlers return the error reply itself as `Err`: its size is of no concern in a test fake.
 #![allow(clippy::result_large_err)]
