@@ -57,6 +57,8 @@ impl Recorded {
         let path = record_path(journal.locks(), namespace);
         let mut file = tempfile::Builder::new().prefix(".tree.").tempfile_in(journal.locks())?;
         std::io::Write::write_all(&mut file, &serde_json::to_vec(record)?)?;
+        // Readable by the worker's user, also when a person ran jobenv as root.
+        journal.own(file.path())?;
         file.persist(&path).map_err(|e| e.error)?;
         Ok(Recorded { path, cgroup: record.cgroup.clone() })
     }
@@ -142,7 +144,7 @@ impl Journal {
     /// that job holds its lock (it owns the entry), or there is no such attempt.
     fn record_orphans(&self, job_id: &str, attempt: u32, orphans: &Orphans) -> std::io::Result<bool> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match locks::acquire(&locks::job_path(self.locks(), job_id), Duration::ZERO, &holder, None) {
+        let _lock = match self.acquire(&locks::job_path(self.locks(), job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(false),
             Err(locks::Refused::Io(error)) => return Err(error),
@@ -167,7 +169,7 @@ impl Journal {
         for dirent in std::fs::read_dir(self.locks())?.flatten() {
             let name = dirent.file_name();
             let Some(namespace) = name.to_str().and_then(|n| n.strip_prefix("namespace-")?.strip_suffix(".tree.json")) else { continue };
-            let Ok(_held) = locks::acquire(&locks::namespace_path(self.locks(), namespace), Duration::ZERO, &holder, None) else { continue };
+            let Ok(_held) = self.acquire(&locks::namespace_path(self.locks(), namespace), Duration::ZERO, &holder, None) else { continue };
             if let Some(left) = stop_left(self, namespace, by, None)? {
                 recorded.extend(left.job_id);
             }

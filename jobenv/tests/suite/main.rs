@@ -23,15 +23,18 @@ macro_rules! with_each_tree {
 }
 
 mod bad_input;
+mod contract;
 mod cancellation;
 mod containment;
 mod crash_sweep;
+mod dd0012;
 mod env_and_keys;
 mod events;
 mod exec_limits;
 mod exit_status;
 mod front_end;
 mod fuzz_regressions;
+mod generated;
 mod isolation;
 mod journal;
 mod lifecycle;
