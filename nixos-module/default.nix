@@ -853,17 +853,18 @@ in
           default = d.token.scopes;
           example = [
             "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"
-            "jobs:read"
-            "jobs:write"
+            "users:read"
           ];
           description = ''
             The Windmill scopes of the front-end's token (the bootstrap's `token.scopes`). Null:
-            the bootstrap's default, exactly what a front-end needs: run
-            `f/<folder>/deploy` and `f/<folder>/destroy`, read jobs and cancel them; a leaked
-            token then cannot run other code on the worker nor change the scripts. `[ ]`: an
-            unscoped token with the superadmin's rights (the seed's behaviour), accepted with a
-            warning here and by the bootstrap. The UI include always gets a token of its own
-            with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
+            the bootstrap's default, `jobs:run:scripts:f/<folder>/deploy,f/<folder>/destroy`:
+            run the two scripts, which in Windmill includes reading jobs; a leaked token then
+            cannot run other code on the worker nor change the scripts. It cannot cancel either:
+            cancel needs `jobs:write`, which in Windmill also queues code of the caller's choosing
+            for a token of the superadmin, so the bootstrap refuses it (and every scope that
+            grants code execution). `[ ]`: an unscoped token with the superadmin's rights (the
+            seed's behaviour), accepted with a warning here and by the bootstrap. The UI include
+            always gets a token of its own with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
           '';
         };
         bindToWorkspace = opt types.bool d.token.bindToWorkspace ''

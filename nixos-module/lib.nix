@@ -43,6 +43,17 @@ let
   # Drops the attributes whose value is null (the bootstrap then applies its own default or
   # its environment fallback).
   withoutNulls = attrs: removeAttrs attrs (filter (n: attrs.${n} == null) (attrNames attrs));
+  # `session` (login sessions) and `ephemeral-script` (job tokens), in any case and with spaces
+  # around: the labels Windmill gives its own tokens, which the bootstrap refuses.
+  windmillsOwnLabel =
+    label:
+    let
+      trimmed = match "[[:space:]]*(.*[^[:space:]])[[:space:]]*" label;
+      lower = builtins.replaceStrings upperAscii lowerAscii (if trimmed == null then label else head trimmed);
+    in
+    lower == "session" || lower == "ephemeral-script";
+  upperAscii = [ "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M" "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z" ];
+  lowerAscii = [ "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m" "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z" ];
   # Sorted, without repeats.
   uniqueSorted = list: attrNames (listToAttrs (map (name: { inherit name; value = null; }) list));
   # A string as a single-quoted shell word.
@@ -60,6 +71,8 @@ rec {
     bootstrapConfig = "/etc/fediversity-windmill/bootstrap.json";
     runDir = "/run/fediversity-windmill";
     uiAuthDir = "/run/windmill-ui-auth";
+    # The bootstrap's record of the token labels it minted under and the script versions it made.
+    bootstrapState = "/var/lib/fediversity-windmill/bootstrap-state.json";
     # The superadmin's password the node generates when none is given (FR-008): kept across
     # reboots, root-only.
     adminPasswordDir = "/var/lib/fediversity-windmill";
@@ -509,7 +522,11 @@ rec {
       !set "STATE_BASE_ADDRESS" && (set "TF_HTTP_USERNAME" || set "TF_HTTP_PASSWORD")
     ) "TF_HTTP_USERNAME/TF_HTTP_PASSWORD are set but deployEnv.STATE_BASE_ADDRESS is not: jobenv sends the node's state credentials only to the node's own state backend"
     ++ optional (inEnv "EVENTS_SECRET") "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)"
-    ++ optional (set "EVENTS_URL" != set "EVENTS_SECRET") "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)";
+    # DD-0012 rows carry their own secrets (the payload's EVENTS_SECRET): there the node needs
+    # only EVENTS_URL.
+    ++ optional (
+      set "EVENTS_URL" != set "EVENTS_SECRET" && !(set "EVENTS_URL" && (deployEnv.EVENTS_FORMAT or "jobenv") == "dd-0012")
+    ) "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set), unless deployEnv.EVENTS_FORMAT is \"dd-0012\" (then EVENTS_URL alone: each row's secret comes with its job)";
 
   # Keys declared in deployKeys that jobenv refuses to find in the keys file: its control keys.
   deployKeysProblems =
@@ -842,8 +859,8 @@ rec {
       else
         [ "bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr" ]
     )
-    ++ (if b.token.label != "session" then [ ] else [ "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session" ])
-    ++ (if uiLabel != "session" then [ ] else [ "bootstrap.uiAuth.tokenLabel must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session" ])
+    ++ (if !windmillsOwnLabel b.token.label then [ ] else [ "bootstrap.token.label \"${b.token.label}\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it" ])
+    ++ (if !windmillsOwnLabel uiLabel then [ ] else [ "bootstrap.uiAuth.tokenLabel \"${uiLabel}\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it" ])
     ++ (
       if b.token.label != uiLabel then
         [ ]
@@ -882,8 +899,8 @@ rec {
     token = {
       label = "fediversity";
       revokePrevious = true;
-      # null: the bootstrap's default scopes (run the folder's deploy and destroy, read and
-      # cancel jobs); [ ]: an unscoped token.
+      # null: the bootstrap's default scopes (run the folder's deploy and destroy, which in
+      # Windmill includes reading jobs); [ ]: an unscoped token.
       scopes = null;
       bindToWorkspace = true;
     };
@@ -1028,6 +1045,7 @@ rec {
         token_file = b.openbao.tokenFile;
         path = required "openbao.path" b.openbao.path;
       };
+      state_file = paths.bootstrapState;
       ui_auth = {
         inherit (b.uiAuth) file owner group mode;
         label = b.uiAuth.tokenLabel or bootstrapDefaults.uiAuth.tokenLabel;
@@ -1341,6 +1359,9 @@ rec {
             "/run"
             (dirOf uiAuthFile)
           ];
+          # Its state file (`paths.bootstrapState`): root-only, beside the generated password.
+          StateDirectory = "fediversity-windmill";
+          StateDirectoryMode = "0700";
           ProtectHome = "read-only";
           PrivateTmp = true;
           PrivateDevices = true;

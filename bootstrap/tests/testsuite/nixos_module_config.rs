@@ -94,11 +94,12 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
     for (patch, problem, refusal) in [
         (r#"b: b // { uiAuth = b.uiAuth // { mode = "0444"; }; }"#, "bootstrap.uiAuth.mode 0444 gives others access", "ui_auth.mode 0444 gives access to others"),
         (r#"b: b // { openbao = b.openbao // { addr = null; }; }"#, "bootstrap.openbao.addr is null", "openbao.addr is required"),
-        (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label must not be \"session\"", "token.label must not be \"session\""),
+        (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label \"session\" is a label Windmill gives its own tokens", "token.label"),
+        (r#"b: b // { token = b.token // { label = " Ephemeral-Script"; }; }"#, "bootstrap.token.label \" Ephemeral-Script\" is a label Windmill gives its own tokens", "token.label"),
         (r#"b: b // { workspace = b.workspace // { id = "two words"; }; }"#, "bootstrap.workspace.id \"two words\"", "workspace.id \"two words\" is invalid"),
         (r#"b: b // { workspace = b.workspace // { folder = "with-hyphen"; }; }"#, "bootstrap.workspace.folder \"with-hyphen\"", "workspace.folder \"with-hyphen\" is invalid"),
         // The UI include's own token label (the bootstrap's `ui_auth.label`).
-        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#, "bootstrap.uiAuth.tokenLabel must not be \"session\"", "ui_auth.label"),
+        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#, "bootstrap.uiAuth.tokenLabel \"session\" is a label Windmill gives its own tokens", "ui_auth.label"),
         (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = b.token.label; }; }"#, "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both", "ui_auth.label"),
     ] {
         let mut node = support::node();

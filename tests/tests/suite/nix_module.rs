@@ -260,11 +260,18 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
             false,
             "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)",
         ),
-        (r#"{ EVENTS_URL = "https://e/"; }"#, "{ }", false, "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)"),
+        (
+            r#"{ EVENTS_URL = "https://e/"; }"#,
+            "{ }",
+            false,
+            "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set), unless deployEnv.EVENTS_FORMAT is \"dd-0012\" (then EVENTS_URL alone: each row's secret comes with its job)",
+        ),
     ] {
         let problems = node_problems(env, secrets, tf_token);
         assert_eq!(problems, vec![expected.to_owned()], "deployEnv // {env}, deploySecrets {secrets}");
     }
+    // The control: a DD-0012 node sets the URL alone (each row's secret comes with its job).
+    assert_eq!(node_problems(r#"{ EVENTS_URL = "https://e/api"; EVENTS_FORMAT = "dd-0012"; }"#, "{ }", false), Vec::<String>::new());
     // The required keys, when nothing sets them.
     let problems = strings(&eval(r#"lib.nodeProblems { deployEnv = { }; deploySecrets = { }; }"#));
     assert_eq!(
@@ -801,7 +808,7 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     assert_eq!(
         problems,
         json!([
-            "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "bootstrap.token.label \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
             "bootstrap.workspace.id \"a b\" is not a Windmill workspace id (word characters, single hyphens between them)",
             "bootstrap.workspace.folder \"a-b\" is not a Windmill folder name (letters, digits and underscores)"
         ])
@@ -814,7 +821,7 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     for (labels, expected) in [
         (
             r#"token = b.token // { label = "fediversity"; }; uiAuth = b.uiAuth // { tokenLabel = "session"; };"#,
-            "bootstrap.uiAuth.tokenLabel must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "bootstrap.uiAuth.tokenLabel \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
         ),
         (
             r#"token = b.token // { label = "shared"; }; uiAuth = b.uiAuth // { tokenLabel = "shared"; };"#,
@@ -879,6 +886,7 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/ui_auth/group", json!("nginx")),
         ("/ui_auth/mode", json!("0440")),
         ("/ui_auth/label", json!("fediversity-ui")),
+        ("/state_file", json!("/var/lib/fediversity-windmill/bootstrap-state.json")),
         ("/retry/login_attempts", json!(12)),
         ("/retry/delay_seconds", json!(5)),
         ("/retry/ready_timeout_seconds", json!(300)),
@@ -957,6 +965,7 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
             "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false},
             "settings": {"instance_python_version": "3.12", "base_url": "https://jobs.example.org"},
             "openbao": {"addr": "http://127.0.0.1:8100", "token_file": "/t", "path": "p/secret/x", "field": "token"},
+            "state_file": "/var/lib/fediversity-windmill/bootstrap-state.json",
             "ui_auth": {"file": "/run/ui/token.conf", "owner": "root", "group": "www", "mode": "0400", "label": "admins"},
             "retry": {"login_attempts": 3, "delay_seconds": 1, "ready_timeout_seconds": 60}
         })
@@ -1887,7 +1896,7 @@ fn what_jobenv_or_the_bootstrap_would_refuse_fails_the_modules_evaluation() {
     assert_eq!(
         assertions(r#"s: s // { bootstrap = s.bootstrap // { token.label = "session"; }; tls.certificate = "/run/keys/c"; }"#),
         vec![
-            "services.fediversity-windmill: bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "services.fediversity-windmill: bootstrap.token.label \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
             "services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither",
         ]
     );
