@@ -12,11 +12,18 @@
 //! - a secret split over any number of chunks is still redacted;
 //! - only bytes that could still be the start of a secret are held back (at most the longest
 //!   secret minus one byte), and never released on a timer: the rest goes out at once.
+//!
+//! Two searches find the secrets: searchers of their beginnings ([`Engine::searches`]), and
+//! for the long ones in base64's and tokens' characters, a sampled search ([`sampled`]).
+
+mod sampled;
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
+
+use sampled::Sampled;
 
 pub const MARKER: &[u8] = b"[REDACTED]";
 
@@ -56,16 +63,24 @@ struct Engine {
     /// (measured: see BENCHMARKS.md). A search restarted one byte after each position found
     /// reports every position where some secret begins (aho-corasick's overlapping search
     /// would, but without the SIMD prefilter).
+    ///
+    /// Secrets that the sampled search finds ([`sampled::takes`]) are not searched by their
+    /// beginnings, unless a secret searched so has the same beginning.
     searches: Vec<AhoCorasick>,
     /// Beginnings per searcher: the beginning a searcher's pattern stands for is numbered
     /// `searcher * group + pattern`.
     group: usize,
-    /// For each beginning, the secrets that start with it: a range of `sorted`, where they are
-    /// consecutive.
+    /// For each beginning searched, the secrets that start with it: a range of `sorted`, where
+    /// they are consecutive.
     starting_with: Vec<Range<usize>>,
+    sampled: Option<Sampled>,
     /// Every secret, sorted: whether a tail is a proper prefix of one is a binary search (a set
     /// of every prefix would cost an allocation per byte of every secret at each start).
     sorted: Vec<Vec<u8>>,
+    /// The first two bytes of every secret (one bit per pair), and the first byte of those of
+    /// one byte: most positions at the end of a chunk start no secret, and this tells so
+    /// without a binary search.
+    first_pairs: Vec<u64>,
     first_bytes: [bool; 256],
     longest: usize,
 }
@@ -80,17 +95,31 @@ impl Redactor {
     /// the fuzzer exercise the merge across searchers with a handful of secrets.
     #[doc(hidden)]
     pub fn with_group_size<S: AsRef<[u8]>>(secrets: &[S], group: usize) -> Self {
+        Self::tuned(secrets, group, sampled::takes)
+    }
+
+    /// As [`with_group_size`](Self::with_group_size), with `sample` choosing the secrets the
+    /// sampled search finds (of [`sampled::MIN_LEN`] bytes or more): lets the property tests and
+    /// the fuzzer drive it with small alphabets.
+    #[doc(hidden)]
+    pub fn tuned<S: AsRef<[u8]>>(secrets: &[S], group: usize, sample: fn(&[u8]) -> bool) -> Self {
         let secrets: Vec<&[u8]> = secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()).collect();
+        let sample = |secret: &[u8]| secret.len() >= sampled::MIN_LEN && sample(secret);
         let engine = (!secrets.is_empty()).then(|| {
             let mut sorted: Vec<Vec<u8>> = secrets.iter().map(|s| s.to_vec()).collect();
             sorted.sort_unstable();
             sorted.dedup();
             let cut = sorted.iter().map(Vec::len).min().unwrap_or(0).min(PREFIX);
             let mut starting_with: Vec<Range<usize>> = Vec::new();
+            let mut start = 0;
             for alike in sorted.chunk_by(|a, b| a[..cut] == b[..cut]) {
-                let start = starting_with.last().map_or(0, |range| range.end);
-                starting_with.push(start..start + alike.len());
+                if !alike.iter().all(|secret| sample(secret)) {
+                    starting_with.push(start..start + alike.len());
+                }
+                start += alike.len();
             }
+            let chosen: Vec<usize> = (0..sorted.len()).filter(|&id| sample(&sorted[id])).collect();
+            let sampled = (!chosen.is_empty()).then(|| Sampled::new(&sorted, chosen.into_iter()));
             let beginnings: Vec<&[u8]> = starting_with.iter().map(|range| &sorted[range.start][..cut]).collect();
             let searches = beginnings
                 .chunks(group.max(1))
@@ -105,11 +134,16 @@ impl Redactor {
                 })
                 .collect();
             let mut first_bytes = [false; 256];
+            let mut first_pairs = vec![0u64; (1 << 16) / 64];
             for secret in &sorted {
                 first_bytes[secret[0] as usize] = true;
+                if let [a, b, ..] = secret[..] {
+                    let pair = usize::from(u16::from_be_bytes([a, b]));
+                    first_pairs[pair / 64] |= 1 << (pair % 64);
+                }
             }
             let longest = sorted.iter().map(Vec::len).max().unwrap_or(0);
-            Arc::new(Engine { searches, group: group.max(1), starting_with, sorted, first_bytes, longest })
+            Arc::new(Engine { searches, group: group.max(1), starting_with, sampled, sorted, first_pairs, first_bytes, longest })
         });
         Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
     }
@@ -164,13 +198,19 @@ impl Redactor {
             let mut from = 0;
             while let Some(hit) = search.find(Input::new(buf).span(from..buf.len())) {
                 let beginning = searcher * engine.group + hit.pattern().as_usize();
-                if let Some(len) = engine.longest_at(&buf[hit.start()..], beginning) {
+                let alike = engine.starting_with[beginning].clone();
+                if let Some(len) = longest_at(&buf[hit.start()..], alike.len(), |i| &engine.sorted[alike.start + i]) {
                     found.push((hit.start(), hit.start() + len));
                 }
                 from = hit.start() + 1;
             }
         }
-        if engine.searches.len() > 1 {
+        if let Some(sampled) = &engine.sampled {
+            sampled.find(buf, |ids, start| longest_at(&buf[start..], ids.len(), |i| &engine.sorted[ids[i] as usize]), &mut found);
+        }
+        // One searcher reports its occurrences in order; the sampled search reports those that
+        // one sampled gram tells in no order.
+        if engine.searches.len() > 1 || engine.sampled.is_some() {
             found.sort_unstable();
         }
         let mut covered: Vec<(usize, usize)> = Vec::with_capacity(found.len());
@@ -213,40 +253,60 @@ impl Redactor {
     }
 }
 
-impl Engine {
-    /// The length of the longest secret with the given beginning that `rest` starts with.
-    /// Secrets that start alike are consecutive in sorted order, and all of them start with what
-    /// the first and the last have in common: that is compared at once, then the secrets are
-    /// narrowed down by the next byte of `rest` (two binary searches), and so on. A secret of
-    /// exactly the common length can only be the first.
-    fn longest_at(&self, rest: &[u8], beginning: usize) -> Option<usize> {
-        let mut here = &self.sorted[self.starting_with[beginning].clone()];
-        let mut longest = None;
-        loop {
-            let (first, last) = (&here[0], &here[here.len() - 1]);
-            let shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
-            if !rest.starts_with(&first[..shared]) {
-                return longest;
-            }
-            if first.len() == shared {
-                longest = Some(shared);
-            }
-            let Some(&byte) = rest.get(shared) else { return longest };
-            let from = here.partition_point(|secret| secret.len() <= shared || secret[shared] < byte);
-            let to = here.partition_point(|secret| secret.len() <= shared || secret[shared] <= byte);
-            if from == to {
-                return longest;
-            }
-            here = &here[from..to];
+/// The length of the longest of `count` secrets in sorted order (the `i`th is `secret(i)`) that
+/// `rest` starts with. All of them start with what the first and the last have in common: that
+/// is compared at once, then they are narrowed down by the next byte of `rest` (two binary
+/// searches), and so on. A secret of exactly the common length can only be the first.
+fn longest_at<'a>(rest: &[u8], count: usize, secret: impl Fn(usize) -> &'a [u8]) -> Option<usize> {
+    let (mut from, mut to) = (0, count);
+    let mut longest = None;
+    while from < to {
+        let (first, last) = (secret(from), secret(to - 1));
+        let shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        if !rest.starts_with(&first[..shared]) {
+            return longest;
         }
+        if first.len() == shared {
+            longest = Some(shared);
+        }
+        let Some(&byte) = rest.get(shared) else { return longest };
+        let before = |i: usize, inclusive: bool| {
+            let s = secret(i);
+            s.len() <= shared || s[shared] < byte || (inclusive && s[shared] == byte)
+        };
+        (from, to) = (partition_point(from, to, |i| before(i, false)), partition_point(from, to, |i| before(i, true)));
     }
+    longest
+}
 
+/// The first of `from..to` for which `before` is false (it is true up to some point, then false).
+fn partition_point(mut from: usize, mut to: usize, before: impl Fn(usize) -> bool) -> usize {
+    while from < to {
+        let mid = from + (to - from) / 2;
+        if before(mid) { from = mid + 1 } else { to = mid }
+    }
+    from
+}
+
+impl Engine {
     /// The smallest position whose suffix is a proper prefix of some secret: from there on, a
     /// secret may still be completed by the next chunk. Only the last `longest - 1` positions
     /// can qualify. Returns `buf.len()` when nothing needs holding back.
     fn hold_from(&self, buf: &[u8]) -> usize {
         let start = buf.len().saturating_sub(self.longest - 1);
-        (start..buf.len()).find(|&p| self.first_bytes[buf[p] as usize] && self.is_proper_prefix(&buf[p..])).unwrap_or(buf.len())
+        (start..buf.len()).find(|&p| self.may_start(&buf[p..]) && self.is_proper_prefix(&buf[p..])).unwrap_or(buf.len())
+    }
+
+    /// False when no secret can start with `tail` (not empty), by its first two bytes.
+    fn may_start(&self, tail: &[u8]) -> bool {
+        match tail {
+            [a, b, ..] => {
+                let pair = usize::from(u16::from_be_bytes([*a, *b]));
+                self.first_pairs[pair / 64] & (1 << (pair % 64)) != 0
+            }
+            [a] => self.first_bytes[usize::from(*a)],
+            [] => false,
+        }
     }
 
     /// Whether `tail` begins some secret that is longer than it. The secrets that begin with
@@ -413,21 +473,90 @@ mod group_tests {
 
     #[test]
     fn more_secrets_than_one_group_holds_are_all_redacted_and_merged_across_groups() {
-        // 150 secrets of distinct beginnings: three searchers. Overlapping secrets land in
-        // different groups.
+        // 150 secrets of distinct beginnings: three searchers (none of them sampled). Overlapping
+        // secrets land in different groups.
         let mut secrets: Vec<String> = (0..150).map(|i| format!("{i:03}-secret-value")).collect();
         secrets.push("value-tail-x".into()); // overlaps the end of every "...-value"
-        assert_eq!(Redactor::new(&secrets).engine.expect("secrets").searches.len(), 3);
+        let never = |_: &[u8]| false;
+        assert_eq!(Redactor::tuned(&secrets, GROUP, never).engine.expect("secrets").searches.len(), 3);
         let input = b"a 007-secret-value-tail-x b 149-secret-value c 000-secret-valu d";
         let expected = redact_all(&secrets, input);
         assert_eq!(String::from_utf8_lossy(&expected), "a [REDACTED] b [REDACTED] c 000-secret-valu d");
+        // The same secrets found by their beginnings, and by the sampled search.
+        for sample in [never, sampled::takes] {
+            for cut in 0..=input.len() {
+                let mut r = Redactor::tuned(&secrets, GROUP, sample);
+                let mut out = Vec::new();
+                r.push(&input[..cut], &mut out);
+                r.push(&input[cut..], &mut out);
+                r.finish(&mut out);
+                assert_eq!(out, expected, "cut at {cut}");
+            }
+        }
+        // Positive control: these secrets are all sampled, so no searcher is left.
+        assert!(Redactor::new(&secrets).engine.expect("secrets").searches.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod sampled_tests {
+    use super::*;
+
+    fn streamed(redactor: &Redactor, input: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let mut r = redactor.clone();
+        let mut out = Vec::new();
+        let mut from = 0;
+        for &cut in cuts {
+            r.push(&input[from..cut], &mut out);
+            from = cut;
+        }
+        r.push(&input[from..], &mut out);
+        r.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_sampled_secret_is_found_at_every_offset_and_split() {
+        // Ten bytes, the shortest sampled: whatever its offset from a sampled position, one
+        // gram of it is sampled.
+        let secrets = ["dXNlcjpwYX", "ZXIyLXBhc3M=", "c2VjcmV0LXNlY3JldC1zZWNyZXQ="];
+        assert!(secrets.iter().all(|s| sampled::takes(s.as_bytes())));
+        let redactor = Redactor::new(&secrets);
+        for lead in 0..20 {
+            let input = format!("{}dXNlcjpwYX{}ZXIyLXBhc3M= c2VjcmV0LXNlY3JldC1zZWNyZXQ dXNlcjpwY", "x".repeat(lead), "y".repeat(lead % 3));
+            let expected = redact_all(&secrets, input.as_bytes());
+            // Touching occurrences become one marker.
+            let between = if lead % 3 == 0 { String::new() } else { format!("{}[REDACTED]", "y".repeat(lead % 3)) };
+            assert_eq!(String::from_utf8_lossy(&expected), format!("{}[REDACTED]{between} c2VjcmV0LXNlY3JldC1zZWNyZXQ dXNlcjpwY", "x".repeat(lead)));
+            for cut in 0..=input.len() {
+                assert_eq!(streamed(&redactor, input.as_bytes(), &[cut]), expected, "lead {lead}, cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn occurrences_told_by_one_gram_are_merged_in_order() {
+        // One sampled gram stands for both: for the shorter one starting a byte later too. Found
+        // out of order, the longer one's first byte was left out (the property test found it).
+        let secrets = ["/aa-'a<a\\\"", "\\/aa-'a<a\\\""];
+        let redactor = Redactor::new(&secrets);
+        for lead in 0..16 {
+            let input = format!("{}{}", "a".repeat(lead), secrets[1]);
+            assert_eq!(streamed(&redactor, input.as_bytes(), &[]), format!("{}[REDACTED]", "a".repeat(lead)).as_bytes(), "lead {lead}");
+        }
+    }
+
+    #[test]
+    fn sampled_secrets_sharing_a_start_are_told_apart() {
+        // A hundred tokens with one public start: each gram of it stands for all of them.
+        let secrets: Vec<String> = (0..100).map(|i| format!("hvs.CAESIpublic-start-{i:03}")).collect();
+        let input = b"hvs.CAESIpublic-start-042 hvs.CAESIpublic-start-1 hvs.CAESIpublic-start-0999";
+        let expected = redact_all(&secrets, input);
+        assert_eq!(String::from_utf8_lossy(&expected), "[REDACTED] hvs.CAESIpublic-start-1 [REDACTED]9");
+        let redactor = Redactor::new(&secrets);
+        assert!(redactor.engine.as_ref().expect("secrets").searches.is_empty(), "all sampled");
         for cut in 0..=input.len() {
-            let mut r = Redactor::new(&secrets);
-            let mut out = Vec::new();
-            r.push(&input[..cut], &mut out);
-            r.push(&input[cut..], &mut out);
-            r.finish(&mut out);
-            assert_eq!(out, expected, "cut at {cut}");
+            assert_eq!(streamed(&redactor, input, &[cut]), expected, "cut at {cut}");
         }
     }
 }

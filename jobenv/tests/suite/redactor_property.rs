@@ -1,6 +1,8 @@
 //! Fuzz-style property test of the streaming redactor: for random secrets, random surrounding
 //! bytes and every way of cutting the stream, no secret survives and every other byte comes
-//! out unchanged (the output equals the whole-buffer reference redaction).
+//! out unchanged (the output equals the whole-buffer reference redaction). Each case runs with
+//! the secrets of 10 bytes and more found by the sampled search (as jobenv does), and with every
+//! secret found by its beginning, in groups of every size.
 
 use jobenv::run::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
 use proptest::prelude::*;
@@ -17,7 +19,15 @@ fn stream(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize]) -> Vec<u8> {
 /// With `group` beginnings per searcher (the production size is 64; small groups exercise the
 /// merge of matches found by different searchers).
 fn stream_grouped(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
-    let mut redactor = Redactor::with_group_size(secrets, group);
+    streamed_with(Redactor::with_group_size(secrets, group), input, cuts)
+}
+
+/// With no secret found by the sampled search: every one by its beginning.
+fn stream_unsampled(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
+    streamed_with(Redactor::tuned(secrets, group, |_| false), input, cuts)
+}
+
+fn streamed_with(mut redactor: Redactor, input: &[u8], cuts: &[usize]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut start = 0;
     for &cut in cuts {
@@ -56,6 +66,9 @@ proptest! {
         for group in 1..secrets.len() {
             prop_assert_eq!(&stream_grouped(&secrets, &input, &cuts, group), &expected, "group size {}", group);
         }
+        for group in 1..=secrets.len() {
+            prop_assert_eq!(&stream_unsampled(&secrets, &input, &cuts, group), &expected, "unsampled, group size {}", group);
+        }
         for secret in secrets.iter().filter(|s| !can_be_spelled_by_marker(s)) {
             prop_assert!(!contains(&got, secret), "secret {:?} survived", secret);
         }
@@ -67,6 +80,7 @@ proptest! {
         let expected = redact_all(&[&secret], &input);
         for cut in 0..=input.len() {
             prop_assert_eq!(&stream(std::slice::from_ref(&secret), &input, &[cut]), &expected);
+            prop_assert_eq!(&stream_unsampled(std::slice::from_ref(&secret), &input, &[cut], 1), &expected);
         }
         // Positive control: the input did hold the secret, and the reference removed it.
         prop_assert!(contains(&input, &secret));
