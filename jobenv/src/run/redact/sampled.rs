@@ -1,18 +1,16 @@
-//! The search for long secrets written in base64's and tokens' characters, which is most of the
-//! needles since each secret has a dozen base64 forms ([`safe_io::secret::base64`]).
+//! The search for the secrets of [`MIN_LEN`] bytes or more: most needles, since each secret of
+//! 8 bytes or more has a dozen base64 forms ([`safe_io::secret::base64`]).
 //!
-//! Searched by their beginnings like the others, their beginnings would be hundreds more,
-//! random and distinct (a 100-secret node: 873 beginnings, 14 searchers instead of 3, the search
-//! ten times slower). Instead, every [`STRIDE`]-th position of the text is sampled: the
-//! [`GRAM`] bytes there are looked up in a hash table of the needles' grams at each of their
-//! first [`STRIDE`] offsets. An occurrence of a needle of [`MIN_LEN`] bytes or more always has
-//! a sampled position within its first [`STRIDE`] bytes whose gram lies inside it, so it cannot
-//! be missed; each gram found tells where a needle would start, and the needles that start
-//! there are narrowed down in sorted order as for a beginning ([`super::longest_at`]).
-//!
-//! Only needles made of base64's and tokens' characters are searched here: their grams are
-//! about as random as their text, so a gram rarely stands for more than one needle. Escaped
-//! forms share grams (`\u00`, `%C3%`, `&amp`) and stay with the searchers of beginnings.
+//! Searched by their beginnings like the short ones, they would add hundreds of beginnings,
+//! random and distinct (a 100-secret node: 873 beginnings, 14 searchers, and the redactor
+//! several times slower: see BENCHMARKS.md). Instead, every [`STRIDE`]-th position of
+//! the text is sampled: the [`GRAM`] bytes there are looked up in a hash table of the needles'
+//! grams at each of their first [`STRIDE`] offsets. An occurrence of a needle of [`MIN_LEN`]
+//! bytes or more always has a sampled position within its first [`STRIDE`] bytes whose gram
+//! lies inside it, so it cannot be missed. Each gram found tells where a needle would start,
+//! and the needles with that gram there are narrowed down in sorted order as for a beginning
+//! (`longest_at`), so a gram that many needles share (a public start such as `https://` or
+//! `eyJhbGciOi`, an escape such as `\u00`) costs a binary search, not one comparison per needle.
 
 use std::ops::Range;
 
@@ -23,7 +21,8 @@ pub const MIN_LEN: usize = 10;
 /// Bytes between sampled positions: any `MIN_LEN` bytes hold a sampled gram.
 const STRIDE: usize = MIN_LEN - GRAM + 1;
 
-/// Whether a needle is searched here (and not by its beginning).
+/// Whether a needle is searched here (and not by its beginning): the tests and the fuzzer choose
+/// others through [`super::Redactor::tuned`].
 pub fn takes(needle: &[u8]) -> bool {
     needle.len() >= MIN_LEN
 }
