@@ -13,8 +13,8 @@
 //! - only bytes that could still be the start of a secret are held back (at most the longest
 //!   secret minus one byte), and never released on a timer: the rest goes out at once.
 //!
-//! Two searches find the secrets: searchers of their beginnings ([`Engine::searches`]), and
-//! for the long ones in base64's and tokens' characters, a sampled search ([`sampled`]).
+//! Two searches find the secrets: searchers of their beginnings (`Engine::searches`) for those
+//! shorter than 10 bytes, and a sampled search (`sampled.rs`) for the rest.
 
 mod sampled;
 
