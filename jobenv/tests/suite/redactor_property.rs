@@ -117,6 +117,32 @@ proptest! {
         prop_assert_eq!(&stream_grouped(&needles, &input, &cuts, 2), &expected);
     }
 
+    /// Each form of a secret that a tool prints (written apart from the needles, in the test
+    /// kit: shell quoting, percent-encoding, markup, base64 at each offset, wrapped, and JSON)
+    /// comes out as one marker, and between other bytes, cut at every point, exactly as the
+    /// whole-buffer reference redacts it.
+    #[test]
+    fn each_printed_form_is_one_marker_at_every_split_point(
+        chars in prop::collection::vec(prop::sample::select(vec!['a', 'Z', '0', ' ', '\'', '"', '\\', '$', '&', '<', '/', '+', '=', '~', '#', '%', 'ä', '\t', '😀']), 8..60),
+        pick in any::<prop::sample::Index>(),
+        before in prop::collection::vec(prop_oneof![Just(b'a'), Just(b'='), Just(b'\\'), Just(b'\''), any::<u8>()], 0..6),
+        after in prop::collection::vec(prop_oneof![Just(b'a'), Just(b'='), Just(b'\n'), any::<u8>()], 0..6),
+    ) {
+        let text: String = chars.into_iter().collect();
+        let needles: Vec<Vec<u8>> = safe_io::secret::forms(&text).into_iter().map(String::into_bytes).collect();
+        let mut printed = fediversity_testkit::json_forms::printed_forms(&text);
+        printed.extend(fediversity_testkit::json_forms::every_form(&text));
+        let form = &printed[pick.index(printed.len())];
+        prop_assert_eq!(redact_all(&needles, form.as_bytes()), MARKER, "{:?} of {:?}", form, text);
+        let input = [before.as_slice(), form.as_bytes(), &after].concat();
+        let expected = redact_all(&needles, &input);
+        let redactor = Redactor::new(&needles);
+        for cut in 0..=input.len() {
+            prop_assert_eq!(&streamed_with(redactor.clone(), &input, &[cut]), &expected, "cut at {}", cut);
+        }
+        prop_assert_eq!(&streamed_with(Redactor::tuned(&needles, 2, |_| false), &input, &[input.len() / 2]), &expected);
+    }
+
     #[test]
     fn without_secrets_bytes_pass_unchanged(input in prop::collection::vec(any::<u8>(), 0..200), cut in any::<prop::sample::Index>()) {
         let no_secrets: [&[u8]; 0] = [];
