@@ -74,9 +74,10 @@ struct Engine {
     /// they are consecutive.
     starting_with: Vec<Range<usize>>,
     sampled: Option<Sampled>,
-    /// Every secret, sorted: whether a tail is a proper prefix of one is a binary search (a set
+    /// Every secret, sorted, in one allocation: whether a tail is a proper prefix of one is a
+    /// binary search (a set
     /// of every prefix would cost an allocation per byte of every secret at each start).
-    sorted: Vec<Vec<u8>>,
+    sorted: Packed,
     /// The first two bytes of every secret (one bit per pair), and the first byte of those of
     /// one byte: most positions at the end of a chunk start no secret, and this tells so
     /// without a binary search.
@@ -106,21 +107,24 @@ impl Redactor {
         let secrets: Vec<&[u8]> = secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()).collect();
         let sample = |secret: &[u8]| secret.len() >= sampled::MIN_LEN && sample(secret);
         let engine = (!secrets.is_empty()).then(|| {
-            let mut sorted: Vec<Vec<u8>> = secrets.iter().map(|s| s.to_vec()).collect();
+            let mut sorted = secrets.clone();
             sorted.sort_unstable();
             sorted.dedup();
-            let cut = sorted.iter().map(Vec::len).min().unwrap_or(0).min(PREFIX);
+            let sorted = Packed::new(&sorted);
+            let cut = sorted.iter().map(<[u8]>::len).min().unwrap_or(0).min(PREFIX);
             let mut starting_with: Vec<Range<usize>> = Vec::new();
             let mut start = 0;
-            for alike in sorted.chunk_by(|a, b| a[..cut] == b[..cut]) {
-                if !alike.iter().all(|secret| sample(secret)) {
-                    starting_with.push(start..start + alike.len());
+            while start < sorted.len() {
+                let beginning = &sorted.get(start)[..cut];
+                let end = start + (start..sorted.len()).take_while(|&i| sorted.get(i).starts_with(beginning)).count();
+                if !(start..end).all(|i| sample(sorted.get(i))) {
+                    starting_with.push(start..end);
                 }
-                start += alike.len();
+                start = end;
             }
-            let chosen: Vec<usize> = (0..sorted.len()).filter(|&id| sample(&sorted[id])).collect();
-            let sampled = (!chosen.is_empty()).then(|| Sampled::new(&sorted, chosen.into_iter()));
-            let beginnings: Vec<&[u8]> = starting_with.iter().map(|range| &sorted[range.start][..cut]).collect();
+            let chosen = (0..sorted.len()).filter(|&id| sample(sorted.get(id)));
+            let sampled = Sampled::new(chosen, |id| sorted.get(id));
+            let beginnings: Vec<&[u8]> = starting_with.iter().map(|range| &sorted.get(range.start)[..cut]).collect();
             let searches = beginnings
                 .chunks(group.max(1))
                 .map(|group| {
@@ -135,14 +139,14 @@ impl Redactor {
                 .collect();
             let mut first_bytes = [false; 256];
             let mut first_pairs = vec![0u64; (1 << 16) / 64];
-            for secret in &sorted {
+            for secret in sorted.iter() {
                 first_bytes[secret[0] as usize] = true;
                 if let [a, b, ..] = secret[..] {
                     let pair = usize::from(u16::from_be_bytes([a, b]));
                     first_pairs[pair / 64] |= 1 << (pair % 64);
                 }
             }
-            let longest = sorted.iter().map(Vec::len).max().unwrap_or(0);
+            let longest = sorted.iter().map(<[u8]>::len).max().unwrap_or(0);
             Arc::new(Engine { searches, group: group.max(1), starting_with, sampled, sorted, first_pairs, first_bytes, longest })
         });
         Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
@@ -199,14 +203,14 @@ impl Redactor {
             while let Some(hit) = search.find(Input::new(buf).span(from..buf.len())) {
                 let beginning = searcher * engine.group + hit.pattern().as_usize();
                 let alike = engine.starting_with[beginning].clone();
-                if let Some(len) = longest_at(&buf[hit.start()..], alike.len(), |i| &engine.sorted[alike.start + i]) {
+                if let Some(len) = longest_at(&buf[hit.start()..], alike.len(), |i| engine.sorted.get(alike.start + i)) {
                     found.push((hit.start(), hit.start() + len));
                 }
                 from = hit.start() + 1;
             }
         }
         if let Some(sampled) = &engine.sampled {
-            sampled.find(buf, |ids, start| longest_at(&buf[start..], ids.len(), |i| &engine.sorted[ids[i] as usize]), &mut found);
+            sampled.find(buf, |id| engine.sorted.get(id), &mut found);
         }
         // One searcher reports its occurrences in order; the sampled search reports those that
         // one sampled gram tells in no order.
@@ -250,6 +254,37 @@ impl Redactor {
             .map_or(0, |&(_, end)| end - cut);
         self.held.clear();
         self.held.extend_from_slice(&buf[cut..]);
+    }
+}
+
+/// Byte strings in one allocation, an offset each: a node's 1 MiB of secrets may make millions
+/// of needles, and a `Vec` each would cost more than their bytes.
+struct Packed {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Packed {
+    fn new(all: &[&[u8]]) -> Self {
+        let mut packed = Packed { bytes: Vec::with_capacity(all.iter().map(|s| s.len()).sum()), ends: Vec::with_capacity(all.len()) };
+        for s in all {
+            packed.bytes.extend_from_slice(s);
+            packed.ends.push(packed.bytes.len());
+        }
+        packed
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
     }
 }
 
@@ -312,8 +347,8 @@ impl Engine {
     /// Whether `tail` begins some secret that is longer than it. The secrets that begin with
     /// `tail` are consecutive in sorted order, starting at the first one not less than it.
     fn is_proper_prefix(&self, tail: &[u8]) -> bool {
-        let from = self.sorted.partition_point(|secret| secret.as_slice() < tail);
-        self.sorted[from..].iter().take_while(|secret| secret.starts_with(tail)).any(|secret| secret.len() > tail.len())
+        let from = partition_point(0, self.sorted.len(), |i| self.sorted.get(i) < tail);
+        (from..self.sorted.len()).map(|i| self.sorted.get(i)).take_while(|secret| secret.starts_with(tail)).any(|secret| secret.len() > tail.len())
     }
 }
 

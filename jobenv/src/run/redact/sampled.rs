@@ -12,8 +12,6 @@
 //! (`longest_at`), so a gram that many needles share (a public start such as `https://` or
 //! `eyJhbGciOi`, an escape such as `\u00`) costs a binary search, not one comparison per needle.
 
-use std::ops::Range;
-
 /// Bytes read at each sampled position.
 const GRAM: usize = 4;
 /// Needles shorter than this are searched by their beginnings.
@@ -30,68 +28,82 @@ pub fn takes(needle: &[u8]) -> bool {
 pub struct Sampled {
     /// The entries of bucket `b` are `entries[starts[b]..starts[b + 1]]`.
     starts: Vec<u32>,
-    entries: Vec<Entry>,
-    /// For each entry, the needles it stands for, as indices into the sorted needles (so in
-    /// sorted order themselves).
-    ids: Vec<u32>,
+    /// A gram and where it sits in which needle, as `(gram, offset << ID_BITS | id)`, the id an
+    /// index into the sorted needles. Sorted, so the needles with a gram at an offset are
+    /// consecutive and in sorted order themselves. Eight bytes each: a node's 1 MiB of secrets
+    /// may have millions of needles, and each has [`STRIDE`] entries.
+    entries: Vec<(u32, u32)>,
     /// `32 - log2(bucket count)`.
     shift: u32,
+    /// One bit per hash of a gram (another hash than the buckets'), set for every gram of an
+    /// entry: most grams of the text are none of the needles', and this tells so from a table
+    /// small enough to stay in the CPU's first cache.
+    seen: Vec<u64>,
+    /// `32 - log2(bits of seen)`.
+    seen_shift: u32,
 }
 
-struct Entry {
-    gram: u32,
-    /// Where the gram sits in its needles.
-    offset: u32,
-    ids: Range<u32>,
-}
+/// Bits of an entry's needle id: the offset (below 8) takes the other three.
+const ID_BITS: u32 = 29;
 
 impl Sampled {
-    /// From the indices (into `sorted`) of the needles to search here, each at least `MIN_LEN`
-    /// bytes.
-    pub fn new(sorted: &[Vec<u8>], chosen: impl Iterator<Item = usize>) -> Self {
-        let mut keys: Vec<(u32, u32, u32)> = Vec::new();
+    /// From the ids (indices into the sorted needles) of the needles to search here, each at
+    /// least `MIN_LEN` bytes, and fewer than 2^29 of them (a node's secrets make far fewer);
+    /// `None` when there are none.
+    pub fn new<'a>(chosen: impl Iterator<Item = usize>, needle: impl Fn(usize) -> &'a [u8]) -> Option<Self> {
+        let mut entries: Vec<(u32, u32)> = Vec::new();
         for id in chosen {
-            let needle = &sorted[id];
+            let needle = needle(id);
             debug_assert!(needle.len() >= MIN_LEN);
+            let id = u32::try_from(id).ok().filter(|&id| id < 1 << ID_BITS).expect("fewer than 2^29 needles");
             for offset in 0..STRIDE {
-                keys.push((gram(&needle[offset..]), offset as u32, id as u32));
+                entries.push((gram(&needle[offset..]), (offset as u32) << ID_BITS | id));
             }
         }
-        keys.sort_unstable();
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut ids = Vec::with_capacity(keys.len());
-        for same in keys.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-            let start = ids.len() as u32;
-            ids.extend(same.iter().map(|key| key.2));
-            entries.push(Entry { gram: same[0].0, offset: same[0].1, ids: start..ids.len() as u32 });
-        }
-        // About two buckets per entry: most buckets hold none or one.
-        let bits = (entries.len() * 2).next_power_of_two().max(2).trailing_zeros();
+        // One bucket per one or two entries: most buckets hold a few at most, and the buckets
+        // cost half the entries' memory.
+        let bits = (entries.len() / 2).next_power_of_two().max(2).trailing_zeros();
         let shift = 32 - bits;
-        entries.sort_by_key(|entry| bucket(entry.gram, shift));
+        entries.sort_unstable_by_key(|&(gram, tag)| (bucket(gram, shift), gram, tag));
         let mut starts = vec![0u32; (1 << bits) + 1];
-        for entry in &entries {
-            starts[bucket(entry.gram, shift) + 1] += 1;
+        for &(gram, _) in &entries {
+            starts[bucket(gram, shift) + 1] += 1;
         }
         for b in 1..starts.len() {
             starts[b] += starts[b - 1];
         }
-        Sampled { starts, entries, ids, shift }
+        // Eight bits per distinct gram keep false hits near one in eight; 16 KiB to 128 KiB.
+        let grams = entries.chunk_by(|a, b| a.0 == b.0).count();
+        let seen_bits = (grams * 8).next_power_of_two().clamp(1 << 17, 1 << 20).trailing_zeros();
+        let seen_shift = 32 - seen_bits;
+        let mut seen = vec![0u64; (1 << seen_bits) / 64];
+        for &(gram, _) in &entries {
+            let bit = seen_bit(gram, seen_shift);
+            seen[bit / 64] |= 1 << (bit % 64);
+        }
+        (!entries.is_empty()).then_some(Sampled { starts, entries, shift, seen, seen_shift })
     }
 
-    /// Every occurrence in `buf` of the needles searched here, as `(start, end)`; `longest`
-    /// tells, of a set of needles (their ids) and a position, the length of the longest there.
-    pub fn find(&self, buf: &[u8], longest: impl Fn(&[u32], usize) -> Option<usize>, found: &mut Vec<(usize, usize)>) {
+    /// Every occurrence in `buf` of the needles searched here, as `(start, end)`; `needle`
+    /// gives a needle's bytes from its id.
+    pub fn find<'a>(&self, buf: &[u8], needle: impl Fn(usize) -> &'a [u8], found: &mut Vec<(usize, usize)>) {
         let mut at = 0;
         while at + GRAM <= buf.len() {
             let gram = gram(&buf[at..]);
+            let bit = seen_bit(gram, self.seen_shift);
+            if self.seen[bit / 64] & (1 << (bit % 64)) == 0 {
+                at += STRIDE;
+                continue;
+            }
             let b = bucket(gram, self.shift);
-            for entry in &self.entries[self.starts[b] as usize..self.starts[b + 1] as usize] {
-                let offset = entry.offset as usize;
-                if entry.gram == gram && offset <= at {
+            let bucket = &self.entries[self.starts[b] as usize..self.starts[b + 1] as usize];
+            for same in bucket.chunk_by(|x, y| (x.0, x.1 >> ID_BITS) == (y.0, y.1 >> ID_BITS)) {
+                let (entry_gram, tag) = same[0];
+                let offset = (tag >> ID_BITS) as usize;
+                if entry_gram == gram && offset <= at {
                     let start = at - offset;
-                    let ids = &self.ids[entry.ids.start as usize..entry.ids.end as usize];
-                    if let Some(len) = longest(ids, start) {
+                    let id = |i: usize| (same[i].1 & ((1 << ID_BITS) - 1)) as usize;
+                    if let Some(len) = super::longest_at(&buf[start..], same.len(), |i| needle(id(i))) {
                         found.push((start, start + len));
                     }
                 }
@@ -103,6 +115,10 @@ impl Sampled {
 
 fn gram(bytes: &[u8]) -> u32 {
     u32::from_le_bytes(bytes[..GRAM].try_into().expect("GRAM bytes"))
+}
+
+fn seen_bit(gram: u32, shift: u32) -> usize {
+    (gram.wrapping_mul(0x85EB_CA6B) >> shift) as usize
 }
 
 fn bucket(gram: u32, shift: u32) -> usize {
