@@ -7,8 +7,9 @@
 //! [`forms`] is each spelling of a secret that a program, a tool or a server may print, so that
 //! redaction finds more than the value as it is. The set contains the GitHub Actions runner's
 //! secret masker (`ValueEncoders` in `actions/runner`: base64 at each byte alignment, RFC 3986
-//! percent-encoding, XML escaping, the command line's `\"`, JSON, SQL's `''`) and adds what
-//! deploy tooling prints every day:
+//! percent-encoding, XML escaping, the command line's `\"`, JSON, SQL's `''`, a value of more
+//! than 8 bytes without the double quotes around it; not its PowerShell forms, as a node runs no
+//! PowerShell) and adds what deploy tooling prints every day:
 //! - JSON strings as the common encoders write them, and Rust's `Debug` ([`json`]);
 //! - percent-encoding as URL libraries write it, and XML and HTML escaping ([`web`]);
 //! - shell quoting as bash's `set -x`, `declare -p` and `printf %q` and Python's `shlex.quote`
@@ -123,6 +124,11 @@ impl<T> std::ops::Deref for Hidden<T> {
 /// [`BASE64_MIN_LEN`] bytes on.
 pub fn forms(text: &str) -> Vec<String> {
     let mut forms = escaped_forms(text);
+    // A value configured in double quotes may be used without them (the runner's
+    // `TrimDoubleQuotes`, from 9 bytes): the text between them, and each of its forms.
+    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).filter(|_| text.len() > 8) {
+        forms.extend(self::forms(inner));
+    }
     if text.len() >= BASE64_MIN_LEN {
         forms.extend(base64::forms(text.as_bytes()));
     }
@@ -285,6 +291,15 @@ mod tests {
         assert_eq!(scrubbed("pass<\\u2028w\u{e4}rd", "pass<\u{2028}w\u{e4}rd"), "[REDACTED]");
         // Control: a base64 key's padding makes it take the slow path.
         assert!(escaped_forms("QUJDRA==").len() > 1);
+    }
+
+    #[test]
+    fn a_value_in_double_quotes_is_also_redacted_without_them() {
+        assert!(forms("\"quoted-secret\"").contains(&"quoted-secret".to_owned()));
+        assert_eq!(scrubbed("pw=quoted-secret;", "\"quoted-secret\""), "pw=[REDACTED];");
+        // Control: a short one, or one quoted on one side only, is not cut.
+        assert!(!forms("\"short7\"").contains(&"short7".to_owned()));
+        assert!(!forms("\"quoted-secret").contains(&"quoted-secret".to_owned()));
     }
 
     #[test]
