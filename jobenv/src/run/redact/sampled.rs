@@ -87,28 +87,44 @@ impl Sampled {
     /// Every occurrence in `buf` of the needles searched here, as `(start, end)`; `needle`
     /// gives a needle's bytes from its id.
     pub fn find<'a>(&self, buf: &[u8], needle: impl Fn(usize) -> &'a [u8], found: &mut Vec<(usize, usize)>) {
+        let seen = |at: usize| {
+            let bit = seen_bit(gram(&buf[at..]), self.seen_shift);
+            self.seen[bit / 64] >> (bit % 64) & 1 != 0
+        };
+        // Four sampled positions at a time: most have no gram of a needle, and four independent
+        // lookups keep the processor busy where one waits for each load.
         let mut at = 0;
-        while at + GRAM <= buf.len() {
-            let gram = gram(&buf[at..]);
-            let bit = seen_bit(gram, self.seen_shift);
-            if self.seen[bit / 64] & (1 << (bit % 64)) == 0 {
-                at += STRIDE;
-                continue;
-            }
-            let b = bucket(gram, self.shift);
-            let bucket = &self.entries[self.starts[b] as usize..self.starts[b + 1] as usize];
-            for same in bucket.chunk_by(|x, y| (x.0, x.1 >> ID_BITS) == (y.0, y.1 >> ID_BITS)) {
-                let (entry_gram, tag) = same[0];
-                let offset = (tag >> ID_BITS) as usize;
-                if entry_gram == gram && offset <= at {
-                    let start = at - offset;
-                    let id = |i: usize| (same[i].1 & ((1 << ID_BITS) - 1)) as usize;
-                    if let Some(len) = super::longest_at(&buf[start..], same.len(), |i| needle(id(i))) {
-                        found.push((start, start + len));
-                    }
+        while at + 3 * STRIDE + GRAM <= buf.len() {
+            if seen(at) | seen(at + STRIDE) | seen(at + 2 * STRIDE) | seen(at + 3 * STRIDE) {
+                for k in 0..4 {
+                    self.look(buf, at + k * STRIDE, &needle, found);
                 }
             }
+            at += 4 * STRIDE;
+        }
+        while at + GRAM <= buf.len() {
+            if seen(at) {
+                self.look(buf, at, &needle, found);
+            }
             at += STRIDE;
+        }
+    }
+
+    /// The occurrences that the gram at `at` tells.
+    fn look<'a>(&self, buf: &[u8], at: usize, needle: &impl Fn(usize) -> &'a [u8], found: &mut Vec<(usize, usize)>) {
+        let gram = gram(&buf[at..]);
+        let b = bucket(gram, self.shift);
+        let bucket = &self.entries[self.starts[b] as usize..self.starts[b + 1] as usize];
+        for same in bucket.chunk_by(|x, y| (x.0, x.1 >> ID_BITS) == (y.0, y.1 >> ID_BITS)) {
+            let (entry_gram, tag) = same[0];
+            let offset = (tag >> ID_BITS) as usize;
+            if entry_gram == gram && offset <= at {
+                let start = at - offset;
+                let id = |i: usize| (same[i].1 & ((1 << ID_BITS) - 1)) as usize;
+                if let Some(len) = super::longest_at(&buf[start..], same.len(), |i| needle(id(i))) {
+                    found.push((start, start + len));
+                }
+            }
         }
     }
 }
