@@ -24,7 +24,7 @@ rustPlatform.buildRustPackage {
     inherit root;
     # Only what cargo reads: the workspace manifest, the lock file and every member crate of
     # `[workspace] members` (cargo loads all of them even to build one package; a missing one
-    # fails the build). tests/tests/nix_package.rs checks this list against Cargo.toml.
+    # fails the build). tests/tests/suite/nix_package.rs checks this list against Cargo.toml.
     fileset = lib.fileset.unions [
       ../Cargo.toml
       ../Cargo.lock

@@ -44,6 +44,8 @@ let
   # option is a string (a Nix path value would be copied into the world-readable store).
   absolutePath = types.strMatching "/.+";
   seconds = types.ints.positive;
+  # A Windmill token label as the bootstrap accepts one: not empty, no control characters.
+  tokenLabel = types.strMatching "[^[:cntrl:]]+";
 
   jsonFile = name: value: pkgs.writeText name (builtins.toJSON value);
   bootstrapConfig = jsonFile "fediversity-windmill-bootstrap.json" (
@@ -60,7 +62,8 @@ let
     openssh = pkgs.openssh;
     git = pkgs.git;
     bash = pkgs.bash;
-    fediversity-jobenv = cfg.package;
+    # The sealed copy the worker's start installs (lib.nix, `paths.sealedJobenv`).
+    fediversity-jobenv = fw.paths.sealedJobenvDir;
   };
 
   # nixpkgs' Windmill with only the Python and Bash toolchains: its build features cut down
@@ -118,6 +121,40 @@ let
     forwardAuth = if cfg.ui.forwardAuth.enable then cfg.ui.forwardAuth else null;
     inherit (cfg.ui) nginxAuthConfig;
     openWithoutAuthentication = cfg.ui.dangerouslyServeWithoutAuthentication;
+  };
+
+  # What the node takes from its deployment repository (null: none).
+  system = pkgs.stdenv.hostPlatform.system;
+  published =
+    if cfg.deploymentRepository == null then
+      null
+    else
+      fw.repositoryPublished {
+        outputs = fw.deploymentRepositoryOutputs cfg.deploymentRepository;
+        inherit system;
+      };
+  repositoryKeys = if published == null then { } else published.keys;
+  credentialPaths = fw.credentialPathKeys cfg.credentials;
+  declaredKeys = fw.declaredKeys {
+    repository = repositoryKeys;
+    operator = cfg.deployKeys;
+    nodeKeys = credentialPaths.declarations;
+  };
+  deploymentAttributes = fw.renderDeploymentAttributes (
+    (if published == null then [ ] else published.attributes) ++ cfg.deploymentAttributes
+  );
+
+  portalRule = fw.portalRuleChecks {
+    rule = cfg.ui.forwardAuth.accessControlRule;
+    instances = config.services.authelia.instances or { };
+    instance = cfg.ui.forwardAuth.autheliaInstance;
+    inherit (cfg.ui.forwardAuth) ruleAddedToPortal;
+  };
+  forwardAuthOn = cfg.ui.forwardAuth.enable;
+
+  # For the assertions only (see lib.nix, tlsSettings).
+  tls = cfg.tls // {
+    acmeCerts = builtins.attrNames config.security.acme.certs;
   };
 
   opt =
@@ -228,6 +265,28 @@ in
           default = [ "fediversity-admins" ];
           description = "The portal's groups allowed on the UI name (in {option}`ui.forwardAuth.accessControlRule`).";
         };
+        autheliaInstance = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "main";
+          description = ''
+            The instance of this node's Authelia (`services.authelia.instances.<name>`) that is
+            the UI's portal: the module adds {option}`ui.forwardAuth.accessControlRule` to its
+            `settings.access_control.rules`, first (Authelia takes the first rule that
+            matches). Null: the module adds nothing; then evaluation fails if this node runs an
+            Authelia instance whose rules lack it, and warns (until
+            {option}`ui.forwardAuth.ruleAddedToPortal`) if the portal runs elsewhere.
+          '';
+        };
+        ruleAddedToPortal = mkOption {
+          type = types.bool;
+          default = false;
+          description = ''
+            The portal runs on another node and its `access_control.rules` hold
+            {option}`ui.forwardAuth.accessControlRule`: set this to say so, which ends the
+            warning that reminds of it.
+          '';
+        };
         accessControlRule = mkOption {
           type = types.attrsOf types.anything;
           readOnly = true;
@@ -238,10 +297,9 @@ in
           defaultText = literalExpression ''{ domain = [ uiDomain ]; policy = "one_factor"; subject = [ "group:fediversity-admins" ]; }'';
           description = ''
             The rule the portal must have for the UI name, in Authelia's `access_control.rules`
-            format: the portal, not nginx, decides the policy and the groups. Add it to the
-            portal's configuration, e.g.
-            `services.authelia.instances.<name>.settings.access_control.rules = [ config.services.fediversity-windmill.ui.forwardAuth.accessControlRule ];`
-            where the portal runs on this node.
+            format: the portal, not nginx, decides the policy and the groups. Added to this
+            node's Authelia by {option}`ui.forwardAuth.autheliaInstance`; a portal on another
+            node needs it in its own configuration.
           '';
         };
       };
@@ -314,13 +372,36 @@ in
       '';
       description = ''
         Node-owned keys of every deployment, rendered to `${fw.paths.deployEnv}`: the control
-        keys `DEPLOYMENT_ROOT` (required) and `DEPLOYMENT_NIXPKGS` (default: the node's
-        `pkgs.path`), `STATE_BASE_ADDRESS`, any declared key the node fixes, and Nix/OpenTofu
-        variables. Not for secrets (world-readable in the Nix store): use
+        keys `DEPLOYMENT_ROOT` (required; default: {option}`deploymentRepository`'s tree) and
+        `DEPLOYMENT_NIXPKGS` (default: the node's `pkgs.path`), `STATE_BASE_ADDRESS`, any
+        declared key the node fixes (the structural pins, the repository's `nodeEnvKeys`; the
+        Incus store's key paths are added for the configured {option}`credentials`), and
+        Nix/OpenTofu variables. A payload never overrides a key set here. Not for secrets (world-readable in the Nix store): use
         {option}`deploySecrets`. `DEPLOYMENT_NIXPKGS` is also the `nixpkgs` entry of the node's
         flake registry (so, on a flake-built node, also `<nixpkgs>`). A key jobenv would refuse
         (undeclared, reserved, only for a job, derived by jobenv, or set twice) fails the
         evaluation.
+      '';
+    };
+
+    deploymentRepository = mkOption {
+      type = types.nullOr types.path;
+      default = null;
+      example = literalExpression "inputs.deployments";
+      description = ''
+        The deployment repository the node follows: a flake (e.g. the input
+        `inputs.deployments`) or a path whose `default.nix` evaluates to the same outputs.
+        From it the module takes `deployEnv.DEPLOYMENT_ROOT` (the repository's tree: a flake's
+        git-tracked files; a path is copied whole), the declared keys with their descriptions
+        and defaults (`lib.deployEnvKeys`, every set of `lib.deployEnvKeysByMethod`,
+        `lib.standaloneEnvKeys`: each a list of names or an attrset of name → description or
+        `{ description; default; }`), which keys are node-only (`lib.nodeEnvKeys`, same
+        shapes: a front-end's value for one is dropped) and the deployment attributes
+        (`lib.deploymentAttributes`, else the names of `devShells.<system>`).
+        {option}`deployKeys` and {option}`deploymentAttributes` add to these or override them.
+        DEPLOYMENT_ROOT must hold a `default.nix` with those `devShells` (jobenv runs
+        `nix-shell <DEPLOYMENT_ROOT> -A devShells.<SYSTEM>.<ATTRIBUTE>`). Null: everything
+        comes from the options.
       '';
     };
 
@@ -329,28 +410,48 @@ in
         types.submodule {
           options = {
             description = mkOption {
-              type = types.str;
-              description = "What the key means (shown by `fediversity-jobenv keys`).";
+              type = types.nullOr types.str;
+              default = null;
+              description = ''
+                What the key means (shown by `fediversity-jobenv keys`). Null: the deployment
+                repository's description; a key neither declares fails the evaluation.
+              '';
             };
             default = mkOption {
               type = types.nullOr types.str;
               default = null;
-              description = "The value a deployment gets when nothing sets the key.";
+              description = "The value a deployment gets when nothing sets the key. Null: the repository's default, if any.";
+            };
+            nodeOnly = mkOption {
+              type = types.nullOr types.bool;
+              default = null;
+              description = ''
+                Whether only the node may set the key: a payload's value for it is dropped with
+                a warning (the node's own value, from {option}`deployEnv` or a secret, wins
+                either way). Null: node-only for the structural pins, the repository's
+                `nodeEnvKeys` and the Incus store's key paths, not for other keys. `false` on a
+                pin lets a front-end choose it: only for a front-end trusted with what a deploy
+                evaluates.
+              '';
             };
           };
         }
       );
       default = { };
       example = literalExpression ''
-        lib.mapAttrs (_: k: { inherit (k) description; default = k.default or null; })
-          (builtins.fromJSON (builtins.readFile "''${deployment-repository}/keys.json"))
+        {
+          DOMAIN = { description = "The domain the deployment serves"; default = "example.org"; };
+          HOSTING_CONFIG.nodeOnly = false;  # this node's front-end may choose the hosting configuration
+        }
       '';
       description = ''
-        The keys a deployment may see, as the deployment repository publishes them, rendered
-        with the structural pins (`HOSTING_CONFIG`, `PIN_EFFECT`, `SELF_MODULE_SOURCE`,
-        `OPERATOR_MODULE_SOURCE`, `VERSION_LAYERS`, `DNS_DOMAIN`) to `${fw.paths.deployKeys}`.
-        A job payload may set only these (and `SYSTEM`, `ATTRIBUTE`, `EXECUTABLE`, `NAMESPACE`,
-        `BUILD_ID`). A control key here fails the evaluation (jobenv refuses such a file).
+        Keys a deployment may see, added to (or, field by field, overriding) those of
+        {option}`deploymentRepository` and the structural pins (`HOSTING_CONFIG`,
+        `PIN_EFFECT`, `SELF_MODULE_SOURCE`, `OPERATOR_MODULE_SOURCE`, `VERSION_LAYERS`,
+        `DNS_DOMAIN`, node-only), all rendered to `${fw.paths.deployKeys}`. A job payload may
+        set only declared keys that are not node-only (and `SYSTEM`, `ATTRIBUTE`, `EXECUTABLE`,
+        `NAMESPACE`, `BUILD_ID`). A control key here fails the evaluation (jobenv refuses such
+        a file); control keys the repository lists are left out (jobenv handles them itself).
       '';
     };
 
@@ -362,8 +463,18 @@ in
         "peertube-tofu-vm"
       ];
       description = ''
-        The deployment attributes that exist (the repository publishes them), rendered to
-        `${fw.paths.deploymentAttributes}`. A job's `ATTRIBUTE` must be one of them.
+        Deployment attributes added to those of {option}`deploymentRepository`, all rendered
+        (sorted, without repeats) to `${fw.paths.deploymentAttributes}`. A job's `ATTRIBUTE`
+        must be one of them.
+      '';
+    };
+
+    openbaoPrefix = mkOption {
+      type = types.strMatching "[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*";
+      default = "fediversity";
+      description = ''
+        The seed's OpenBao prefix: its KV v2 mount is `<openbaoPrefix>/secret`. The defaults of
+        {option}`credentials.tfToken` and {option}`bootstrap.openbao.path` are under it.
       '';
     };
 
@@ -386,16 +497,28 @@ in
     };
 
     credentials = {
+      hostName = mkOption {
+        type = types.strMatching "[A-Za-z0-9][A-Za-z0-9_.-]*";
+        default = config.networking.hostName;
+        defaultText = literalExpression "config.networking.hostName";
+        description = "The node's name in the seed's OpenBao paths (`incus-deploy/<hostName>/…`).";
+      };
       tfToken = mkOption {
         type = types.nullOr types.str;
-        default = null;
+        default = fw.seedTfTokenTemplate {
+          prefix = cfg.openbaoPrefix;
+          inherit (cfg.credentials) hostName;
+        };
+        defaultText = literalExpression ''"{{ with secret \"''${openbaoPrefix}/secret/data/incus-deploy/''${credentials.hostName}/tokenHosts\" }}{{ .Data.data.value }}{{ end }}"'';
         example = ''{{ with secret "secret/data/incus/deploy" }}{{ .Data.data.token }}{{ end }}'';
         description = ''
-          OpenBao agent template source whose output is the Incus deployments' token. Rendered
-          as the line `TF_VAR_token=<output>` to `${fw.paths.tfTokenEnv}` (`root:<windmill
-          user>`, `0440`), a secrets env file of jobenv (`JOBENV_SECRETS_ENV_FILES`):
-          `TF_VAR_token` reaches the programs as a secret, redacted from their output, and is
-          required before a job runs.
+          OpenBao agent template source whose output is the Incus deployments' token; by
+          default the seed's source (the field `value` of `incus-deploy/<hostName>/tokenHosts`
+          in the KV v2 mount `<openbaoPrefix>/secret`). Rendered as the line
+          `TF_VAR_token=<output>` to `${fw.paths.tfTokenEnv}` (`root:<windmill user>`, `0440`),
+          a secrets env file of jobenv (`JOBENV_SECRETS_ENV_FILES`): `TF_VAR_token` reaches the
+          programs as a secret, redacted from their output, and is required before a job runs.
+          Null: no Incus token (a node without Incus deployments).
         '';
       };
       incusStoreSshKey = mkOption {
@@ -403,7 +526,17 @@ in
         default = null;
         description = ''
           OpenBao agent template source of the Incus store's SSH key, rendered to
-          `${fw.paths.incusStoreSshKey}` (`root:<windmill user>`, `0440`).
+          `${fw.paths.incusStoreSshKey}` (`root:<windmill user>`, `0440`); its path reaches the
+          programs as {option}`credentials.incusStoreSshKeyVariable`.
+        '';
+      };
+      incusStoreSshKeyVariable = mkOption {
+        type = types.nullOr (types.strMatching "[A-Za-z_][A-Za-z0-9_]*");
+        default = "INCUS_STORE_SSH_KEY_FILE";
+        description = ''
+          The node-owned, node-only key whose value is `${fw.paths.incusStoreSshKey}` when
+          {option}`credentials.incusStoreSshKey` is set (in deploy-env.json, declared in the
+          keys file). Null: the path is not passed.
         '';
       };
       incusStoreSigningKey = mkOption {
@@ -411,7 +544,16 @@ in
         default = null;
         description = ''
           OpenBao agent template source of the Incus store's signing key, rendered to
-          `${fw.paths.incusStoreSigningKey}` (`root:<windmill user>`, `0440`).
+          `${fw.paths.incusStoreSigningKey}` (`root:<windmill user>`, `0440`); its path reaches
+          the programs as {option}`credentials.incusStoreSigningKeyVariable`.
+        '';
+      };
+      incusStoreSigningKeyVariable = mkOption {
+        type = types.nullOr (types.strMatching "[A-Za-z_][A-Za-z0-9_]*");
+        default = "INCUS_STORE_SIGNING_KEY_FILE";
+        description = ''
+          The node-owned, node-only key whose value is `${fw.paths.incusStoreSigningKey}` when
+          {option}`credentials.incusStoreSigningKey` is set. Null: the path is not passed.
         '';
       };
     };
@@ -420,7 +562,7 @@ in
       type = types.listOf (types.attrsOf types.anything);
       readOnly = true;
       default = fw.agentTemplates {
-        inherit (cfg) deploySecrets credentials;
+        inherit (cfg) deploySecrets credentials backup;
         group = windmillUser;
       };
       defaultText = literalExpression "template stanzas rendering deploySecrets and credentials";
@@ -479,6 +621,42 @@ in
       '';
     };
 
+    jobs = {
+      timeout = mkOption {
+        type = types.nullOr seconds;
+        default = null;
+        example = 3600;
+        description = ''
+          Wall-clock limit of a deployment program, in seconds (jobenv's `JOBENV_TIMEOUT`): at
+          the limit jobenv stops the program tree (SIGTERM, {option}`jobs.grace`, SIGKILL) and
+          the job fails as timed out. Null: no limit of jobenv's own. Keep it below Windmill's
+          own job timeout (the worker's `TIMEOUT`), which would otherwise end the job first
+          with Windmill's error instead of jobenv's result.
+        '';
+      };
+      grace = mkOption {
+        type = seconds;
+        default = fw.jobenvGraceSeconds;
+        description = ''
+          Seconds between SIGTERM and SIGKILL of a program tree that jobenv stops (a cancel, a
+          timeout, a drain; `JOBENV_GRACE`). The worker's `MAX_WAIT_FOR_SIGINT` is this plus 7 s
+          (Windmill SIGKILLs a cancelled job's process group after that), and the worker's
+          `TimeoutStopSec` counts it too.
+        '';
+      };
+      lockWait = mkOption {
+        type = types.ints.unsigned;
+        default = 0;
+        example = 900;
+        description = ''
+          Seconds a job waits for another job of the same namespace to finish
+          (`JOBENV_LOCK_TIMEOUT`); 0 refuses the second job at once. A waiting job holds its
+          worker, so with one worker a second deploy waits in Windmill's queue instead and
+          this matters only with more workers.
+        '';
+      };
+    };
+
     drainTimeout = mkOption {
       type = seconds;
       default = 300;
@@ -519,6 +697,90 @@ in
       tlsImplicit = opt types.bool false "`SMTP_TLS_IMPLICIT`: TLS from the first byte (port 465) rather than STARTTLS.";
     };
 
+    backup = {
+      enable = mkEnableOption ''
+        a restic backup of Windmill's database (seed 002 FR-015): `pg_dump` streamed into
+        restic (0.17 or newer, `--stdin-from-command`) as root, on a timer, to
+        {option}`backup.repository`, with credentials the OpenBao agent renders root-only'';
+      repository = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "s3:https://garage.example.org/windmill-backups";
+        description = ''
+          The restic repository (`RESTIC_REPOSITORY`): the seed's Garage bucket
+          `windmill-backups` in the example. It holds no credential: those come from
+          {option}`backup.environmentTemplate`.
+        '';
+      };
+      passwordTemplate = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = ''{{ with secret "fediversity/secret/data/windmill/backup" }}{{ .Data.data.resticPassword }}{{ end }}'';
+        description = ''
+          OpenBao agent template source of the repository's password, rendered to
+          `${fw.paths.backupPassword}` (root, `0400`) and read by restic from there
+          (`RESTIC_PASSWORD_FILE`). Required with {option}`backup.enable`.
+        '';
+      };
+      environmentTemplate = mkOption {
+        type = types.nullOr types.lines;
+        default = null;
+        example = ''
+          {{ with secret "fediversity/secret/data/garage/windmill-backups" }}
+          AWS_ACCESS_KEY_ID={{ .Data.data.accessKeyId }}
+          AWS_SECRET_ACCESS_KEY={{ .Data.data.secretAccessKey }}
+          {{ end }}
+          AWS_DEFAULT_REGION=garage
+        '';
+        description = ''
+          OpenBao agent template source of the repository's credentials as `KEY=VALUE` lines
+          (for S3: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), rendered to
+          `${fw.paths.backupEnvironment}` (root, `0400`), the backup unit's `EnvironmentFile`.
+          Null: none (a local or SFTP repository).
+        '';
+      };
+      timerConfig = mkOption {
+        type = types.attrsOf types.str;
+        default = {
+          OnCalendar = "daily";
+          RandomizedDelaySec = "1h";
+          Persistent = "true";
+        };
+        description = "When the backup runs (`systemd.timers.fediversity-windmill-backup.timerConfig`).";
+      };
+      pruneOpts = mkOption {
+        type = types.listOf types.str;
+        default = [
+          "--keep-daily 7"
+          "--keep-weekly 5"
+          "--keep-monthly 12"
+        ];
+        description = "Options of `restic forget --prune` after each backup (its snapshots only); `[ ]`: keep every snapshot.";
+      };
+      initialize = opt types.bool true "Create the repository (`restic init`) when it does not exist yet.";
+      dumpCommand = mkOption {
+        type = types.nullOr (types.listOf types.str);
+        default = null;
+        example = [
+          "/run/current-system/sw/bin/pg_dump"
+          "--dbname=postgresql://windmill@db.example.org/windmill"
+        ];
+        description = ''
+          The program (and its arguments) whose output is backed up, run by restic without a
+          shell. Null: `pg_dump` of the local database (`services.windmill.database.name`) as
+          the `postgres` superuser, in a clean environment. A node whose database is elsewhere
+          sets this (with its credentials from a file such as `PGPASSFILE`, never in the
+          arguments, which every local user can read).
+        '';
+      };
+      package = mkOption {
+        type = types.package;
+        default = pkgs.restic;
+        defaultText = literalExpression "pkgs.restic";
+        description = "The restic (0.17 or newer) that runs the backup.";
+      };
+    };
+
     otel.endpoint = mkOption {
       type = types.nullOr types.str;
       default = null;
@@ -544,11 +806,16 @@ in
         };
         adminEmail = opt types.str d.windmill.adminEmail "The superadmin whose password the bootstrap enforces.";
         adminPasswordFile = mkOption {
-          type = absolutePath;
+          type = types.nullOr absolutePath;
+          default = null;
           example = "/run/fediversity-windmill/admin-password";
           description = ''
-            File holding the node's superadmin password (rendered by the OpenBao agent). When it
-            changes, the bootstrap runs again.
+            File holding the node's superadmin password (e.g. rendered by the OpenBao agent).
+            When it changes, the bootstrap runs again. Null (the seed's way, FR-008): the node
+            generates one, once, before the bootstrap's first run: 32 random bytes as 64 hex
+            digits in `${fw.paths.generatedAdminPassword}` (root-only, mode 0400, in a 0700
+            directory; never in the Nix store nor in a log). It is never changed by the node
+            again, reboots and rebuilds included; read it there as root to sign in.
           '';
         };
         defaultPassword = opt types.str d.windmill.defaultPassword "The password of a fresh Windmill instance.";
@@ -576,8 +843,36 @@ in
         description = "The tree the bootstrap uploads: relative paths are the Windmill paths.";
       };
       token = {
-        label = opt types.str d.token.label "The label of the API token the bootstrap mints.";
-        revokePrevious = opt types.bool d.token.revokePrevious "Delete older tokens with the same label once the new one is stored.";
+        label = opt tokenLabel d.token.label ''
+          The label of the front-end's API token, the one the bootstrap stores in OpenBao
+          ({option}`bootstrap.openbao.path`).
+        '';
+        revokePrevious = opt types.bool d.token.revokePrevious "Delete older tokens of each label (the front-end's and the UI's) once the new one is stored.";
+        scopes = mkOption {
+          type = types.nullOr (types.listOf (types.strMatching "[^[:space:]]+"));
+          default = d.token.scopes;
+          example = [
+            "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"
+            "users:read"
+          ];
+          description = ''
+            The Windmill scopes of the front-end's token (the bootstrap's `token.scopes`). Null:
+            the bootstrap's default, `jobs:run:scripts:f/<folder>/deploy,f/<folder>/destroy`:
+            run the two scripts, which in Windmill includes reading jobs; a leaked token then
+            cannot run other code on the worker nor change the scripts. It cannot cancel either:
+            cancel needs `jobs:write`, which in Windmill also queues code of the caller's choosing
+            for a token of the superadmin, so the bootstrap refuses it (and every scope that
+            grants code execution). `[ ]`: an unscoped token with the superadmin's rights (the
+            seed's behaviour), accepted with a warning here and by the bootstrap. The UI include
+            always gets a token of its own with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
+          '';
+        };
+        bindToWorkspace = opt types.bool d.token.bindToWorkspace ''
+          Bind the front-end's token to the workspace (`token.bind_to_workspace`): every route
+          outside it answers 401. A front-end that drives Windmill through the `wmill` CLI
+          needs an unbound token (and a scope such as `users:read`); one that calls the HTTP
+          API needs nothing else.
+        '';
       };
       settings = mkOption {
         type = types.attrsOf (pkgs.formats.json { }).type;
@@ -605,8 +900,9 @@ in
         };
         path = mkOption {
           type = types.str;
-          example = "fediversity/secret/windmill/apiToken";
-          description = "The `bao kv put` path the API token is stored at.";
+          default = "${cfg.openbaoPrefix}/secret/windmill/apiToken";
+          defaultText = literalExpression ''"''${openbaoPrefix}/secret/windmill/apiToken"'';
+          description = "The `bao kv put` path the front-end's API token is stored at (where the seed's front-end reads it).";
         };
         field = opt types.str d.openbao.field "The field of that secret holding the token.";
       };
@@ -620,6 +916,11 @@ in
           description = "Group of that file (nginx must read it).";
         };
         mode = opt (types.strMatching "0?[0-7]{3}") d.uiAuth.mode "Mode of that file, octal.";
+        tokenLabel = opt tokenLabel d.uiAuth.tokenLabel ''
+          The label of the UI include's own token (`ui_auth.label`), which has full rights: the
+          admins behind the identity layer act as the superadmin. Must differ from
+          {option}`bootstrap.token.label` (the bootstrap revokes the older tokens of each).
+        '';
       };
       retry = {
         loginAttempts = opt types.ints.positive d.retry.loginAttempts "Logins tried after writing the password hash.";
@@ -642,23 +943,47 @@ in
         (
           fw.nodeProblems {
             inherit (cfg) deployEnv deploySecrets;
-            declared = builtins.attrNames (fw.renderDeployKeys cfg.deployKeys);
+            declared = builtins.attrNames declaredKeys;
             inherit (cfg.credentials) tfToken;
           }
           ++ fw.deployKeysProblems cfg.deployKeys
+          ++ fw.undescribedKeyProblems declaredKeys
+          ++ fw.repositoryProblems {
+            published = if published == null then null else published.published;
+            inherit system repositoryKeys;
+            operatorKeys = cfg.deployKeys;
+            attributes = deploymentAttributes;
+          }
           ++ fw.bootstrapProblems {
             inherit (cfg) bootstrap;
             unitEnvironment = unit.environment;
             unitEnvironmentFile = unit.serviceConfig.EnvironmentFile or null;
           }
           ++ uiAccess.problems
-          ++ fw.tlsProblems cfg.tls
+          ++ lib.optionals forwardAuthOn portalRule.problems
+          ++ fw.tlsProblems tls
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
+          ++ fw.backupProblems {
+            inherit (cfg) backup;
+            localDatabase = config.services.windmill.database.createLocally;
+          }
         );
 
     warnings =
-      lib.optional (uiAccess.mode == "closed") ''
+      map (w: "services.fediversity-windmill: ${w}") (fw.bootstrapWarnings cfg.bootstrap)
+      ++ map (
+        key:
+        "services.fediversity-windmill: the deployment repository's nodeEnvKeys names ${key}, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no ${key}"
+      ) (fw.unsetNodeKeys {
+        inherit repositoryKeys;
+        nodeSet =
+          builtins.attrNames cfg.deployEnv
+          ++ builtins.attrNames cfg.deploySecrets
+          ++ fw.credentialEnvKeys { inherit (cfg.credentials) tfToken; };
+      })
+      ++ map (w: "services.fediversity-windmill: ${w}") (lib.optionals forwardAuthOn portalRule.warnings)
+      ++ lib.optional (uiAccess.mode == "closed") ''
         services.fediversity-windmill: the admin UI on ${cfg.uiDomain} answers 403 to every
         request: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).
       ''
@@ -670,7 +995,12 @@ in
     services.windmill.enable = true;
     services.windmill.baseUrl = mkDefault "https://${cfg.uiDomain}";
 
-    services.fediversity-windmill.deployEnv.DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}";
+    services.fediversity-windmill.deployEnv = mkMerge [
+      { DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}"; }
+      # The repository's tree, in the store ("${…}" copies a path; a flake is its source).
+      (mkIf (cfg.deploymentRepository != null) { DEPLOYMENT_ROOT = mkDefault "${cfg.deploymentRepository}"; })
+      (builtins.mapAttrs (_: mkDefault) credentialPaths.values)
+    ];
 
     users.users.${windmillUser} = {
       isSystemUser = true;
@@ -681,10 +1011,8 @@ in
 
     environment.etc = {
       "fediversity-windmill/deploy-env.json".source = jsonFile "deploy-env.json" (fw.renderDeployEnv cfg.deployEnv);
-      "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderDeployKeys cfg.deployKeys);
-      "fediversity-windmill/deployment-attributes.json".source = jsonFile "deployment-attributes.json" (
-        fw.renderDeploymentAttributes cfg.deploymentAttributes
-      );
+      "fediversity-windmill/deploy-keys.json".source = jsonFile "deploy-keys.json" (fw.renderKeys declaredKeys);
+      "fediversity-windmill/deployment-attributes.json".source = jsonFile "deployment-attributes.json" deploymentAttributes;
       "fediversity-windmill/required-secrets.json".source = jsonFile "required-secrets.json" (
         fw.renderRequiredSecrets {
           inherit (cfg) deploySecrets;
@@ -719,6 +1047,8 @@ in
             ;
         };
         smtpPasswordFile = cfg.smtp.passwordFile;
+        inherit (cfg) jobs;
+        generatesAdminPassword = cfg.bootstrap.windmill.adminPasswordFile == null;
       })
       {
         # nixpkgs' module runs `pkgs.windmill`; it has no package option.
@@ -729,9 +1059,11 @@ in
           serviceConfig =
             fw.workerLifecycle {
               inherit jobenv kill;
+              install = "${pkgs.coreutils}/bin/install";
               waitForFiles = if waitForFiles == null then null else "${waitForFiles}";
               drainTimeoutSeconds = cfg.drainTimeout;
               readinessTimeoutSeconds = cfg.readinessTimeout;
+              graceSeconds = cfg.jobs.grace;
             }
             // {
               ExecStart = mkForce windmill;
@@ -744,6 +1076,46 @@ in
         fediversity-windmill-bootstrap-rerun.serviceConfig.ExecStart = "${systemctl} try-restart --no-block fediversity-windmill-bootstrap.service";
         fediversity-windmill-nginx-reload.serviceConfig.ExecStart = "${systemctl} try-reload-or-restart --no-block nginx.service";
       }
+      (mkIf (cfg.bootstrap.windmill.adminPasswordFile == null) {
+        ${fw.adminPasswordUnit} = fw.adminPasswordService // {
+          serviceConfig = fw.adminPasswordService.serviceConfig // {
+            ExecStart = "${pkgs.writeShellScript "fediversity-windmill-generate-admin-password" (
+              fw.adminPasswordScript (
+                builtins.listToAttrs (
+                  map (program: {
+                    name = program;
+                    value = "${pkgs.coreutils}/bin/${program}";
+                  }) [ "od" "tr" "ln" "rm" "chmod" "mktemp" "sync" ]
+                )
+              )
+            )}";
+          };
+        };
+      })
+      (mkIf (cfg.backup.enable && cfg.backup.repository != null) {
+        fediversity-windmill-backup = fw.backupService {
+          restic = "${cfg.backup.package}/bin/restic";
+          inherit (cfg.backup) repository pruneOpts;
+          dumpCommand =
+            if cfg.backup.dumpCommand != null then
+              cfg.backup.dumpCommand
+            else
+              fw.localDumpCommand {
+                setpriv = "${pkgs.util-linux}/bin/setpriv";
+                pgDump = "${config.services.postgresql.package}/bin/pg_dump";
+                database = config.services.windmill.database.name;
+              };
+          initScript =
+            if cfg.backup.initialize then
+              "${pkgs.writeShellScript "fediversity-windmill-backup-init" (
+                fw.backupInitScript { restic = "${cfg.backup.package}/bin/restic"; }
+              )}"
+            else
+              null;
+          hasEnvironmentFile = cfg.backup.environmentTemplate != null;
+          agent = cfg.openbaoAgent.unit;
+        };
+      })
       (mkIf cfg.openbaoAgent.enable {
         openbao-agent-default = fw.agentService {
           bao = "${cfg.openbaoAgent.package}/bin/bao";
@@ -755,9 +1127,34 @@ in
       })
     ];
 
+    systemd.timers = mkIf (cfg.backup.enable && cfg.backup.repository != null) {
+      fediversity-windmill-backup = {
+        description = "Back up Windmill's database with restic (fediversity)";
+        wantedBy = [ "timers.target" ];
+        inherit (cfg.backup) timerConfig;
+      };
+    };
+
+    # restic with the backup's repository and credentials, for restoring (as root).
+    environment.systemPackages = lib.optional (cfg.backup.enable && cfg.backup.repository != null) (
+      pkgs.writeShellScriptBin "fediversity-windmill-restic" (
+        fw.resticWrapper {
+          restic = "${cfg.backup.package}/bin/restic";
+          inherit (cfg.backup) repository;
+        }
+      )
+    );
+
     systemd.paths = fw.pathUnits {
-      inherit (cfg.bootstrap.windmill) adminPasswordFile;
+      adminPasswordFile = fw.adminPasswordFileOf cfg.bootstrap;
       uiAuthFile = cfg.bootstrap.uiAuth.file;
+    };
+
+    # US3.1: this node's portal gets the UI's rule, before the operator's own.
+    services.authelia.instances = mkIf (forwardAuthOn && cfg.ui.forwardAuth.autheliaInstance != null) {
+      ${cfg.ui.forwardAuth.autheliaInstance}.settings.access_control.rules = lib.mkBefore [
+        cfg.ui.forwardAuth.accessControlRule
+      ];
     };
 
     services.nginx = {
@@ -765,6 +1162,8 @@ in
       virtualHosts = fw.virtualHosts {
         inherit (cfg) domain uiDomain;
         port = config.services.windmill.serverPort;
+        # Not `tls`: the vhosts' settings must not depend on security.acme.certs (lib.nix,
+        # tlsSettings).
         tls = fw.tlsSettings cfg.tls;
         ui = fw.uiLocations {
           upstream = fw.upstream config.services.windmill.serverPort;

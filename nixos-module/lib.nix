@@ -31,6 +31,7 @@ let
   # `cond ? attrs : {}`
   optionalAttrs = cond: attrs: if cond then attrs else { };
   optional = cond: x: if cond then [ x ] else [ ];
+  optionals' = cond: xs: if cond then xs else [ ];
   hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
   hasSuffix =
     suffix: s:
@@ -42,10 +43,22 @@ let
   # Drops the attributes whose value is null (the bootstrap then applies its own default or
   # its environment fallback).
   withoutNulls = attrs: removeAttrs attrs (filter (n: attrs.${n} == null) (attrNames attrs));
+  # `session` (login sessions) and `ephemeral-script` (job tokens), in any case and with spaces
+  # around: the labels Windmill gives its own tokens, which the bootstrap refuses.
+  windmillsOwnLabel =
+    label:
+    let
+      trimmed = match "[[:space:]]*(.*[^[:space:]])[[:space:]]*" label;
+      lower = builtins.replaceStrings upperAscii lowerAscii (if trimmed == null then label else head trimmed);
+    in
+    lower == "session" || lower == "ephemeral-script";
+  upperAscii = [ "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M" "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z" ];
+  lowerAscii = [ "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m" "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z" ];
   # Sorted, without repeats.
   uniqueSorted = list: attrNames (listToAttrs (map (name: { inherit name; value = null; }) list));
   # A string as a single-quoted shell word.
   shellQuote = s: "'" + builtins.replaceStrings [ "'" ] [ "'\\''" ] s + "'";
+  jobenvFacts = builtins.fromJSON (builtins.readFile ./jobenv-names.json);
 in
 rec {
   # Where the node's files live: the defaults fediversity-jobenv reads without any option
@@ -53,17 +66,27 @@ rec {
   # credentials of the Incus deployments.
   paths = {
     etcDir = "/etc/fediversity-windmill";
-    deployEnv = "/etc/fediversity-windmill/deploy-env.json";
-    deployKeys = "/etc/fediversity-windmill/deploy-keys.json";
-    deploymentAttributes = "/etc/fediversity-windmill/deployment-attributes.json";
+    inherit (jobenvFacts.defaults) deployEnv deployKeys deploymentAttributes secretsDir stateDir;
     requiredSecrets = "/etc/fediversity-windmill/required-secrets.json";
     bootstrapConfig = "/etc/fediversity-windmill/bootstrap.json";
     runDir = "/run/fediversity-windmill";
-    secretsDir = "/run/fediversity-windmill/deploy-secrets";
-    # jobenv's journal and locks (its default without $STATE_DIRECTORY).
-    stateDir = "/var/lib/fediversity-jobenv";
     uiAuthDir = "/run/windmill-ui-auth";
+    # The bootstrap's record of the token labels it minted under and the script versions it made.
+    bootstrapState = "/var/lib/fediversity-windmill/bootstrap-state.json";
+    # The superadmin's password the node generates when none is given (FR-008): kept across
+    # reboots, root-only.
+    adminPasswordDir = "/var/lib/fediversity-windmill";
+    generatedAdminPassword = "/var/lib/fediversity-windmill/admin-password";
     credentialsDir = "/run/incus-deploy";
+    # The worker's copy of fediversity-jobenv, executable but not readable by the worker's user:
+    # the kernel makes a process of a binary its user cannot read not dumpable from its first
+    # instruction (the binary's own seal comes only with its first constructor).
+    sealedJobenvDir = "/run/fediversity-jobenv";
+    sealedJobenv = "/run/fediversity-jobenv/bin/fediversity-jobenv";
+    # The backup's credentials (FR-015), root-only.
+    backupDir = "/run/fediversity-windmill/backup";
+    backupPassword = "/run/fediversity-windmill/backup/restic-password";
+    backupEnvironment = "/run/fediversity-windmill/backup/restic.env";
     tfTokenEnv = "/run/incus-deploy/tf-token.env";
     incusStoreSshKey = "/run/incus-deploy/incus-store-ssh.key";
     incusStoreSigningKey = "/run/incus-deploy/incus-store-signing.key";
@@ -87,109 +110,15 @@ rec {
 
   # ---- jobenv's names ---------------------------------------------------------------------
 
-  # The names jobenv treats specially, as its README documents them (and jobenv's source defines
-  # them; tests/tests/nix_module.rs checks the lists against it).
-  jobenvNames = {
-    # Control keys only the node may set; jobenv consumes them.
-    nodeControl = [
-      "DEPLOYMENT_ROOT"
-      "NIXPKGS"
-      "DEPLOYMENT_NIXPKGS"
-      "STATE_BASE_ADDRESS"
-      "EVENTS_URL"
-      "EVENTS_SECRET"
-    ];
-    # Control keys of a job payload; a node may set only SYSTEM among them.
-    payloadControl = [
-      "SYSTEM"
-      "ATTRIBUTE"
-      "EXECUTABLE"
-      "NAMESPACE"
-      "BUILD_ID"
-    ];
-    sharedControl = [ "SYSTEM" ];
-    # Variables jobenv computes itself; no layer may set them.
-    derived = [
-      "DEPLOYMENT_NAMESPACE"
-      "TF_HTTP_ADDRESS"
-      "TF_HTTP_LOCK_ADDRESS"
-      "TF_HTTP_UNLOCK_ADDRESS"
-    ];
-    # Undeclared Nix and OpenTofu variables a node may still set (and every `TF_VAR_*`).
-    nodeTools = [
-      "NIX_CONFIG"
-      "NIX_PATH"
-      "NIX_REMOTE"
-      "NIX_SSL_CERT_FILE"
-      "NIX_BUILD_SHELL"
-      "TF_HTTP_USERNAME"
-      "TF_HTTP_PASSWORD"
-      "TF_LOG"
-      "TF_PLUGIN_CACHE_DIR"
-      "TF_IN_AUTOMATION"
-      "TF_INPUT"
-    ];
-    nodeToolPrefixes = [ "TF_VAR_" ];
-    # Names no job may set, even declared: they steer the loader, a shell, an interpreter, git,
-    # ssh, Nix or OpenTofu (the `TF_HTTP_*` state-backend keys have rules of their own).
-    reserved = [
-      "PATH"
-      "HOME"
-      "DEPLOYMENT_NAMESPACE"
-      "BASH_ENV"
-      "ENV"
-      "SHELLOPTS"
-      "BASHOPTS"
-      "PS4"
-      "PROMPT_COMMAND"
-      "IFS"
-      "CDPATH"
-      "GLOBIGNORE"
-      "NODE_OPTIONS"
-      "NODE_PATH"
-      "GCONV_PATH"
-      "SSH_AUTH_SOCK"
-      "PERLLIB"
-      "JAVA_TOOL_OPTIONS"
-      "_JAVA_OPTIONS"
-      "JDK_JAVA_OPTIONS"
-      "OPENSSL_CONF"
-      "OPENSSL_ENGINES"
-      "OPENSSL_MODULES"
-      "XDG_CONFIG_HOME"
-      "XDG_CONFIG_DIRS"
-      "HOSTALIASES"
-      "LOCALDOMAIN"
-      "RES_OPTIONS"
-      "TF_CLI_CONFIG_FILE"
-      "TF_DATA_DIR"
-      "TF_PLUGIN_CACHE_DIR"
-      "TF_LOG_PATH"
-      "TF_REATTACH_PROVIDERS"
-      "TF_WORKSPACE"
-    ];
-    reservedPrefixes = [
-      "NIX_"
-      "LD_"
-      "DYLD_"
-      "BASH_FUNC_"
-      "PYTHON"
-      "PERL5"
-      "RUBY"
-      "LUA_"
-      "GIT_"
-      "SSH_ASKPASS"
-      "TF_CLI_ARGS"
-      "TF_HTTP_"
-    ];
-    # stdenv runs these as shell code when nix-shell enters a dev shell.
-    reservedSuffixes = [
-      "Hook"
-      "Hooks"
-      "Phase"
-      "Phases"
-    ];
-  };
+  # The names jobenv treats specially, as its README documents them: control keys only the
+  # node may set (`nodeControl`) or a payload sets (`payloadControl`, the node too for
+  # `sharedControl`), what jobenv derives (`derived`), the state backend's keys (`stateKeys`),
+  # the undeclared Nix and OpenTofu variables a node may set (`nodeTools`, `nodeToolPrefixes`),
+  # the names no job may set even declared (`reserved`, `reservedPrefixes`, and stdenv's
+  # `reservedSuffixes`), what passes from jobenv's own environment (`environPassthrough`), the
+  # verbs, and jobenv's defaults. Generated by jobenv into `jobenv-names.json` (a test of
+  # jobenv fails when that copy is stale), so the module and jobenv cannot drift apart.
+  jobenvNames = jobenvFacts;
 
   isReservedName =
     key:
@@ -205,15 +134,23 @@ rec {
 
   # The structural pins the deployment programs read from their environment besides the keys
   # the deployment repository publishes. Declared here so that a node can set them in
-  # deploy-env.json; the operator's deployKeys may redefine them.
-  structuralKeys = {
-    HOSTING_CONFIG.description = "Structural pin: the hosting provider's configuration the deployment programs read";
-    PIN_EFFECT.description = "Structural pin: the effect of the version pins on a deployment";
-    SELF_MODULE_SOURCE.description = "Structural pin: the source of the deployment's own NixOS modules";
-    OPERATOR_MODULE_SOURCE.description = "Structural pin: the source of the operator's NixOS modules";
-    VERSION_LAYERS.description = "Structural pin: the layers of versions a deployment is built from";
-    DNS_DOMAIN.description = "Structural pin: the DNS domain deployments are published under";
-  };
+  # deploy-env.json, and node-only: a payload's value for one is dropped (a job must not choose
+  # which module source a deploy evaluates, nor what nix-shell's evaluation reads), unless the
+  # operator declares the pin otherwise (`deployKeys.<pin>.nodeOnly = false`).
+  structuralKeys =
+    mapAttrs
+      (_: description: {
+        inherit description;
+        nodeOnly = true;
+      })
+      {
+        HOSTING_CONFIG = "Structural pin: the hosting provider's configuration the deployment programs read";
+        PIN_EFFECT = "Structural pin: the effect of the version pins on a deployment";
+        SELF_MODULE_SOURCE = "Structural pin: the source of the deployment's own NixOS modules";
+        OPERATOR_MODULE_SOURCE = "Structural pin: the source of the operator's NixOS modules";
+        VERSION_LAYERS = "Structural pin: the layers of versions a deployment is built from";
+        DNS_DOMAIN = "Structural pin: the DNS domain deployments are published under";
+      };
 
   # deploy-env.json: the node-owned keys, a JSON object of strings.
   renderDeployEnv =
@@ -223,13 +160,269 @@ rec {
       if isString value then value else throw "services.fediversity-windmill.deployEnv.${name} must be a string"
     ) deployEnv;
 
-  # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?}}, the structural pins
-  # plus the operator's keys (which win).
-  renderDeployKeys =
-    deployKeys:
+  # ---- the deployment repository ----------------------------------------------------------
+
+  # Where the module looks in the deployment repository's outputs (seed 001 US2): the key sets
+  # a front-end sends, under `lib`, each a list of names or an attrset of name -> description
+  # (a string) or name -> { description ? ; default ? ; } ...
+  repositoryKeySets = [
+    "deployEnvKeys"
+    "standaloneEnvKeys"
+  ];
+  # ... `lib.deployEnvKeysByMethod`, an attrset of method -> such a key set, ...
+  repositoryKeySetsByMethod = "deployEnvKeysByMethod";
+  # ... `lib.nodeEnvKeys`, the keys the node (never a front-end) provides, node-only here ...
+  repositoryNodeKeys = "nodeEnvKeys";
+  # ... and the deployment attributes: `lib.deploymentAttributes` (a list of names) when the
+  # repository publishes it, else the names of its `devShells.<system>` (what jobenv's
+  # `nix-shell <root> -A devShells.<SYSTEM>.<ATTRIBUTE>` can instantiate).
+  repositoryAttributes = "deploymentAttributes";
+
+  # The repository's outputs: a flake's (an attrset such as `inputs.deployments`) as they are;
+  # a path (or a derivation) imported, and called with `{ }` when that is a function, the way
+  # nix-shell evaluates DEPLOYMENT_ROOT.
+  deploymentRepositoryOutputs =
+    repository:
+    let
+      isDerivation = (repository.type or null) == "derivation";
+      # A path is imported where it is (not its store copy, which evaluation need not have
+      # made yet); a derivation's output has to be built first (import from derivation).
+      imported = import (if isDerivation then "${repository}" else repository);
+    in
+    if builtins.isAttrs repository && !isDerivation then
+      repository
+    else if builtins.isFunction imported then
+      imported { }
+    else
+      imported;
+
+  # One key set of the repository as name -> { description, default, nodeOnly } with null for
+  # what it does not say (a default that is not a string becomes its JSON text, as jobenv passes
+  # a payload's arrays and objects). `where` names the set in errors.
+  publishedKeySet =
+    where: nodeOnly: set:
+    let
+      entry =
+        name: v:
+        if isString v then
+          {
+            description = v;
+            default = null;
+            inherit nodeOnly;
+          }
+        else if builtins.isAttrs v then
+          {
+            description = v.description or null;
+            default =
+              let
+                d = v.default or null;
+              in
+              if d == null || isString d then d else toJSON d;
+            inherit nodeOnly;
+          }
+        else
+          throw "services.fediversity-windmill.deploymentRepository: ${where}.${name} is neither a description (a string) nor { description; default; }";
+    in
+    if builtins.isList set then
+      listToAttrs (
+        map (
+          name:
+          if isString name then
+            {
+              inherit name;
+              value = {
+                description = null;
+                default = null;
+                inherit nodeOnly;
+              };
+            }
+          else
+            throw "services.fediversity-windmill.deploymentRepository: ${where} lists something that is not a key name"
+        ) set
+      )
+    else if builtins.isAttrs set then
+      mapAttrs entry set
+    else
+      throw "services.fediversity-windmill.deploymentRepository: ${where} is neither a list of key names nor an attrset of keys";
+
+  # Key declarations merged layer by layer, field by field: a field a later layer leaves null
+  # (or out) keeps the value of an earlier one.
+  mergeKeys = builtins.foldl' (
+    acc: layer: acc // mapAttrs (name: entry: (acc.${name} or { }) // withoutNulls entry) layer
+  ) { };
+
+  # What the repository publishes: `keys` (its key sets merged, its nodeEnvKeys node-only, its
+  # control keys left out: jobenv consumes those itself and refuses a keys file that declares
+  # one), `attributes`, and `published`, the outputs found (for the error when there are none).
+  repositoryPublished =
+    { outputs, system }:
+    let
+      l = outputs.lib or { };
+      byMethod = l.${repositoryKeySetsByMethod} or { };
+      shells = outputs.devShells.${system} or null;
+      sets =
+        concatLists (map (n: optional (l ? ${n}) (publishedKeySet "lib.${n}" null l.${n})) repositoryKeySets)
+        ++ map (m: publishedKeySet "lib.${repositoryKeySetsByMethod}.${m}" null byMethod.${m}) (attrNames byMethod)
+        ++ optional (l ? ${repositoryNodeKeys}) (publishedKeySet "lib.${repositoryNodeKeys}" true l.${repositoryNodeKeys});
+      merged = mergeKeys sets;
+    in
+    {
+      keys = mapAttrs (
+        _: k:
+        {
+          description = "Declared by the deployment repository";
+          default = null;
+          nodeOnly = false;
+        }
+        // k
+      ) (removeAttrs merged (filter isControlName (attrNames merged)));
+      attributes =
+        if l ? ${repositoryAttributes} then
+          l.${repositoryAttributes}
+        else if shells != null then
+          attrNames shells
+        else
+          [ ];
+      published =
+        filter (n: l ? ${n}) (repositoryKeySets ++ [ repositoryKeySetsByMethod repositoryNodeKeys repositoryAttributes ])
+        ++ optional (shells != null) "devShells.${system}";
+    };
+
+  # Every key of deploy-keys.json, lowest layer first: the structural pins (node-only), the
+  # node's own file-path keys (`nodeKeys`, node-only), the repository's keys, then the operator's
+  # deployKeys, field by field. So `deployKeys.HOSTING_CONFIG.nodeOnly = false` lets a front-end
+  # send that pin and keeps its description, and `deployKeys.DOMAIN.default = "…"` changes only
+  # the default of a key the repository declares. A description no layer gives stays null (an
+  # assertion names the key).
+  declaredKeys =
+    {
+      repository ? { },
+      operator ? { },
+      nodeKeys ? { },
+    }:
+    mapAttrs (_: k: {
+      description = k.description or null;
+      default = k.default or null;
+      nodeOnly = k.nodeOnly or false;
+    }) (mergeKeys [
+      structuralKeys
+      nodeKeys
+      repository
+      operator
+    ]);
+
+  # deploy-keys.json: {"KEY": {"description": "...", "default": "..."?, "node_only": true?}},
+  # from merged declarations (`declaredKeys`).
+  renderKeys =
+    keys:
     mapAttrs (
-      _: key: { inherit (key) description; } // optionalAttrs ((key.default or null) != null) { inherit (key) default; }
-    ) (structuralKeys // deployKeys);
+      _: k:
+      { description = if (k.description or null) == null then "" else k.description; }
+      // optionalAttrs ((k.default or null) != null) { inherit (k) default; }
+      // optionalAttrs (k.nodeOnly or false) { node_only = true; }
+    ) keys;
+
+  # deploy-keys.json of a node without a repository: the operator's keys (deployKeys) with the
+  # structural pins.
+  renderDeployKeys = operator: renderKeys (declaredKeys { inherit operator; });
+
+  # When neither the repository nor the options give keys or attributes, every job would fail:
+  # evaluation fails instead, naming what is missing. `published`: what the repository
+  # publishes (null: no repository).
+  repositoryProblems =
+    {
+      published ? null,
+      system,
+      operatorKeys,
+      repositoryKeys,
+      attributes,
+    }:
+    let
+      outputs = concatStringsSep ", " (
+        map (n: "lib.${n}") (repositoryKeySets ++ [ repositoryKeySetsByMethod repositoryNodeKeys ])
+      );
+      found = if published == [ ] then "nothing the module reads" else concatStringsSep ", " published;
+    in
+    optional (repositoryKeys == { } && operatorKeys == { }) (
+      if published == null then
+        "no deployment keys: set deploymentRepository (the module reads ${outputs}) or declare deployKeys"
+      else
+        "deploymentRepository publishes no keys (it has ${found}; the module reads ${outputs}) and deployKeys is empty: publish the keys in the repository or declare them in deployKeys"
+    )
+    ++ optional (attributes == [ ]) (
+      if published == null then
+        "no deployment attributes: set deploymentRepository (the module reads lib.${repositoryAttributes}, else the names of devShells.${system}) or deploymentAttributes"
+      else
+        "deploymentRepository publishes no deployment attributes (it has ${found}; the module reads lib.${repositoryAttributes}, else the names of devShells.${system}) and deploymentAttributes is empty: every job would be refused"
+    );
+
+  # Keys declared with no description anywhere (jobenv's `keys` would show nothing).
+  undescribedKeyProblems =
+    keys:
+    map (k: "deployKeys.${k}.description is not set and the deployment repository does not declare ${k}: say what the key means") (
+      filter (k: keys.${k}.description == null) (attrNames keys)
+    );
+
+  # The repository's node-only keys that no node source sets and that have no default: every
+  # deployment gets nothing for them (a warning: a repository may list optional ones).
+  unsetNodeKeys =
+    {
+      repositoryKeys,
+      nodeSet,
+    }:
+    filter (k: repositoryKeys.${k}.nodeOnly && (repositoryKeys.${k}.default or null) == null && !(elem k nodeSet)) (
+      attrNames repositoryKeys
+    );
+
+  # The node's file-path keys of the Incus store's credentials (SC-002), for those configured:
+  # `declarations` (node-only keys of deploy-keys.json) and `values` (deploy-env.json).
+  # `credentials`: the module's `credentials` options.
+  credentialPathKeys =
+    credentials:
+    let
+      c = {
+        incusStoreSshKey = null;
+        incusStoreSigningKey = null;
+        incusStoreSshKeyVariable = null;
+        incusStoreSigningKeyVariable = null;
+      }
+      // credentials;
+      keys =
+        optional (c.incusStoreSshKey != null && c.incusStoreSshKeyVariable != null) {
+          name = c.incusStoreSshKeyVariable;
+          path = paths.incusStoreSshKey;
+          what = "SSH key";
+        }
+        ++ optional (c.incusStoreSigningKey != null && c.incusStoreSigningKeyVariable != null) {
+          name = c.incusStoreSigningKeyVariable;
+          path = paths.incusStoreSigningKey;
+          what = "signing key";
+        };
+    in
+    {
+      declarations = listToAttrs (
+        map (k: {
+          inherit (k) name;
+          value = {
+            description = "Path of the Incus store's ${k.what} on the node (rendered by its OpenBao agent, readable by the worker's group)";
+            nodeOnly = true;
+          };
+        }) keys
+      );
+      values = listToAttrs (
+        map (k: {
+          inherit (k) name;
+          value = k.path;
+        }) keys
+      );
+    };
+
+  # The seed's source of the Incus deployments' token (002 US2.2): `TF_VAR_token` from the
+  # secret `incus-deploy/<hostName>/tokenHosts` (its field `value`) of the KV v2 mount
+  # `<prefix>/secret`, as an OpenBao agent template.
+  seedTfTokenTemplate =
+    { prefix, hostName }:
+    ''{{ with secret "${prefix}/secret/data/incus-deploy/${hostName}/tokenHosts" }}{{ .Data.data.value }}{{ end }}'';
 
   # deployment-attributes.json: the attribute names, a JSON array, sorted and without repeats.
   renderDeploymentAttributes = uniqueSorted;
@@ -311,7 +504,7 @@ rec {
     in
     concatLists (map keyProblems sources)
     ++ duplicateProblems
-    ++ optional (!set "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs"
+    ++ optional (!set "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)"
     ++ optional (!set "DEPLOYMENT_NIXPKGS" && !set "NIXPKGS") "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with"
     ++ optional (absolute "DEPLOYMENT_ROOT") "deployEnv.DEPLOYMENT_ROOT must be an absolute path"
     ++ optional (absolute "DEPLOYMENT_NIXPKGS") "deployEnv.DEPLOYMENT_NIXPKGS must be an absolute path"
@@ -329,7 +522,11 @@ rec {
       !set "STATE_BASE_ADDRESS" && (set "TF_HTTP_USERNAME" || set "TF_HTTP_PASSWORD")
     ) "TF_HTTP_USERNAME/TF_HTTP_PASSWORD are set but deployEnv.STATE_BASE_ADDRESS is not: jobenv sends the node's state credentials only to the node's own state backend"
     ++ optional (inEnv "EVENTS_SECRET") "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)"
-    ++ optional (set "EVENTS_URL" != set "EVENTS_SECRET") "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)";
+    # DD-0012 rows carry their own secrets (the payload's EVENTS_SECRET): there the node needs
+    # only EVENTS_URL.
+    ++ optional (
+      set "EVENTS_URL" != set "EVENTS_SECRET" && !(set "EVENTS_URL" && (deployEnv.EVENTS_FORMAT or "jobenv") == "dd-0012")
+    ) "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set), unless deployEnv.EVENTS_FORMAT is \"dd-0012\" (then EVENTS_URL alone: each row's secret comes with its job)";
 
   # Keys declared in deployKeys that jobenv refuses to find in the keys file: its control keys.
   deployKeysProblems =
@@ -352,10 +549,15 @@ rec {
       destination,
       contents,
       group,
+      perms ? "0440",
     }:
     {
-      inherit contents destination group;
-      perms = "0440";
+      inherit
+        contents
+        destination
+        group
+        perms
+        ;
       error_on_missing_key = true;
     };
 
@@ -401,9 +603,11 @@ rec {
       deploySecrets,
       credentials ? { },
       group,
+      backup ? null,
     }:
     let
       files = renderedFiles { inherit deploySecrets credentials; };
+      backupFiles = backupRenderedFiles backup;
     in
     map (
       destination:
@@ -411,7 +615,187 @@ rec {
         inherit destination group;
         contents = files.${destination};
       }
-    ) (attrNames files);
+    ) (attrNames files)
+    # The backup's credentials are root's alone: the worker's jobs never need them.
+    ++ map (
+      destination:
+      agentTemplate {
+        inherit destination;
+        contents = backupFiles.${destination};
+        group = "root";
+        perms = "0400";
+      }
+    ) (attrNames backupFiles);
+
+  # ---- the backup of Windmill's database (FR-015) -----------------------------------------
+
+  # What the agent renders for the backup, by destination: the restic repository's password
+  # and, for an S3 repository, an environment file (`AWS_ACCESS_KEY_ID=…` lines). `backup`: the
+  # module's `backup` options, or null.
+  backupRenderedFiles =
+    backup:
+    optionalAttrs (backup != null && (backup.enable or false)) (
+      optionalAttrs (backup.passwordTemplate != null) { ${paths.backupPassword} = backup.passwordTemplate; }
+      // optionalAttrs (backup.environmentTemplate != null) { ${paths.backupEnvironment} = backup.environmentTemplate; }
+    );
+
+  backupTag = "windmill-database";
+  # The dump's name in a snapshot (restic stores it at the snapshot's root).
+  backupFileName = "windmill.sql";
+
+  # The dump of the local database, as the one PostgreSQL role that reads every row whatever
+  # Windmill's row-level security says (the superuser `postgres`, by peer authentication), in
+  # a clean environment (restic's holds the repository's credentials). Plain SQL: restic
+  # deduplicates it between days, and `psql` restores it. A program and its arguments: restic
+  # runs it itself (--stdin-from-command), without a shell.
+  localDumpCommand =
+    {
+      setpriv,
+      pgDump,
+      database,
+    }:
+    [
+      setpriv
+      "--reuid=postgres"
+      "--regid=postgres"
+      "--init-groups"
+      "--reset-env"
+      "--"
+      pgDump
+      "--dbname=${database}"
+    ];
+
+  # The backup's unit (root): restic runs the dump and stores its output as one file; a dump
+  # that fails (its exit code) fails the backup and leaves no snapshot, which a pipe into
+  # `restic backup --stdin` would not. Then, with `pruneOpts`, old snapshots of the tag are
+  # forgotten and pruned. `restic`, `dumpCommand` and `initScript` are store paths.
+  backupService =
+    {
+      restic,
+      repository,
+      dumpCommand,
+      initScript ? null,
+      pruneOpts ? [ ],
+      hasEnvironmentFile ? false,
+      agent ? agentUnit,
+    }:
+    {
+      description = "Back up Windmill's database with restic (fediversity)";
+      after = [
+        "postgresql.service"
+        agent
+        "network-online.target"
+      ];
+      wants = [ "network-online.target" ];
+      environment = {
+        RESTIC_REPOSITORY = repository;
+        RESTIC_PASSWORD_FILE = paths.backupPassword;
+        RESTIC_CACHE_DIR = "/var/cache/fediversity-windmill-backup";
+      };
+      # A long backup is not cut short by a `switch`.
+      restartIfChanged = false;
+      serviceConfig = {
+        Type = "oneshot";
+        ExecStartPre = optional (initScript != null) initScript;
+        ExecStart = [
+          (concatStringsSep " " (
+            [
+              restic
+              "backup"
+              "--stdin-from-command"
+              "--stdin-filename"
+              backupFileName
+              "--tag"
+              backupTag
+              "--"
+            ]
+            ++ dumpCommand
+          ))
+        ]
+        ++ optional (pruneOpts != [ ]) (
+          concatStringsSep " " (
+            [
+              restic
+              "forget"
+              "--prune"
+              "--tag"
+              backupTag
+            ]
+            ++ pruneOpts
+          )
+        );
+        CacheDirectory = "fediversity-windmill-backup";
+        CacheDirectoryMode = "0700";
+        UMask = "0077";
+        # setpriv's change to postgres needs these two; nothing else of root's.
+        CapabilityBoundingSet = [
+          "CAP_SETUID"
+          "CAP_SETGID"
+        ];
+        NoNewPrivileges = true;
+        PrivateTmp = true;
+        PrivateDevices = true;
+        ProtectSystem = "strict";
+        ProtectHome = true;
+        ProtectKernelTunables = true;
+        ProtectKernelModules = true;
+        ProtectControlGroups = true;
+        RestrictAddressFamilies = [
+          "AF_UNIX"
+          "AF_INET"
+          "AF_INET6"
+        ];
+        SystemCallArchitectures = "native";
+      }
+      // optionalAttrs hasEnvironmentFile {
+        # Not `-`-prefixed: without its credentials the backup fails, loudly.
+        EnvironmentFile = paths.backupEnvironment;
+      };
+    };
+
+  # Creates the repository when it does not exist yet (bash; `restic` a store path).
+  backupInitScript =
+    { restic }:
+    concatStringsSep "\n" [
+      "# restic init, once: when the repository has no config yet."
+      "if ! ${shellQuote restic} cat config >/dev/null 2>&1; then"
+      "  ${shellQuote restic} init"
+      "fi"
+      ""
+    ];
+
+  # `fediversity-windmill-restic` (bash), restic with the backup's repository and credentials,
+  # for listing and restoring (README: "Restoring Windmill's database"). The environment file
+  # is read as systemd reads an EnvironmentFile of KEY=VALUE lines, values verbatim.
+  resticWrapper =
+    { restic, repository }:
+    concatStringsSep "\n" [
+      "set -euo pipefail"
+      "export RESTIC_REPOSITORY=${shellQuote repository}"
+      "export RESTIC_PASSWORD_FILE=${shellQuote paths.backupPassword}"
+      "export RESTIC_CACHE_DIR=/var/cache/fediversity-windmill-backup"
+      "if [ -e ${shellQuote paths.backupEnvironment} ]; then"
+      "  while IFS= read -r line || [ -n \"$line\" ]; do"
+      "    case \"$line\" in ''|'#'*) continue ;; esac"
+      "    export \"\${line%%=*}=\${line#*=}\""
+      "  done < ${shellQuote paths.backupEnvironment}"
+      "fi"
+      "exec ${shellQuote restic} \"$@\""
+      ""
+    ];
+
+  backupProblems =
+    {
+      backup,
+      localDatabase,
+    }:
+    optionals' backup.enable (
+      optional (backup.repository == null) "backup.repository is required with backup.enable (e.g. \"s3:https://garage.example.org/windmill-backups\")"
+      ++ optional (backup.passwordTemplate == null) "backup.passwordTemplate is required with backup.enable: the OpenBao agent template of the restic repository's password"
+      ++ optional (
+        backup.dumpCommand == null && !localDatabase
+      ) "backup.dumpCommand: the default dumps the local database (services.windmill.database.createLocally), which this node does not have; set a command that dumps Windmill's database to stdout, its credentials from a file (never in its arguments)"
+    );
 
   # The configuration of the module's own agent (`openbaoAgent.enable`): the operator's settings
   # (address, auto_auth, ...) with the module's template stanzas before the operator's own.
@@ -463,6 +847,7 @@ rec {
       given = name: env name != null && env name != "";
       # Like the OpenBao CLI and the bootstrap: BAO_ADDR, else VAULT_ADDR when BAO_ADDR is unset.
       addrFromEnvironment = given "BAO_ADDR" || (env "BAO_ADDR" == null && given "VAULT_ADDR");
+      uiLabel = b.uiAuth.tokenLabel or bootstrapDefaults.uiAuth.tokenLabel;
       # Windmill's own rules, which the bootstrap checks.
       workspaceId = match "[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*" b.workspace.id;
       folder = match "[A-Za-z0-9_]+" b.workspace.folder;
@@ -474,10 +859,24 @@ rec {
       else
         [ "bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr" ]
     )
-    ++ (if b.token.label != "session" then [ ] else [ "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session" ])
+    ++ (if !windmillsOwnLabel b.token.label then [ ] else [ "bootstrap.token.label \"${b.token.label}\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it" ])
+    ++ (if !windmillsOwnLabel uiLabel then [ ] else [ "bootstrap.uiAuth.tokenLabel \"${uiLabel}\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it" ])
+    ++ (
+      if b.token.label != uiLabel then
+        [ ]
+      else
+        [ "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both \"${uiLabel}\": the bootstrap revokes the older tokens of each label, so the front-end's token and the UI's would revoke each other; give them different labels" ]
+    )
     ++ (if workspaceId != null then [ ] else [ "bootstrap.workspace.id \"${b.workspace.id}\" is not a Windmill workspace id (word characters, single hyphens between them)" ])
     ++ (if folder != null then [ ] else [ "bootstrap.workspace.folder \"${b.workspace.folder}\" is not a Windmill folder name (letters, digits and underscores)" ]);
 
+
+  # What evaluation says about bootstrap options the bootstrap accepts with a warning of its own.
+  bootstrapWarnings =
+    bootstrap:
+    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with the superadmin's full rights${
+      if bootstrap.token.bindToWorkspace or true then " in the workspace" else ""
+    }: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
 
   # The defaults of every bootstrap option, as the README's bootstrap "Configuration" lists them
   # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"
@@ -500,6 +899,10 @@ rec {
     token = {
       label = "fediversity";
       revokePrevious = true;
+      # null: the bootstrap's default scopes (run the folder's deploy and destroy, which in
+      # Windmill includes reading jobs); [ ]: an unscoped token.
+      scopes = null;
+      bindToWorkspace = true;
     };
     settings = {
       instance_python_version = "3.12";
@@ -515,11 +918,94 @@ rec {
       owner = "root";
       group = "nginx";
       mode = "0440";
+      # The label of the UI include's own (full-rights) token.
+      tokenLabel = "fediversity-ui";
     };
     retry = {
       loginAttempts = 12;
       delaySeconds = 5;
       readyTimeoutSeconds = 300;
+    };
+  };
+
+  # The superadmin password file the bootstrap reads: the operator's, else the generated one.
+  adminPasswordFileOf = b: if (b.windmill.adminPasswordFile or null) != null then b.windmill.adminPasswordFile else paths.generatedAdminPassword;
+
+  # FR-008: with no adminPasswordFile the node generates the superadmin's password once, as the
+  # seed's component does (`openssl rand -hex 32` strength: 32 random bytes as 64 hex digits).
+  # This script (bash) runs as root before the bootstrap. A file that exists is never changed,
+  # so the password stays what the bootstrap enforced (an empty one is refused, not replaced:
+  # someone emptied it). The password goes to the file through the shell's builtin printf only,
+  # never into a process's arguments, and appears in no output; the file is written beside its
+  # final name and linked there, so no reader ever sees half of it and two runs cannot both
+  # create it. `od`, `tr`, `ln`, `rm`, `chmod`, `mktemp` and `sync` are programs (coreutils).
+  adminPasswordScript =
+    {
+      file ? paths.generatedAdminPassword,
+      od ? "od",
+      tr ? "tr",
+      ln ? "ln",
+      rm ? "rm",
+      chmod ? "chmod",
+      mktemp ? "mktemp",
+      sync ? "sync",
+    }:
+    let
+      q = shellQuote;
+      dir = dirOf file;
+    in
+    concatStringsSep "\n" [
+      "set -euo pipefail"
+      "umask 077"
+      "file=${q file}"
+      "if [ -e \"$file\" ] || [ -L \"$file\" ]; then"
+      "  if [ ! -s \"$file\" ]; then"
+      "    echo \"fediversity-windmill: $file exists but is empty: remove it to have a new superadmin password generated\" >&2"
+      "    exit 1"
+      "  fi"
+      "  exit 0"
+      "fi"
+      "tmp=$(${q mktemp} ${q "${dir}/.admin-password.XXXXXXXX"})"
+      # (`rm` is a store path or a bare name: no quoting needed inside the trap's quotes.)
+      "trap '${rm} -f \"$tmp\"' EXIT"
+      "password=$(${q od} -An -N32 -tx1 /dev/urandom | ${q tr} -d ' \\n')"
+      "if [ \"\${#password}\" -ne 64 ]; then"
+      "  echo \"fediversity-windmill: could not read 32 random bytes for the superadmin password\" >&2"
+      "  exit 1"
+      "fi"
+      "printf '%s\\n' \"$password\" > \"$tmp\""
+      "${q chmod} 0400 \"$tmp\""
+      "${q sync} \"$tmp\""
+      "${q ln} \"$tmp\" \"$file\""
+      "${q sync} ${q dir}"
+      ""
+    ];
+
+  # The unit that runs `adminPasswordScript` (its ExecStart added by the module): once per boot,
+  # before the bootstrap, which requires it. Root, with its state directory the only writable
+  # place, no network.
+  adminPasswordUnit = "fediversity-windmill-admin-password";
+  adminPasswordService = {
+    description = "Generate the Windmill superadmin's password once (fediversity)";
+    before = [ "fediversity-windmill-bootstrap.service" ];
+    serviceConfig = {
+      Type = "oneshot";
+      RemainAfterExit = true;
+      StateDirectory = baseNameOf paths.adminPasswordDir;
+      StateDirectoryMode = "0700";
+      UMask = "0077";
+      CapabilityBoundingSet = [ "" ];
+      NoNewPrivileges = true;
+      PrivateNetwork = true;
+      PrivateTmp = true;
+      PrivateDevices = true;
+      ProtectSystem = "strict";
+      ProtectHome = true;
+      ProtectKernelTunables = true;
+      ProtectKernelModules = true;
+      ProtectControlGroups = true;
+      RestrictAddressFamilies = [ "AF_UNIX" ];
+      SystemCallArchitectures = "native";
     };
   };
 
@@ -537,16 +1023,21 @@ rec {
       windmill = {
         inherit (b.windmill) url;
         admin_email = b.windmill.adminEmail;
-        admin_password_file = required "windmill.adminPasswordFile" b.windmill.adminPasswordFile;
+        # None given: the one the node generates (`adminPasswordScript`).
+        admin_password_file = adminPasswordFileOf b;
         default_password = b.windmill.defaultPassword;
         database_url_file = required "windmill.databaseUrlFile" b.windmill.databaseUrlFile;
         database_role = b.windmill.databaseRole;
       };
       workspace = { inherit (b.workspace) id name folder; };
       scripts.dir = scriptsDir;
+      # Rendered also at their defaults (null scopes: the bootstrap's default ones), so that the
+      # file says what the node asked for.
       token = {
         inherit (b.token) label;
         revoke_previous = b.token.revokePrevious;
+        scopes = b.token.scopes or bootstrapDefaults.token.scopes;
+        bind_to_workspace = b.token.bindToWorkspace or bootstrapDefaults.token.bindToWorkspace;
       };
       inherit (b) settings;
       openbao = withoutNulls {
@@ -554,7 +1045,11 @@ rec {
         token_file = b.openbao.tokenFile;
         path = required "openbao.path" b.openbao.path;
       };
-      ui_auth = { inherit (b.uiAuth) file owner group mode; };
+      state_file = paths.bootstrapState;
+      ui_auth = {
+        inherit (b.uiAuth) file owner group mode;
+        label = b.uiAuth.tokenLabel or bootstrapDefaults.uiAuth.tokenLabel;
+      };
       retry = {
         login_attempts = b.retry.loginAttempts;
         delay_seconds = b.retry.delaySeconds;
@@ -565,13 +1060,28 @@ rec {
 
   # ---- systemd ----------------------------------------------------------------------------
 
-  # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
-  # process group. jobenv stops the program tree within its grace (3 s by default) and exits;
-  # this must be well above that.
-  maxWaitForSigint = 10;
-
   # jobenv's default grace: SIGTERM to SIGKILL of a program tree (its `--grace`).
-  jobenvGraceSeconds = 3;
+  jobenvGraceSeconds = jobenvFacts.defaults.graceSeconds;
+
+  # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
+  # process group. jobenv stops the program tree within its grace and exits; this leaves it 7 s
+  # more than the grace for that (10 s with the default grace).
+  maxWaitForSigint = graceSeconds: graceSeconds + 7;
+
+  # The limits of every job (the module's `jobs.*`), as jobenv reads them from its environment:
+  # the worker passes them to each job through WHITELIST_ENVS. `timeout` null: no limit (the
+  # variable is not set at all). The defaults are jobenv's own.
+  jobLimitsEnvironment =
+    {
+      timeout ? null,
+      grace ? jobenvGraceSeconds,
+      lockWait ? 0,
+    }:
+    {
+      JOBENV_GRACE = toString grace;
+      JOBENV_LOCK_TIMEOUT = toString lockWait;
+    }
+    // optionalAttrs (timeout != null) { JOBENV_TIMEOUT = toString timeout; };
 
   # What a stop of the worker may take beyond the drain's wait and jobenv's grace: the worker's
   # own exit and systemd's bookkeeping.
@@ -687,9 +1197,12 @@ rec {
 
   # How windmill-worker starts and stops (its serviceConfig; the programs are store paths).
   #
-  # Start: wait for the rendered files (when the node declares any), then `fediversity-jobenv
-  # recover`, which marks the jobs whose jobenv died with a previous worker as interrupted (best
-  # effort: a failure does not keep the worker down).
+  # Start: as root (`+`), copy jobenv to where the jobs find it (`paths.sealedJobenv`, mode
+  # 0111: the worker's user may run it, not read it, so the kernel starts it not dumpable, and
+  # no process of that user can read its environment or memory even in its first instructions);
+  # wait for the rendered files (when the node declares any); then `fediversity-jobenv
+  # recover`, which marks the jobs whose jobenv died with a previous worker as interrupted and
+  # ends a drain (best effort: a failure does not keep the worker down).
   #
   # Stop (systemd runs ExecStop before it signals the unit): a Windmill worker takes new jobs
   # until its first SIGTERM, which only stops that; it then waits for its running job, and a
@@ -707,11 +1220,13 @@ rec {
       drainTimeoutSeconds,
       readinessTimeoutSeconds,
       graceSeconds ? jobenvGraceSeconds,
+      install ? null,
     }:
     {
-      ExecStartPre = optional (waitForFiles != null) waitForFiles ++ [
-        "-${jobenv} recover --state-dir ${paths.stateDir}"
-      ];
+      ExecStartPre =
+        optional (install != null) "+${install} -D -m 0111 -o root -g root ${jobenv} ${paths.sealedJobenv}"
+        ++ optional (waitForFiles != null) waitForFiles
+        ++ [ "-${jobenv} recover --state-dir ${paths.stateDir}" ];
       ExecStop = [
         "-${kill} -s TERM $MAINPID"
         "${jobenv} drain --state-dir ${paths.stateDir} --wait ${toString drainTimeoutSeconds}"
@@ -736,13 +1251,20 @@ rec {
       # windmill-server's SMTP variables (`smtpEnvironment`) and password file.
       smtp ? { },
       smtpPasswordFile ? null,
+      # The limits of every job (`jobLimitsEnvironment`'s arguments).
+      jobs ? { },
+      # The node generates the superadmin's password (no adminPasswordFile): the bootstrap
+      # requires the unit that does.
+      generatesAdminPassword ? false,
     }:
     let
+      limits = { grace = jobenvGraceSeconds; } // jobs;
       # What jobenv reads from its environment on the worker (passed through to jobs).
       jobenvEnvironment = {
         JOBENV_STATE_DIR = paths.stateDir;
         JOBENV_REQUIRED_SECRETS = paths.requiredSecrets;
       }
+      // jobLimitsEnvironment limits
       // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
       // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; };
       windmillUnit = role: {
@@ -772,7 +1294,7 @@ rec {
           // {
             # A cancel sends SIGINT to the job process (jobenv, once the script exec'd) and
             # waits this long before SIGKILLing the job's process group.
-            MAX_WAIT_FOR_SIGINT = toString maxWaitForSigint;
+            MAX_WAIT_FOR_SIGINT = toString (maxWaitForSigint limits.grace);
             # nix-shell's caches: a writable home (the unit's StateDirectory).
             HOME = "/var/lib/windmill-worker";
             # Windmill clears a job's environment except for the names listed here.
@@ -794,6 +1316,17 @@ rec {
           agent
           "network-online.target"
         ];
+      }
+      // optionalAttrs generatesAdminPassword {
+        after = [
+          "windmill-server.service"
+          agent
+          "network-online.target"
+          "${adminPasswordUnit}.service"
+        ];
+        requires = [ "${adminPasswordUnit}.service" ];
+      }
+      // {
         # Retry for as long as it takes (Windmill or OpenBao not up yet, a sealed OpenBao).
         startLimitIntervalSec = 0;
         serviceConfig = {
@@ -818,6 +1351,9 @@ rec {
             "/run"
             (dirOf uiAuthFile)
           ];
+          # Its state file (`paths.bootstrapState`): root-only, beside the generated password.
+          StateDirectory = "fediversity-windmill";
+          StateDirectoryMode = "0700";
           ProtectHome = "read-only";
           PrivateTmp = true;
           PrivateDevices = true;
@@ -901,6 +1437,7 @@ rec {
       "d ${paths.runDir} 0755 root root - -"
       "d ${paths.secretsDir} 0750 root ${group} - -"
       "d ${paths.credentialsDir} 0750 root ${group} - -"
+      "d ${paths.backupDir} 0700 root root - -"
       "d ${paths.stateDir} 0750 ${user} ${group} - -"
       "d ${dirOf uiAuthFile} 0750 root ${uiAuthGroup} - -"
     ];
@@ -1098,19 +1635,61 @@ rec {
       subject = map (g: "group:${g}") allowedGroups;
     };
 
+  # Whether the portal has the UI's rule (US3.1: without it, every signed-in user of the portal
+  # would get the superadmin's UI). `instances`: this node's `services.authelia.instances`;
+  # `instance`: the one the module adds the rule to (`ui.forwardAuth.autheliaInstance`), or
+  # null. Returns `problems` (assertions) and `warnings`.
+  portalRuleChecks =
+    {
+      rule,
+      instances ? { },
+      instance ? null,
+      ruleAddedToPortal ? false,
+    }:
+    let
+      enabled = filter (n: instances.${n}.enable or false) (attrNames instances);
+      hasRule = n: elem rule (instances.${n}.settings.access_control.rules or [ ]);
+      names = concatStringsSep ", " enabled;
+      ruleText = toJSON rule;
+    in
+    if instance != null then
+      {
+        problems = optional (!(elem instance enabled)) "ui.forwardAuth.autheliaInstance is \"${instance}\" but services.authelia.instances.\"${instance}\" is not an enabled Authelia instance of this node${if enabled == [ ] then "" else " (enabled: ${names})"}: name the instance that guards the UI, or leave it null when the portal runs elsewhere";
+        warnings = [ ];
+      }
+    else if enabled != [ ] then
+      {
+        problems = optional (!(any hasRule enabled)) "this node runs Authelia (services.authelia.instances: ${names}) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"${head enabled}\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules";
+        warnings = [ ];
+      }
+    else
+      {
+        problems = [ ];
+        warnings = optional (!ruleAddedToPortal) "the admin UI's portal does not run on this node: its access_control.rules must hold ${ruleText} (ui.forwardAuth.accessControlRule), or every user it signs in gets the superadmin's UI; once it does, set ui.forwardAuth.ruleAddedToPortal = true";
+      };
+
   # TLS of both names the NixOS way: forceSSL (HTTP redirects to HTTPS) with, by default, an
   # ACME certificate per name (`enableACME`); or the operator's ACME certificate (`useACMEHost`,
   # which must cover both names); or a certificate and key from files (`certificate`,
   # `certificateKey`: paths, never copied to the store). `enable = false`: plain HTTP (TLS ends
   # in front of the node).
+  #
+  # A half-set certificate gets no TLS settings at all rather than a half one: nginx's module
+  # would otherwise fail first, on a `null` key file, with an error that names neither this
+  # module nor the option, and the assertion that says what to do would never be shown. An
+  # unknown `useACMEHost` is passed on as it is: nixpkgs' nginx module derives the names of
+  # `security.acme.certs` from the vhosts' `enableACME`, so settings that looked at those
+  # names would recurse forever; the assertion (`tlsProblems` with `acmeCerts`), which NixOS
+  # checks before it builds anything, names it instead.
   tlsSettings =
     {
       enable ? true,
       useACMEHost ? null,
       certificate ? null,
       certificateKey ? null,
+      ...
     }:
-    if !enable then
+    if !enable || (certificate == null) != (certificateKey == null) || (certificate != null && useACMEHost != null) then
       { }
     else if certificate != null then
       {
@@ -1135,10 +1714,15 @@ rec {
       useACMEHost ? null,
       certificate ? null,
       certificateKey ? null,
+      # null: not known (the check is left out).
+      acmeCerts ? null,
     }:
     optional ((certificate == null) != (certificateKey == null)) "tls.certificate and tls.certificateKey go together: set both or neither"
     ++ optional (certificate != null && useACMEHost != null) "tls.certificate and tls.useACMEHost are two sources of one certificate: set one"
-    ++ optional (!enable && (certificate != null || useACMEHost != null)) "tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)";
+    ++ optional (!enable && (certificate != null || useACMEHost != null)) "tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)"
+    ++ optional (
+      enable && useACMEHost != null && acmeCerts != null && !(elem useACMEHost acmeCerts)
+    ) "tls.useACMEHost is \"${useACMEHost}\" but the node defines no security.acme.certs.\"${useACMEHost}\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name";
 
   # Both vhosts. On `domain`, `/` answers 404 and only `/api/` reaches Windmill; it is nginx's
   # default server, so a request by IP address or for an unknown name lands there, never on
@@ -1177,10 +1761,8 @@ rec {
     { user }:
     {
       # The deployment programs build and copy closures through the daemon as the worker.
-      trusted-users = [
-        "root"
-        user
-      ];
+      # (nixpkgs' nix module already trusts root: naming it here would list it twice.)
+      trusted-users = [ user ];
       # Flake references resolve through the node's registry only, never a downloaded one.
       flake-registry = "";
       experimental-features = [

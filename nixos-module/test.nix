@@ -4,33 +4,39 @@
 #   nix-build -A vmTest                       (default.nix, <nixpkgs> from NIX_PATH)
 #
 # Needs a nixpkgs whose services.windmill has the `windmill-initdb` unit (nixos-unstable since
-# September 2025), KVM, and about 4 GiB of memory.
+# September 2025), restic 0.17 or newer, KVM, and about 4 GiB of memory.
 #
 # One machine with nixpkgs' Windmill (server, workers, PostgreSQL) and the module, which runs
 # its own OpenBao agent against an OpenBao dev server (the agent renders the module's
-# templates: a deploy secret, tf-token.env and the two Incus store keys; and the admin
-# password). nginx serves both names with a self-signed certificate; a stub of the seed's
-# forward-auth portal stands in front of the admin UI. It asserts that the bootstrap converged
-# and a rerun changes nothing; that the UI is refused without a session and served through the
-# forward auth (and answers 403 once no identity layer is configured), and the API name is the
-# default server; that deploy and destroy jobs submitted through the Windmill API run a test
-# program through jobenv, with the deploy secret and tf-token.env reaching it (redacted in the
-# log); that a job payload jobenv refuses fails, a cancelled job leaves no process, and a
-# missing secret makes jobenv refuse the job as "node not ready"; that the worker does not
-# start before the agent rendered its files; the OpenTelemetry and SMTP variables of the units;
-# that a worker killed mid-deploy runs `recover` when it comes back; that a worker stopped
-# mid-deploy stops taking jobs, drains the deploy and leaves nothing running; that a changed
-# script is uploaded after the bootstrap restarts; that a new admin password reruns the
-# bootstrap; and the unit, file and Nix settings the module is responsible for.
+# templates: a deploy secret, tf-token.env from the seed's default path, the two Incus store
+# keys and the backup's password). The node follows a deployment repository (its keys,
+# node-only keys and attributes come from there) and generates its superadmin password. nginx
+# serves both names with a self-signed certificate; a stub of the seed's forward-auth portal
+# stands in front of the admin UI, and a real Authelia instance gets the UI's rule from the
+# module. It asserts that the bootstrap converged and a rerun changes nothing; that the stored
+# front-end token runs deploys and nothing else, while the UI's token is the superadmin's; that
+# the UI is refused without a session and served through the forward auth (and answers 403 once
+# no identity layer is configured), and the API name is the default server; that Authelia has
+# the rule and applies it; that deploy and destroy jobs submitted through the Windmill API run a
+# test program through jobenv, with the deploy secret and tf-token.env reaching it (redacted in
+# the log), the repository's keys declared and its node-only keys and pins never taken from a
+# payload; that a job payload jobenv refuses fails, a cancelled job leaves no process, and a
+# missing secret makes jobenv refuse the job as "node not ready"; that the worker does not start
+# before the agent rendered its files; the OpenTelemetry and SMTP variables of the units; that
+# a worker killed mid-deploy runs `recover` when it comes back; that a worker stopped mid-deploy
+# stops taking jobs, drains the deploy and leaves nothing running; that a changed script is
+# uploaded after the bootstrap restarts; that the generated password is root's, stays, and a new
+# one reruns the bootstrap; that the backup stores the database and restores from it; and the
+# unit, file and Nix settings the module is responsible for.
 { lib, ... }:
 let
   rootToken = "vm-test-openbao-root-token";
-  adminPassword = "vm-test-admin-password-1";
   newAdminPassword = "vm-test-admin-password-2";
   deployToken = "vm-test-deploy-secret-9d2c41";
   tfToken = "vm-test-incus-token-77ab03";
   smtpPassword = "vm-test-smtp-password-5e1f";
   dbPassword = "vm-test-database-password";
+  resticPassword = "vm-test-restic-password-c41d";
 in
 {
   name = "fediversity-windmill";
@@ -52,6 +58,9 @@ in
         cat > $out/bin/demo-apply <<'EOF'
         #!${pkgs.runtimeShell}
         echo "demo-apply: namespace=$DEPLOYMENT_NAMESPACE message=$MESSAGE"
+        echo "published-hosts: $PUBLISHED_HOSTS"
+        echo "node-site: $NODE_SITE"
+        echo "self-module-source: ''${SELF_MODULE_SOURCE-unset}"
         echo "token: $TF_VAR_demo_token"
         echo "tf token: $TF_VAR_token"
         echo "tf-token-sha256: $(printf %s "$TF_VAR_token" | sha256sum | cut -d' ' -f1)"
@@ -86,6 +95,26 @@ in
           };
         }
       '';
+
+      # The deployment repository as the node follows it: shaped like a flake input (its
+      # outputs, and its tree as outPath). What the module reads is under `lib`.
+      repository = {
+        outPath = "${deploymentRoot}";
+        lib = {
+          deployEnvKeys = {
+            MESSAGE = "A message the test program prints";
+            PUBLISHED_HOSTS = {
+              description = "Host names the deployment serves, a JSON array";
+              default = [ "demo.test.example" ];
+            };
+          };
+          nodeEnvKeys.NODE_SITE = "The site of the node";
+          deploymentAttributes = [
+            "demo"
+            "slow"
+          ];
+        };
+      };
 
       # One self-signed certificate for both names.
       certificate = pkgs.runCommand "vm-test-certificate" { nativeBuildInputs = [ pkgs.openssl ]; } ''
@@ -148,6 +177,7 @@ in
         pkgs.curl
         pkgs.jq
         pkgs.openbao
+        pkgs.yq-go
       ];
       networking.hosts."127.0.0.1" = [
         "windmill.test.example"
@@ -163,18 +193,16 @@ in
           certificate = "${certificate}/cert.pem";
           certificateKey = "${certificate}/key.pem";
         };
+        deploymentRepository = repository;
         deployEnv = {
-          DEPLOYMENT_ROOT = "${deploymentRoot}";
           NIX_BUILD_SHELL = "${pkgs.bashInteractive}/bin/bash";
+          NODE_SITE = "vm-site";
         };
-        deployKeys.MESSAGE.description = "A message the test program prints";
-        deploymentAttributes = [
-          "demo"
-          "slow"
-        ];
+        ui.forwardAuth.autheliaInstance = "main";
+        jobs.lockWait = 30;
         deploySecrets.TF_VAR_demo_token = ''{{ with secret "secret/data/deploy/demo" }}{{ .Data.data.token }}{{ end }}'';
+        # tf-token.env from the seed's default source (fediversity/secret, incus-deploy/machine/tokenHosts).
         credentials = {
-          tfToken = ''{{ with secret "secret/data/incus/deploy" }}{{ .Data.data.token }}{{ end }}'';
           incusStoreSshKey = ''{{ with secret "secret/data/incus/store" }}{{ .Data.data.ssh }}{{ end }}'';
           incusStoreSigningKey = ''{{ with secret "secret/data/incus/store" }}{{ .Data.data.signing }}{{ end }}'';
         };
@@ -192,13 +220,6 @@ in
               static_secret_render_interval = "2s";
               exit_on_retry_failure = true;
             };
-            template = [
-              {
-                contents = ''{{ with secret "secret/data/windmill/adminPassword" }}{{ .Data.data.value }}{{ end }}'';
-                destination = "/run/fediversity-windmill/admin-password";
-                perms = "0400";
-              }
-            ];
           };
         };
         readinessTimeout = 10;
@@ -211,7 +232,6 @@ in
           passwordFile = "/run/vm-test/smtp-password";
         };
         bootstrap = {
-          windmill.adminPasswordFile = "/run/fediversity-windmill/admin-password";
           windmill.databaseUrlFile = "/run/vm-test/database-url";
           openbao = {
             addr = "http://127.0.0.1:8200";
@@ -219,6 +239,76 @@ in
             path = "secret/windmill/apiToken";
           };
         };
+      };
+
+      # A local restic repository stands in for the seed's Garage bucket.
+      services.fediversity-windmill.backup = {
+        enable = true;
+        repository = "/var/lib/vm-test-restic";
+        passwordTemplate = ''{{ with secret "secret/data/backup/restic" }}{{ .Data.data.password }}{{ end }}'';
+        timerConfig.OnCalendar = "2099-01-01";
+      };
+      # The unit's system is read-only; a local repository (unlike the seed's S3 bucket) needs
+      # its directory writable.
+      systemd.tmpfiles.rules = [ "d /var/lib/vm-test-restic 0700 root root - -" ];
+      systemd.services.fediversity-windmill-backup.serviceConfig.ReadWritePaths = [ "/var/lib/vm-test-restic" ];
+
+      # A real Authelia, only for its rules (nginx asks the stub portal above): the UI's rule
+      # comes from the module; everything else is denied.
+      services.authelia.instances.main = {
+        enable = true;
+        secrets = {
+          jwtSecretFile = "/run/vm-test-authelia/jwt";
+          storageEncryptionKeyFile = "/run/vm-test-authelia/storage";
+          sessionSecretFile = "/run/vm-test-authelia/session";
+        };
+        settings = {
+          server.address = "tcp://127.0.0.1:9092/";
+          log.level = "info";
+          authentication_backend.file.path = "/run/vm-test-authelia/users.yml";
+          access_control.default_policy = "deny";
+          session.cookies = [
+            {
+              domain = "test.example";
+              authelia_url = "https://auth.test.example";
+            }
+          ];
+          storage.local.path = "/var/lib/authelia-main/db.sqlite3";
+          notifier.filesystem.filename = "/var/lib/authelia-main/notifications.txt";
+        };
+      };
+      # Authelia's secrets and one user (Authelia wants at least one), made at boot, its own.
+      systemd.services.vm-test-authelia-secrets = {
+        wantedBy = [ "multi-user.target" ];
+        before = [ "authelia-main.service" ];
+        requiredBy = [ "authelia-main.service" ];
+        path = [
+          pkgs.coreutils
+          pkgs.authelia
+          pkgs.gnused
+        ];
+        serviceConfig = {
+          Type = "oneshot";
+          RemainAfterExit = true;
+        };
+        script = ''
+          dir=/run/vm-test-authelia
+          install -d -m 0750 -o authelia-main -g authelia-main $dir
+          for name in jwt storage session; do
+            (umask 077; head -c 48 /dev/urandom | base64 -w0 > $dir/$name)
+          done
+          digest=$(authelia crypto hash generate argon2 --password vm-test-authelia-user | sed -n 's/^Digest: //p')
+          cat > $dir/users.yml <<USERS
+          users:
+            admin:
+              displayname: VM test admin
+              email: admin@test.example
+              password: "$digest"
+              groups: [ fediversity-admins ]
+          USERS
+          chown authelia-main:authelia-main $dir/*
+          chmod 0400 $dir/*
+        '';
       };
 
       specialisation = {
@@ -248,9 +338,11 @@ in
         };
         script = ''
           until ${bao} status >/dev/null 2>&1; do sleep 0.5; done
-          ${bao} kv put secret/windmill/adminPassword value=${adminPassword}
           ${bao} kv put secret/deploy/demo token=${deployToken}
-          ${bao} kv put secret/incus/deploy token=${tfToken}
+          # The seed's layout: a KV v2 mount under the prefix, the Incus token per host.
+          ${bao} secrets enable -path=fediversity/secret kv-v2
+          ${bao} kv put fediversity/secret/incus-deploy/machine/tokenHosts value=${tfToken}
+          ${bao} kv put secret/backup/restic password=${resticPassword}
           ${bao} kv put secret/incus/store ssh=vm-test-ssh-key signing=vm-test-signing-key
           install -d -m 0700 /run/vm-test
           (umask 077; printf '%s' ${rootToken} > /run/vm-test/bao-token)
@@ -320,6 +412,8 @@ in
       DEPLOY_TOKEN = "${deployToken}"
       TF_TOKEN = "${tfToken}"
       SMTP_PASSWORD = "${smtpPassword}"
+      RESTIC_PASSWORD = "${resticPassword}"
+      ADMIN_PASSWORD_FILE = "/var/lib/fediversity-windmill/admin-password"
       STATE_DIR = "/var/lib/fediversity-jobenv"
       NAMES = ["deploy", "destroy", "_jobenv"]
       UNITS = ["windmill-server", "windmill-worker", "windmill-worker-native"]
@@ -334,6 +428,25 @@ in
           if body is not None:
               cmd += " -H 'Content-Type: application/json' --data-binary " + shlex.quote(json.dumps(body))
           return machine.succeed(cmd)
+
+
+      def status(token, method, path, body=None):
+          """The HTTP status of an API call (for the calls a token must be refused)."""
+          cmd = f"curl -s -o /dev/null -w '%{{http_code}}' -X {method} -H 'Authorization: Bearer {token}' http://127.0.0.1:8001/api{path}"
+          if body is not None:
+              cmd += " -H 'Content-Type: application/json' --data-binary " + shlex.quote(json.dumps(body))
+          return machine.succeed(cmd).strip()
+
+
+      def front_end_token():
+          """The token the bootstrap stores for the front-end (scoped to the two scripts and jobs)."""
+          return bao("kv get -field=value secret/windmill/apiToken").strip()
+
+
+      def ui_token():
+          """The UI include's own token, the superadmin's full rights (for the test's admin calls)."""
+          line = machine.succeed("cat /run/windmill-ui-auth/token.conf")
+          return line.split("Bearer ", 1)[1].split('"', 1)[0].split(";", 1)[0].strip()
 
 
       def https(url, *options):
@@ -372,6 +485,7 @@ in
 
 
       def script_hashes(token):
+          # Needs scripts:read: the UI's token, not the front-end's.
           return {n: json.loads(api(token, "GET", f"/w/fediversity/scripts/get/p/f/fediversity/{n}"))["hash"] for n in NAMES}
 
 
@@ -391,39 +505,54 @@ in
 
       with subtest("the bootstrap converges"):
           machine.wait_for_unit("fediversity-windmill-bootstrap.service", timeout=900)
-          token = bao("kv get -field=value secret/windmill/apiToken").strip()
-          me = json.loads(api(token, "GET", "/users/whoami"))
+          token = front_end_token()
+          admin = ui_token()
+          assert token != admin
+          me = json.loads(api(admin, "GET", "/users/whoami"))
           assert me["super_admin"], me
-          assert json.loads(api(token, "GET", "/settings/global/instance_python_version")) == "3.12"
+          assert json.loads(api(admin, "GET", "/settings/global/instance_python_version")) == "3.12"
           for name in NAMES:
-              remote = json.loads(api(token, "GET", f"/w/fediversity/scripts/get/p/f/fediversity/{name}"))
+              remote = json.loads(api(admin, "GET", f"/w/fediversity/scripts/get/p/f/fediversity/{name}"))
               local = machine.succeed(f"cat {SCRIPTS}/f/fediversity/{name}.py")
               assert remote["content"] == local, name
               assert remote["language"] == "python3" and not remote["archived"], remote
           assert machine.succeed("stat -c '%U:%G %a' /run/windmill-ui-auth/token.conf").strip() == "root:nginx 440"
-          machine.succeed(f"grep -qF 'Bearer {token}' /run/windmill-ui-auth/token.conf")
           machine.succeed(f"{BOOTSTRAP} --check --config /etc/fediversity-windmill/bootstrap.json")
 
-      with subtest("a rerun changes nothing and rotates the token"):
-          before = script_hashes(token)
-          old_token = token
+      with subtest("the front-end's token runs deploys and reads jobs, and nothing else"):
+          # What a leaked front-end token can still do: run the two scripts, read and cancel
+          # jobs. Not run other code, change the scripts, read variables or reach other routes.
+          assert status(token, "GET", "/w/fediversity/jobs/list") == "200"
+          assert status(token, "POST", "/w/fediversity/jobs/run/preview", {"language": "bash", "content": "id", "args": {}}) == "403"
+          assert status(token, "GET", "/w/fediversity/scripts/get/p/f/fediversity/deploy") == "403"
+          assert status(token, "GET", "/w/fediversity/variables/list") == "403"
+          # Bound to the workspace: every global route is refused.
+          assert status(token, "GET", "/users/whoami") == "401"
+          # The control: the UI's token may.
+          assert status(admin, "GET", "/w/fediversity/variables/list") == "200"
+
+      with subtest("a rerun changes nothing and rotates the tokens"):
+          before = script_hashes(admin)
+          old_token, old_admin = token, admin
           machine.succeed("systemctl restart fediversity-windmill-bootstrap.service")
           machine.wait_for_unit("fediversity-windmill-bootstrap.service")
-          token = bao("kv get -field=value secret/windmill/apiToken").strip()
-          assert token != old_token
-          assert script_hashes(token) == before
-          workspaces = [w["id"] for w in json.loads(api(token, "GET", "/workspaces/list_as_superadmin"))]
+          token, admin = front_end_token(), ui_token()
+          assert token != old_token and admin != old_admin
+          assert script_hashes(admin) == before
+          workspaces = [w["id"] for w in json.loads(api(admin, "GET", "/workspaces/list_as_superadmin"))]
           assert workspaces.count("fediversity") == 1, workspaces
-          labels = [t["label"] for t in json.loads(api(token, "GET", "/users/tokens/list"))]
-          assert labels.count("fediversity") == 1, labels
+          labels = [t["label"] for t in json.loads(api(admin, "GET", "/users/tokens/list"))]
+          assert labels.count("fediversity") == 1 and labels.count("fediversity-ui") == 1, labels
           # Both runs logged out their login sessions.
           assert labels.count("session") == 0, labels
-          # Revoked (Windmill may answer from its auth cache for a while).
-          machine.wait_until_succeeds(
-              f"test \"$(curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {old_token}'"
-              " http://127.0.0.1:8001/api/users/whoami)\" = 401",
-              timeout=300,
-          )
+          # Revoked (Windmill may answer from its auth cache for a while): a workspace route,
+          # which the old front-end token could call.
+          for old in [old_token, old_admin]:
+              machine.wait_until_succeeds(
+                  f"test \"$(curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {old}'"
+                  " http://127.0.0.1:8001/api/w/fediversity/jobs/list)\" = 401",
+                  timeout=300,
+              )
           machine.succeed(f"{BOOTSTRAP} --check --config /etc/fediversity-windmill/bootstrap.json")
 
       with subtest("nginx: TLS on both names, the API name serves /api/ only and is the default server"):
@@ -460,7 +589,25 @@ in
           # The portal never saw the token.
           portal_log = machine.succeed("cat /run/vm-test/portal.log")
           assert "jobs.test.example/api/users/whoami" in portal_log, portal_log
-          assert token not in portal_log and "Bearer" not in portal_log, portal_log
+          assert token not in portal_log and admin not in portal_log and "Bearer" not in portal_log, portal_log
+
+      with subtest("this node's Authelia has the UI's rule, first, and applies it"):
+          machine.wait_for_unit("authelia-main.service")
+          machine.wait_for_open_port(9092)
+          config = machine.succeed("systemctl show -P ExecStart authelia-main | grep -o -- '--config [^ ;]*' | head -1").split()[1].split(",")[0]
+          rules = json.loads(machine.succeed(f"yq -o=json '.access_control.rules' {config}"))
+          assert rules[0] == {"domain": ["jobs.test.example"], "policy": "one_factor", "subject": ["group:fediversity-admins"]}, rules
+
+          def authz(url):
+              return machine.succeed(
+                  "curl -s -o /dev/null -w '%{http_code}' -H 'X-Original-Method: GET'"
+                  f" -H 'X-Original-URL: {url}' http://127.0.0.1:9092/api/authz/auth-request"
+              ).strip()
+
+          # The UI's name needs a sign-in (one_factor): 401 without a session.
+          assert authz("https://jobs.test.example/") == "401"
+          # The control: a name without a rule is denied outright (default_policy deny).
+          assert authz("https://other.test.example/") == "403"
 
       with subtest("without an identity layer the admin UI answers 403 and never serves the token"):
           switch(f"{TOPLEVEL}/specialisation/ui-closed")
@@ -485,12 +632,33 @@ in
           assert result["status"] == "succeeded", result
           assert (result["verb"], result["attribute"], result["namespace"]) == ("apply", "demo", "vm-test"), result
           assert "demo-apply: namespace=vm-test message=hello from the VM" in logs, logs
+          # The repository's keys: a declared default, the node's value of its node-only key.
+          assert 'published-hosts: ["demo.test.example"]' in logs, logs
+          assert "node-site: vm-site" in logs, logs
+          assert "self-module-source: unset" in logs, logs
           assert "token: [REDACTED]" in logs, logs
           assert DEPLOY_TOKEN not in logs and DEPLOY_TOKEN not in json.dumps(info), logs
           # jobenv journaled the run under the Windmill job id, in the worker's state directory.
           entry = journal_entry(job)
           assert entry["status"] == "succeeded" and entry["verb"] == "apply", entry
           assert machine.succeed(f"stat -c '%U:%G %a' {STATE_DIR}").strip() == "windmill:windmill 750"
+
+      with subtest("a payload never sets a node-only key or pin"):
+          job, info, logs = run_job(
+              token,
+              "deploy",
+              {"ATTRIBUTE": "demo", "NAMESPACE": "vm-test", "MESSAGE": "m", "NODE_SITE": "payload-site", "SELF_MODULE_SOURCE": "/payload/source"},
+          )
+          assert info["success"], (info, logs)
+          assert "node-site: vm-site" in logs and "self-module-source: unset" in logs, logs
+          # jobenv says which keys it dropped (the program prints them lower-case), never the
+          # values.
+          assert "SELF_MODULE_SOURCE" in logs and "NODE_SITE" in logs, logs
+          assert "/payload/source" not in logs and "payload-site" not in logs, logs
+          keys = json.loads(machine.succeed("cat /etc/fediversity-windmill/deploy-keys.json"))
+          assert keys["NODE_SITE"].get("node_only") is True and keys["SELF_MODULE_SOURCE"].get("node_only") is True, keys
+          assert "node_only" not in keys["MESSAGE"], keys
+          assert json.loads(machine.succeed("cat /etc/fediversity-windmill/deployment-attributes.json")) == ["demo", "slow"]
 
       with subtest("tf-token.env reaches the deployment program"):
           assert "tf token: [REDACTED]" in logs, logs
@@ -500,6 +668,10 @@ in
               assert machine.succeed(f"stat -c '%U:%G %a' /run/incus-deploy/{name}").strip() == "root:windmill 440", name
           assert machine.succeed("cat /run/incus-deploy/tf-token.env").strip() == f"TF_VAR_token={TF_TOKEN}"
           assert machine.succeed("cat /run/incus-deploy/incus-store-ssh.key").strip() == "vm-test-ssh-key"
+          # The programs learn where the store keys are from node-owned keys.
+          env = json.loads(machine.succeed("cat /etc/fediversity-windmill/deploy-env.json"))
+          assert env["INCUS_STORE_SSH_KEY_FILE"] == "/run/incus-deploy/incus-store-ssh.key", env
+          assert env["INCUS_STORE_SIGNING_KEY_FILE"] == "/run/incus-deploy/incus-store-signing.key", env
           required = json.loads(machine.succeed("cat /etc/fediversity-windmill/required-secrets.json"))
           assert required == ["TF_VAR_demo_token", "TF_VAR_token"], required
 
@@ -618,33 +790,76 @@ in
           assert info["success"], (info, logs)
 
       with subtest("a changed script is uploaded again after the bootstrap restarts"):
-          before = script_hashes(token)
+          before = script_hashes(admin)
           switch(f"{TOPLEVEL}/specialisation/changed-script")
           new_dir = machine.succeed("jq -r .scripts.dir /etc/fediversity-windmill/bootstrap.json").strip()
           assert new_dir != SCRIPTS, new_dir
           local = machine.succeed(f"cat {new_dir}/f/fediversity/deploy.py")
           assert local.endswith("# changed for the VM test\n"), local
           machine.wait_until_succeeds(
-              f"curl -sf -H 'Authorization: Bearer '\"$(BAO_ADDR=http://127.0.0.1:8200 BAO_TOKEN={ROOT_TOKEN} bao kv get -field=value secret/windmill/apiToken)\""
+              "curl -sf -H \"Authorization: Bearer $(sed -n 's/.*Bearer \\([^\\\";]*\\).*/\\1/p' /run/windmill-ui-auth/token.conf)\""
               " http://127.0.0.1:8001/api/w/fediversity/scripts/get/p/f/fediversity/deploy"
               " | jq -e '.content | endswith(\"# changed for the VM test\\n\")'",
               timeout=300,
           )
           machine.wait_for_unit("fediversity-windmill-bootstrap.service")
-          token = bao("kv get -field=value secret/windmill/apiToken").strip()
-          after = script_hashes(token)
+          token, admin = front_end_token(), ui_token()
+          after = script_hashes(admin)
           assert after["deploy"] != before["deploy"], (before, after)
           assert after["destroy"] == before["destroy"] and after["_jobenv"] == before["_jobenv"], (before, after)
           switch(TOPLEVEL)
 
+      with subtest("the generated superadmin password is root's, stays, and logs in"):
+          assert machine.succeed(f"stat -c '%U:%G %a' {ADMIN_PASSWORD_FILE}").strip() == "root:root 400"
+          assert machine.succeed("stat -c '%U:%G %a' /var/lib/fediversity-windmill").strip() == "root:root 700"
+          generated = machine.succeed(f"cat {ADMIN_PASSWORD_FILE}").strip()
+          assert len(generated) == 64 and all(c in "0123456789abcdef" for c in generated), len(generated)
+          login = json.dumps({"email": "admin@windmill.dev", "password": generated})
+          machine.succeed(f"curl -sf -X POST -H 'Content-Type: application/json' -d {shlex.quote(login)} http://127.0.0.1:8001/api/auth/login")
+          # Nowhere else: not the bootstrap's configuration, a unit or the journal.
+          machine.fail(f"grep -rqF {generated} /etc/fediversity-windmill /etc/systemd/system")
+          machine.fail(f"journalctl -o cat | grep -qF {generated}")
+          # The node never changes it by itself: not when its unit runs again, nor after a reboot's
+          # worth of reruns.
+          machine.succeed("systemctl restart fediversity-windmill-admin-password.service fediversity-windmill-bootstrap.service")
+          machine.wait_for_unit("fediversity-windmill-bootstrap.service")
+          assert machine.succeed(f"cat {ADMIN_PASSWORD_FILE}").strip() == generated
+          token, admin = front_end_token(), ui_token()
+
       with subtest("a new admin password reruns the bootstrap"):
-          bao("kv put secret/windmill/adminPassword value=${newAdminPassword}")
+          # The operator replaces the generated one by hand; the path unit reruns the bootstrap.
+          machine.succeed(f"install -m 0400 /dev/null {ADMIN_PASSWORD_FILE}.new && printf '%s\\n' ${newAdminPassword} > {ADMIN_PASSWORD_FILE}.new && mv {ADMIN_PASSWORD_FILE}.new {ADMIN_PASSWORD_FILE}")
           machine.wait_until_succeeds(
               "curl -sf -X POST -H 'Content-Type: application/json'"
               " -d '{\"email\": \"admin@windmill.dev\", \"password\": \"${newAdminPassword}\"}'"
               " http://127.0.0.1:8001/api/auth/login",
               timeout=300,
           )
+
+      with subtest("the backup stores the database and a restore brings it back"):
+          assert machine.succeed("stat -c '%U:%G %a' /run/fediversity-windmill/backup/restic-password").strip() == "root:root 400"
+          machine.succeed("systemctl start fediversity-windmill-backup.service")
+          assert prop("fediversity-windmill-backup", "Result") == "success"
+          snapshots = json.loads(machine.succeed("fediversity-windmill-restic snapshots --json --tag windmill-database"))
+          assert len(snapshots) == 1 and snapshots[0]["paths"] == ["/windmill.sql"], snapshots
+          dump = machine.succeed("fediversity-windmill-restic dump --tag windmill-database latest /windmill.sql")
+          assert "CREATE TABLE public.script" in dump, dump[:2000]
+          # The password reached restic from its file, never the unit's environment.
+          assert RESTIC_PASSWORD not in prop("fediversity-windmill-backup", "Environment")
+          machine.fail(f"grep -rqF {RESTIC_PASSWORD} /etc/systemd/system")
+          # A restore, as the README says, into a scratch database: the scripts are there.
+          machine.succeed("runuser -u postgres -- createdb --owner windmill windmill_restore")
+          machine.succeed(
+              "fediversity-windmill-restic dump --tag windmill-database latest /windmill.sql"
+              " | runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 --dbname windmill_restore"
+          )
+          count = "SELECT count(*) FROM script WHERE path LIKE 'f/fediversity/%'"
+          restored = machine.succeed(f"runuser -u postgres -- psql -tA --dbname windmill_restore -c \"{count}\"").strip()
+          live = machine.succeed(f"runuser -u postgres -- psql -tA --dbname windmill -c \"{count}\"").strip()
+          assert restored == live and int(live) >= 3, (restored, live)
+          # A second run adds a snapshot and the prune keeps within its policy.
+          machine.succeed("systemctl start fediversity-windmill-backup.service")
+          assert len(json.loads(machine.succeed("fediversity-windmill-restic snapshots --json --tag windmill-database"))) in (1, 2)
 
       with subtest("unit, file and Nix settings"):
           assert prop("windmill-worker", "KillMode") == "mixed"
@@ -655,8 +870,9 @@ in
           assert "recover --state-dir /var/lib/fediversity-jobenv" in prop("windmill-worker", "ExecStartPre")
           worker_env = prop("windmill-worker", "Environment").split()
           assert "MAX_WAIT_FOR_SIGINT=10" in worker_env, worker_env
-          assert "WHITELIST_ENVS=JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR" in worker_env, worker_env
+          assert "WHITELIST_ENVS=JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR" in worker_env, worker_env
           assert "JOBENV_SECRETS_ENV_FILES=/run/incus-deploy/tf-token.env" in worker_env, worker_env
+          assert "JOBENV_LOCK_TIMEOUT=30" in worker_env and "JOBENV_GRACE=3" in worker_env, worker_env
           for unit in UNITS:
               assert prop(unit, "RestartUSec") == "5s", unit
               assert "openbao-agent-default.service" in prop(unit, "After").split(), unit

@@ -21,7 +21,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-pub use file::DEFAULT_LOCK_FILE;
+pub use checks::is_reserved_label;
+pub use file::{DEFAULT_LOCK_FILE, DEFAULT_STATE_FILE};
 
 #[derive(Debug)]
 pub struct Config {
@@ -35,6 +36,8 @@ pub struct Config {
     pub ui_auth: UiAuth,
     pub retry: Retry,
     pub lock_file: PathBuf,
+    /// The labels minted under and the script versions created, between runs (`state.rs`).
+    pub state_file: PathBuf,
 }
 
 #[derive(Debug)]
@@ -229,7 +232,7 @@ mod tests {
         assert_eq!(c.database.role, "windmill_admin");
         assert_eq!((c.workspace.id.as_str(), c.workspace.name.as_str(), c.workspace.folder.as_str()), ("fediversity", "fediversity", "fediversity"));
         assert_eq!(c.token.label, "fediversity");
-        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"]);
+        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"]);
         assert!(c.token.bind_to_workspace);
         assert!(c.token.revoke_previous);
         assert_eq!(c.ui_auth.label, "fediversity-ui");
@@ -244,6 +247,7 @@ mod tests {
         assert_eq!(c.retry.delay, Duration::from_secs(5));
         assert_eq!(c.retry.ready_timeout, Duration::from_secs(300));
         assert_eq!(c.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
+        assert_eq!(c.state_file, PathBuf::from(DEFAULT_STATE_FILE));
         // The DSN's password is known, to be scrubbed.
         assert_eq!(c.database.password.as_ref().map(Secret::expose), Some("dbsecret"));
         // The node password, the default one, the DSN and its password.
@@ -257,7 +261,7 @@ mod tests {
     fn the_default_scopes_follow_the_folder_and_null_is_the_default() {
         let (_dir, path) = setup(serde_json::json!({"openbao": {"addr": "http://x:1"}, "workspace": {"folder": "ops"}, "token": {"scopes": null}}));
         let c = load_with(&path, &NoEnv).unwrap();
-        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/ops/deploy,f/ops/destroy", "jobs:read", "jobs:write"]);
+        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/ops/deploy,f/ops/destroy"]);
         let (_dir, path) = setup(serde_json::json!({"openbao": {"addr": "http://x:1"}, "token": {"scopes": [], "bind_to_workspace": false}}));
         let c = load_with(&path, &NoEnv).unwrap();
         assert!(c.token.scopes.is_empty() && !c.token.bind_to_workspace);

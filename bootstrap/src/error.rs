@@ -24,9 +24,10 @@ pub enum Error {
     Config(String),
     #[error("{what} {} cannot be read: {source}", path.display())]
     ReadFile { what: &'static str, path: PathBuf, source: io::Error },
-    /// The request never got an answer (connect, reset, timeout), after `tries` tries.
+    /// The request never got an answer (connect, reset, timeout), after `tries` tries;
+    /// `reached`: whether a try may have reached the server (any failure but a connect's).
     #[error("{service} {call}: {detail} (after {tries} tries)")]
-    Transport { service: &'static str, call: String, detail: String, tries: usize },
+    Transport { service: &'static str, call: String, detail: String, tries: usize, reached: bool },
     /// An answer the bootstrap cannot go on with. `message` is the server's own error text
     /// (Windmill's `<Kind>: <message>`, OpenBao's `errors`), shortened.
     #[error("{service} {call} answered {status}{}: {message}", tries_suffix(*.tries))]
@@ -65,6 +66,27 @@ pub enum Error {
          the token was not stored"
     )]
     ScopesNotEnforced { version: String, label: String, call: String, status: u16 },
+    /// The proof of step 7: Windmill answered a call the new token must be refused with
+    /// something else than 403 (`why`: the status and what it means).
+    #[error(
+        "Windmill {version} answered the new token labeled {label} {call} with {why}, where its scopes must refuse it with 403; \
+         the token was not stored"
+    )]
+    LimitNotShown { version: String, label: String, call: String, why: String },
+    /// The state file (`state.rs`) cannot be read, is not one the bootstrap wrote, or cannot be
+    /// written.
+    #[error("state file {}: {detail}", path.display())]
+    StateFile { path: PathBuf, detail: String },
+    /// Step 7's write to OpenBao failed in a way that may have written it (no answer, a 5xx), and
+    /// the secret could not be read back: whether OpenBao holds the new token is unknown.
+    #[error(
+        "{write}; reading the secret back to see whether the write happened failed too ({read}): OpenBao may hold the new token, \
+         so it was kept, not deleted (a later run's step 9 revokes it if it is not the one stored)"
+    )]
+    MaybeStored { write: Box<Error>, read: Box<Error> },
+    /// Step 8: the include's directory may be written by others.
+    #[error("{} {why}; not written (make the directory writable by its owner and group only)", file.display())]
+    UnsafeDirectory { file: PathBuf, why: String },
     #[error("{path}: a concurrent writer changed the script again after it was re-read; not retried twice")]
     ScriptConflict { path: String },
     /// A failure while converging one script.

@@ -13,6 +13,7 @@
 //! the final scrub of the whole message could no longer find a secret that the cut split.
 
 use std::error::Error as _;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -144,12 +145,22 @@ pub async fn send(
 ) -> Result<Answer> {
     let carried: Vec<Secret> = carried.iter().map(|s| (*s).clone()).collect();
     let mut tries = 0usize;
+    // Whether a try may have reached the server: anything but a connect that failed. A write
+    // whose every try failed to connect did not happen; any other may have.
+    let reached = std::sync::atomic::AtomicBool::new(false);
     let attempt = || {
         tries += 1;
         let request = build();
         let carried = carried.clone();
+        let reached = &reached;
         async move {
-            let response = request.send().await.map_err(|e| Transient::no_answer(describe(&e)))?;
+            let response = request.send().await.map_err(|e| {
+                if !e.is_connect() {
+                    reached.store(true, Ordering::Relaxed);
+                }
+                Transient::no_answer(describe(&e))
+            })?;
+            reached.store(true, Ordering::Relaxed);
             let status = response.status();
             let body = read_body(response).await.map_err(|e| match e {
                 BodyError::TooLarge => Transient { detail: too_large(), answer: None, too_large: true },
@@ -180,7 +191,7 @@ pub async fn send(
             message: answer.shown(),
             tries,
         }),
-        Err(Transient { detail, answer: None, .. }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries }),
+        Err(Transient { detail, answer: None, .. }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries, reached: reached.load(Ordering::Relaxed) }),
     }
 }
 

@@ -6,8 +6,9 @@
 //! - [`windmill`] and [`openbao`]: the two HTTP APIs, over [`http`] (one client, retries);
 //! - [`password`]: the argon2 hash and the `password` table;
 //! - [`scripts`]: the local tree and its upload;
-//! - [`token`] and [`scope`]: the two API tokens (the UI's, the front-end's scoped one), their
-//!   life from mint to revoke, and Windmill's scope grammar;
+//! - [`state`]: what a run remembers for the next (labels minted under, script versions created);
+//! - [`token`], [`proof`] and [`scope`]: the two API tokens (the UI's, the front-end's scoped
+//!   one), their life from mint to revoke, what each is shown to do, and Windmill's scopes;
 //! - [`ui_auth_include`]: the nginx include that holds the token;
 //! - [`steps`] and [`report`]: the nine steps and their log lines;
 //! - [`error`]: the one error type and its exit codes.
@@ -21,9 +22,11 @@ pub mod error;
 pub mod http;
 pub mod openbao;
 pub mod password;
+pub mod proof;
 pub mod report;
 pub mod scope;
 pub mod scripts;
+pub mod state;
 pub mod steps;
 pub mod token;
 pub mod ui_auth_include;

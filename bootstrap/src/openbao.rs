@@ -23,6 +23,16 @@ pub struct OpenBao {
     policy: Policy,
 }
 
+/// Where a secret is to be written, found before the write ([`OpenBao::target`]).
+#[derive(Debug)]
+pub struct Target {
+    mount: Option<String>,
+    version: u8,
+    /// Where the data is written: `<mount>/data/<rest>` (KV v2) or the path (KV v1).
+    api_path: String,
+    existed_v1: Option<bool>,
+}
+
 /// Where and how a secret was written.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Written {
@@ -88,30 +98,43 @@ impl OpenBao {
 
     /// `kv put`: the secret becomes exactly `{field: value}`.
     pub async fn put(&self, path: &str, field: &str, value: &Secret) -> Result<Written> {
+        let target = self.target(path).await?;
+        self.write(&target, field, value).await
+    }
+
+    /// What `kv put` finds out before it writes: the mount and KV version of `path`, and on KV v1
+    /// whether the secret exists. Nothing is written.
+    pub async fn target(&self, path: &str) -> Result<Target> {
         let found = self.mount_of(path).await?;
         let (mount, version) = match &found {
             Some((mount, version)) => (Some(mount.clone()), *version),
             None => (None, 1),
         };
         let api_path = data_path(path, mount.as_deref(), version)?;
-        let body = if version == 2 { json!({"data": {field: value.expose()}, "options": {}}) } else { json!({field: value.expose()}) };
         // KV v1 says nothing about the secret in its answer to the write: read it first. A token
         // that may only write (a 403 here) leaves it unknown.
         let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
+        Ok(Target { mount, version, api_path, existed_v1 })
+    }
+
+    /// The write of `kv put` to `target`: the secret becomes exactly `{field: value}`.
+    pub async fn write(&self, target: &Target, field: &str, value: &Secret) -> Result<Written> {
+        let Target { mount, version, api_path, existed_v1 } = target;
+        let body = if *version == 2 { json!({"data": {field: value.expose()}, "options": {}}) } else { json!({field: value.expose()}) };
         let call = format!("PUT /v1/{api_path}");
-        let answer = self.request(Method::PUT, &api_path, &call, Some(&body), Some(value)).await?;
+        let answer = self.request(Method::PUT, api_path, &call, Some(&body), Some(value)).await?;
         // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written.
         if !answer.status.is_success() {
             return Err(status_error(&call, &answer));
         }
-        let existed = if version == 2 {
+        let existed = if *version == 2 {
             // KV v2 answers the version it wrote: the first one means there was none before.
             let written: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
             written.pointer("/data/version").and_then(Value::as_u64).map(|v| v > 1)
         } else {
-            existed_v1
+            *existed_v1
         };
-        Ok(Written { mount, version, existed })
+        Ok(Written { mount: mount.clone(), version: *version, existed })
     }
 
     /// `kv get`: the value of `field` in the secret at `path` (its newest version on KV v2), or

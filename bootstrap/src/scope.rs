@@ -1,53 +1,130 @@
-//! Windmill's API token scopes, as far as the bootstrap needs them: the grammar a configured
-//! scope is checked against, the default scopes of the front-end's token, and which harmless
-//! read the scopes must refuse (the proof of step 7).
+//! Windmill's API token scopes, as far as the bootstrap needs them: the grammar and the words a
+//! configured scope is checked against, the scopes refused because they would let the
+//! front-end's token run code of its choosing, and the default scopes.
 //!
 //! Windmill parses a scope as `domain:action[:resource]`, a run scope as
 //! `jobs:run:<kind>[:<paths>]` with comma-separated paths (`backend/windmill-api-auth/src/
-//! scopes.rs`, `ScopeDefinition::from_scope_string`), and a scope it cannot parse grants
-//! nothing while still making the token a scoped one. So a typo would not widen a token, but it
-//! would silently take a right away: the configuration refuses what Windmill would not parse.
+//! scopes.rs`, `ScopeDefinition::from_scope_string`), and stores whatever it is given. A scope it
+//! cannot parse grants nothing while still making the token a scoped one; one it parses with an
+//! unknown domain or action makes its route check answer 400 "Invalid scope domain" wherever it
+//! is reached, which breaks the token on every route. So a typo would not widen a token, but it
+//! would silently break it or take a right away: the configuration refuses both.
+//!
+//! Why some scopes are refused outright: the token is owned by the superadmin (a nixpkgs build
+//! cannot create other users through its API), and what it may queue runs with its owner's
+//! rights on the worker, which reads every secret of the node. Windmill's route check maps every
+//! POST that is not a run to `write`, so `jobs:write` reaches `jobs/add_batch_jobs` (a flow given
+//! inline, for a superadmin) and `jobs/queue/import` (jobs with any code and any
+//! `permissioned_as`); a bare `jobs:run` runs previews; `scripts:write` replaces the deploy
+//! script; a run scope without paths, or with a wildcard, covers whatever anyone deploys later.
 
 /// The longest scope accepted: run scopes list paths, but nothing real comes near this.
 pub const MAX_LEN: usize = 256;
 /// The most scopes a token is given.
 pub const MAX_SCOPES: usize = 64;
 
+/// Windmill's scope domains (`ScopeDomain::from_str` of the version matching CE 1.743.0, its
+/// aliases left out: they are refused with the name to use instead).
+const DOMAINS: &[&str] = &[
+    "jobs", "scripts", "flows", "apps", "variables", "resources", "schedules", "folders", "users", "groups", "workspaces",
+    "http_triggers", "websocket_triggers", "kafka_triggers", "nats_triggers", "mqtt_triggers", "sqs_triggers", "gcp_triggers",
+    "postgres_triggers", "email_triggers", "native_triggers", "audit", "settings", "workers", "service_logs", "configs", "oauth",
+    "ai", "indexer", "teams", "git_sync", "capture", "drafts", "favorites", "inputs", "job_helpers", "concurrency_groups", "oidc",
+    "openapi", "acls", "raw_apps", "agent_workers", "mcp",
+];
+/// Windmill's aliases of domains, and what they stand for.
+const ALIASES: &[(&str, &str)] = &[("jobs_u", "jobs"), ("apps_u", "apps"), ("srch", "indexer"), ("github_app", "git_sync")];
+/// `ScopeAction::from_str`; `delete` is Windmill's other name for `write`.
+const ACTIONS: &[&str] = &["read", "write", "delete", "run"];
+/// The kinds of `jobs:run:<kind>` (`determine_kind_from_route`).
+const RUN_KINDS: &[&str] = &["scripts", "flows"];
+/// Windmill's tag filter (`if_jobs:filter_tags:<tags>`): skipped by the route check, it only
+/// narrows the worker tags a job may use.
+const TAG_FILTER: &str = "if_jobs:filter_tags:";
+
 /// The front-end's scopes when `token.scopes` is absent or `null`: run the folder's deploy and
-/// destroy scripts, read jobs, cancel them (`jobs:write`).
+/// destroy scripts. Reading their jobs comes with it (Windmill's `run` includes `read`);
+/// cancelling needs `jobs:write`, refused (see the module comment).
 pub fn defaults(folder: &str) -> Vec<String> {
-    vec![format!("jobs:run:scripts:f/{folder}/deploy,f/{folder}/destroy"), "jobs:read".to_owned(), "jobs:write".to_owned()]
+    vec![format!("jobs:run:scripts:f/{folder}/deploy,f/{folder}/destroy")]
 }
 
-/// What is wrong with `scope`, or `None` when Windmill would parse it as a scope.
-pub fn problem(scope: &str) -> Option<String> {
+/// A scope taken apart, with `delete` read as `write`.
+struct Parsed<'a> {
+    domain: &'a str,
+    action: &'a str,
+    kind: Option<&'a str>,
+    resources: Option<Vec<&'a str>>,
+}
+
+fn parse(scope: &str) -> Result<Parsed<'_>, String> {
     if scope.chars().count() > MAX_LEN {
-        return Some(format!("is {} characters, more than {MAX_LEN}", scope.chars().count()));
+        return Err(format!("is {} characters, more than {MAX_LEN}", scope.chars().count()));
     }
     if scope.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Some("has whitespace or a control character".to_owned());
+        return Err("has whitespace or a control character".to_owned());
     }
     let parts: Vec<&str> = scope.split(':').collect();
     let runs = parts.len() >= 3 && parts[0] == "jobs" && parts[1] == "run";
     if !(2..=4).contains(&parts.len()) || (parts.len() == 4 && !runs) {
-        return Some("is not domain:action[:resource] (or jobs:run:<kind>[:<paths>])".to_owned());
+        return Err("is not domain:action[:resource] (or jobs:run:<kind>[:<paths>])".to_owned());
     }
-    if !is_word(parts[0]) || !is_word(parts[1]) {
-        return Some("has a domain or action that is not a lower-case word (letters, digits, _)".to_owned());
+    let (domain, action) = (parts[0], parts[1]);
+    if let Some((_, canonical)) = ALIASES.iter().find(|(alias, _)| *alias == domain) {
+        return Err(format!("uses {domain}, Windmill's other name for the domain {canonical}: write {canonical}"));
     }
-    if runs && !is_word(parts[2]) {
-        return Some("has a run kind that is not a lower-case word (scripts, flows)".to_owned());
+    if !DOMAINS.contains(&domain) {
+        return Err(format!("has the domain {domain:?}, which is none of Windmill's ({})", DOMAINS.join(", ")));
+    }
+    if !ACTIONS.contains(&action) {
+        return Err(format!("has the action {action:?}, which is none of Windmill's ({})", ACTIONS.join(", ")));
+    }
+    let kind = runs.then(|| parts[2]);
+    if kind.is_some_and(|kind| !RUN_KINDS.contains(&kind)) {
+        return Err(format!("has a run kind that is none of Windmill's ({})", RUN_KINDS.join(", ")));
     }
     let resources = if runs { parts.get(3) } else { parts.get(2) };
     if resources.is_some_and(|r| r.split(',').any(|item| item.is_empty() || !item.chars().all(|c| c.is_ascii_graphic()))) {
-        return Some("has an empty or non-ASCII resource (resources are comma-separated, e.g. f/folder/script or f/folder/*)".to_owned());
+        return Err("has an empty or non-ASCII resource (resources are comma-separated, e.g. f/folder/script)".to_owned());
     }
-    None
+    let action = if action == "delete" { "write" } else { action };
+    Ok(Parsed { domain, action, kind, resources: resources.map(|r| r.split(',').collect()) })
 }
 
-fn is_word(part: &str) -> bool {
-    let mut chars = part.chars();
-    chars.next().is_some_and(|c| c.is_ascii_lowercase()) && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+/// What is wrong with `scope`, or `None` when Windmill would parse it and knows its words.
+pub fn problem(scope: &str) -> Option<String> {
+    if scope.starts_with(TAG_FILTER) {
+        return None;
+    }
+    parse(scope).err()
+}
+
+/// Why `scope` would let whoever holds the front-end's token run code of its choosing (or
+/// replace the code a deploy runs), or `None`. Judged by domain and action, not resources: the
+/// route check ignores resources (a handler narrows only some routes).
+pub fn danger(scope: &str) -> Option<String> {
+    if scope == "*" {
+        return Some("\"*\" is Windmill's scope for everything: previews, script uploads and every other route".to_owned());
+    }
+    let Ok(p) = parse(scope) else { return None };
+    let owner = "with a token owned by the superadmin, that runs any code on the worker";
+    match (p.domain, p.action) {
+        ("jobs", "write") => Some(format!(
+            "it grants POST jobs/add_batch_jobs (a flow sent with the request) and jobs/queue/import (jobs with any code and any owner's rights): {owner}"
+        )),
+        ("jobs", "run") => match (p.kind, p.resources) {
+            (None, _) => Some(format!("a run scope without a kind runs previews (code sent with the request): {owner}")),
+            (Some(kind), None) => Some(format!("it runs every one of the workspace's {kind}, whoever deploys them: list their paths")),
+            (Some(_), Some(paths)) if paths.iter().any(|p| p.contains('*')) => {
+                Some("a wildcard path covers whatever anyone deploys there later: list the paths".to_owned())
+            }
+            _ => None,
+        },
+        ("scripts", "write") => Some(format!("it creates and replaces scripts, the deploy script included, whose code the next deploy runs: {owner}")),
+        ("flows", "write") => Some(format!("it creates flows, whose inline steps are any code: {owner}")),
+        ("apps", "write") => Some(format!("it writes apps and runs their components, whose inline scripts are any code: {owner}")),
+        _ => None,
+    }
 }
 
 /// Harmless read-only calls of a workspace (`/api/w/<id>/` + this), each in a domain of its
@@ -82,35 +159,35 @@ mod tests {
     fn windmills_scopes_are_accepted() {
         for good in [
             "jobs:read",
-            "jobs:write",
-            "jobs:run",
-            "jobs:run:scripts",
             "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy",
-            "jobs:run:scripts:f/fediversity/*",
+            "jobs:run:flows:f/fediversity/flow",
             "users:read",
             "workspaces:read",
-            "scripts:write:f/folder/*",
+            "variables:delete",
             "if_jobs:filter_tags:a,b",
         ] {
             assert_eq!(problem(good), None, "{good}");
+            assert_eq!(danger(good), None, "{good}");
         }
         for d in defaults("fedi_x") {
-            assert_eq!(problem(&d), None, "{d}");
+            assert_eq!((problem(&d), danger(&d)), (None, None), "{d}");
         }
     }
 
     #[test]
-    fn what_windmill_would_not_parse_is_named() {
+    fn what_windmill_would_not_parse_or_know_is_named() {
         for (bad, why) in [
             ("", "is not domain:action"),
-            ("*", "is not domain:action"),
             ("jobs", "is not domain:action"),
             ("jobs:read:a:b", "is not domain:action"),
             ("a:b:c:d:e", "is not domain:action"),
             ("jobs: read", "whitespace"),
             ("jobs:read\n", "whitespace or a control"),
             ("jobs:\u{7f}read", "control"),
-            ("Jobs:read", "lower-case word"),
+            ("Jobs:read", "the domain \"Jobs\", which is none of Windmill's (jobs, scripts"),
+            ("varibles:read", "the domain \"varibles\""),
+            ("jobs:reed", "the action \"reed\", which is none of Windmill's (read, write, delete, run)"),
+            ("jobs_u:run:x", "uses jobs_u, Windmill's other name for the domain jobs: write jobs"),
             ("jobs:run:Scripts:x", "run kind"),
             ("jobs:run:scripts:", "empty or non-ASCII resource"),
             ("jobs:run:scripts:a,,b", "empty or non-ASCII resource"),
@@ -121,6 +198,28 @@ mod tests {
         }
         let long = format!("jobs:run:scripts:{}", "f/x/y,".repeat(50));
         assert_eq!(problem(&long), Some(format!("is {} characters, more than 256", long.len())));
+    }
+
+    #[test]
+    fn scopes_that_run_code_of_the_holders_choosing_are_named_with_why() {
+        for (bad, why) in [
+            ("*", "Windmill's scope for everything"),
+            ("jobs:write", "jobs/add_batch_jobs"),
+            ("jobs:delete", "jobs/queue/import"),
+            ("jobs:write:f/x/y", "runs any code on the worker"),
+            ("jobs:run", "previews"),
+            ("jobs:run:scripts", "every one of the workspace's scripts"),
+            ("jobs:run:flows", "every one of the workspace's flows"),
+            ("jobs:run:scripts:*", "wildcard"),
+            ("jobs:run:scripts:f/fediversity/deploy,f/fediversity/*", "wildcard"),
+            ("scripts:write", "the deploy script included"),
+            ("scripts:write:f/other/*", "the deploy script included"),
+            ("flows:delete", "inline steps"),
+            ("apps:write", "components"),
+        ] {
+            let found = danger(bad).unwrap_or_else(|| panic!("{bad:?} not refused"));
+            assert!(found.contains(why), "{bad:?}: {found}");
+        }
     }
 
     #[test]

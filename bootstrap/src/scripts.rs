@@ -6,15 +6,18 @@
 //! field the bootstrap sends is compared.
 //!
 //! Per script, as the `wmill` CLI's `handleFile` does (Windmill's
-//! `cli/src/commands/script/script.ts`): GET the newest version; leave it when it is not archived, its dependency job did not fail, and content (by
-//! SHA-256), language, summary and description match; otherwise create a version with
-//! `parent_hash` = its hash (none when absent). `lock` is never sent nor compared: the server
-//! fills it in for python3.
+//! `cli/src/commands/script/script.ts`): GET the newest version; leave it when it is what the
+//! bootstrap would create (see [`decide`]); otherwise create a version with `parent_hash` = its
+//! hash (none when absent), with the bootstrap's own fields only. `lock` is never sent: the
+//! server fills it in for python3.
 //!
-//! A failed dependency job (`lock_error_logs` set) counts as drift: nixpkgs' Windmill 1.587
-//! locks Python with 3.11 until step 6 sets `instance_python_version`, so the scripts a fresh
-//! node gets in step 5 may be left with a lock error; with content unchanged they would
-//! otherwise never be uploaded again, and never run.
+//! What the bootstrap would create: not archived, its dependency job not failed, content (by
+//! SHA-256), language, summary and description as the file says, every runtime setting the
+//! bootstrap does not send at its default, and no lock but the server's own. A failed
+//! dependency job (`lock_error_logs` set) counts as drift: nixpkgs' Windmill 1.587 locks Python
+//! with 3.11 until step 6 sets `instance_python_version`, so the scripts a fresh node gets in
+//! step 5 may be left with a lock error; with content unchanged they would otherwise never be
+//! uploaded again, and never run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
+use crate::state::State;
 use crate::windmill::{Created, NewScript, RemoteScript, Windmill};
 
 #[derive(Debug)]
@@ -112,38 +116,99 @@ pub fn scan(dir: &Path) -> Result<Vec<LocalScript>> {
     if problems.is_empty() { Ok(scripts) } else { Err(Error::Config(problems.join("\n"))) }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Unchanged,
     Created,
-    Updated,
+    /// A new version replaces the remote one, for these reasons (field names, never values: an
+    /// `envs` entry may hold a secret).
+    Updated(Vec<String>),
 }
 
-/// What to do about one script, from its newest remote version.
-fn decide(local: &LocalScript, remote: Option<&RemoteScript>) -> Change {
-    match remote {
-        None => Change::Created,
-        Some(r) => {
-            let lock_failed = r.lock_error_logs.as_deref().is_some_and(|logs| !logs.is_empty());
-            let same = !r.archived
-                && !lock_failed
-                && r.language == local.language
-                && r.summary.as_deref().unwrap_or("") == local.summary
-                && r.description.as_deref().unwrap_or("") == local.description
-                && <[u8; 32]>::from(Sha256::digest(r.content.as_bytes())) == local.sha256;
-            if same { Change::Unchanged } else { Change::Updated }
-        }
+/// The fields of `NewScript` the bootstrap leaves at their defaults (Windmill's OpenAPI and
+/// `backend/windmill-types/src/scripts.rs`) that change how, where, as whom or how long a script
+/// runs, besides `lock` (see [`decide`]). Whoever sets one (an `on_behalf_of_email`, `envs`, a
+/// `tag` that sends the job to another worker, a `timeout`, `delete_after_use`, a `codebase` or
+/// `modules` that run other code than `content`) changes what a deploy does without touching
+/// the content; the bootstrap puts its own version back. `debounce_*` fields are matched by
+/// prefix. Fields the server derives from the content (`has_preprocessor`, `no_main_func`,
+/// `assets`) follow the content, compared already.
+const RUNTIME_FIELDS: [&str; 21] = [
+    "kind",
+    "tag",
+    "draft_only",
+    "envs",
+    "concurrent_limit",
+    "concurrency_time_window_s",
+    "concurrency_key",
+    "cache_ttl",
+    "cache_ignore_s3_path",
+    "dedicated_worker",
+    "ws_error_handler_muted",
+    "priority",
+    "restart_unless_cancelled",
+    "timeout",
+    "delete_after_use",
+    "visible_to_runner_only",
+    "codebase",
+    "on_behalf_of_email",
+    "preserve_on_behalf_of",
+    "schema",
+    "modules",
+];
+
+/// A field at the value the server gives it when the request leaves it out: absent, null, false,
+/// empty; `kind` is `script`.
+fn is_default(field: &str, value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::String(s) => s.is_empty() || (field == "kind" && s == "script"),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Number(_) | Value::Bool(true) => false,
     }
 }
 
-/// Converges one script; with `check`, only says what it would do.
-async fn converge_one(client: &Windmill, workspace: &str, local: &LocalScript, check: bool) -> Result<Change> {
+/// What to do about one script, from its newest remote version; `ours`: the hash of the last
+/// version the bootstrap created at this path (the state file).
+///
+/// A `lock` is expected on python3 versions the bootstrap created (the server's dependency job
+/// fills it in); on any other version it may be one the writer chose (pinned packages of their
+/// own), so it is drift. Bash never has one (the server forces `""`).
+pub fn decide(local: &LocalScript, remote: Option<&RemoteScript>, ours: Option<&str>) -> Change {
+    let Some(r) = remote else { return Change::Created };
+    let mut why: Vec<String> = Vec::new();
+    let mut differs = |differs: bool, what: &str| {
+        if differs {
+            why.push(what.to_owned());
+        }
+    };
+    differs(r.archived, "archived");
+    differs(r.lock_error_logs.as_deref().is_some_and(|logs| !logs.is_empty()), "its dependency job failed");
+    differs(r.language != local.language, "language");
+    differs(r.summary.as_deref().unwrap_or("") != local.summary, "summary");
+    differs(r.description.as_deref().unwrap_or("") != local.description, "description");
+    differs(<[u8; 32]>::from(Sha256::digest(r.content.as_bytes())) != local.sha256, "content");
+    for (field, value) in &r.other {
+        let runtime = RUNTIME_FIELDS.contains(&field.as_str()) || field.starts_with("debounce_");
+        differs(runtime && !is_default(field, value), field);
+    }
+    let lock = r.other.get("lock").filter(|lock| !is_default("lock", lock));
+    let servers_own = local.language == "python3" && ours == Some(r.hash.as_str());
+    differs(lock.is_some() && !servers_own, "lock");
+    if why.is_empty() { Change::Unchanged } else { Change::Updated(why) }
+}
+
+/// Converges one script; with `check`, only says what it would do. Also the hash of the version
+/// it created, when it did and knows it.
+async fn converge_one(client: &Windmill, workspace: &str, local: &LocalScript, ours: Option<&str>, check: bool) -> Result<(Change, Option<String>)> {
     let mut reread = false;
     loop {
         let remote = client.get_script(workspace, &local.path).await?;
-        let change = decide(local, remote.as_ref());
+        let change = decide(local, remote.as_ref(), ours);
         if change == Change::Unchanged || check {
-            return Ok(change);
+            return Ok((change, None));
         }
         let new = NewScript {
             path: &local.path,
@@ -156,11 +221,15 @@ async fn converge_one(client: &Windmill, workspace: &str, local: &LocalScript, c
         match client.create_script(workspace, &new).await? {
             Created::Hash(hash) => {
                 tracing::debug!("{}: version {hash} created", local.path);
-                return Ok(change);
+                return Ok((change, Some(hash)));
             }
-            // The identical request was applied by an earlier try whose answer got lost:
-            // the version we wanted exists.
-            Created::SameHashExists => return Ok(change),
+            // The identical request was applied by an earlier try whose answer got lost: the
+            // version we wanted exists, and is the head unless someone wrote since.
+            Created::SameHashExists => {
+                let head = client.get_script(workspace, &local.path).await?;
+                let ours = head.filter(|h| decide(local, Some(h), Some(&h.hash)) == Change::Unchanged).map(|h| h.hash);
+                return Ok((change, ours));
+            }
             Created::Conflict(message) if !reread => {
                 tracing::debug!("{}: {message}; re-reading once", local.path);
                 reread = true;
@@ -176,20 +245,22 @@ pub async fn converge(
     client: &Windmill,
     workspace: &str,
     scripts: Vec<LocalScript>,
+    state: &State,
     concurrency: usize,
     check: bool,
-) -> Result<BTreeMap<String, Change>> {
+) -> Result<BTreeMap<String, (Change, Option<String>)>> {
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
     for local in scripts {
         let (client, workspace, permits, stop) = (client.clone(), workspace.to_owned(), permits.clone(), stop.clone());
+        let ours = state.created(&workspace, &local.path).map(str::to_owned);
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await.expect("the semaphore is never closed");
             if stop.load(Ordering::Relaxed) {
                 return None;
             }
-            let result = converge_one(&client, &workspace, &local, check).await;
+            let result = converge_one(&client, &workspace, &local, ours.as_deref(), check).await;
             if result.is_err() {
                 stop.store(true, Ordering::Relaxed);
             }
@@ -276,11 +347,23 @@ mod tests {
             description: Some(String::new()),
             archived: false,
             lock_error_logs: None,
+            other: serde_json::Map::new(),
         }
     }
 
+    fn with(field: &str, value: serde_json::Value) -> RemoteScript {
+        let mut r = remote("a");
+        r.other.insert(field.into(), value);
+        r
+    }
+
+    fn updated(why: &[&str]) -> Change {
+        Change::Updated(why.iter().map(|w| w.to_string()).collect())
+    }
+
     #[test]
-    fn decide_compares_content_language_summary_description_archived_and_lock_errors() {
+    fn decide_compares_what_the_bootstrap_sends_and_every_runtime_setting_it_does_not() {
+        use serde_json::json;
         let local = LocalScript {
             path: "f/x/deploy".into(),
             file: "deploy.py".into(),
@@ -290,14 +373,38 @@ mod tests {
             content: "a".into(),
             sha256: Sha256::digest(b"a").into(),
         };
-        assert_eq!(decide(&local, None), Change::Created);
-        assert_eq!(decide(&local, Some(&remote("a"))), Change::Unchanged);
-        assert_eq!(decide(&local, Some(&remote("b"))), Change::Updated);
-        assert_eq!(decide(&local, Some(&RemoteScript { archived: true, ..remote("a") })), Change::Updated);
-        assert_eq!(decide(&local, Some(&RemoteScript { language: "bash".into(), ..remote("a") })), Change::Updated);
-        assert_eq!(decide(&local, Some(&RemoteScript { summary: Some("x".into()), ..remote("a") })), Change::Updated);
-        assert_eq!(decide(&local, Some(&RemoteScript { description: Some("x".into()), ..remote("a") })), Change::Updated);
-        assert_eq!(decide(&local, Some(&RemoteScript { lock_error_logs: Some("no matching distribution".into()), ..remote("a") })), Change::Updated);
-        assert_eq!(decide(&local, Some(&RemoteScript { lock_error_logs: Some(String::new()), ..remote("a") })), Change::Unchanged);
+        assert_eq!(decide(&local, None, None), Change::Created);
+        assert_eq!(decide(&local, Some(&remote("a")), None), Change::Unchanged);
+        assert_eq!(decide(&local, Some(&remote("b")), None), updated(&["content"]));
+        assert_eq!(decide(&local, Some(&RemoteScript { archived: true, ..remote("a") }), None), updated(&["archived"]));
+        assert_eq!(decide(&local, Some(&RemoteScript { language: "bash".into(), ..remote("a") }), None), updated(&["language"]));
+        assert_eq!(decide(&local, Some(&RemoteScript { summary: Some("x".into()), ..remote("a") }), None), updated(&["summary"]));
+        assert_eq!(decide(&local, Some(&RemoteScript { description: Some("x".into()), ..remote("a") }), None), updated(&["description"]));
+        let failed = RemoteScript { lock_error_logs: Some("no matching distribution".into()), ..remote("a") };
+        assert_eq!(decide(&local, Some(&failed), None), updated(&["its dependency job failed"]));
+        assert_eq!(decide(&local, Some(&RemoteScript { lock_error_logs: Some(String::new()), ..remote("a") }), None), Change::Unchanged);
+        // Runtime settings: drift when set, not when at the server's default or not runtime.
+        for (field, value) in [
+            ("tag", json!("other-worker")),
+            ("envs", json!(["SECRET=x"])),
+            ("timeout", json!(5)),
+            ("delete_after_use", json!(true)),
+            ("on_behalf_of_email", json!("someone@example.org")),
+            ("kind", json!("approval")),
+            ("schema", json!({"properties": {}})),
+            ("debounce_delay_s", json!(3)),
+            ("codebase", json!("abc")),
+        ] {
+            assert_eq!(decide(&local, Some(&with(field, value)), None), updated(&[field]), "{field}");
+        }
+        for (field, value) in [("tag", json!(null)), ("envs", json!([])), ("kind", json!("script")), ("delete_after_use", json!(false)), ("is_template", json!(true)), ("assets", json!([{"path": "x"}]))] {
+            assert_eq!(decide(&local, Some(&with(field, value)), None), Change::Unchanged, "{field}");
+        }
+        // A lock: the server's own on a version the bootstrap created; anyone else's is drift.
+        let locked = with("lock", json!("# py: 3.12\n"));
+        assert_eq!(decide(&local, Some(&locked), Some("0123456789abcdef")), Change::Unchanged);
+        assert_eq!(decide(&local, Some(&locked), Some("fedcba9876543210")), updated(&["lock"]));
+        assert_eq!(decide(&local, Some(&locked), None), updated(&["lock"]));
+        assert_eq!(decide(&local, Some(&with("lock", json!(""))), None), Change::Unchanged);
     }
 }

@@ -1,24 +1,22 @@
-//! The two API tokens a run mints, each with what it needs, and their life here: mint, prove,
-//! store (in OpenBao or in the include), revoke.
+//! The two API tokens a run mints, each with what it needs, and their life here: mint, store (in
+//! OpenBao or in the include), revoke; what each is shown to do is [`crate::proof`]'s.
 //!
 //! - The UI's token (`ui_auth.label`) has the superadmin's full rights: admins behind the
 //!   forward auth act through it, and every call of the run after step 3 uses it.
 //! - The front-end's token (`token.label`), the one OpenBao holds, gets only `token.scopes` and,
-//!   with `token.bind_to_workspace`, the workspace: a leaked copy then runs the deploy and destroy
-//!   scripts and reads and cancels jobs, and nothing else (no preview, no other script, no
-//!   script upload, no variables, users, tokens or settings).
+//!   with `token.bind_to_workspace`, the workspace: by default a leaked copy runs the deploy and
+//!   destroy scripts and reads jobs, and nothing else (no preview, no other script, no script
+//!   upload, no batch or imported jobs, no cancel, no variables, users, tokens or settings).
 //!
-//! Before OpenBao holds a scoped token, the run proves the limit: the token must be refused a
-//! harmless read its scopes do not cover; a server that grants it (one that stores scopes
-//! without enforcing them) fails the step instead of storing a token that only looks limited. A
-//! token that was minted and not stored when the run fails is deleted again ([`discard`]).
+//! A token that was minted and that no sink holds when the run fails is deleted again
+//! ([`discard`]); one that a sink may hold is kept (a lost answer to OpenBao's write loses no
+//! token that OpenBao holds).
 
 use safe_io::secret::Secret;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::openbao::{self, OpenBao};
-use crate::scope;
 use crate::ui_auth_include;
 use crate::windmill::{NewToken, TokenInfo, Windmill};
 
@@ -73,13 +71,59 @@ impl Minted {
     }
 }
 
+/// How OpenBao came to hold the front-end's token.
+#[derive(Debug)]
+pub enum InOpenBao {
+    /// The write was answered.
+    Written(openbao::Written),
+    /// The write failed in a way that may have written it (`lost`: what happened), and the
+    /// secret, read back, holds the new token.
+    ReadBack { lost: String },
+}
+
 /// Step 7's store: `{field: token}` at `openbao.path`, as `bao kv put` writes it. Once written,
 /// a later failure keeps the token (its consumers may use it already; the next run's step 9
 /// revokes it).
-pub async fn store_in_openbao(bao: &OpenBao, config: &Config, minted: &mut Minted) -> Result<openbao::Written> {
-    let written = bao.put(&config.openbao.path, &config.openbao.field, &minted.token).await?;
-    minted.stored = true;
-    Ok(written)
+///
+/// A write that failed where it may still have happened (no answer, a 5xx or 429 after the
+/// retries: OpenBao or a proxy may have applied it and lost the answer) is checked by reading the
+/// secret back: holding the new token, it is stored; holding anything else, it is not (the
+/// token is deleted as unstored); unreadable, it may be, and the token is kept. A refusal (4xx)
+/// or a connect that never reached OpenBao wrote nothing.
+pub async fn store_in_openbao(bao: &OpenBao, config: &Config, minted: &mut Minted) -> Result<InOpenBao> {
+    let (path, field) = (&config.openbao.path, &config.openbao.field);
+    // A failure before the write (the mount lookup) wrote nothing.
+    let target = bao.target(path).await?;
+    let error = match bao.write(&target, field, &minted.token).await {
+        Ok(written) => {
+            minted.stored = true;
+            return Ok(InOpenBao::Written(written));
+        }
+        Err(error) if !may_have_written(&error) => return Err(error),
+        Err(error) => error,
+    };
+    match bao.get(path, field).await {
+        Ok(Some(held)) if held.expose() == minted.token.expose() => {
+            minted.stored = true;
+            Ok(InOpenBao::ReadBack { lost: error.to_string() })
+        }
+        Ok(_) => Err(error),
+        Err(read) => {
+            minted.stored = true;
+            Err(Error::MaybeStored { write: Box::new(error), read: Box::new(read) })
+        }
+    }
+}
+
+/// Whether a failed write may have been applied: it reached OpenBao (or a proxy in front of it)
+/// and got no answer, a server error or a 429 (which a proxy may answer after forwarding).
+fn may_have_written(error: &Error) -> bool {
+    match error {
+        Error::Transport { reached, .. } => *reached,
+        Error::Status { status, .. } => *status >= 500 || *status == 429,
+        Error::TooLarge { .. } | Error::Unexpected { .. } => true,
+        _ => false,
+    }
 }
 
 /// Step 8's store: the nginx include, written atomically with its owner and mode.
@@ -98,49 +142,6 @@ pub async fn mint(api: &Windmill, spec: TokenSpec, secrets: &mut Vec<Secret>) ->
     Ok(Minted { spec, token, stored: false })
 }
 
-/// How the limit of a token was shown.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Proof {
-    /// An unscoped token has no limit to prove.
-    Unscoped,
-    /// Windmill refused the token `call` with `status` (401 or 403).
-    Refused { call: String, status: u16 },
-}
-
-impl Proof {
-    pub fn describe(&self) -> String {
-        match self {
-            Proof::Unscoped => "unscoped, so no limit to prove".to_owned(),
-            Proof::Refused { call, status } => format!("refused {call} ({status}) as its scopes require"),
-        }
-    }
-}
-
-/// Asks Windmill, with the new token, for a harmless read of the workspace its scopes do not
-/// cover: it must be refused (401 or 403). A grant fails with the server's `version`; any other
-/// answer fails too, as the limit is then not shown.
-pub async fn prove(api: &Windmill, minted: &Minted, workspace: &str, version: &str) -> Result<Proof> {
-    let spec = &minted.spec;
-    if spec.scopes.is_empty() {
-        return Ok(Proof::Unscoped);
-    }
-    // The configuration leaves at least one read uncovered (checked when it is loaded).
-    let Some(route) = scope::probe(&spec.scopes) else {
-        return Err(Error::Config(format!("token.scopes name every domain the run proves the token's limit with ({})", scope::probe_domains().join(", "))));
-    };
-    let (call, answer) = api.with_token(&minted.token).status_of_read(workspace, route).await?;
-    let status = answer.status.as_u16();
-    match status {
-        401 | 403 => Ok(Proof::Refused { call, status }),
-        200..=299 => Err(Error::ScopesNotEnforced { version: version.to_owned(), label: spec.label.clone(), call, status }),
-        _ => Err(Error::Unexpected {
-            service: "Windmill",
-            call,
-            detail: format!("answered {status} where the new token's scopes must refuse it with 401 or 403: {}", answer.shown()),
-        }),
-    }
-}
-
 /// Deletes, best effort, the tokens of `minted` that no sink holds, after a failure: one line
 /// each, naming the label only (never the token or its prefix); the run's own error follows.
 /// Left behind, every failed run (every 30 s with `Restart=on-failure`) would add a
@@ -157,23 +158,26 @@ pub async fn discard(api: &Windmill, minted: &[&Minted], warn: impl Fn(&Error) -
     }
 }
 
-/// Step 9: deletes the other tokens of each minted token's label; how many, per label. Their
-/// prefixes join `secrets`: Windmill's answers to a delete quote the prefix.
-pub async fn revoke(api: &Windmill, minted: &[&Minted], secrets: &mut Vec<Secret>) -> Result<Vec<(String, usize)>> {
+/// Step 9: deletes the other tokens of each minted token's label, and every token of each
+/// `former` label (labels the bootstrap minted under before, no longer configured); how many,
+/// per label, the current ones first. Their prefixes join `secrets`: Windmill's answers to a
+/// delete quote the prefix.
+pub async fn revoke(api: &Windmill, minted: &[&Minted], former: &[String], secrets: &mut Vec<Secret>) -> Result<Vec<(String, usize)>> {
     let listed = api.list_tokens().await?;
+    let ours: Vec<Secret> = minted.iter().map(|m| m.token.prefix()).collect();
+    let labels = minted.iter().map(|m| m.spec.label.as_str()).chain(former.iter().map(String::as_str));
     let mut deleted = Vec::new();
-    for token in minted {
-        let ours = token.token.prefix();
+    for label in labels {
         let older: Vec<Secret> = listed
             .iter()
-            .filter(|t| t.label.as_deref() == Some(token.spec.label.as_str()) && t.token_prefix != ours.expose())
+            .filter(|t| t.label.as_deref() == Some(label) && !ours.iter().any(|o| o.expose() == t.token_prefix))
             .map(|t| Secret::new(&t.token_prefix))
             .collect();
         secrets.extend(older.iter().cloned());
         for prefix in &older {
             api.delete_token(prefix).await?;
         }
-        deleted.push((token.spec.label.clone(), older.len()));
+        deleted.push((label.to_owned(), older.len()));
     }
     Ok(deleted)
 }

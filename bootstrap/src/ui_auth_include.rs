@@ -26,9 +26,32 @@ pub enum Written {
     Unchanged,
 }
 
-/// Writes the include for `token`.
+/// Writes the include for `token`, unless its directory is writable by others.
 pub fn write(ui: &UiAuth, token: &Secret) -> Result<Written> {
+    if let Some(why) = unsafe_directory(&ui.file)? {
+        return Err(Error::UnsafeDirectory { file: ui.file.clone(), why });
+    }
     write_file(&ui.file, line(token).as_bytes(), ui.uid, ui.gid, ui.mode)
+}
+
+/// Why the directory of `file` is no place for the include, or `None` (also when it does not
+/// exist yet: [`write()`] makes it 0750). In one that others may write, any local user can
+/// replace or remove the include (without the sticky bit), or put a file of theirs under its
+/// name while it is missing, as after a reboot (with it): nginx would then send the admins'
+/// requests with a header of their choosing. The bootstrap does not change the mode of a
+/// directory it did not make (it may be shared, like /tmp): it refuses, and `--check` says so.
+pub fn unsafe_directory(file: &Path) -> Result<Option<String>> {
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() && meta.mode() & 0o002 != 0 => Ok(Some(format!(
+            "is in {}, a directory others may write (mode {:04o}): any local user could replace the include",
+            dir.display(),
+            meta.mode() & 0o7777
+        ))),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("cannot look at {}", dir.display()), e)),
+    }
 }
 
 fn line(token: &Secret) -> String {
@@ -37,7 +60,7 @@ fn line(token: &Secret) -> String {
 
 /// What the include is now, for `--check`.
 pub struct Found {
-    /// The token of its one line, when it is exactly the line [`write`] writes.
+    /// The token of its one line, when it is exactly the line [`write()`] writes.
     pub token: Option<Secret>,
     pub uid: u32,
     pub gid: u32,
@@ -152,6 +175,23 @@ mod tests {
         // Another line: no token.
         std::fs::write(&ui.file, "proxy_set_header Authorization \"Bearer a;b\";\n").unwrap();
         assert!(read(&ui).unwrap().unwrap().token.is_none());
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, Permissions::from_mode(0o1777)).unwrap();
+        let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+        let ui = UiAuth { label: "ui".into(), file: open.join("t.conf"), owner: String::new(), uid, group: String::new(), gid, mode: 0o440 };
+        let err = write(&ui, &Secret::token("Abc123")).unwrap_err().to_string();
+        assert!(err.contains("a directory others may write (mode 1777)"), "{err}");
+        assert!(!ui.file.exists());
+        assert_eq!(std::fs::metadata(&open).unwrap().mode() & 0o7777, 0o1777);
+        // Control: not writable by others, written.
+        std::fs::set_permissions(&open, Permissions::from_mode(0o775)).unwrap();
+        assert_eq!(write(&ui, &Secret::token("Abc123")).unwrap(), Written::Created);
     }
 
     #[test]

@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 use crate::http::{self, Answer, Policy};
 use safe_io::secret::Secret;
 
+mod converge;
+
+pub use converge::{Created, NewScript, RemoteScript};
+
 const SERVICE: &str = "Windmill";
 
 #[derive(Clone)]
@@ -56,49 +60,11 @@ pub struct NewToken<'a> {
     pub workspace_id: Option<&'a str>,
 }
 
-/// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not.
-#[derive(Debug, Deserialize)]
-pub struct RemoteScript {
-    pub hash: String,
-    pub content: String,
-    pub language: String,
-    #[serde(default)]
-    pub summary: Option<String>,
-    #[serde(default)]
-    pub description: Option<String>,
-    #[serde(default)]
-    pub archived: bool,
-    /// Set when the version's dependency job failed (`null` otherwise).
-    #[serde(default)]
-    pub lock_error_logs: Option<String>,
-}
 
-/// The body of `scripts/create`: the required fields (`path, summary, description, content,
-/// language`) and the parent. No `lock`: for python3 the server queues a dependency job that
-/// fills it in, so it is never sent nor compared.
-#[derive(Debug, Serialize)]
-pub struct NewScript<'a> {
-    pub path: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub parent_hash: Option<&'a str>,
-    pub summary: &'a str,
-    pub description: &'a str,
-    pub content: &'a str,
-    pub language: &'a str,
-}
-
-/// How Windmill answered `scripts/create` (`scripts.rs`, `create_script`; observed on 1.743.0).
-#[derive(Debug)]
-pub enum Created {
-    /// 201 with the new 16-hex hash.
-    Hash(String),
-    /// 400 "A script with same hash … already exists": this exact request was already applied
-    /// (a retry after an answer that was lost).
-    SameHashExists,
-    /// 400 "lineage must be linear" or "Path conflict": someone else wrote a version between our
-    /// read and our write.
-    Conflict(String),
-}
+/// The page size asked of `tokens/list`: the most every version answers in one page.
+pub const TOKEN_PAGE: usize = 1000;
+/// The most pages of `tokens/list` read (a million tokens): a bound, not a limit any node nears.
+const MAX_TOKEN_PAGES: usize = 1000;
 
 fn no_scopes(scopes: &&[String]) -> bool {
     scopes.is_empty()
@@ -181,10 +147,37 @@ impl Windmill {
         }
     }
 
+    /// `GET /api/users/tokens/list`: the caller's own tokens, newest first, a page at a time
+    /// (`users.rs`, `list_tokens`: `page` from 1, `per_page` at most 1000 or 10000 depending on
+    /// the version, a default of 100 or 1000), all pages read. The tokens Windmill gives jobs
+    /// (`exclude_ephemeral`, label `ephemeral-script`) are left out: there are one per job.
+    ///
+    /// A page shorter than asked is the last (no version caps `per_page` below [`TOKEN_PAGE`]);
+    /// a page that brings no prefix not seen before ends the reading too, so that a server that
+    /// ignores `page` and answers everything each time is read once, not forever.
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         let call = "GET /api/users/tokens/list";
-        let answer = self.request(Method::GET, "/api/users/tokens/list", call, None, None).await?;
-        expect_json(call, answer)
+        let mut all: Vec<TokenInfo> = Vec::new();
+        for page in 1..=MAX_TOKEN_PAGES {
+            let path = format!("/api/users/tokens/list?page={page}&per_page={TOKEN_PAGE}&exclude_ephemeral=true");
+            let answer = self.request(Method::GET, &path, call, None, None).await?;
+            let listed: Vec<TokenInfo> = expect_json(call, answer)?;
+            let short = listed.len() < TOKEN_PAGE;
+            let before = all.len();
+            for token in listed {
+                if !all.iter().any(|seen| seen.token_prefix == token.token_prefix) {
+                    all.push(token);
+                }
+            }
+            if short || all.len() == before {
+                return Ok(all);
+            }
+        }
+        Err(Error::Unexpected {
+            service: SERVICE,
+            call: call.into(),
+            detail: format!("more than {MAX_TOKEN_PAGES} pages of {TOKEN_PAGE} tokens: not read further"),
+        })
     }
 
     /// `DELETE /api/users/tokens/delete/{prefix}`: 200 text (which quotes the prefix; so
@@ -199,101 +192,13 @@ impl Windmill {
         expect_ok(call, answer)
     }
 
-    /// The status of `GET /api/w/{workspace}/{route}` (a harmless read), and the call as named
-    /// in messages. Transient failures are retried as for every call; the caller judges the rest.
-    pub async fn status_of_read(&self, workspace: &str, route: &str) -> Result<(String, Answer)> {
-        let call = format!("GET /api/w/{workspace}/{route}");
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/{route}"), &call, None, None).await?;
+    /// The answer to `method path` with a JSON `body` (when given), and the call as named in
+    /// messages: for the proof of a token's limit, whose status the caller judges. Transient
+    /// failures are retried as for every call.
+    pub async fn answer_to(&self, method: Method, path: &str, body: Option<&Value>) -> Result<(String, Answer)> {
+        let call = format!("{method} {path}");
+        let answer = self.request(method, path, &call, body, None).await?;
         Ok((call, answer))
-    }
-
-    /// `POST /api/workspaces/exists {"id"}`: a JSON bool (archived workspaces count).
-    pub async fn workspace_exists(&self, id: &str) -> Result<bool> {
-        let call = "POST /api/workspaces/exists";
-        let answer = self.request(Method::POST, "/api/workspaces/exists", call, Some(&json!({"id": id})), None).await?;
-        expect_json(call, answer)
-    }
-
-    /// `POST /api/workspaces/create {"id","name"}`: 200 `Created workspace <id>`. `username` is
-    /// left out: servers that automate usernames reject it (`workspaces.rs`, `create_workspace`). A 400 "already
-    /// exists" is success too: someone else created it since it was looked up, or an earlier
-    /// try of this call did and its answer was lost; the two cannot be told apart.
-    pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
-        let call = "POST /api/workspaces/create";
-        let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name})), None).await?;
-        match answer.status {
-            StatusCode::OK | StatusCode::CREATED => Ok(()),
-            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
-            _ => Err(unexpected_status(call, answer)),
-        }
-    }
-
-    /// `GET /api/w/{w}/folders/get/{name}`: 200 or 404.
-    pub async fn folder_exists(&self, workspace: &str, name: &str) -> Result<bool> {
-        let call = "GET /api/w/{workspace}/folders/get/{name}";
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/folders/get/{name}"), call, None, None).await?;
-        match answer.status {
-            StatusCode::OK => Ok(true),
-            StatusCode::NOT_FOUND => Ok(false),
-            _ => Err(unexpected_status(call, answer)),
-        }
-    }
-
-    /// `POST /api/w/{w}/folders/create {"name"}`: 200 `Created folder <name>`; a 400 "already
-    /// exists" is success too, as for the workspace.
-    pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<()> {
-        let call = "POST /api/w/{workspace}/folders/create";
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name})), None).await?;
-        match answer.status {
-            StatusCode::OK | StatusCode::CREATED => Ok(()),
-            StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
-            _ => Err(unexpected_status(call, answer)),
-        }
-    }
-
-    /// `GET /api/w/{w}/scripts/get/p/{path}`: the newest version, or `None` on 404
-    /// (`Not found: Script not found at path …`).
-    pub async fn get_script(&self, workspace: &str, path: &str) -> Result<Option<RemoteScript>> {
-        let call = format!("GET /api/w/{workspace}/scripts/get/p/{path}");
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/scripts/get/p/{path}"), &call, None, None).await?;
-        match answer.status {
-            StatusCode::NOT_FOUND => Ok(None),
-            _ => expect_json(&call, answer).map(Some),
-        }
-    }
-
-    pub async fn create_script(&self, workspace: &str, script: &NewScript<'_>) -> Result<Created> {
-        let call = format!("POST /api/w/{workspace}/scripts/create ({})", script.path);
-        let body = serde_json::to_value(script).expect("a NewScript serializes");
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/scripts/create"), &call, Some(&body), None).await?;
-        match answer.status {
-            StatusCode::CREATED | StatusCode::OK => {
-                let hash = answer.body.trim().to_owned();
-                if hash.is_empty() || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(Error::Unexpected { service: SERVICE, call, detail: "the answer is not a script hash".into() });
-                }
-                Ok(Created::Hash(hash))
-            }
-            StatusCode::BAD_REQUEST if answer.body.contains("same hash") => Ok(Created::SameHashExists),
-            StatusCode::BAD_REQUEST if answer.body.contains("lineage must be linear") || answer.body.contains("Path conflict") => {
-                Ok(Created::Conflict(answer.shown()))
-            }
-            _ => Err(unexpected_status(&call, answer)),
-        }
-    }
-
-    /// `GET /api/settings/global/{key}`: the stored JSON value, `null` when unset.
-    pub async fn get_setting(&self, key: &str) -> Result<Value> {
-        let call = format!("GET /api/settings/global/{key}");
-        let answer = self.request(Method::GET, &format!("/api/settings/global/{key}"), &call, None, None).await?;
-        expect_json(&call, answer)
-    }
-
-    /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body.
-    pub async fn set_setting(&self, key: &str, value: &Value) -> Result<()> {
-        let call = format!("POST /api/settings/global/{key}");
-        let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value})), None).await?;
-        expect_ok(&call, answer)
     }
 }
 

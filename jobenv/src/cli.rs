@@ -13,6 +13,8 @@ pub const DEFAULT_DEPLOY_ENV: &str = "/etc/fediversity-windmill/deploy-env.json"
 pub const DEFAULT_SECRETS_DIR: &str = "/run/fediversity-windmill/deploy-secrets";
 pub const DEFAULT_KEYS: &str = "/etc/fediversity-windmill/deploy-keys.json";
 pub const DEFAULT_ATTRIBUTES: &str = "/etc/fediversity-windmill/deployment-attributes.json";
+/// `--grace`, in seconds.
+pub const DEFAULT_GRACE: &str = "3";
 
 #[derive(Debug, Parser)]
 #[command(name = "fediversity-jobenv", version, about = "Run a deployment program with a vetted environment")]
@@ -38,6 +40,33 @@ pub enum Command {
     /// each through its own jobenv (grace, then SIGKILL of its tree), recorded as interrupted;
     /// print them as JSON. Exit 0 when none is left running.
     Drain(DrainArgs),
+    /// Print a JSON Schema (draft 2020-12) of the front-end contract: `payload` is what this
+    /// node accepts (its attributes, its declared keys); the others are jobenv's own, as under
+    /// schemas/.
+    Schema(SchemaArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchemaName {
+    /// The payload this node accepts
+    Payload,
+    /// A Windmill job's result.json
+    Result,
+    /// A progress event in jobenv's format
+    EventJobenv,
+    /// A progress event in DD-0012's format
+    #[value(name = "event-dd-0012")]
+    EventDd0012,
+    /// A journal entry as `status JOB_ID` prints it
+    JournalEntry,
+}
+
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    #[arg(value_enum)]
+    pub what: SchemaName,
+    #[command(flatten)]
+    pub node: NodeArgs,
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/fediversity-jobenv";
@@ -163,7 +192,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub job: JobArgs,
     /// Seconds between SIGTERM and SIGKILL of the program tree [JOBENV_GRACE]
-    #[arg(long, value_name = "SECONDS", env = "JOBENV_GRACE", default_value = "3", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", env = "JOBENV_GRACE", default_value = DEFAULT_GRACE, value_parser = parse_seconds)]
     pub grace: Duration,
     /// Wall-clock limit of the program in seconds [JOBENV_TIMEOUT]
     #[arg(long, value_name = "SECONDS", env = "JOBENV_TIMEOUT", value_parser = parse_positive_seconds)]

@@ -156,6 +156,8 @@ pub enum Problem {
     SecretsTooLarge { total: usize, limit: usize },
     #[error("{set} is set but {missing} is not: progress events need both")]
     EventsHalfConfigured { set: &'static str, missing: &'static str },
+    #[error("EVENTS_KIND deployments is for apply and destroy: a {verb} job reports on a jobs row")]
+    DeploymentRowVerb { verb: String },
     #[error("{origin} sets {}, which must come from a secrets directory or a secrets env file", name(key))]
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]

@@ -32,7 +32,7 @@ pub fn payload(data: &[u8]) {
         environ: safe_io::secret::Hidden(vec![("PATH".into(), "/bin".into())]),
         nix_shell: "/bin/nix-shell".into(),
         running_system: "x86_64-linux".into(),
-        exec_budget: crate::plan::exec_budget(8 << 20),
+        exec_budget: crate::input::exec_budget(8 << 20),
     };
     let Ok(plan) = plan(&inputs) else { return };
     assert!(["web", "db-1"].contains(&plan.attribute.as_str()), "an unpublished attribute was accepted");

@@ -35,10 +35,6 @@ use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
 
-/// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
-/// whether a job is still running.
-const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
-
 /// Runs the job and returns jobenv's exit code.
 pub fn run(settings: &RunSettings) -> i32 {
     let mut run = Run::new(settings);
@@ -118,13 +114,17 @@ impl<'a> Run<'a> {
         let mut cancel = catch_cancels(&self.settings.runner)?;
         let journal = self.journal()?;
         // The payload is read once, now: the decision compares what it asks for with the journal.
-        let payload = input::payload::read(&self.settings.job.payload);
+        // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
+        let payload = input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
         let _job_lock = self.job_lock(&journal, &mut cancel)?;
         let (attempt, earlier) = self.decide(&journal, &payload)?;
         let plan = self.plan(payload)?;
         let namespace = self.namespace_locks(&journal, &plan, &mut cancel)?;
         let entry = self.running_entry(&journal, &plan, attempt, earlier, &cancel)?;
-        let ending = self.program(&plan, namespace.for_tree, cancel);
+        let ending = match journal.draining() {
+            Some(since) => not_started_on_a_draining_node(&since),
+            None => self.program(&plan, namespace.for_tree, cancel),
+        };
         Ok(self.terminal_entry(&journal, entry, ending))
     }
 
@@ -172,7 +172,7 @@ impl<'a> Run<'a> {
     /// node that stops.
     fn job_lock(&self, journal: &Journal, cancel: &mut Cancel) -> Result<Option<locks::Held>, Stop> {
         let Some(id) = &self.job_id else { return Ok(None) };
-        let held = take_job_lock(journal, id, &self.holder, cancel)
+        let held = journal.lock_job(id, &self.holder, cancel)
             .map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
         if let Some(request) = &self.stop_request {
             let _ = std::fs::remove_file(request);
@@ -230,9 +230,9 @@ impl<'a> Run<'a> {
     fn namespace_locks(&self, journal: &Journal, plan: &Plan, cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
         let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
         let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
-        let own = locks::acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
+        let own = journal.acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
             .map_err(|refused| self.refused(refused, locked))?;
-        let tree = locks::acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
+        let tree = journal.acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
             self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
         })?;
         let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
@@ -323,7 +323,7 @@ impl<'a> Run<'a> {
     /// [`crate::events::FINAL_WAIT`] for the final progress event. Returns the exit code.
     fn conclude(self, ending: Ending) -> i32 {
         let verb = &self.settings.job.verb;
-        self.events.finish(ending.progress(verb), ending.exit_code, &ending.errors);
+        self.events.finish(ending.progress(verb), &ending.errors);
         let mut code = ending.exit_code;
         if let Runner::Windmill { job_id, .. } = &self.settings.runner {
             let result = JobResult {
@@ -347,42 +347,34 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Step 8, on a node that drains (from `drain`'s start until the worker starts again): the program
+/// is not started, and the job ends as a drained one (interrupted by the node, a retry is safe).
+/// Its running entry was written before this look, so a drain that began later sees the job.
+fn not_started_on_a_draining_node(since: &str) -> Ending {
+    tracing::warn!("the node is draining (since {since}): the program is not started");
+    let ending = Ending::from(run::Outcome::NodeStopped(nix::sys::signal::Signal::SIGTERM as i32));
+    ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
+    ending
+}
+
 /// Step 1. Under a job runner the worker that started jobenv is watched too: its death from now
 /// on ends the job like a cancel.
 fn catch_cancels(runner: &Runner) -> Result<Cancel, Stop> {
     Cancel::install(runner.worker()).map_err(|e| Error::io("cannot handle the cancel signals", e).into())
 }
 
-/// The events of a job, if the node configures them and the job names its deployment: a
-/// rejected job whose payload has no valid NAMESPACE cannot be shown on any channel.
+/// The events of a job, if the node configures them and the job names where they go: its row in
+/// DD-0012's format, in jobenv's its deployment (a job without a valid NAMESPACE has no channel).
 fn start_events(target: Option<&crate::events::Target>, identity: &Identity, verb: &str, job_id: Option<&str>) -> Events {
     let Some(target) = target else { return Events::default() };
-    let Some(deployment) = identity.namespace.clone().filter(|ns| input::names::is_valid_namespace(ns)) else {
+    let dd0012 = target.wire != crate::events::Wire::Jobenv;
+    let Some(deployment) = identity.namespace.clone().filter(|ns| input::names::is_valid_namespace(ns)).or(dd0012.then(String::new)) else {
         tracing::debug!("progress events are not sent: the job names no valid NAMESPACE");
         return Events::default();
     };
     // BUILD_ID from the payload, else the job id.
     let build = identity.build_id.clone().or_else(|| job_id.map(str::to_owned));
     Events::start(target, Ids { deployment, build, verb: verb.to_owned() })
-}
-
-/// The job's lock. A run of the same job id holds it until it exits; if that run is an attempt
-/// whose worker died (Windmill re-runs such a job with the same id, maybe before the old attempt
-/// has stopped), it is waited for up to its grace plus a margin, then this run goes on as the
-/// next attempt.
-fn take_job_lock(journal: &Journal, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, Refused> {
-    let path = locks::job_path(journal.locks(), id);
-    match locks::acquire(&path, Duration::ZERO, holder, Some(cancel)) {
-        Err(Refused::Busy { .. }) => match journal.read(id) {
-            Ok(Some(entry)) if entry.is_stopping() => {
-                let wait = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + upkeep::STOP_MARGIN;
-                tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
-                locks::acquire(&path, wait, holder, Some(cancel))
-            }
-            _ => locks::acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
-        },
-        other => other,
-    }
 }
 
 fn prune(journal: &Journal, retain: Duration, running: &str) {

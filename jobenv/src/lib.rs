@@ -14,7 +14,8 @@
 //!
 //! Around them: [`cli`] (the command line, resolved once into [`settings`]), [`process`] (a
 //! process's identity in `/proc`, for the tree and the journal), [`error`] (the one error type and the exit codes),
-//! [`show`] (what `env` and `keys` print). jobenv's own lines go through [`safe_io::log`].
+//! [`show`] (what `env` and `keys` print), [`schema`] (the front-end contract as JSON Schemas).
+//! jobenv's own lines go through [`safe_io::log`].
 
 pub mod cli;
 pub mod error;
@@ -27,5 +28,6 @@ pub mod plan;
 pub mod process;
 pub mod record;
 pub mod run;
+pub mod schema;
 pub mod settings;
 pub mod show;

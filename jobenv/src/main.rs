@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunArgs, StatusArgs};
+use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunArgs, SchemaArgs, SchemaName, StatusArgs};
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
 use jobenv::record::journal::{self, Journal};
@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         Command::Recover(args) => recover(args),
         Command::Status(args) => status(args),
         Command::Drain(args) => drain(args),
+        Command::Schema(args) => schema(args),
     })
 }
 
@@ -114,6 +115,24 @@ fn keys(args: KeysArgs) -> i32 {
     }
 }
 
+fn schema(args: SchemaArgs) -> i32 {
+    use jobenv::schema;
+    let generated = match args.what {
+        SchemaName::Payload => schema::of_node(&args.node.settings()),
+        SchemaName::Result => Ok(schema::result()),
+        SchemaName::EventJobenv => Ok(schema::event_jobenv()),
+        SchemaName::EventDd0012 => Ok(schema::event_dd0012()),
+        SchemaName::JournalEntry => Ok(schema::journal_entry()),
+    };
+    match generated {
+        Ok(value) => print(schema::text(&value).as_bytes()),
+        Err(problems) => {
+            Error::Rejected(problems).log();
+            EXIT_REJECTED
+        }
+    }
+}
+
 fn open_journal(dir: &std::path::Path) -> Result<Journal, Error> {
     Journal::open(dir).map_err(|source| Problem::Journal { path: dir.to_owned(), source }.into())
 }
@@ -122,6 +141,8 @@ fn recover(args: RecoverArgs) -> i32 {
     let dir = args.state.dir();
     let recovered = open_journal(&dir).and_then(|journal| {
         let recovered = journal.recover().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
+        // `recover` runs when the worker starts again: programs may start from now on.
+        journal.end_draining().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
         if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days), None) {
             tracing::warn!("cannot prune the journal: {error}");
         }
@@ -172,9 +193,11 @@ fn status(args: StatusArgs) -> i32 {
         return error.exit_code();
     }
     let dir = args.state.dir();
-    let journal = match open_journal(&dir) {
+    // Only reads: a node where no job ran yet has no journal, and `status` makes none.
+    let journal = match Journal::at(&dir) {
         Ok(journal) => journal,
-        Err(error) => {
+        Err(source) => {
+            let error = Error::from(Problem::Journal { path: dir, source });
             error.log();
             return error.exit_code();
         }

@@ -67,7 +67,8 @@ pub struct Plan {
     pub namespace: String,
     pub system: String,
     pub executable: String,
-    /// Where progress events go (`EVENTS_URL` and `EVENTS_SECRET` of the node).
+    /// Where progress events go, and in which format (the node's `EVENTS_*`, and for DD-0012
+    /// the payload's row).
     pub events: Option<Target>,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, Var>,
@@ -89,18 +90,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
     if problems.is_empty() { Ok(plan) } else { Err(problems) }
 }
 
-pub use crate::input::MAX_ARG_STRLEN;
-
-/// How many bytes of argv and environment jobenv lets a program have under the stack limit
-/// `stack` (the soft `RLIMIT_STACK`). exec refuses more than a quarter of the stack limit, at
-/// most 6 MiB and at least 128 KiB (Linux's `bprm_stack_limits`). jobenv takes half of that:
-/// nix-shell execs the dev shell's bash, which execs the program, and each adds the dev
-/// shell's variables to what jobenv passed. With the usual 8 MiB stack that is 1 MiB, the
-/// payload's own limit.
-pub fn exec_budget(stack: u64) -> usize {
-    let kernel = (stack / 4).clamp(128 << 10, 6 << 20);
-    usize::try_from(kernel / 2).expect("at most 3 MiB")
-}
+pub use crate::input::{MAX_ARG_STRLEN, exec_budget};
 
 /// What exec could not pass: one string over [`MAX_ARG_STRLEN`], or more than `budget` bytes
 /// in all (each string with its NUL, and a pointer to each).
@@ -189,11 +179,13 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     ];
 
     // Every secret of the node (also those the program does not get: `EVENTS_SECRET`), and the
-    // payload's.
+    // payload's (its `TF_HTTP_PASSWORD`, and a DD-0012 row's `EVENTS_SECRET`, which the program
+    // never gets either).
     let payload_secrets = env.iter().filter(|(_, var)| var.source == Source::Payload && var.value.is_secret());
     let node_secrets = inputs.node.iter().filter(|(_, v)| v.value.is_secret()).map(|(k, v)| (k, &v.value));
     let secrets = node_secrets.chain(payload_secrets.map(|(k, v)| (k, &v.value))).map(|(k, v)| (k.as_str(), v.expose()));
-    let secrets = Hidden(redaction_needles(secrets, &mut warnings));
+    let row_secret = controls.row_secret.as_ref().map(|secret| ("EVENTS_SECRET", secret.expose()));
+    let secrets = Hidden(redaction_needles(secrets.chain(row_secret), &mut warnings));
 
     Plan {
         verb: inputs.verb.clone(),

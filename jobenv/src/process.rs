@@ -47,6 +47,16 @@ pub fn is_running(pid: i32, start: u64) -> bool {
     read_stat(pid).is_some_and(|stat| !stat.zombie && stat.start == start)
 }
 
+/// The kernel keeps 15 bytes of a process's name: `fediversity-jobenv` is `fediversity-job`.
+const JOBENV_COMM: &str = "fediversity-job";
+
+/// True when `pid`, started at `start`, still runs and is a jobenv: a journal entry names a pid,
+/// and a forged or stale one must not make jobenv wait for, or signal, an unrelated process.
+pub fn is_jobenv(pid: i32, start: u64) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    is_running(pid, start) && comm.trim_end() == JOBENV_COMM
+}
+
 /// A live process, named by its pid and start time (a pid alone can be reused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Process {

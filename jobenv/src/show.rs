@@ -89,3 +89,35 @@ pub fn keys(declared: &BTreeMap<String, DeclaredKey>, format: Format) -> String 
         }
     }
 }
+
+/// jobenv's names and defaults as its NixOS module reads them (`nixos-module/jobenv-names.json`,
+/// checked in and compared with this by a test): the module refuses at evaluation what jobenv
+/// would refuse at run time, and renders files where jobenv looks for them, from one source.
+pub fn module_names() -> String {
+    use crate::input::names;
+    let document = json!({
+        "nodeControl": names::NODE_CONTROL_KEYS,
+        "payloadControl": names::PAYLOAD_CONTROL_KEYS,
+        "sharedControl": names::SHARED_CONTROL_KEYS,
+        "derived": names::DERIVED_KEYS,
+        "stateKeys": names::STATE_KEYS,
+        "nodeTools": names::NODE_TOOL_KEYS,
+        "nodeToolPrefixes": names::NODE_TOOL_PREFIXES,
+        "reserved": names::RESERVED,
+        "reservedPrefixes": names::RESERVED_PREFIXES,
+        "reservedSuffixes": names::STDENV_CODE_SUFFIXES,
+        "environPassthrough": names::ENVIRON_PASSTHROUGH,
+        "verbs": names::VERBS,
+        "defaults": {
+            "deployEnv": crate::cli::DEFAULT_DEPLOY_ENV,
+            "deployKeys": crate::cli::DEFAULT_KEYS,
+            "deploymentAttributes": crate::cli::DEFAULT_ATTRIBUTES,
+            "secretsDir": crate::cli::DEFAULT_SECRETS_DIR,
+            "stateDir": crate::cli::DEFAULT_STATE_DIR,
+            "graceSeconds": crate::cli::DEFAULT_GRACE.parse::<u64>().expect("a whole number of seconds"),
+        },
+    });
+    let mut text = serde_json::to_string_pretty(&document).expect("serializes");
+    text.push('\n');
+    text
+}

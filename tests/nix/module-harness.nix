@@ -1,22 +1,54 @@
 # Evaluates nixos-module/default.nix without nixpkgs: a small stand-in for the parts of
 # nixpkgs' `lib` the module uses (mkOption, the types it names, mkIf, mkMerge, mkDefault,
-# mkForce, ...), a stand-in `pkgs` whose packages are fake derivations, and a miniature of the
-# module system: every option of `services.fediversity-windmill` gets its value from the
-# definitions of `settings` and of the module's own `config` (priorities of mkDefault/mkForce,
-# mkIf conditions, attrsets merged, lists concatenated, conflicting scalars an error), else
-# from its default; the module's `config` is then resolved the same way. So every line of
-# default.nix is evaluated (`--strict`), every option value checked against its type, and the
-# result is the configuration the module hands to NixOS, as JSON. What this cannot see: how
-# nixpkgs' own modules (services.windmill, nginx, systemd) interpret it, which the VM test
-# checks; `alsoDefined` only reproduces definitions of theirs that the module must win over.
+# mkForce, mkBefore/mkAfter, ...), a stand-in `pkgs` whose packages are fake derivations, and a
+# miniature of the module system: every option of `services.fediversity-windmill` gets its value
+# from the definitions of `settings` and of the module's own `config`, else from its default;
+# the module's `config` is then resolved the same way, merged with `alsoDefined` (what other
+# modules define, e.g. nixpkgs' services.windmill). So every line of default.nix is evaluated
+# (`--strict`), every option value checked against its type, and the result is the
+# configuration the module hands to NixOS, as JSON.
+#
+# Where it merges as nixpkgs' lib.modules does (checked against it, see the README's "What is
+# tested where"): priorities (mkDefault/mkForce: only the definitions of the best priority
+# count), mkIf conditions, mkMerge, attrsets merged per attribute, lists concatenated in
+# definition order with duplicates kept, nixpkgs' own modules (`alsoDefined`) before this
+# module, mkBefore/mkAfter ordering the list definitions of one priority (stably), equal
+# scalars accepted and different ones an error.
+#
+# Differences that remain:
+# - only the options of `services.fediversity-windmill` are declared and type-checked; every
+#   other path is free-form (a misspelt `systemd.services.x.serviceConfg` passes here), and
+#   nixpkgs' modules are not evaluated: what they make of the configuration (nginx's files,
+#   systemd's units, their own assertions) only the VM test shows;
+# - a submodule's options are not evaluated: a submodule value is its definitions merged, with
+#   no defaults filled in (the module reads its fields with `or`);
+# - `types.*.check` is a shallow check of the merged value, not a per-definition merge of the
+#   type (`types.lines` does not join with newlines, `types.str` with two different
+#   definitions is a conflict here as in nixpkgs, `types.path` accepts what coerces to "/…");
+# - mkOrder applies only to list definitions (an mkBefore around an attrset is not pushed
+#   down to its lists), and priorities are compared per option path, not per submodule;
+# - `config` as the module sees it is a fixed stand-in (`nodeConfig` adds to it), not the
+#   fixpoint of every module: the module cannot read back a value another module defines
+#   unless a test puts it into `nodeConfig`, and a cycle through another module (nixpkgs'
+#   nginx derives security.acme.certs from the vhosts' TLS settings, so settings that read
+#   the certificates recurse forever) evaluates here and only fails under the real one.
 {
   # Values of `services.fediversity-windmill.*` (`enable` is set).
-  settings,
+  settings ? null,
+  # Or a whole node module (e.g. the README's example), called with `config`, `lib`, `pkgs` and
+  # `moduleArgs`: its `services.fediversity-windmill` is `settings`, the rest of what it defines
+  # is both merged with the module's configuration (like `alsoDefined`) and seen by the module
+  # in `config` (like `nodeConfig`); its `imports` are returned, not followed.
+  userModule ? null,
+  moduleArgs ? { },
   # `environment` of the bootstrap unit as the rest of the node sets it.
   bootstrapEnvironment ? { },
   # Definitions of other modules, merged with the module's config (e.g. what nixpkgs'
   # services.windmill defines for its units): a conflict with them is an error here too.
   alsoDefined ? [ ],
+  # What the module reads of the rest of the node's configuration, added to the stand-in
+  # `config` (e.g. `security.acme.certs`, `services.authelia.instances`, `networking.hostName`).
+  nodeConfig ? { },
   module ? ../../nixos-module/default.nix,
 }:
 let
@@ -73,6 +105,12 @@ let
         inherit (def) priority;
         content = d;
       }) (defsAt path def.content)
+    else if isAttrs def && (def._type or null) == "order" then
+      map (d: {
+        _type = "order";
+        inherit (def) priority;
+        content = d;
+      }) (defsAt path def.content)
     else if path == [ ] then
       [ def ]
     else if isPlainAttrs def && def ? ${head path} then
@@ -80,8 +118,25 @@ let
     else
       [ ];
 
-  priorityOf = d: if isAttrs d && (d._type or null) == "override" then d.priority else 100;
-  unwrap = d: if isAttrs d && (d._type or null) == "override" then unwrap d.content else d;
+  wrapped = kind: d: isAttrs d && (d._type or null) == kind;
+  priorityOf =
+    d:
+    if wrapped "override" d then
+      d.priority
+    else if wrapped "order" d then
+      priorityOf d.content
+    else
+      100;
+  # mkBefore is 500, mkAfter 1500, everything else 1000 (nixpkgs' defaultOrderPriority).
+  orderOf =
+    d:
+    if wrapped "order" d then
+      d.priority
+    else if wrapped "override" d then
+      orderOf d.content
+    else
+      1000;
+  unwrap = d: if wrapped "override" d || wrapped "order" d then unwrap d.content else d;
 
   # One value from a list of definitions (or `absent`), as the module system would merge them.
   mergeDefs =
@@ -89,7 +144,9 @@ let
     let
       expanded = concatMap (defsAt [ ]) defs;
       best = foldl' (m: d: if priorityOf d < m then priorityOf d else m) 1000000 expanded;
-      chosen = map unwrap (filter (d: priorityOf d == best) expanded);
+      # The definitions of the best priority, in definition order; mkOrder sorts them (a
+      # stable sort, as nixpkgs' sortProperties).
+      chosen = map unwrap (builtins.sort (a: b: orderOf a < orderOf b) (filter (d: priorityOf d == best) expanded));
       keys = attrNames (listToAttrs (concatMap (d: map (name: {
         inherit name;
         value = null;
@@ -126,6 +183,9 @@ let
     bool = type "bool" isBool;
     anything = type "anything" (_: true);
     package = type "package" isDerivationLike;
+    # nixpkgs' `types.path`: a string, a path or a derivation/flake (`outPath`) whose text
+    # starts with "/"; the value stays what it was (a flake stays an attrset).
+    path = type "path" (x: (isString x || builtins.isPath x || (isAttrs x && x ? outPath)) && builtins.substring 0 1 (toString x) == "/");
     port = type "port" (x: isInt x && x >= 0 && x <= 65535);
     ints = {
       positive = type "positive int" (x: isInt x && x > 0);
@@ -172,7 +232,14 @@ let
       priority = 50;
       inherit content;
     };
+    mkOrder = priority: content: {
+      _type = "order";
+      inherit priority content;
+    };
+    mkBefore = lib.mkOrder 500;
+    mkAfter = lib.mkOrder 1500;
     optional = cond: x: if cond then [ x ] else [ ];
+    optionals = cond: xs: if cond then xs else [ ];
     functionArgs = f: f.__functionArgs or (builtins.functionArgs f);
     mkRenamedOptionModule = from: to: {
       _type = "renamed";
@@ -212,9 +279,11 @@ let
     };
   pkgs = {
     path = "/nix/store/00000000000000000000000000000000-source";
+    stdenv.hostPlatform.system = "x86_64-linux";
     runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
     writeText = name: text: drv name // { inherit text; };
     writeShellScript = name: text: drv name // { inherit text; };
+    writeShellScriptBin = name: text: drv name // { inherit text; };
     runCommand = name: env: script: drv name // { inherit script; };
     callPackage = path: args: drv "callPackage-${baseNameOf path}";
     formats.json = _: {
@@ -229,30 +298,52 @@ let
     git = drv "git";
     bash = drv "bash";
     openbao = drv "openbao";
+    restic = drv "restic";
+    util-linux = drv "util-linux";
   };
 
   # ---- the module, and the options' values ------------------------------------------------
 
-  config = {
+  # Recursive update: `nodeConfig` adds to (and wins over) the stand-in's own values.
+  update =
+    a: b:
+    a
+    // mapAttrs (name: v: if isPlainAttrs v && isPlainAttrs (a.${name} or null) then update a.${name} v else v) b;
+  user = if userModule == null then null else userModule ({ inherit config lib pkgs; } // moduleArgs);
+  userRest =
+    if user == null then
+      { }
+    else
+      removeAttrs user [ "imports" "services" ] // { services = removeAttrs (user.services or { }) [ "fediversity-windmill" ]; };
+  givenSettings = if user == null then settings else user.services.fediversity-windmill;
+
+  config = update {
     services.fediversity-windmill = cfg;
     services.windmill = {
-      database.user = "windmill";
+      database = {
+        user = "windmill";
+        name = "windmill";
+        createLocally = true;
+      };
       serverPort = 8001;
     };
+    services.postgresql.package = drv "postgresql";
     services.nginx.group = "nginx";
+    networking.hostName = "windmill-node";
+    security.acme.certs = { };
     systemd.package = drv "systemd";
     nix.package = drv "nix";
     systemd.services.fediversity-windmill-bootstrap = {
       environment = bootstrapEnvironment;
       serviceConfig = { };
     };
-  };
+  } (update nodeConfig userRest);
   evaluated = import module { inherit config lib pkgs; };
   prefix = [
     "services"
     "fediversity-windmill"
   ];
-  user = settings // {
+  userSettings = givenSettings // {
     enable = true;
   };
 
@@ -274,7 +365,7 @@ let
         throw "services.fediversity-windmill.${builtins.concatStringsSep "." path} has no value and no default"
     else
       mapAttrs (name: o: valuesOf (path ++ [ name ]) o (if isAttrs given && given ? ${name} then given.${name} else absent)) options;
-  cfg = valuesOf [ ] evaluated.options.services.fediversity-windmill user;
+  cfg = valuesOf [ ] evaluated.options.services.fediversity-windmill userSettings;
 
   unknownSettings =
     path: options: given:
@@ -314,9 +405,12 @@ let
 in
 {
   inherit cfg;
-  config = mergeDefs "config" ([ evaluated.config ] ++ alsoDefined);
+  # nixpkgs' modules come before the module (a node imports it into nixpkgs' module set), so
+  # their list entries come first, as in NixOS.
+  config = mergeDefs "config" (alsoDefined ++ [ userRest evaluated.config ]);
   imports = evaluated.imports;
-  unknownSettings = unknownSettings [ ] evaluated.options.services.fediversity-windmill user;
+  unknownSettings = unknownSettings [ ] evaluated.options.services.fediversity-windmill userSettings;
+  userImports = if user == null then [ ] else user.imports or [ ];
   typeErrors = typeErrors [ ] evaluated.options.services.fediversity-windmill cfg;
   options = listToAttrs (optionDocs [ ] evaluated.options.services.fediversity-windmill);
 }

@@ -4,7 +4,9 @@
 //! request without `x-action-secret`, 403 to one with a wrong secret, and 200 to the rest,
 //! whose events it records. It can sleep before answering each request (a slow receiver), and
 //! [`dead_url`] names a port where nothing listens (a dead one). Every request body is kept,
-//! refused or not, so a test can search all of them for a secret.
+//! refused or not, so a test can search all of them for a secret. Every accepted event is
+//! checked against the published schema (`schemas/event-jobenv.schema.json`): what was recorded
+//! cannot be read while one does not fit.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,8 @@ pub struct Recorded {
     pub unauthorized: usize,
     /// Requests answered 403 (wrong secret).
     pub forbidden: usize,
+    /// How accepted events break the published schema.
+    pub misfits: Vec<String>,
 }
 
 struct Inner {
@@ -81,8 +85,11 @@ impl Receiver {
         format!("http://{}/events", self.addr)
     }
 
+    /// What was recorded; panics if an accepted event does not fit the published schema.
     pub fn recorded(&self) -> Recorded {
-        self.inner.recorded.lock().unwrap().clone()
+        let recorded = self.inner.recorded.lock().unwrap().clone();
+        assert!(recorded.misfits.is_empty(), "events that do not fit schemas/event-jobenv.schema.json:\n{}", recorded.misfits.join("\n"));
+        recorded
     }
 
     pub fn events(&self) -> Vec<Value> {
@@ -116,7 +123,11 @@ async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Byte
             StatusCode::UNAUTHORIZED => recorded.unauthorized += 1,
             StatusCode::FORBIDDEN => recorded.forbidden += 1,
             _ => match serde_json::from_slice(&body) {
-                Ok(event) => recorded.events.push(event),
+                Ok(event) => {
+                    let misfits = crate::schemas::Contract::EventJobenv.errors(&event);
+                    recorded.misfits.extend(misfits);
+                    recorded.events.push(event);
+                }
                 Err(_) => return StatusCode::BAD_REQUEST,
             },
         }
@@ -159,13 +170,23 @@ mod tests {
     #[test]
     fn it_checks_the_secret_and_records_only_accepted_events() {
         let receiver = Receiver::start("the-right-secret-123");
+        let event = serde_json::json!({"deployment": "ns", "build": null, "verb": "apply", "seq": 1,
+            "timestamp": "2026-05-04T10:11:12.345Z", "dropped": 0, "type": "status", "status": "preparing"});
         assert_eq!(post_raw(&receiver.url(), None, r#"{"n":1}"#), 401);
         assert_eq!(post_raw(&receiver.url(), Some("a-wrong-secret-4567"), r#"{"n":2}"#), 403);
-        assert_eq!(post_raw(&receiver.url(), Some("the-right-secret-123"), r#"{"n":3}"#), 200);
+        assert_eq!(post_raw(&receiver.url(), Some("the-right-secret-123"), &event.to_string()), 200);
         let recorded = receiver.recorded();
         assert_eq!((recorded.unauthorized, recorded.forbidden), (1, 1));
-        assert_eq!(recorded.events, vec![serde_json::json!({"n": 3})]);
+        assert_eq!(recorded.events, vec![event]);
         assert_eq!(recorded.bodies.len(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "do not fit schemas/event-jobenv.schema.json")]
+    fn an_event_that_does_not_fit_the_schema_cannot_be_read() {
+        let receiver = Receiver::start("the-right-secret-123");
+        assert_eq!(post_raw(&receiver.url(), Some("the-right-secret-123"), r#"{"n":3}"#), 200);
+        receiver.recorded();
     }
 
     #[test]

@@ -164,6 +164,13 @@ impl JobRun {
         if let Some(expected) = &self.stderr {
             snapbox::Assert::new().eq(done.stderr.as_str(), expected.as_str());
         }
+        // What `status`, `recover` and `drain` print are journal entries: each fits the
+        // published schema.
+        let command = self.command.get_args().next().and_then(|arg| arg.to_str());
+        if matches!(command, Some("status" | "recover" | "drain")) && done.success() {
+            let printed: Value = serde_json::from_str(&done.stdout).unwrap_or_else(|e| panic!("{command:?} printed no JSON ({e})\n{done:?}"));
+            crate::schemas::Contract::JournalEntry.check_each(&printed);
+        }
         done
     }
 

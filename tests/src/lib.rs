@@ -21,8 +21,12 @@
 //! - [`servers`], [`http`], [`venv`]: servers tied to the test binary's life, a blocking HTTP
 //!   call, the programs of the test venv.
 //! - [`events_receiver`]: an HTTP receiver of jobenv's progress events (checks the secret by
-//!   its SHA-256, can be slow or dead).
+//!   its SHA-256, can be slow or dead); [`dd0012_receiver`]: a DD-0012 back-end (rows of both
+//!   kinds, each with its own secret).
+//! - [`schemas`]: the published JSON Schemas (`schemas/`), against which the kit checks every
+//!   `result.json`, journal entry and event it reads.
 
+pub mod dd0012_receiver;
 pub mod events_receiver;
 pub mod http;
 pub mod job_run;
@@ -32,6 +36,7 @@ pub mod node;
 pub mod openbao;
 pub mod postgres;
 pub mod process;
+pub mod schemas;
 pub mod servers;
 pub mod venv;
 pub mod windmill_fake;

@@ -218,13 +218,16 @@ in
         crate::job_run::JobRun::new(self.command(jobenv, &[]))
     }
 
-    /// The `result.json` jobenv left in the job directory.
+    /// The `result.json` jobenv left in the job directory; it fits the published schema.
     pub fn result_json(&self) -> Value {
         let bytes = std::fs::read(self.job_dir().join("result.json")).expect("result.json in the job directory");
-        serde_json::from_slice(&bytes).expect("result.json is JSON")
+        let result = serde_json::from_slice(&bytes).expect("result.json is JSON");
+        crate::schemas::Contract::Result.check(&result);
+        result
     }
 
-    /// `fediversity-jobenv status JOB_ID`: the job's journal entry.
+    /// `fediversity-jobenv status JOB_ID`: the job's journal entry (checked against the
+    /// published schema by [`crate::job_run::JobRun::run`]).
     pub fn journal_entry(&self, jobenv: &Path, job_id: &str) -> Value {
         let done = self.jobenv(jobenv).args(["status", job_id]).expect_success().run();
         serde_json::from_str(&done.stdout).expect("status prints JSON")

@@ -127,6 +127,7 @@ impl Node {
                 "call_attempts": 3, "call_delay_seconds": 0.02, "request_timeout_seconds": 5
             },
             "lock_file": p("bootstrap.lock"),
+            "state_file": p("state/bootstrap-state.json"),
         });
         Node {
             dir,
@@ -169,6 +170,16 @@ impl Node {
 
     pub fn include_meta(&self) -> Option<std::fs::Metadata> {
         std::fs::metadata(self.include_path()).ok()
+    }
+
+    pub fn state_path(&self) -> PathBuf {
+        PathBuf::from(self.config["state_file"].as_str().unwrap())
+    }
+
+    /// The bootstrap's state file, parsed (`None` before a run wrote it).
+    pub fn state(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.state_path()).ok()?;
+        Some(serde_json::from_str(&text).expect("the state file is JSON"))
     }
 
     pub fn config_path(&self) -> PathBuf {

@@ -29,30 +29,45 @@ pub fn is_setting_name(name: &str) -> bool {
     chars.next().is_some_and(|c| c.is_ascii_lowercase()) && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
-/// A token's label: Windmill's labels are free text, but this one is logged and compared.
-/// Windmill labels every login session `session`: revoking "older tokens with the same label"
-/// would then log out every session of the admin.
+/// Labels Windmill gives tokens of its own: `session` to every login, `ephemeral-script` to the
+/// token of every job. Revoking "the older tokens" of one of them would log out every session
+/// of the admin or break every running job.
+const RESERVED_LABELS: [&str; 2] = ["session", "ephemeral-script"];
+
+/// Whether `label` is one Windmill uses itself, in any case and with any surrounding whitespace
+/// (a label that only differs so is refused too: it is a mistake, not a label of its own).
+pub fn is_reserved_label(label: &str) -> bool {
+    RESERVED_LABELS.contains(&label.trim().to_lowercase().as_str())
+}
+
+/// A token's label: Windmill's labels are free text, but this one is logged, compared and
+/// revoked by.
 pub fn token_label(field: &str, label: &str, problems: &mut Problems) {
     if label.is_empty() {
         problems.add(format!("{field} is empty"));
-    } else if label == "session" {
-        problems.add(format!("{field} must not be \"session\": Windmill uses that label for login sessions"));
+    } else if is_reserved_label(label) {
+        problems.add(format!(
+            "{field} must not be {label:?}: Windmill labels its login sessions \"session\" and the tokens of jobs \"ephemeral-script\""
+        ));
     } else if label.chars().count() > 255 || label.chars().any(char::is_control) {
         problems.add(format!("{field} must be at most 255 characters without control characters"));
     }
 }
 
-/// The front-end token's scopes: each one Windmill would parse (see [`crate::scope`]), not too
-/// many, and at least one harmless read left that they must refuse (the proof of step 7).
+/// The front-end token's scopes: each one Windmill would parse and knows the words of (see
+/// [`crate::scope`]), none that lets the token run code of its holder's choosing, not too many,
+/// and at least one harmless read left that they must refuse (the proof of step 7).
 pub fn scopes(field: &str, scopes: &[String], problems: &mut Problems) {
     if scopes.len() > scope::MAX_SCOPES {
         problems.add(format!("{field} has {} scopes, more than {}", scopes.len(), scope::MAX_SCOPES));
         return;
     }
     for (i, s) in scopes.iter().enumerate() {
-        if let Some(why) = scope::problem(s) {
-            // The scope is shown escaped, unless it is too long to be one.
-            let shown = if s.chars().count() > scope::MAX_LEN { String::new() } else { format!(" {s:?}") };
+        // The scope is shown escaped, unless it is too long to be one.
+        let shown = if s.chars().count() > scope::MAX_LEN { String::new() } else { format!(" {s:?}") };
+        if let Some(why) = scope::danger(s) {
+            problems.add(format!("{field}[{i}]{shown} is refused: {why}"));
+        } else if let Some(why) = scope::problem(s) {
             problems.add(format!("{field}[{i}]{shown} is not a Windmill scope: it {why}"));
         }
     }

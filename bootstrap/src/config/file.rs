@@ -37,6 +37,8 @@ pub struct File {
     pub retry: Retry,
     #[serde(default = "lock_file")]
     pub lock_file: PathBuf,
+    #[serde(default = "state_file")]
+    pub state_file: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +141,9 @@ pub struct Retry {
 }
 
 pub const DEFAULT_LOCK_FILE: &str = "/run/fediversity-windmill-bootstrap.lock";
+/// What the bootstrap remembers between runs (the labels it minted under, the script versions it
+/// created): kept where it survives a reboot.
+pub const DEFAULT_STATE_FILE: &str = "/var/lib/fediversity-windmill/bootstrap-state.json";
 
 // The defaults, one small function each (serde's `default = "…"` takes a function).
 
@@ -151,6 +156,9 @@ fn settings() -> BTreeMap<String, Value> {
 }
 fn lock_file() -> PathBuf {
     DEFAULT_LOCK_FILE.into()
+}
+fn state_file() -> PathBuf {
+    DEFAULT_STATE_FILE.into()
 }
 fn windmill_url() -> String {
     "http://127.0.0.1:8001".into()
@@ -272,6 +280,7 @@ mod tests {
         assert_eq!(file.ui_auth.mode, "0440");
         assert_eq!(file.retry.call_attempts, 5);
         assert_eq!(file.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
+        assert_eq!(file.state_file, PathBuf::from(DEFAULT_STATE_FILE));
         // A section given in part keeps the defaults of the rest.
         let file = parse(r#"{"windmill": {"admin_email": "a@b"}, "retry": {"call_attempts": 2}}"#).unwrap();
         assert_eq!((file.windmill.url.as_str(), file.windmill.admin_email.as_str()), ("http://127.0.0.1:8001", "a@b"));

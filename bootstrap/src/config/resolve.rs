@@ -9,8 +9,8 @@ use safe_io::secret::Secret;
 use serde_json::Value;
 
 use super::checks;
-use crate::scope;
 use super::file::{self, File};
+use crate::scope;
 use super::{Config, Database, Env, OpenBao, Problems, Retry, Scripts, Token, UiAuth, Windmill, Workspace};
 
 pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Config> {
@@ -28,6 +28,9 @@ pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Confi
         problems.add(format!("token.label and ui_auth.label are both {:?}: the two tokens need labels of their own", token.label));
     }
     let retry = retry(&raw.retry, problems);
+    if raw.state_file.file_name().is_none() || !raw.state_file.is_absolute() {
+        problems.add(format!("state_file {} must be an absolute file path", raw.state_file.display()));
+    }
     Some(Config {
         windmill: windmill?,
         database: database?,
@@ -39,6 +42,7 @@ pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Confi
         ui_auth: ui_auth?,
         retry: retry?,
         lock_file: raw.lock_file,
+        state_file: raw.state_file,
     })
 }
 

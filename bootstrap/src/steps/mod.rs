@@ -5,9 +5,14 @@
 //!
 //! - `access`: 1 ready, 2 login;
 //! - `converge`: 4 workspace, 5 scripts, 6 settings;
-//! - `tokens`: 3 token, 7 openbao, 8 ui-auth, 9 revoke.
+//! - `tokens`: 3 token, 7 openbao, 8 ui-auth, 9 revoke;
+//! - `check_tokens`: what `--check` compares in 7, 8 and 9.
+//!
+//! The state file (`state_file`, [`State`]) is read before step 1; a run writes it in steps 3,
+//! 5 and 9, `--check` never.
 
 mod access;
+mod check_tokens;
 mod converge;
 mod tokens;
 
@@ -19,6 +24,7 @@ use crate::http::{self, Policy};
 use crate::openbao::OpenBao;
 use crate::report::{Notes, Step};
 use crate::scripts::LocalScript;
+use crate::state::State;
 use crate::token::{self, Minted};
 use crate::windmill::Windmill;
 
@@ -39,6 +45,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
     let mut notes = Notes::new(check);
     tokens::warn_if_unscoped(config);
+    let mut state = State::load(&config.state_file)?;
 
     // 1. Wait for GET /api/version.
     let version = notes.step(Step::Ready, access::ready(&anonymous, config)).await?;
@@ -56,10 +63,10 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     if check {
         // --check: steps 4 to 9 read-only, with the login session, which is then logged out.
         let compared = async {
-            compare(&session, config, local, &mut notes).await?;
-            let front = notes.step(Step::OpenBao, tokens::check_openbao(&session, &bao, config, secrets)).await?;
-            let ui = notes.step(Step::UiAuth, tokens::check_include(&session, config, secrets)).await?;
-            notes.step(Step::Revoke, tokens::check_revoke(&session, config, [front, ui])).await
+            compare(&session, config, local, &mut state, &mut notes).await?;
+            let (front, listed) = notes.step(Step::OpenBao, check_tokens::openbao(&session, &bao, config, secrets)).await?;
+            let ui = notes.step(Step::UiAuth, check_tokens::include(&session, config, &listed, secrets)).await?;
+            notes.step(Step::Revoke, async { check_tokens::revoke(config, &listed, &state, [front, ui]) }).await
         }
         .await;
         log_out(&session, config, secrets).await;
@@ -69,7 +76,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
 
     // 3. The UI's token, which the rest of the run uses. The login session is then no longer
     // needed: it is logged out rather than left to live its three days.
-    let ui = notes.step(Step::Token, tokens::mint_ui(&session, config, secrets)).await;
+    let ui = notes.step(Step::Token, tokens::mint_ui(&session, config, &mut state, secrets)).await;
     log_out(&session, config, secrets).await;
     let mut ui = ui?;
     let api = anonymous.with_token(ui.secret());
@@ -79,7 +86,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     // failure in between leaves the previous OpenBao secret and include working.
     let mut front: Option<Minted> = None;
     let stored = async {
-        compare(&api, config, local, &mut notes).await?;
+        compare(&api, config, local, &mut state, &mut notes).await?;
         notes.step(Step::OpenBao, tokens::openbao(&api, &bao, config, &version, &mut front, secrets)).await?;
         notes.step(Step::UiAuth, async { tokens::ui_auth(config, &mut ui) }).await
     }
@@ -91,7 +98,7 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     }
 
     // 9. Revoke the older tokens of both labels.
-    notes.step(Step::Revoke, tokens::revoke(&api, config, &minted, secrets)).await?;
+    notes.step(Step::Revoke, tokens::revoke(&api, config, &minted, &mut state, secrets)).await?;
     Ok(Finish::Converged)
 }
 
@@ -101,10 +108,10 @@ fn finish(notes: Notes) -> Finish {
 }
 
 /// Steps 4, 5 and 6: what `--check` compares and a run converges.
-async fn compare(api: &Windmill, config: &Config, local: Vec<LocalScript>, notes: &mut Notes) -> Result<()> {
+async fn compare(api: &Windmill, config: &Config, local: Vec<LocalScript>, state: &mut State, notes: &mut Notes) -> Result<()> {
     let check = notes.check();
     let workspace_exists = notes.step(Step::Workspace, converge::workspace(api, config, check)).await?;
-    notes.step(Step::Scripts, converge::scripts(api, config, local, check, workspace_exists)).await?;
+    notes.step(Step::Scripts, converge::scripts(api, config, local, state, check, workspace_exists)).await?;
     notes.step(Step::Settings, converge::settings(api, &config.settings, check)).await
 }
 

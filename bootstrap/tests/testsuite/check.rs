@@ -58,7 +58,10 @@ fn positive_control_writes_flags_what_a_converging_run_sends() {
     // node, and of a rerun after a local edit.
     let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    let mut first = writes(&node.windmill.requests());
+    // Besides step 7's proof, made with the front-end's new token (each call refused).
+    let front = support::stored_token(&node).unwrap();
+    let requests: Vec<Recorded> = node.windmill.requests().into_iter().filter(|r| r.token.as_deref() != Some(front.as_str())).collect();
+    let mut first = writes(&requests);
     first.sort();
     assert_eq!(
         first,
@@ -99,14 +102,14 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
         run.step_line(7),
         &format!(
             "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds a live token labeled fediversity \
-             (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write; bound to workspace fediversity): unchanged",
+             (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy; bound to workspace fediversity) that authenticates: unchanged",
             node.bao_path
         ),
     );
     support::assert_line(
         run.step_line(8),
         &format!(
-            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} (root:postgres 0440) holds a live token labeled fediversity-ui (the superadmin's full rights): unchanged",
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} (root:postgres 0440) holds a live token labeled fediversity-ui (the superadmin's full rights) that authenticates: unchanged",
             node.include_path().display()
         ),
     );
@@ -197,7 +200,7 @@ fn a_stored_token_with_other_scopes_or_binding_is_drift() {
         run.step_line(7),
         &format!(
             "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity, minted with \
-             scopes jobs:read jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:write where jobs:read are configured: would update",
+             scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy where jobs:read are configured: would update",
             node.bao_path
         ),
     );
@@ -336,4 +339,96 @@ fn an_include_that_cannot_be_looked_at_fails_the_check_by_step() {
     );
     // Its login session was logged out all the same.
     assert_eq!(node.sessions(), Vec::<String>::new());
+}
+
+#[test]
+fn a_stored_token_that_is_listed_but_no_longer_authenticates_is_drift() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let (front, ui) = (support::stored_token(&node).unwrap(), node.include_token().unwrap());
+    // Positive control: both authenticate, each as it must (the front-end's refused its read).
+    let mark = node.windmill.requests().len();
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+    let probes: Vec<String> = node
+        .windmill
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| [Some(front.as_str()), Some(ui.as_str())].contains(&r.token.as_deref()))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(probes, ["GET /api/w/fediversity/variables/list", "GET /api/users/whoami"]);
+
+    // Both expire: still listed, but refused.
+    node.windmill.expire_token(&front);
+    node.windmill.expire_token(&ui);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    support::assert_line(
+        run.step_line(7),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity, which no longer authenticates \
+             (GET /api/w/fediversity/variables/list answered 401): would update",
+            node.bao_path
+        ),
+    );
+    support::assert_line(
+        run.step_line(8),
+        &format!(
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} holds the token labeled fediversity-ui, which no longer authenticates \
+             (GET /api/users/whoami answered 401): would update",
+            node.include_path().display()
+        ),
+    );
+    // A run replaces both, and the check agrees.
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+
+    // A server that stopped enforcing scopes grants the stored token its read: drift too.
+    node.windmill.set_enforce_scopes(false);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.step_line(7).ends_with("which Windmill granted GET /api/w/fediversity/variables/list, a read its scopes do not cover: would update"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn an_include_directory_others_may_write_is_refused_by_a_run_and_reported_by_the_check() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let (front, ui) = (support::stored_token(&node).unwrap(), node.include_token().unwrap());
+    let dir = node.include_path().parent().unwrap().to_owned();
+    let mode = |m: u32| std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    mode(0o777);
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    support::assert_line(
+        run.step_line(8),
+        &format!(
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} is in {}, a directory others may write (mode 0777): any local user could replace the include: would update",
+            node.include_path().display(),
+            dir.display()
+        ),
+    );
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        &format!(
+            "fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: {} is in {}, a directory others may write (mode 0777): \
+             any local user could replace the include; not written (make the directory writable by its owner and group only)",
+            node.include_path().display(),
+            dir.display()
+        ),
+    );
+    // The include was not touched, nor the directory's mode; the UI's new token was deleted.
+    assert_eq!(node.include_token(), Some(ui.clone()));
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o777);
+    assert_eq!(support::labeled(&node, support::UI), vec![ui]);
+    assert_ne!(support::stored_token(&node), Some(front));
+    // Positive control: closed to others, the run converges.
+    mode(0o750);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 }

@@ -185,13 +185,28 @@ fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
     let cases = [
         (json!({"token": {"label": "same"}, "ui_auth": {"label": "same"}}), "error: token.label and ui_auth.label are both \"same\": the two tokens need labels of their own"),
         (json!({"ui_auth": {"label": "fediversity"}}), "error: token.label and ui_auth.label are both \"fediversity\": the two tokens need labels of their own"),
-        (json!({"ui_auth": {"label": "session"}}), "error: ui_auth.label must not be \"session\": Windmill uses that label for login sessions"),
-        (json!({"token": {"label": "session"}}), "error: token.label must not be \"session\": Windmill uses that label for login sessions"),
+        (json!({"ui_auth": {"label": "session"}}), "error: ui_auth.label must not be \"session\": Windmill labels its login sessions \"session\" and the tokens of jobs \"ephemeral-script\""),
+        (json!({"token": {"label": "session"}}), "error: token.label must not be \"session\": Windmill labels its login sessions \"session\" and the tokens of jobs \"ephemeral-script\""),
+        (json!({"token": {"label": " Session "}}), "error: token.label must not be \" Session \": Windmill labels its login sessions \"session\" and the tokens of jobs \"ephemeral-script\""),
+        (json!({"ui_auth": {"label": "Ephemeral-Script"}}), "error: ui_auth.label must not be \"Ephemeral-Script\": Windmill labels its login sessions \"session\" and the tokens of jobs \"ephemeral-script\""),
         (json!({"ui_auth": {"label": ""}}), "error: ui_auth.label is empty"),
         (json!({"token": {"label": "two\nlines"}}), "error: token.label must be at most 255 characters without control characters"),
         (json!({"token": {"scopes": ["jobs:read", "jobs: write"]}}), "error: token.scopes[1] \"jobs: write\" is not a Windmill scope: it has whitespace or a control character"),
-        (json!({"token": {"scopes": ["*"]}}), "error: token.scopes[0] \"*\" is not a Windmill scope: it is not domain:action[:resource] (or jobs:run:<kind>[:<paths>])"),
-        (json!({"token": {"scopes": ["Jobs:Read"]}}), "error: token.scopes[0] \"Jobs:Read\" is not a Windmill scope: it has a domain or action that is not a lower-case word (letters, digits, _)"),
+        (json!({"token": {"scopes": ["*"]}}), "error: token.scopes[0] \"*\" is refused: \"*\" is Windmill's scope for everything: previews, script uploads and every other route"),
+        (
+            json!({"token": {"scopes": ["jobs:run:scripts:f/fediversity/deploy", "jobs:write"]}}),
+            "error: token.scopes[1] \"jobs:write\" is refused: it grants POST jobs/add_batch_jobs (a flow sent with the request) and jobs/queue/import (jobs with any code and any owner's rights): with a token owned by the superadmin, that runs any code on the worker",
+        ),
+        (json!({"token": {"scopes": ["jobs:run"]}}), "error: token.scopes[0] \"jobs:run\" is refused: a run scope without a kind runs previews (code sent with the request): with a token owned by the superadmin, that runs any code on the worker"),
+        (json!({"token": {"scopes": ["jobs:run:scripts"]}}), "error: token.scopes[0] \"jobs:run:scripts\" is refused: it runs every one of the workspace's scripts, whoever deploys them: list their paths"),
+        (
+            json!({"token": {"scopes": ["jobs:run:scripts:f/fediversity/*"]}}),
+            "error: token.scopes[0] \"jobs:run:scripts:f/fediversity/*\" is refused: a wildcard path covers whatever anyone deploys there later: list the paths",
+        ),
+        (json!({"token": {"scopes": ["scripts:write"]}}), "error: token.scopes[0] \"scripts:write\" is refused: it creates and replaces scripts, the deploy script included, whose code the next deploy runs: with a token owned by the superadmin, that runs any code on the worker"),
+        (json!({"token": {"scopes": ["flows:write"]}}), "error: token.scopes[0] \"flows:write\" is refused: it creates flows, whose inline steps are any code: with a token owned by the superadmin, that runs any code on the worker"),
+        (json!({"token": {"scopes": ["varibles:read"]}}), "error: token.scopes[0] \"varibles:read\" is not a Windmill scope: it has the domain \"varibles\", which is none of Windmill's ([..])"),
+        (json!({"token": {"scopes": ["jobs:reed"]}}), "error: token.scopes[0] \"jobs:reed\" is not a Windmill scope: it has the action \"reed\", which is none of Windmill's (read, write, delete, run)"),
         (json!({"token": {"scopes": [format!("jobs:run:scripts:{}", "f/x/y,".repeat(60))]}}), "error: token.scopes[0] is not a Windmill scope: it is 377 characters, more than 256"),
         (
             json!({"token": {"scopes": ["variables:read", "users:read", "resources:read", "schedules:read", "groups:read", "folders:read"]}}),
@@ -212,8 +227,42 @@ fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
         node.config = good;
     }
     // Positive control: labels of their own and well-formed scopes run.
-    node.config["token"] = json!({"label": "front", "scopes": ["jobs:run:scripts:f/fediversity/*", "jobs:read"]});
+    node.config["token"] = json!({"label": "front", "scopes": ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/hello", "jobs:read"]});
     node.config["ui_auth"]["label"] = json!("admins");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
+}
+
+#[test]
+fn the_state_file_must_be_an_absolute_path_and_one_the_bootstrap_wrote() {
+    let mut node = support::node();
+    node.config["state_file"] = json!("relative/state.json");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 2, "{run:?}");
+    support::assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: state_file relative/state.json must be an absolute file path");
+    assert_untouched(&node);
+
+    // A file that is not the state: refused before anything is touched, by --check as by a run.
+    let mut node = support::node();
+    std::fs::create_dir_all(node.state_path().parent().unwrap()).unwrap();
+    std::fs::write(node.state_path(), r#"{"labels": ["session"]}"#).unwrap();
+    for args in [&[][..], &["--check"][..]] {
+        let run = node.run(bootstrap_bin!(), args);
+        assert_eq!(run.code, 3, "{run:?}");
+        support::assert_line(
+            run.stderr.lines().last().unwrap(),
+            &format!(
+                "fediversity-windmill-bootstrap: error: state file {}: lists the label \"session\", which the bootstrap never mints under; remove it from the file",
+                node.state_path().display()
+            ),
+        );
+        assert_untouched(&node);
+    }
+    // Positive control: removed, a run writes it afresh; --check never writes it.
+    std::fs::remove_file(node.state_path()).unwrap();
+    node.config["state_file"] = json!(node.path().join("fresh/state.json"));
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 1);
+    assert!(node.state().is_none());
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert!(node.state().is_some());
 }

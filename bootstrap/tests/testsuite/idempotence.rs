@@ -39,8 +39,15 @@ fn a_second_run_writes_nothing_but_a_new_token() {
 
     // Every write the second run sent: the login, the UI's new token, the logout of its login
     // session, the existence check of the workspace (a POST that only reads), the front-end's
-    // new token and the deletion of the first run's two tokens. Nothing else.
-    let writes: Vec<String> = requests.iter().filter(|r| r.method != "GET").map(|r| format!("{} {}", r.method, r.path)).collect();
+    // new token and the deletion of the first run's two tokens. Nothing else, besides the proof
+    // of step 7 (made with the front-end's new token, each call refused).
+    let second_front = support::stored_token(&node).unwrap();
+    assert_eq!(support::proof_calls(&requests, &second_front), support::PROOF);
+    let writes: Vec<String> = requests
+        .iter()
+        .filter(|r| r.method != "GET" && r.token.as_deref() != Some(second_front.as_str()))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
     assert_eq!(
         writes,
         vec![
@@ -58,7 +65,7 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     for step in [1, 2, 4, 5, 6] {
         assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
     }
-    support::assert_line(run.step_line(7), "fediversity-windmill-bootstrap: step 7/9 openbao: [..] holds the new token labeled fediversity ([..]), refused GET /api/w/fediversity/variables/list (403) as its scopes require: updated");
+    support::assert_line(run.step_line(7), &format!("fediversity-windmill-bootstrap: step 7/9 openbao: [..] holds the new token labeled fediversity ([..]), {}: updated", support::refused("variables/list")));
     support::assert_line(run.step_line(8), "fediversity-windmill-bootstrap: step 8/9 ui-auth: [..] holds the new token labeled fediversity-ui: updated");
     support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated");
     assert_eq!(node.windmill.script_count(), 4, "no script version created");
@@ -68,7 +75,7 @@ fn a_second_run_writes_nothing_but_a_new_token() {
     // The new tokens are in their places; the first run's are revoked (gone from the token list:
     // Windmill's auth cache may let them work up to 120 s more, which the bootstrap does not
     // control); the other label's token and the login sessions are left alone.
-    let (second, second_front) = (node.include_token().unwrap(), support::stored_token(&node).unwrap());
+    let second = node.include_token().unwrap();
     assert!(second != first && second_front != first_front);
     assert!(node.token_works(&second));
     for gone in [&first, &first_front] {

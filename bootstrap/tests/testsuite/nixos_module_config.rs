@@ -64,9 +64,11 @@ fn render_with(node: &Node, patch: &str) -> (Value, Value) {
 fn the_config_the_module_renders_converges_a_node_and_checks_clean() {
     let mut node = support::node();
     let mut rendered = render(&node);
-    // The module leaves the lock at the bootstrap's default under /run; a test keeps its own.
+    // The module leaves the lock and the state file at the bootstrap's defaults (under /run and
+    // /var/lib); a test keeps its own.
     assert!(rendered.get("lock_file").is_none());
     rendered["lock_file"] = node.config["lock_file"].clone();
+    rendered["state_file"] = node.config["state_file"].clone();
     // Positive control: this is the module's file, not the test node's (its retry settings are
     // the module defaults, which the test node shortens).
     assert_eq!(rendered["retry"], json!({"login_attempts": 12, "delay_seconds": 5, "ready_timeout_seconds": 300}));
@@ -92,9 +94,13 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
     for (patch, problem, refusal) in [
         (r#"b: b // { uiAuth = b.uiAuth // { mode = "0444"; }; }"#, "bootstrap.uiAuth.mode 0444 gives others access", "ui_auth.mode 0444 gives access to others"),
         (r#"b: b // { openbao = b.openbao // { addr = null; }; }"#, "bootstrap.openbao.addr is null", "openbao.addr is required"),
-        (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label must not be \"session\"", "token.label must not be \"session\""),
+        (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label \"session\" is a label Windmill gives its own tokens", "token.label"),
+        (r#"b: b // { token = b.token // { label = " Ephemeral-Script"; }; }"#, "bootstrap.token.label \" Ephemeral-Script\" is a label Windmill gives its own tokens", "token.label"),
         (r#"b: b // { workspace = b.workspace // { id = "two words"; }; }"#, "bootstrap.workspace.id \"two words\"", "workspace.id \"two words\" is invalid"),
         (r#"b: b // { workspace = b.workspace // { folder = "with-hyphen"; }; }"#, "bootstrap.workspace.folder \"with-hyphen\"", "workspace.folder \"with-hyphen\" is invalid"),
+        // The UI include's own token label (the bootstrap's `ui_auth.label`).
+        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#, "bootstrap.uiAuth.tokenLabel \"session\" is a label Windmill gives its own tokens", "ui_auth.label"),
+        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = b.token.label; }; }"#, "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both", "ui_auth.label"),
     ] {
         let mut node = support::node();
         let (config, problems) = render_with(&node, patch);
@@ -103,6 +109,7 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
         assert!(problems[0].starts_with(problem), "{patch}: {problems:?}");
         let mut config = config;
         config["lock_file"] = node.config["lock_file"].clone();
+        config["state_file"] = node.config["state_file"].clone();
         node.config = config;
         let run = node.run(bootstrap_bin!(), &[]);
         assert_eq!(run.code, 2, "{patch}: {run:?}");

@@ -12,7 +12,7 @@ fn creates(node: &Node, mark: usize) -> Vec<String> {
     node.windmill
         .requests_since(mark)
         .into_iter()
-        .filter(|r| r.is("POST", "/api/w/fediversity/scripts/create"))
+        .filter(support::is_upload)
         .map(|r| serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["path"].as_str().unwrap().to_owned())
         .collect()
 }
@@ -29,7 +29,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy, 3 unchanged: updated");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy (content), 3 unchanged: updated");
 
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, edited);
@@ -39,7 +39,7 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
         .windmill
         .requests_since(mark)
         .into_iter()
-        .find(|r| r.is("POST", "/api/w/fediversity/scripts/create"))
+        .find(support::is_upload)
         .map(|r| serde_json::from_str(&r.body).unwrap())
         .unwrap();
     assert_eq!(
@@ -75,7 +75,7 @@ fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_l
     let hello = node.windmill.versions("fediversity", "f/fediversity/hello");
     assert_eq!(hello.len(), 1);
     assert!(!hello[0].archived);
-    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], created f/fediversity/new_one, updated f/fediversity/destroy, 2 unchanged: updated");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], created f/fediversity/new_one, updated f/fediversity/destroy (archived), 2 unchanged: updated");
 }
 
 #[test]
@@ -108,12 +108,12 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
 
     let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
-    support::assert_line(check.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy, 3 unchanged: would update");
+    support::assert_line(check.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy (its dependency job failed), 3 unchanged: would update");
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy, 3 unchanged: updated");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy (its dependency job failed), 3 unchanged: updated");
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, before[0].content);
 
@@ -133,7 +133,7 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     // Someone deploys other content by hand: the next run puts the local file back on top.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", "print('other')\n", "_runner");
     let run = node.run(bootstrap_bin!(), &[]);
-    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner, 3 unchanged: updated");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner (content), 3 unchanged: updated");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 3);
     assert_eq!(versions[2].content, local);
@@ -142,7 +142,7 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     // Same content, another summary: not "unchanged" either.
     node.windmill.push_version("fediversity", "f/fediversity/_runner", &local, "pushed by hand");
     let run = node.run(bootstrap_bin!(), &[]);
-    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner, 3 unchanged: updated");
+    support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner (summary), 3 unchanged: updated");
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 5);
     assert_eq!((versions[4].content.as_str(), versions[4].summary.as_str()), (local.as_str(), "_runner"));
@@ -151,6 +151,64 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     let run = node.run(bootstrap_bin!(), &[]);
     support::assert_line(run.step_line(5), "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], 4 unchanged: unchanged");
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/_runner").len(), 5);
+}
+
+/// Someone deploys a version of `path` with the same content and summary as the bootstrap's and
+/// `settings` besides, through the API as the UI or the CLI would.
+fn deploy_with(node: &Node, path: &str, settings: serde_json::Value) {
+    let head = node.windmill.versions("fediversity", path).last().unwrap().clone();
+    let mut body = json!({"path": path, "parent_hash": head.hash, "summary": head.summary, "description": "", "content": head.content, "language": head.language});
+    body.as_object_mut().unwrap().extend(settings.as_object().unwrap().clone());
+    let session = node.login(&node.password).unwrap();
+    let reply = fediversity_testkit::http::request(
+        "POST",
+        &format!("{}/api/w/fediversity/scripts/create", node.windmill.url),
+        &[("Authorization", &format!("Bearer {session}"))],
+        Some(&body.to_string()),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+}
+
+#[test]
+fn a_version_with_runtime_settings_of_someone_elses_is_replaced_by_the_bootstraps_own() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    // Positive control: the server's own lock on the bootstrap's version (its dependency job) is
+    // no drift, for --check or a run.
+    node.windmill.set_lock("fediversity", "f/fediversity/deploy", "# py: 3.12\nrequests==2.32.3\n");
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+
+    // Same content, but run as someone else, with a secret in its environment, on another
+    // worker, killed after 5 s; and the destroy script with a lock of the writer's choosing.
+    deploy_with(&node, "f/fediversity/deploy", json!({"on_behalf_of_email": "someone@example.org", "envs": ["TOKEN=hunter2"], "tag": "elsewhere", "timeout": 5}));
+    deploy_with(&node, "f/fediversity/destroy", json!({"lock": "# py: 3.12\nevil==6.6.6\n"}));
+    let check = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(check.code, 1, "{check:?}");
+    support::assert_line(
+        check.step_line(5),
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy (envs, on_behalf_of_email, tag, timeout) \
+         f/fediversity/destroy (lock), 2 unchanged: would update",
+    );
+    // Field names only: the values (a secret in `envs`) are not shown.
+    assert!(!check.stderr.contains("hunter2") && !check.stderr.contains("evil"), "{check:?}");
+
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut created = creates(&node, mark);
+    created.sort();
+    assert_eq!(created, ["f/fediversity/deploy", "f/fediversity/destroy"]);
+    // The new versions carry the bootstrap's fields only: no setting, no lock sent.
+    for path in ["f/fediversity/deploy", "f/fediversity/destroy"] {
+        let head = node.windmill.versions("fediversity", path).last().unwrap().clone();
+        assert!(head.settings.is_empty() && head.lock.is_none(), "{path}: {head:?}");
+    }
+    // Once the server locks them, they are left alone: they are the bootstrap's own.
+    node.windmill.set_lock("fediversity", "f/fediversity/destroy", "# py: 3.12\n");
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+    let state = node.state().unwrap();
+    let recorded = state["scripts"]["fediversity"]["f/fediversity/destroy"].as_str().unwrap().to_owned();
+    assert_eq!(recorded, node.windmill.versions("fediversity", "f/fediversity/destroy").last().unwrap().hash);
 }
 
 /// Asserts that the run since `mark` created exactly one version of the deploy script, whose

@@ -84,11 +84,53 @@ pub fn front_token(node: &Node) -> String {
     tokens[0].clone()
 }
 
+/// The default scopes of the front-end's token, for the folder `fediversity`.
+pub const DEFAULT_SCOPES: &str = "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy";
+
+/// What step 7's line says of the proof: the five calls refused, `read` the read probe.
+pub fn refused(read: &str) -> String {
+    format!(
+        "refused GET /api/w/fediversity/{read}, POST /api/w/fediversity/jobs/run/preview, POST /api/w/fediversity/scripts/create, \
+         POST /api/w/fediversity/jobs/run/p/f/fediversity/probe_[..], POST /api/w/fediversity/jobs/add_batch_jobs/0 (403 each) as its scopes require"
+    )
+}
+
 /// The whole line of step 7 for the default scopes: `place` is `<path> field <field> (<mount>)`.
 pub fn openbao_line(place: &str, outcome: &str) -> String {
     format!(
         "fediversity-windmill-bootstrap: step 7/9 openbao: {place} holds the new token labeled fediversity \
-         (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write; bound to workspace fediversity), \
-         refused GET /api/w/fediversity/variables/list (403) as its scopes require{outcome}"
+         (scopes {DEFAULT_SCOPES}; bound to workspace fediversity), {}{outcome}",
+        refused("variables/list")
     )
+}
+
+/// The calls of step 7's proof, as the fake recorded them (the run probe's random name as
+/// `probe_*`), in order.
+pub fn proof_calls(requests: &[fediversity_testkit::windmill_fake::Recorded], token: &str) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.token.as_deref() == Some(token))
+        .map(|r| {
+            let path = match r.path.split_once("/probe_") {
+                Some((before, _)) => format!("{before}/probe_*"),
+                None => r.path.clone(),
+            };
+            format!("{} {path} {}", r.method, r.body)
+        })
+        .collect()
+}
+
+/// What [`proof_calls`] must be for the default scopes.
+pub const PROOF: [&str; 5] = [
+    "GET /api/w/fediversity/variables/list ",
+    "POST /api/w/fediversity/jobs/run/preview {}",
+    "POST /api/w/fediversity/scripts/create {}",
+    "POST /api/w/fediversity/jobs/run/p/f/fediversity/probe_* {}",
+    r#"POST /api/w/fediversity/jobs/add_batch_jobs/0 {"kind":"noop"}"#,
+];
+
+/// Whether `request` is a script upload of the bootstrap: a `scripts/create` with a script in its
+/// body (step 7's proof sends one with an empty body, with the front-end's new token).
+pub fn is_upload(request: &fediversity_testkit::windmill_fake::Recorded) -> bool {
+    request.is("POST", "/api/w/fediversity/scripts/create") && request.body != "{}"
 }

@@ -1,14 +1,15 @@
 //! Two tokens, each with what it needs: the one OpenBao holds (the front-end's) runs the deploy
-//! and destroy scripts and reads and cancels jobs, and nothing else; the one in the nginx
-//! include (the UI's) has full rights. The limit is proved before the token is stored: a
-//! Windmill that grants what the scopes do not cover fails step 7 and stores nothing.
+//! and destroy scripts and reads jobs, and nothing else; the one in the nginx include (the UI's)
+//! has full rights. The limit is proved before the token is stored: a Windmill that answers a
+//! call the scopes must refuse with anything but 403 fails step 7 and stores nothing.
 
 use std::os::unix::fs::MetadataExt;
 
 use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::http;
 use fediversity_testkit::node::Node;
-use serde_json::{Value, json};
+use fediversity_testkit::windmill_fake::Fault;
+use serde_json::json;
 
 use crate::support::{self, FRONT_END, UI, assert_has_line, assert_line};
 
@@ -20,6 +21,10 @@ fn call(node: &Node, token: &str, method: &str, path: &str) -> (u16, String) {
             Some(json!({"path": "f/fediversity/evil", "summary": "", "description": "", "content": "def main():\n    pass\n", "language": "python3"}))
         }
         p if p.ends_with("/tokens/create") => Some(json!({"label": "more"})),
+        p if p.contains("/add_batch_jobs/") => Some(json!({"kind": "flow", "flow_value": {"modules": [{"value": {"type": "rawscript", "content": "import os"}}]}})),
+        p if p.ends_with("/queue/import") => {
+            Some(json!([{"id": "0190aaaa-0000-4000-a000-000000000002", "kind": "preview", "raw_code": "import os", "created_by": "x", "permissioned_as": "u/admin"}]))
+        }
         _ if method == "POST" => Some(json!({})),
         _ => None,
     };
@@ -29,11 +34,13 @@ fn call(node: &Node, token: &str, method: &str, path: &str) -> (u16, String) {
 }
 
 /// What a leaked front-end token must not do, and how Windmill refuses each.
-const NOT_FOR_THE_FRONT_END: [(&str, &str, u16); 10] = [
+const NOT_FOR_THE_FRONT_END: [(&str, &str, u16); 12] = [
     ("POST", "/api/w/fediversity/jobs/run/preview", 403),
     ("POST", "/api/w/fediversity/jobs/run_wait_result/preview", 403),
     ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/hello", 403),
     ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/_runner", 403),
+    ("POST", "/api/w/fediversity/jobs/add_batch_jobs/1", 403),
+    ("POST", "/api/w/fediversity/jobs/queue/import", 403),
     ("POST", "/api/w/fediversity/scripts/create", 403),
     ("GET", "/api/w/fediversity/variables/list", 403),
     ("GET", "/api/w/fediversity/users/list", 403),
@@ -49,15 +56,17 @@ fn the_token_openbao_holds_runs_deploy_and_destroy_and_is_refused_everything_els
     let front = support::stored_token(&node).unwrap();
     let ui = node.include_token().unwrap();
 
-    // It runs the two scripts (201 and a job id, the job created by its label), reads the job
-    // and cancels it.
+    // It runs the two scripts (201 and a job id, the job created by its label) and reads the
+    // job; it cannot cancel it (that needs `jobs:write`: an anonymous caller's 400).
     for script in ["deploy", "destroy"] {
         let (status, id) = call(&node, &front, "POST", &format!("/api/w/fediversity/jobs/run/p/f/fediversity/{script}"));
         assert_eq!(status, 201, "{script}: {id}");
         let job = node.windmill.jobs().into_iter().find(|j| j.id == id).unwrap();
         assert_eq!(job.created_by, "label-fediversity");
         assert_eq!(call(&node, &front, "GET", &format!("/api/w/fediversity/jobs_u/get/{id}")).0, 200);
-        assert_eq!(call(&node, &front, "POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")), (200, id));
+        assert_eq!(call(&node, &front, "POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")).0, 400);
+        // Positive control: the include's token cancels it.
+        assert_eq!(call(&node, &ui, "POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")), (200, id));
     }
     // Everything else is refused, and nothing of it happened.
     for (method, path, status) in NOT_FOR_THE_FRONT_END {
@@ -71,7 +80,9 @@ fn the_token_openbao_holds_runs_deploy_and_destroy_and_is_refused_everything_els
         let (status, body) = call(&node, &ui, method, path);
         assert!(![401, 403].contains(&status), "{method} {path}: {status} {body}");
     }
-    assert_eq!(node.windmill.jobs().iter().filter(|j| j.created_by == "label-fediversity-ui").count(), 3);
+    // A preview, two runs, a batch of one; and the imported job (as it said, not as the UI).
+    assert_eq!(node.windmill.jobs().iter().filter(|j| j.created_by == "label-fediversity-ui").count(), 4);
+    assert_eq!(node.windmill.jobs().len(), 2 + 4 + 1);
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/evil").len(), 1);
 }
 
@@ -125,23 +136,67 @@ fn a_fresh_node_on_a_windmill_that_does_not_enforce_scopes_gets_no_token_anywher
 #[test]
 fn the_proof_is_a_read_the_configured_scopes_do_not_cover() {
     let mut node = support::node();
-    node.config["token"]["scopes"] = json!(["jobs:run:scripts:f/fediversity/*", "jobs:read", "variables:read"]);
+    let runs = "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy,f/fediversity/hello";
+    node.config["token"]["scopes"] = json!([runs, "jobs:read", "variables:read"]);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_line(
         run.step_line(7),
         &format!(
             "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value (mount secret/, KV v2) holds the new token labeled fediversity \
-             (scopes jobs:run:scripts:f/fediversity/* jobs:read variables:read; bound to workspace fediversity), \
-             refused GET /api/w/fediversity/users/list (403) as its scopes require: created",
-            node.bao_path
+             (scopes {runs} jobs:read variables:read; bound to workspace fediversity), {}: created",
+            node.bao_path,
+            support::refused("users/list")
         ),
     );
-    // The folder scope covers every script of the folder; variables are readable as configured.
+    // Each script listed runs; variables are readable as configured.
     let front = support::stored_token(&node).unwrap();
     assert_eq!(call(&node, &front, "POST", "/api/w/fediversity/jobs/run/p/f/fediversity/hello").0, 201);
     assert_eq!(call(&node, &front, "GET", "/api/w/fediversity/variables/list").0, 200);
     assert_eq!(call(&node, &front, "GET", "/api/w/fediversity/users/list").0, 403);
+}
+
+#[test]
+fn a_call_of_the_proof_answered_other_than_403_fails_step_7_naming_it_and_stores_nothing() {
+    let node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let (front, ui) = (support::stored_token(&node).unwrap(), node.include_token().unwrap());
+    // Each call in turn answered otherwise (a fault for that call only): a 401, which shows
+    // nothing of the scopes, or a 200 as a server that granted it would.
+    for (method, path, fault, why) in [
+        ("POST", "/api/w/fediversity/jobs/run/preview", Fault::Status(401), "401: the token was not authenticated, which shows nothing of its scopes"),
+        ("POST", "/api/w/fediversity/scripts/create", Fault::Status(422), "422 (the route let the token through to the request itself): Unprocessable Entity"),
+        ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/probe_", Fault::Status(404), "404 (the route let the token through to the request itself): Not Found"),
+        ("POST", "/api/w/fediversity/jobs/add_batch_jobs/0", Fault::Status(401), "401: the token was not authenticated, which shows nothing of its scopes"),
+    ] {
+        node.windmill.fail(method, path, fault, 1);
+        let run = node.run(bootstrap_bin!(), &[]);
+        assert_eq!(run.code, 3, "{path}: {run:?}");
+        assert_line(
+            run.stderr.lines().last().unwrap(),
+            &format!(
+                "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: Windmill CE v1.587.0 answered the new token labeled fediversity \
+                 {method} {path}[..] with {why}, where its scopes must refuse it with 403; the token was not stored"
+            ),
+        );
+        assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: deleted the token labeled fediversity that this run minted, as the run failed before storing it");
+        assert_eq!(support::stored_token(&node), Some(front.clone()));
+        assert_eq!(support::labeled(&node, FRONT_END), vec![front.clone()]);
+        assert_eq!(node.include_token(), Some(ui.clone()));
+    }
+    // A Windmill that grants the batch (as one would that maps scopes otherwise).
+    node.windmill.fail("POST", "/api/w/fediversity/jobs/add_batch_jobs/0", Fault::Status(200), 1);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: Windmill CE v1.587.0 granted the new token labeled fediversity \
+         POST /api/w/fediversity/jobs/add_batch_jobs/0 (answered 200), which its scopes do not cover: [..]; the token was not stored",
+    );
+    assert_eq!(support::stored_token(&node), Some(front.clone()));
+    // Positive control: without a fault, the run stores its token.
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    assert_ne!(support::stored_token(&node), Some(front));
 }
 
 /// The warning of a run whose front-end token is unscoped.
@@ -194,12 +249,13 @@ fn empty_scopes_give_an_unscoped_token_with_a_warning_on_every_run() {
 #[test]
 fn an_unbound_scoped_token_is_for_a_front_end_that_uses_the_wmill_cli() {
     let mut node = support::node();
-    let mut scopes: Vec<Value> = ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"].map(Value::from).to_vec();
-    scopes.push(json!("users:read"));
-    node.config["token"] = json!({"bind_to_workspace": false, "scopes": scopes});
+    node.config["token"] = json!({"bind_to_workspace": false, "scopes": [support::DEFAULT_SCOPES, "users:read"]});
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(7).contains("labeled fediversity (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:read jobs:write users:read), refused GET /api/w/fediversity/variables/list (403)"), "{run:?}");
+    assert!(
+        run.step_line(7).contains(&format!("labeled fediversity (scopes {} users:read), refused GET /api/w/fediversity/variables/list, ", support::DEFAULT_SCOPES)),
+        "{run:?}"
+    );
     let front = support::stored_token(&node).unwrap();
     assert_eq!(node.windmill.tokens().into_iter().find(|t| t.token == front).unwrap().workspace_id, None);
     // The CLI's first call works; the rest stays refused.

@@ -1,5 +1,7 @@
 //! Progress events (optional; README, "Progress events"): while a job runs, jobenv POSTs its
-//! status changes and its redacted output lines as JSON to the node's `EVENTS_URL`. Only
+//! status changes and its redacted output lines as JSON to the node's `EVENTS_URL`, in jobenv's
+//! own format ([`envelope`]) or as DD-0012 notifications of the row the payload names
+//! ([`dd0012`]); [`model::encode`] is the one place that tells them apart. Only
 //! redacted bytes become events; a push never waits (lines beyond the budget are dropped and
 //! counted, statuses never are); at exit jobenv waits at most [`FINAL_WAIT`] for the final
 //! status. Without `EVENTS_URL` nothing of this exists. This module takes plain data (a
@@ -11,6 +13,8 @@
 //! and the program is about to be exec'd, and the program itself never sees fd 3. Lines read
 //! before it are `preparing`, after it `running`.
 
+pub mod dd0012;
+pub mod envelope;
 pub mod lines;
 pub mod model;
 mod sender;
@@ -25,7 +29,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use reqwest::Url;
 pub use safe_io::secret::{Hidden, Secret};
 
-pub use model::{Level, Progress};
+pub use model::{End, Level, Progress, Wire};
 
 use lines::LineSplitter;
 use model::{Item, Line};
@@ -36,18 +40,24 @@ pub const FINAL_WAIT: Duration = Duration::from_secs(2);
 pub const QUEUE_LINES: usize = 4096;
 pub const QUEUE_BYTES: usize = 1 << 20;
 
-/// Where events go. The URL is not shown either: it may carry credentials.
+/// Where events go, and in which format: for DD-0012, the row's own address. The URL is not
+/// shown either: it may carry credentials.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub url: Hidden<Url>,
     pub secret: Secret,
+    pub wire: Wire,
 }
 
-/// What every event of a job names.
-#[derive(Debug, Clone, serde::Serialize)]
+/// What every event of a job names (jobenv's format; DD-0012's address names the row instead).
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct Ids {
+    /// The job's namespace (`NAMESPACE`, or the last segment of `TF_HTTP_ADDRESS`).
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9-]{0,62}$"))]
     pub deployment: String,
+    /// `BUILD_ID`, else the job id, else `null`.
     pub build: Option<String>,
+    /// The verb jobenv was started with.
     pub verb: String,
 }
 
@@ -55,6 +65,7 @@ pub struct Ids {
 #[derive(Debug)]
 enum Msg {
     Lines(Vec<Line>),
+    /// A status or the end, and when it was pushed.
     Status(Item, Instant),
 }
 
@@ -95,7 +106,7 @@ impl Events {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::sync_channel(1);
         let shared = Arc::new(Shared { tx, state: Mutex::default(), ready: Mutex::new(None), done: Mutex::new(Some(done_rx)) });
-        shared.status(Progress::Preparing, None);
+        shared.status(Item::Status { status: Progress::Preparing, at: SystemTime::now() });
         sender::spawn(Arc::clone(&shared), target.clone(), ids, rx, done_tx);
         Events(Some(shared))
     }
@@ -126,13 +137,13 @@ impl Events {
         Some(Tap { shared, level, splitter: LineSplitter::default(), lines: Vec::new() })
     }
 
-    /// The job ended: its terminal status, jobenv's exit code, and jobenv's own error lines
-    /// (sent at level `error`; they never hold a value).
-    pub fn finish(&self, status: Progress, exit_code: i32, errors: &[String]) {
+    /// The job ended: its terminal status, how each format says the end (with jobenv's exit
+    /// code), and jobenv's own error lines (sent at level `error`; they never hold a value).
+    pub fn finish(&self, (status, end): (Progress, End), errors: &[String]) {
         let Some(shared) = &self.0 else { return };
         shared.check_ready();
         shared.push_lines(Level::Error, errors.iter().map(|e| lines::capped(e.clone(), false)).collect());
-        shared.status(status, Some(exit_code));
+        shared.status(Item::End { status, end, at: SystemTime::now() });
     }
 
     /// Waits at most [`FINAL_WAIT`] for the final status to be delivered; if it was not, one
@@ -158,15 +169,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn status(&self, status: Progress, exit_code: Option<i32>) {
+    /// A status (`Item::Status`) or the end (`Item::End`).
+    fn status(&self, item: Item) {
         let mut state = lock(&self.state);
         if state.closed {
             return;
         }
-        state.closed = status.is_terminal();
-        state.running |= status == Progress::Running;
+        state.closed = item.is_end();
+        state.running |= matches!(item, Item::Status { status: Progress::Running, .. });
         state.statuses += 1;
-        let item = Item::Status { status, exit_code, at: SystemTime::now() };
         // Sent under the lock: no line labelled `running` can overtake the `running` status.
         let _ = self.tx.send(Msg::Status(item, Instant::now()));
     }
@@ -213,7 +224,7 @@ impl Shared {
         match pipe.read(&mut byte) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
             // The byte: the program is being exec'd. End of file: it never was.
-            Ok(1) => self.status(Progress::Running, None),
+            Ok(1) => self.status(Item::Status { status: Progress::Running, at: SystemTime::now() }),
             _ => {}
         }
         *ready = None;

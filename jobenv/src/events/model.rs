@@ -1,17 +1,20 @@
-//! What a progress event is: the statuses, the log levels and the JSON that goes on the wire
-//! (the schema is the README's, "Progress events"). `dropped` is the running total of log lines
-//! this job has lost so far, so a receiver sees every loss in the next event it gets.
+//! What a progress event is, whatever the wire: the statuses, the log levels, what one event
+//! carries ([`Item`]), and [`encode`], the one place where a wire format is chosen. The sender
+//! hands every item to [`encode`] and posts what comes back; it never looks at a format itself.
+//! The formats: [`super::envelope`] (jobenv's own, the default) and [`super::dd0012`].
 
 use std::time::SystemTime;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::Ids;
+use super::dd0012::{self, DeploymentStatus, JobStatus, RowKind};
 
 /// Where a job is, as front-ends see it. `preparing` covers validation and nix-shell
 /// instantiating the dev shell; `running` starts when the deployment program itself is exec'd;
 /// the rest are terminal (`destroyed` is a `destroy` that succeeded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Progress {
     Preparing,
@@ -29,18 +32,21 @@ impl Progress {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// `info`: the program's stdout; `warning`: its stderr; `error`: jobenv's own failures (a
+/// rejected job, jobenv failing to run the program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
-    Info,    // the program's stdout
-    Warning, // the program's stderr
-    Error,   // jobenv's own failures (a rejected job, jobenv failing to run the program)
+    Info,
+    Warning,
+    Error,
 }
 
 /// One line of redacted output (or one of jobenv's error lines).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct Line {
     pub level: Level,
+    /// At most 4096 bytes of UTF-8; a longer line is cut and ends in ` [truncated]`.
     pub line: String,
     /// The job's status when jobenv read the line.
     pub source_status: Progress,
@@ -49,79 +55,75 @@ pub struct Line {
     pub at: SystemTime,
 }
 
-/// What one event carries: its `type` and the fields of that type.
-#[derive(Debug, Serialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+/// How a job ended, in the words of every wire format: one row of the outcome table in
+/// `record::ending`. jobenv's own events say the terminal [`Progress`] and the exit code; a
+/// DD-0012 row says the status of its kind, and its last log message says how the job ended
+/// (a canceled or timed-out job is `failed` on a jobs row: the message says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    pub exit_code: i32,
+    pub job: JobStatus,
+    pub deployment: DeploymentStatus,
+    /// The level and the words of the last message: `<verb> <said> with exit code <code>`.
+    pub level: Level,
+    pub said: &'static str,
+}
+
+/// What one event carries, in the order things happened.
+#[derive(Debug)]
 pub enum Item {
-    Status {
-        status: Progress,
-        /// On terminal statuses only.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        exit_code: Option<i32>,
-        /// When the status changed.
-        #[serde(skip)]
-        at: SystemTime,
-    },
-    Logs {
-        lines: Vec<Line>,
-    },
+    /// `preparing` or `running`.
+    Status { status: Progress, at: SystemTime },
+    /// The terminal status.
+    End { status: Progress, end: End, at: SystemTime },
+    Logs { lines: Vec<Line> },
 }
 
-#[derive(Serialize)]
-struct Envelope<'a> {
-    #[serde(flatten)]
-    ids: &'a Ids,
-    seq: u64,
-    timestamp: String,
-    dropped: u64,
-    #[serde(flatten)]
-    item: &'a Item,
-}
-
-/// The JSON body of one event.
-pub fn encode(ids: &Ids, seq: u64, dropped: u64, item: &Item) -> Vec<u8> {
-    let at = match item {
-        Item::Status { at, .. } => *at,
-        Item::Logs { lines } => lines.first().map_or_else(SystemTime::now, |l| l.at),
-    };
-    let timestamp = humantime::format_rfc3339_millis(at).to_string();
-    serde_json::to_vec(&Envelope { ids, seq, timestamp, dropped, item }).expect("an event serializes")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{Value, json};
-    use std::time::Duration;
-
-    fn ids() -> Ids {
-        Ids { deployment: "ns".into(), build: Some("b-1".into()), verb: "apply".into() }
+impl Item {
+    pub fn is_end(&self) -> bool {
+        matches!(self, Item::End { .. })
     }
 
-    #[test]
-    fn a_status_event() {
-        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let item = Item::Status { status: Progress::TimedOut, exit_code: Some(124), at };
-        let event: Value = serde_json::from_slice(&encode(&ids(), 3, 5, &item)).unwrap();
-        assert_eq!(
-            event,
-            json!({"deployment": "ns", "build": "b-1", "verb": "apply", "seq": 3, "timestamp": "2023-11-14T22:13:20.123Z",
-                   "dropped": 5, "type": "status", "status": "timed_out", "exit_code": 124})
-        );
+    /// When the status changed, or when the first line was read.
+    pub fn at(&self) -> SystemTime {
+        match self {
+            Item::Status { at, .. } | Item::End { at, .. } => *at,
+            Item::Logs { lines } => lines.first().map_or_else(SystemTime::now, |l| l.at),
+        }
     }
+}
 
-    #[test]
-    fn a_logs_event_without_a_build() {
-        let at = SystemTime::UNIX_EPOCH;
-        let line = |level, text: &str| Line { level, line: text.into(), source_status: Progress::Running, at };
-        let item = Item::Logs { lines: vec![line(Level::Info, "out"), line(Level::Warning, "err")] };
-        let ids = Ids { build: None, ..ids() };
-        let event: Value = serde_json::from_slice(&encode(&ids, 1, 0, &item)).unwrap();
-        assert_eq!(
-            event,
-            json!({"deployment": "ns", "build": null, "verb": "apply", "seq": 1, "timestamp": "1970-01-01T00:00:00.000Z", "dropped": 0,
-                   "type": "logs", "lines": [{"level": "info", "line": "out", "source_status": "running"},
-                                             {"level": "warning", "line": "err", "source_status": "running"}]})
-        );
+/// The wire format of a job's events, chosen by the node (`EVENTS_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// jobenv's own envelope, to the node's `EVENTS_URL` (README, "Progress events").
+    Jobenv,
+    /// DD-0012's notifications, to the row the payload names.
+    Dd0012(RowKind),
+}
+
+/// What one event of a job says: its number, the running total of lines lost, and the item.
+pub struct Envelope<'a> {
+    pub ids: &'a Ids,
+    pub seq: u64,
+    pub dropped: u64,
+    pub item: &'a Item,
+}
+
+/// The JSON body of one event, or `None` when this format has nothing to say for the item (a
+/// deployments row stays `preparing` while the program runs: jobenv's `running` changes
+/// nothing there).
+pub fn encode(wire: Wire, event: &Envelope) -> Option<Vec<u8>> {
+    match wire {
+        Wire::Jobenv => Some(super::envelope::encode(event)),
+        Wire::Dd0012(kind) => dd0012::encode(kind, event),
+    }
+}
+
+/// Whether `next` may go in the same event as `first`: a DD-0012 message has one level.
+pub fn joins(wire: Wire, first: &Line, next: &Line) -> bool {
+    match wire {
+        Wire::Jobenv => true,
+        Wire::Dd0012(_) => first.level == next.level,
     }
 }

@@ -2,7 +2,8 @@
 //! must neither wait for the supervisor nor make it wait) runs a current-thread runtime with
 //! the HTTP client and posts one event at a time, in the order the messages came: lines in
 //! batches, always all of them before a status change that came after them; statuses retried
-//! until delivered, batches three times; 401/403 end the job's events.
+//! until delivered, batches three times; 401/403 end the job's events. It knows no wire format:
+//! [`model::encode`] makes each body, and [`model::joins`] says which lines may share one.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, StatusCode, Url};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::model::{self, Item, Line};
+use super::model::{self, Envelope, Item, Line, Wire};
 use super::{Ids, Msg, Secret, Shared, Target, lock};
 
 const BATCH_LINES: usize = 64;
@@ -49,8 +50,18 @@ fn run(shared: &Shared, target: &Target, ids: Ids, rx: UnboundedReceiver<Msg>) -
     let Some(client) = client(&target.secret) else {
         return give_up(shared, "cannot set up the HTTP client");
     };
-    let mut sender =
-        Sender { shared, client, url: &target.url, ids, seq: 0, warned: false, pending: VecDeque::new(), pending_bytes: 0, last_batch: None };
+    let mut sender = Sender {
+        shared,
+        client,
+        url: &target.url,
+        wire: target.wire,
+        ids,
+        seq: 0,
+        warned: false,
+        pending: VecDeque::new(),
+        pending_bytes: 0,
+        last_batch: None,
+    };
     runtime.block_on(sender.deliver(rx))
 }
 
@@ -58,6 +69,7 @@ struct Sender<'a> {
     shared: &'a Shared,
     client: Client,
     url: &'a Url,
+    wire: Wire,
     ids: Ids,
     seq: u64,
     warned: bool,
@@ -108,7 +120,7 @@ impl Sender<'_> {
 
     /// Sends every line before the status, then the status; true once a terminal one is out.
     async fn send_status(&mut self, status: Item, ended: Instant) -> Result<bool, Refused> {
-        let terminal = matches!(status, Item::Status { status, .. } if status.is_terminal());
+        let terminal = status.is_end();
         while !self.pending.is_empty() {
             if terminal && ended.elapsed() >= HURRY_AFTER {
                 let late = self.pending.drain(..).count();
@@ -122,12 +134,14 @@ impl Sender<'_> {
         Ok(terminal && delivered)
     }
 
-    /// The oldest lines, within the batch bounds (at least one line).
+    /// The oldest lines, within the batch bounds and as many as the format puts in one event
+    /// (at least one line).
     async fn send_batch(&mut self) -> Result<(), Refused> {
-        let mut batch = Vec::new();
+        let mut batch: Vec<Line> = Vec::new();
         let mut size = 0;
         while let Some((line, _)) = self.pending.front() {
-            if batch.len() == BATCH_LINES || (!batch.is_empty() && size + line.line.len() > BATCH_BYTES) {
+            let full = batch.len() == BATCH_LINES || size + line.line.len() > BATCH_BYTES;
+            if batch.first().is_some_and(|first| full || !model::joins(self.wire, first, line)) {
                 break;
             }
             size += line.line.len();
@@ -150,11 +164,14 @@ impl Sender<'_> {
     }
 
     /// Posts one event (numbered when first sent, the number kept across retries); whether it
-    /// was delivered. `Err` when the receiver refused jobenv for good.
+    /// was delivered (an item the format has nothing to say about counts as delivered). `Err`
+    /// when the receiver refused jobenv for good.
     async fn send(&mut self, item: Item, is_status: bool) -> Result<bool, Refused> {
-        self.seq += 1;
         let dropped = lock(&self.shared.state).dropped;
-        let body = model::encode(&self.ids, self.seq, dropped, &item);
+        let Some(body) = model::encode(self.wire, &Envelope { ids: &self.ids, seq: self.seq + 1, dropped, item: &item }) else {
+            return Ok(true);
+        };
+        self.seq += 1;
         let backoff = ExponentialBuilder::default().with_min_delay(Duration::from_millis(100)).with_max_delay(Duration::from_secs(2)).with_jitter();
         let backoff = if is_status { backoff.without_max_times() } else { backoff.with_max_times(LOG_RETRIES) };
         let result = (|| post(&self.client, self.url, body.clone()))

@@ -76,7 +76,9 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
         // A payload-only or derived key on the node is the node's error (`check_node`), not a
         // reason to drop the payload's value.
         let node_sets = inputs.node.contains_key(key) && !matches!(class, KeyClass::Derived { .. } | KeyClass::PayloadControl { node_may_set: false });
-        if node_sets || class.is_node_only() || (credential && node_has_credentials) {
+        // A row's secret only where events are DD-0012's: elsewhere it is the node's alone.
+        let node_only = class.is_node_only() || (key == "EVENTS_SECRET" && !super::controls::takes_row_secrets(&inputs.node));
+        if node_sets || node_only || (credential && node_has_credentials) {
             // Silent only for an equal value the job could know anyway: for a secret, silence
             // would tell the job whether its guess was right.
             let node = node_value(inputs, key);

@@ -7,12 +7,14 @@ use std::path::Path;
 use reqwest::Url;
 
 use super::admit::Payload;
+use super::json::{self, Members};
 use super::names;
 use super::state::{self, StateAddress};
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
-use crate::events::Target;
-use safe_io::secret::{Hidden, Text};
+use crate::events::dd0012::{self, RowKind};
+use crate::events::{Target, Wire};
+use safe_io::secret::{Hidden, Secret, Text};
 
 /// The resolved control keys of a job that passed every check.
 #[derive(Debug, Clone)]
@@ -25,8 +27,12 @@ pub struct Controls {
     pub namespace: String,
     /// The state backend's addresses, when the job has them.
     pub state: Option<StateAddress>,
-    /// Where progress events go (`EVENTS_URL` and `EVENTS_SECRET` of the node).
+    /// Where progress events go (`EVENTS_URL`, `EVENTS_SECRET` and `EVENTS_FORMAT` of the node,
+    /// and for DD-0012 the row the payload names).
     pub events: Option<Target>,
+    /// The payload's `EVENTS_SECRET`, when the node took it: redacted like every secret,
+    /// whether or not events are sent.
+    pub row_secret: Option<Secret>,
 }
 
 /// How a value from a job appears in an error: quoted, and cut short.
@@ -140,7 +146,9 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         _ => None,
     };
 
-    let events = events_target(&inputs.node).map_err(|p| problems.extend(p)).ok().flatten();
+    let row = payload_row(|key| payload.get(key).cloned()).map_err(|p| problems.extend(p)).ok().flatten();
+    let row_secret = payload.get("EVENTS_SECRET");
+    let events = events_target(&inputs.node, row, row_secret.map(String::as_str), &inputs.verb).map_err(|p| problems.extend(p)).ok().flatten();
 
     if problems.len() > before {
         return None;
@@ -154,53 +162,134 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         namespace: namespace?,
         state,
         events,
+        row_secret: row_secret.map(Secret::new),
     })
 }
 
 /// A shorter shared secret is too easy to guess (and one under 4 bytes would not be redacted).
 pub const MIN_EVENTS_SECRET_LEN: usize = 16;
 pub const MAX_EVENTS_SECRET_LEN: usize = 1024;
+const EVENTS_SECRET_RULE: &str = "must be 16 to 1024 printable ASCII characters without spaces";
 
-/// The event target the node configures, if any: `EVENTS_URL` (deploy-env.json or a secrets
-/// source) and `EVENTS_SECRET` (a secrets source only). Both keys or neither: one alone is a
-/// configuration error, like every other problem here (exit 2, nothing runs).
-pub fn events_target(node: &NodeValues) -> Result<Option<Target>, Vec<Problem>> {
-    let (url, secret) = match (node.get("EVENTS_URL"), node.get("EVENTS_SECRET")) {
+/// The DD-0012 row a payload names (`EVENTS_KIND`, `EVENTS_ROW_ID`), parsed: these two parts,
+/// and never the text a payload wrote, make the address of its notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    pub kind: RowKind,
+    pub id: u64,
+}
+
+/// The row a payload names, if any: both keys or neither, each against its grammar. Checked on
+/// every node, like `BUILD_ID`; only a node whose events are DD-0012's sends to it.
+pub fn payload_row(get: impl Fn(&str) -> Option<String>) -> Result<Option<Row>, Vec<Problem>> {
+    let (kind, id) = match (get("EVENTS_KIND"), get("EVENTS_ROW_ID")) {
         (None, None) => return Ok(None),
-        (Some(_), None) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_URL", missing: "EVENTS_SECRET" }]),
-        (None, Some(_)) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_SECRET", missing: "EVENTS_URL" }]),
-        (Some(url), Some(secret)) => (url, secret),
+        (Some(_), None) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_KIND", missing: "EVENTS_ROW_ID" }]),
+        (None, Some(_)) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_ROW_ID", missing: "EVENTS_KIND" }]),
+        (Some(kind), Some(id)) => (kind, id),
+    };
+    let mut problems = Vec::new();
+    let parsed_kind = RowKind::parse(&kind);
+    if parsed_kind.is_none() {
+        problems.push(Problem::BadControl { key: "EVENTS_KIND", shown: shown(&kind), rule: "must be jobs or deployments" });
+    }
+    let parsed_id = dd0012::row_id(&id);
+    if parsed_id.is_none() {
+        let rule = "must be a positive integer of at most 18 digits, without a sign or a leading zero";
+        problems.push(Problem::BadControl { key: "EVENTS_ROW_ID", shown: shown(&id), rule });
+    }
+    match (parsed_kind, parsed_id) {
+        (Some(kind), Some(id)) => Ok(Some(Row { kind, id })),
+        _ => Err(problems),
+    }
+}
+
+/// Whether the node's events are DD-0012's, whose rows have secrets of their own: only then is
+/// a payload's `EVENTS_SECRET` taken (and a node's still wins).
+pub fn takes_row_secrets(node: &NodeValues) -> bool {
+    node.get("EVENTS_FORMAT").is_some_and(|format| format.value.expose() == "dd-0012")
+}
+
+/// The event target of a job, if the node configures events: `EVENTS_URL` (deploy-env.json or
+/// a secrets source), `EVENTS_SECRET` (a secrets source only) and `EVENTS_FORMAT`. In jobenv's
+/// format both keys or neither, and the events go to `EVENTS_URL`; in DD-0012's, `EVENTS_URL`
+/// is the base of the `row`'s address and the secret the node's, else the payload's
+/// (`row_secret`). Every problem is a configuration or input error (exit 2, nothing runs).
+pub fn events_target(node: &NodeValues, row: Option<Row>, row_secret: Option<&str>, verb: &str) -> Result<Option<Target>, Vec<Problem>> {
+    let (url, secret, format) = (node.get("EVENTS_URL"), node.get("EVENTS_SECRET"), node.get("EVENTS_FORMAT"));
+    let dd0012 = match format.map(|f| f.value.expose()) {
+        None | Some("jobenv") => false,
+        Some("dd-0012") => true,
+        Some(other) => {
+            let shown = if format.is_some_and(|f| f.value.is_secret()) { "(value not shown: it comes from a secret)".into() } else { shown(other) };
+            return Err(vec![Problem::BadControl { key: "EVENTS_FORMAT", shown, rule: "must be jobenv or dd-0012" }]);
+        }
+    };
+    let url = match (url, secret, format) {
+        (None, None, None) => return Ok(None),
+        (None, _, Some(_)) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_FORMAT", missing: "EVENTS_URL" }]),
+        (None, Some(_), None) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_SECRET", missing: "EVENTS_URL" }]),
+        (Some(_), None, _) if !dd0012 => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_URL", missing: "EVENTS_SECRET" }]),
+        (Some(url), _, _) => url,
     };
     let mut problems = Vec::new();
     // Never shown: a URL may carry credentials, and it may come from a secrets source.
     let hidden = || "(value not shown)".to_owned();
     let url = match Url::parse(url.value.expose()) {
+        Ok(url) if dd0012 && (url.query().is_some() || url.fragment().is_some()) => {
+            let rule = "must be an http:// or https:// URL without a query or a fragment: the base of <kind>/<row>/notifications";
+            problems.push(Problem::BadControl { key: "EVENTS_URL", shown: hidden(), rule });
+            None
+        }
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => Some(url),
         _ => {
             problems.push(Problem::BadControl { key: "EVENTS_URL", shown: hidden(), rule: "must be an http:// or https:// URL" });
             None
         }
     };
-    let secret = match &secret.value {
+    let node_secret = match secret.map(|secret| (&secret.value, secret)) {
+        None => None,
         // A secret in deploy-env.json would be neither protected on disk nor redacted.
-        Text::Plain(_) => {
+        Some((Text::Plain(_), secret)) => {
             problems.push(Problem::SecretOutsideSecrets { key: "EVENTS_SECRET", origin: secret.origin.clone() });
             None
         }
-        Text::Secret(value) if !is_valid_events_secret(value.expose()) => {
-            problems.push(Problem::BadControl {
-                key: "EVENTS_SECRET",
-                shown: hidden(),
-                rule: "must be 16 to 1024 printable ASCII characters without spaces",
-            });
+        Some((Text::Secret(value), _)) if !is_valid_events_secret(value.expose()) => {
+            problems.push(Problem::BadControl { key: "EVENTS_SECRET", shown: hidden(), rule: EVENTS_SECRET_RULE });
             None
         }
-        Text::Secret(value) => Some(value.clone()),
+        Some((Text::Secret(value), _)) => Some(value.clone()),
     };
-    match (url, secret) {
-        (Some(url), Some(secret)) if problems.is_empty() => Ok(Some(Target { url: Hidden(url), secret })),
-        _ => Err(problems),
+    let Some(url) = url.filter(|_| problems.is_empty()) else { return Err(problems) };
+    let (Some(row), true) = (row, dd0012) else {
+        // jobenv's format (which has a node secret, checked above), or a job that names no row.
+        return Ok(node_secret.filter(|_| !dd0012).map(|secret| Target { url: Hidden(url), secret, wire: Wire::Jobenv }));
+    };
+    if row.kind == RowKind::Deployments && !matches!(verb, "apply" | "destroy") {
+        return Err(vec![Problem::DeploymentRowVerb { verb: verb.to_owned() }]);
     }
+    // The node's secret wins; the payload's is taken only here.
+    let secret = match (node_secret, row_secret) {
+        (Some(secret), _) => secret,
+        (None, Some(secret)) if is_valid_events_secret(secret) => Secret::new(secret),
+        (None, Some(_)) => return Err(vec![Problem::BadControl { key: "EVENTS_SECRET", shown: hidden(), rule: EVENTS_SECRET_RULE }]),
+        (None, None) => {
+            let hint = " (a dd-0012 node without a secret of its own takes the row's secret from the payload)";
+            return Err(vec![Problem::MissingControl { key: "EVENTS_SECRET", hint }]);
+        }
+    };
+    let url = dd0012::notifications_url(&url, row.kind, row.id);
+    Ok(Some(Target { url: Hidden(url), secret, wire: Wire::Dd0012(row.kind) }))
+}
+
+/// The event target of a job that is rejected, so its front-end still sees why: the node's
+/// settings as [`events_target`] takes them, with the row and the secret read from the payload
+/// as it is (nothing when either is not good).
+pub fn target_of_rejected(node: &NodeValues, payload: &Members, verb: &str) -> Option<Target> {
+    let get = |key: &str| payload.get(key).and_then(|raw| json::text(raw));
+    let row = payload_row(get).ok().flatten();
+    let secret = get("EVENTS_SECRET").filter(|_| takes_row_secrets(node));
+    events_target(node, row, secret.as_deref(), verb).ok().flatten()
 }
 
 /// Fits an HTTP header value as is (no control characters, nothing to trim).
@@ -260,17 +349,17 @@ mod tests {
     }
 
     fn event_problems(pairs: &[(&str, &str, bool)]) -> Vec<String> {
-        events_target(&node(pairs)).unwrap_err().iter().map(ToString::to_string).collect()
+        events_target(&node(pairs), None, None, "apply").unwrap_err().iter().map(ToString::to_string).collect()
     }
 
     #[test]
     fn neither_event_key_means_no_events() {
-        assert!(events_target(&node(&[("A", "x", false)])).unwrap().is_none());
+        assert!(events_target(&node(&[("A", "x", false)]), None, None, "apply").unwrap().is_none());
     }
 
     #[test]
     fn both_event_keys_make_a_target_whose_debug_shows_nothing() {
-        let target = events_target(&node(&[("EVENTS_URL", "http://127.0.0.1:9/e?k=v", false), ("EVENTS_SECRET", SECRET, true)])).unwrap().unwrap();
+        let target = events_target(&node(&[("EVENTS_URL", "http://127.0.0.1:9/e?k=v", false), ("EVENTS_SECRET", SECRET, true)]), None, None, "apply").unwrap().unwrap();
         assert_eq!(target.url.as_str(), "http://127.0.0.1:9/e?k=v");
         assert_eq!(target.secret.expose(), SECRET);
         let shown = format!("{target:?}");
@@ -323,5 +412,167 @@ mod tests {
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));
         assert_eq!(problems(&i), ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]);
+    }
+
+    const ROW_SECRET: &str = "row-secret-abcdef0123456";
+
+    /// A node whose events are DD-0012's, at `https://web.example/api`, with `pairs` added.
+    fn dd0012_inputs(pairs: &[(&str, &str, bool)]) -> super::super::Inputs {
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_URL", "https://web.example/api", false), ("EVENTS_FORMAT", "dd-0012", false)]));
+        i.node.extend(node(pairs));
+        i
+    }
+
+    #[test]
+    fn a_dd0012_row_is_addressed_from_its_parts_with_the_rows_secret() {
+        let mut i = dd0012_inputs(&[]);
+        i.set_payload("EVENTS_KIND", json!("deployments"));
+        i.set_payload("EVENTS_ROW_ID", json!(42));
+        i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        let plan = crate::plan::plan(&i).unwrap();
+        let target = plan.events.as_ref().unwrap();
+        assert_eq!(target.url.as_str(), "https://web.example/api/deployments/42/notifications");
+        assert_eq!((target.secret.expose(), target.wire), (ROW_SECRET, Wire::Dd0012(RowKind::Deployments)));
+        assert!(plan.warnings.is_empty() && plan.ignored.is_empty(), "{:?}", plan.warnings);
+        // Redacted like any secret, and never given to the program.
+        assert!(plan.secrets.contains(&ROW_SECRET.as_bytes().to_vec()));
+        assert!(plan.env.values().all(|var| !var.value.expose().contains(ROW_SECRET)));
+        for key in ["EVENTS_KIND", "EVENTS_ROW_ID", "EVENTS_SECRET", "EVENTS_URL", "EVENTS_FORMAT"] {
+            assert!(!plan.env.contains_key(key), "{key} reached the program");
+        }
+        // A row id given as a string is the same row.
+        i.set_payload("EVENTS_ROW_ID", json!("42"));
+        assert_eq!(crate::plan::plan(&i).unwrap().events.unwrap().url.as_str(), "https://web.example/api/deployments/42/notifications");
+    }
+
+    #[test]
+    fn the_nodes_secret_wins_over_the_rows() {
+        let mut i = dd0012_inputs(&[("EVENTS_SECRET", SECRET, true)]);
+        i.set_payload("EVENTS_KIND", json!("jobs"));
+        i.set_payload("EVENTS_ROW_ID", json!(7));
+        i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert_eq!(plan.events.as_ref().unwrap().secret.expose(), SECRET);
+        assert_eq!(plan.warnings, ["payload value for EVENTS_SECRET ignored: the node sets it"]);
+        // Without a secret anywhere, the row cannot be written to.
+        let mut i = dd0012_inputs(&[]);
+        i.set_payload("EVENTS_KIND", json!("jobs"));
+        i.set_payload("EVENTS_ROW_ID", json!(7));
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_SECRET is required but not set (a dd-0012 node without a secret of its own takes the row's secret from the payload)"]
+        );
+        // Positive control: a dd-0012 node without a secret and a payload without a row: no events.
+        let plan = crate::plan::plan(&dd0012_inputs(&[])).unwrap();
+        assert!(plan.events.is_none());
+    }
+
+    #[test]
+    fn a_payloads_events_secret_is_taken_only_in_the_dd0012_format() {
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false), ("EVENTS_SECRET", SECRET, true), ("EVENTS_FORMAT", "jobenv", false)]));
+        i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        i.set_payload("EVENTS_KIND", json!("jobs"));
+        i.set_payload("EVENTS_ROW_ID", json!(7));
+        let plan = crate::plan::plan(&i).unwrap();
+        let target = plan.events.unwrap();
+        assert_eq!((target.url.as_str(), target.secret.expose(), target.wire), ("http://events.example/hook", SECRET, Wire::Jobenv));
+        assert_eq!(plan.warnings, ["payload value for EVENTS_SECRET ignored: the node sets it"]);
+        // On a node without events it is the node's key alone, as before.
+        let mut i = inputs();
+        i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        assert_eq!(crate::plan::plan(&i).unwrap().warnings, ["payload value for EVENTS_SECRET ignored: only the node may set it"]);
+    }
+
+    #[test]
+    fn a_payload_cannot_send_a_request_anywhere_but_its_row_under_the_nodes_base() {
+        for (kind, row) in [
+            (json!("jobs"), json!("7/../../../evil.example/x")),
+            (json!("jobs"), json!("7%2F..%2F..%2Fx")),
+            (json!("jobs"), json!("7/")),
+            (json!("jobs"), json!("007")),
+            (json!("jobs"), json!("+7")),
+            (json!("jobs"), json!(-7)),
+            (json!("jobs"), json!(0)),
+            (json!("jobs"), json!(7.0)),
+            (json!("jobs"), json!(1e3)),
+            (json!("jobs"), json!("12345678901234567890123456789")),
+            (json!("jobs"), json!(12345678901234567890u64)),
+            (json!("jobs"), json!("7?x=1")),
+            (json!("jobs"), json!("7#x")),
+            (json!("jobs"), json!("@evil.example")),
+            (json!("../jobs"), json!(7)),
+            (json!("jobs/../../x"), json!(7)),
+            (json!("JOBS"), json!(7)),
+            (json!("https://evil.example/"), json!(7)),
+            (json!(["jobs"]), json!(7)),
+        ] {
+            let mut i = dd0012_inputs(&[]);
+            i.set_payload("EVENTS_KIND", kind.clone());
+            i.set_payload("EVENTS_ROW_ID", row.clone());
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            i.set_payload("EVENTS_URL", json!("https://evil.example/"));
+            let p = problems(&i);
+            assert!(!p.is_empty() && p.iter().all(|l| l.starts_with("EVENTS_KIND ") || l.starts_with("EVENTS_ROW_ID ")), "{kind} {row}: {p:?}");
+            let payload = i.payload.0.clone();
+            assert!(target_of_rejected(&i.node, &payload, "apply").is_none(), "{kind} {row}: a rejected job's events went somewhere");
+        }
+        // Positive control: the same payload with a good row reaches the node's host only, even
+        // with the payload's own EVENTS_URL (dropped: the node sets it).
+        let mut i = dd0012_inputs(&[]);
+        i.set_payload("EVENTS_KIND", json!("jobs"));
+        i.set_payload("EVENTS_ROW_ID", json!(7));
+        i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        i.set_payload("EVENTS_URL", json!("https://evil.example/"));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert_eq!(plan.events.unwrap().url.as_str(), "https://web.example/api/jobs/7/notifications");
+        assert_eq!(plan.warnings, ["payload value for EVENTS_URL ignored: the node sets it"]);
+        let payload = i.payload.0.clone();
+        assert_eq!(target_of_rejected(&i.node, &payload, "apply").unwrap().url.as_str(), "https://web.example/api/jobs/7/notifications");
+    }
+
+    #[test]
+    fn dd0012_settings_are_checked() {
+        let row = |i: &mut super::super::Inputs| {
+            i.set_payload("EVENTS_KIND", json!("deployments"));
+            i.set_payload("EVENTS_ROW_ID", json!(3));
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        };
+        let mut i = dd0012_inputs(&[]);
+        row(&mut i);
+        i.verb = "plan".into();
+        assert_eq!(problems(&i), ["EVENTS_KIND deployments is for apply and destroy: a plan job reports on a jobs row"]);
+        i.verb = "destroy".into();
+        assert!(crate::plan::plan(&i).is_ok());
+        let mut i = dd0012_inputs(&[]);
+        i.set_payload("EVENTS_ROW_ID", json!(3));
+        assert_eq!(problems(&i), ["EVENTS_ROW_ID is set but EVENTS_KIND is not: progress events need both"]);
+        let mut i = dd0012_inputs(&[]);
+        row(&mut i);
+        i.set_payload("EVENTS_SECRET", json!("short"));
+        assert_eq!(problems(&i), ["EVENTS_SECRET (value not shown) is invalid: must be 16 to 1024 printable ASCII characters without spaces"]);
+        let mut i = dd0012_inputs(&[]);
+        i.node.extend(node(&[("EVENTS_URL", "https://web.example/api?token=x", false)]));
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_URL (value not shown) is invalid: must be an http:// or https:// URL without a query or a fragment: the base of <kind>/<row>/notifications"]
+        );
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_FORMAT", "dd-0012", false)]));
+        assert_eq!(problems(&i), ["EVENTS_FORMAT is set but EVENTS_URL is not: progress events need both"]);
+        let mut i = dd0012_inputs(&[("EVENTS_FORMAT", "webhook", false)]);
+        assert_eq!(problems(&i), [r#"EVENTS_FORMAT "webhook" is invalid: must be jobenv or dd-0012"#]);
+        i.node.extend(node(&[("EVENTS_FORMAT", "DD-0012", true)]));
+        assert_eq!(problems(&i), ["EVENTS_FORMAT (value not shown: it comes from a secret) is invalid: must be jobenv or dd-0012"]);
+        // The row keys are payload keys, checked on every node.
+        let mut i = inputs();
+        i.node.extend(node(&[("EVENTS_KIND", "jobs", false)]));
+        i.set_payload("EVENTS_KIND", json!("rows"));
+        i.set_payload("EVENTS_ROW_ID", json!(1));
+        assert_eq!(
+            problems(&i),
+            ["test:EVENTS_KIND sets EVENTS_KIND, which only a job payload may set", r#"EVENTS_KIND "rows" is invalid: must be jobs or deployments"#]
+        );
     }
 }

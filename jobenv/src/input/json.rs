@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::ErrorKind;
 use std::path::Path;
 
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 pub use serde_json::value::RawValue;
 
@@ -119,56 +119,90 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
 }
 
 fn not_json<'a>(what: &'static str, origin: &'a str) -> impl Fn(serde_json::Error) -> Problem + 'a {
-    move |e| Problem::NotJson { what, origin: origin.to_owned(), detail: e.to_string() }
+    move |e| Problem::NotJson { what, origin: origin.to_owned(), detail: detail(&e) }
 }
 
-/// Refuses a document with a repeated key in any of its objects (and any syntax error).
+/// serde_json's message, but where it speaks of a `\u` escape that is no whole character: what
+/// it says there ("unexpected end of hex escape" for `"\ud800"`) does not name the reason, a
+/// lone surrogate, which no variable can hold (its text is UTF-8).
+fn detail(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    let surrogate = ["unexpected end of hex escape", "lone leading surrogate in hex escape", "invalid unicode code point"];
+    match surrogate.iter().find(|start| message.starts_with(*start)) {
+        Some(start) => message.replacen(
+            start,
+            "a \\u escape that is no whole Unicode character (a lone surrogate such as \\ud800, or fewer than four hex digits)",
+            1,
+        ),
+        None => message,
+    }
+}
+
+/// Refuses a document with a repeated key in any of its objects, a string that is no Unicode
+/// text (a lone surrogate), and any syntax error. Numbers are never parsed here: a value is kept
+/// as its text ([`RawValue`]), so `1e400` or a 400-digit integer passes as written instead of
+/// being out of a float's range.
 fn no_repeated_key(what: &'static str, origin: &str, bytes: &[u8]) -> Result<(), Problem> {
-    serde_json::from_slice::<NoRepeatedKey>(bytes).map(drop).map_err(not_json(what, origin))
+    let whole: &RawValue = serde_json::from_slice(bytes).map_err(not_json(what, origin))?;
+    bad_value(bytes, whole).map_or(Ok(()), |detail| Err(Problem::NotJson { what, origin: origin.to_owned(), detail }))
+}
+
+/// What is wrong in `raw`, a value inside `document`, with its position in `document`: the
+/// first repeated key of its objects, or a string of it that is no Unicode text (skipping a
+/// value as [`RawValue`] checks a string's escapes for syntax only). Each object and array is
+/// read again from its own text (at most serde_json's 128 levels of nesting, each reading what
+/// it holds).
+fn bad_value(document: &[u8], raw: &RawValue) -> Option<String> {
+    let text = raw.get();
+    let children = match text.as_bytes().first() {
+        Some(b'{') => serde_json::from_str::<Keys>(text).map(|keys| keys.0),
+        Some(b'[') => serde_json::from_str::<Vec<&RawValue>>(text),
+        Some(b'"') => serde_json::from_str::<String>(text).map(|_| Vec::new()),
+        _ => return None,
+    };
+    match children {
+        Ok(children) => children.into_iter().find_map(|child| bad_value(document, child)),
+        Err(error) => Some(in_document(document, text, &error)),
+    }
+}
+
+/// `error`'s message ([`detail`]), positioned in `document` instead of in `part`, a slice of it.
+fn in_document(document: &[u8], part: &str, error: &serde_json::Error) -> String {
+    let message = detail(error);
+    let message = message.split(" at line ").next().unwrap_or_default().to_owned();
+    // The byte the error points at: its line and column (bytes, from 1) within `part`.
+    let line_start: usize = part.split_inclusive('\n').take(error.line().saturating_sub(1)).map(str::len).sum();
+    let at = (part.as_ptr() as usize - document.as_ptr() as usize) + line_start + error.column().saturating_sub(1);
+    let before = &document[..at.min(document.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = at - before.iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1) + 1;
+    format!("{message} at line {line} column {column}")
 }
 
 /// How many characters of a repeated key its message shows: a key may be as long as the file.
 const SHOWN_KEY_CHARS: usize = 64;
 
-/// Any JSON value whose objects have no repeated key; it keeps nothing.
-struct NoRepeatedKey;
+/// The values of a JSON object whose keys are all different; a repeated key is an error.
+struct Keys<'a>(Vec<&'a RawValue>);
 
-impl<'de> serde::Deserialize<'de> for NoRepeatedKey {
+impl<'de> serde::Deserialize<'de> for Keys<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(NoRepeatedKey)
+        deserializer.deserialize_map(KeysVisitor)
     }
 }
 
-impl<'de> Visitor<'de> for NoRepeatedKey {
-    type Value = NoRepeatedKey;
+struct KeysVisitor;
+
+impl<'de> Visitor<'de> for KeysVisitor {
+    type Value = Keys<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
+        f.write_str("a JSON object")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
-        Ok(self)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
-        Ok(self)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
-        Ok(self)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
-        Ok(self)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
-        Ok(self)
-    }
-    fn visit_unit<E>(self) -> Result<Self, E> {
-        Ok(self)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
-        while seq.next_element::<NoRepeatedKey>()?.is_some() {}
-        Ok(self)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys<'de>, A::Error> {
         let mut seen = HashSet::new();
+        let mut values = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
             if seen.contains(&key) {
                 let mut shown: String = key.chars().take(SHOWN_KEY_CHARS).collect();
@@ -177,10 +211,10 @@ impl<'de> Visitor<'de> for NoRepeatedKey {
                 }
                 return Err(serde::de::Error::custom(format_args!("the key {shown:?} appears twice")));
             }
-            map.next_value::<NoRepeatedKey>()?;
+            values.push(map.next_value::<&RawValue>()?);
             seen.insert(key);
         }
-        Ok(self)
+        Ok(Keys(values))
     }
 }
 
@@ -199,6 +233,41 @@ mod tests {
         // Positive control: the same shapes without a repeat parse as serde_json would.
         let ok = parse_json("payload", "x", br#"{"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}"#).unwrap();
         assert_eq!(ok, json!({"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}));
+    }
+
+    #[test]
+    fn a_repeated_key_is_named_where_it_is_in_the_document() {
+        let doc = b"{\"A\": 1,\n \"H\": [2, {\"k\": 1,\n  \"k\": 2}]}";
+        let error = parse_object("payload", "x", doc, "an object").unwrap_err().to_string();
+        // serde_json points at the repeated key's closing quote: line 3, column 5.
+        assert_eq!(error, r#"payload x is not valid JSON: the key "k" appears twice at line 3 column 5"#);
+        // The same repeat at the top level, as serde_json itself counts.
+        let error = parse_object("payload", "x", b"{\"k\": 1,\n  \"k\": 2}", "an object").unwrap_err().to_string();
+        assert_eq!(error, r#"payload x is not valid JSON: the key "k" appears twice at line 2 column 5"#);
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_refused_by_its_name() {
+        for doc in [r#"{"S": "\ud800"}"#, r#"{"S": "\udc00x"}"#, r#"{"S": "\ud800\u0041"}"#] {
+            let error = parse_object("payload", "x", doc.as_bytes(), "an object").unwrap_err().to_string();
+            assert!(error.starts_with(r"payload x is not valid JSON: a \u escape that is no whole Unicode character (a lone surrogate such as \ud800"), "{doc}: {error}");
+            assert!(error.contains(" at line 1 column "), "{error}");
+        }
+        // Positive control: a surrogate pair is one character.
+        let members = parse_object("payload", "x", br#"{"S": "\ud83d\ude00"}"#, "an object").unwrap();
+        assert_eq!(super::text(&members["S"]).as_deref(), Some("\u{1f600}"));
+    }
+
+    #[test]
+    fn numbers_beyond_a_float_pass_as_written() {
+        let big = format!("1{}", "0".repeat(400));
+        let doc = format!(r#"{{"a": 1e400, "b": [-1E-400, {{"c": {big}}}], "d": {big}}}"#);
+        let members = parse_object("payload", "x", doc.as_bytes(), "an object").unwrap();
+        assert_eq!(super::text(&members["a"]).as_deref(), Some("1e400"));
+        assert_eq!(super::text(&members["b"]), Some(format!(r#"[-1E-400,{{"c":{big}}}]"#)));
+        assert_eq!(super::text(&members["d"]), Some(big));
+        // Positive control: a repeated key beside them is still found.
+        assert!(parse_object("payload", "x", br#"{"a": 1e400, "n": {"k": 1e999, "k": 2}}"#, "an object").is_err());
     }
 
     #[test]

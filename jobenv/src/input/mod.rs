@@ -51,7 +51,7 @@ pub struct Inputs {
     /// The nix-shell to run, already resolved to a path.
     pub nix_shell: PathBuf,
     pub running_system: String,
-    /// Bytes of argv and environment the program may have ([`crate::plan::exec_budget`]).
+    /// Bytes of argv and environment the program may have ([`exec_budget`]).
     pub exec_budget: usize,
 }
 
@@ -73,8 +73,8 @@ const MAX_IDENTITY_ATTRIBUTE: usize = 128;
 pub struct Gathered {
     pub identity: Identity,
     pub inputs: Result<Inputs, Vec<Problem>>,
-    /// Where progress events go, when the node's event settings are good: also for a job that
-    /// is rejected, so front-ends see why.
+    /// Where progress events go, when the node's event settings (and the payload's row) are
+    /// good: also for a job that is rejected, so front-ends see why.
     pub events: Option<Target>,
 }
 
@@ -115,6 +115,17 @@ pub fn cut(value: &str, max: usize) -> String {
     cut
 }
 
+/// How many bytes of argv and environment jobenv lets a program have under the stack limit
+/// `stack` (the soft `RLIMIT_STACK`). exec refuses more than a quarter of the stack limit, at
+/// most 6 MiB and at least 128 KiB (Linux's `bprm_stack_limits`). jobenv takes half of that:
+/// nix-shell execs the dev shell's bash, which execs the program, and each adds the dev
+/// shell's variables to what jobenv passed. With the usual 8 MiB stack that is 1 MiB, the
+/// payload's own limit.
+pub fn exec_budget(stack: u64) -> usize {
+    let kernel = (stack / 4).clamp(128 << 10, 6 << 20);
+    usize::try_from(kernel / 2).expect("at most 3 MiB")
+}
+
 /// Reads every input of a job; all problems found are reported together.
 pub fn gather(job: &JobSettings) -> Gathered {
     gather_with(job, payload::read(&job.payload))
@@ -139,7 +150,7 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
     let declared = keys::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
     let attributes = keys::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
-    let events = node.as_ref().and_then(|node| controls::events_target(node).ok().flatten());
+    let events = node.as_ref().zip(payload.as_ref()).and_then(|(node, payload)| controls::target_of_rejected(node, payload, &job.verb));
 
     let inputs = match (payload, node, declared, attributes, nix_shell) {
         (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell)) if problems.is_empty() => {
@@ -158,7 +169,7 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
                 environ: Hidden(environ),
                 nix_shell,
                 running_system: names::running_system(),
-                exec_budget: crate::plan::exec_budget(stack_limit()),
+                exec_budget: exec_budget(stack_limit()),
             })
         }
         _ => Err(problems),
@@ -243,7 +254,7 @@ pub(crate) mod test_support {
             environ: Hidden(vec![]),
             nix_shell: "/bin/nix-shell".into(),
             running_system: "x86_64-linux".into(),
-            exec_budget: crate::plan::exec_budget(8 << 20),
+            exec_budget: exec_budget(8 << 20),
         }
     }
 

@@ -22,16 +22,20 @@ pub const VERBS: &[&str] = &[
 ];
 
 /// Control keys only the node may set; jobenv consumes them and does not pass them on.
-/// `EVENTS_URL` and `EVENTS_SECRET` configure progress events (see [`crate::events`]).
+/// `EVENTS_URL` and `EVENTS_FORMAT` configure progress events (see [`crate::events`]).
 pub const NODE_CONTROL_KEYS: &[&str] =
-    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS", "EVENTS_URL", "EVENTS_SECRET"];
+    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS", "EVENTS_URL", "EVENTS_FORMAT"];
 
 /// Control keys a job payload may set; jobenv consumes them and does not pass them on.
-/// `BUILD_ID` names the build in progress events; the program does not need it.
-pub const PAYLOAD_CONTROL_KEYS: &[&str] = &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE", "BUILD_ID"];
+/// `BUILD_ID` names the build in progress events, `EVENTS_KIND` and `EVENTS_ROW_ID` the DD-0012
+/// row they go to, `EVENTS_SECRET` that row's secret; the program needs none of them.
+pub const PAYLOAD_CONTROL_KEYS: &[&str] =
+    &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE", "BUILD_ID", "EVENTS_KIND", "EVENTS_ROW_ID", "EVENTS_SECRET"];
 
-/// Control keys that the node may also set (node wins, like any key).
-pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM"];
+/// Control keys that the node may also set (node wins, like any key). A payload's
+/// `EVENTS_SECRET` is taken only by a node whose events are DD-0012's (see
+/// [`super::controls::takes_row_secrets`]); elsewhere only the node may set it.
+pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM", "EVENTS_SECRET"];
 
 /// Variables jobenv computes itself; no layer may set them.
 pub const DERIVED_KEYS: &[&str] =
@@ -54,8 +58,8 @@ pub const ENVIRON_PASSTHROUGH: &[&str] = &[
     "NIX_BUILD_SHELL",
 ];
 
-/// Undeclared Nix and OpenTofu variables a node may still set (`TF_VAR_*` by prefix).
-const NODE_TOOL_KEYS: &[&str] = &[
+/// Undeclared Nix and OpenTofu variables a node may still set (and [`NODE_TOOL_PREFIXES`]).
+pub const NODE_TOOL_KEYS: &[&str] = &[
     "NIX_CONFIG",
     "NIX_PATH",
     "NIX_REMOTE",
@@ -71,8 +75,10 @@ const NODE_TOOL_KEYS: &[&str] = &[
 
 /// A Nix/OpenTofu variable that a node may set although the keys file does not declare it.
 pub fn is_node_tool_key(key: &str) -> bool {
-    NODE_TOOL_KEYS.contains(&key) || key.starts_with("TF_VAR_")
+    NODE_TOOL_KEYS.contains(&key) || NODE_TOOL_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
 }
+
+pub const NODE_TOOL_PREFIXES: &[&str] = &["TF_VAR_"];
 
 /// The state-backend keys a payload may carry: the seeds' front-end scopes the state address
 /// itself and sends it, with the backend's credentials when the node has none (see
@@ -83,7 +89,7 @@ pub const STATE_KEYS: &[&str] =
 /// Exact names no payload may set, even when declared, and that never pass from jobenv's own
 /// environment: each makes bash, an interpreter, git, ssh, the loader or OpenTofu run code or
 /// read configuration of the job's choosing, or steers jobenv's own derived variables.
-const RESERVED: &[&str] = &[
+pub const RESERVED: &[&str] = &[
     "PATH",
     "HOME",
     "DEPLOYMENT_NAMESPACE",
@@ -132,7 +138,7 @@ const RESERVED: &[&str] = &[
 /// Reserved prefixes: the loader (`LD_`, `DYLD_`), Nix, bash's exported functions, Python, Perl,
 /// Ruby, Lua (`LUA_INIT` runs code), git, ssh's askpass, OpenTofu's extra arguments and its
 /// state backend (but for [`STATE_KEYS`]).
-const RESERVED_PREFIXES: &[&str] =
+pub const RESERVED_PREFIXES: &[&str] =
     &["NIX_", "LD_", "DYLD_", "BASH_FUNC_", "PYTHON", "PERL5", "RUBY", "LUA_", "GIT_", "SSH_ASKPASS", "TF_CLI_ARGS", "TF_HTTP_"];
 
 /// Names a payload may never set, even when declared: they would let a job steer the
@@ -146,8 +152,10 @@ pub fn is_reserved(key: &str) -> bool {
 /// it and the derivation does not set it: `shellHook`, `preHook`, `postHook`, any `*Hook(s)`
 /// or `*Phase(s)`.
 fn is_stdenv_code(key: &str) -> bool {
-    ["Hook", "Hooks", "Phase", "Phases"].iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
+    STDENV_CODE_SUFFIXES.iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
 }
+
+pub const STDENV_CODE_SUFFIXES: &[&str] = &["Hook", "Hooks", "Phase", "Phases"];
 
 /// What a key is to jobenv: which layer may set it, and whether it reaches the program. The
 /// one classification admission ([`super::admit`]) and the merge ([`crate::plan`]) share; each
@@ -155,10 +163,10 @@ fn is_stdenv_code(key: &str) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyClass<'a> {
     /// jobenv's own input, set by the node only, never passed to the program
-    /// (`DEPLOYMENT_ROOT`, `NIXPKGS`, `STATE_BASE_ADDRESS`, `EVENTS_URL`, ...).
+    /// (`DEPLOYMENT_ROOT`, `NIXPKGS`, `STATE_BASE_ADDRESS`, `EVENTS_URL`, `EVENTS_FORMAT`, ...).
     NodeControl,
     /// jobenv's own input, set by a payload, never passed to the program (`ATTRIBUTE`,
-    /// `NAMESPACE`, ...); `SYSTEM` the node may set too.
+    /// `NAMESPACE`, `EVENTS_ROW_ID`, ...); `SYSTEM` and `EVENTS_SECRET` the node may set too.
     PayloadControl { node_may_set: bool },
     /// jobenv derives it (`DEPLOYMENT_NAMESPACE`, the state addresses): no node source sets it; a
     /// payload may propose a state address, checked against its rules.
@@ -367,6 +375,9 @@ mod tests {
         let class = |key| class(key, &declared);
         assert_eq!(class("DEPLOYMENT_ROOT"), KeyClass::NodeControl);
         assert_eq!(class("ATTRIBUTE"), KeyClass::PayloadControl { node_may_set: false });
+        assert_eq!(class("EVENTS_ROW_ID"), KeyClass::PayloadControl { node_may_set: false });
+        assert_eq!(class("EVENTS_SECRET"), KeyClass::PayloadControl { node_may_set: true });
+        assert_eq!(class("EVENTS_FORMAT"), KeyClass::NodeControl);
         // A control key stays one when a keys file declares it (which is refused on its own).
         assert_eq!(class("SYSTEM"), KeyClass::PayloadControl { node_may_set: true });
         assert_eq!(class("DEPLOYMENT_NAMESPACE"), KeyClass::Derived { payload_may_propose: false });

@@ -108,8 +108,11 @@ pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
     if !node && !segments.iter().all(|segment| unreserved(segment)) {
         return Some("must have path segments of letters, digits and . _ ~ - only");
     }
+    // The whole URL, not only its path: a parser also rewrites hosts (`State.example`, `0x7f.1`,
+    // a default port, an IPv6 spelling), and jobenv, the program and the state backend must all
+    // read the one address that was checked. An empty path is the parser's `/`.
     match reqwest::Url::parse(address) {
-        Ok(url) if url.path() == if path.is_empty() { "/" } else { path } => None,
+        Ok(url) if url.as_str() == address || (path.is_empty() && url.as_str().strip_suffix('/') == Some(address)) => None,
         _ => Some("must be a URL that no parser rewrites"),
     }
 }
@@ -230,6 +233,12 @@ mod tests {
             ("https://state.example/tf/ns\n", "whitespace"),
             ("https://user:pw@state.example/tf/ns", "credentials"),
             ("https:///tf/ns", "host"),
+            // Hosts and ports a parser rewrites: the checked text would not be the address used.
+            ("https://State.Example/tf/ns", "rewrites"),
+            ("http://0x7f.1/tf/ns", "rewrites"),
+            ("https://state.example:443/tf/ns", "rewrites"),
+            ("http://[0:0::1]/tf/ns", "rewrites"),
+            ("HTTPS://state.example/tf/ns", "http"),
         ] {
             assert!(url_problem(bad, false).is_some_and(|rule| rule.contains(why)), "{bad}: {:?}", url_problem(bad, false));
         }

@@ -1,14 +1,16 @@
 //! How a job ended: one [`Status`] and one [`Ending`], for the exit code, the job log,
 //! `result.json`, the journal and progress events alike.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EXIT_INTERNAL, Error};
-use crate::events::Progress;
+use crate::events::dd0012::{DeploymentStatus, JobStatus};
+use crate::events::{End, Level, Progress};
 use crate::run::Outcome;
 
 /// How a job stands or ended, one spelling for result.json, the journal and the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Only in the journal, while the program runs.
@@ -42,7 +44,7 @@ impl std::fmt::Display for Status {
 
 /// Why an attempt ended as it did, beyond its status (`reason` in the journal and
 /// `result.json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// Stopped without a result of its own ([`InterruptedBy`] says why): not a result, and a
@@ -54,7 +56,7 @@ pub enum Reason {
 }
 
 /// What stopped an interrupted attempt (`interrupted_by`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InterruptedBy {
     /// Its jobenv died (found by the next run of the job id, or `recover`).
@@ -90,8 +92,8 @@ impl Ending {
 }
 
 /// The table of how a run ended: its status, what interrupted it (then its one error line), and
-/// its exit code ([`Outcome::exit_code`]); the progress status follows from the status
-/// ([`Ending::progress`]), the journal's and `result.json`'s `reason` from the interruption
+/// its exit code ([`Outcome::exit_code`]); what front-ends see follows from the status and the
+/// interruption ([`Ending::progress`]), the journal's and `result.json`'s `reason` from the interruption
 /// ([`Ending::reason`]).
 impl From<Outcome> for Ending {
     fn from(outcome: Outcome) -> Self {
@@ -119,17 +121,32 @@ impl Ending {
         self.interrupted_by.map(|_| Reason::Interrupted)
     }
 
-    /// The terminal status front-ends see for a job that ended so.
-    pub fn progress(&self, verb: &str) -> Progress {
-        match self.status {
-            Status::Succeeded if verb == "destroy" => Progress::Destroyed,
-            Status::Succeeded => Progress::Succeeded,
-            Status::Canceled => Progress::Canceled,
-            Status::TimedOut => Progress::TimedOut,
-            // A job refused before it ran has failed for its watchers. (A job is never `Running`
-            // when it ends.)
-            Status::Failed | Status::Rejected | Status::Running => Progress::Failed,
-        }
+    /// How front-ends see a job that ended so: the terminal status of jobenv's own events, and
+    /// the end as every format says it ([`End`]). One row per ending, one column per format (the
+    /// README's table, "Progress events"): a DD-0012 row stays in its kind's set of statuses,
+    /// and its last message says what the status cannot (canceled, timed out, rejected).
+    pub fn progress(&self, verb: &str) -> (Progress, End) {
+        use DeploymentStatus as D;
+        use JobStatus as J;
+        use Level::{Error, Info, Warning};
+        let destroy = verb == "destroy";
+        let (progress, job, deployment, level, said) = match (self.status, self.interrupted_by) {
+            (Status::Succeeded, _) if destroy => (Progress::Destroyed, J::Destroyed, D::Destroyed, Info, "succeeded"),
+            // A deployments row takes apply and destroy only (`EVENTS_KIND`): a deploy that
+            // succeeded leaves its deployment running.
+            (Status::Succeeded, _) => (Progress::Succeeded, J::Succeeded, D::Running, Info, "succeeded"),
+            // Stopped without a result of its own (a lost worker, a node that stopped): someone
+            // else stopped it, and a retry is safe.
+            (Status::Failed, Some(_)) => (Progress::Failed, J::Failed, D::Stopped, Warning, "was interrupted"),
+            (Status::Failed, None) => (Progress::Failed, J::Failed, D::Failed, Error, "failed"),
+            // A job refused before it ran has failed for its watchers.
+            (Status::Rejected, _) => (Progress::Failed, J::Failed, D::Failed, Error, "was rejected"),
+            (Status::Canceled, _) => (Progress::Canceled, J::Failed, D::Stopped, Warning, "was canceled"),
+            (Status::TimedOut, _) => (Progress::TimedOut, J::Failed, D::Failed, Warning, "timed out"),
+            // A job is never `Running` when it ends.
+            (Status::Running, _) => (Progress::Failed, J::Failed, D::Failed, Error, "failed"),
+        };
+        (progress, End { exit_code: self.exit_code, job, deployment, level, said })
     }
 }
 
@@ -149,14 +166,29 @@ mod tests {
     }
 
     #[test]
-    fn terminal_progress() {
-        let progress = |status, verb| Ending { status, exit_code: 0, errors: Vec::new(), interrupted_by: None }.progress(verb);
-        assert_eq!(progress(Status::Succeeded, "apply"), Progress::Succeeded);
-        assert_eq!(progress(Status::Succeeded, "destroy"), Progress::Destroyed);
-        assert_eq!(progress(Status::Failed, "destroy"), Progress::Failed);
-        assert_eq!(progress(Status::Rejected, "apply"), Progress::Failed);
-        assert_eq!(progress(Status::Canceled, "apply"), Progress::Canceled);
-        assert_eq!(progress(Status::TimedOut, "apply"), Progress::TimedOut);
+    fn every_ending_has_one_status_per_format() {
+        use DeploymentStatus as D;
+        use JobStatus as J;
+        let ending = |status, interrupted_by| Ending { status, exit_code: 9, errors: Vec::new(), interrupted_by };
+        let table = [
+            (ending(Status::Succeeded, None), "apply", Progress::Succeeded, J::Succeeded, D::Running, "succeeded"),
+            (ending(Status::Succeeded, None), "destroy", Progress::Destroyed, J::Destroyed, D::Destroyed, "succeeded"),
+            (ending(Status::Failed, None), "destroy", Progress::Failed, J::Failed, D::Failed, "failed"),
+            (ending(Status::Rejected, None), "apply", Progress::Failed, J::Failed, D::Failed, "was rejected"),
+            (ending(Status::Canceled, None), "apply", Progress::Canceled, J::Failed, D::Stopped, "was canceled"),
+            (ending(Status::TimedOut, None), "apply", Progress::TimedOut, J::Failed, D::Failed, "timed out"),
+            (ending(Status::Failed, Some(InterruptedBy::WorkerLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
+            (ending(Status::Failed, Some(InterruptedBy::NodeStopped)), "destroy", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
+        ];
+        for (ending, verb, progress, job, deployment, said) in table {
+            let (shown, end) = ending.progress(verb);
+            assert_eq!((shown, end.job, end.deployment, end.said, end.exit_code), (progress, job, deployment, said, 9), "{ending:?} {verb}");
+        }
+        // Canceled and timed out are both `failed` on a jobs row: the message tells them apart.
+        let (_, canceled) = ending(Status::Canceled, None).progress("apply");
+        let (_, timed_out) = ending(Status::TimedOut, None).progress("apply");
+        assert_eq!(canceled.job, timed_out.job);
+        assert_ne!(canceled.said, timed_out.said);
     }
 
     #[test]

@@ -1,250 +1,104 @@
-//! The job journal: one JSON entry per job id in the state directory, written atomically
-//! before the program starts (`running`) and again when it ends (the terminal status). It is
-//! what makes a job's result impossible to lose or to execute twice by accident:
-//! - the same job id again replays a terminal entry instead of running the program;
-//! - an entry still `running` under a live jobenv is refused, unless that attempt is stopping
-//!   because its worker is gone (then the new run waits for it, see `job.rs`);
-//! - one `running` under a dead jobenv was interrupted: it is recorded as failed
-//!   (`interrupted`) and the job runs again as the next attempt.
-//!
-//! An interrupted attempt is not a result: a later run of that job id runs it again, even after
-//! `recover` marked it (that is what a worker that re-pulls a crashed job needs). An attempt
-//! whose program ran but whose end could not be recorded is `result_unknown`: it is never run
-//! again by accident, and never replayed as a success either.
-//!
-//! An entry's identity is its file name: an entry whose `job_id` is not its file name is
-//! corrupt, reported by path and never acted on.
+//! The job journal in the state directory: one [`Entry`] per job id in `jobs/<id>.json`, written
+//! atomically before the program starts (`running`) and again when it ends, and the locks in
+//! `locks/`. What an entry means and what a run does with it: [`super::entry`].
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use super::ending::{Reason, Status};
+use super::entry::parse;
+pub use super::entry::{Attempt, Decision, Entry, MAX_STOP_GRACE, STOP_MARGIN, decide, is_valid_job_id, now};
+use super::locks;
+use crate::error::EXIT_INTERNAL;
+use crate::run::cancel::Cancel;
 
-use super::ending::{Ending, InterruptedBy, Reason, Status};
-use crate::error::{EXIT_INTERNAL, Problem};
-use crate::process;
+/// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
+/// whether a job is still running.
+const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
 /// a new file cannot be written (a full disk): no new block is needed for that.
 const PADDING: usize = 2048;
 
-/// An attempt that ended before the current one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    pub attempt: u32,
-    pub status: Status,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<Reason>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<InterruptedBy>,
-    pub started_at: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-}
-
-/// The journal entry of one job id: its latest attempt, plus the earlier ones.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    pub job_id: String,
-    pub attempt: u32,
-    pub verb: String,
-    pub attribute: String,
-    pub namespace: String,
-    /// jobenv's pid and the pid's start time (together they name one process, within the boot
-    /// `boot_id`).
-    pub pid: i32,
-    pub pid_start: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_id: Option<String>,
-    /// The process that started jobenv (the Windmill worker) and its start time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<(i32, u64)>,
-    /// jobenv's `--grace`, for a run that waits for this attempt to stop.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grace_ms: Option<u64>,
-    pub started_at: String,
-    pub status: Status,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// With `result_unknown`: what the program exited with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub program_exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<Reason>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<InterruptedBy>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub earlier: Vec<Attempt>,
-}
-
-impl Entry {
-    /// Ended with a result of its own (an interrupted attempt has none; an unknown result is
-    /// one: the program ran).
-    pub fn is_result(&self) -> bool {
-        self.status != Status::Running && self.reason != Some(Reason::Interrupted)
-    }
-
-    /// Still `running` under a jobenv that is alive (in this boot).
-    pub fn is_live(&self) -> bool {
-        let this_boot = self.boot_id.as_deref().is_none_or(|id| process::boot_id() == Some(id));
-        self.status == Status::Running && this_boot && process::is_running(self.pid, self.pid_start)
-    }
-
-    /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
-    /// attempt is stopping its program tree and will record itself interrupted.
-    pub fn is_stopping(&self) -> bool {
-        let Some((parent, parent_start)) = self.parent else { return false };
-        self.is_live() && (process::parent_of(self.pid) != Some(parent) || !process::is_running(parent, parent_start))
-    }
-
-    /// Records that this attempt ended without a result: failed, interrupted, and why.
-    pub fn mark_interrupted(&mut self, by: InterruptedBy) {
-        self.status = Status::Failed;
-        self.reason = Some(Reason::Interrupted);
-        self.interrupted_by = Some(by);
-        self.exit_code = None;
-        self.finished_at = Some(now());
-    }
-
-    /// Records how this attempt ended.
-    pub fn end(&mut self, ending: &Ending) {
-        self.status = ending.status;
-        self.exit_code = Some(ending.exit_code);
-        self.finished_at = Some(now());
-        if ending.interrupted_by.is_some() {
-            self.reason = ending.reason();
-            self.interrupted_by = ending.interrupted_by;
-        }
-    }
-
-    /// A job id names one request: the problem, if this entry holds it for another verb,
-    /// attribute or namespace than a run asks for.
-    pub fn another_request(&self, verb: &str, attribute: Option<&str>, namespace: Option<&str>) -> Option<Problem> {
-        let differs = self.verb != verb || attribute != Some(&self.attribute) || namespace != Some(&self.namespace);
-        differs.then(|| Problem::AnotherRequest {
-            job_id: self.job_id.clone(),
-            recorded: format!("{} of {} in namespace {}", self.verb, self.attribute, self.namespace),
-            asked: format!(
-                "{} of {} in namespace {}",
-                verb.escape_debug(),
-                attribute.unwrap_or("(none)").escape_debug(),
-                namespace.unwrap_or("(none)").escape_debug()
-            ),
-        })
-    }
-
-    /// How the recorded attempt ended, for a replay.
-    pub fn ending(&self) -> Ending {
-        let mut ending = Ending { status: self.status, exit_code: self.exit_code.unwrap_or(EXIT_INTERNAL), errors: Vec::new(), interrupted_by: None };
-        if self.reason == Some(Reason::ResultUnknown) {
-            let code = self.program_exit_code.map_or("an unknown code".to_owned(), |code| format!("exit code {code}"));
-            ending.errors.push(format!("the program of this job ran (attempt {}, {code}) but its end could not be recorded: the result is unknown", self.attempt));
-            ending.exit_code = EXIT_INTERNAL;
-        }
-        ending
-    }
-
-    fn as_attempt(&self) -> Attempt {
-        Attempt {
-            attempt: self.attempt,
-            status: self.status,
-            exit_code: self.exit_code,
-            reason: self.reason,
-            interrupted_by: self.interrupted_by,
-            started_at: self.started_at.clone(),
-            finished_at: self.finished_at.clone(),
-        }
-    }
-}
-
-impl Entry {
-    /// The `running` entry of a new attempt of the job `[verb, attribute, namespace]`, by this
-    /// jobenv, started by `parent` (pid and start time) under a job runner.
-    pub fn running(job_id: &str, attempt: u32, earlier: Vec<Attempt>, [verb, attribute, namespace]: [&String; 3], parent: Option<(i32, u64)>, grace: Duration) -> Entry {
-        let pid = std::process::id() as i32;
-        Entry {
-            job_id: job_id.to_owned(),
-            attempt,
-            verb: verb.clone(),
-            attribute: attribute.clone(),
-            namespace: namespace.clone(),
-            pid,
-            pid_start: process::start_time(pid).unwrap_or_default(),
-            boot_id: process::boot_id().map(str::to_owned),
-            parent,
-            grace_ms: Some(grace.as_millis() as u64),
-            started_at: now(),
-            status: Status::Running,
-            exit_code: None,
-            program_exit_code: None,
-            finished_at: None,
-            reason: None,
-            interrupted_by: None,
-            earlier,
-        }
-    }
-}
-
-/// What to do with a job id, given its entry.
-#[derive(Debug)]
-pub enum Decision {
-    /// It already ended: report the recorded result, run nothing.
-    Replay(Entry),
-    /// It is running under another jobenv right now.
-    Refuse(Entry),
-    /// Run it as this attempt, keeping the earlier ones.
-    Run { attempt: u32, earlier: Vec<Attempt> },
-}
-
-pub fn decide(existing: Option<Entry>) -> Decision {
-    match existing {
-        None => Decision::Run { attempt: 1, earlier: Vec::new() },
-        Some(entry) if entry.is_result() => Decision::Replay(entry),
-        Some(entry) if entry.is_live() => Decision::Refuse(entry),
-        Some(mut entry) => {
-            if entry.status == Status::Running {
-                entry.mark_interrupted(InterruptedBy::JobenvGone);
-            }
-            let mut earlier = std::mem::take(&mut entry.earlier);
-            earlier.push(entry.as_attempt());
-            Decision::Run { attempt: entry.attempt + 1, earlier }
-        }
-    }
-}
-
-/// `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`: a job id becomes a file name.
-pub fn is_valid_job_id(id: &str) -> bool {
-    let mut bytes = id.bytes();
-    id.len() <= 128
-        && matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-}
-
-pub fn now() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
-
 /// The state directory: `jobs/<id>.json` entries and `locks/`.
 pub struct Journal {
     pub(super) jobs: PathBuf,
     pub(super) locks: PathBuf,
+    /// The state directory's owner, when jobenv runs as root in a directory that belongs to
+    /// someone else (an operator's `recover` or `run` by hand on a node whose worker runs as its
+    /// own user): whatever jobenv creates there is given to that owner, so the worker can go on
+    /// using it.
+    owner: Option<(u32, u32)>,
 }
 
 impl Journal {
     /// Creates the directories if needed (mode 0750: entries hold no secret, but no one else
-    /// needs to read them).
+    /// needs to read them), given to the state directory's owner (see [`Journal::owner`]).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        let jobs = state_dir.join("jobs");
-        let locks = state_dir.join("locks");
-        for dir in [&jobs, &locks] {
+        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(state_dir)?;
+        let journal = Journal::at(state_dir)?;
+        for dir in [&journal.jobs, &journal.locks] {
             std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir)?;
+            journal.own(dir)?;
         }
-        Ok(Journal { jobs, locks })
+        Ok(journal)
+    }
+
+    /// The journal of `state_dir` as it is, creating nothing: for what only reads it (`status`).
+    /// A state directory without a journal yet has no entries.
+    pub fn at(state_dir: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let owner = match std::fs::metadata(state_dir) {
+            Ok(dir) if nix::unistd::geteuid().is_root() && (dir.uid(), dir.gid()) != (0, 0) => Some((dir.uid(), dir.gid())),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Journal { jobs: state_dir.join("jobs"), locks: state_dir.join("locks"), owner })
+    }
+
+    /// Gives `path` (created by this jobenv) to the state directory's owner, when it has one of
+    /// its own.
+    pub(super) fn own(&self, path: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        match self.owner {
+            Some((uid, gid)) if std::fs::symlink_metadata(path)?.uid() != uid => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+            _ => Ok(()),
+        }
+    }
+
+    /// A lock of this state directory ([`locks::acquire`]), its file given to the directory's
+    /// owner.
+    pub fn acquire(&self, path: &Path, wait: Duration, holder: &str, cancel: Option<&mut Cancel>) -> Result<locks::Held, locks::Refused> {
+        let held = locks::acquire(path, wait, holder, cancel)?;
+        self.own(path).map_err(locks::Refused::Io)?;
+        Ok(held)
+    }
+
+    /// The job's lock. A run of the same job id holds it until it exits; if that run is an
+    /// attempt whose worker died (Windmill re-runs such a job with the same id, maybe before the
+    /// old attempt has stopped), it is waited for up to its grace plus a margin, then this run goes
+    /// on as the next attempt.
+    pub fn lock_job(&self, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, locks::Refused> {
+        let path = locks::job_path(self.locks(), id);
+        match self.acquire(&path, Duration::ZERO, holder, Some(cancel)) {
+            Err(locks::Refused::Busy { .. }) => match self.read(id) {
+                Ok(Some(entry)) if entry.is_stopping() => {
+                    let wait = entry.stop_wait();
+                    tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
+                    self.acquire(&path, wait, holder, Some(cancel))
+                }
+                _ => self.acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
+            },
+            other => other,
+        }
+    }
+
+    /// Writes a file of the state directory atomically, owned like the directory.
+    pub(super) fn write_file(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let options = safe_io::atomic::Options { mode: None, uid: self.owner.map(|o| o.0), gid: self.owner.map(|o| o.1) };
+        safe_io::atomic::write(path, bytes, options).map_err(std::io::Error::other)
     }
 
     pub fn locks(&self) -> &Path {
@@ -269,7 +123,7 @@ impl Journal {
     /// A crash leaves either the old entry or the new one, never a torn file. A `running` entry
     /// is padded (see [`PADDING`]).
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
-        super::write_atomically(&self.jobs, &format!("{}.json", entry.job_id), &text(entry))
+        self.write_file(&self.entry_path(&entry.job_id), &text(entry))
     }
 
     /// The end of an attempt. If the new file cannot be written, the padded `running` entry is
@@ -311,7 +165,11 @@ impl Journal {
     /// not JSON, or not named for their `job_id`) are skipped with a warning naming the file.
     pub fn entries(&self) -> std::io::Result<Vec<(PathBuf, Entry)>> {
         let mut entries = Vec::new();
-        for dirent in std::fs::read_dir(&self.jobs)? {
+        let dirents = match std::fs::read_dir(&self.jobs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(entries),
+            other => other?,
+        };
+        for dirent in dirents {
             let path = dirent?.path();
             if path.extension().is_none_or(|ext| ext != "json") || path.file_name().is_some_and(|n| n.as_encoded_bytes().starts_with(b".")) {
                 continue;
@@ -338,20 +196,11 @@ fn text(entry: &Entry) -> Vec<u8> {
     text
 }
 
-/// Parses the entry read from `path`: its `job_id` must be a valid id and its file's name.
-fn parse(path: &Path, bytes: &[u8]) -> std::io::Result<Entry> {
-    let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} is corrupt: {why}", path.display()));
-    let entry: Entry = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
-    let named = path.file_stem().and_then(|s| s.to_str());
-    if !is_valid_job_id(&entry.job_id) || named != Some(entry.job_id.as_str()) {
-        return Err(corrupt("its job_id is not its file name".into()));
-    }
-    Ok(entry)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::super::ending::{Ending, InterruptedBy};
     use super::*;
+    use crate::process;
 
     pub(crate) fn entry(status: Status, pid: i32, pid_start: u64) -> Entry {
         Entry {
@@ -383,11 +232,54 @@ pub(crate) mod tests {
         assert!(matches!(decide(Some(done)), Decision::Replay(e) if e.exit_code == Some(0)));
     }
 
+    /// A process named as jobenv is (`sleep` under jobenv's name), and its entry.
+    pub(crate) fn jobenv_named(dir: &Path) -> (std::process::Child, Entry) {
+        let program = dir.join("fediversity-jobenv");
+        std::os::unix::fs::symlink("/bin/sleep", &program).unwrap();
+        let child = std::process::Command::new(&program).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        // The kernel names the process after its file once it has exec'd.
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != "fediversity-job" {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (child, entry(Status::Running, pid, process::start_time(pid).unwrap()))
+    }
+
     #[test]
-    fn a_running_entry_of_a_live_process_is_refused() {
-        let me = std::process::id() as i32;
-        let live = entry(Status::Running, me, process::start_time(me).unwrap());
+    fn a_running_entry_of_a_live_jobenv_is_refused_and_of_another_process_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut jobenv, live) = jobenv_named(dir.path());
         assert!(matches!(decide(Some(live)), Decision::Refuse(_)));
+        let _ = jobenv.kill();
+        let _ = jobenv.wait();
+        // An entry that names a live process which is no jobenv (this test's own) is no live
+        // attempt: forged or stale, it must not hold the job id.
+        let me = std::process::id() as i32;
+        let forged = entry(Status::Running, me, process::start_time(me).unwrap());
+        assert!(matches!(decide(Some(forged)), Decision::Run { attempt: 2, .. }));
+    }
+
+    #[test]
+    fn an_entry_not_as_jobenv_writes_it_is_corrupt_and_its_text_never_reaches_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let mut e = entry(Status::Succeeded, 1, 0);
+        journal.write(&e).unwrap();
+        assert!(journal.read("j1").is_ok(), "positive control: as jobenv writes it");
+        for (field, value) in [("namespace", "ns\njobenv: forged"), ("verb", "apply\n"), ("attribute", "web x"), ("started_at", "yesterday\n")] {
+            let mut forged = serde_json::to_value(&e).unwrap();
+            forged[field] = serde_json::Value::from(value);
+            std::fs::write(journal.entry_path("j1"), forged.to_string()).unwrap();
+            let error = journal.read("j1").unwrap_err().to_string();
+            assert!(error.ends_with("is corrupt: its verb, attribute, namespace or times are not as jobenv writes them"), "{field}: {error}");
+        }
+        let mut forged = serde_json::to_value(&e).unwrap();
+        forged["status"] = serde_json::Value::from("running\njobenv: web-apply succeeded");
+        std::fs::write(journal.entry_path("j1"), forged.to_string()).unwrap();
+        let error = journal.read("j1").unwrap_err().to_string();
+        assert_eq!(error.lines().count(), 1, "{error}");
+        e.grace_ms = Some(u64::MAX / 2);
+        assert_eq!(e.stop_wait(), MAX_STOP_GRACE + STOP_MARGIN, "a forged grace is bounded");
     }
 
     #[test]

@@ -82,7 +82,9 @@ fn holder_of(file: &File) -> String {
     let mut holder = vec![0; HOLDER_RECORD];
     let read = file.read_at(&mut holder, 0).unwrap_or(0);
     holder.truncate(read);
-    String::from_utf8_lossy(&holder).trim_end_matches([' ', '\n', '\0']).to_owned()
+    // Escaped: the program tree holds a descriptor of its namespace's lock file and may write
+    // anything there, which a refused job's message then quotes.
+    String::from_utf8_lossy(&holder).trim_end_matches([' ', '\n', '\0']).escape_debug().to_string()
 }
 
 /// The holder text, cut or padded with spaces to one fixed size so that it always overwrites
@@ -118,6 +120,21 @@ pub fn job_path(locks: &Path, job_id: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_text_cannot_start_a_line_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.lock");
+        // What any process of the worker's user could write into a lock file of the node.
+        std::fs::write(&path, "job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K").unwrap();
+        let _held = safe_io::lock::LockFile::open(&path).unwrap().try_exclusive().unwrap().unwrap();
+        match acquire(&path, Duration::ZERO, "job b", None) {
+            Err(Refused::Busy { holder }) => {
+                assert_eq!(holder, r"job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K");
+            }
+            _ => panic!("the lock should be busy"),
+        }
+    }
 
     #[test]
     fn a_shorter_holder_replaces_a_longer_one_entirely() {

@@ -3,13 +3,15 @@
 //!
 //! - [`ending`]: how a job ended (one [`Status`], one [`Ending`], the typed [`Reason`] and
 //!   [`InterruptedBy`]), and the table from the run's outcome to each record of it;
-//! - [`journal`]: one entry per job id in the state directory, written before the program runs
-//!   and when it ends; what a second run of the same job id does;
+//! - [`entry`]: a job id's journal entry, and what a second run of the same job id does;
+//! - [`journal`]: the entries in the state directory, written before the program runs and when
+//!   it ends, and its locks;
 //! - [`locks`]: one run per job id, one deploy per namespace (`flock`s);
 //! - [`result_file`]: the Windmill job result, `result.json`;
 //! - [`upkeep`]: `recover`, `prune` and `drain`, which keep the journal true between runs.
 
 pub mod ending;
+pub mod entry;
 pub mod journal;
 pub mod locks;
 pub mod result_file;

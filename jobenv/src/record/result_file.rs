@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
@@ -12,7 +13,8 @@ use crate::settings::Runner;
 
 /// What `result.json` holds, borrowed from the job's records. Never a secret: statuses, codes,
 /// names and validation messages only.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(title = "fediversity-jobenv result.json", description = "What jobenv writes as a Windmill job's result")]
 pub struct JobResult<'a> {
     pub status: Status,
     pub exit_code: i32,

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::ending::InterruptedBy;
-use super::journal::{Entry, Journal};
+use super::journal::{Entry, Journal, STOP_MARGIN};
 use super::locks;
 use super::ending::Status;
 use crate::process;
@@ -22,10 +22,37 @@ pub fn stop_request(journal: &Journal, job_id: &str) -> PathBuf {
     journal.jobs.join(format!(".{job_id}.stop"))
 }
 
-/// How long a stopping attempt is given beyond its grace.
-pub const STOP_MARGIN: Duration = Duration::from_secs(5);
+
+/// What `drain` leaves in the state directory: from its start until `recover` (which the worker
+/// runs when it starts again), no program starts on this node, in this boot.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Draining {
+    boot_id: Option<String>,
+    since: String,
+}
 
 impl Journal {
+    fn draining_path(&self) -> PathBuf {
+        self.jobs.with_file_name("draining")
+    }
+
+    /// Since when the node drains, when a drain of this boot is under way: then no program may
+    /// start. An unreadable or foreign mark (another boot's) is no drain.
+    pub fn draining(&self) -> Option<String> {
+        let mark: Draining = serde_json::from_slice(&std::fs::read(self.draining_path()).ok()?).ok()?;
+        let this_boot = mark.boot_id.as_deref() == process::boot_id();
+        let since = humantime::parse_rfc3339(&mark.since).is_ok().then_some(mark.since)?;
+        this_boot.then_some(since)
+    }
+
+    /// The node starts again: programs may start (`recover`, at the worker's start).
+    pub fn end_draining(&self) -> std::io::Result<()> {
+        match std::fs::remove_file(self.draining_path()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Marks every `running` entry whose jobenv is gone as failed (`interrupted`) and returns
     /// them. Each is re-read and rewritten under its job lock, so a run of that job id that
     /// starts meanwhile either waits for it or has the lock first (then the entry is its own).
@@ -46,7 +73,7 @@ impl Journal {
     /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile.
     fn interrupt(&self, job_id: &str, by: InterruptedBy) -> std::io::Result<Option<Entry>> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match locks::acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
+        let _lock = match self.acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
             Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
@@ -83,7 +110,7 @@ impl Journal {
             // starting owns the entry and its lock file (deleting them under it would let a
             // second run of the same id start beside it).
             let lock_path = locks::job_path(&self.locks, &entry.job_id);
-            let Ok(_held) = locks::acquire(&lock_path, Duration::ZERO, "jobenv prune", None) else { continue };
+            let Ok(_held) = self.acquire(&lock_path, Duration::ZERO, "jobenv prune", None) else { continue };
             pruned += usize::from(gone(std::fs::remove_file(&path))?);
             let _ = std::fs::remove_file(stop_request(self, &entry.job_id));
             let _ = std::fs::remove_file(&lock_path);
@@ -95,7 +122,7 @@ impl Journal {
             let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
             if super::journal::is_valid_job_id(job_id) && !self.entry_path(job_id).exists() && older(&path) {
                 // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Ok(_held) = locks::acquire(&path, Duration::ZERO, "jobenv prune", None) {
+                if let Ok(_held) = self.acquire(&path, Duration::ZERO, "jobenv prune", None) {
                     pruned += usize::from(gone(std::fs::remove_file(&path))?);
                 }
             }
@@ -112,9 +139,50 @@ impl Journal {
     /// For a node that stops: lets the running journaled jobs finish for up to `wait`, then
     /// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
     /// tree with its grace and records the attempt interrupted by the node). A jobenv that has
-    /// not ended by its grace plus [`STOP_MARGIN`] is SIGKILLed with its process group if it
+    /// not ended by its grace plus a margin ([`Entry::stop_wait`]) is SIGKILLed with its process group if it
     /// leads one, and its entry recorded here. Returns what it did, one entry per job.
+    ///
+    /// From its start on, no program starts on the node ([`Journal::draining`]): a job that was
+    /// waiting for a lock or still being validated refuses at its program's start, recorded like
+    /// a drained job; those that did so while this drain ran are returned too.
     pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
+        let since = super::journal::now();
+        let mark = Draining { boot_id: process::boot_id().map(str::to_owned), since: since.clone() };
+        self.write_file(&self.draining_path(), &serde_json::to_vec(&mark)?)?;
+        let mut stopped = self.drain_live(wait)?;
+        // Runs of a job id that were still before their program (waiting for a lock, being
+        // validated) hold their job lock: they refuse at their program's start now; a moment is
+        // given to them to do so and be counted.
+        let until = Instant::now() + STOP_MARGIN;
+        while !self.busy_job_ids()?.is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let began = humantime::parse_rfc3339(&since).expect("written just now");
+        for (_, entry) in self.entries()? {
+            let ended = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
+            let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
+            if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
+                stopped.push(entry);
+            }
+        }
+        Ok(stopped)
+    }
+
+    /// The job ids whose job lock a run holds right now.
+    fn busy_job_ids(&self) -> std::io::Result<Vec<String>> {
+        let mut busy = Vec::new();
+        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
+            let name = dirent.file_name();
+            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
+            let held = safe_io::lock::LockFile::open(&dirent.path()).and_then(|lock| lock.try_exclusive());
+            if matches!(held, Ok(None)) {
+                busy.push(job_id.to_owned());
+            }
+        }
+        Ok(busy)
+    }
+
+    fn drain_live(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
         let running = || -> std::io::Result<Vec<Entry>> {
             Ok(self.entries()?.into_iter().map(|(_, e)| e).filter(Entry::is_live).collect())
         };
@@ -129,21 +197,21 @@ impl Journal {
         }
         let mut stopped = Vec::new();
         for entry in &live {
-            std::fs::write(stop_request(self, &entry.job_id), b"")?;
+            self.write_file(&stop_request(self, &entry.job_id), b"")?;
             tracing::warn!("draining: stopping job {} (attempt {}, jobenv pid {})", entry.job_id, entry.attempt, entry.pid);
             signal(entry, Signal::SIGTERM, false);
         }
         for entry in live {
-            let bound = Duration::from_millis(entry.grace_ms.unwrap_or(3000)) + STOP_MARGIN;
+            let bound = entry.stop_wait();
             let until = Instant::now() + bound;
-            while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+            while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            if process::is_running(entry.pid, entry.pid_start) {
+            if process::is_jobenv(entry.pid, entry.pid_start) {
                 tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
                 signal(&entry, Signal::SIGKILL, true);
                 let until = Instant::now() + Duration::from_secs(2);
-                while process::is_running(entry.pid, entry.pid_start) && Instant::now() < until {
+                while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -159,9 +227,7 @@ impl Journal {
 /// a forged or stale one must not make `drain` signal an unrelated process); with `group`, its
 /// process group too when it leads one (a Windmill job process keeps its program tree there).
 fn signal(entry: &Entry, signal: Signal, group: bool) {
-    let comm = std::fs::read_to_string(format!("/proc/{}/comm", entry.pid)).unwrap_or_default();
-    // The kernel keeps 15 bytes of the name: `fediversity-jobenv` is `fediversity-job`.
-    if !process::is_running(entry.pid, entry.pid_start) || comm.trim_end() != "fediversity-job" {
+    if !process::is_jobenv(entry.pid, entry.pid_start) {
         return;
     }
     let pid = Pid::from_raw(entry.pid);
@@ -258,6 +324,33 @@ mod tests {
         assert!(jobenv.wait().unwrap().code().is_none(), "a jobenv was not signalled");
         let _ = other.kill();
         let _ = other.wait();
+    }
+
+    #[test]
+    fn drain_waits_only_for_a_jobenv_and_not_longer_than_a_bounded_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        // A forged entry naming a live process that is no jobenv, claiming a grace of days.
+        let mut other = std::process::Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let pid = other.id() as i32;
+        let mut forged = entry(Status::Running, pid, process::start_time(pid).unwrap());
+        forged.job_id = "forged".into();
+        forged.grace_ms = Some(3 * 86_400_000);
+        journal.write(&forged).unwrap();
+        let started = Instant::now();
+        assert!(journal.drain(Duration::ZERO).unwrap().is_empty(), "no jobenv ran");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(other.try_wait().unwrap().is_none(), "drain signalled a process that is not a jobenv");
+        let _ = other.kill();
+        let _ = other.wait();
+        // Positive control: a live jobenv is drained (signalled; this one dies of its SIGTERM).
+        let (mut jobenv, mut live) = super::super::journal::tests::jobenv_named(dir.path());
+        live.job_id = "live".into();
+        live.grace_ms = Some(1000);
+        journal.write(&live).unwrap();
+        let drained = journal.drain(Duration::ZERO).unwrap();
+        assert_eq!(drained.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(), ["live"]);
+        assert!(jobenv.wait().unwrap().code().is_none(), "the jobenv was signalled");
     }
 
     #[test]

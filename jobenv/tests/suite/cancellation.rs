@@ -179,3 +179,32 @@ fn processes_left_behind_by_a_finished_program_are_stopped() {
     assert!(gone, "a process that left the program's session survived the job");
     assert!(stderr.contains("jobenv: warning: the program exited but left processes running: stopping them"), "{stderr}");
 }
+
+/// A front-end that pipes the payload and stalls (the pipe open, nothing written): a cancel
+/// still ends the job, as a canceled job whose program never started. The positive control:
+/// until the signal, jobenv was waiting for its payload, not gone.
+#[test]
+fn a_cancel_while_the_payload_is_still_awaited_ends_the_job() {
+    use std::process::Stdio;
+    let mut f = Fixture::new();
+    let started = f.path().join("started");
+    f.program("web", "apply", &format!("touch {}", started.display()));
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--payload", "-"]);
+        command.env("WM_JOB_ID", "stalled-payload").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut jobenv = Running(command.spawn().unwrap());
+        let _pipe = jobenv.stdin.take();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(jobenv.try_wait().unwrap().is_none(), "jobenv should be waiting for its payload");
+        let sent = Instant::now();
+        kill(Pid::from_raw(jobenv.id() as i32), signal).unwrap();
+        let status = wait_exit(&mut jobenv, Duration::from_secs(5)).expect("the cancel ends the job");
+        assert!(sent.elapsed() < Duration::from_secs(2), "{:?}", sent.elapsed());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(jobenv.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(128 + signal as i32), "{stderr}");
+        assert_eq!(stderr, format!("jobenv: warning: received {}: the job is canceled before its program started\n", signal.as_str()));
+        assert_eq!(f.result_json()["status"], "canceled");
+        assert!(!started.exists(), "the program ran");
+    }
+}

@@ -78,6 +78,9 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
 
         let entry = f.state_dir().join(format!("jobs/{job}.json"));
         let recorded: Option<Value> = std::fs::read(&entry).ok().map(|b| serde_json::from_slice(&b).expect("an entry is never torn"));
+        if let Some(recorded) = &recorded {
+            fediversity_testkit::schemas::Contract::JournalEntry.check(recorded);
+        }
         let ran = runs(&f, &job);
         let moment = match &recorded {
             None => "before the running entry",
@@ -94,6 +97,7 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
         let again = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", &job, "--lock-timeout", "5"]).payload(&Value::Object(payload)).run();
         assert_eq!(again.code, Some(0), "{moment}: {again:?}");
         let now: Value = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+        fediversity_testkit::schemas::Contract::JournalEntry.check(&now);
         assert_eq!(now["status"], "succeeded", "{moment}: {now}");
         match &recorded {
             Some(e) if e["status"] == "succeeded" => {

@@ -116,9 +116,10 @@ fn output_before_the_program_starts_is_preparing() {
     let receiver = Receiver::start(EVENTS_SECRET);
     let mut f = node(&receiver.url(), "apply", "echo from the program");
     // nix-shell execs this on its rc file, which then execs the program: its line comes while
-    // the dev shell is being entered.
+    // the dev shell is being entered. A line is `preparing` when jobenv reads it before the
+    // ready byte: the pause gives a loaded machine time to read it first.
     let shell = f.path().join("announcing-shell");
-    fediversity_testkit::nix_fixture::write_executable(&shell, "#!/bin/sh\necho 'entering the dev shell' >&2\nexec /bin/bash \"$@\"\n");
+    fediversity_testkit::nix_fixture::write_executable(&shell, "#!/bin/sh\necho 'entering the dev shell' >&2\nsleep 0.5\nexec /bin/bash \"$@\"\n");
     f.node("NIX_BUILD_SHELL", shell.display().to_string());
     let out = run(&f, "apply", &[], &payload());
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -237,3 +237,51 @@ kill $peer"#,
         )
     );
 }
+
+/// Why the NixOS module gives the worker a copy of jobenv it may run but not read: the kernel
+/// starts a process of a binary its user cannot read not dumpable, so even a process of that
+/// user that traces the job process from before its exec (the window before jobenv's own seal)
+/// is refused its memory and environment at the very first stop after the exec. The positive
+/// control: the same trace of a readable copy gets both.
+#[test]
+fn an_execute_only_jobenv_is_sealed_from_its_first_instruction() {
+    use std::os::unix::fs::PermissionsExt;
+    const TRACER: &str = r#"
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+target = sys.argv[1]
+pid = os.fork()
+if pid == 0:
+    libc.ptrace(0, 0, None, None)  # PTRACE_TRACEME
+    os.kill(os.getpid(), signal.SIGSTOP)
+    os.execv(target, [target, "--version"])
+    os._exit(127)
+os.waitpid(pid, 0)  # its SIGSTOP
+libc.ptrace(7, pid, None, None)  # PTRACE_CONT
+os.waitpid(pid, 0)  # the SIGTRAP after the exec: nothing of jobenv has run yet
+for name in ("mem", "environ"):
+    try:
+        open(f"/proc/{pid}/{name}", "rb").close()
+        print(f"{name}: readable")
+    except PermissionError:
+        print(f"{name}: denied")
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"#;
+    let dir = tempfile::Builder::new().prefix("sealed-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let trace = |mode: u32| {
+        let copy = dir.path().join(format!("fediversity-jobenv-{mode:o}"));
+        std::fs::copy(jobenv_bin!(), &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", TRACER])
+            .arg(&copy)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(trace(0o755), "mem: readable\nenviron: readable\n", "the window a readable copy leaves");
+    assert_eq!(trace(0o111), "mem: denied\nenviron: denied\n");
+}

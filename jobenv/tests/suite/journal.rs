@@ -62,7 +62,7 @@ fn a_finished_job_is_replayed_and_never_run_again() {
     assert_eq!(runs(&f), 1, "the program ran again");
     assert_eq!(stderr.lines().count(), 1, "one line says so: {stderr}");
     assert!(stderr.starts_with("jobenv: job job-1 already ended (failed, exit code 3, attempt 1, at "), "{stderr}");
-    let result: Value = serde_json::from_slice(&std::fs::read(f.job_dir().join("result.json")).unwrap()).unwrap();
+    let result = f.result_json();
     assert_eq!(result["status"], "failed");
     assert_eq!(result["exit_code"], 3);
     assert_eq!(result["replayed"], true);
@@ -133,6 +133,7 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     let out = f.command(jobenv_bin!(), &["recover"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let recovered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check_each(&recovered);
     let recovered = recovered.as_array().unwrap();
     assert_eq!(recovered.len(), 1, "{recovered:?}");
     assert_eq!(recovered[0]["job_id"], "dead-job");
@@ -147,6 +148,7 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     assert!(live.wait().unwrap().success());
     let all = f.command(jobenv_bin!(), &["status"]).output().unwrap();
     let all: Value = serde_json::from_slice(&all.stdout).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check_each(&all);
     let ids: Vec<&str> = all.as_array().unwrap().iter().map(|e| e["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["dead-job", "live-job"]);
 }
@@ -351,8 +353,10 @@ fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unkn
     assert!(stderr.contains("the end of job full-disk could not be recorded in the journal"), "{stderr}");
     assert!(stderr.contains("the program ended succeeded with exit code 0; the result is unknown"), "{stderr}");
     let first: Value = serde_json::from_slice(&std::fs::read(f.path().join("first-result.json")).unwrap()).unwrap();
+    fediversity_testkit::schemas::Contract::Result.check(&first);
     assert_eq!((first["status"].as_str(), first["exit_code"].as_i64()), (Some("failed"), Some(125)), "{first}");
     let entry: Value = serde_json::from_slice(&std::fs::read(f.path().join("entry.json")).unwrap()).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check(&entry);
     assert_eq!((entry["reason"].as_str(), entry["program_exit_code"].as_i64()), (Some("result_unknown"), Some(0)), "{entry}");
     // The rerun neither runs the job again nor reports a success that was never recorded.
     assert!(stderr.contains("second=125"), "{stderr}");
@@ -384,4 +388,51 @@ fn an_interrupted_job_id_is_not_reused_for_another_request() {
     // Positive control: the same request runs again as the next attempt.
     f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "reused", "--lock-timeout", "5"]).stdin(PAYLOAD).expect_code(3).run();
     assert_eq!(runs(&f), 2);
+}
+
+/// Operators run jobenv by hand as root on a node whose worker runs as its own user: nothing
+/// jobenv leaves in the state directory may then belong to root, or the worker's user would fail
+/// every later job of that namespace or job id. `status` creates nothing at all.
+#[test]
+fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
+    use fediversity_testkit::nix_fixture::WORKER_UID;
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+
+    let mut f = Fixture::new();
+    f.program("web", "apply", "exit 0");
+    f.write();
+    f.hand_to(WORKER_UID);
+    let state = f.state_dir();
+    // As root: `status` on a node where no job ran yet makes no journal...
+    let done = f.jobenv(jobenv_bin!()).args(["status"]).expect_success().run();
+    assert_eq!(done.stdout, "[]\n");
+    f.jobenv(jobenv_bin!()).args(["status", "by-hand-1"]).expect_code(1).run();
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0, "status created something");
+    // ...and a run and a recover leave only files of the worker's user.
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "by-hand-1"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
+    let created: Vec<(String, u32, u32)> = walkdir::WalkDir::new(&state)
+        .min_depth(1)
+        .into_iter()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            (entry.path().strip_prefix(&state).unwrap().display().to_string(), meta.uid(), meta.gid())
+        })
+        .collect();
+    // Not vacuous: the entry and both kinds of lock are there.
+    for expected in ["jobs/by-hand-1.json", "locks/job-by-hand-1.lock", "locks/namespace-ns.lock", "locks/namespace-ns.tree.lock"] {
+        assert!(created.iter().any(|(path, ..)| path == expected), "{expected} not in {created:?}");
+    }
+    let foreign: Vec<_> = created.iter().filter(|(_, uid, gid)| (*uid, *gid) != (WORKER_UID, WORKER_UID)).collect();
+    assert!(foreign.is_empty(), "not the worker's: {foreign:?}");
+    // The worker's user goes on: the same namespace deploys, the same job id replays.
+    let stand_in = f.nix_shell_stand_in();
+    for (job_id, code) in [("by-hand-2", 0), ("by-hand-1", 0)] {
+        let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", job_id, "--nix-shell", stand_in.to_str().unwrap()]);
+        run.command().uid(WORKER_UID).gid(WORKER_UID);
+        f.hand_to(WORKER_UID);
+        run.payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_code(code).run();
+    }
 }

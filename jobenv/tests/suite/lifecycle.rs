@@ -143,8 +143,10 @@ fn drain_stops_running_jobs_through_their_jobenv_and_records_them_interrupted() 
     let result: Value = f.result_json();
     assert_eq!((result["reason"].as_str(), result["interrupted_by"].as_str()), (Some("interrupted"), Some("node_stopped")), "{result}");
     assert!(result["errors"][0].as_str().unwrap().contains("a retry is safe"), "{result}");
-    // Not a result: the same job id runs again as the next attempt.
+    // Not a result: once the worker starts again (its `recover`), the same job id runs again
+    // as the next attempt.
     std::fs::write(f.path().join("go"), "").unwrap();
+    f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
     let mut again = Worker::start(&f, jobenv_bin!(), "drained-1", "apply", &payload(), &[]);
     assert_eq!(again.wait(Duration::from_secs(30)), Some(0));
     assert_eq!(f.journal_entry(jobenv_bin!(), "drained-1")["attempt"], 2);
@@ -284,4 +286,32 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
     let done = as_worker(&["drain", "--wait", "0"]).expect_success().expect_stderr_contains("draining: stopping job sealed-2").run();
     assert_eq!(printed(&done)[0]["interrupted_by"], "node_stopped", "{done:?}");
     assert!(drained.wait().unwrap().code().is_some(), "jobenv ended on its own, after stopping its program");
+}
+
+/// From the moment `drain` begins until the worker starts again (`recover`), no program starts:
+/// a job that waited for the namespace when the drain began refuses at its program's start,
+/// recorded like a drained job, and the drain reports it. The positive control: after `recover`
+/// a job runs again.
+#[test]
+fn a_job_waiting_for_its_namespace_when_the_node_drains_never_starts_its_program() {
+    let f = fixture("");
+    let mut holder = Worker::start(&f, jobenv_bin!(), "holder", "apply", &payload(), &["--grace", "1"]);
+    tree(&f);
+    let mut waiter = Worker::start(&f, jobenv_bin!(), "waiter", "apply", &payload(), &["--lock-timeout", "60"]);
+    assert!(wait_until(Duration::from_secs(10), || waiter.log.text().contains("waiting up to")), "{}", waiter.log.text());
+    let (code, printed, stderr) = drain(&f, "0");
+    assert_eq!(code, Some(0), "{stderr}");
+    let reported: Vec<(&str, &str)> =
+        printed.as_array().unwrap().iter().map(|e| (e["job_id"].as_str().unwrap(), e["interrupted_by"].as_str().unwrap())).collect();
+    assert_eq!(reported, [("holder", "node_stopped"), ("waiter", "node_stopped")], "{printed}");
+    assert!(holder.wait(Duration::from_secs(10)).is_some() && waiter.wait(Duration::from_secs(10)).is_some());
+    assert!(waiter.log.text().contains("jobenv: warning: the node is draining (since "), "{}", waiter.log.text());
+    assert_eq!(runs(&f), 1, "the waiting job started its program on a draining node");
+    assert_eq!(f.journal_entry(jobenv_bin!(), "waiter")["interrupted_by"], "node_stopped");
+    // The worker starts again.
+    f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
+    std::fs::write(f.path().join("go"), "").unwrap();
+    let mut again = Worker::start(&f, jobenv_bin!(), "waiter", "apply", &payload(), &[]);
+    assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
+    assert_eq!(runs(&f), 2);
 }

@@ -3,14 +3,17 @@
 //! kit writes ([`fediversity_testkit`]).
 
 mod bad_input;
+mod contract;
 mod cancellation;
 mod crash_sweep;
+mod dd0012;
 mod env_and_keys;
 mod events;
 mod exec_limits;
 mod exit_status;
 mod front_end;
 mod fuzz_regressions;
+mod generated;
 mod isolation;
 mod journal;
 mod lifecycle;

@@ -102,7 +102,7 @@ fn a_cancel_while_waiting_for_the_lock_ends_the_job_as_canceled_without_starting
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = fediversity_testkit::process::wait_exit(&mut waiting, Duration::from_secs(5)).expect("the wait ends at once");
     assert_eq!(status.code(), Some(143));
-    let result: serde_json::Value = serde_json::from_slice(&std::fs::read(f.job_dir().join("result.json")).unwrap()).unwrap();
+    let result = f.result_json();
     assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("canceled"), Some(143)));
     assert!(String::from_utf8_lossy(&stderr.finish()).contains("received SIGTERM: the job is canceled before its program started"));
     // The first job still runs alone: the cancelled one never started its program.

@@ -70,14 +70,19 @@ fn payload_values_are_converted_to_text() {
 #[test]
 fn numbers_arrive_as_their_json_text_never_through_a_float() {
     let mut f = env_printer();
-    for key in ["BIG", "EXP", "NEG_ZERO", "FRACTION", "HOSTS", "CONFIG"] {
+    for key in ["BIG", "EXP", "NEG_ZERO", "FRACTION", "HOSTS", "CONFIG", "HUGE", "LONG"] {
         f.declare(key, None);
     }
     // Written as raw text: `json!` would already have turned these into floats.
     let payload = r#"{"ATTRIBUTE": "web", "NAMESPACE": "ns", "BIG": 12345678901234567890123, "EXP": 1e2,
         "NEG_ZERO": -0, "FRACTION": 0.10000000000000000555, "HOSTS": [1E+2, 12345678901234567890123, -0.0],
-        "CONFIG": {"port": 8080, "ratio": 2.50, "n": [1e-7]}}"#;
-    let env = f.jobenv(jobenv_bin!()).verb("apply").stdin(payload).expect_success().run().env();
+        "CONFIG": {"port": 8080, "ratio": 2.50, "n": [1e-7]}, "HUGE": 1e400, "LONG": 1"#.to_owned()
+        + &"0".repeat(400)
+        + "}";
+    let env = f.jobenv(jobenv_bin!()).verb("apply").stdin(payload.as_str()).expect_success().run().env();
+    // Beyond a float's range too.
+    assert_eq!(env["HUGE"], "1e400");
+    assert_eq!(env["LONG"], format!("1{}", "0".repeat(400)));
     assert_eq!(env["BIG"], "12345678901234567890123");
     assert_eq!(env["EXP"], "1e2");
     assert_eq!(env["NEG_ZERO"], "-0");

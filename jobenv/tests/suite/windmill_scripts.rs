@@ -120,7 +120,12 @@ impl Job {
     fn result(&self) -> Value {
         let path = self.job_dir().join("result.json");
         let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        serde_json::from_slice(&text).expect("result.json is JSON")
+        let result: Value = serde_json::from_slice(&text).expect("result.json is JSON");
+        // jobenv's, once the script handed over; else the script's own error.
+        if result.get("status").is_some() {
+            fediversity_testkit::schemas::Contract::Result.check(&result);
+        }
+        result
     }
 }
 
@@ -234,6 +239,7 @@ fn deploy_hands_the_payload_to_the_apply_program_and_the_job_succeeds() {
     // The job id reached jobenv through the exec: the run is journaled under it.
     let journal = job.f.state_dir().join(format!("jobs/{}.json", job.job_id.borrow()));
     let entry: Value = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
+    fediversity_testkit::schemas::Contract::JournalEntry.check(&entry);
     assert_eq!((entry["status"].as_str(), entry["verb"].as_str(), entry["namespace"].as_str()), (Some("succeeded"), Some("apply"), Some("ns-1")));
 }
 
@@ -718,10 +724,12 @@ fn the_node_files_the_nixos_module_renders_are_what_jobenv_reads() {
         job.extra_env.push((var.into(), node.join(file).display().to_string()));
     }
 
-    // HOSTING_CONFIG is a structural pin the module declares; REGION takes its default.
+    // HOSTING_CONFIG is a structural pin the module declares node-only: the payload's is
+    // dropped with a warning. REGION takes its default; MESSAGE comes from the payload.
     let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "MESSAGE": "m1", "HOSTING_CONFIG": "hc"}));
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
-    assert_eq!(text(&out.stdout), "web-apply: message=m1 region=eu-1 hosting=hc\n");
+    assert_eq!(text(&out.stdout), "web-apply: message=m1 region=eu-1 hosting=\n");
+    assert!(text(&out.stderr).contains("jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it"), "{}", log(&out));
 
     // The control: the rendered keys are an allow-list, not a pass-through.
     let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}));

@@ -19,6 +19,14 @@ use super::scopes;
 use super::server::Shared;
 use super::TokenRow;
 
+/// The page size of `tokens/list` when none is asked for, and the most a page holds (server
+/// code: `paginate`; 100 and 1000 in the version matching CE 1.743.0).
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1000;
+
+/// The fake's "now", as its answers give times.
+const NOW: &str = "2026-11-29T12:00:00Z";
+
 /// `/api/auth/…` and `/api/users/…`.
 pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -> Result<Reply, Reply> {
     match (call.method, segments) {
@@ -60,7 +68,9 @@ fn resolve(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
             return Ok(row.clone());
         }
     }
-    match state.tokens.iter().find(|t| t.token == token).cloned() {
+    // The fake's clock stands still at the `created_at` it answers.
+    let live = |t: &&TokenRow| t.token == token && t.expiration.as_deref().is_none_or(|e| e > NOW);
+    match state.tokens.iter().find(live).cloned() {
         Some(row) => {
             state.auth_cache.insert(token.to_owned(), (row.clone(), Instant::now()));
             Ok(row)
@@ -116,7 +126,7 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             // A session token, label `session`, returned raw and as the `token` cookie (observed).
             let token = random_token();
             let mut state = shared.state();
-            state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin, scopes: None, workspace_id: None });
+            state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin, scopes: None, workspace_id: None, expiration: None });
             state.ever_minted.push(token.clone());
             Ok(Response::builder()
                 .status(200)
@@ -143,6 +153,7 @@ fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         label: Option<String>,
         scopes: Option<Vec<String>>,
         workspace_id: Option<String>,
+        expiration: Option<String>,
     }
     let user = authed(shared, call)?;
     let new: NewToken = call.json()?;
@@ -155,21 +166,35 @@ fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         super_admin: user.super_admin,
         scopes: new.scopes,
         workspace_id: new.workspace_id,
+        expiration: new.expiration,
     });
     state.ever_minted.push(token.clone());
     Ok(text(201, token))
 }
 
-/// observed: only the first 10 characters come back.
+/// observed: only the first 10 characters come back. server code (`list_tokens`): the caller's
+/// own tokens, newest first, a page at a time (`page` from 1, `per_page` at most
+/// [`MAX_PAGE`], [`DEFAULT_PAGE`] when not given), `exclude_ephemeral=true` leaving out the
+/// tokens Windmill gives jobs (label `ephemeral-script`).
 fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let user = authed(shared, call)?;
+    let number = |name: &str, default: usize| match call.param(name) {
+        None => Ok(default),
+        Some(value) => value.parse::<usize>().map_err(|e| text(400, format!("Failed to deserialize query string: {name}: {e}"))),
+    };
+    let page = number("page", 1)?.max(1);
+    let per_page = number("per_page", DEFAULT_PAGE)?.clamp(1, MAX_PAGE);
+    let exclude_ephemeral = call.param("exclude_ephemeral") == Some("true");
     let state = shared.state();
     let list: Vec<Value> = state
         .tokens
         .iter()
-        .filter(|t| t.email == user.email)
+        .rev()
+        .filter(|t| t.email == user.email && !(exclude_ephemeral && t.label == "ephemeral-script"))
+        .skip((page - 1) * per_page)
+        .take(per_page)
         .map(|t| {
-            json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": null, "created_at": "2026-11-29T12:00:00Z",
+            json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": t.expiration, "created_at": NOW,
                    "last_used_at": "2026-11-29T12:00:00Z", "scopes": t.scopes, "workspace_id": t.workspace_id, "read_only": false})
         })
         .collect();

@@ -29,11 +29,13 @@
 //!   loses the answer of a call that took effect); let a "concurrent writer" create a version
 //!   just before a script upload.
 //!
-//! One module per API area, each naming where its behaviour comes from: [`auth`] (auth and
-//! tokens), [`scopes`] (scoped tokens, route by route), [`workspaces`] (workspaces and folders),
-//! [`scripts`], [`settings`] (global settings), [`jobs`] (runs, cancels, and the workspace
-//! reads a scoped token is refused); [`server`] is the core (listener, recording, faults,
-//! dispatch), [`state`] the tables, [`reply`] Windmill's forms of requests and answers.
+//! One module per API area, each naming where its behaviour comes from: [`auth`] (auth, tokens,
+//! `tokens/list` by pages), [`scopes`] (scoped tokens: the route check, then the run handlers'
+//! own), [`workspaces`] (workspaces, archived ones included, and folders), [`scripts`] (with the
+//! runtime settings and lock a writer gives), [`settings`] (global settings), [`jobs`] (runs by
+//! path and hash, previews, batches and imports, cancels, and the workspace reads a scoped token
+//! is refused); [`server`] is the core (listener, recording, faults, dispatch), [`state`] the
+//! tables, [`reply`] Windmill's forms of requests and answers.
 
 // Handlers return the error reply itself as `Err`: its size is of no concern in a test fake.
 #![allow(clippy::result_large_err)]
@@ -67,6 +69,8 @@ pub const VERSION: &str = "CE v1.587.0";
 pub struct Recorded {
     pub method: String,
     pub path: String,
+    /// The query string, without the `?` (empty when there is none).
+    pub query: String,
     pub body: String,
     /// The bearer token (or `token` cookie) it carried.
     pub token: Option<String>,
@@ -89,6 +93,8 @@ pub struct TokenRow {
     pub scopes: Option<Vec<String>>,
     /// The workspace the token is bound to, if any.
     pub workspace_id: Option<String>,
+    /// RFC 3339, as given to `tokens/create`; none: the token never expires.
+    pub expiration: Option<String>,
 }
 
 /// A queued job (the fake has no worker: jobs never run).
@@ -101,6 +107,10 @@ pub struct JobRow {
     pub script_path: Option<String>,
     /// `label-<label>` for a labeled token, `admin` for a login session.
     pub created_by: String,
+    /// Whose rights the job runs with (`u/admin` for the admin's own jobs).
+    pub permissioned_as: String,
+    /// The code a job carries itself (a preview, an inline flow, an imported job).
+    pub raw_code: Option<String>,
     pub args: Value,
     pub canceled: bool,
 }
@@ -117,6 +127,9 @@ pub struct ScriptRow {
     pub content: String,
     pub language: String,
     pub lock: Option<String>,
+    /// The other fields of `NewScript` the writer set (runtime settings such as `tag`, `envs`,
+    /// `timeout`, `on_behalf_of_email`), answered by `get/p` as given.
+    pub settings: serde_json::Map<String, Value>,
     /// Set when the version's dependency job failed (`get/p` answers it, OpenAPI `Script`, observed).
     pub lock_error_logs: Option<String>,
     pub archived: bool,
@@ -277,6 +290,54 @@ impl WindmillFake {
         if let Some(row) = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path) {
             row.archived = true;
         }
+    }
+
+    /// Sets the `lock` of the newest version of a script, as its dependency job does when it
+    /// succeeds (server code: the worker writes the lock it computed into the row).
+    pub fn set_lock(&self, workspace: &str, path: &str, lock: &str) {
+        let mut state = self.state();
+        let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
+        row.lock = Some(lock.to_owned());
+    }
+
+    /// Archives a workspace, as `POST /api/w/{id}/workspaces/archive` does (`deleted = true`).
+    pub fn archive_workspace(&self, id: &str) {
+        self.state().archived_workspaces.insert(id.to_owned());
+    }
+
+    pub fn workspace_archived(&self, id: &str) -> bool {
+        self.state().archived_workspaces.contains(id)
+    }
+
+    /// Adds `count` tokens of the admin with `label` straight to the `token` table, newest last
+    /// (as `count` calls of `tokens/create` would, without the HTTP round trips).
+    pub fn insert_tokens(&self, label: &str, count: usize) -> Vec<String> {
+        let mut state = self.state();
+        let tokens: Vec<String> = (0..count).map(|_| reply::random_token()).collect();
+        for token in &tokens {
+            state.tokens.push(TokenRow {
+                token: token.clone(),
+                label: label.to_owned(),
+                email: crate::postgres::ADMIN_EMAIL.to_owned(),
+                super_admin: true,
+                scopes: None,
+                workspace_id: None,
+                expiration: None,
+            });
+            state.ever_minted.push(token.clone());
+        }
+        tokens
+    }
+
+    /// Lets `token` expire: its row stays (the fake's `tokens/list` still shows it, with its
+    /// expiration; whether a real server lists an expired token was not checked), and it no
+    /// longer authenticates (server code: the lookup takes `expiration IS NULL` or a future one),
+    /// at once, its auth cache entry dropped.
+    pub fn expire_token(&self, token: &str) {
+        let mut state = self.state();
+        let row = state.tokens.iter_mut().find(|t| t.token == token).expect("the token exists");
+        row.expiration = Some("2026-01-01T00:00:00Z".to_owned());
+        state.auth_cache.remove(token);
     }
 }
 

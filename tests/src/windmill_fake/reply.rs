@@ -51,12 +51,19 @@ pub(super) fn bearer(request: &Request<Incoming>) -> Option<String> {
 pub(super) struct Call<'a> {
     pub method: &'a str,
     pub path: &'a str,
+    /// The query string, without the `?`.
+    pub query: &'a str,
     pub token: Option<&'a str>,
     pub is_json: bool,
     pub body: &'a str,
 }
 
 impl Call<'_> {
+    /// The value of the query parameter `name`, if given.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.split('&').filter_map(|pair| pair.split_once('=')).find(|(key, _)| *key == name).map(|(_, value)| value)
+    }
+
     /// JSON body rules (observed): no JSON content type → 415; not JSON → 400; the wrong
     /// shape → 422.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Reply> {

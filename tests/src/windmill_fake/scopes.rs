@@ -1,19 +1,25 @@
-//! Scoped API tokens, request by request, as CE 1.743.0 answered them ("Scoped API tokens" of the
-//! worker findings; Windmill's `backend/windmill-api-auth/src/scopes.rs`, `check_route_access`,
-//! for the grammar and how a scope covers a route).
+//! Scoped API tokens, route by route, as Windmill's `backend/windmill-api-auth/src/scopes.rs`
+//! (`check_route_access`, `map_http_method_to_action`, `scope_grants_access`, the version matching
+//! CE 1.743.0) decides, and as CE 1.743.0 answered ("Scoped API tokens" of the worker findings).
 //!
 //! - A token bound to a workspace (`workspace_id`) gets 401 on every global route and on every
 //!   other workspace, whatever its scopes (`/api/version` needs no token at all).
-//! - A token with scopes gets 403 `Permission denied: Required scope: <scope>` on a route no
-//!   scope covers; an empty list or none means the owner's full rights.
-//! - Scopes are `domain:action[:resource]`, and for runs `jobs:run:<kind>:<paths>` with
-//!   comma-separated paths, a `/*` suffix matching a folder. `write` covers `read`; `jobs:run`
-//!   without a kind covers every run, previews (arbitrary code) included, and a kind covers only
-//!   runs of a deployed script, never a preview.
-//! - The route decides what is needed: the domain is the first segment after the workspace
-//!   (`jobs_u` is `jobs`) or after `/api`; runs are `run`, other reads `read`, other methods
-//!   `write`. Cancelling a job passes the route with `jobs:read` (CE 1.743.0 let such a token
-//!   through to the handler, which refused it with a 400: see `jobs.rs`).
+//! - The route check comes first, before the handler reads the body: the domain is the first
+//!   segment after the workspace (or after `/api`), with Windmill's aliases (`jobs_u` is `jobs`);
+//!   the action is `run` for the run routes (`map_http_method_to_action`'s list, matched
+//!   anywhere in the path), otherwise `read` for GET and `write` for every other method. So
+//!   `jobs:write` reaches `jobs/add_batch_jobs`, `jobs/queue/import` and the cancel route.
+//! - `write` covers `read`, and so does `run` (`ScopeAction::includes`: a token that may only run
+//!   two scripts reads every job of the workspace, `jobs/list` included).
+//! - A run needs a kind: `scripts` for `run/p`, `run/h` and their variants, `flows` for flows,
+//!   none for a preview (request-supplied code), which only a bare `jobs:run` covers. The route
+//!   check ignores resources: the handler of `run/p/<path>` (before it looks the script up) and of
+//!   `run/h/<hash>` (after it found the hash's path) requires `jobs:run:scripts:<path>`.
+//! - Scope strings are stored unchecked. One that does not parse (`*`, five parts) grants nothing;
+//!   one that parses with an unknown domain, or an unknown action in the route's domain, makes the
+//!   check answer 400 `Invalid scope domain` / `Invalid scope action` when it is reached (scopes
+//!   are tried in order, so a scope that grants first hides it). `if_jobs:filter_tags:` scopes
+//!   are skipped; a token with only those is unscoped.
 //!
 //! [`WindmillFake::set_enforce_scopes`](super::WindmillFake::set_enforce_scopes) turns the scope
 //! check off, as on a Windmill before 1.509 (which stores `scopes` and does not enforce them on
@@ -24,15 +30,62 @@ use std::fmt;
 use super::TokenRow;
 use super::reply::{Call, Reply, text};
 
-/// What a route needs of a scoped token.
+/// `ScopeDomain::from_str`: the domains and their aliases.
+const DOMAINS: &[(&str, &str)] = &[
+    ("jobs", "jobs"), ("jobs_u", "jobs"), ("scripts", "scripts"), ("flows", "flows"), ("apps", "apps"), ("apps_u", "apps"),
+    ("variables", "variables"), ("resources", "resources"), ("schedules", "schedules"), ("folders", "folders"),
+    ("users", "users"), ("groups", "groups"), ("workspaces", "workspaces"), ("http_triggers", "http_triggers"),
+    ("websocket_triggers", "websocket_triggers"), ("kafka_triggers", "kafka_triggers"), ("nats_triggers", "nats_triggers"),
+    ("mqtt_triggers", "mqtt_triggers"), ("sqs_triggers", "sqs_triggers"), ("gcp_triggers", "gcp_triggers"),
+    ("postgres_triggers", "postgres_triggers"), ("email_triggers", "email_triggers"), ("native_triggers", "native_triggers"),
+    ("audit", "audit"), ("settings", "settings"), ("workers", "workers"), ("service_logs", "service_logs"),
+    ("configs", "configs"), ("oauth", "oauth"), ("ai", "ai"), ("indexer", "indexer"), ("srch", "indexer"), ("teams", "teams"),
+    ("git_sync", "git_sync"), ("github_app", "git_sync"), ("capture", "capture"), ("drafts", "drafts"),
+    ("favorites", "favorites"), ("inputs", "inputs"), ("job_helpers", "job_helpers"), ("concurrency_groups", "concurrency_groups"),
+    ("oidc", "oidc"), ("openapi", "openapi"), ("acls", "acls"), ("raw_apps", "raw_apps"), ("agent_workers", "agent_workers"),
+    ("mcp", "mcp"),
+];
+
+/// `RUN_PATH_ACTIONS`: a path containing one of these is a run, whatever the method.
+const RUN_PATHS: &[&str] = &[
+    "jobs/resume/", "jobs/run/batch_rerun_jobs", "jobs/run/workflow_as_code", "jobs/run/dependencies", "jobs/run/flow_dependencies",
+    "apps_u/execute_component", "jobs/run/p", "jobs/run/h", "jobs/run_wait_result/p", "jobs/run_wait_result/h", "jobs/run/preview",
+    "jobs/run_and_stream/p", "jobs/run_and_stream/h", "jobs/run/f", "jobs/run_wait_result/f", "jobs/restart/f", "jobs/flow/resume",
+    "jobs/run_and_stream/f",
+];
+const FLOW_RUNS: &[&str] = &["jobs/run/f", "jobs/run_wait_result/f", "jobs/run/preview_flow", "jobs/restart/f", "jobs/flow/resume", "jobs/run_and_stream/f"];
+const SCRIPT_RUNS: &[&str] = &["jobs/run/p", "jobs/run/h", "jobs/run_wait_result/p", "jobs/run_wait_result/h", "jobs/run_and_stream/p", "jobs/run_and_stream/h"];
+
+fn canonical_domain(domain: &str) -> Option<&'static str> {
+    DOMAINS.iter().find(|(name, _)| *name == domain).map(|(_, canonical)| *canonical)
+}
+
+/// `ScopeAction::from_str`: `delete` is `write`.
+fn canonical_action(action: &str) -> Option<&'static str> {
+    match action {
+        "read" => Some("read"),
+        "write" | "delete" => Some("write"),
+        "run" => Some("run"),
+        _ => None,
+    }
+}
+
+/// What a route (or a handler) needs of a scoped token.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Needed {
-    pub domain: String,
+    pub domain: &'static str,
     pub action: &'static str,
-    /// `scripts` for the run of a deployed script; none for a preview.
+    /// `scripts` or `flows` for a run of a deployed runnable; none for a preview.
     pub kind: Option<&'static str>,
-    /// The script path of a run.
+    /// The script path a handler requires (`run/p/<path>`, `run/h/<hash>`); the route check has none.
     pub resource: Option<String>,
+}
+
+impl Needed {
+    /// What the run handlers require: `jobs:run:scripts:<path>`.
+    pub fn run_script(path: &str) -> Needed {
+        Needed { domain: "jobs", action: "run", kind: Some("scripts"), resource: Some(path.to_owned()) }
+    }
 }
 
 impl fmt::Display for Needed {
@@ -49,7 +102,8 @@ impl fmt::Display for Needed {
     }
 }
 
-/// One scope of a token, parsed as Windmill parses it (`ScopeDefinition::from_scope_string`).
+/// One scope of a token, parsed as `ScopeDefinition::from_scope_string` does: `jobs:run:<kind>`
+/// only when the domain is literally `jobs`, four parts only for it.
 struct Scope<'a> {
     domain: &'a str,
     action: &'a str,
@@ -77,60 +131,89 @@ pub(super) fn needed(method: &str, path: &str) -> Option<Needed> {
     let (domain, suffix) = match segments.as_slice() {
         ["api", "version"] | ["api", "auth", ..] => return None,
         ["api", "w", _, domain, ..] => (*domain, segments[3..].join("/")),
-        ["api", domain, ..] => (*domain, segments[1..].join("/")),
+        ["api", domain, ..] => (*domain, String::new()),
         _ => return None,
     };
-    let domain = if domain == "jobs_u" { "jobs" } else { domain }.to_owned();
-    let run_of_script = ["jobs/run/p/", "jobs/run/h/", "jobs/run_wait_result/p/", "jobs/run_wait_result/h/"]
-        .iter()
-        .find_map(|prefix| suffix.strip_prefix(prefix));
-    if let Some(path) = run_of_script {
-        return Some(Needed { domain, action: "run", kind: Some("scripts"), resource: Some(path.to_owned()) });
-    }
-    if suffix.starts_with("jobs/run/preview") || suffix.starts_with("jobs/run_wait_result/preview") {
-        return Some(Needed { domain, action: "run", kind: None, resource: None });
-    }
-    let action = match method {
-        _ if suffix.starts_with("jobs_u/queue/cancel/") => "read",
-        "GET" | "HEAD" | "OPTIONS" => "read",
-        _ => "write",
+    // A route outside every domain: Windmill answers 400 ("Could not extract domain"); the fake
+    // serves none.
+    let domain = canonical_domain(domain)?;
+    let action = if RUN_PATHS.iter().any(|run| path.contains(run)) {
+        "run"
+    } else if matches!(method, "GET" | "HEAD" | "OPTIONS") {
+        "read"
+    } else {
+        "write"
     };
-    Some(Needed { domain, action, kind: None, resource: None })
+    let kind = if suffix.starts_with("jobs/run/preview") || suffix.starts_with("jobs/run_wait_result/preview") {
+        None
+    } else if FLOW_RUNS.iter().any(|p| suffix.starts_with(p)) {
+        Some("flows")
+    } else if SCRIPT_RUNS.iter().any(|p| suffix.starts_with(p)) {
+        Some("scripts")
+    } else {
+        None
+    };
+    Some(Needed { domain, action, kind, resource: None })
 }
 
-/// Whether `scope` covers `needed`.
-fn grants(scope: &Scope, needed: &Needed) -> bool {
-    if scope.domain != needed.domain || !(scope.action == needed.action || (scope.action == "write" && needed.action == "read")) {
-        return false;
+/// `scope_grants_access` plus, for a handler's `resource`, `ScopeDefinition::includes`: whether
+/// `scope` covers `needed`, or the 400 of a scope Windmill cannot interpret.
+fn grants(scope: &Scope, needed: &Needed) -> Result<bool, Reply> {
+    let Some(domain) = canonical_domain(scope.domain) else {
+        return Err(text(400, format!("Bad request: Invalid scope domain: {}", scope.domain)));
+    };
+    if domain != needed.domain {
+        return Ok(false);
     }
-    if needed.domain == "jobs" && needed.action == "run" {
+    let Some(action) = canonical_action(scope.action) else {
+        return Err(text(400, format!("Bad request: Invalid scope action: {}", scope.action)));
+    };
+    let includes = action == needed.action || (needed.action == "read" && matches!(action, "write" | "run"));
+    if !includes {
+        return Ok(false);
+    }
+    if domain == "jobs" && needed.action == "run" {
         match (scope.kind, needed.kind) {
-            (None, _) => return true,
+            (None, _) => {}
             (Some(have), Some(want)) if have == want => {}
-            _ => return false,
+            _ => return Ok(false),
         }
     }
-    match (&scope.resources, &needed.resource) {
-        (None, _) => true,
+    Ok(match (&scope.resources, &needed.resource) {
+        (_, None) | (None, _) => true,
         (Some(patterns), Some(resource)) => patterns.iter().any(|p| covers(p, resource)),
-        (Some(_), None) => false,
-    }
+    })
 }
 
-/// A resource pattern: the path itself, or `<folder>/*` for what is under it.
+/// A resource pattern: `*`, the path itself, or `<prefix>/*` for what is under the prefix
+/// (`resource_matches_pattern`).
 fn covers(pattern: &str, resource: &str) -> bool {
     pattern == "*"
         || pattern == resource
-        || pattern.strip_suffix("/*").is_some_and(|folder| resource == folder || resource.strip_prefix(folder).is_some_and(|r| r.starts_with('/')))
+        || pattern.strip_suffix("/*").is_some_and(|prefix| resource == prefix || resource.strip_prefix(prefix).is_some_and(|r| r.starts_with('/')))
 }
 
-/// Whether the scopes of `token` allow `needed` (a token without scopes allows everything).
-pub(super) fn allows(token: &TokenRow, needed: &Needed, enforce: bool) -> bool {
-    let scopes = token.scopes.as_deref().unwrap_or_default();
-    !enforce || scopes.is_empty() || scopes.iter().filter_map(|s| parse(s)).any(|scope| grants(&scope, needed))
+/// Whether the scopes of `token` allow `needed` (no scopes, or only tag filters: everything).
+/// `Err` is the 400 of a scope Windmill cannot interpret, reached before one that grants.
+pub(super) fn allows(token: &TokenRow, needed: &Needed, enforce: bool) -> Result<bool, Reply> {
+    let scopes: Vec<&String> = token.scopes.iter().flatten().filter(|s| !s.starts_with("if_jobs:filter_tags:")).collect();
+    if !enforce || scopes.is_empty() {
+        return Ok(true);
+    }
+    for scope in scopes.into_iter().filter_map(|s| parse(s)) {
+        if grants(&scope, needed)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
-/// The binding and the scopes of `token` against the route of `call`.
+/// A handler's own check (`check_scopes`): 403 naming what it requires.
+pub(super) fn require(token: &TokenRow, needed: &Needed, enforce: bool) -> Result<(), Reply> {
+    if allows(token, needed, enforce)? { Ok(()) } else { Err(text(403, format!("Permission denied: Required scope: {needed}"))) }
+}
+
+/// The binding and the route check of `token` for `call` (see the module comment).
 pub(super) fn check(token: &TokenRow, call: &Call, enforce: bool) -> Result<(), Reply> {
     if let Some(bound) = &token.workspace_id {
         let segments: Vec<&str> = call.path.trim_start_matches('/').split('/').collect();
@@ -139,8 +222,8 @@ pub(super) fn check(token: &TokenRow, call: &Call, enforce: bool) -> Result<(), 
         }
     }
     match needed(call.method, call.path) {
-        Some(needed) if !allows(token, &needed, enforce) => Err(text(403, format!("Permission denied: Required scope: {needed}"))),
-        _ => Ok(()),
+        Some(needed) => require(token, &needed, enforce),
+        None => Ok(()),
     }
 }
 
@@ -156,19 +239,27 @@ mod tests {
             super_admin: true,
             scopes: Some(scopes.iter().map(|s| s.to_string()).collect()),
             workspace_id: None,
+            expiration: None,
         }
     }
 
     fn allowed(scopes: &[&str], method: &str, path: &str) -> bool {
-        allows(&scoped(scopes), &needed(method, path).unwrap(), true)
+        allows(&scoped(scopes), &needed(method, path).unwrap(), true).unwrap()
     }
 
     #[test]
     fn what_routes_need() {
         let n = |m, p| needed(m, p).unwrap().to_string();
-        assert_eq!(n("POST", "/api/w/ws/jobs/run/p/f/a/b"), "jobs:run:scripts:f/a/b");
+        assert_eq!(n("POST", "/api/w/ws/jobs/run/p/f/a/b"), "jobs:run:scripts");
+        assert_eq!(n("POST", "/api/w/ws/jobs/run/h/0123456789abcdef"), "jobs:run:scripts");
+        assert_eq!(n("POST", "/api/w/ws/jobs/run/f/f/a/b"), "jobs:run:flows");
         assert_eq!(n("POST", "/api/w/ws/jobs/run/preview"), "jobs:run");
+        assert_eq!(n("POST", "/api/w/ws/jobs/run/preview_flow"), "jobs:run");
         assert_eq!(n("POST", "/api/w/ws/jobs/run_wait_result/preview"), "jobs:run");
+        assert_eq!(n("POST", "/api/w/ws/jobs/run/dependencies"), "jobs:run");
+        assert_eq!(n("POST", "/api/w/ws/jobs/add_batch_jobs/0"), "jobs:write");
+        assert_eq!(n("POST", "/api/w/ws/jobs/queue/import"), "jobs:write");
+        assert_eq!(n("POST", "/api/w/ws/jobs_u/queue/cancel/x"), "jobs:write");
         assert_eq!(n("POST", "/api/w/ws/scripts/create"), "scripts:write");
         assert_eq!(n("GET", "/api/w/ws/variables/list"), "variables:read");
         assert_eq!(n("GET", "/api/w/ws/jobs_u/get/x"), "jobs:read");
@@ -180,23 +271,44 @@ mod tests {
     #[test]
     fn how_scopes_cover_routes() {
         let runs = ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"];
-        assert!(allowed(&runs, "POST", "/api/w/ws/jobs/run/p/f/fediversity/deploy"));
-        assert!(allowed(&runs, "POST", "/api/w/ws/jobs/run/p/f/fediversity/destroy"));
-        assert!(!allowed(&runs, "POST", "/api/w/ws/jobs/run/p/f/fediversity/other"));
+        // The route check ignores resources: the handler checks the path.
+        assert!(allowed(&runs, "POST", "/api/w/ws/jobs/run/p/f/fediversity/other"));
+        assert!(!allows(&scoped(&runs), &Needed::run_script("f/fediversity/other"), true).unwrap());
+        assert!(allows(&scoped(&runs), &Needed::run_script("f/fediversity/destroy"), true).unwrap());
         assert!(!allowed(&runs, "POST", "/api/w/ws/jobs/run/preview"));
-        assert!(allowed(&["jobs:run:scripts:f/fediversity/*"], "POST", "/api/w/ws/jobs/run/p/f/fediversity/x"));
-        assert!(!allowed(&["jobs:run:scripts:f/fedi/*"], "POST", "/api/w/ws/jobs/run/p/f/fediversity/x"));
+        assert!(!allowed(&runs, "POST", "/api/w/ws/jobs/add_batch_jobs/0"));
+        assert!(!allowed(&runs, "POST", "/api/w/ws/scripts/create"));
+        // Run includes read: every job read of the workspace.
+        assert!(allowed(&runs, "GET", "/api/w/ws/jobs/list"));
+        assert!(allowed(&runs, "GET", "/api/w/ws/jobs_u/get/x"));
+        assert!(allows(&scoped(&["jobs:run:scripts:f/fediversity/*"]), &Needed::run_script("f/fediversity/x"), true).unwrap());
+        assert!(!allows(&scoped(&["jobs:run:scripts:f/fedi/*"]), &Needed::run_script("f/fediversity/x"), true).unwrap());
         assert!(allowed(&["jobs:run"], "POST", "/api/w/ws/jobs/run/preview"));
         assert!(!allowed(&["jobs:run:flows"], "POST", "/api/w/ws/jobs/run/p/f/a/b"));
         assert!(allowed(&["jobs:write"], "GET", "/api/w/ws/jobs_u/get/x"));
+        assert!(allowed(&["jobs:write"], "POST", "/api/w/ws/jobs/add_batch_jobs/3"));
+        assert!(allowed(&["jobs:delete"], "POST", "/api/w/ws/jobs/queue/import"), "delete is write");
         assert!(!allowed(&["jobs:write"], "POST", "/api/w/ws/jobs/run/p/f/a/b"), "write does not cover run");
         assert!(!allowed(&["jobs:read"], "GET", "/api/w/ws/variables/list"));
         assert!(allowed(&["variables:read"], "GET", "/api/w/ws/variables/list"));
-        // A scope that does not parse grants nothing.
-        assert!(!allowed(&["jobs"], "GET", "/api/w/ws/jobs_u/get/x"));
+        // A scope that does not parse grants nothing; tag filters alone leave the token unscoped.
+        assert!(!allowed(&["jobs", "*"], "GET", "/api/w/ws/jobs_u/get/x"));
+        assert!(allowed(&["if_jobs:filter_tags:a"], "POST", "/api/w/ws/scripts/create"));
         // No scopes: the owner's full rights.
-        assert!(allows(&scoped(&[]), &needed("POST", "/api/w/ws/scripts/create").unwrap(), true));
+        assert!(allows(&scoped(&[]), &needed("POST", "/api/w/ws/scripts/create").unwrap(), true).unwrap());
         // Not enforced: everything.
-        assert!(allows(&scoped(&runs), &needed("POST", "/api/w/ws/scripts/create").unwrap(), false));
+        assert!(allows(&scoped(&runs), &needed("POST", "/api/w/ws/scripts/create").unwrap(), false).unwrap());
+    }
+
+    #[test]
+    fn an_unknown_domain_or_action_is_a_400_where_it_is_reached() {
+        let run = needed("POST", "/api/w/ws/jobs/run/p/f/a/b").unwrap();
+        let status = |scopes: &[&str], needed: &Needed| allows(&scoped(scopes), needed, true).map_err(|r| r.status().as_u16());
+        assert_eq!(status(&["varibles:read", "jobs:run:scripts:f/a/b"], &run), Err(400));
+        // A scope that grants first hides it.
+        assert_eq!(status(&["jobs:run:scripts:f/a/b", "varibles:read"], &run), Ok(true));
+        // An unknown action only in its own domain.
+        assert_eq!(status(&["jobs:reed"], &run), Err(400));
+        assert_eq!(status(&["variables:reed"], &run), Ok(false));
     }
 }

@@ -60,7 +60,19 @@ fn script_json(row: &ScriptRow) -> Value {
     if let Some(lock) = &row.lock {
         value["lock"] = json!(lock);
     }
+    // What the writer set besides: as given (`kind`, `tag`, `schema` … replace the defaults above).
+    for (key, setting) in &row.settings {
+        value[key] = setting.clone();
+    }
     value
+}
+
+/// The request fields the fake keeps as they are: all but those it handles itself.
+fn settings_of(raw: &Value) -> serde_json::Map<String, Value> {
+    const OWN: [&str; 7] = ["path", "parent_hash", "summary", "description", "content", "language", "lock"];
+    let mut settings = raw.as_object().cloned().unwrap_or_default();
+    settings.retain(|key, value| !OWN.contains(&key.as_str()) && !value.is_null());
+    settings
 }
 
 #[derive(Deserialize)]
@@ -131,9 +143,10 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
             std::iter::once(parent.clone()).chain(parent_row.parent_hashes).take(20).collect()
         }
     };
-    // Rule 5: python3 without a lock waits for a dependency job (none runs here: NULL); bash
-    // needs none (`""`).
-    let lock = if new.language == "bash" { Some(String::new()) } else { None };
+    // Rule 5: a lock that is given is stored as given; python3 without one waits for a
+    // dependency job (none runs here: NULL); bash needs none (`""`).
+    let given = raw.get("lock").and_then(Value::as_str).filter(|l| !l.is_empty()).map(str::to_owned);
+    let lock = if new.language == "bash" { Some(String::new()) } else { given };
     state.scripts.push(ScriptRow {
         workspace: workspace.into(),
         hash: hash.clone(),
@@ -144,6 +157,7 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         content: new.content,
         language: new.language,
         lock,
+        settings: settings_of(&raw),
         lock_error_logs: None,
         archived: false,
         created_by: "admin".into(),
@@ -170,6 +184,7 @@ pub(super) fn push_other_version(state: &mut State, workspace: &str, path: &str,
         content: content.into(),
         language: "python3".into(),
         lock: None,
+        settings: serde_json::Map::new(),
         lock_error_logs: None,
         archived: false,
         created_by: "other".into(),

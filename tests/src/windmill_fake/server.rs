@@ -110,6 +110,7 @@ pub(super) fn serve(runtime: &tokio::runtime::Runtime, shared: Arc<Shared>, refu
 async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notify>) -> Reply {
     let method = request.method().as_str().to_owned();
     let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
     let token = bearer(&request);
     let is_json = request
         .headers()
@@ -121,8 +122,8 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
         Err(_) => return text(400, "Bad request: cannot read the body"),
     };
     let body_text = String::from_utf8_lossy(&body).into_owned();
-    let fault = record_and_find_fault(&shared, &method, &path, &body_text, token.as_deref());
-    let call = Call { method: &method, path: &path, token: token.as_deref(), is_json, body: &body_text };
+    let fault = record_and_find_fault(&shared, &method, &path, &query, &body_text, token.as_deref());
+    let call = Call { method: &method, path: &path, query: &query, token: token.as_deref(), is_json, body: &body_text };
     match fault {
         None => route(&shared, &call).await,
         Some(Fault::Status(500)) => text(500, "Internal: injected fault"),
@@ -157,9 +158,15 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
 }
 
 /// Records the request, then takes the fault of the first rule that matches it, if any.
-fn record_and_find_fault(shared: &Shared, method: &str, path: &str, body: &str, token: Option<&str>) -> Option<Fault> {
+fn record_and_find_fault(shared: &Shared, method: &str, path: &str, query: &str, body: &str, token: Option<&str>) -> Option<Fault> {
     let mut state = shared.state();
-    state.requests.push(Recorded { method: method.to_owned(), path: path.to_owned(), body: body.to_owned(), token: token.map(str::to_owned) });
+    state.requests.push(Recorded {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        query: query.to_owned(),
+        body: body.to_owned(),
+        token: token.map(str::to_owned),
+    });
     let rule = state.faults.iter_mut().find(|r| r.remaining > 0 && r.method == method && path.starts_with(&r.path_prefix))?;
     if rule.skip > 0 {
         rule.skip -= 1;
@@ -189,12 +196,17 @@ async fn route(shared: &Shared, call: &Call<'_>) -> Reply {
 /// workspace (server code, token resolution); a scoped token must also have a scope for the
 /// route (`authed`).
 fn workspace_route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+    // `jobs_u` routes take an optional caller: a token that does not pass is an anonymous one.
+    if let ("POST", ["jobs_u", "queue", "cancel", id]) = (call.method, rest) {
+        return jobs::cancel(shared, auth::authed(shared, call).ok(), workspace, id);
+    }
     let user = auth::authed(shared, call)?;
     if !user.super_admin {
         return Err(text(401, "Not authorized: Unauthorized"));
     }
     match rest.first() {
         Some(&"folders") => workspaces::folder_route(shared, call, workspace, rest),
+        Some(&"workspaces") => workspaces::workspaced_route(shared, call, &user, workspace, rest),
         Some(&"scripts") => scripts::route(shared, call, workspace, rest),
         Some(&"jobs" | &"jobs_u" | &"variables" | &"users") => jobs::route(shared, call, &user, workspace, rest),
         _ => Ok(text(404, "Not found")),

@@ -23,6 +23,8 @@ pub(super) struct State {
     /// Every token ever handed out, revoked or not (for secret scans).
     pub ever_minted: Vec<String>,
     pub workspaces: BTreeMap<String, String>,
+    /// Workspaces archived (`deleted = true`): they still exist.
+    pub archived_workspaces: BTreeSet<String>,
     pub folders: BTreeSet<(String, String)>,
     pub scripts: Vec<ScriptRow>,
     pub settings: BTreeMap<String, Value>,
@@ -49,6 +51,7 @@ impl Default for State {
             next_tokens: Vec::new(),
             ever_minted: Vec::new(),
             workspaces,
+            archived_workspaces: BTreeSet::new(),
             folders: BTreeSet::new(),
             scripts: Vec::new(),
             settings: BTreeMap::new(),

@@ -1,7 +1,8 @@
 //! Workspaces and folders. Follows Windmill's server code
 //! (`backend/windmill-api-workspaces/src/workspaces.rs`: `create_workspace`, the CE cap,
-//! `exists_workspace`; `windmill-api-groups/src/folders.rs`: `create_folder`, `get_folder`) and
-//! what CE 1.743.0 answered (the "Workspaces and folders" rows: 200 rather than the OpenAPI's
+//! `exists_workspace`, `get_workspace_as_superadmin` (the row with its `deleted` flag: an
+//! archived workspace still exists), `unarchive_workspace` (admin, `deleted = false`);
+//! `windmill-api-groups/src/folders.rs`: `create_folder`, `get_folder`) and what CE 1.743.0 answered (the "Workspaces and folders" rows: 200 rather than the OpenAPI's
 //! 201, the texts of duplicates, the cap checked before the duplicate, the folder JSON).
 
 use serde::Deserialize;
@@ -10,11 +11,19 @@ use serde_json::json;
 use super::auth::{authed, require_super_admin};
 use super::reply::{Call, Reply, json_reply, text};
 use super::server::Shared;
+use super::TokenRow;
 
 /// `/api/workspaces/…`.
 pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<Reply, Reply> {
     match (call.method, segments) {
         ("POST", ["workspaces", "create"]) => create_workspace(shared, call),
+        ("POST", ["workspaces", "unarchive", id]) => {
+            let user = authed(shared, call)?;
+            // `require_admin`: a superadmin is admin on the global routes.
+            require_super_admin(&user)?;
+            shared.state().archived_workspaces.remove(*id);
+            Ok(text(200, format!("Unarchived workspace {id}")))
+        }
         ("POST", ["workspaces", "exists"]) => {
             #[derive(Deserialize)]
             struct Id {
@@ -24,6 +33,22 @@ pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<R
             let id: Id = call.json()?;
             // server code: a JSON bool; archived workspaces count too.
             Ok(json_reply(&json!(shared.state().workspaces.contains_key(&id.id))))
+        }
+        _ => Ok(text(404, "Not found")),
+    }
+}
+
+/// `/api/w/{workspace}/workspaces/…`, past the route check.
+pub(super) fn workspaced_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+    match (call.method, rest) {
+        ("GET", ["workspaces", "get_as_superadmin"]) => {
+            require_super_admin(user)?;
+            let state = shared.state();
+            let Some(name) = state.workspaces.get(workspace) else {
+                return Err(text(404, format!("Not found: workspace not found at name {workspace}")));
+            };
+            Ok(json_reply(&json!({"id": workspace, "name": name, "owner": user.email, "deleted": state.archived_workspaces.contains(workspace),
+                "premium": false, "color": null, "parent_workspace_id": null})))
         }
         _ => Ok(text(404, "Not found")),
     }

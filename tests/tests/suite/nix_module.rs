@@ -54,39 +54,28 @@ fn eval_error(expr: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A string constant of jobenv's command line (jobenv/src/cli.rs), so that the module and
-/// jobenv cannot drift apart.
+/// jobenv's names and defaults as jobenv generates them for its module
+/// (`nixos-module/jobenv-names.json`; jobenv's own test fails when that file is stale).
+fn jobenv_facts() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("nixos-module/jobenv-names.json")).unwrap()).unwrap()
+}
+
+/// One of jobenv's default paths (`defaults` of [`jobenv_facts`]).
 fn jobenv_const(name: &str) -> String {
-    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    let prefix = format!("pub const {name}: &str = \"");
-    let line = cli.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("{name} in cli.rs"));
-    line.split('"').next().unwrap().to_owned()
+    let key = match name {
+        "DEFAULT_DEPLOY_ENV" => "deployEnv",
+        "DEFAULT_KEYS" => "deployKeys",
+        "DEFAULT_ATTRIBUTES" => "deploymentAttributes",
+        "DEFAULT_SECRETS_DIR" => "secretsDir",
+        "DEFAULT_STATE_DIR" => "stateDir",
+        other => panic!("no default {other}"),
+    };
+    jobenv_facts()["defaults"][key].as_str().unwrap().to_owned()
 }
 
-/// jobenv's default grace (`--grace`), from its command line.
+/// jobenv's default grace (`--grace`).
 fn jobenv_grace() -> u64 {
-    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    let grace_line = cli.lines().find(|l| l.contains("env = \"JOBENV_GRACE\"")).unwrap();
-    grace_line.split("default_value = \"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap()
-}
-
-/// The strings of a `const NAME: &[&str] = &[...]` of jobenv's names (jobenv/src/input/names.rs,
-/// formerly jobenv/src/policy.rs).
-fn policy_list(name: &str) -> Vec<String> {
-    let file = ["jobenv/src/input/names.rs", "jobenv/src/policy.rs"]
-        .into_iter()
-        .map(|f| repo().join(f))
-        .find(|f| f.exists())
-        .expect("jobenv's file of names");
-    let policy = std::fs::read_to_string(&file).unwrap();
-    let start = policy.find(&format!("const {name}: &[&str] =")).unwrap_or_else(|| panic!("{name} in {}", file.display()));
-    let rest = &policy[start..];
-    let rest = &rest[rest.find('=').unwrap()..];
-    let open = rest.find("&[").unwrap() + 2;
-    let close = open + rest[open..].find(']').unwrap();
-    let mut names: Vec<String> = rest[open..close].split('"').skip(1).step_by(2).map(str::to_owned).collect();
-    names.sort();
-    names
+    jobenv_facts()["defaults"]["graceSeconds"].as_u64().unwrap()
 }
 
 fn sorted(value: &Value) -> Vec<String> {
@@ -119,16 +108,12 @@ fn the_files_are_where_jobenv_looks_without_options() {
 
 #[test]
 fn the_names_lib_nix_knows_are_jobenvs() {
+    // lib.nix takes jobenv's lists as jobenv generates them, not a copy of its own.
     let names = eval("lib.jobenvNames");
-    assert_eq!(sorted(&names["nodeControl"]), policy_list("NODE_CONTROL_KEYS"));
-    assert_eq!(sorted(&names["payloadControl"]), policy_list("PAYLOAD_CONTROL_KEYS"));
-    assert_eq!(sorted(&names["sharedControl"]), policy_list("SHARED_CONTROL_KEYS"));
-    assert_eq!(sorted(&names["derived"]), policy_list("DERIVED_KEYS"));
-    assert_eq!(sorted(&names["nodeTools"]), policy_list("NODE_TOOL_KEYS"));
-    assert_eq!(sorted(&names["reserved"]), policy_list("RESERVED"));
-    assert_eq!(sorted(&names["reservedPrefixes"]), policy_list("RESERVED_PREFIXES"));
-    // The reading of policy.rs is not vacuous.
-    assert!(policy_list("NODE_TOOL_KEYS").contains(&"TF_INPUT".to_owned()));
+    let facts = jobenv_facts();
+    assert_eq!(names, facts);
+    // Not vacuous: the lists are there.
+    assert!(sorted(&names["nodeTools"]).contains(&"TF_INPUT".to_owned()) && sorted(&names["reserved"]).contains(&"PATH".to_owned()));
     // Reserved names: the README's list, by example (exact names and prefixes).
     for (key, reserved) in [
         ("PATH", true),
@@ -168,7 +153,7 @@ fn node_problems(env: &str, secrets: &str, tf_token: bool) -> Vec<String> {
         r#"lib.nodeProblems {{
              deployEnv = {{ DEPLOYMENT_ROOT = "/nix/store/r"; DEPLOYMENT_NIXPKGS = "/nix/store/n"; }} // {env};
              deploySecrets = {secrets};
-             declared = builtins.attrNames (lib.renderDeployKeys {{ MESSAGE.description = "m"; BASH_ENV.description = "declared, although reserved"; }});
+             declared = builtins.attrNames (lib.declaredKeys {{ operator = {{ MESSAGE.description = "m"; BASH_ENV.description = "declared, although reserved"; }}; }});
              tfToken = {};
            }}"#,
         if tf_token { r#""{{ .token }}""# } else { "null" }
@@ -275,17 +260,24 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
             false,
             "deployEnv.EVENTS_SECRET: the progress events' secret must come from deploySecrets (deploy-env.json is world-readable and not redacted)",
         ),
-        (r#"{ EVENTS_URL = "https://e/"; }"#, "{ }", false, "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set)"),
+        (
+            r#"{ EVENTS_URL = "https://e/"; }"#,
+            "{ }",
+            false,
+            "EVENTS_URL and EVENTS_SECRET: progress events need both (one of them is set), unless deployEnv.EVENTS_FORMAT is \"dd-0012\" (then EVENTS_URL alone: each row's secret comes with its job)",
+        ),
     ] {
         let problems = node_problems(env, secrets, tf_token);
         assert_eq!(problems, vec![expected.to_owned()], "deployEnv // {env}, deploySecrets {secrets}");
     }
+    // The control: a DD-0012 node sets the URL alone (each row's secret comes with its job).
+    assert_eq!(node_problems(r#"{ EVENTS_URL = "https://e/api"; EVENTS_FORMAT = "dd-0012"; }"#, "{ }", false), Vec::<String>::new());
     // The required keys, when nothing sets them.
     let problems = strings(&eval(r#"lib.nodeProblems { deployEnv = { }; deploySecrets = { }; }"#));
     assert_eq!(
         problems,
         vec![
-            "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs",
+            "deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)",
             "deployEnv.DEPLOYMENT_NIXPKGS (or NIXPKGS) is required: the nixpkgs the programs run with"
         ]
     );
@@ -355,6 +347,7 @@ fn secrets_and_credentials_become_agent_templates_readable_by_the_worker_group_o
             "d /run/fediversity-windmill 0755 root root - -",
             format!("d {secrets_dir} 0750 root windmill - -"),
             "d /run/incus-deploy 0750 root windmill - -",
+            "d /run/fediversity-windmill/backup 0700 root root - -",
             format!("d {} 0750 windmill windmill - -", jobenv_const("DEFAULT_STATE_DIR")),
             "d /run/windmill-ui-auth 0750 root nginx - -"
         ])
@@ -459,6 +452,12 @@ fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
     // Without declared files, nothing to wait for.
     let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
     assert_eq!(lifecycle["ExecStartPre"], json!([format!("-/j recover --state-dir {state_dir}")]));
+    // With `install`, first the sealed copy of jobenv, as root (`+`).
+    let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; install = "/i"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
+    assert_eq!(
+        lifecycle["ExecStartPre"],
+        json!(["+/i -D -m 0111 -o root -g root /j /run/fediversity-jobenv/bin/fediversity-jobenv", format!("-/j recover --state-dir {state_dir}")])
+    );
     // The default grace is jobenv's.
     assert_eq!(eval("lib.jobenvGraceSeconds"), json!(grace));
 }
@@ -552,7 +551,10 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     let units = eval(r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; secretsEnvFiles = [ lib.paths.tfTokenEnv "/run/other.env" ]; }"#);
     let worker = &units["windmill-worker"];
     let env = &worker["environment"];
-    assert_eq!(env["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR");
+    assert_eq!(
+        env["WHITELIST_ENVS"],
+        "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
+    );
     for name in env["WHITELIST_ENVS"].as_str().unwrap().split(',') {
         assert!(env.get(name).is_some(), "{name} is whitelisted but not set");
         // Read by jobenv's command line (a clap `env` or a variable it looks up itself).
@@ -570,9 +572,36 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     }
     // Without a nix-shell or secrets env files given, neither is passed.
     let units = eval("lib.units { }");
-    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    // jobenv's defaults unless the node sets limits; no timeout variable without a timeout.
+    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_GRACE"], jobenv_grace().to_string());
+    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_LOCK_TIMEOUT"], "0");
+    assert!(units["windmill-worker"]["environment"].get("JOBENV_TIMEOUT").is_none());
     assert!(units["windmill-worker"]["environment"].get("JOBENV_NIX_SHELL").is_none());
     assert!(units["windmill-worker"]["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
+}
+
+#[test]
+fn the_nodes_job_limits_reach_every_job_and_bound_the_cancel_and_the_stop() {
+    let worker = module(r#"s: s // { jobs = { timeout = 3600; grace = 10; lockWait = 900; }; drainTimeout = 60; }"#, "h: h.config.systemd.services.windmill-worker");
+    let env = &worker["environment"];
+    assert_eq!((env["JOBENV_TIMEOUT"].as_str(), env["JOBENV_GRACE"].as_str(), env["JOBENV_LOCK_TIMEOUT"].as_str()), (Some("3600"), Some("10"), Some("900")));
+    let whitelisted: Vec<&str> = env["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    for name in ["JOBENV_TIMEOUT", "JOBENV_GRACE", "JOBENV_LOCK_TIMEOUT"] {
+        assert!(whitelisted.contains(&name), "{name} does not reach jobs: {whitelisted:?}");
+        // The names jobenv's `run` reads them by.
+        assert!(cli.contains(&format!("env = \"{name}\"")), "jobenv reads no {name}");
+    }
+    // A longer grace: Windmill waits longer before it SIGKILLs a cancelled job's group, and the
+    // stop is bounded by the drain, this grace and the margin.
+    assert_eq!(env["MAX_WAIT_FOR_SIGINT"], "17");
+    assert_eq!(worker["serviceConfig"]["TimeoutStopSec"], "100s");
+    // The control: the defaults (jobenv's own).
+    let worker = module("s: s", "h: h.config.systemd.services.windmill-worker");
+    assert_eq!(worker["environment"]["MAX_WAIT_FOR_SIGINT"], "10");
+    assert!(worker["environment"].get("JOBENV_TIMEOUT").is_none());
+    assert_eq!(worker["serviceConfig"]["TimeoutStopSec"], format!("{}s", 300 + jobenv_grace() + 30));
 }
 
 // ---- Windmill's package -----------------------------------------------------------------------
@@ -617,25 +646,107 @@ fn deploy_env_json_is_the_node_keys_as_an_object_of_strings() {
 }
 
 #[test]
-fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins() {
+fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins_node_only() {
     let rendered = eval(
         r#"lib.renderDeployKeys {
              DOMAIN = { description = "The domain"; default = "example.org"; };
              INTERNAL_HOSTS = { description = "Hosts, a JSON array"; default = null; };
              DNS_DOMAIN = { description = "Overridden by the operator"; default = "dns.example"; };
+             PIN_EFFECT.nodeOnly = false;
            }"#,
     );
     let keys = rendered.as_object().unwrap();
     assert_eq!(rendered["DOMAIN"], json!({"description": "The domain", "default": "example.org"}));
     // A key without a default has none in the file (jobenv: "simply absent" when unset).
     assert_eq!(rendered["INTERNAL_HOSTS"], json!({"description": "Hosts, a JSON array"}));
-    assert_eq!(rendered["DNS_DOMAIN"], json!({"description": "Overridden by the operator", "default": "dns.example"}));
-    for pin in ["HOSTING_CONFIG", "PIN_EFFECT", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS"] {
+    // A pin the operator describes stays node-only; one the operator opens keeps its description.
+    assert_eq!(rendered["DNS_DOMAIN"], json!({"description": "Overridden by the operator", "default": "dns.example", "node_only": true}));
+    assert!(rendered["PIN_EFFECT"]["description"].as_str().unwrap().starts_with("Structural pin: "));
+    assert!(rendered["PIN_EFFECT"].get("node_only").is_none(), "{rendered}");
+    for pin in ["HOSTING_CONFIG", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS"] {
         let description = rendered[pin]["description"].as_str().unwrap_or_else(|| panic!("{pin}: {rendered}"));
         assert!(description.starts_with("Structural pin: "), "{pin}: {description}");
         assert!(rendered[pin].get("default").is_none());
+        assert_eq!(rendered[pin]["node_only"], true, "{pin}");
     }
     assert_eq!(keys.len(), 3 + 5);
+    // The same through the merged declarations the module renders.
+    let merged = eval(r#"lib.renderKeys (lib.declaredKeys { operator.PIN_EFFECT.nodeOnly = false; repository.NODE_SITE = { description = "s"; nodeOnly = true; }; })"#);
+    assert_eq!(merged["NODE_SITE"], json!({"description": "s", "node_only": true}));
+    assert!(merged["PIN_EFFECT"].get("node_only").is_none());
+    assert_eq!(merged["HOSTING_CONFIG"]["node_only"], true);
+}
+
+/// The fixture deployment repository (tests/nix/deployments), as a Nix string of its path.
+fn fixture_repository() -> String {
+    nix_string(repo().join("tests/nix/deployments"))
+}
+
+#[test]
+fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attributes_from_its_shells() {
+    let published = eval(&format!(r#"lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "x86_64-linux"; }}"#, fixture_repository()));
+    let keys = &published["keys"];
+    let generated = "Declared by the deployment repository";
+    assert_eq!(
+        keys,
+        &json!({
+            "SSH_PRIVATE_KEY_FILE": {"description": "Path of the SSH key the deployment connects to its machines with", "default": null, "nodeOnly": false},
+            // Defaults that are JSON values become their JSON text, as a payload's would.
+            "INTERNAL_HOSTS": {"description": "Hosts of the deployment, a JSON array", "default": "[]", "nodeOnly": false},
+            "PUBLISHED_HOSTS": {"description": "Host names the deployment serves, a JSON array", "default": null, "nodeOnly": false},
+            "ENVIRONMENTS": {"description": "The deployment's environments, a JSON object", "default": "{\"production\":true}", "nodeOnly": false},
+            "DOMAIN": {"description": "The domain the deployment serves", "default": "example.org", "nodeOnly": false},
+            "TF_VAR_flavour": {"description": "The size of the machines OpenTofu creates", "default": null, "nodeOnly": false},
+            "SSH_HOST": {"description": generated, "default": null, "nodeOnly": false},
+            "STANDALONE_NAME": {"description": generated, "default": null, "nodeOnly": false},
+            // nodeEnvKeys: node-only; its control key DEPLOYMENT_ROOT is left out.
+            "NODE_REGION": {"description": "Where the node runs", "default": "eu", "nodeOnly": true},
+            "NODE_SITE": {"description": "The site of the node", "default": null, "nodeOnly": true},
+        })
+    );
+    assert_eq!(published["attributes"], json!(["mastodon", "peertube"]));
+    assert_eq!(
+        published["published"],
+        json!(["deployEnvKeys", "standaloneEnvKeys", "deployEnvKeysByMethod", "nodeEnvKeys", "devShells.x86_64-linux"])
+    );
+    // lib.deploymentAttributes, when published, is the list; another system has no shells.
+    let explicit = eval(r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributes = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#);
+    assert_eq!(explicit, json!(["only-this"]));
+    // A path value (what `deploymentRepository = ./deployments;` gives) is imported where it is,
+    // not through a store copy evaluation may not have made.
+    let as_path = eval(&format!(
+        r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "x86_64-linux"; }}).attributes"#,
+        repo().join("tests/nix/deployments").display()
+    ));
+    assert_eq!(as_path, json!(["mastodon", "peertube"]));
+    let other = eval(&format!(r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "riscv64-linux"; }}).attributes"#, fixture_repository()));
+    assert_eq!(other, json!([]));
+    // A key listed both as a front-end key and a node key is node-only, with the description it has.
+    let both = eval(r#"(lib.repositoryPublished { outputs.lib = { deployEnvKeys.REGION = "The region"; nodeEnvKeys = [ "REGION" ]; }; system = "x"; }).keys"#);
+    assert_eq!(both, json!({"REGION": {"description": "The region", "default": null, "nodeOnly": true}}));
+    // A shape the module cannot read is named.
+    let error = eval_error(r#"lib.repositoryPublished { outputs.lib.deployEnvKeys = { DOMAIN = 3; }; system = "x"; }"#);
+    assert!(error.contains("deploymentRepository: lib.deployEnvKeys.DOMAIN is neither a description (a string) nor { description; default; }"), "{error}");
+    let error = eval_error(r#"lib.repositoryPublished { outputs.lib.nodeEnvKeys = "DOMAIN"; system = "x"; }"#);
+    assert!(error.contains("deploymentRepository: lib.nodeEnvKeys is neither a list of key names nor an attrset of keys"), "{error}");
+}
+
+#[test]
+fn the_operators_keys_override_the_repositorys_field_by_field() {
+    let keys = eval(
+        r#"lib.declaredKeys {
+             repository = { DOMAIN = { description = "The domain"; default = "example.org"; nodeOnly = false; }; NODE_SITE = { description = "Site"; default = null; nodeOnly = true; }; };
+             operator = { DOMAIN = { description = null; default = "fedi.example"; nodeOnly = null; }; NODE_SITE.nodeOnly = false; EXTRA = { description = "Mine"; }; };
+           }"#,
+    );
+    assert_eq!(keys["DOMAIN"], json!({"description": "The domain", "default": "fedi.example", "nodeOnly": false}));
+    assert_eq!(keys["NODE_SITE"], json!({"description": "Site", "default": null, "nodeOnly": false}));
+    assert_eq!(keys["EXTRA"], json!({"description": "Mine", "default": null, "nodeOnly": false}));
+    assert_eq!(keys["HOSTING_CONFIG"]["nodeOnly"], true);
+    // A key described nowhere is named.
+    let problems = eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.default = "x"; })"#);
+    assert_eq!(problems, json!(["deployKeys.LONELY.description is not set and the deployment repository does not declare LONELY: say what the key means"]));
+    assert_eq!(eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.description = "d"; })"#), json!([]));
 }
 
 #[test]
@@ -695,13 +806,52 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     assert_eq!(
         problems,
         json!([
-            "bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "bootstrap.token.label \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
             "bootstrap.workspace.id \"a b\" is not a Windmill workspace id (word characters, single hyphens between them)",
             "bootstrap.workspace.folder \"a-b\" is not a Windmill folder name (letters, digits and underscores)"
         ])
     );
     let fine = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ workspace = {{ id = "fedi-ops_2"; name = "n"; folder = "deploy_2"; }}; }}"#), "{ }", "null");
     assert_eq!(fine, json!([]));
+
+    // The UI's token label: never a session's, never the front-end token's (each run revokes
+    // the older tokens of both labels).
+    for (labels, expected) in [
+        (
+            r#"token = b.token // { label = "fediversity"; }; uiAuth = b.uiAuth // { tokenLabel = "session"; };"#,
+            "bootstrap.uiAuth.tokenLabel \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
+        ),
+        (
+            r#"token = b.token // { label = "shared"; }; uiAuth = b.uiAuth // { tokenLabel = "shared"; };"#,
+            "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both \"shared\": the bootstrap revokes the older tokens of each label, so the front-end's token and the UI's would revoke each other; give them different labels",
+        ),
+    ] {
+        let problems = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ {labels} }}"#), "{ }", "null");
+        assert_eq!(problems, json!([expected]), "{labels}");
+    }
+    let distinct = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ token = b.token // {{ label = "front"; }}; uiAuth = b.uiAuth // {{ tokenLabel = "ui"; }}; }}"#), "{ }", "null");
+    assert_eq!(distinct, json!([]));
+}
+
+#[test]
+fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
+    let select = "h: { warnings = builtins.filter (w: builtins.match \".*scopes.*\" w != null) h.config.warnings; token = (builtins.fromJSON h.config.environment.etc.\"fediversity-windmill/bootstrap.json\".source.text).token; }";
+    let unscoped = module("s: s // { bootstrap = s.bootstrap // { token.scopes = [ ]; }; }", select);
+    assert_eq!(
+        unscoped["warnings"],
+        json!(["services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights in the workspace: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"])
+    );
+    assert_eq!(unscoped["token"]["scopes"], json!([]));
+    // The controls: the default (null, the bootstrap's scopes) and explicit scopes warn of nothing.
+    let default = module("s: s", select);
+    assert_eq!(default["warnings"], json!([]));
+    assert_eq!(default["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true}));
+    // Labels the bootstrap refuses (empty, a control character) are refused by their type.
+    let typed = module(r#"s: s // { bootstrap = s.bootstrap // { token.label = ""; uiAuth.tokenLabel = "ui\nlabel"; }; }"#, "h: h.typeErrors");
+    assert_eq!(typed, json!(["bootstrap.token.label: not a string matching [^[:cntrl:]]+", "bootstrap.uiAuth.tokenLabel: not a string matching [^[:cntrl:]]+"]));
+    let scoped = module(r#"s: s // { bootstrap = s.bootstrap // { token = { scopes = [ "jobs:read" ]; bindToWorkspace = false; }; }; }"#, select);
+    assert_eq!(scoped["warnings"], json!([]));
+    assert_eq!(scoped["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false}));
 }
 
 /// The bootstrap configuration of the README ("fediversity-windmill-bootstrap", "Configuration"):
@@ -721,6 +871,9 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/scripts/dir", Value::Null),
         ("/token/label", json!("fediversity")),
         ("/token/revoke_previous", json!(true)),
+        // null: the bootstrap's default scopes (checked below).
+        ("/token/scopes", Value::Null),
+        ("/token/bind_to_workspace", json!(true)),
         ("/settings", json!({"instance_python_version": "3.12"})),
         ("/openbao/addr", Value::Null),
         ("/openbao/token_file", Value::Null),
@@ -730,6 +883,8 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/ui_auth/owner", json!("root")),
         ("/ui_auth/group", json!("nginx")),
         ("/ui_auth/mode", json!("0440")),
+        ("/ui_auth/label", json!("fediversity-ui")),
+        ("/state_file", json!("/var/lib/fediversity-windmill/bootstrap-state.json")),
         ("/retry/login_attempts", json!(12)),
         ("/retry/delay_seconds", json!(5)),
         ("/retry/ready_timeout_seconds", json!(300)),
@@ -779,6 +934,8 @@ fn the_bootstrap_configuration_has_every_field_of_the_spec_with_its_default() {
     assert_eq!(config["windmill"]["database_url_file"], "/run/keys/windmill-dsn");
     assert_eq!(config["scripts"]["dir"], "/nix/store/xyz-fediversity-windmill-scripts");
     assert_eq!(config["openbao"]["path"], "fediversity/secret/windmill/apiToken");
+    // Rendered as null: the bootstrap's default scopes, not an unscoped token.
+    assert_eq!(config.pointer("/token/scopes"), Some(&Value::Null));
 }
 
 #[test]
@@ -789,10 +946,10 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
              bootstrap = {
                windmill = { url = "http://127.0.0.1:9001"; adminEmail = "root@example.org"; adminPasswordFile = "/p"; defaultPassword = "fresh"; databaseUrlFile = "/d"; databaseRole = "other_admin"; };
                workspace = { id = "ws"; name = "Workspace"; folder = "deploys"; };
-               token = { label = "front"; revokePrevious = false; };
+               token = { label = "front"; revokePrevious = false; scopes = [ "jobs:read" ]; bindToWorkspace = false; };
                settings = { instance_python_version = "3.12"; base_url = "https://jobs.example.org"; };
                openbao = { addr = "http://127.0.0.1:8100"; tokenFile = "/t"; path = "p/secret/x"; field = "token"; };
-               uiAuth = { file = "/run/ui/token.conf"; owner = "root"; group = "www"; mode = "0400"; };
+               uiAuth = { file = "/run/ui/token.conf"; owner = "root"; group = "www"; mode = "0400"; tokenLabel = "admins"; };
                retry = { loginAttempts = 3; delaySeconds = 1; readyTimeoutSeconds = 60; };
              };
            }"#,
@@ -803,10 +960,11 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
             "windmill": {"url": "http://127.0.0.1:9001", "admin_email": "root@example.org", "admin_password_file": "/p", "default_password": "fresh", "database_url_file": "/d", "database_role": "other_admin"},
             "workspace": {"id": "ws", "name": "Workspace", "folder": "deploys"},
             "scripts": {"dir": "/s"},
-            "token": {"label": "front", "revoke_previous": false},
+            "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false},
             "settings": {"instance_python_version": "3.12", "base_url": "https://jobs.example.org"},
             "openbao": {"addr": "http://127.0.0.1:8100", "token_file": "/t", "path": "p/secret/x", "field": "token"},
-            "ui_auth": {"file": "/run/ui/token.conf", "owner": "root", "group": "www", "mode": "0400"},
+            "state_file": "/var/lib/fediversity-windmill/bootstrap-state.json",
+            "ui_auth": {"file": "/run/ui/token.conf", "owner": "root", "group": "www", "mode": "0400", "label": "admins"},
             "retry": {"login_attempts": 3, "delay_seconds": 1, "ready_timeout_seconds": 60}
         })
     );
@@ -815,7 +973,6 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
 #[test]
 fn a_missing_required_bootstrap_option_is_named() {
     for (option, set) in [
-        ("windmill.adminPasswordFile", r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#),
         ("windmill.databaseUrlFile", r#"databaseUrlFile = "/run/keys/windmill-dsn";"#),
         ("openbao.path", r#"// { path = "fediversity/secret/windmill/apiToken"; }"#),
     ] {
@@ -824,6 +981,91 @@ fn a_missing_required_bootstrap_option_is_named() {
         let error = eval_error(&broken);
         assert!(error.contains(&format!("services.fediversity-windmill.bootstrap.{option} is required")), "{option}: {error}");
     }
+    // No admin password file: the one the node generates (FR-008).
+    let generated = eval(&MINIMAL_BOOTSTRAP.replace(r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#, ""));
+    assert_eq!(generated["windmill"]["admin_password_file"], "/var/lib/fediversity-windmill/admin-password");
+}
+
+/// Runs lib.adminPasswordScript with bash for the file `file`; returns its exit code and output.
+fn run_password_script(file: &Path) -> (i32, String) {
+    let script = eval(&format!("lib.adminPasswordScript {{ file = {}; }}", Value::from(file.display().to_string())));
+    let out = Command::new("bash").args(["-c", script.as_str().unwrap()]).output().unwrap();
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn the_node_generates_the_superadmin_password_once_root_only_and_never_changes_it() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("admin-password");
+    let (code, output) = run_password_script(&file);
+    assert_eq!((code, output.as_str()), (0, ""), "it says nothing, the password least of all");
+    let password = std::fs::read_to_string(&file).unwrap();
+    // 32 random bytes as hex (the seed's `openssl rand -hex 32`), one trailing newline.
+    let hex = password.strip_suffix('\n').expect("one trailing newline");
+    assert_eq!(hex.len(), 64, "{hex}");
+    assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hex}");
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!((meta.permissions().mode() & 0o777, meta.uid()), (0o400, 0), "root-only");
+    // Nothing else is left beside it.
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, vec!["admin-password"]);
+
+    // Never changed again: a second run (a reboot, a rebuild) keeps it, as it keeps one the
+    // operator wrote.
+    let (code, _) = run_password_script(&file);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), password);
+    let other = dir.path().join("operators");
+    std::fs::write(&other, "chosen-by-the-operator\n").unwrap();
+    assert_eq!(run_password_script(&other).0, 0);
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "chosen-by-the-operator\n");
+    // Another node (another run on an empty directory) gets another password.
+    let second = dir.path().join("second");
+    assert_eq!(run_password_script(&second).0, 0);
+    assert_ne!(std::fs::read_to_string(&second).unwrap(), password);
+
+    // An emptied file is refused, not silently replaced.
+    let empty = dir.path().join("emptied");
+    std::fs::write(&empty, "").unwrap();
+    let (code, output) = run_password_script(&empty);
+    assert_eq!(code, 1);
+    assert!(output.contains("exists but is empty: remove it to have a new superadmin password generated"), "{output}");
+    assert_eq!(std::fs::read_to_string(&empty).unwrap(), "");
+}
+
+#[test]
+fn without_an_admin_password_file_the_bootstrap_reads_the_generated_one_after_its_unit() {
+    let select = r#"h: {
+      file = (builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text).windmill.admin_password_file;
+      units = h.config.systemd.services;
+      watched = h.config.systemd.paths.fediversity-windmill-bootstrap-password.pathConfig.PathChanged;
+    }"#;
+    let generated = module(r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#, select);
+    assert_eq!(generated["file"], "/var/lib/fediversity-windmill/admin-password");
+    assert_eq!(generated["watched"], "/var/lib/fediversity-windmill/admin-password");
+    let unit = &generated["units"]["fediversity-windmill-admin-password"];
+    assert_eq!(unit["serviceConfig"]["Type"], "oneshot");
+    assert_eq!(unit["serviceConfig"]["StateDirectory"], "fediversity-windmill");
+    assert_eq!(unit["serviceConfig"]["StateDirectoryMode"], "0700");
+    assert_eq!(unit["serviceConfig"]["PrivateNetwork"], true);
+    assert!(unit["serviceConfig"].get("User").is_none(), "root");
+    let exec = unit["serviceConfig"]["ExecStart"].as_str().unwrap();
+    assert!(exec.ends_with("-fediversity-windmill-generate-admin-password"), "{exec}");
+    let bootstrap = &generated["units"]["fediversity-windmill-bootstrap"];
+    assert!(bootstrap["requires"].as_array().unwrap().contains(&json!("fediversity-windmill-admin-password.service")));
+    assert!(bootstrap["after"].as_array().unwrap().contains(&json!("fediversity-windmill-admin-password.service")));
+    // The script the unit runs is lib.nix's, with coreutils' programs.
+    let text = module(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#,
+        "h: h.config.systemd.services.fediversity-windmill-admin-password.serviceConfig.ExecStart",
+    );
+    assert!(text.as_str().unwrap().starts_with("/nix/store/"), "{text}");
+    // The control: with the operator's file, nothing is generated.
+    let given = module("s: s", select);
+    assert_eq!(given["file"], "/run/fediversity-windmill/admin-password");
+    assert!(given["units"].get("fediversity-windmill-admin-password").is_none());
+    assert!(given["units"]["fediversity-windmill-bootstrap"].get("requires").is_none());
 }
 
 #[test]
@@ -896,9 +1138,11 @@ fn a_changed_admin_password_reruns_the_bootstrap_and_a_new_token_reloads_nginx()
 #[test]
 fn nix_trusts_the_worker_pins_nixpkgs_and_uses_no_downloaded_registry() {
     let settings = eval(r#"lib.nixSettings { user = "windmill"; }"#);
+    // Root is nixpkgs' own definition (its nix module trusts root), merged in front of this
+    // one on a node (the_module_merges_with_nixpkgs_nix_settings_without_listing_root_twice).
     assert_eq!(
         settings,
-        json!({"trusted-users": ["root", "windmill"], "flake-registry": "", "experimental-features": ["nix-command", "flakes"]})
+        json!({"trusted-users": ["windmill"], "flake-registry": "", "experimental-features": ["nix-command", "flakes"]})
     );
     assert_eq!(
         eval(r#"lib.registry (lib.deploymentNixpkgs { DEPLOYMENT_ROOT = "/r"; DEPLOYMENT_NIXPKGS = "/nix/store/aaa-source"; })"#),
@@ -1027,6 +1271,14 @@ fn both_names_get_tls_the_nixos_way() {
         eval(r#"lib.tlsProblems { enable = false; useACMEHost = "e"; }"#),
         json!(["tls.enable is false but a certificate is configured (tls.certificate or tls.useACMEHost)"])
     );
+    // A half-set certificate gets no TLS settings at all (nginx would fail on its null first).
+    assert_eq!(eval(r#"lib.tlsSettings { certificate = "/c"; }"#), json!({}));
+    assert_eq!(eval(r#"lib.tlsSettings { certificateKey = "/k"; }"#), json!({}));
+    // The settings never depend on which certificates the node has (nixpkgs' nginx derives
+    // those from the settings: a dependency back would recurse); only the assertion does.
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "other" ]; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
+    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = throw "the settings read the certificates"; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
+    assert_eq!(eval(r#"lib.tlsProblems { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#), json!([]));
 }
 
 #[test]
@@ -1078,13 +1330,30 @@ const NODE: &str = r#"{
   };
 }"#;
 
+/// What nixpkgs' nix module (nixos/modules/config/nix.nix) defines in `nix.settings` at normal
+/// priority, whatever the node says.
+const NIXPKGS_NIX: &str = r#"{ nix.settings = { trusted-users = [ "root" ]; }; }"#;
+
 fn module_expr(patch: &str, also: &str, select: &str) -> String {
+    module_expr_on(patch, also, "{ }", select)
+}
+
+/// `module_expr` on a node whose other configuration (what the module reads of it) is
+/// `node_config`, a Nix attrset.
+fn module_expr_on(patch: &str, also: &str, node_config: &str, select: &str) -> String {
     format!(
         r#"let
-             h = import {harness} {{ settings = ({patch}) {NODE}; alsoDefined = [ {NIXPKGS_WINDMILL} ] ++ {also}; }};
+             h = import {harness} {{ settings = ({patch}) {NODE}; alsoDefined = [ {NIXPKGS_WINDMILL} {NIXPKGS_NIX} ] ++ {also}; nodeConfig = {node_config}; }};
            in ({select}) h"#,
         harness = nix_string(repo().join("tests/nix/module-harness.nix")),
     )
+}
+
+/// `module` on a node whose other configuration is `node_config`.
+fn module_on(patch: &str, node_config: &str, select: &str) -> Value {
+    let out = nix_instantiate(&module_expr_on(patch, "[ ]", node_config, select));
+    assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// `select` (a Nix function of the harness's result) of the module evaluated for NODE patched
@@ -1142,7 +1411,8 @@ fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
     for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"] {
         assert_eq!(units[unit]["serviceConfig"]["ExecStart"], trimmed, "{unit}");
         assert_eq!(units[unit]["serviceConfig"]["Restart"], "always", "{unit}");
-        assert_eq!(units[unit]["after"], json!(["openbao-agent-default.service", "network.target"]), "{unit}");
+        // nixpkgs' entries first: its modules come before this one, as on a node.
+        assert_eq!(units[unit]["after"], json!(["network.target", "openbao-agent-default.service"]), "{unit}");
     }
     assert_eq!(units["windmill-worker"]["environment"]["WORKER_GROUP"], "default");
     assert_eq!(units["windmill-worker"]["environment"]["JOBENV_STATE_DIR"], jobenv_const("DEFAULT_STATE_DIR"));
@@ -1157,15 +1427,235 @@ fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
 }
 
 #[test]
+fn the_module_merges_with_nixpkgs_nix_settings_without_listing_root_twice() {
+    // nixpkgs' nix module trusts root itself; merged after it, the worker's user is added once.
+    let settings = module("s: s", "h: h.config.nix.settings");
+    assert_eq!(settings["trusted-users"], json!(["root", "windmill"]));
+    // The control: the harness keeps duplicates, as nixpkgs' listOf merge does, so the single
+    // root above is the module's doing, not the harness deduplicating.
+    let doubled = nix_instantiate(&module_expr("s: s", r#"[ { nix.settings.trusted-users = [ "windmill" ]; } ]"#, "h: h.config.nix.settings.trusted-users"));
+    assert!(doubled.status.success(), "{}", String::from_utf8_lossy(&doubled.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&doubled.stdout).unwrap(), json!(["root", "windmill", "windmill"]));
+}
+
+#[test]
+fn a_tls_configuration_nginx_could_not_take_fails_by_an_assertion_naming_it() {
+    // An ACME certificate the node does not define: nixpkgs' nginx would read
+    // security.acme.certs.<name> and fail with a bare "attribute missing"; NixOS checks the
+    // assertions first, and this one names the option.
+    let select = "h: { hosts = h.config.services.nginx.virtualHosts; assertions = map (a: a.message) h.config.assertions; }";
+    let result = module(r#"s: s // { tls.useACMEHost = "example.org"; }"#, select);
+    assert_eq!(
+        result["assertions"],
+        json!(["services.fediversity-windmill: tls.useACMEHost is \"example.org\" but the node defines no security.acme.certs.\"example.org\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name"])
+    );
+    // The vhosts keep the name (their settings must not depend on the node's certificates,
+    // which nixpkgs' nginx derives from them).
+    assert_eq!(result["hosts"]["jobs.example.org"]["useACMEHost"], "example.org");
+    // A certificate without its key: nginx's sslCertificateKey would get null.
+    let half = module(r#"s: s // { tls.certificate = "/run/keys/cert.pem"; }"#, select);
+    assert_eq!(half["assertions"], json!(["services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither"]));
+    for host in ["windmill.example.org", "jobs.example.org"] {
+        let vhost = half["hosts"][host].as_object().unwrap();
+        for key in ["useACMEHost", "enableACME", "sslCertificate", "sslCertificateKey", "forceSSL"] {
+            assert!(!vhost.contains_key(key), "{host}: {key} in {vhost:?}");
+        }
+    }
+    assert!(!half["hosts"].to_string().contains("null"), "{}", half["hosts"]);
+    // The controls: the certificate defined, and both files given, reach nginx.
+    let defined = module_on(r#"s: s // { tls.useACMEHost = "example.org"; }"#, r#"{ security.acme.certs."example.org" = { }; }"#, select);
+    assert_eq!(defined["assertions"], json!([]));
+    assert_eq!(defined["hosts"]["jobs.example.org"]["useACMEHost"], "example.org");
+    let both = module(r#"s: s // { tls = { certificate = "/run/keys/cert.pem"; certificateKey = "/run/keys/key.pem"; }; }"#, select);
+    assert_eq!(both["assertions"], json!([]));
+    assert_eq!(both["hosts"]["windmill.example.org"]["sslCertificateKey"], "/run/keys/key.pem");
+}
+
+/// NODE without a hand-written key list: no deployKeys, no deploymentAttributes, no
+/// DEPLOYMENT_ROOT, and the fixture repository (`repository`, a Nix expression) instead.
+fn following(repository: &str, more: &str) -> String {
+    format!(
+        r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // {{
+             deploymentRepository = {repository};
+             deployEnv = (builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]) // {{ NODE_SITE = "ams"; }};
+           }} // {more}"#
+    )
+}
+
+const NODE_FILES: &str = r#"h: {
+  assertions = map (a: a.message) h.config.assertions;
+  warnings = h.config.warnings;
+  env = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-env.json".source.text;
+  keys = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-keys.json".source.text;
+  attributes = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deployment-attributes.json".source.text;
+}"#;
+
+#[test]
+fn a_node_that_follows_its_repository_takes_its_root_keys_and_attributes_without_a_key_list() {
+    let fixture = fixture_repository();
+    let result = module(&following(&fixture, "{ }"), NODE_FILES);
+    assert_eq!(result["assertions"], json!([]));
+    let fixture_dir = repo().join("tests/nix/deployments").display().to_string();
+    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], fixture_dir.as_str());
+    let keys = &result["keys"];
+    // The keys a seed front-end sends (FR-014) are declared, with the repository's words.
+    for key in ["SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "PUBLISHED_HOSTS", "ENVIRONMENTS", "DOMAIN", "TF_VAR_flavour", "SSH_HOST", "STANDALONE_NAME"] {
+        assert!(keys[key]["description"].is_string(), "{key}: {keys}");
+        assert!(keys[key].get("node_only").is_none(), "{key} is a front-end key: {keys}");
+    }
+    assert_eq!(keys["INTERNAL_HOSTS"], json!({"description": "Hosts of the deployment, a JSON array", "default": "[]"}));
+    // Its nodeEnvKeys and the structural pins are node-only; its control key is not declared.
+    assert_eq!(keys["NODE_REGION"], json!({"description": "Where the node runs", "default": "eu", "node_only": true}));
+    assert_eq!(keys["NODE_SITE"], json!({"description": "The site of the node", "node_only": true}));
+    for pin in ["HOSTING_CONFIG", "PIN_EFFECT", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS", "DNS_DOMAIN"] {
+        assert_eq!(keys[pin]["node_only"], true, "{pin}");
+    }
+    assert!(keys.get("DEPLOYMENT_ROOT").is_none(), "{keys}");
+    assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
+    assert_eq!(result["warnings"].as_array().unwrap().iter().filter(|w| w.as_str().unwrap().contains("nodeEnvKeys")).count(), 0);
+
+    // As a flake input: its outputs as they are, its outPath the root.
+    let flake = format!(r#"((import {fixture}) {{ }}) // {{ outPath = "/nix/store/33333333333333333333333333333333-source"; }}"#);
+    let result = module(&following(&flake, "{ }"), NODE_FILES);
+    assert_eq!(result["assertions"], json!([]));
+    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], "/nix/store/33333333333333333333333333333333-source");
+    assert_eq!(result["keys"]["NODE_REGION"]["node_only"], true);
+    assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
+}
+
+#[test]
+fn the_operators_options_add_to_and_override_what_the_repository_publishes() {
+    let result = module(
+        &following(
+            &fixture_repository(),
+            r#"{
+                 deployKeys = { HOSTING_CONFIG.nodeOnly = false; DOMAIN.default = "fedi.example"; MESSAGE.description = "Mine"; NODE_REGION.nodeOnly = false; };
+                 deploymentAttributes = [ "extra" "mastodon" ];
+               }"#,
+        ),
+        NODE_FILES,
+    );
+    assert_eq!(result["assertions"], json!([]));
+    let keys = &result["keys"];
+    // The pin is opened explicitly (its description kept); the others stay node-only.
+    assert!(keys["HOSTING_CONFIG"].get("node_only").is_none(), "{}", keys["HOSTING_CONFIG"]);
+    assert!(keys["HOSTING_CONFIG"]["description"].as_str().unwrap().starts_with("Structural pin: "));
+    assert_eq!(keys["SELF_MODULE_SOURCE"]["node_only"], true);
+    assert_eq!(keys["DOMAIN"], json!({"description": "The domain the deployment serves", "default": "fedi.example"}));
+    assert_eq!(keys["NODE_REGION"], json!({"description": "Where the node runs", "default": "eu"}));
+    assert_eq!(keys["MESSAGE"], json!({"description": "Mine"}));
+    assert_eq!(result["attributes"], json!(["extra", "mastodon", "peertube"]));
+    // An explicit root wins over the repository's.
+    let root = module(
+        &following(&fixture_repository(), r#"{ deployEnv = { DEPLOYMENT_ROOT = "/srv/checkout"; NODE_SITE = "ams"; }; }"#),
+        "h: h.cfg.deployEnv.DEPLOYMENT_ROOT",
+    );
+    assert_eq!(root, "/srv/checkout");
+}
+
+#[test]
+fn neither_a_repository_nor_options_fails_the_evaluation_naming_what_is_missing() {
+    let bare = r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // { deployEnv = builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]; }"#;
+    assert_eq!(
+        assertions(bare),
+        vec![
+            "services.fediversity-windmill: deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)",
+            "services.fediversity-windmill: no deployment keys: set deploymentRepository (the module reads lib.deployEnvKeys, lib.standaloneEnvKeys, lib.deployEnvKeysByMethod, lib.nodeEnvKeys) or declare deployKeys",
+            "services.fediversity-windmill: no deployment attributes: set deploymentRepository (the module reads lib.deploymentAttributes, else the names of devShells.x86_64-linux) or deploymentAttributes",
+        ]
+    );
+    // A repository that publishes none of it: named, with what it does have.
+    let empty = r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // { deploymentRepository = { outPath = "/nix/store/44444444444444444444444444444444-empty"; lib.other = 1; devShells.aarch64-linux = { }; }; }"#;
+    assert_eq!(
+        assertions(empty),
+        vec![
+            "services.fediversity-windmill: deploymentRepository publishes no keys (it has nothing the module reads; the module reads lib.deployEnvKeys, lib.standaloneEnvKeys, lib.deployEnvKeysByMethod, lib.nodeEnvKeys) and deployKeys is empty: publish the keys in the repository or declare them in deployKeys",
+            "services.fediversity-windmill: deploymentRepository publishes no deployment attributes (it has nothing the module reads; the module reads lib.deploymentAttributes, else the names of devShells.x86_64-linux) and deploymentAttributes is empty: every job would be refused",
+        ]
+    );
+    // The controls: either source alone is enough.
+    assert_eq!(assertions(r#"s: s // { deploymentRepository = { outPath = "/nix/store/44444444444444444444444444444444-empty"; }; }"#), Vec::<String>::new());
+    assert_eq!(assertions(&following(&fixture_repository(), "{ }")), Vec::<String>::new());
+}
+
+#[test]
+fn a_node_key_the_repository_needs_and_the_node_does_not_set_is_warned_of() {
+    let fixture = fixture_repository();
+    let unset = format!(
+        r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // {{ deploymentRepository = {fixture}; deployEnv = builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]; }}"#
+    );
+    let warnings: Vec<String> = strings(&module(&unset, "h: h.config.warnings")).into_iter().filter(|w| w.contains("nodeEnvKeys")).collect();
+    assert_eq!(
+        warnings,
+        vec!["services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"]
+    );
+    // The control: set by a secret, it is not warned of (NODE_REGION has a default either way).
+    let by_secret = format!(r#"s: (({unset}) s) // {{ deploySecrets = s.deploySecrets // {{ NODE_SITE = "{{{{ .site }}}}"; }}; }}"#);
+    assert!(!module(&by_secret, "h: h.config.warnings").to_string().contains("nodeEnvKeys"));
+}
+
+#[test]
+fn the_incus_store_keys_reach_programs_as_node_owned_file_path_keys() {
+    let select = r#"h: { env = h.cfg.deployEnv; keys = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-keys.json".source.text; assertions = map (a: a.message) h.config.assertions; }"#;
+    let both = module(r#"s: s // { credentials = { incusStoreSshKey = "{{ .ssh }}"; incusStoreSigningKey = "{{ .sign }}"; }; }"#, select);
+    assert_eq!(both["assertions"], json!([]));
+    assert_eq!(both["env"]["INCUS_STORE_SSH_KEY_FILE"], "/run/incus-deploy/incus-store-ssh.key");
+    assert_eq!(both["env"]["INCUS_STORE_SIGNING_KEY_FILE"], "/run/incus-deploy/incus-store-signing.key");
+    for key in ["INCUS_STORE_SSH_KEY_FILE", "INCUS_STORE_SIGNING_KEY_FILE"] {
+        assert_eq!(both["keys"][key]["node_only"], true, "{key}");
+        assert!(both["keys"][key]["description"].as_str().unwrap().starts_with("Path of the Incus store's"), "{key}");
+    }
+    // Other names, or none.
+    let renamed = module(
+        r#"s: s // { credentials = { incusStoreSshKey = "{{ .ssh }}"; incusStoreSshKeyVariable = "STORE_SSH_KEY"; incusStoreSigningKey = "{{ .sign }}"; incusStoreSigningKeyVariable = null; }; }"#,
+        select,
+    );
+    assert_eq!(renamed["env"]["STORE_SSH_KEY"], "/run/incus-deploy/incus-store-ssh.key");
+    for key in ["INCUS_STORE_SSH_KEY_FILE", "INCUS_STORE_SIGNING_KEY_FILE"] {
+        assert!(renamed["env"].get(key).is_none() && renamed["keys"].get(key).is_none(), "{key}");
+    }
+    // Without the credentials, no path keys.
+    let none = module("s: s", select);
+    assert!(none["env"].get("INCUS_STORE_SSH_KEY_FILE").is_none() && none["keys"].get("INCUS_STORE_SSH_KEY_FILE").is_none());
+}
+
+#[test]
+fn the_tf_token_defaults_to_the_seeds_source_under_the_prefix() {
+    let select = r#"h: { templates = h.cfg.openbaoAgentTemplates; required = builtins.fromJSON h.config.environment.etc."fediversity-windmill/required-secrets.json".source.text; path = (builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text).openbao.path; }"#;
+    let default = module(r#"s: s // { bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#, select);
+    let tf = default["templates"].as_array().unwrap().iter().find(|t| t["destination"] == "/run/incus-deploy/tf-token.env").expect("tf-token.env is rendered by default");
+    assert_eq!(tf["contents"], "TF_VAR_token={{ with secret \"fediversity/secret/data/incus-deploy/windmill-node/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n");
+    assert!(strings(&default["required"]).contains(&"TF_VAR_token".to_owned()));
+    // The front-end's token goes where the seed's front-end reads it.
+    assert_eq!(default["path"], "fediversity/secret/windmill/apiToken");
+    let prefixed = module(
+        r#"s: s // { openbaoPrefix = "acme/fedi"; credentials.hostName = "node-7"; bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#,
+        select,
+    );
+    let tf = prefixed["templates"].as_array().unwrap().iter().find(|t| t["destination"] == "/run/incus-deploy/tf-token.env").unwrap();
+    assert_eq!(tf["contents"], "TF_VAR_token={{ with secret \"acme/fedi/secret/data/incus-deploy/node-7/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n");
+    assert_eq!(prefixed["path"], "acme/fedi/secret/windmill/apiToken");
+    // The control: a node without Incus deployments says so, and nothing is rendered or required.
+    let none = module("s: s // { credentials.tfToken = null; }", select);
+    assert!(!none["templates"].to_string().contains("tf-token.env"));
+    assert!(!strings(&none["required"]).contains(&"TF_VAR_token".to_owned()));
+}
+
+#[test]
 fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     let worker = module(r#"s: s // { credentials.tfToken = "{{ .t }}"; drainTimeout = 90; }"#, "h: h.config.systemd.services.windmill-worker");
     let service = &worker["serviceConfig"];
     let pre = strings(&service["ExecStartPre"]);
-    assert_eq!(pre.len(), 2);
-    assert!(pre[0].ends_with("-fediversity-windmill-wait-for-secrets"), "{pre:?}");
+    assert_eq!(pre.len(), 3);
     let jobenv = "/nix/store/00000000000000000000000000000000-callPackage-package.nix/bin/fediversity-jobenv";
+    // First, as root, the sealed copy the jobs run (executable, not readable, by the worker).
+    assert_eq!(
+        pre[0],
+        format!("+/nix/store/00000000000000000000000000000000-coreutils/bin/install -D -m 0111 -o root -g root {jobenv} /run/fediversity-jobenv/bin/fediversity-jobenv")
+    );
+    assert!(pre[1].ends_with("-fediversity-windmill-wait-for-secrets"), "{pre:?}");
     let state_dir = jobenv_const("DEFAULT_STATE_DIR");
-    assert_eq!(pre[1], format!("-{jobenv} recover --state-dir {state_dir}"));
+    assert_eq!(pre[2], format!("-{jobenv} recover --state-dir {state_dir}"));
     assert_eq!(
         service["ExecStop"],
         json!([
@@ -1179,16 +1669,18 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     assert_eq!(worker["environment"]["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env");
     assert_eq!(
         worker["environment"]["WHITELIST_ENVS"],
-        "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
+        "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
     );
     let path = strings(&worker["path"]);
-    assert!(path.iter().any(|p| p.ends_with("-nix")) && path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
+    // The jobs find the sealed copy, not the package's own (which every user may read).
+    assert!(path.iter().any(|p| p.ends_with("-nix")) && path.contains(&"/run/fediversity-jobenv".to_owned()), "{path:?}");
+    assert!(!path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
 
     // Nothing declared to render: nothing to wait for, and no secrets env file.
-    let worker = module("s: s // { deploySecrets = { }; }", "h: h.config.systemd.services.windmill-worker");
-    assert_eq!(worker["serviceConfig"]["ExecStartPre"], json!([format!("-{jobenv} recover --state-dir {state_dir}")]));
+    let worker = module("s: s // { deploySecrets = { }; credentials.tfToken = null; }", "h: h.config.systemd.services.windmill-worker");
+    assert_eq!(strings(&worker["serviceConfig"]["ExecStartPre"])[1..], [format!("-{jobenv} recover --state-dir {state_dir}")]);
     assert!(worker["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
-    assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
 }
 
 #[test]
@@ -1205,10 +1697,16 @@ fn the_module_renders_the_node_files_and_the_agents_templates() {
         json!({
             "DEPLOYMENT_ROOT": "/nix/store/00000000000000000000000000000000-deployments",
             "DEPLOYMENT_NIXPKGS": "/nix/store/00000000000000000000000000000000-source",
-            "STATE_BASE_ADDRESS": "https://state.example.org/tofu"
+            "STATE_BASE_ADDRESS": "https://state.example.org/tofu",
+            // SC-002: where the programs find the Incus store's key, a node-owned key.
+            "INCUS_STORE_SSH_KEY_FILE": "/run/incus-deploy/incus-store-ssh.key"
         })
     );
-    assert_eq!(file("fediversity-windmill/deploy-keys.json")["MESSAGE"], json!({"description": "A message"}));
+    let keys = file("fediversity-windmill/deploy-keys.json");
+    assert_eq!(keys["MESSAGE"], json!({"description": "A message"}));
+    assert_eq!(keys["INCUS_STORE_SSH_KEY_FILE"]["node_only"], true);
+    // Only the configured credential's path is passed.
+    assert!(keys.get("INCUS_STORE_SIGNING_KEY_FILE").is_none(), "{keys}");
     assert_eq!(file("fediversity-windmill/deployment-attributes.json"), json!(["demo"]));
     assert_eq!(file("fediversity-windmill/bootstrap.json")["settings"], json!({"instance_python_version": "3.12"}));
     let destinations: Vec<&str> = result["templates"].as_array().unwrap().iter().map(|t| t["destination"].as_str().unwrap()).collect();
@@ -1262,8 +1760,9 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
         assert_eq!((hosts[host]["forceSSL"].as_bool(), hosts[host]["enableACME"].as_bool()), (Some(true), Some(true)), "{host}");
     }
 
-    let result = module(
-        r#"s: s // { ui.forwardAuth = { enable = true; allowedGroups = [ "ops" ]; }; tls = { useACMEHost = "example.org"; }; }"#,
+    let result = module_on(
+        r#"s: s // { ui.forwardAuth = { enable = true; allowedGroups = [ "ops" ]; ruleAddedToPortal = true; }; tls = { useACMEHost = "example.org"; }; }"#,
+        r#"{ security.acme.certs."example.org" = { domain = "example.org"; extraDomainNames = [ "*.example.org" ]; }; }"#,
         "h: { hosts = h.config.services.nginx.virtualHosts; rule = h.cfg.ui.forwardAuth.accessControlRule; warnings = h.config.warnings; }",
     );
     let ui = &result["hosts"]["jobs.example.org"];
@@ -1278,6 +1777,64 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
     assert_eq!(result["hosts"]["jobs.example.org"]["locations"]["/"]["extraConfig"], "include /run/windmill-ui-auth/*.conf;");
     assert!(result["hosts"]["jobs.example.org"].get("forceSSL").is_none());
     assert!(result["warnings"][0].as_str().unwrap().contains("gives every visitor the Windmill superadmin's token"));
+}
+
+#[test]
+fn the_nodes_authelia_gets_the_uis_rule_first_and_a_portal_without_it_fails_the_evaluation() {
+    let rule = json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:fediversity-admins"]});
+    let select = "h: { assertions = map (a: a.message) h.config.assertions; warnings = builtins.filter (w: builtins.match \".*(portal|Authelia).*\" w != null) h.config.warnings; authelia = h.config.services.authelia or null; }";
+    let local = r#"{ services.authelia.instances.main.enable = true; }"#;
+    // The operator's own rule, as nixpkgs' authelia module would merge it with the module's.
+    let operators = r#"[ { services.authelia.instances.main.settings.access_control.rules = [ { domain = [ "*.example.org" ]; policy = "bypass"; } ]; } ]"#;
+    let run = |patch: &str, node: &str, also: &str| -> Value {
+        let out = nix_instantiate(&module_expr_on(patch, also, node, select));
+        assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    let added = run(r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "main"; }; }"#, local, operators);
+    assert_eq!(added["assertions"], json!([]));
+    assert_eq!(added["warnings"], json!([]));
+    // First: Authelia applies the first rule that matches, and the operator's bypass would.
+    assert_eq!(added["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"], json!([rule, {"domain": ["*.example.org"], "policy": "bypass"}]));
+
+    // An instance the node does not run: named.
+    let wrong = run(r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "portal"; }; }"#, local, "[ ]");
+    assert_eq!(
+        wrong["assertions"],
+        json!(["services.fediversity-windmill: ui.forwardAuth.autheliaInstance is \"portal\" but services.authelia.instances.\"portal\" is not an enabled Authelia instance of this node (enabled: main): name the instance that guards the UI, or leave it null when the portal runs elsewhere"])
+    );
+
+    // The node runs Authelia and nobody added the rule: every signed-in user would be admitted.
+    let forgotten = run("s: s // { ui.forwardAuth.enable = true; }", local, operators);
+    assert_eq!(
+        forgotten["assertions"],
+        json!(["services.fediversity-windmill: this node runs Authelia (services.authelia.instances: main) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"main\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules"])
+    );
+    assert!(forgotten["authelia"].is_null() || forgotten["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"].as_array().is_none_or(|r| !r.contains(&rule)));
+    // The control: the operator added it by hand.
+    let by_hand = run(
+        "s: s // { ui.forwardAuth.enable = true; }",
+        &format!("{{ services.authelia.instances.main = {{ enable = true; settings.access_control.rules = [ (builtins.fromJSON {}) ]; }}; }}", Value::from(rule.to_string())),
+        "[ ]",
+    );
+    assert_eq!(by_hand["assertions"], json!([]));
+    assert_eq!(by_hand["warnings"], json!([]));
+    // A disabled instance is not the portal.
+    let disabled = run("s: s // { ui.forwardAuth.enable = true; }", r#"{ services.authelia.instances.main.enable = false; }"#, "[ ]");
+    assert_eq!(disabled["assertions"], json!([]));
+
+    // The portal elsewhere: evaluation says which rule it needs, until told it has it.
+    let elsewhere = run("s: s // { ui.forwardAuth.enable = true; }", "{ }", "[ ]");
+    assert_eq!(
+        elsewhere["warnings"],
+        json!([format!("services.fediversity-windmill: the admin UI's portal does not run on this node: its access_control.rules must hold {rule} (ui.forwardAuth.accessControlRule), or every user it signs in gets the superadmin's UI; once it does, set ui.forwardAuth.ruleAddedToPortal = true")])
+    );
+    let told = run("s: s // { ui.forwardAuth = { enable = true; ruleAddedToPortal = true; }; }", "{ }", "[ ]");
+    assert_eq!((told["assertions"].clone(), told["warnings"].clone()), (json!([]), json!([])));
+    // Without the forward auth (another identity layer), none of this applies.
+    let other = run(r#"s: s // { ui.nginxAuthConfig = "deny all;"; }"#, local, "[ ]");
+    assert_eq!((other["assertions"].clone(), other["warnings"].clone()), (json!([]), json!([])));
 }
 
 #[test]
@@ -1336,7 +1893,7 @@ fn what_jobenv_or_the_bootstrap_would_refuse_fails_the_modules_evaluation() {
     assert_eq!(
         assertions(r#"s: s // { bootstrap = s.bootstrap // { token.label = "session"; }; tls.certificate = "/run/keys/c"; }"#),
         vec![
-            "services.fediversity-windmill: bootstrap.token.label must not be \"session\": Windmill labels its login sessions so, and revoking older tokens of the label would log out every session",
+            "services.fediversity-windmill: bootstrap.token.label \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
             "services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither",
         ]
     );
@@ -1372,6 +1929,13 @@ fn the_vm_tests_script_is_valid_python() {
         "a worker restart runs recover",
         "a changed script is uploaded again after the bootstrap restarts",
         "a stop during a running deploy drains it",
+        "the front-end's token runs deploys and reads jobs, and nothing else",
+        "a rerun changes nothing and rotates the tokens",
+        "this node's Authelia has the UI's rule, first, and applies it",
+        "a payload never sets a node-only key or pin",
+        "the generated superadmin password is root's, stays, and logs in",
+        "a new admin password reruns the bootstrap",
+        "the backup stores the database and a restore brings it back",
     ] {
         assert!(script.contains(&format!("with subtest(\"{subtest}\"):")), "{subtest}");
     }
@@ -1384,4 +1948,327 @@ fn the_vm_tests_script_is_valid_python() {
     // Positive control: a script with a syntax error is caught the same way.
     std::fs::write(&file, format!("{script}\n    if\n")).unwrap();
     assert!(!Command::new("python3").args(["-c", &check]).output().unwrap().status.success());
+}
+
+// ---- the backup of Windmill's database (FR-015) --------------------------------------------------
+
+const BACKUP: &str = r#"{
+  enable = true;
+  repository = "s3:https://garage.example.org/windmill-backups";
+  passwordTemplate = "{{ with secret \"fediversity/secret/data/windmill/backup\" }}{{ .Data.data.resticPassword }}{{ end }}";
+  environmentTemplate = "AWS_ACCESS_KEY_ID={{ .id }}\nAWS_SECRET_ACCESS_KEY={{ .key }}\n";
+}"#;
+
+#[test]
+fn the_database_is_streamed_from_pg_dump_into_restic_as_root_on_a_timer() {
+    let result = module(
+        &format!("s: s // {{ backup = {BACKUP}; }}"),
+        "h: { unit = h.config.systemd.services.fediversity-windmill-backup; timer = h.config.systemd.timers.fediversity-windmill-backup; templates = h.cfg.openbaoAgentTemplates; packages = map (p: p.name) h.config.environment.systemPackages; assertions = map (a: a.message) h.config.assertions; required = h.config.environment.etc.\"fediversity-windmill/required-secrets.json\".source.text; waited = h.config.systemd.services.windmill-worker.serviceConfig.ExecStartPre; }",
+    );
+    assert_eq!(result["assertions"], json!([]));
+    let unit = &result["unit"];
+    let store = "/nix/store/00000000000000000000000000000000";
+    assert_eq!(
+        unit["serviceConfig"]["ExecStart"],
+        json!([
+            format!("{store}-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- {store}-util-linux/bin/setpriv --reuid=postgres --regid=postgres --init-groups --reset-env -- {store}-postgresql/bin/pg_dump --dbname=windmill"),
+            format!("{store}-restic/bin/restic forget --prune --tag windmill-database --keep-daily 7 --keep-weekly 5 --keep-monthly 12"),
+        ])
+    );
+    assert!(unit["serviceConfig"]["ExecStartPre"][0].as_str().unwrap().ends_with("-fediversity-windmill-backup-init"));
+    // Root (no User=), with only what setpriv needs; the credentials are files the agent renders.
+    assert!(unit["serviceConfig"].get("User").is_none() && unit["serviceConfig"].get("DynamicUser").is_none());
+    assert_eq!(unit["serviceConfig"]["CapabilityBoundingSet"], json!(["CAP_SETUID", "CAP_SETGID"]));
+    assert_eq!(unit["serviceConfig"]["EnvironmentFile"], "/run/fediversity-windmill/backup/restic.env");
+    assert_eq!(
+        unit["environment"],
+        json!({"RESTIC_REPOSITORY": "s3:https://garage.example.org/windmill-backups", "RESTIC_PASSWORD_FILE": "/run/fediversity-windmill/backup/restic-password", "RESTIC_CACHE_DIR": "/var/cache/fediversity-windmill-backup"})
+    );
+    assert!(unit["after"].as_array().unwrap().contains(&json!("postgresql.service")) && unit["after"].as_array().unwrap().contains(&json!("openbao-agent-default.service")));
+    assert_eq!(result["timer"]["wantedBy"], json!(["timers.target"]));
+    assert_eq!(result["timer"]["timerConfig"], json!({"OnCalendar": "daily", "RandomizedDelaySec": "1h", "Persistent": "true"}));
+    assert!(strings(&result["packages"]).contains(&"fediversity-windmill-restic".to_owned()));
+    // The agent renders both root-only; the worker's group gets neither, and jobs do not wait
+    // for them nor require them.
+    let backup_templates: Vec<&Value> = result["templates"].as_array().unwrap().iter().filter(|t| t["destination"].as_str().unwrap().starts_with("/run/fediversity-windmill/backup/")).collect();
+    assert_eq!(
+        backup_templates,
+        vec![
+            &json!({"destination": "/run/fediversity-windmill/backup/restic-password", "contents": "{{ with secret \"fediversity/secret/data/windmill/backup\" }}{{ .Data.data.resticPassword }}{{ end }}", "group": "root", "perms": "0400", "error_on_missing_key": true}),
+            &json!({"destination": "/run/fediversity-windmill/backup/restic.env", "contents": "AWS_ACCESS_KEY_ID={{ .id }}\nAWS_SECRET_ACCESS_KEY={{ .key }}\n", "group": "root", "perms": "0400", "error_on_missing_key": true}),
+        ]
+    );
+    assert!(!result["required"].as_str().unwrap().contains("restic"));
+    assert!(!result["waited"].to_string().contains("backup"));
+    assert!(eval(r#"lib.tmpfilesRules { group = "windmill"; }"#).as_array().unwrap().contains(&json!("d /run/fediversity-windmill/backup 0700 root root - -")));
+
+    // The control: off by default, nothing of it.
+    let off = module("s: s", "h: { units = builtins.attrNames h.config.systemd.services; timers = h.config.systemd.timers or { }; templates = h.cfg.openbaoAgentTemplates; }");
+    assert!(!strings(&off["units"]).contains(&"fediversity-windmill-backup".to_owned()));
+    assert_eq!(off["timers"], json!({}));
+    assert!(!off["templates"].to_string().contains("backup"));
+}
+
+#[test]
+fn a_backup_without_its_repository_password_or_local_database_fails_the_evaluation() {
+    assert_eq!(
+        assertions("s: s // { backup.enable = true; }"),
+        vec![
+            "services.fediversity-windmill: backup.repository is required with backup.enable (e.g. \"s3:https://garage.example.org/windmill-backups\")",
+            "services.fediversity-windmill: backup.passwordTemplate is required with backup.enable: the OpenBao agent template of the restic repository's password",
+        ]
+    );
+    let remote = format!("s: s // {{ backup = {BACKUP}; }}");
+    let out = nix_instantiate(&module_expr_on(&remote, "[ ]", "{ services.windmill.database.createLocally = false; }", "h: map (a: a.message) h.config.assertions"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!(["services.fediversity-windmill: backup.dumpCommand: the default dumps the local database (services.windmill.database.createLocally), which this node does not have; set a command that dumps Windmill's database to stdout, its credentials from a file (never in its arguments)"])
+    );
+    // With its own dump command, a remote database is fine, and the command is run as given.
+    let own = format!(r#"s: s // {{ backup = {BACKUP} // {{ dumpCommand = [ "/run/current-system/sw/bin/pg_dump" "--dbname=windmill" ]; pruneOpts = [ ]; environmentTemplate = null; }}; }}"#);
+    let result = module_on(&own, "{ services.windmill.database.createLocally = false; }", "h: { assertions = map (a: a.message) h.config.assertions; unit = h.config.systemd.services.fediversity-windmill-backup.serviceConfig; }");
+    assert_eq!(result["assertions"], json!([]));
+    assert_eq!(
+        result["unit"]["ExecStart"],
+        json!(["/nix/store/00000000000000000000000000000000-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- /run/current-system/sw/bin/pg_dump --dbname=windmill"])
+    );
+    assert!(result["unit"].get("EnvironmentFile").is_none());
+}
+
+#[test]
+fn the_restic_wrapper_and_the_init_script_use_the_backups_repository_and_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    // A restic that prints what it was given.
+    let restic = dir.path().join("restic");
+    std::fs::write(
+        &restic,
+        "#!/bin/sh\necho \"args=$*\"\necho \"repo=$RESTIC_REPOSITORY password_file=$RESTIC_PASSWORD_FILE id=$AWS_ACCESS_KEY_ID key=$AWS_SECRET_ACCESS_KEY\"\n[ \"$1\" != cat ] || [ -e \"$HAS_CONFIG\" ]\n",
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&restic).status().unwrap();
+    let restic = Value::from(restic.display().to_string());
+
+    let wrapper = eval(&format!(r#"lib.resticWrapper {{ restic = {restic}; repository = "s3:https://garage.example.org/windmill-backups"; }}"#));
+    let text = wrapper.as_str().unwrap();
+    assert!(text.contains("export RESTIC_PASSWORD_FILE='/run/fediversity-windmill/backup/restic-password'"), "{text}");
+    // Run it against an environment file of our own (the real one is root's, under /run).
+    let env_file = dir.path().join("restic.env");
+    std::fs::write(&env_file, "# Garage\nAWS_ACCESS_KEY_ID=GK123\n\nAWS_SECRET_ACCESS_KEY=s3cr=t with spaces\n").unwrap();
+    let text = text.replace("/run/fediversity-windmill/backup/restic.env", &env_file.display().to_string());
+    let out = Command::new("bash").args(["-c", &text, "wrapper", "snapshots", "--tag", "windmill-database"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "args=snapshots --tag windmill-database\nrepo=s3:https://garage.example.org/windmill-backups password_file=/run/fediversity-windmill/backup/restic-password id=GK123 key=s3cr=t with spaces\n"
+    );
+
+    // init only when the repository has no config.
+    let init = eval(&format!("lib.backupInitScript {{ restic = {restic}; }}"));
+    let run_init = |has_config: &Path| Command::new("bash").args(["-c", init.as_str().unwrap()]).env("HAS_CONFIG", has_config).output().unwrap();
+    let out = run_init(&dir.path().join("no-config"));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("args=init"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run_init(&env_file);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("args=init"), "an existing repository is not initialised again");
+}
+
+/// The first ```nix block of the README's "NixOS module" section, as it stands.
+fn readme_module_example() -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = &readme[readme.find("\n## NixOS module\n").expect("the README's NixOS module section")..];
+    let start = section.find("```nix\n").expect("a nix block in the section") + "```nix\n".len();
+    let end = start + section[start..].find("\n```").unwrap();
+    section[start..end].to_owned()
+}
+
+#[test]
+fn the_readmes_module_example_evaluates_and_passes_every_assertion() {
+    let example = readme_module_example();
+    // It is the example of a node that follows its repository, not some other block.
+    assert!(example.contains("deploymentRepository = inputs.deployments;"), "{example}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("configuration.nix");
+    std::fs::write(&file, &example).unwrap();
+    let expr = format!(
+        r#"let
+             h = import {harness} {{
+               userModule = import {file};
+               moduleArgs.inputs = {{
+                 fediversity-windmill.nixosModules.default = {module};
+                 deployments = ((import {fixture}) {{ }}) // {{ outPath = "/nix/store/55555555555555555555555555555555-source"; }};
+               }};
+               alsoDefined = [ {NIXPKGS_WINDMILL} {NIXPKGS_NIX} ];
+               # The node's Authelia, which the example says is configured elsewhere.
+               nodeConfig.services.authelia.instances.main.enable = true;
+             }};
+           in {{
+             inherit (h) typeErrors unknownSettings userImports;
+             assertions = map (a: a.message) h.config.assertions;
+             warnings = h.config.warnings;
+             env = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-env.json".source.text;
+             attributes = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deployment-attributes.json".source.text;
+             bootstrap = builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text;
+             rules = h.config.services.authelia.instances.main.settings.access_control.rules;
+             backup = h.config.systemd.services.fediversity-windmill-backup.serviceConfig.ExecStart;
+             acme = h.config.security.acme.acceptTerms;
+           }}"#,
+        harness = nix_string(repo().join("tests/nix/module-harness.nix")),
+        file = nix_string(file.clone()),
+        module = nix_string(repo().join("nixos-module")),
+        fixture = fixture_repository(),
+    );
+    let out = nix_instantiate(&expr);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["assertions"], json!([]), "the README's example fails the module's own assertions");
+    assert_eq!(result["typeErrors"], json!([]));
+    assert_eq!(result["unknownSettings"], json!([]));
+    // It warns of nothing of its own (the UI is protected, its rule is in the portal, the token
+    // scoped), only of the node key the stand-in repository needs and the example cannot know.
+    assert_eq!(
+        result["warnings"],
+        json!(["services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"])
+    );
+    assert_eq!(result["userImports"], json!([repo().join("nixos-module").display().to_string()]));
+    // What the example says it does.
+    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], "/nix/store/55555555555555555555555555555555-source");
+    assert_eq!(result["env"]["STATE_BASE_ADDRESS"], "https://state.example.org/tofu");
+    assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
+    assert_eq!(result["bootstrap"]["windmill"]["admin_password_file"], "/var/lib/fediversity-windmill/admin-password");
+    assert_eq!(result["bootstrap"]["openbao"]["path"], "fediversity/secret/windmill/apiToken");
+    assert_eq!(result["rules"][0]["domain"], json!(["jobs.example.org"]));
+    assert!(result["backup"][0].as_str().unwrap().contains("backup --stdin-from-command"));
+    assert_eq!(result["acme"], true);
+
+    // The control: the same example on a node without that Authelia instance is refused.
+    let out = nix_instantiate(&expr.replace("nodeConfig.services.authelia.instances.main.enable = true;", ""));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["assertions"].as_array().unwrap().len(), 1, "{}", refused["assertions"]);
+    assert!(refused["assertions"][0].as_str().unwrap().contains("ui.forwardAuth.autheliaInstance is \"main\""), "{}", refused["assertions"]);
+}
+
+// ---- the rendered node files, read by the real jobenv -------------------------------------------
+
+/// The fediversity-jobenv binary of this workspace. The test binaries of the README's
+/// `cargo test --workspace` have it built already (jobenv's own integration tests need it), so
+/// this asks cargo for it with that same build: nothing is rebuilt then. Run alone, this test
+/// builds the workspace's tests first.
+fn jobenv_binary() -> PathBuf {
+    let mut cargo = Command::new(env!("CARGO"));
+    // Without what cargo set for this test's own run (the package's CARGO_PKG_* and
+    // CARGO_MANIFEST_*, its LD_LIBRARY_PATH): build scripts that watch those would otherwise
+    // see a changed environment and rebuild.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy().into_owned();
+        if name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_MANIFEST_") || name.starts_with("CARGO_CRATE_") || name == "LD_LIBRARY_PATH" {
+            cargo.env_remove(name);
+        }
+    }
+    let out = cargo
+        .args(["test", "--workspace", "--locked", "--no-run", "--message-format=json"])
+        .current_dir(repo())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "cargo test --no-run failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        // The program itself, not its unit tests (also a "bin" artifact, with profile.test).
+        .find(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == "fediversity-jobenv" && m["target"]["kind"] == json!(["bin"]) && m["profile"]["test"] == false
+        })
+        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reports the fediversity-jobenv binary")
+}
+
+/// Runs the real jobenv (`run --verb apply`, through real nix-shell) for `payload` against the
+/// node files the module renders for NODE following the fixture repository, patched by `more`;
+/// the secrets it requires are given. Returns its exit code and its output (stdout and stderr).
+fn run_job_on_rendered_node(jobenv: &Path, more: &str, payload: &Value) -> (i32, String) {
+    let fixture = repo().join("tests/nix/deployments").display().to_string();
+    let patch = following(
+        &fixture_repository(),
+        &format!(r#"({{ deployEnv = {{ NODE_SITE = "ams"; HOSTING_CONFIG = "/node/hosting"; NIX_BUILD_SHELL = "/bin/bash"; DEPLOYMENT_NIXPKGS = {root}; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; }}; }} // {more})"#, root = json!(fixture)),
+    );
+    let files = module(
+        &patch,
+        r#"h: { assertions = map (a: a.message) h.config.assertions; etc = builtins.mapAttrs (_: f: f.source.text) h.config.environment.etc; }"#,
+    );
+    assert_eq!(files["assertions"], json!([]), "{patch}");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["deploy-env.json", "deploy-keys.json", "deployment-attributes.json", "required-secrets.json"] {
+        std::fs::write(dir.path().join(name), files["etc"][format!("fediversity-windmill/{name}")].as_str().unwrap()).unwrap();
+    }
+    // What the agent would render: the NODE's deploy secret and tf-token.env.
+    std::fs::create_dir(dir.path().join("secrets")).unwrap();
+    std::fs::write(dir.path().join("secrets/TF_VAR_hcloud_token"), "hcloud-secret-0f3a9c").unwrap();
+    std::fs::write(dir.path().join("tf-token.env"), "TF_VAR_token=incus-secret-7b21e4\n").unwrap();
+    std::fs::create_dir(dir.path().join("state")).unwrap();
+    let mut command = Command::new(jobenv);
+    command
+        .args(["run", "--verb", "apply"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .env("JOBENV_DEPLOY_ENV", dir.path().join("deploy-env.json"))
+        .env("JOBENV_KEYS", dir.path().join("deploy-keys.json"))
+        .env("JOBENV_ATTRIBUTES", dir.path().join("deployment-attributes.json"))
+        .env("JOBENV_REQUIRED_SECRETS", dir.path().join("required-secrets.json"))
+        .env("JOBENV_SECRETS_DIRS", dir.path().join("secrets"))
+        .env("JOBENV_SECRETS_ENV_FILES", dir.path().join("tf-token.env"))
+        .env("JOBENV_STATE_DIR", dir.path().join("state"));
+    let out = fediversity_testkit::nix_fixture::run_with_payload(command, payload);
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn a_seed_shaped_deploy_runs_on_the_rendered_node_and_no_payload_sets_a_node_only_key() {
+    let jobenv = jobenv_binary();
+    // What a seed front-end sends (FR-014), plus values for the pins and the node's keys.
+    let payload = json!({
+        "ATTRIBUTE": "mastodon",
+        "TF_HTTP_ADDRESS": "https://state.example.org/tofu/team-a",
+        "DOMAIN": "team-a.example",
+        "INTERNAL_HOSTS": ["10.0.0.1", "10.0.0.2"],
+        "PUBLISHED_HOSTS": ["team-a.example"],
+        "ENVIRONMENTS": {"production": false},
+        "SSH_PRIVATE_KEY_FILE": "/run/keys/team-a",
+        "SELF_MODULE_SOURCE": "/payload/module-source",
+        "HOSTING_CONFIG": "/payload/hosting",
+        "NODE_REGION": "payload-region",
+        "NODE_SITE": "payload-site",
+    });
+    let (code, output) = run_job_on_rendered_node(&jobenv, "{ }", &payload);
+    assert_eq!(code, 0, "{output}");
+    for line in [
+        "DOMAIN=team-a.example",
+        r#"INTERNAL_HOSTS=["10.0.0.1","10.0.0.2"]"#,
+        r#"PUBLISHED_HOSTS=["team-a.example"]"#,
+        r#"ENVIRONMENTS={"production":false}"#,
+        "SSH_PRIVATE_KEY_FILE=/run/keys/team-a",
+        // The node's value of a pin and of a node key wins; a node-only key the node leaves
+        // unset gets its declared default, or nothing: never the payload's value.
+        "HOSTING_CONFIG=/node/hosting",
+        "NODE_SITE=ams",
+        "NODE_REGION=eu",
+        "SELF_MODULE_SOURCE=unset",
+    ] {
+        assert!(output.lines().any(|l| l.ends_with(line)), "{line} not in:\n{output}");
+    }
+    for value in ["/payload/module-source", "/payload/hosting", "payload-region", "payload-site"] {
+        assert!(!output.contains(&format!("={value}")), "{value} reached the program:\n{output}");
+    }
+    // The secrets the module requires were there, and stayed out of the output.
+    assert!(!output.contains("hcloud-secret-0f3a9c") && !output.contains("incus-secret-7b21e4"), "{output}");
+
+    // The control: an operator who opens a pin explicitly lets the payload's value through.
+    let (code, output) = run_job_on_rendered_node(&jobenv, "{ deployKeys.SELF_MODULE_SOURCE.nodeOnly = false; }", &payload);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.lines().any(|l| l.ends_with("SELF_MODULE_SOURCE=/payload/module-source")), "{output}");
+    assert!(output.lines().any(|l| l.ends_with("HOSTING_CONFIG=/node/hosting")), "{output}");
 }

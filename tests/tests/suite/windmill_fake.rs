@@ -1,8 +1,10 @@
 //! The Windmill fake behaves as a real Windmill CE server does (observed on 1.743.0, and per its
 //! server code), for the behaviours the bootstrap's tests lean on: the auth cache that keeps a
 //! deleted non-session token working, logout, script hashes that do not tell an absent
-//! `parent_hash` from a `null` one, `lock_error_logs`, and scoped tokens request by request (the
-//! table CE 1.743.0 answered a token bound to a workspace with the front-end's scopes).
+//! `parent_hash` from a `null` one, `lock_error_logs` and other script fields, archived
+//! workspaces, `tokens/list` by pages, and scoped tokens request by request (the table CE
+//! 1.743.0 answered a token bound to a workspace with scopes to run two scripts, and what its
+//! server code grants `jobs:write` and a run scope).
 
 use std::time::Duration;
 
@@ -257,9 +259,13 @@ fn cancelling_with_jobs_read_alone_is_a_400() {
     assert_eq!(status, 400);
     assert_eq!(body, "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it");
     assert!(f.fake.jobs().iter().all(|j| !j.canceled));
-    // Without any jobs scope the route itself is refused.
+    // The route needs `jobs:write`: any token that lacks it is an anonymous caller there.
     let other = f.mint_with(&session, json!({"label": "other", "scopes": ["variables:read"]}));
-    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &other).0, 403);
+    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &other).0, 400);
+    // Positive control: with `jobs:write` it cancels, any job of the workspace.
+    let writer = f.mint_with(&session, json!({"label": "writer", "scopes": ["jobs:write"]}));
+    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &writer), (200, id.clone()));
+    assert!(f.fake.jobs().iter().any(|j| j.id == id && j.canceled));
 }
 
 #[test]
@@ -313,4 +319,160 @@ fn a_server_that_does_not_enforce_scopes_grants_every_route_but_keeps_the_bindin
     // Control: enforced again, refused again.
     f.fake.set_enforce_scopes(true);
     assert_eq!(f.answer("GET", "/api/w/fediversity/variables/list", &token).0, 403);
+}
+
+// ---- what `jobs:write` grants, and what a run scope alone reads (server code) ---------------
+
+/// The routes the bootstrap's step 7 proves a front-end token is refused, each with the body it
+/// sends (one that would do nothing even where it were granted).
+const PROOF: [(&str, &str, &str); 4] = [
+    ("POST", "/api/w/fediversity/jobs/run/preview", "{}"),
+    ("POST", "/api/w/fediversity/scripts/create", "{}"),
+    ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/probe_a1b2c3", "{}"),
+    ("POST", "/api/w/fediversity/jobs/add_batch_jobs/0", r#"{"kind":"noop"}"#),
+];
+
+impl Fake {
+    fn post(&self, path: &str, token: &str, body: serde_json::Value) -> (u16, String) {
+        let reply = self.call("POST", path, Some(token), Some(body));
+        (reply.status, reply.body)
+    }
+}
+
+#[test]
+fn jobs_write_queues_code_of_the_requests_choosing_for_a_superadmin_owned_token() {
+    let (f, session) = workspace_with_scripts();
+    let writer = f.mint_with(&session, json!({"label": "writer", "scopes": ["jobs:write"], "workspace_id": "fediversity"}));
+    // `add_batch_jobs` with an inline flow: code the request chose, run as the token's owner.
+    let flow = json!({"modules": [{"id": "a", "value": {"type": "rawscript", "language": "python3", "content": "import os\ndef main():\n    return os.environ\n"}}]});
+    let (status, body) = f.post("/api/w/fediversity/jobs/add_batch_jobs/2", &writer, json!({"kind": "flow", "flow_value": flow}));
+    assert_eq!(status, 200, "{body}");
+    let ids: Vec<String> = serde_json::from_str(&body).unwrap();
+    assert_eq!(ids.len(), 2);
+    let queued: Vec<_> = f.fake.jobs().into_iter().filter(|j| ids.contains(&j.id)).collect();
+    assert!(queued.iter().all(|j| j.raw_code.as_deref().is_some_and(|c| c.contains("os.environ")) && j.permissioned_as == "u/admin"));
+    // `queue/import`: a job with any code and any rights.
+    let job = json!([{"id": "0190aaaa-0000-4000-a000-000000000001", "kind": "preview", "raw_code": "print('mine')", "created_by": "nobody", "permissioned_as": "u/admin"}]);
+    assert_eq!(f.post("/api/w/fediversity/jobs/queue/import", &writer, job), (200, "Successfully imported jobs".to_owned()));
+    assert!(f.fake.jobs().iter().any(|j| j.raw_code.as_deref() == Some("print('mine')") && j.permissioned_as == "u/admin"));
+    // n = 0 queues nothing, even where granted.
+    let before = f.fake.jobs().len();
+    assert_eq!(f.post("/api/w/fediversity/jobs/add_batch_jobs/0", &writer, json!({"kind": "noop"})), (200, "[]".to_owned()));
+    assert_eq!(f.fake.jobs().len(), before);
+    // But `jobs:write` runs nothing by path: that is `run`.
+    assert_eq!(f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &writer, json!({})).0, 403);
+}
+
+#[test]
+fn a_run_scope_alone_runs_its_scripts_reads_every_job_and_is_refused_the_proof_with_403() {
+    let (f, session) = workspace_with_scripts();
+    let runner = f.mint_with(&session, json!({"label": "fediversity", "scopes": ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"], "workspace_id": "fediversity"}));
+    let (status, id) = f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &runner, json!({}));
+    assert_eq!(status, 201, "{id}");
+    // By hash: the handler finds the path, then requires the run scope of that path.
+    let hash = |name: &str| f.fake.versions("fediversity", &format!("f/fediversity/{name}"))[0].hash.clone();
+    assert_eq!(f.post(&format!("/api/w/fediversity/jobs/run/h/{}", hash("destroy")), &runner, json!({})).0, 201);
+    assert_eq!(
+        f.post(&format!("/api/w/fediversity/jobs/run/h/{}", hash("other")), &runner, json!({})),
+        (403, "Permission denied: Required scope: jobs:run:scripts:f/fediversity/other".to_owned())
+    );
+    // `run` includes `read`: its jobs, and every other job of the workspace.
+    let others = f.post("/api/w/fediversity/jobs/run/p/f/fediversity/other", &session, json!({"password": "theirs"})).1;
+    assert_eq!(f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &runner).0, 200);
+    let (status, listed) = f.answer("GET", "/api/w/fediversity/jobs/list", &runner);
+    assert_eq!(status, 200);
+    assert!(listed.contains(&others) && listed.contains("theirs"), "{listed}");
+    // It cannot cancel (that is `jobs:write`).
+    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &runner).0, 400);
+    // The proof's routes: 403 each, checked before the body is read; nothing queued or written.
+    let jobs = f.fake.jobs().len();
+    for (method, path, body) in PROOF {
+        let reply = f.call(method, path, Some(&runner), Some(serde_json::from_str(body).unwrap()));
+        assert_eq!(reply.status, 403, "{method} {path}: {}", reply.body);
+        assert!(reply.body.starts_with("Permission denied: Required scope: "), "{}", reply.body);
+    }
+    assert_eq!(f.fake.jobs().len(), jobs);
+    // Positive control: the admin's session gets through each route to its body: a 422 for an
+    // empty preview or script, a 404 for a script that is not there, no job for n = 0.
+    let through: Vec<u16> = PROOF.iter().map(|(m, p, b)| f.call(m, p, Some(&session), Some(serde_json::from_str(b).unwrap())).status).collect();
+    assert_eq!(through, vec![422, 422, 404, 200]);
+    assert_eq!(f.fake.jobs().len(), jobs);
+}
+
+#[test]
+fn an_unknown_scope_domain_or_action_is_stored_and_makes_the_route_check_a_400() {
+    let (f, session) = workspace_with_scripts();
+    let run = "jobs:run:scripts:f/fediversity/deploy";
+    let typo = f.mint_with(&session, json!({"label": "typo", "scopes": ["varibles:read", run], "workspace_id": "fediversity"}));
+    let listed = f.call("GET", "/api/users/tokens/list", Some(&session), None).json();
+    assert!(listed.as_array().unwrap().iter().any(|t| t["scopes"] == json!(["varibles:read", run])), "stored as given: {listed}");
+    assert_eq!(f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &typo, json!({})), (400, "Bad request: Invalid scope domain: varibles".to_owned()));
+    let action = f.mint_with(&session, json!({"label": "typo", "scopes": ["jobs:reed", run]}));
+    assert_eq!(f.answer("GET", "/api/w/fediversity/jobs/list", &action), (400, "Bad request: Invalid scope action: reed".to_owned()));
+    // Control: the scope that grants, first, is reached before the typo.
+    let first = f.mint_with(&session, json!({"label": "typo", "scopes": [run, "varibles:read"]}));
+    assert_eq!(f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &first, json!({})).0, 201);
+}
+
+#[test]
+fn tokens_list_answers_the_callers_tokens_newest_first_by_pages() {
+    let f = fake();
+    let session = f.session();
+    let inserted = f.fake.insert_tokens("many", 1100);
+    let page = |query: &str| -> Vec<String> {
+        let listed = f.call("GET", &format!("/api/users/tokens/list{query}"), Some(&session), None).json();
+        listed.as_array().unwrap().iter().map(|t| t["token_prefix"].as_str().unwrap().to_owned()).collect()
+    };
+    // The default page is 100; a page is at most 1000; newest first (the session is the oldest).
+    assert_eq!(page("").len(), 100);
+    let first = page("?page=1&per_page=1000&exclude_ephemeral=true");
+    assert_eq!(first.len(), 1000);
+    assert_eq!(first[0], inserted[1099][..10]);
+    assert_eq!(page("?page=1&per_page=5000").len(), 1000);
+    let second = page("?page=2&per_page=1000");
+    assert_eq!(second.len(), 101);
+    assert_eq!((&second[99], &second[100]), (&inserted[0][..10].to_owned(), &session[..10].to_owned()));
+    assert!(page("?page=3&per_page=1000").is_empty());
+    // `exclude_ephemeral=true` leaves out the tokens of jobs.
+    f.fake.insert_tokens("ephemeral-script", 3);
+    assert_eq!(page("?page=2&per_page=1000&exclude_ephemeral=true").len(), 101);
+    assert_eq!(page("?page=2&per_page=1000").len(), 104);
+}
+
+#[test]
+fn an_archived_workspace_exists_is_read_as_deleted_and_unarchived() {
+    let (f, session) = workspace_with_scripts();
+    let get = || f.call("GET", "/api/w/fediversity/workspaces/get_as_superadmin", Some(&session), None).json();
+    assert_eq!(get()["deleted"], json!(false));
+    f.fake.archive_workspace("fediversity");
+    assert_eq!(f.call("POST", "/api/workspaces/exists", Some(&session), Some(json!({"id": "fediversity"}))).json(), json!(true));
+    assert_eq!(get()["deleted"], json!(true));
+    let reply = f.call("POST", "/api/workspaces/unarchive/fediversity", Some(&session), Some(json!({})));
+    assert_eq!((reply.status, reply.body.as_str()), (200, "Unarchived workspace fediversity"));
+    assert_eq!(get()["deleted"], json!(false));
+    assert_eq!(f.call("GET", "/api/w/nowhere/workspaces/get_as_superadmin", Some(&session), None).status, 404);
+}
+
+#[test]
+fn get_p_answers_the_runtime_settings_and_lock_a_writer_gave() {
+    let (f, session) = workspace_with_scripts();
+    let head = f.fake.versions("fediversity", "f/fediversity/deploy")[0].hash.clone();
+    let get = || f.call("GET", "/api/w/fediversity/scripts/get/p/f/fediversity/deploy", Some(&session), None).json();
+    // Control: the bootstrap's kind of version has none of them (no `lock` key while it is NULL).
+    let plain = get();
+    assert_eq!((plain["tag"].clone(), plain.get("lock"), plain.get("envs")), (json!(null), None, None));
+    let body = json!({"path": "f/fediversity/deploy", "parent_hash": head, "summary": "deploy", "description": "", "content": "def main():\n    pass\n",
+        "language": "python3", "tag": "other-worker", "envs": ["SECRET=x"], "timeout": 5, "on_behalf_of_email": "someone@example.org",
+        "lock": "# py: 3.12\nevil==1.0\n"});
+    assert_eq!(f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body)).status, 201);
+    let changed = get();
+    assert_eq!(changed["tag"], "other-worker");
+    assert_eq!(changed["envs"], json!(["SECRET=x"]));
+    assert_eq!(changed["timeout"], 5);
+    assert_eq!(changed["on_behalf_of_email"], "someone@example.org");
+    assert_eq!(changed["lock"], "# py: 3.12\nevil==1.0\n");
+    // A dependency job's lock (as the worker writes it).
+    f.fake.set_lock("fediversity", "f/fediversity/destroy", "# py: 3.12\n");
+    let destroy = f.call("GET", "/api/w/fediversity/scripts/get/p/f/fediversity/destroy", Some(&session), None).json();
+    assert_eq!(destroy["lock"], "# py: 3.12\n");
 }

@@ -1,0 +1,8 @@
+//! The test kit's own integration tests: one test binary, one module per subject. The Nix files
+//! (parsed, the NixOS module evaluated without nixpkgs, the package's source set) and the
+//! Windmill fake, held to what a real Windmill CE answers.
+
+mod nix_module;
+mod nix_package;
+mod nix_parse;
+mod windmill_fake;
