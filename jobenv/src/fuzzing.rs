@@ -110,10 +110,11 @@ pub fn env_file(data: &[u8]) {
     }
 }
 
-/// A secret (any text of at least 4 bytes) printed by a program in one of the JSON spellings
-/// common encoders use, amid other output and split at any points: it never survives the
+/// A secret (any text of at least 4 bytes) printed by a program in one of the spellings common
+/// encoders and tools use, amid other output and split at any points: it never survives the
 /// redactor built from the plan's needles. The spellings are written here independently of
-/// `safe_io::secret::forms`, which the needles come from.
+/// `safe_io::secret::forms`, which the needles come from. Bit 128 of the first byte chooses a
+/// tool's spelling ([`tool_spelling`]), bit 64 Rust's `Debug`, and otherwise a JSON one.
 pub fn escaped_redaction(data: &[u8]) {
     let Some((&how, rest)) = data.split_first() else { return };
     let Some((&split, rest)) = rest.split_first() else { return };
@@ -123,9 +124,19 @@ pub fn escaped_redaction(data: &[u8]) {
     if secret.len() < crate::plan::MIN_SECRET_LEN {
         return;
     }
-    // Bit 64: as Rust's `Debug` prints it (inside its quotes); otherwise a JSON spelling.
     let debug = format!("{secret:?}");
-    let spelled = if how & 64 != 0 { debug[1..debug.len() - 1].to_owned() } else { json_spelling(secret, how) };
+    let (spelled, must_go) = if how & 128 != 0 {
+        let Some(spelled) = tool_spelling(secret, how, around.len() % 6) else { return };
+        spelled
+    } else if how & 64 != 0 {
+        let inside = debug[1..debug.len() - 1].to_owned();
+        let all = 0..inside.len();
+        (inside, all)
+    } else {
+        let json = json_spelling(secret, how);
+        let all = 0..json.len();
+        (json, all)
+    };
     let mut warnings = Vec::new();
     let needles = crate::plan::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
     // The secret's spelling in the middle of the rest of the input, written in pieces.
@@ -137,9 +148,73 @@ pub fn escaped_redaction(data: &[u8]) {
         redactor.push(piece, &mut out);
     }
     redactor.finish(&mut out);
-    if !can_be_spelled_by_marker(spelled.as_bytes()) {
-        assert!(!out.windows(spelled.len()).any(|w| w == spelled.as_bytes()), "a spelling of the secret survived: {spelled:?}");
+    assert_eq!(out, redact_all(&needles, &input), "streamed redaction differs from the reference");
+    // Every byte of the spelling that holds something of the secret is one that a needle
+    // covers: none of it reaches the output, not even in part.
+    let must_go = before.len() + must_go.start..before.len() + must_go.end;
+    let mut covered = vec![false; input.len()];
+    for needle in &needles {
+        for start in (0..input.len()).filter(|&start| input[start..].starts_with(needle)) {
+            covered[start..start + needle.len()].fill(true);
+        }
     }
+    assert!(covered[must_go.clone()].iter().all(|&c| c), "a spelling of the secret survived in part: {:?}", String::from_utf8_lossy(&input[must_go]));
+}
+
+/// What a tool prints for `text`, chosen by bits of `how`, and the part of it that must not
+/// survive: the whole of it, but for base64 of the secret after some other bytes (what
+/// `curl -u user:$SECRET` sends), only the characters with the secret's bits. `None` where the
+/// tool would not print that (base64 of fewer than 8 bytes is not redacted).
+fn tool_spelling(text: &str, how: u8, lead: usize) -> Option<(String, std::ops::Range<usize>)> {
+    let per_char = |escape: &dyn Fn(char) -> Option<String>| -> String {
+        text.chars().map(|c| escape(c).unwrap_or_else(|| c.to_string())).collect()
+    };
+    let spelled = match how % 8 {
+        // bash's set -x, Python's shlex.quote, SQL.
+        0 => text.replace('\'', "'\\''"),
+        1 => text.replace('\'', "'\"'\"'"),
+        2 => text.replace('\'', "''"),
+        // bash's $'…' in the C locale: printable ASCII as it is, the rest in octal.
+        3 => per_char(&|c| match c {
+            '\'' | '\\' => Some(format!("\\{c}")),
+            '\n' => Some("\\n".into()),
+            '\t' => Some("\\t".into()),
+            c if (' '..='~').contains(&c) => None,
+            c => Some(c.to_string().bytes().map(|b| format!("\\{b:03o}")).collect()),
+        }),
+        // RFC 3986 percent-encoding.
+        4 => text.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { char::from(b).to_string() } else { format!("%{b:02X}") }).collect(),
+        // XML.
+        5 => per_char(&|c| {
+            let entity = match c { '&' => "&amp;", '<' => "&lt;", '>' => "&gt;", '"' => "&quot;", '\'' => "&apos;", _ => return None };
+            Some(entity.into())
+        }),
+        // base64 after `lead` (0 to 5) bytes of `user:`, URL-safe with bit 8, padded with bit
+        // 16, and followed by a newline with bit 32.
+        _ => {
+            use base64::Engine as _;
+            if text.len() < safe_io::secret::BASE64_MIN_LEN {
+                return None;
+            }
+            let lead = &b"user:"[..lead];
+            let trail: &[u8] = if how & 32 != 0 { b"\n" } else { b"" };
+            let data = [lead, text.as_bytes(), trail].concat();
+            let engine = match (how & 8 != 0, how & 16 != 0) {
+                (false, true) => base64::engine::general_purpose::STANDARD,
+                (false, false) => base64::engine::general_purpose::STANDARD_NO_PAD,
+                (true, true) => base64::engine::general_purpose::URL_SAFE,
+                (true, false) => base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            };
+            let encoded = engine.encode(&data);
+            // 6 bits per character: from the first without a bit of `lead`, to the last
+            // without a bit of `trail` (or to the end, padding and all, when there is none).
+            let first = (8 * lead.len()).div_ceil(6);
+            let end = if trail.is_empty() { encoded.len() } else { 8 * (lead.len() + text.len()) / 6 };
+            return Some((encoded, first..end));
+        }
+    };
+    let all = 0..spelled.len();
+    Some((spelled, all))
 }
 
 /// `text` inside a JSON string as an encoder chosen by the bits of `how` writes it: `\uXXXX` for
@@ -203,8 +278,10 @@ pub fn redactor(data: &[u8]) {
     let mut cuts: Vec<usize> = cut_bytes.iter().map(|&b| usize::from(b) * input.len() / 255).collect();
     cuts.sort_unstable();
 
-    // One to four beginnings per searcher: the merge across searchers is fuzzed too.
-    let mut redactor = Redactor::with_group_size(&secrets, usize::from(count / 4 % 4) + 1);
+    // One to four beginnings per searcher: the merge across searchers is fuzzed too; with bit
+    // 128, every secret is searched by its beginning, none by the sampled search.
+    let group = usize::from(count / 4 % 4) + 1;
+    let mut redactor = if count & 128 != 0 { Redactor::tuned(&secrets, group, |_| false) } else { Redactor::with_group_size(&secrets, group) };
     let mut out = Vec::new();
     let mut start = 0;
     for cut in cuts {

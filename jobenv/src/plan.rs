@@ -212,9 +212,8 @@ pub fn run_string(executable: &str, events: bool) -> String {
 }
 
 /// Every secret value and each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
-/// secret, each in every form a program may print it: as it is, and escaped inside a JSON string
-/// the way serde, Python's `json.dumps` (`\u00e4`), Go's `encoding/json` (`\u003c`), PHP (`\/`)
-/// or Rust's `Debug` write it, hex digits in either case ([`safe_io::secret::forms`]). Longest
+/// secret, each in every form a program may print it ([`safe_io::secret::forms`]): as it is,
+/// inside JSON strings, URLs, markup and shell quoting, and in base64 at any byte offset. Longest
 /// first is not needed: the redactor merges overlapping matches.
 pub(crate) fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
     let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();

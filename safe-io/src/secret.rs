@@ -1,25 +1,35 @@
-//! Secrets in memory, and scrubbing them from text that is about to be printed.
+//! Secrets in memory, and every form in which a secret may be printed.
 //!
 //! [`Secret`] has a `Debug` that prints a marker and no `Display`, so that a secret cannot reach
 //! a log line, an error or a panic by being formatted; [`Secret::expose`] is the one way to the
 //! value, for the places that send or write it.
 //!
+//! [`forms`] is each spelling of a secret that a program, a tool or a server may print, so that
+//! redaction finds more than the value as it is. The set contains the GitHub Actions runner's
+//! secret masker (`ValueEncoders` in `actions/runner`: base64 at each byte alignment, RFC 3986
+//! percent-encoding, XML escaping, the command line's `\"`, JSON, SQL's `''`, a value of more
+//! than 8 bytes without the double quotes around it; not its PowerShell forms, as a node runs no
+//! PowerShell) and adds what deploy tooling prints every day:
+//! - JSON strings as the common encoders write them, and Rust's `Debug` ([`json`]);
+//! - percent-encoding as URL libraries write it, and XML and HTML escaping ([`web`]);
+//! - shell quoting as bash's `set -x`, `declare -p` and `printf %q` and Python's `shlex.quote`
+//!   write it ([`shell`]);
+//! - base64 in both alphabets, with and without padding, at any byte offset (an
+//!   `Authorization: Basic` header holds `user:password`), and wrapped into lines ([`base64`]).
+//!
 //! [`scrub`] is the last line of defence for text made partly of what a server answered: a 4xx
-//! that quotes the request it refused quotes the secret in it, JSON-escaped the way that
-//! server's encoder writes JSON. So each secret is looked for in every such form ([`forms`]):
-//! as it is; as serde_json and RFC 8259 escape it (`\"`, `\\`, control characters); as Python's
-//! `json.dumps` does by default and PHP's `json_encode` (everything outside printable ASCII as
-//! `\uXXXX`, astral characters as a surrogate pair, PHP also `\/`); as Go's `encoding/json` does
-//! (`\u003c \u003e \u0026 \u2028 \u2029`); with `\/` for `/`; with upper-case hex digits
-//! (Jackson); as .NET's `System.Text.Json` does by default (upper-case hex, and `"` `'` `+` and
-//! the backtick as `\uXXXX` too: a base64 key's `+` becomes `\u002B`); as Gson does by default
-//! (also `=` and `'`: a base64 key's padding becomes `\u003d`); with only U+2028 and U+2029
-//! escaped (Gson without HTML escaping) and U+0085 too (Json.NET's default); and as Rust's
-//! `Debug` and `str::escape_debug` print it.
+//! that quotes the request it refused quotes the secret in it, in one of these forms.
 
 use std::fmt;
 
 use aho_corasick::AhoCorasick;
+
+pub mod base64;
+mod json;
+mod shell;
+mod web;
+
+pub use base64::BASE64_MIN_LEN;
 
 /// What replaces a secret.
 pub const MARKER: &str = "[REDACTED]";
@@ -109,96 +119,40 @@ impl<T> std::ops::Deref for Hidden<T> {
     }
 }
 
-/// `text` in each form an encoder may write it inside a JSON string (see the module comment),
-/// the raw text first, without duplicates.
+/// `text` in every form of the module comment, the raw text first, without duplicates. A form
+/// is there only where it differs from the text; the base64 forms only from
+/// [`BASE64_MIN_LEN`] bytes on.
 pub fn forms(text: &str) -> Vec<String> {
-    // Most secrets (tokens, keys) hold nothing any encoder escapes: one form.
-    if text.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '/' | '<' | '>' | '&' | '\'' | '+' | '`' | '=') || c == ' ') {
-        return vec![text.to_owned()];
+    let mut forms = escaped_forms(text);
+    // A value configured in double quotes may be used without them (the runner's
+    // `TrimDoubleQuotes`, from 9 bytes): the text between them, and each of its forms.
+    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).filter(|_| text.len() > 8) {
+        forms.extend(self::forms(inner));
     }
-    every_form(text)
-}
-
-fn every_form(text: &str) -> Vec<String> {
-    // What `{:?}` prints inside its quotes (it leaves `'` alone, and escapes a combining mark
-    // anywhere), and `str::escape_debug`, which differs from it in both.
-    let debug = format!("{text:?}");
-    let debug = debug[1..debug.len() - 1].to_owned();
-    let mut forms = vec![text.to_owned(), debug, text.escape_debug().to_string()];
-    let none = Escaping { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, dotnet: false, gson: false, separators: false, nel: false };
-    for ascii_only in [false, true] {
-        for html_safe in [false, true] {
-            for escape_slash in [false, true] {
-                for upper_hex in [false, true] {
-                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, ..none }));
-                }
-            }
-        }
+    if text.len() >= BASE64_MIN_LEN {
+        forms.extend(base64::forms(text.as_bytes()));
     }
-    forms.push(json_escaped(text, Escaping { ascii_only: true, html_safe: true, upper_hex: true, dotnet: true, ..none }));
-    forms.push(json_escaped(text, Escaping { html_safe: true, gson: true, ..none }));
-    // Only U+2028 and U+2029 escaped (Gson without HTML escaping), and U+0085 too (Json.NET's
-    // default): the same as the minimal form for any secret without them.
-    forms.push(json_escaped(text, Escaping { separators: true, ..none }));
-    forms.push(json_escaped(text, Escaping { separators: true, nel: true, ..none }));
     let mut seen = std::collections::HashSet::new();
     forms.retain(|form| seen.insert(form.clone()));
     forms
 }
 
-/// What an encoder escapes beyond RFC 8259's minimum.
-#[derive(Clone, Copy)]
-struct Escaping {
-    /// Everything outside printable ASCII as `\uXXXX` (Python, PHP, .NET).
-    ascii_only: bool,
-    /// `<` `>` `&` U+2028 U+2029 as `\uXXXX` (Go, .NET).
-    html_safe: bool,
-    /// `/` as `\/` (PHP).
-    escape_slash: bool,
-    /// `\u00E4` rather than `\u00e4`.
-    upper_hex: bool,
-    /// `"` `'` `+` and the backtick as `\uXXXX` as well (.NET's default `JavaScriptEncoder`).
-    dotnet: bool,
-    /// `=` and `'` as `\uXXXX` as well (Gson's default, which is also `html_safe`).
-    gson: bool,
-    /// U+2028 and U+2029 as `\uXXXX` (Gson without HTML escaping, Json.NET).
-    separators: bool,
-    /// U+0085 as `\u0085` (Json.NET).
-    nel: bool,
+/// The forms made by escaping characters: just the text when it holds nothing that any of them
+/// escapes, which is most tokens and keys.
+fn escaped_forms(text: &str) -> Vec<String> {
+    if text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        return vec![text.to_owned()];
+    }
+    every_escaped_form(text)
 }
 
-fn json_escaped(text: &str, how: Escaping) -> String {
-    let mut out = String::with_capacity(text.len());
-    let unit = |out: &mut String, u: u16| {
-        use std::fmt::Write;
-        let _ = if how.upper_hex { write!(out, "\\u{u:04X}") } else { write!(out, "\\u{u:04x}") };
-    };
-    for c in text.chars() {
-        match c {
-            '"' | '\'' | '+' | '`' if how.dotnet => unit(&mut out, c as u16),
-            '=' | '\'' if how.gson => unit(&mut out, c as u16),
-            '\u{2028}' | '\u{2029}' if how.separators => unit(&mut out, c as u16),
-            '\u{85}' if how.nel => unit(&mut out, c as u16),
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '/' if how.escape_slash => out.push_str("\\/"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if how.html_safe => unit(&mut out, c as u16),
-            c if (c as u32) < 0x20 => unit(&mut out, c as u16),
-            // Python's `ensure_ascii` escapes everything outside ' '..='~', DEL included.
-            c if how.ascii_only && !(' '..='~').contains(&c) => {
-                for u in c.encode_utf16(&mut [0; 2]) {
-                    unit(&mut out, *u);
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out
+fn every_escaped_form(text: &str) -> Vec<String> {
+    let mut forms = json::forms(text);
+    forms.extend(web::forms(text));
+    forms.extend(shell::forms(text));
+    let mut seen = std::collections::HashSet::new();
+    forms.retain(|form| seen.insert(form.clone()));
+    forms
 }
 
 /// `text` with every occurrence of every secret, in each of its [`forms`], replaced by
@@ -247,10 +201,14 @@ mod tests {
     fn the_one_form_shortcut_is_taken_only_where_every_form_is_the_text() {
         for c in (0u8..=0x7f).map(char::from).chain(['\u{e4}', '\u{2028}', '\u{1F600}', '\u{301}', '\u{200b}']) {
             let text = format!("ab{c}cd");
-            assert_eq!(forms(&text), every_form(&text), "{c:?}");
+            assert_eq!(escaped_forms(&text), every_escaped_form(&text), "{c:?}");
         }
-        // The shortcut is taken (a token has one form).
-        assert_eq!(forms("AbC-12_x.y"), ["AbC-12_x.y"]);
+        // The shortcut is taken (a token has one form, then its base64 forms).
+        assert_eq!(escaped_forms("AbC-12_x.y"), ["AbC-12_x.y"]);
+        assert_eq!(forms("AbC-12_"), ["AbC-12_"], "no base64 forms below 8 bytes");
+        // At offsets 0 and 2 (of 3) the 8 bytes end inside a base64 group: a core and two ends
+        // (with and without padding); the URL-safe alphabet spells them alike.
+        assert_eq!(forms("AbC-12_x").len(), 1 + 3 + 1 + 3);
     }
 
     #[test]
@@ -332,12 +290,21 @@ mod tests {
         assert_eq!(scrubbed("p\u{e4}\\u0085ssword", "p\u{e4}\u{85}ssword"), "[REDACTED]");
         assert_eq!(scrubbed("pass<\\u2028w\u{e4}rd", "pass<\u{2028}w\u{e4}rd"), "[REDACTED]");
         // Control: a base64 key's padding makes it take the slow path.
-        assert_eq!(forms("QUJDRA==").len(), 2);
+        assert!(escaped_forms("QUJDRA==").len() > 1);
+    }
+
+    #[test]
+    fn a_value_in_double_quotes_is_also_redacted_without_them() {
+        assert!(forms("\"quoted-secret\"").contains(&"quoted-secret".to_owned()));
+        assert_eq!(scrubbed("pw=quoted-secret;", "\"quoted-secret\""), "pw=[REDACTED];");
+        // Control: a short one, or one quoted on one side only, is not cut.
+        assert!(!forms("\"short7\"").contains(&"short7".to_owned()));
+        assert!(!forms("\"quoted-secret").contains(&"quoted-secret".to_owned()));
     }
 
     #[test]
     fn every_form_is_distinct_and_plain_text_has_one() {
-        assert_eq!(forms("plain-alnum_123"), ["plain-alnum_123"]);
+        assert_eq!(forms("plain-a"), ["plain-a"]);
         let all = forms("\u{e4}</");
         assert_eq!(all[0], "\u{e4}</");
         for expected in ["\\u00e4</", "\\u00E4</", "\u{e4}\\u003c/", "\u{e4}\\u003C/", "\u{e4}<\\/", "\\u00e4\\u003c\\/"] {

@@ -129,6 +129,160 @@ pub fn every_form(text: &str) -> Vec<String> {
     forms
 }
 
+/// `text` as programs print it outside JSON, each form written here independently of
+/// `safe_io::secret`: as bash quotes it (`set -x`'s `'\''`, `declare -p`'s double quotes,
+/// `printf %q`'s backslashes, which bash writes only for a value without control characters,
+/// and `$'…'` in the C and a UTF-8 locale), as `shlex.quote` does
+/// (`'"'"'`), with `'` doubled (SQL) and `"` as `\"` (a command line); percent-encoded as RFC
+/// 3986, form encoding, Python's `quote`, JavaScript's `encodeURIComponent` and Go's userinfo
+/// leave it; XML- and HTML-escaped four ways; and base64 in both alphabets with and without
+/// padding, of the text alone and of the text after one and two other bytes, from the first
+/// character made of the text's bits alone (the characters before it are the other bytes'),
+/// and of the text alone wrapped in lines of 76 and of 64. Only forms that differ from the text.
+pub fn printed_forms(text: &str) -> Vec<String> {
+    let quoted = |from: char, to: &str| text.replace(from, to);
+    let mut forms = vec![
+        quoted('\'', r"'\''"),
+        quoted('\'', r#"'"'"'"#),
+        quoted('\'', "''"),
+        quoted('"', "\\\""),
+        ansi_c(text, true),
+        ansi_c(text, false),
+    ];
+    // bash writes a value with a control character as `$'…'` only.
+    if !text.chars().any(char::is_control) {
+        forms.push(backslashed(text, "\"$`\\", false));
+        forms.push(backslashed(text, " !\"$&'()*,;<>?[\\]^`{|}", true));
+    }
+    const UNRESERVED: &str = "-._~";
+    for (keep, plus) in [(UNRESERVED, false), (UNRESERVED, true), ("-._~/", false), ("-._~!'()*", false), ("-._~$&+,;=", false)] {
+        forms.push(percent(text, keep, plus));
+    }
+    for (quote, apostrophe) in [(Some("&quot;"), Some("&apos;")), (None, None), (Some("&quot;"), Some("&#x27;")), (Some("&#34;"), Some("&#39;"))] {
+        forms.push(markup(text, quote, apostrophe));
+    }
+    if text.len() >= 8 {
+        for url_safe in [false, true] {
+            for padded in [false, true] {
+                for before in ["", "a", "ab"] {
+                    let encoded = base64(&[before.as_bytes(), text.as_bytes()].concat(), url_safe, padded);
+                    // 8 bits per byte before, 6 per character: the characters up to the last
+                    // one with a bit of `before` are not the text's.
+                    forms.push(encoded[(8 * before.len()).div_ceil(6)..].to_owned());
+                }
+            }
+        }
+        let encoded = base64(text.as_bytes(), false, true);
+        for width in [76, 64].into_iter().filter(|&width| encoded.len() > width) {
+            let lines: Vec<&str> = encoded.as_bytes().chunks(width).map(|line| std::str::from_utf8(line).unwrap()).collect();
+            forms.push(lines.join("\n"));
+        }
+    }
+    forms.retain(|form| form != text);
+    forms.sort();
+    forms.dedup();
+    forms
+}
+
+/// A backslash before each of `special`, and before a first `#` or `~` (and a `~` after `=` or
+/// `:`) when `word_start`, as bash's `printf %q` does.
+fn backslashed(text: &str, special: &str, word_start: bool) -> String {
+    let mut out = String::new();
+    let mut before: Option<char> = None;
+    for c in text.chars() {
+        let tilde = c == '~' && matches!(before, None | Some('=') | Some(':'));
+        if special.contains(c) || (word_start && (tilde || (c == '#' && before.is_none()))) {
+            out.push('\\');
+        }
+        out.push(c);
+        before = Some(c);
+    }
+    out
+}
+
+/// Inside bash's `$'…'`: non-ASCII bytes in octal in the C locale (`c_locale`), only C1
+/// controls and U+2028, U+2029 in a UTF-8 one.
+fn ansi_c(text: &str, c_locale: bool) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        let named = match c {
+            '\'' => Some("\\'"),
+            '\\' => Some("\\\\"),
+            '\u{7}' => Some("\\a"),
+            '\u{8}' => Some("\\b"),
+            '\u{c}' => Some("\\f"),
+            '\n' => Some("\\n"),
+            '\r' => Some("\\r"),
+            '\t' => Some("\\t"),
+            '\u{b}' => Some("\\v"),
+            '\u{1b}' => Some("\\E"),
+            _ => None,
+        };
+        let printable = (' '..='~').contains(&c) || (!c.is_ascii() && !c_locale && !('\u{80}'..='\u{9f}').contains(&c) && c != '\u{2028}' && c != '\u{2029}');
+        match named {
+            Some(escape) => out.push_str(escape),
+            None if printable => out.push(c),
+            None => {
+                for byte in c.to_string().bytes() {
+                    out.push_str(&format!("\\{byte:03o}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Percent-encoding with upper-case hex, leaving ASCII letters, digits and `keep`; a space as
+/// `+` with `plus`.
+fn percent(text: &str, keep: &str, plus: bool) -> String {
+    let mut out = String::new();
+    for byte in text.bytes() {
+        match byte {
+            b' ' if plus => out.push('+'),
+            b if b.is_ascii_alphanumeric() || keep.as_bytes().contains(&b) => out.push(char::from(b)),
+            b => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `&` `<` `>` as entities, and `"` and `'` as the ones given (left as they are without).
+fn markup(text: &str, quote: Option<&str>, apostrophe: Option<&str>) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        match (c, quote, apostrophe) {
+            ('&', ..) => out.push_str("&amp;"),
+            ('<', ..) => out.push_str("&lt;"),
+            ('>', ..) => out.push_str("&gt;"),
+            ('"', Some(entity), _) | ('\'', _, Some(entity)) => out.push_str(entity),
+            (c, ..) => out.push(c),
+        }
+    }
+    out
+}
+
+/// RFC 4648 base64, standard or URL-safe alphabet, with or without `=` padding.
+pub fn base64(data: &[u8], url_safe: bool, padded: bool) -> String {
+    let alphabet: &[u8; 64] = if url_safe {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    } else {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    };
+    let mut out = String::new();
+    for group in data.chunks(3) {
+        let bits = group.iter().enumerate().fold(0u32, |bits, (i, &b)| bits | u32::from(b) << (16 - 8 * i));
+        let chars = group.len() + 1;
+        for k in 0..4 {
+            if k < chars {
+                out.push(char::from(alphabet[(bits >> (18 - 6 * k) & 63) as usize]));
+            } else if padded {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +305,26 @@ mod tests {
         assert_eq!(Encoder::JSON_NET.encode("<\u{e4}\u{85}\u{2028}"), "<\u{e4}\\u0085\\u2028");
         assert_eq!(Encoder::GSON_NO_HTML.encode("<\u{85}\u{2029}"), "<\u{85}\\u2029");
         assert_eq!(every_form("plain").len(), 1);
+    }
+
+    #[test]
+    fn printed_forms_as_the_tools_print_them() {
+        // What coreutils `base64` prints for these.
+        assert_eq!(base64(b"user:hunter2-pass", false, true), "dXNlcjpodW50ZXIyLXBhc3M=");
+        assert_eq!(base64(b"?>?>", true, false), "Pz4_Pg");
+        let all = printed_forms("pa'ss wörd\"$x\\y&z<q>/@:+=!~1");
+        // bash 5.2's set -x, printf %q (C.UTF-8, then C), Python's shlex.quote, quote, html.escape.
+        for expected in [
+            r#"pa'\''ss wörd"$x\y&z<q>/@:+=!~1"#,
+            r#"pa\'ss\ wörd\"\$x\\y\&z\<q\>/@:+=\!~1"#,
+            r#"pa\'ss w\303\266rd"$x\\y&z<q>/@:+=!~1"#,
+            r#"pa'"'"'ss wörd"$x\y&z<q>/@:+=!~1"#,
+            "pa%27ss%20w%C3%B6rd%22%24x%5Cy%26z%3Cq%3E%2F%40%3A%2B%3D%21~1",
+            "pa&#x27;ss wörd&quot;$x\\y&amp;z&lt;q&gt;/@:+=!~1",
+            "cGEnc3Mgd8O2cmQiJHhceSZ6PHE+L0A6Kz0hfjE=",
+        ] {
+            assert!(all.iter().any(|f| f == expected), "{expected} missing from {all:?}");
+        }
+        assert!(printed_forms("plain-token").iter().all(|f| f.len() > 11), "only base64 forms of a plain token");
     }
 }

@@ -5,7 +5,11 @@
 //! is, and JSON-escaped as common encoders write it: `bench/src/printed.rs`).
 //!
 //! Each printed secret stands between two tabs (no secret holds one), so whoever reads the
-//! output can tell a secret redacted whole from one that leaked in part. A line that holds a
+//! output can tell a secret redacted whole from one that leaked in part.
+//!
+//! With BENCH_NEAR=1 it prints near misses instead, as a hostile or unlucky program would: every
+//! form of every secret cut one byte short, one per line, back to back, so that the redactor
+//! finds a possible secret at nearly every place it looks and must compare it to the end. A line that holds a
 //! secret is longer than BENCH_LINE by the secret's length. Output is cut only at multiples of
 //! 64 KiB, so a BENCH_BYTES that is one never cuts a secret in two.
 
@@ -27,16 +31,31 @@ fn main() -> std::io::Result<()> {
     let line = var("BENCH_LINE").unwrap_or(80);
     let secrets: Vec<String> = (0..).map_while(|i| std::env::var(format!("BENCH_SECRET_{i}")).ok()).collect();
     let printed: Vec<String> = secrets.iter().flat_map(|s| printed_forms(s, line == 0)).collect();
+    if std::env::var("BENCH_NEAR").is_ok_and(|v| v == "1") {
+        let mut cycle = Vec::new();
+        for form in &printed {
+            // Cut at a character boundary, so the line is still text.
+            let cut = form.char_indices().last().map_or(0, |(at, _)| at);
+            cycle.extend_from_slice(&form.as_bytes()[..cut]);
+            cycle.push(b'\n');
+        }
+        return write_cycle(&cycle, total);
+    }
 
     // Built once and written over and over: the generator must outrun any filter.
     // No more of the cycle than the output needs (a short run would spend its time building).
     let needed = total.div_ceil(SEGMENT);
     let cycle = Cycle::build(&printed[..printed.len().min(needed)], line);
+    write_cycle(&cycle.bytes, total)
+}
+
+/// `cycle` over and over, `total` bytes.
+fn write_cycle(cycle: &[u8], total: usize) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     let mut written = 0;
     while written < total {
-        let n = cycle.bytes.len().min(total - written);
-        out.write_all(&cycle.bytes[..n])?;
+        let n = cycle.len().min(total - written);
+        out.write_all(&cycle[..n])?;
         written += n;
     }
     out.flush()

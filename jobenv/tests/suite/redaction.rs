@@ -262,3 +262,148 @@ fn a_secret_of_exactly_four_bytes_is_redacted_and_draws_no_warning() {
     assert!(!stderr.contains("secret PIN is shorter"), "{stderr}");
     assert!(stderr.contains("secret SHORT is shorter than 4 bytes"), "{stderr}");
 }
+
+/// A secret with what shells, URLs and markup quote: `'` `"` `$` `\` `&` `<` `>` `/` `@` `:` `+`
+/// `=` `!` `~`, a space, and a non-ASCII letter.
+const QUOTABLE: &str = "pa'ss wörd\"$x\\y&z<q>/@:+=!~1";
+
+/// What `script` prints (stdout, and stderr where it says `2>&1`) with `$S` a node secret, and
+/// the same program's output with no secret configured and `S` set by the program itself: the
+/// positive control, which shows what the tools really print.
+fn printed_both_ways(secret: &str, script: &str) -> (String, String) {
+    let mut f = Fixture::new();
+    f.program("web", "apply", script).declare("S", None).secret("S", secret);
+    let redacted = String::from_utf8_lossy(&run(&f).0).into_owned();
+    let mut plain = Fixture::new();
+    plain.program("web", "apply", &format!("S='{}'; export S\n{script}", secret.replace('\'', r"'\''")));
+    let shown = String::from_utf8_lossy(&run(&plain).0).into_owned();
+    (redacted, shown)
+}
+
+/// Each line of the control differs from its redacted line, and none holds the secret as it is:
+/// only the tools' forms of it can have been redacted.
+fn assert_forms_shown(secret: &str, redacted: &str, shown: &str) {
+    assert_eq!(redacted.lines().count(), shown.lines().count(), "{shown}");
+    for (redacted, shown) in redacted.lines().zip(shown.lines()) {
+        assert_ne!(redacted, shown);
+        assert!(!shown.contains(secret) && shown.len() > redacted.len(), "{shown}");
+    }
+}
+
+#[test]
+fn bash_set_x_declare_p_and_printf_q_are_redacted() {
+    let script = r#"bash -c 'set -x; : "$S"' 2>&1
+bash -c 'declare -p S'
+LC_ALL=C.UTF-8 bash -c 'declare -p S'
+bash -c 'printf "%q\n" "$S"'
+LC_ALL=C.UTF-8 bash -c 'printf "%q\n" "$S"'"#;
+    // Single quotes with '\''; $'…' with octal escapes in the C locale; double quotes and
+    // backslashes in a UTF-8 one.
+    let (redacted, shown) = printed_both_ways(QUOTABLE, script);
+    assert_eq!(redacted, "+ : '[REDACTED]'\ndeclare -x S=$'[REDACTED]'\ndeclare -x S=\"[REDACTED]\"\n$'[REDACTED]'\n[REDACTED]\n");
+    assert_forms_shown(QUOTABLE, &redacted, &shown);
+    assert!(shown.starts_with("+ : 'pa'\\''ss w") && shown.contains("$'pa\\'ss w\\303\\266rd") && shown.contains("pa\\'ss\\ wörd\\\"\\$x"), "{shown}");
+    // A control character: $'…' everywhere but in `set -x`, which quotes a tab as it is.
+    const TABBED: &str = "tab\tsecret'quote-1";
+    let (redacted, shown) = printed_both_ways(TABBED, script);
+    assert_eq!(redacted, "+ : '[REDACTED]'\ndeclare -x S=$'[REDACTED]'\ndeclare -x S=$'[REDACTED]'\n$'[REDACTED]'\n$'[REDACTED]'\n");
+    assert_forms_shown(TABBED, &redacted, &shown);
+    assert!(shown.contains("$'tab\\tsecret\\'quote-1'"), "{shown}");
+}
+
+#[test]
+fn python_shlex_percent_encoding_and_markup_and_node_are_redacted() {
+    let script = r#"/usr/bin/python3 -c '
+import html, os, shlex, urllib.parse as url, xml.sax.saxutils as xml
+s = os.environ["S"]
+print("shlex: " + shlex.quote(s))
+print("url: https://deploy:" + url.quote(s, safe="") + "@state.example/tf")
+print("path: " + url.quote(s))
+print("form: " + url.quote_plus(s))
+print("html: " + html.escape(s))
+print("xml: " + xml.escape(s))
+'
+/usr/bin/node -e 'console.log("js: " + encodeURIComponent(process.env.S))'"#;
+    let (redacted, shown) = printed_both_ways(QUOTABLE, script);
+    assert_eq!(
+        redacted,
+        "shlex: '[REDACTED]'\nurl: https://deploy:[REDACTED]@state.example/tf\npath: [REDACTED]\nform: [REDACTED]\nhtml: [REDACTED]\nxml: [REDACTED]\njs: [REDACTED]\n"
+    );
+    assert_forms_shown(QUOTABLE, &redacted, &shown);
+    assert!(shown.contains(r#"shlex: 'pa'"'"'ss"#) && shown.contains("url: https://deploy:pa%27ss%20w%C3%B6rd%22%24x") && shown.contains("js: pa'ss%20w%C3%B6rd"), "{shown}");
+}
+
+#[test]
+fn base64_at_every_offset_in_both_alphabets_and_wrapped_is_redacted() {
+    let script = r#"printf %s "$S" | base64 -w0; echo
+printf a%s "$S" | base64 -w0; echo
+printf user:%s "$S" | base64 -w0; echo
+printf '%s\n' "$S" | base64 -w0; echo
+/usr/bin/python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.environ["S"].encode()).rstrip(b"=").decode())'"#;
+    let (redacted, shown) = printed_both_ways(QUOTABLE, script);
+    let lines: Vec<&str> = redacted.lines().collect();
+    let plain: Vec<&str> = shown.lines().collect();
+    // The secret alone, and after one byte and after five (`user:`): what is left are the
+    // characters with a bit of what came before it (1 of `a`, 2 of `user:`).
+    assert_eq!(lines[..3], ["[REDACTED]", &format!("{}[REDACTED]", &plain[1][..2]), &format!("{}[REDACTED]", &plain[2][..7])]);
+    // Followed by a newline: the last character holds 4 bits of the secret and 2 of the
+    // newline, and stays, with the padding.
+    assert!(lines[3].starts_with("[REDACTED]") && lines[3].len() <= "[REDACTED]".len() + 4 && plain[3].ends_with(&lines[3]["[REDACTED]".len()..]), "{}", lines[3]);
+    assert_eq!(lines[4], "[REDACTED]", "URL-safe alphabet without padding");
+    assert_forms_shown(QUOTABLE, &redacted, &shown);
+    assert!(plain[4].contains('-') && plain[0].contains('+'), "both alphabets were exercised: {shown}");
+    // Wrapped into lines of 76 (coreutils, Python's encodebytes) and of 64 (openssl).
+    let long = format!("{QUOTABLE}-{}-", "0123456789abcdef".repeat(6));
+    let script = r#"printf %s "$S" | base64
+printf %s "$S" | /usr/bin/openssl base64
+/usr/bin/python3 -c 'import base64, os, sys; sys.stdout.write(base64.encodebytes(os.environ["S"].encode()).decode())'"#;
+    let (redacted, shown) = printed_both_ways(&long, script);
+    assert_eq!(redacted, "[REDACTED]\n[REDACTED]\n[REDACTED]\n");
+    assert_eq!(long.len(), 127, "a third group of 3 bytes is cut short: the encoding ends in padding");
+    assert_eq!(shown.lines().map(str::len).collect::<Vec<_>>(), [76, 76, 20, 64, 64, 44, 76, 76, 20], "{shown}");
+}
+
+/// An HTTP server on 127.0.0.1 that answers every request with an empty 200, until the test
+/// process ends.
+fn loopback_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    port
+}
+
+#[test]
+fn curl_v_with_basic_auth_is_redacted() {
+    let port = loopback_server();
+    // With -u, and with the password percent-encoded into the URL: the same header.
+    let script = format!(
+        r#"curl -sv -u "deploy:$S" -o /dev/null http://127.0.0.1:{port}/ 2>&1 | grep -i '^> authorization'
+url=$(/usr/bin/python3 -c 'import os, urllib.parse as u; print(u.quote(os.environ["S"], safe=""))')
+curl -sv -o /dev/null "http://deploy:$url@127.0.0.1:{port}/" 2>&1 | grep -i -e '^> authorization' -e "$url""#
+    );
+    let (redacted, shown) = printed_both_ways(QUOTABLE, &script);
+    let plain: Vec<&str> = shown.lines().collect();
+    assert_eq!(plain.len(), 2, "{shown}");
+    assert_eq!(plain[0], plain[1], "{shown}");
+    // `deploy:` is 7 bytes: its base64 is the header's first 10 characters, the last of which
+    // holds 4 bits of the password. The rest is the password's, and goes.
+    let header = "> Authorization: Basic ";
+    assert!(plain[0].starts_with(header), "{shown}");
+    let visible = &plain[0][..header.len() + 10];
+    assert_eq!(redacted, format!("{visible}[REDACTED]\r\n{visible}[REDACTED]\r\n"));
+    assert_forms_shown(QUOTABLE, &redacted, &shown);
+}

@@ -1,6 +1,8 @@
 //! Fuzz-style property test of the streaming redactor: for random secrets, random surrounding
 //! bytes and every way of cutting the stream, no secret survives and every other byte comes
-//! out unchanged (the output equals the whole-buffer reference redaction).
+//! out unchanged (the output equals the whole-buffer reference redaction). Each case runs with
+//! the secrets of 10 bytes and more found by the sampled search (as jobenv does), and with every
+//! secret found by its beginning, in groups of every size.
 
 use jobenv::run::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
 use proptest::prelude::*;
@@ -17,7 +19,15 @@ fn stream(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize]) -> Vec<u8> {
 /// With `group` beginnings per searcher (the production size is 64; small groups exercise the
 /// merge of matches found by different searchers).
 fn stream_grouped(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
-    let mut redactor = Redactor::with_group_size(secrets, group);
+    streamed_with(Redactor::with_group_size(secrets, group), input, cuts)
+}
+
+/// With no secret found by the sampled search: every one by its beginning.
+fn stream_unsampled(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
+    streamed_with(Redactor::tuned(secrets, group, |_| false), input, cuts)
+}
+
+fn streamed_with(mut redactor: Redactor, input: &[u8], cuts: &[usize]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut start = 0;
     for &cut in cuts {
@@ -56,6 +66,9 @@ proptest! {
         for group in 1..secrets.len() {
             prop_assert_eq!(&stream_grouped(&secrets, &input, &cuts, group), &expected, "group size {}", group);
         }
+        for group in 1..=secrets.len() {
+            prop_assert_eq!(&stream_unsampled(&secrets, &input, &cuts, group), &expected, "unsampled, group size {}", group);
+        }
         for secret in secrets.iter().filter(|s| !can_be_spelled_by_marker(s)) {
             prop_assert!(!contains(&got, secret), "secret {:?} survived", secret);
         }
@@ -67,6 +80,7 @@ proptest! {
         let expected = redact_all(&[&secret], &input);
         for cut in 0..=input.len() {
             prop_assert_eq!(&stream(std::slice::from_ref(&secret), &input, &[cut]), &expected);
+            prop_assert_eq!(&stream_unsampled(std::slice::from_ref(&secret), &input, &[cut], 1), &expected);
         }
         // Positive control: the input did hold the secret, and the reference removed it.
         prop_assert!(contains(&input, &secret));
@@ -101,6 +115,32 @@ proptest! {
         let expected = redact_all(&needles, &input);
         prop_assert_eq!(&stream(&needles, &input, &cuts), &expected);
         prop_assert_eq!(&stream_grouped(&needles, &input, &cuts, 2), &expected);
+    }
+
+    /// Each form of a secret that a tool prints (written apart from the needles, in the test
+    /// kit: shell quoting, percent-encoding, markup, base64 at each offset, wrapped, and JSON)
+    /// comes out as one marker, and between other bytes, cut at every point, exactly as the
+    /// whole-buffer reference redacts it.
+    #[test]
+    fn each_printed_form_is_one_marker_at_every_split_point(
+        chars in prop::collection::vec(prop::sample::select(vec!['a', 'Z', '0', ' ', '\'', '"', '\\', '$', '&', '<', '/', '+', '=', '~', '#', '%', 'ä', '\t', '😀']), 8..60),
+        pick in any::<prop::sample::Index>(),
+        before in prop::collection::vec(prop_oneof![Just(b'a'), Just(b'='), Just(b'\\'), Just(b'\''), any::<u8>()], 0..6),
+        after in prop::collection::vec(prop_oneof![Just(b'a'), Just(b'='), Just(b'\n'), any::<u8>()], 0..6),
+    ) {
+        let text: String = chars.into_iter().collect();
+        let needles: Vec<Vec<u8>> = safe_io::secret::forms(&text).into_iter().map(String::into_bytes).collect();
+        let mut printed = fediversity_testkit::json_forms::printed_forms(&text);
+        printed.extend(fediversity_testkit::json_forms::every_form(&text));
+        let form = &printed[pick.index(printed.len())];
+        prop_assert_eq!(redact_all(&needles, form.as_bytes()), MARKER, "{:?} of {:?}", form, text);
+        let input = [before.as_slice(), form.as_bytes(), &after].concat();
+        let expected = redact_all(&needles, &input);
+        let redactor = Redactor::new(&needles);
+        for cut in 0..=input.len() {
+            prop_assert_eq!(&streamed_with(redactor.clone(), &input, &[cut]), &expected, "cut at {}", cut);
+        }
+        prop_assert_eq!(&streamed_with(Redactor::tuned(&needles, 2, |_| false), &input, &[input.len() / 2]), &expected);
     }
 
     #[test]
