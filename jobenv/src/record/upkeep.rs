@@ -45,6 +45,9 @@ impl StopRequest {
     }
 }
 
+/// How long `drain` waits for a jobenv it SIGKILLed to be gone, locks and all.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
 /// The drain mark's name in the state directory.
 const DRAINING: &str = "draining";
 
@@ -100,19 +103,19 @@ impl Journal {
             if entry.status != Status::Running || entry.is_live() {
                 continue;
             }
-            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone)? {
+            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone, Duration::ZERO)? {
                 recovered.push(entry);
             }
         }
         Ok(recovered)
     }
 
-    /// Under the job's lock: if the entry is still `running` and its jobenv gone, records it
-    /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile, or its lock
-    /// file cannot be used (a warning says why).
-    fn interrupt(&self, job_id: &str, by: InterruptedBy) -> std::io::Result<Option<Entry>> {
+    /// Under the job's lock (waited for up to `wait`): if the entry is still `running` and its
+    /// jobenv gone, records it interrupted by `by`. `None` when a live run owns it, or it ended
+    /// meanwhile, or its lock file cannot be used (a warning says why).
+    fn interrupt(&self, job_id: &str, by: InterruptedBy, wait: Duration) -> std::io::Result<Option<Entry>> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match self.acquire(&locks::job_name(job_id), Duration::ZERO, &holder, None) {
+        let _lock = match self.acquire(&locks::job_name(job_id), wait, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
             Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
@@ -250,16 +253,22 @@ impl Journal {
         while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(50));
         }
+        // A jobenv that ended on its own recorded its end: its lock is free, or taken by nobody
+        // who matters.
+        let mut lock_wait = Duration::ZERO;
         if process::is_jobenv(entry.pid, entry.pid_start) {
             tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
             signal(&entry, Signal::SIGKILL, true);
-            let until = Instant::now() + Duration::from_secs(2);
+            // Its locks go once its last thread has exited, which on a loaded node can be a
+            // while after the process shows as gone: its job lock is waited for, as long.
+            let until = Instant::now() + KILL_WAIT;
             while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(20));
             }
+            lock_wait = until.saturating_duration_since(Instant::now());
         }
         // jobenv records its own end; one that could not is recorded here.
-        self.interrupt(&entry.job_id, InterruptedBy::NodeStopped)?;
+        self.interrupt(&entry.job_id, InterruptedBy::NodeStopped, lock_wait)?;
         // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
         // helper) is still in its cgroup.
         if let Ok(_held) = self.acquire(&locks::namespace_name(&entry.namespace), Duration::from_secs(1), "jobenv drain", None) {
