@@ -59,7 +59,8 @@ impl Journal {
     }
 
     /// The journal of `state_dir` as it is, creating nothing: for what only reads it (`status`).
-    /// `None`: a state directory without a journal yet (no entries).
+    /// `None`: a state directory without a journal yet (no entries; `jobs/` and `locks/` are
+    /// made together).
     pub fn at(state_dir: &Path) -> std::io::Result<Option<Self>> {
         let state = match Dir::open(state_dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

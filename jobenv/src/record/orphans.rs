@@ -194,7 +194,7 @@ impl Journal {
                     continue;
                 }
             };
-            let Ok(_held) = self.acquire(&locks::namespace_name(namespace), Duration::ZERO, &holder, None) else { continue };
+            let Some(_held) = self.try_lock(&locks::namespace_name(namespace), &holder) else { continue };
             if let Some(left) = stop_left(self, namespace, by, None)? {
                 recorded.extend(left.job_id);
             }

@@ -110,6 +110,19 @@ impl Journal {
         Ok(recovered)
     }
 
+    /// The lock `name`, if nobody holds it; a lock file that cannot be used (a link planted in
+    /// its place) is left as it is, with a warning.
+    pub(super) fn try_lock(&self, name: &str, holder: &str) -> Option<locks::Held> {
+        match self.acquire(name, Duration::ZERO, holder, None) {
+            Ok(held) => Some(held),
+            Err(locks::Refused::Io(error)) => {
+                tracing::warn!("{error}: left as it is");
+                None
+            }
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => None,
+        }
+    }
+
     /// Under the job's lock (waited for up to `wait`): if the entry is still `running` and its
     /// jobenv gone, records it interrupted by `by`. `None` when a live run owns it, or it ended
     /// meanwhile, or its lock file cannot be used (a warning says why).
@@ -152,7 +165,7 @@ impl Journal {
             // starting owns the entry and its lock file (deleting them under it would let a
             // second run of the same id start beside it).
             let lock = locks::job_name(&entry.job_id);
-            let Ok(_held) = self.acquire(&lock, Duration::ZERO, "jobenv prune", None) else { continue };
+            let Some(_held) = self.try_lock(&lock, "jobenv prune") else { continue };
             pruned += usize::from(self.jobs.remove(&Journal::entry_name(&entry.job_id))?);
             if let Ok(request) = StopRequest::of(self, &entry.job_id) {
                 request.remove();
@@ -165,7 +178,7 @@ impl Journal {
             let lock = locks::job_name(job_id);
             if self.jobs.stat(&Journal::entry_name(job_id))?.is_none() && older(&self.locks, &lock) {
                 // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Ok(_held) = self.acquire(&lock, Duration::ZERO, "jobenv prune", None) {
+                if let Some(_held) = self.try_lock(&lock, "jobenv prune") {
                     pruned += usize::from(self.locks.remove(&lock)?);
                 }
             }

@@ -129,7 +129,7 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
         .expect_stderr_contains("locks/namespace-ns2.lock is refused: it is a symbolic link").run();
     as_root(&f, &["run", "--verb", "apply", "--job-id", "hard"]).payload(&payload("ns")).expect_code(2)
         .expect_stderr_contains("locks/job-hard.lock is refused: it has more than one link").run();
-    as_root(&f, &["recover"]).expect_success().run();
+    as_root(&f, &["recover"]).expect_success().expect_stderr_contains("locks/job-old.lock is refused: it is a symbolic link: left as it is").run();
     as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
     as_root(&f, &["recover"]).expect_success().run();
 
