@@ -71,10 +71,10 @@ pub fn journal_entry() -> Value {
     written::<Entry>()
 }
 
-/// The payload a front-end sends (README, "What a front-end sends"): the fixed keys with their
-/// grammars, and the declared keys of the node's deployment repository as any JSON value
-/// (strings pass as they are, numbers as written, arrays and objects as compact JSON, `null`
-/// as not given). A job that fits can still be refused for what only the node knows: run
+/// The payload a front-end sends (docs/front-ends/contract.md, "What a front-end sends"): the
+/// fixed keys with their grammars, and the declared keys of the node's deployment repository as
+/// any JSON value (strings pass as they are, numbers as written, arrays and objects as compact
+/// JSON, `null` as not given). A job that fits can still be refused for what only the node knows: run
 /// `fediversity-jobenv schema payload` on the node for its own schema.
 #[derive(JsonSchema)]
 #[schemars(
@@ -109,8 +109,8 @@ struct Payload {
     #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
     build_id: Option<String>,
     /// The state address, `<base>/<namespace>`: http(s), no userinfo, query, fragment, dot or
-    /// empty segments, its segments of letters, digits and `. _ ~ -` (README, "Namespace and
-    /// state address"); exactly `<STATE_BASE_ADDRESS>/<namespace>` on a node that sets one.
+    /// empty segments, its segments of letters, digits and `. _ ~ -` (docs/front-ends/contract.md,
+    /// "Namespace and state address"); exactly `<STATE_BASE_ADDRESS>/<namespace>` on a node that sets one.
     #[serde(rename = "TF_HTTP_ADDRESS")]
     #[schemars(regex(pattern = r"^https?://[^/?#@\s\\]+(/(?!\.\.?(/|$))[A-Za-z0-9._~-]+)+/?$"))]
     tf_http_address: Option<String>,

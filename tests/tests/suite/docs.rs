@@ -88,14 +88,17 @@ impl Block {
 impl Page {
     fn blocks(&self) -> Vec<Block> {
         let (mut blocks, mut heading, mut open) = (Vec::new(), String::new(), None::<Block>);
+        // A block in a list item is indented: its lines, without the fence's indentation.
+        let mut indent = 0;
         for (number, line) in self.text.lines().enumerate() {
             match &mut open {
                 Some(_) if line.trim_start() == "```" => blocks.push(open.take().unwrap()),
                 Some(block) => {
-                    block.text.push_str(line);
+                    block.text.push_str(line.get(indent..).filter(|_| line[..indent.min(line.len())].trim().is_empty()).unwrap_or(line.trim_start()));
                     block.text.push('\n');
                 }
                 None if line.trim_start().starts_with("```") => {
+                    indent = line.len() - line.trim_start().len();
                     let info = line.trim_start().trim_start_matches('`').trim().to_owned();
                     let place = format!("{}:{}", self.path.display(), number + 1);
                     open = Some(Block { place, line: number + 1, info, heading: heading.clone(), text: String::new() });
@@ -464,7 +467,10 @@ impl Shell {
         let node = match kind {
             None => None,
             Some("bootstrap") => {
-                let node = fediversity_testkit::node::Node::new();
+                // Its OpenBao token may read the secret back, as `--check` needs.
+                let bao = fediversity_testkit::openbao::shared();
+                let path = format!("secret/{}/apiToken", fediversity_testkit::openbao::OpenBao::unique("docs"));
+                let node = fediversity_testkit::node::Node::with_openbao(&bao.addr, &path, bao.root_token());
                 std::fs::write(dir.path().join("bootstrap.json"), serde_json::to_string_pretty(&node.config).unwrap()).unwrap();
                 Some(node)
             }
@@ -516,7 +522,7 @@ fn every_console_example_prints_what_it_shows() {
                     failures.push(format!("{place}\nexited {code} (say so with `; echo \"exit $?\"`), printing:\n{output}"));
                     continue;
                 }
-                let compared = snapbox::Assert::new().try_eq(Some(&"the command"), snapbox::Data::text(output.clone()), snapbox::Data::text(step.expected.clone()));
+                let compared = snapbox::Assert::new().normalize_paths(false).try_eq(Some(&"the command"), snapbox::Data::text(output.clone()), snapbox::Data::text(step.expected.clone()));
                 if let Err(error) = compared {
                     failures.push(format!("{place}\n{error}"));
                     step.expected = output;
@@ -535,7 +541,8 @@ fn every_console_example_prints_what_it_shows() {
         if overwrite && !rewritten.is_empty() {
             let mut lines: Vec<String> = page.text.lines().map(str::to_owned).collect();
             for (line, count, text) in rewritten.into_iter().rev() {
-                lines.splice(line..line + count, text.lines().map(str::to_owned));
+                let indent: String = lines[line - 1].chars().take_while(|c| *c == ' ').collect();
+                lines.splice(line..line + count, text.lines().map(|l| format!("{indent}{l}")));
             }
             std::fs::write(repo().join(&page.path), lines.join("\n") + "\n").unwrap();
         }
@@ -553,7 +560,9 @@ fn schema_problems(command: &str, output: &str) -> Option<String> {
         ["cat", file] if file.ends_with("result.json") => Contract::Result,
         _ => return None,
     };
-    let value: Value = match serde_json::from_str(output) {
+    // Without jobenv's own lines (stderr, shown with the output).
+    let printed: String = output.lines().filter(|l| !l.starts_with("jobenv: ")).map(|l| format!("{l}\n")).collect();
+    let value: Value = match serde_json::from_str(&printed) {
         Ok(value) => value,
         Err(e) => return Some(format!("not JSON: {e}")),
     };
@@ -571,6 +580,8 @@ fn a_console_block_is_commands_and_their_output() {
     assert_eq!((steps[1].command.as_str(), steps[1].expected.as_str()), ("c", ""));
     assert!(schema_problems("cat windmill-job/result.json", r#"{"status": "done"}"#).is_some());
     assert!(schema_problems("WM_JOB_ID=x fediversity-jobenv status", "[]").is_none());
+    assert!(schema_problems("fediversity-jobenv drain", "jobenv: drained: 0 job(s) stopped\n[]\n").is_none());
+    assert!(schema_problems("fediversity-jobenv recover", "[{}]").is_some());
 }
 
 // ---- the module's options -------------------------------------------------------------------
