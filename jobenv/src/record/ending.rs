@@ -24,6 +24,9 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status but `running`: how a job can end.
+    pub const ENDED: [Status; 5] = [Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Running => "running",
