@@ -114,7 +114,7 @@ impl JobRun {
         self
     }
 
-    /// stderr as a whole, as the README specifies jobenv's lines: `[..]` stands for any text
+    /// stderr as a whole, as the manual (docs/) specifies jobenv's lines: `[..]` stands for any text
     /// within a line (a duration, a pid), `...` on a line of its own for any lines.
     pub fn expect_stderr(mut self, expected: impl Into<String>) -> Self {
         self.stderr = Some(expected.into());
