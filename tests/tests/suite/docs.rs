@@ -840,7 +840,7 @@ fn error_lines() -> Vec<(String, String)> {
     let mut lines = Vec::new();
     for entry in walkdir::WalkDir::new(repo().join("jobenv/src")).sort_by_file_name() {
         let entry = entry.unwrap();
-        if !entry.path().extension().is_some_and(|e| e == "rs") {
+        if entry.path().extension().is_none_or(|e| e != "rs") {
             continue;
         }
         let file = entry.path().strip_prefix(repo()).unwrap().display().to_string();
