@@ -7,8 +7,10 @@
 //!   stdout and stderr together, must be what the block shows (`[..]` stands for any text within
 //!   a line, `...` on a line of its own for any lines), and it must exit 0 (a command that does
 //!   not says so: `; echo "exit $?"`). The commands of one block share one node, so `run` and
-//!   then `status` show the same journal. What `status`, `recover` and `drain` print, and a
-//!   `result.json` shown with `cat`, must also fit their published schema. A
+//!   then `status` show the same journal (`SNAPSHOTS=overwrite` writes what they printed into
+//!   the blocks that differ, for `[..]` to be put back by hand where it varies). What `status`,
+//!   `recover` and `drain` print, and a `result.json` shown with `cat`, must also fit their
+//!   published schema. A
 //!   ```` ```console bootstrap ```` block runs the same way with `bootstrap.json`, the
 //!   configuration of a bootstrap node of the test kit (the Windmill fake, a throwaway
 //!   PostgreSQL, a real OpenBao), in the working directory;
