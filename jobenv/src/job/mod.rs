@@ -28,6 +28,7 @@ use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
 use crate::plan::Plan;
 use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
+use crate::record::entry::NewerFormat;
 use crate::record::locks::{self, Refused};
 use crate::record::result_file::{self, JobResult};
 use crate::record::upkeep::StopRequest;
@@ -180,7 +181,11 @@ impl<'a> Run<'a> {
     /// Step 4: which attempt this is, and the earlier ones.
     fn decide(&mut self, journal: &Journal, payload: &Result<Members, Problem>) -> Result<(Option<u32>, Vec<Attempt>), Stop> {
         let Some(id) = &self.job_id else { return Ok((None, Vec::new())) };
-        let entry = journal.read(id).map_err(|source| self.journal_problem(source))?;
+        let entry = journal.read(id).map_err(|source| match source.get_ref().and_then(|e| e.downcast_ref::<NewerFormat>()) {
+            // Not this job's fault: a jobenv that reads the entry can act on it.
+            Some(newer) => Problem::NodeNotReady(newer.to_string()),
+            None => self.journal_problem(source),
+        })?;
         let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
         // Whatever became of it: a job id names one request.
         let verb = &self.settings.job.verb;
