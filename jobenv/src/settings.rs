@@ -76,7 +76,6 @@ pub struct RunSettings {
     pub grace: Duration,
     pub timeout: Option<Duration>,
     pub lock_timeout: Duration,
-    pub retain: Duration,
     pub containment: Containment,
 }
 
