@@ -268,9 +268,34 @@ pub(crate) mod tests {
 
     /// A process named as jobenv is (`sleep` under jobenv's name), and its entry.
     pub(crate) fn jobenv_named(dir: &Path) -> (std::process::Child, Entry) {
+        jobenv_holding(dir, None)
+    }
+
+    /// A process named like jobenv that, with `lock`, holds a flock on that file as a jobenv
+    /// holds its job lock (taken by the process itself, which then execs: `/proc/locks` names it).
+    pub(crate) fn jobenv_holding(dir: &Path, lock: Option<&Path>) -> (std::process::Child, Entry) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
         let program = dir.join("fediversity-jobenv");
-        std::os::unix::fs::symlink("/bin/sleep", &program).unwrap();
-        let child = std::process::Command::new(&program).arg("30").spawn().unwrap();
+        if !program.exists() {
+            std::os::unix::fs::symlink("/bin/sleep", &program).unwrap();
+        }
+        let mut command = std::process::Command::new(&program);
+        command.arg("30");
+        let file = lock.map(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap());
+        if let Some(fd) = file.as_ref().map(|f| f.as_raw_fd()) {
+            // SAFETY: only async-signal-safe calls between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    if nix::libc::flock(fd, nix::libc::LOCK_EX) != 0 || nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().unwrap();
+        drop(file);
         let pid = child.id() as i32;
         // The kernel names the process after its file once it has exec'd.
         while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != "fediversity-job" {

@@ -470,7 +470,8 @@ mod tests {
         let _ = other.kill();
         let _ = other.wait();
         // Positive control: a live jobenv is drained (signalled; this one dies of its SIGTERM).
-        let (mut jobenv, mut live) = super::super::journal::tests::jobenv_named(dir.path());
+        let lock = journal.locks().path().join(locks::job_name("live"));
+        let (mut jobenv, mut live) = super::super::journal::tests::jobenv_holding(dir.path(), Some(&lock));
         live.job_id = "live".into();
         live.grace_ms = Some(1000);
         journal.write(&live).unwrap();

@@ -116,7 +116,8 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
     // lock of an old entry that pruning takes.
     plant(&f, &format!(
         "ln -s {target} locks/job-victim.lock\nln -s {target} locks/namespace-ns2.lock\nln -s {target} locks/namespace-ns3.tree.json\n\
-         ln -s {target} locks/job-old.lock\necho '{}' > jobs/old.json\necho '{}' > jobs/old-2.json",
+         ln -s {target} locks/job-old.lock\necho '{}' > jobs/old.json\necho '{}' > jobs/old-2.json\n\
+         touch -d 2020-01-01T00:00:01Z jobs/old.json jobs/old-2.json",
         old_entry("old"),
         old_entry("old-2"),
     ));
@@ -150,6 +151,9 @@ fn a_jobs_or_locks_directory_that_is_a_link_or_a_file_is_refused() {
     std::fs::create_dir(&elsewhere).unwrap();
     std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::fs::write(elsewhere.join("old.json"), old_entry("old")).unwrap();
+    // As old as its end, as the file of an entry that ended then is: pruning would read it.
+    let ended = humantime::parse_rfc3339("2020-01-01T00:00:01Z").unwrap();
+    std::fs::File::options().write(true).open(elsewhere.join("old.json")).unwrap().set_modified(ended).unwrap();
     let target = elsewhere.display();
 
     plant(&f, &format!("mv jobs jobs.real\nln -s {target} jobs"));
@@ -170,7 +174,7 @@ fn a_jobs_or_locks_directory_that_is_a_link_or_a_file_is_refused() {
 
     // Positive control: with its own directories back, the same old entry in the journal is
     // pruned, and jobs run.
-    plant(&f, &format!("rm locks\nmv locks.real locks\necho '{}' > jobs/old.json", old_entry("old")));
+    plant(&f, &format!("rm locks\nmv locks.real locks\necho '{}' > jobs/old.json\ntouch -d 2020-01-01T00:00:01Z jobs/old.json", old_entry("old")));
     as_root(&f, &["recover"]).expect_success().run();
     assert!(!f.state_dir().join("jobs/old.json").exists(), "the old entry was not pruned");
     as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_success().run();
