@@ -87,7 +87,10 @@ fn rejected_before_start(errors: &[String]) -> i32 {
 }
 
 fn run(args: RunArgs) -> i32 {
-    jobenv::job::run(&args.settings(Runner::from_environment()))
+    match args.settings(Runner::from_environment()) {
+        Ok(settings) => jobenv::job::run(&settings),
+        Err(error) => rejected_before_start(&[error]),
+    }
 }
 
 fn env(args: EnvArgs) -> i32 {
