@@ -1261,6 +1261,8 @@ rec {
       smtpPasswordFile ? null,
       # The limits of every job (`jobLimitsEnvironment`'s arguments).
       jobs ? { },
+      # jobenv's cluster mode: the file holding the shared journal's DSN (null: off).
+      clusterDsnFile ? null,
       # The node generates the superadmin's password (no adminPasswordFile): the bootstrap
       # requires the unit that does.
       generatesAdminPassword ? false,
@@ -1274,7 +1276,8 @@ rec {
       }
       // jobLimitsEnvironment limits
       // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
-      // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; };
+      // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; }
+      // optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; };
       windmillUnit = role: {
         after = [ agent ];
         serviceConfig.RestartSec = "5s";

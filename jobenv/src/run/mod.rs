@@ -214,7 +214,7 @@ async fn supervise<T: ProgramTree>(
         Outcome::LeaseLost => {
             let lease = options.lease.as_ref().expect("a lease was watched");
             tracing::error!(
-                "the cluster journal did not renew this job's lease within {:?}: stopping the program tree before the lease can expire (grace {:?})",
+                "this job's leases on the cluster journal were not renewed within {:?}: stopping the program tree before they can expire (grace {:?})",
                 lease.renew_deadline,
                 lease.stop_grace
             );

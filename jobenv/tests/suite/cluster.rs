@@ -227,7 +227,7 @@ fn a_node_cut_off_from_the_database_stops_its_program_before_its_lease_expires_a
     let stderr = String::from_utf8_lossy(&held_err.finish()).into_owned();
     assert_eq!(status.code(), Some(75), "{stderr}");
     assert!(stopped_after < LEASE, "node a took {stopped_after:?} to stop, more than a lease");
-    assert!(stderr.contains("jobenv: error: the cluster journal did not renew this job's lease within 2s: stopping the program tree before the lease can expire"), "{stderr}");
+    assert!(stderr.contains("jobenv: error: this job's leases on the cluster journal were not renewed within 2s: stopping the program tree before they can expire (grace 1s)"), "{stderr}");
     let result = a.result();
     assert_eq!((result["status"].as_str(), result["reason"].as_str(), result["interrupted_by"].as_str()), (Some("failed"), Some("interrupted"), Some("lease_lost")), "{result}");
     assert!(result["errors"][0].as_str().unwrap().ends_with("a retry is safe"), "{result}");
@@ -252,8 +252,10 @@ fn a_terminated_connection_is_made_again_and_the_deploy_goes_on() {
     let running = a.job("terminated-1", "ns").spawn();
     read_pids(&shared.path().join("program.pid"), 1, Duration::from_secs(20));
     assert!(wait_until(Duration::from_secs(5), || db.terminate_jobenv_backends() > 0), "jobenv holds no connection");
-    // Longer than the renew deadline: the renewals after the termination went through.
+    // Longer than the renew deadline: the renewals after the termination went through, on a
+    // connection made anew.
     std::thread::sleep(RENEW_DEADLINE + Duration::from_secs(1));
+    assert!(db.terminate_jobenv_backends() > 0, "jobenv did not connect again");
     std::fs::write(shared.path().join("go"), "").unwrap();
     let done = finish(running);
     assert!(done.success(), "{done:?}");

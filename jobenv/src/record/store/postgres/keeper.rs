@@ -120,7 +120,7 @@ impl Shared {
         let mut client = self.client.lock().await;
         if client.as_ref().is_none_or(Client::is_closed) {
             *client = None;
-            let made = tokio::time::timeout_at(deadline, self.connect()).await.map_err(|_| Trouble::Unreachable(format!("no connection within {limit:?}")))?;
+            let made = tokio::time::timeout_at(deadline, self.connect()).await.map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
             *client = Some(made?);
         }
         let connected = client.as_mut().expect("connected above");
@@ -135,7 +135,7 @@ impl Shared {
             }
             Err(_) => {
                 *client = None;
-                Err(Trouble::Unreachable(format!("no answer within {limit:?}")))
+                Err(Trouble::Unreachable(format!("no answer within {:?}", rounded(limit))))
             }
         }
     }
@@ -257,6 +257,11 @@ impl Shared {
     }
 }
 
+/// A time as messages show it: to a tenth of a second.
+fn rounded(duration: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(duration.as_millis().div_ceil(100) * 100).unwrap_or(u64::MAX))
+}
+
 /// Every `renew_every`, the run's leases are renewed in one go; after a failure, sooner. A lease
 /// found taken over or expired is lost at once; one that could not be renewed within the renew
 /// deadline is lost then (the supervisor judges that by its own clock too, see
@@ -275,10 +280,9 @@ async fn renew(shared: Arc<Shared>) {
         let deadline = oldest + timing.renew_deadline;
         let sent = Instant::now();
         if sent >= deadline || shared.is_lost() {
-            if !shared.is_lost() {
-                tracing::error!("the leases on the cluster journal were not renewed within {:?}: this run stops", timing.renew_deadline);
-                shared.lose();
-            }
+            // The supervisor has said so and is stopping the program (`run::lease`).
+            tracing::debug!("the leases on the cluster journal were not renewed within {:?}: no more renewals", timing.renew_deadline);
+            shared.lose();
             return;
         }
         let renewed = shared

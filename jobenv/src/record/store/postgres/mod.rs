@@ -223,6 +223,7 @@ impl Store for PgStore {
                         return Err(Refused::Busy { holder: shown(&holder) });
                     }
                     if !self.said_waiting.replace(true) {
+                        let wait = Duration::from_secs(wait.as_secs_f64().round() as u64);
                         tracing::info!("namespace {namespace} is held on the cluster journal by {}: waiting up to {wait:?}", holder.escape_debug());
                     }
                     self.pause(cancel, until)?;
