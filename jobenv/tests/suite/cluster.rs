@@ -4,13 +4,13 @@
 //! real PostgreSQL. Leases are short here (4 s, renewed every 0.5 s, deadline 2 s).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::job_run::{Done, JobRun};
 use fediversity_testkit::nix_fixture::Fixture;
 use fediversity_testkit::postgres;
-use fediversity_testkit::process::{Running, StreamWatch, read_pids, wait_exit, wait_until};
+use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, read_pids, wait_exit, wait_until};
 use fediversity_testkit::tcp_proxy::Proxy;
 use serde_json::{Value, json};
 
@@ -120,8 +120,14 @@ fn two_nodes_never_run_one_namespace_at_once_however_their_jobs_interleave() {
     let shared = tempfile::tempdir().unwrap();
     let log = shared.path().join("log");
     // Positive control: two nodes without the shared journal do run one namespace at once (the
-    // check below sees an overlap when there is one).
-    let (a, b) = (Node::new("a", None, &timed(&log, "1")), Node::new("b", None, &timed(&log, "1")));
+    // check below sees an overlap when there is one): each program waits, up to 5 s, until both
+    // have started.
+    let meet = format!(
+        "echo \"start $NODE $(date +%s.%N)\" >> {log}; i=0; while [ \"$(grep -c ^start {log})\" -lt 2 ] && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done; \
+         echo \"end $NODE $(date +%s.%N)\" >> {log}",
+        log = log.display()
+    );
+    let (a, b) = (Node::new("a", None, &meet), Node::new("b", None, &meet));
     let (first, second) = (a.job("control-a", "shared").spawn(), b.job("control-b", "shared").spawn());
     assert!(finish(first).success() && finish(second).success());
     assert!(overlaps(&log), "without the cluster journal the two deploys should have overlapped: {:?}", runs(&log));
@@ -220,13 +226,15 @@ fn a_node_cut_off_from_the_database_stops_its_program_before_its_lease_expires_a
     assert!(held.try_wait().unwrap().is_none(), "node a stopped while it could renew: {}", held_err.text());
     assert_eq!(runs(&log).len(), 1, "node b started beside node a");
 
-    let (cut, cut_at) = (Instant::now(), now());
+    let cut_at = now();
     proxy.cut();
     let status = wait_exit(&mut held, RENEW_DEADLINE + Duration::from_secs(5)).expect("node a stops on its own");
-    let stopped_after = cut.elapsed();
     let stderr = String::from_utf8_lossy(&held_err.finish()).into_owned();
     assert_eq!(status.code(), Some(75), "{stderr}");
-    assert!(stopped_after < LEASE, "node a took {stopped_after:?} to stop, more than a lease");
+    // Its program ended before its lease could expire: its last renewal came at most one
+    // renewal period (0.5 s) before the cut.
+    let a_ended = runs(&log)[0].2.expect("node a's program logged its end");
+    assert!(a_ended < cut_at + LEASE.as_secs_f64() - 0.5, "node a's program ended {:.2}s after the cut, when its lease may have expired", a_ended - cut_at);
     assert!(stderr.contains("jobenv: error: this job's leases on the cluster journal were not renewed within 2s: stopping the program tree before they can expire (grace 1s)"), "{stderr}");
     let result = a.result();
     assert_eq!((result["status"].as_str(), result["reason"].as_str(), result["interrupted_by"].as_str()), (Some("failed"), Some("interrupted"), Some("lease_lost")), "{result}");
@@ -325,4 +333,32 @@ fn a_node_whose_database_cannot_be_reached_before_the_program_starts_runs_nothin
     std::fs::write(missing.dsn_file.as_ref().unwrap(), db.dsn()).unwrap();
     missing.job("unreachable-3", "ns").expect_success().run();
     assert!(marker.exists(), "the program did not run with its database");
+}
+
+#[test]
+fn what_a_sigkilled_jobenv_left_outside_its_process_group_does_not_outlive_it() {
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display();
+    // A helper in a session of its own: Windmill's group SIGKILL would miss it.
+    let body = format!("setsid sleep 60 & echo $! > {dir}/left-$NODE.pid; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done");
+    let left_after_sigkill = |node: &Node| {
+        let mut running = node.job(&format!("sigkill-{}", node.name), "ns").spawn();
+        let left = read_pids(&shared.path().join(format!("left-{}.pid", node.name)), 1, Duration::from_secs(20))[0];
+        read_pids(&shared.path().join(format!("program-{}.pid", node.name)), 1, Duration::from_secs(20));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(running.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        running.wait().unwrap();
+        left
+    };
+    // Positive control: on one node the helper outlives its jobenv (the next run of the
+    // namespace or `recover` stops it); the check below would see it.
+    let alone = Node::new("alone", None, &body);
+    let left = left_after_sigkill(&alone);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(is_alive(left), "the control's helper is gone");
+    kill_all(&[left]);
+    // In cluster mode no lease covers it once its jobenv is gone: it dies with its jobenv.
+    let node = Node::new("a", Some(&db.dsn()), &body);
+    let left = left_after_sigkill(&node);
+    assert!(wait_until(Duration::from_secs(1), || !is_alive(left)), "the helper outlived its SIGKILLed jobenv");
 }

@@ -33,6 +33,12 @@ impl Timing {
     fn retry(&self) -> Duration {
         (self.renew_every / 2).min(Duration::from_secs(1))
     }
+
+    /// How long letting a lease go may hold up the end of a run (one that is not let go
+    /// expires).
+    fn release_wait(&self) -> Duration {
+        self.renew_deadline.min(Duration::from_secs(2))
+    }
 }
 
 /// A lease the run holds: its row, its epoch, and when the statement that last renewed it was
@@ -117,7 +123,9 @@ impl Shared {
     /// first connection that finds it missing.
     pub async fn run<T>(&self, limit: Duration, op: impl AsyncFnOnce(&mut Client) -> Result<T, Failed>) -> Result<T, Trouble> {
         let deadline = tokio::time::Instant::now() + limit;
-        let mut client = self.client.lock().await;
+        // The renewals share the connection: a statement of theirs stuck in a partition ends
+        // at its own deadline, and this one's counts from now.
+        let mut client = tokio::time::timeout_at(deadline, self.client.lock()).await.map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
         if client.as_ref().is_none_or(Client::is_closed) {
             *client = None;
             let made = tokio::time::timeout_at(deadline, self.connect()).await.map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
@@ -232,7 +240,7 @@ impl Shared {
             return;
         }
         let released = self
-            .run(self.timing.retry(), async |client| {
+            .run(self.timing.release_wait(), async |client| {
                 for held in &leases {
                     tables::release(client, held.table, &held.key, held.epoch).await?;
                 }
@@ -251,7 +259,7 @@ impl Shared {
         if self.is_lost() {
             return;
         }
-        if let Err(Trouble::Unreachable(why) | Trouble::Refused(why)) = self.run(self.timing.retry(), async |client| tables::release(client, table, key, epoch).await).await {
+        if let Err(Trouble::Unreachable(why) | Trouble::Refused(why)) = self.run(self.timing.release_wait(), async |client| tables::release(client, table, key, epoch).await).await {
             tracing::debug!("a lease on the cluster journal was not let go ({why}): it expires");
         }
     }

@@ -48,10 +48,12 @@
 //! What it assumes: the database's clock does not jump forward by more than the margin within a
 //! lease (a slewing NTP, not a stepping one), and jobenv is not frozen (SIGSTOP, a paused VM)
 //! for longer than `lease − renew_deadline` while its program runs. A SIGKILLed jobenv renews
-//! nothing: its program dies with it (the parent-death signal); what of its tree left its
-//! process group lives on in its cgroup until this node's next run of the namespace or
-//! `recover` stops it, and is not covered once the lease has expired. The deployment's own
-//! state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds at the resource.
+//! nothing, but its tree does not outlive it (the renewal is tied to the tree's life): its
+//! program dies with it (the parent-death signal), and what of the tree left its process group
+//! is killed at once by the tree's guard (`run::tree::guard`), long before the lease expires.
+//! Without a cgroup (the `/proc` walk) there is no guard, and such a leftover is not covered.
+//! The deployment's own state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds
+//! at the resource.
 //!
 //! # The decision
 //!
@@ -260,8 +262,10 @@ impl Store for PgStore {
         let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else { return local };
         let until = if entry.is_result() { expires.checked_sub(crate::settings::LEASE_STOP_MARGIN).unwrap_or(expires) } else { Instant::now() };
         let retain = self.retain;
+        // Each try within a renewal's bound; an attempt without a result tries once, briefly.
+        let limit = if entry.is_result() { self.timing.renew_deadline.min(Duration::from_secs(2)) } else { Duration::from_secs(1) };
         let shared = loop {
-            match keeper.block_on(keeper.shared.run(self.timing.renew_deadline.min(Duration::from_secs(2)), async |client| tables::write_end(client, entry, epoch, retain).await)) {
+            match keeper.block_on(keeper.shared.run(limit, async |client| tables::write_end(client, entry, epoch, retain).await)) {
                 Ok(true) => break Ok(()),
                 Ok(false) => break Err(format!("another run took job {job_id} over on the cluster journal")),
                 Err(Trouble::Unreachable(why) | Trouble::Refused(why)) if Instant::now() >= until => break Err(why),
