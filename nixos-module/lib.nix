@@ -110,7 +110,7 @@ rec {
 
   # ---- jobenv's names ---------------------------------------------------------------------
 
-  # The names jobenv treats specially, as its README documents them: control keys only the
+  # The names jobenv treats specially, as docs/operators/jobenv.md documents them: control keys only the
   # node may set (`nodeControl`) or a payload sets (`payloadControl`, the node too for
   # `sharedControl`), what jobenv derives (`derived`), the state backend's keys (`stateKeys`),
   # the undeclared Nix and OpenTofu variables a node may set (`nodeTools`, `nodeToolPrefixes`),
@@ -443,7 +443,7 @@ rec {
   # Everything on the node side that jobenv would refuse at run time — every job failing with
   # exit 2 — found at evaluation instead. Each entry is a message that names the option and the
   # key. `declared` are the names of deploy-keys.json (the structural pins and deployKeys).
-  # The rules are jobenv's (its README, "The environment of the program" and "Control keys").
+  # The rules are jobenv's (docs/operators/jobenv.md, "The environment of the program" and "Control keys").
   nodeProblems =
     {
       deployEnv,
@@ -765,7 +765,7 @@ rec {
     ];
 
   # `fediversity-windmill-restic` (bash), restic with the backup's repository and credentials,
-  # for listing and restoring (README: "Restoring Windmill's database"). The environment file
+  # for listing and restoring (docs/operators/lifecycle.md, "Restoring Windmill's database"). The environment file
   # is read as systemd reads an EnvironmentFile of KEY=VALUE lines, values verbatim.
   resticWrapper =
     { restic, repository }:
@@ -878,7 +878,7 @@ rec {
       if bootstrap.token.bindToWorkspace or true then " in the workspace" else ""
     }: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
 
-  # The defaults of every bootstrap option, as the README's bootstrap "Configuration" lists them
+  # The defaults of every bootstrap option, as "Configuration" of docs/operators/bootstrap.md lists them
   # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"
   # where the bootstrap has a fallback (openbao.addr: $BAO_ADDR/$VAULT_ADDR; openbao.tokenFile: $BAO_TOKEN or an
   # agent listener with auto-auth).
@@ -1009,7 +1009,7 @@ rec {
     };
   };
 
-  # The bootstrap's JSON configuration (the README's bootstrap "Configuration") from the module's
+  # The bootstrap's JSON configuration ("Configuration" of docs/operators/bootstrap.md) from the module's
   # `bootstrap` options plus the scripts tree.
   renderBootstrapConfig =
     { bootstrap, scriptsDir }:

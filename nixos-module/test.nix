@@ -847,7 +847,7 @@ in
           # The password reached restic from its file, never the unit's environment.
           assert RESTIC_PASSWORD not in prop("fediversity-windmill-backup", "Environment")
           machine.fail(f"grep -rqF {RESTIC_PASSWORD} /etc/systemd/system")
-          # A restore, as the README says, into a scratch database: the scripts are there.
+          # A restore, as docs/operators/lifecycle.md says, into a scratch database: the scripts are there.
           machine.succeed("runuser -u postgres -- createdb --owner windmill windmill_restore")
           machine.succeed(
               "fediversity-windmill-restic dump --tag windmill-database latest /windmill.sql"

@@ -25,7 +25,7 @@ Exit codes:
     after_help = AFTER_HELP
 )]
 pub struct Cli {
-    /// The JSON configuration file (see the README for every field and its default)
+    /// The JSON configuration file (see docs/operators/bootstrap.md for every field and its default)
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// Only look: log in, compare workspace, folder, scripts, settings, the token OpenBao holds and the include; change nothing

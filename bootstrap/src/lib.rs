@@ -1,6 +1,5 @@
-//! `fediversity-windmill-bootstrap`: converges a Windmill CE node to its desired state. See the
-//! README section of the same name for what each step does and every field of the
-//! configuration.
+//! `fediversity-windmill-bootstrap`: converges a Windmill CE node to its desired state. See
+//! docs/operators/bootstrap.md for what each step does and every field of the configuration.
 //!
 //! - [`config`]: the JSON configuration, defaults and validation;
 //! - [`windmill`] and [`openbao`]: the two HTTP APIs, over [`http`] (one client, retries);

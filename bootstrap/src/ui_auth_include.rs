@@ -1,6 +1,6 @@
 //! The nginx include that lets the admin UI act on the superadmin's behalf: one line,
 //! `proxy_set_header Authorization "Bearer <token>";`, in `ui_auth.file`, with the configured
-//! owner, group and mode (README, step 8 "ui-auth").
+//! owner, group and mode (docs/operators/bootstrap.md, step 8 "ui-auth").
 //!
 //! It is written with [`safe_io::atomic::write`], so nginx never reads it half-written, with the
 //! wrong owner or with the wrong mode. What is particular to the include stays here: a file

@@ -71,10 +71,10 @@ pub fn journal_entry() -> Value {
     written::<Entry>()
 }
 
-/// The payload a front-end sends (README, "What a front-end sends"): the fixed keys with their
-/// grammars, and the declared keys of the node's deployment repository as any JSON value
-/// (strings pass as they are, numbers as written, arrays and objects as compact JSON, `null`
-/// as not given). A job that fits can still be refused for what only the node knows: run
+/// The payload a front-end sends (docs/front-ends/contract.md, "What a front-end sends"): the
+/// fixed keys with their grammars, and the declared keys of the node's deployment repository as
+/// any JSON value (strings pass as they are, numbers as written, arrays and objects as compact
+/// JSON, `null` as not given). A job that fits can still be refused for what only the node knows: run
 /// `fediversity-jobenv schema payload` on the node for its own schema.
 #[derive(JsonSchema)]
 #[schemars(
@@ -109,8 +109,8 @@ struct Payload {
     #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
     build_id: Option<String>,
     /// The state address, `<base>/<namespace>`: http(s), no userinfo, query, fragment, dot or
-    /// empty segments, its segments of letters, digits and `. _ ~ -` (README, "Namespace and
-    /// state address"); exactly `<STATE_BASE_ADDRESS>/<namespace>` on a node that sets one.
+    /// empty segments, its segments of letters, digits and `. _ ~ -` (docs/front-ends/contract.md,
+    /// "Namespace and state address"); exactly `<STATE_BASE_ADDRESS>/<namespace>` on a node that sets one.
     #[serde(rename = "TF_HTTP_ADDRESS")]
     #[schemars(regex(pattern = r"^https?://[^/?#@\s\\]+(/(?!\.\.?(/|$))[A-Za-z0-9._~-]+)+/?$"))]
     tf_http_address: Option<String>,
@@ -135,7 +135,9 @@ struct Payload {
     #[serde(rename = "EVENTS_KIND")]
     #[schemars(extend("enum" = ["jobs", "deployments", null]))]
     events_kind: Option<String>,
-    /// The DD-0012 row: a positive integer of at most 18 digits (42, or "42"; not 42.0).
+    /// The DD-0012 row: a positive integer of at most 18 digits (42, or "42"; not 42.0, which
+    /// jobenv refuses but this schema cannot tell from 42: JSON Schema's `integer` is a value,
+    /// not a spelling).
     #[serde(rename = "EVENTS_ROW_ID")]
     events_row_id: Option<RowId>,
     /// The row's secret, sent as `x-action-secret`: taken only by a node with
@@ -225,6 +227,7 @@ pub fn node_payload(declared: &BTreeMap<String, DeclaredKey>, attributes: &[Stri
 mod tests {
     use super::*;
     use crate::input::test_support::{inputs, node};
+    use crate::record::ending::Status;
 
     fn validator(schema: &Value) -> jsonschema::Validator {
         jsonschema::draft202012::new(schema).expect("a valid draft 2020-12 schema")
@@ -238,6 +241,18 @@ mod tests {
             jsonschema::meta::validate(&schema).unwrap_or_else(|e| panic!("{path}: {e}"));
             validator(&schema);
         }
+    }
+
+    /// A result is written when the job ended: `running` is the journal's status only.
+    #[test]
+    fn a_result_has_ended() {
+        let schema = validator(&result());
+        let with = |status: &str| json!({"status": status, "exit_code": 0, "verb": "apply", "attribute": "web", "namespace": "ns", "duration_ms": 1});
+        for status in Status::ENDED {
+            assert!(schema.is_valid(&with(status.as_str())), "{status}");
+        }
+        assert!(!schema.is_valid(&with("running")));
+        assert!(validator(&journal_entry()).is_valid(&json!({"job_id": "j", "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "ns", "pid": 1, "pid_start": 1, "started_at": "t", "status": "running"})));
     }
 
     /// The grammars of the schema and of jobenv's validators agree, sample by sample.

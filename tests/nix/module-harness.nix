@@ -8,8 +8,8 @@
 # (`--strict`), every option value checked against its type, and the result is the
 # configuration the module hands to NixOS, as JSON.
 #
-# Where it merges as nixpkgs' lib.modules does (checked against it, see the README's "What is
-# tested where"): priorities (mkDefault/mkForce: only the definitions of the best priority
+# Where it merges as nixpkgs' lib.modules does (checked against it, see docs/maintainers/testing.md, "The
+# module"): priorities (mkDefault/mkForce: only the definitions of the best priority
 # count), mkIf conditions, mkMerge, attrsets merged per attribute, lists concatenated in
 # definition order with duplicates kept, nixpkgs' own modules (`alsoDefined`) before this
 # module, mkBefore/mkAfter ordering the list definitions of one priority (stably), equal
@@ -35,7 +35,7 @@
 {
   # Values of `services.fediversity-windmill.*` (`enable` is set).
   settings ? null,
-  # Or a whole node module (e.g. the README's example), called with `config`, `lib`, `pkgs` and
+  # Or a whole node module (e.g. the manual's example), called with `config`, `lib`, `pkgs` and
   # `moduleArgs`: its `services.fediversity-windmill` is `settings`, the rest of what it defines
   # is both merged with the module's configuration (like `alsoDefined`) and seen by the module
   # in `config` (like `nodeConfig`); its `imports` are returned, not followed.
@@ -208,7 +208,8 @@ let
       _type = "option";
       type = types.bool;
       default = false;
-      inherit description;
+      # As nixpkgs' mkEnableOption words it.
+      description = "Whether to enable ${description}.";
     };
     literalExpression = text: {
       _type = "literalExpression";
@@ -402,6 +403,33 @@ let
       ]
     else
       concatMap (name: optionDocs (path ++ [ name ]) options.${name}) (attrNames options);
+
+  # What a reference of the options shows (docs/operators/module-options.md is checked against
+  # it): each option's type, its default (`defaultText` as written, else the value, for the
+  # reader to print as Nix), whether it is read-only, and its description.
+  optionReference =
+    path: options:
+    if isOption options then
+      [
+        (
+          {
+            name = builtins.concatStringsSep "." path;
+            type = options.type.name;
+            readOnly = options.readOnly or false;
+            description = options.description or "";
+          }
+          // (
+            if options ? defaultText then
+              { defaultText = if isAttrs options.defaultText then options.defaultText.text else options.defaultText; }
+            else if options ? default then
+              { inherit (options) default; }
+            else
+              { }
+          )
+        )
+      ]
+    else
+      concatMap (name: optionReference (path ++ [ name ]) options.${name}) (attrNames options);
 in
 {
   inherit cfg;
@@ -413,4 +441,5 @@ in
   userImports = if user == null then [ ] else user.imports or [ ];
   typeErrors = typeErrors [ ] evaluated.options.services.fediversity-windmill cfg;
   options = listToAttrs (optionDocs [ ] evaluated.options.services.fediversity-windmill);
+  optionReference = optionReference [ ] evaluated.options.services.fediversity-windmill;
 }

@@ -15,7 +15,6 @@
 //! where it should not, or for a secret in any body). Each accepted body is also checked
 //! against the published schema (`schemas/event-dd-0012.schema.json`).
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -24,7 +23,6 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::oneshot;
 
 /// The statuses of a jobs row.
 pub const JOB_STATUSES: &[&str] = &["pending", "preparing", "queued", "running", "succeeded", "failed", "destroyed"];
@@ -90,43 +88,25 @@ struct Inner {
 }
 
 pub struct Dd0012Receiver {
-    addr: SocketAddr,
+    served: crate::http::Served,
     inner: Arc<Inner>,
-    shutdown: Option<oneshot::Sender<()>>,
 }
 
 impl Dd0012Receiver {
     pub fn start() -> Self {
         let inner = Arc::new(Inner::default());
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the receiver");
-        listener.set_nonblocking(true).expect("non-blocking listener");
-        let addr = listener.local_addr().expect("receiver address");
-        let (shutdown, stop) = oneshot::channel::<()>();
         let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&inner));
-        std::thread::Builder::new()
-            .name("dd0012-receiver".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("receiver runtime");
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                    tokio::select! {
-                        _ = axum::serve(listener, app).into_future() => {}
-                        _ = stop => {}
-                    }
-                });
-            })
-            .expect("start the receiver thread");
-        Dd0012Receiver { addr, inner, shutdown: Some(shutdown) }
+        Dd0012Receiver { served: crate::http::serve("dd0012-receiver", app), inner }
     }
 
     /// The base of the API, as a node's `EVENTS_URL` names it.
     pub fn base_url(&self) -> String {
-        format!("http://{}{BASE_PATH}", self.addr)
+        format!("http://{}{BASE_PATH}", self.served.addr)
     }
 
     /// `host:port` of the receiver.
     pub fn authority(&self) -> String {
-        self.addr.to_string()
+        self.served.addr.to_string()
     }
 
     /// Creates a row with `secret` and returns its id. Ids start at 41 and grow, like a
@@ -156,14 +136,6 @@ impl Dd0012Receiver {
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
         self.inner.requests.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Dd0012Receiver {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
     }
 }
 

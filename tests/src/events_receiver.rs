@@ -8,7 +8,6 @@
 //! checked against the published schema (`schemas/event-jobenv.schema.json`): what was recorded
 //! cannot be read while one does not fit.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::oneshot;
 
 /// What the receiver saw.
 #[derive(Debug, Clone, Default)]
@@ -42,9 +40,8 @@ struct Inner {
 }
 
 pub struct Receiver {
-    addr: SocketAddr,
+    served: crate::http::Served,
     inner: Arc<Inner>,
-    shutdown: Option<oneshot::Sender<()>>,
 }
 
 impl Receiver {
@@ -60,29 +57,12 @@ impl Receiver {
             delay,
             recorded: Mutex::new(Recorded::default()),
         });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the receiver");
-        listener.set_nonblocking(true).expect("non-blocking listener");
-        let addr = listener.local_addr().expect("receiver address");
-        let (shutdown, stop) = oneshot::channel::<()>();
         let app = axum::Router::new().route("/events", post(receive)).with_state(Arc::clone(&inner));
-        std::thread::Builder::new()
-            .name("events-receiver".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("receiver runtime");
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                    tokio::select! {
-                        _ = axum::serve(listener, app).into_future() => {}
-                        _ = stop => {}
-                    }
-                });
-            })
-            .expect("start the receiver thread");
-        Receiver { addr, inner, shutdown: Some(shutdown) }
+        Receiver { served: crate::http::serve("events-receiver", app), inner }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/events", self.addr)
+        format!("http://{}/events", self.served.addr)
     }
 
     /// What was recorded; panics if an accepted event does not fit the published schema.
@@ -99,14 +79,6 @@ impl Receiver {
     /// Polls until `condition` holds on what was recorded, or `limit` passes.
     pub fn wait_for(&self, limit: Duration, condition: impl Fn(&Recorded) -> bool) -> bool {
         crate::process::wait_until(limit, || condition(&self.inner.recorded.lock().unwrap()))
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
     }
 }
 

@@ -27,9 +27,11 @@
 //! - [`events_receiver`]: an HTTP receiver of jobenv's progress events (checks the secret by
 //!   its SHA-256, can be slow or dead); [`dd0012_receiver`]: a DD-0012 back-end (rows of both
 //!   kinds, each with its own secret).
+//! - [`binaries`]: the workspace's own binaries, for tests outside their crates.
 //! - [`schemas`]: the published JSON Schemas (`schemas/`), against which the kit checks every
 //!   `result.json`, journal entry and event it reads.
 
+pub mod binaries;
 pub mod cgroup;
 pub mod dd0012_receiver;
 pub mod events_receiver;

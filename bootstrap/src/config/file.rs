@@ -1,5 +1,5 @@
-//! The configuration file as written: its fields, each with its default (the README's
-//! "Configuration" table), and its parsing. The required fields are `Option`s, so that a missing
+//! The configuration file as written: its fields, each with its default (the
+//! "Configuration" table of docs/operators/bootstrap.md), and its parsing. The required fields are `Option`s, so that a missing
 //! one is reported by name together with every other problem, rather than by serde alone.
 //!
 //! Why serde's messages are rewritten: for a value of the wrong type serde quotes the value

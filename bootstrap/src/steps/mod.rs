@@ -1,4 +1,4 @@
-//! The nine steps of the README's "What each step does", in order and numbered as there. Each
+//! The nine steps of "What each step does" (docs/operators/bootstrap.md), in order and numbered as there. Each
 //! is a function returning what it looked at, whether it created, updated or left things, and
 //! what it hands on ([`Noted`](crate::report::Noted)); [`Notes::step`] logs its line and names
 //! it in a failure.

@@ -17,7 +17,7 @@ fn a_fresh_node_converges() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
 
-    // One line per step, in order, each whole as the README specifies it.
+    // One line per step, in order, each whole as docs/operators/bootstrap.md specifies it.
     let dir = node.scripts_dir().display().to_string();
     let lines = run.step_lines();
     let expected = [

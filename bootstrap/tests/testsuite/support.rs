@@ -1,5 +1,5 @@
-//! What the modules share: whole-line assertions with wildcards, for the log lines the README
-//! specifies.
+//! What the modules share: whole-line assertions with wildcards, for the log lines the manual
+//! (docs/operators/bootstrap.md) specifies.
 
 /// Whether `line` is `pattern`, where each `[..]` in the pattern stands for any text (none
 /// included), as in cargo-test-support's `str![..]` patterns.

@@ -1,4 +1,4 @@
-//! DD-0012's notifications (`EVENTS_FORMAT=dd-0012`; README, "Progress events";
+//! DD-0012's notifications (`EVENTS_FORMAT=dd-0012`; docs/front-ends/events.md, "DD-0012";
 //! `schemas/event-dd-0012.schema.json`): a front-end keeps a row per job or deployment, with a
 //! secret of its own, and takes its updates as `POST <base>/<jobs|deployments>/<row>/notifications`
 //! with `{"status": ..., "log": {"level": ..., "message": ...}}`. Every notification carries

@@ -1,4 +1,4 @@
-//! jobenv's own wire format (README, "Progress events"; `schemas/event-jobenv.schema.json`):
+//! jobenv's own wire format (docs/front-ends/events.md; `schemas/event-jobenv.schema.json`):
 //! one JSON object per event, naming the job, numbered, with the running total of lines lost,
 //! and either a status or a batch of lines. `dropped` lets a receiver see every loss in the
 //! next event it gets.

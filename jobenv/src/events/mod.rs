@@ -1,4 +1,4 @@
-//! Progress events (optional; README, "Progress events"): while a job runs, jobenv POSTs its
+//! Progress events (optional; docs/front-ends/events.md): while a job runs, jobenv POSTs its
 //! status changes and its redacted output lines as JSON to the node's `EVENTS_URL`, in jobenv's
 //! own format ([`envelope`]) or as DD-0012 notifications of the row the payload names
 //! ([`dd0012`]); [`model::encode`] is the one place that tells them apart. Only

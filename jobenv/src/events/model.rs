@@ -96,7 +96,7 @@ impl Item {
 /// The wire format of a job's events, chosen by the node (`EVENTS_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
-    /// jobenv's own envelope, to the node's `EVENTS_URL` (README, "Progress events").
+    /// jobenv's own envelope, to the node's `EVENTS_URL` (docs/front-ends/events.md).
     Jobenv,
     /// DD-0012's notifications, to the row the payload names.
     Dd0012(RowKind),

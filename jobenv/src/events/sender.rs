@@ -1,4 +1,4 @@
-//! Delivery, by the rules of the README's "Progress events": one thread of its own (delivery
+//! Delivery, by the rules of docs/front-ends/events.md: one thread of its own (delivery
 //! must neither wait for the supervisor nor make it wait) runs a current-thread runtime with
 //! the HTTP client and posts one event at a time, in the order the messages came: lines in
 //! batches, always all of them before a status change that came after them; statuses retried

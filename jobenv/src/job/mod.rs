@@ -152,6 +152,8 @@ impl<'a> Run<'a> {
             Refused::Cancelled(cancelled) => Stop::Cancelled(cancelled),
             Refused::Journal(source) => self.journal_problem(source).into(),
             Refused::Unreachable(why) => Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}")).into(),
+            // Not this job's fault: a jobenv that reads the entry can act on it.
+            Refused::NotReady(why) => Problem::NodeNotReady(why).into(),
             Refused::Shared(why) => Problem::ClusterJournal(why).into(),
         }
     }

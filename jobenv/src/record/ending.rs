@@ -24,6 +24,9 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status but `running`: how a job can end.
+    pub const ENDED: [Status; 5] = [Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Running => "running",
@@ -129,7 +132,7 @@ impl Ending {
 
     /// How front-ends see a job that ended so: the terminal status of jobenv's own events, and
     /// the end as every format says it ([`End`]). One row per ending, one column per format (the
-    /// README's table, "Progress events"): a DD-0012 row stays in its kind's set of statuses,
+    /// table of docs/front-ends/events.md, "DD-0012"): a DD-0012 row stays in its kind's set of statuses,
     /// and its last message says what the status cannot (canceled, timed out, rejected).
     pub fn progress(&self, verb: &str) -> (Progress, End) {
         use DeploymentStatus as D;

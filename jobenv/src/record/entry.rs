@@ -67,6 +67,10 @@ pub struct Orphans {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "fediversity-jobenv journal entry", description = "One job's entry, as `fediversity-jobenv status JOB_ID` prints it")]
 pub struct Entry {
+    /// The entry's format ([`FORMAT`] when this jobenv wrote it; an entry without one is of
+    /// format 1, before formats were numbered).
+    #[serde(default = "first_format")]
+    pub format: u32,
     pub job_id: String,
     pub attempt: u32,
     pub verb: String,
@@ -217,6 +221,7 @@ impl Entry {
     pub fn running(job_id: &str, attempt: u32, earlier: Vec<Attempt>, [verb, attribute, namespace]: [&String; 3], parent: Option<(i32, u64)>, grace: Duration) -> Entry {
         let pid = std::process::id() as i32;
         Entry {
+            format: FORMAT,
             job_id: job_id.to_owned(),
             attempt,
             verb: verb.clone(),
@@ -305,9 +310,42 @@ pub fn now() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-/// Parses the entry read from `path`: its `job_id` must be a valid id and its file's name.
+/// The format of the entries this jobenv writes. Format 1: the entries before formats were
+/// numbered (no `format` field), read as they were meant. Format 2 adds the field and nothing
+/// else. A change that an older jobenv would misread (a new status, a field that changes what a
+/// decision means) takes the next number; adding a field an older jobenv may ignore does not.
+pub const FORMAT: u32 = 2;
+
+fn first_format() -> u32 {
+    1
+}
+
+/// An entry of a format newer than [`FORMAT`]: written by a newer jobenv (before a rollback of
+/// the node, say). What it means cannot be known here, so nothing acts on its job id: running
+/// the job could run it twice, replaying it could report what it did not mean.
+#[derive(Debug, thiserror::Error)]
+#[error("the journal entry of job {job_id} has format {format}, newer than this jobenv's {FORMAT}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)")]
+pub struct NewerFormat {
+    pub job_id: String,
+    pub format: u32,
+}
+
+/// Parses the entry read from `path`: its `job_id` must be a valid id and its file's name, and
+/// its format one this jobenv reads (else the error holds a [`NewerFormat`]).
 pub(crate) fn parse(path: &Path, bytes: &[u8]) -> std::io::Result<Entry> {
     let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} is corrupt: {why}", path.display()));
+    // The format first: a newer entry is not parsed as this one, whatever its fields say.
+    #[derive(serde::Deserialize)]
+    struct Format {
+        #[serde(default = "first_format")]
+        format: u32,
+    }
+    if let Ok(Format { format }) = serde_json::from_slice::<Format>(bytes) {
+        if format > FORMAT {
+            let job_id = path.file_stem().and_then(|s| s.to_str()).filter(|id| is_valid_job_id(id)).unwrap_or("(unnamed)").to_owned();
+            return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, NewerFormat { job_id, format }));
+        }
+    }
     // serde's message may quote the file's text: escaped, it cannot start a line of its own.
     let entry: Entry = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string().escape_debug().to_string()))?;
     let named = path.file_stem().and_then(|s| s.to_str());

@@ -204,6 +204,7 @@ pub(crate) mod tests {
 
     pub(crate) fn entry(status: Status, pid: i32, pid_start: u64) -> Entry {
         Entry {
+            format: super::super::entry::FORMAT,
             job_id: "j1".into(),
             attempt: 1,
             verb: "apply".into(),

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Serialize;
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
@@ -16,6 +16,7 @@ use crate::settings::Runner;
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(title = "fediversity-jobenv result.json", description = "What jobenv writes as a Windmill job's result")]
 pub struct JobResult<'a> {
+    #[schemars(schema_with = "ended")]
     pub status: Status,
     pub exit_code: i32,
     pub verb: &'a str,
@@ -85,4 +86,11 @@ pub fn record_rejected_before_start(runner: &Runner, verb: &str, errors: &[Strin
     let Some(job_id) = runner.job_id() else { return };
     let ending = Ending { status: Status::Rejected, exit_code: EXIT_REJECTED, errors: errors.to_vec(), interrupted_by: None };
     write_here(&JobResult { verb, job_id: Some(job_id), ..JobResult::of(&ending) });
+}
+
+/// A result is written once the job ended: its status is never `running` (that one is the
+/// journal's, while the program runs).
+fn ended(_: &mut SchemaGenerator) -> Schema {
+    let ended: Vec<&str> = Status::ENDED.iter().map(|status| status.as_str()).collect();
+    schemars::json_schema!({ "description": "How the job ended", "type": "string", "enum": ended })
 }

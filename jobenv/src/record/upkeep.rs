@@ -95,7 +95,7 @@ impl Journal {
         Ok(Some(entry))
     }
 
-    /// Deletes what is older than `retain` (at least a day: see the README), except the entry of
+    /// Deletes what is older than `retain` (at least a day: see `--retain-days`, docs/operators/jobenv.md), except the entry of
     /// `keep` (the job that runs now): entries that finished then, with their job locks and stop
     /// requests; job locks that never got an entry (jobs refused or cancelled before they
     /// started); temporary files an interrupted write left behind. Only files read and checked

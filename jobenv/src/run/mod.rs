@@ -4,8 +4,8 @@
 //! every child ([`reaper`]), and stop the whole tree on a cancel signal ([`cancel`]), on the
 //! timeout, or when the worker is gone.
 //!
-//! How each way a job can end is covered (the README's guarantee "Cancellation leaves nothing
-//! running"; Windmill's cancel is a SIGKILL of the job's process group, or with
+//! How each way a job can end is covered (the guarantee of docs/operators/lifecycle.md,
+//! "Cancellation"; Windmill's cancel is a SIGKILL of the job's process group, or with
 //! `MAX_WAIT_FOR_SIGINT` a SIGINT to the job process alone):
 //! 1. Windmill's default cancel SIGKILLs the process group that jobenv leads. The program stays
 //!    in jobenv's group in that case, so it dies with it; what left the group (a `setsid`'d

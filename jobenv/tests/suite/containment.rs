@@ -327,7 +327,7 @@ fn a_step_that_closed_its_descriptors_keeps_the_namespace_locked_until_it_ends()
 
 #[test]
 fn without_a_cgroup_a_step_that_closed_its_descriptors_does_not_hold_the_namespace() {
-    // The fallback's weakness, which the README states: nothing holds the tree lock once the
+    // The fallback's weakness, which docs/operators/lifecycle.md states: nothing holds the tree lock once the
     // program is gone, and nothing finds the step.
     let (d, step, beside) = second_deploy_beside_a_step("proc");
     let alive = is_alive(step);

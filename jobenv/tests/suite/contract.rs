@@ -1,5 +1,6 @@
-//! The front-end contract as JSON Schemas (`schemas/`): the README's JSON examples fit them,
-//! and `schema payload` prints what one node accepts. (That what jobenv writes fits them is
+//! The front-end contract as JSON Schemas (`schemas/`): the manual's payload example is the
+//! shipped one (that every JSON example of the manual fits its schema is the test kit's
+//! `tests/tests/suite/docs.rs`), and `schema payload` prints what one node accepts. (That what jobenv writes fits them is
 //! checked by the test kit wherever it reads a `result.json`, a journal entry or an event; that
 //! the files are what jobenv generates, by `generated.rs`.)
 
@@ -8,54 +9,20 @@ use fediversity_testkit::nix_fixture::Fixture;
 use fediversity_testkit::schemas::Contract;
 use serde_json::{Value, json};
 
-/// Every ```json block of the README, with the `###`/`####` heading it is under.
-fn readme_examples() -> Vec<(String, Vec<Value>)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let (mut heading, mut examples, mut block) = (String::new(), Vec::new(), None::<String>);
-    for line in readme.lines() {
-        match &mut block {
-            Some(text) if line == "```" => {
-                // A block may hold several values, one after the other.
-                let values = serde_json::Deserializer::from_str(text).into_iter::<Value>().collect::<Result<Vec<_>, _>>();
-                examples.push((heading.clone(), values.unwrap_or_else(|e| panic!("a JSON example under {heading:?} is not JSON: {e}\n{text}"))));
-                block = None;
-            }
-            Some(text) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-            None if line == "```json" => block = Some(String::new()),
-            None if line.starts_with("### ") || line.starts_with("#### ") => heading = line.trim_start_matches('#').trim().to_owned(),
-            None => {}
-        }
-    }
-    examples
+/// The payload example of the manual's "What a front-end sends" (docs/front-ends/contract.md):
+/// the first ```json block of that section.
+fn manual_payload_example() -> Value {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/front-ends/contract.md")).unwrap();
+    let section = &page[page.find("\n## What a front-end sends\n").expect("the section")..];
+    let start = section.find("```json payload\n").expect("a payload example in the section") + "```json payload\n".len();
+    let end = start + section[start..].find("\n```").unwrap();
+    serde_json::from_str(&section[start..end]).unwrap()
 }
 
 #[test]
-fn every_json_example_in_the_readme_fits_its_schema() {
-    let mut checked = Vec::new();
-    for (heading, values) in readme_examples() {
-        for value in values {
-            let contract = match heading.as_str() {
-                "What a front-end sends" => Contract::Payload,
-                "Progress events" => Contract::EventJobenv,
-                "DD-0012" => Contract::EventDd0012,
-                other => panic!("a JSON example under {other:?}, for which no schema is known: add it here"),
-            };
-            contract.check(&value);
-            checked.push(contract);
-        }
-    }
-    // Not vacuous: the payload, both events of jobenv's format, both notifications.
-    assert_eq!(checked, [Contract::Payload, Contract::EventJobenv, Contract::EventJobenv, Contract::EventDd0012, Contract::EventDd0012]);
-}
-
-#[test]
-fn the_examples_payload_is_the_readmes_and_fits_the_schema() {
+fn the_examples_payload_is_the_manuals_and_fits_the_schema() {
     let example: Value = serde_json::from_slice(&std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/front-end-payload.json")).unwrap()).unwrap();
-    let (_, readme) = readme_examples().into_iter().find(|(heading, _)| heading == "What a front-end sends").unwrap();
-    assert_eq!(readme, std::slice::from_ref(&example));
+    assert_eq!(manual_payload_example(), example);
     Contract::Payload.check(&example);
     // Positive control: the schema refuses what jobenv refuses for its grammar.
     let mut bad = example;

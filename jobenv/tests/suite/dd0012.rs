@@ -4,7 +4,7 @@
 //! 401/403, each kind's set of statuses (anything else is refused), `{"success": true}`. So a
 //! row whose status and log arrived also proves jobenv used the row's address and secret.
 //!
-//! The mapping under test (README, "Progress events"): while the job runs, a jobs row is
+//! The mapping under test (docs/front-ends/events.md, "DD-0012"): while the job runs, a jobs row is
 //! `preparing` then `running`, a deployments row `preparing`; at the end
 //!
 //! | ending | jobs | deployments |

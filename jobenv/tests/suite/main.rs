@@ -38,6 +38,7 @@ mod fuzz_regressions;
 mod generated;
 mod isolation;
 mod journal;
+mod journal_format;
 mod lifecycle;
 mod load;
 mod log_reader_gone;

@@ -1,7 +1,9 @@
-//! The test kit's own integration tests: one test binary, one module per subject. The Nix files
+//! The test kit's own integration tests: one test binary, one module per subject. The manual
+//! (its examples run, its links and references checked against the code), the Nix files
 //! (parsed, the NixOS module evaluated without nixpkgs, the package's source set) and the
 //! Windmill fake, held to what a real Windmill CE answers.
 
+mod docs;
 mod nix_module;
 mod nix_package;
 mod nix_parse;

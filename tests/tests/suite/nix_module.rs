@@ -25,11 +25,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn nix_string(path: PathBuf) -> String {
+pub(crate) fn nix_string(path: PathBuf) -> String {
     Value::from(path.display().to_string()).to_string()
 }
 
-fn nix_instantiate(full: &str) -> std::process::Output {
+pub(crate) fn nix_instantiate(full: &str) -> std::process::Output {
     Command::new("nix-instantiate")
         .args(["--eval", "--strict", "--json", "-E", full])
         .output()
@@ -114,7 +114,7 @@ fn the_names_lib_nix_knows_are_jobenvs() {
     assert_eq!(names, facts);
     // Not vacuous: the lists are there.
     assert!(sorted(&names["nodeTools"]).contains(&"TF_INPUT".to_owned()) && sorted(&names["reserved"]).contains(&"PATH".to_owned()));
-    // Reserved names: the README's list, by example (exact names and prefixes).
+    // Reserved names: the manual's list (docs/operators/jobenv.md), by example (exact names and prefixes).
     for (key, reserved) in [
         ("PATH", true),
         ("HOME", true),
@@ -701,7 +701,7 @@ fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins_node_only()
 }
 
 /// The fixture deployment repository (tests/nix/deployments), as a Nix string of its path.
-fn fixture_repository() -> String {
+pub(crate) fn fixture_repository() -> String {
     nix_string(repo().join("tests/nix/deployments"))
 }
 
@@ -877,7 +877,7 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(scoped["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false}));
 }
 
-/// The bootstrap configuration of the README ("fediversity-windmill-bootstrap", "Configuration"):
+/// The bootstrap configuration of the manual (docs/operators/bootstrap.md, "Configuration"):
 /// every field with its default. `null` marks a required field (or one with an environment
 /// fallback); the module has no default for it.
 fn spec_fields() -> Vec<(&'static str, Value)> {
@@ -1330,7 +1330,7 @@ fn nginx_serves_only_the_api_on_the_domain_which_is_the_default_server() {
 /// What nixpkgs' services.windmill (nixos/modules/services/web-apps/windmill.nix) defines for
 /// its three units, at normal priority: the module's definitions must merge with these, and
 /// win where they differ (ExecStart), as they would on a node.
-const NIXPKGS_WINDMILL: &str = r#"{
+pub(crate) const NIXPKGS_WINDMILL: &str = r#"{
   systemd.services = let
     sc = { DynamicUser = true; User = "windmill"; ExecStart = "/nix/store/00000000000000000000000000000000-windmill-nixpkgs/bin/windmill"; Restart = "always"; };
   in {
@@ -1341,7 +1341,7 @@ const NIXPKGS_WINDMILL: &str = r#"{
 }"#;
 
 /// A node's settings: what a minimal configuration sets.
-const NODE: &str = r#"{
+pub(crate) const NODE: &str = r#"{
   domain = "windmill.example.org";
   deployEnv = { DEPLOYMENT_ROOT = "/nix/store/00000000000000000000000000000000-deployments"; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; };
   deployKeys.MESSAGE.description = "A message";
@@ -1355,7 +1355,7 @@ const NODE: &str = r#"{
 
 /// What nixpkgs' nix module (nixos/modules/config/nix.nix) defines in `nix.settings` at normal
 /// priority, whatever the node says.
-const NIXPKGS_NIX: &str = r#"{ nix.settings = { trusted-users = [ "root" ]; }; }"#;
+pub(crate) const NIXPKGS_NIX: &str = r#"{ nix.settings = { trusted-users = [ "root" ]; }; }"#;
 
 fn module_expr(patch: &str, also: &str, select: &str) -> String {
     module_expr_on(patch, also, "{ }", select)
@@ -2098,18 +2098,19 @@ fn the_restic_wrapper_and_the_init_script_use_the_backups_repository_and_credent
     assert!(!String::from_utf8_lossy(&out.stdout).contains("args=init"), "an existing repository is not initialised again");
 }
 
-/// The first ```nix block of the README's "NixOS module" section, as it stands.
-fn readme_module_example() -> String {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = &readme[readme.find("\n## NixOS module\n").expect("the README's NixOS module section")..];
+/// The first ```nix block of the manual's "Setting up a node" (docs/operators/setup.md), as it
+/// stands.
+fn manual_module_example() -> String {
+    let page = std::fs::read_to_string(repo().join("docs/operators/setup.md")).unwrap();
+    let section = &page[page.find("\n## The configuration\n").expect("the page's configuration section")..];
     let start = section.find("```nix\n").expect("a nix block in the section") + "```nix\n".len();
     let end = start + section[start..].find("\n```").unwrap();
     section[start..end].to_owned()
 }
 
 #[test]
-fn the_readmes_module_example_evaluates_and_passes_every_assertion() {
-    let example = readme_module_example();
+fn the_manuals_module_example_evaluates_and_passes_every_assertion() {
+    let example = manual_module_example();
     // It is the example of a node that follows its repository, not some other block.
     assert!(example.contains("deploymentRepository = inputs.deployments;"), "{example}");
     let dir = tempfile::tempdir().unwrap();
@@ -2146,7 +2147,7 @@ fn the_readmes_module_example_evaluates_and_passes_every_assertion() {
     let out = nix_instantiate(&expr);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(result["assertions"], json!([]), "the README's example fails the module's own assertions");
+    assert_eq!(result["assertions"], json!([]), "the manual's example fails the module's own assertions");
     assert_eq!(result["typeErrors"], json!([]));
     assert_eq!(result["unknownSettings"], json!([]));
     // It warns of nothing of its own (the UI is protected, its rule is in the portal, the token
@@ -2176,37 +2177,9 @@ fn the_readmes_module_example_evaluates_and_passes_every_assertion() {
 
 // ---- the rendered node files, read by the real jobenv -------------------------------------------
 
-/// The fediversity-jobenv binary of this workspace. The test binaries of the README's
-/// `cargo test --workspace` have it built already (jobenv's own integration tests need it), so
-/// this asks cargo for it with that same build: nothing is rebuilt then. Run alone, this test
-/// builds the workspace's tests first.
+/// The fediversity-jobenv binary of this workspace.
 fn jobenv_binary() -> PathBuf {
-    let mut cargo = Command::new(env!("CARGO"));
-    // Without what cargo set for this test's own run (the package's CARGO_PKG_* and
-    // CARGO_MANIFEST_*, its LD_LIBRARY_PATH): build scripts that watch those would otherwise
-    // see a changed environment and rebuild.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy().into_owned();
-        if name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_MANIFEST_") || name.starts_with("CARGO_CRATE_") || name == "LD_LIBRARY_PATH" {
-            cargo.env_remove(name);
-        }
-    }
-    let out = cargo
-        .args(["test", "--workspace", "--locked", "--no-run", "--message-format=json"])
-        .current_dir(repo())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("cargo");
-    assert!(out.status.success(), "cargo test --no-run failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        // The program itself, not its unit tests (also a "bin" artifact, with profile.test).
-        .find(|m| {
-            m["reason"] == "compiler-artifact" && m["target"]["name"] == "fediversity-jobenv" && m["target"]["kind"] == json!(["bin"]) && m["profile"]["test"] == false
-        })
-        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-        .expect("cargo reports the fediversity-jobenv binary")
+    fediversity_testkit::binaries::workspace_binary("fediversity-jobenv")
 }
 
 /// Runs the real jobenv (`run --verb apply`, through real nix-shell) for `payload` against the

@@ -26,7 +26,7 @@ impl Store for FileStore {
 
     /// The entry; an attempt is live while its jobenv runs.
     fn claim_job(&self, job_id: &str, _cancel: &mut Cancel) -> Result<Known, Refused> {
-        Ok(Known::local(self.journal.read(job_id).map_err(Refused::Journal)?))
+        Ok(Known::local(self.journal.read(job_id).map_err(Refused::of_read)?))
     }
 
     /// The namespace's node-local lock, which the run holds already.

@@ -58,6 +58,8 @@ pub(super) enum Trouble {
     Unreachable(String),
     /// The database answered, but not as jobenv needs (a right missing, a row it cannot act on).
     Refused(String),
+    /// A row of a newer format than this jobenv reads: a newer jobenv can act on it.
+    Newer(String),
 }
 
 pub(super) struct Keeper {
@@ -164,6 +166,7 @@ impl Shared {
     fn trouble(&self, failed: Failed) -> Trouble {
         let error = match failed {
             Failed::Row(why) => return Trouble::Refused(why),
+            Failed::Newer(why) => return Trouble::Newer(why),
             Failed::Db(error) => error,
         };
         let text = self.dsn.hide(&match error.as_db_error() {
@@ -247,7 +250,7 @@ impl Shared {
                 Ok(())
             })
             .await;
-        if let Err(Trouble::Unreachable(why) | Trouble::Refused(why)) = released {
+        if let Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) = released {
             tracing::debug!("the run's leases on the cluster journal were not let go ({why}): they expire");
         }
     }
@@ -259,7 +262,7 @@ impl Shared {
         if self.is_lost() {
             return;
         }
-        if let Err(Trouble::Unreachable(why) | Trouble::Refused(why)) = self.run(self.timing.release_wait(), async |client| tables::release(client, table, key, epoch).await).await {
+        if let Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) = self.run(self.timing.release_wait(), async |client| tables::release(client, table, key, epoch).await).await {
             tracing::debug!("a lease on the cluster journal was not let go ({why}): it expires");
         }
     }
@@ -323,7 +326,7 @@ async fn renew(shared: Arc<Shared>) {
                 shared.lose();
                 return;
             }
-            Err(Trouble::Unreachable(why) | Trouble::Refused(why)) => {
+            Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) => {
                 if !failing {
                     tracing::warn!("cannot renew the leases on the cluster journal ({why}): retrying for up to {:?} since the last renewal", timing.renew_deadline);
                 }

@@ -159,6 +159,7 @@ impl PgStore {
 fn refused(trouble: Trouble) -> Refused {
     match trouble {
         Trouble::Unreachable(why) => Refused::Unreachable(why),
+        Trouble::Newer(why) => Refused::NotReady(why),
         Trouble::Refused(why) => Refused::Shared(why),
     }
 }
@@ -175,7 +176,7 @@ impl Store for PgStore {
 
     fn claim_job(&self, job_id: &str, cancel: &mut Cancel) -> Result<Known, Refused> {
         // A result is final: this node's own record of it needs no database.
-        let local = self.local.read(job_id).map_err(Refused::Journal)?;
+        let local = self.local.read(job_id).map_err(Refused::of_read)?;
         if local.as_ref().is_some_and(Entry::is_result) {
             return Ok(Known::local(local));
         }
@@ -268,7 +269,7 @@ impl Store for PgStore {
             match keeper.block_on(keeper.shared.run(limit, async |client| tables::write_end(client, entry, epoch, retain).await)) {
                 Ok(true) => break Ok(()),
                 Ok(false) => break Err(format!("another run took job {job_id} over on the cluster journal")),
-                Err(Trouble::Unreachable(why) | Trouble::Refused(why)) if Instant::now() >= until => break Err(why),
+                Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) if Instant::now() >= until => break Err(why),
                 Err(_) => std::thread::sleep(POLL),
             }
         };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::record::entry::{Entry, parse};
+use crate::record::entry::{Entry, NewerFormat, parse};
 
 pub(super) const SCHEMA: &str = "fediversity_jobenv";
 /// The `format` of every row this jobenv writes, and the newest it acts on.
@@ -44,6 +44,8 @@ impl Table {
 pub(super) enum Failed {
     Db(tokio_postgres::Error),
     Row(String),
+    /// A row, or the entry in it, of a newer format: a newer jobenv acts on it, this one not.
+    Newer(String),
 }
 
 impl From<tokio_postgres::Error> for Failed {
@@ -96,12 +98,15 @@ pub(super) enum JobRow {
 fn entry_of(job_id: &str, text: Option<String>) -> Result<Option<Entry>, Failed> {
     let Some(text) = text else { return Ok(None) };
     let name = format!("{SCHEMA}.jobs/{job_id}.json");
-    parse(Path::new(&name), text.as_bytes()).map(Some).map_err(|e| Failed::Row(e.to_string()))
+    parse(Path::new(&name), text.as_bytes()).map(Some).map_err(|e| match e.get_ref().and_then(|e| e.downcast_ref::<NewerFormat>()) {
+        Some(newer) => Failed::Newer(newer.to_string()),
+        None => Failed::Row(e.to_string()),
+    })
 }
 
 fn known_format(format: i32, what: &str) -> Result<(), Failed> {
     if format > FORMAT {
-        return Err(Failed::Row(format!("{what} was written by a newer jobenv (format {format}; this one knows {FORMAT}): it is left alone")));
+        return Err(Failed::Newer(format!("{what} was written by a newer jobenv (format {format}; this one knows {FORMAT}): it is left alone (upgrade jobenv)")));
     }
     Ok(())
 }
