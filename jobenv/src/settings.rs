@@ -144,3 +144,25 @@ pub enum Containment {
     /// The /proc walk, even where a cgroup could be made.
     Proc,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(lease: u64, renew_every: u64, renew_deadline: u64) -> Cluster {
+        let s = Duration::from_secs;
+        Cluster { dsn_file: PathBuf::from("/dsn"), lease: s(lease), renew_every: s(renew_every), renew_deadline: s(renew_deadline) }
+    }
+
+    #[test]
+    fn the_lease_times_must_nest_and_the_stop_fits_before_the_expiry() {
+        assert!(cluster(15, 5, 10).check().is_ok(), "the defaults");
+        assert!(cluster(15, 10, 10).check().unwrap_err().contains("--cluster-renew-every"));
+        assert!(cluster(11, 5, 10).check().unwrap_err().contains("more than 1s shorter than --cluster-lease"));
+        // The grace of a stop on a lost lease: the node's, shortened to what is left of the lease.
+        let defaults = cluster(15, 5, 10);
+        assert_eq!(defaults.stop_grace(Duration::from_secs(3)), Duration::from_secs(3));
+        assert_eq!(defaults.stop_grace(Duration::from_secs(10)), Duration::from_secs(4));
+        assert!(defaults.renew_deadline + defaults.stop_grace(Duration::from_secs(60)) + LEASE_STOP_MARGIN <= defaults.lease);
+    }
+}

@@ -28,7 +28,8 @@ struct Node {
 impl Node {
     fn new(name: &'static str, dsn: Option<&str>, body: &str) -> Node {
         let mut f = Fixture::new();
-        f.program("web", "apply", &body.replace("$NODE", name));
+        let body = body.replace("$NODE", name).replace("$DSN_FILE", &f.path().join("cluster-dsn").display().to_string());
+        f.program("web", "apply", &body);
         let dsn_file = dsn.map(|dsn| {
             let path = f.path().join("cluster-dsn");
             std::fs::write(&path, format!("{dsn}\n")).unwrap();
@@ -152,9 +153,12 @@ fn two_nodes_never_run_one_namespace_at_once_however_their_jobs_interleave() {
 fn a_finished_job_re_run_on_the_other_node_is_replayed_without_running_it() {
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
-    let body = format!("echo ran >> {}/runs; exit 3", shared.path().display());
+    // The program can read the DSN file (it runs as the worker's user): what it prints of it is
+    // redacted like a node secret.
+    let body = format!("echo ran >> {}/runs; cat $DSN_FILE; exit 3", shared.path().display());
     let (a, b) = (Node::new("a", Some(&db.dsn()), &body), Node::new("b", Some(&db.dsn()), &body));
-    a.job("zombie-1", "ns").expect_code(3).run();
+    let done = a.job("zombie-1", "ns").expect_code(3).expect_nowhere("the DSN's password", &db.password()).run();
+    assert_eq!(done.stdout, "[REDACTED]\n", "the whole connection string is one secret");
     let first = a.result();
     // Windmill's zombie re-run, picked up by the other node's worker.
     let again = b.job("zombie-1", "ns").expect_code(3).expect_nowhere("the DSN's password", &db.password()).run();
@@ -361,4 +365,34 @@ fn what_a_sigkilled_jobenv_left_outside_its_process_group_does_not_outlive_it() 
     let node = Node::new("a", Some(&db.dsn()), &body);
     let left = left_after_sigkill(&node);
     assert!(wait_until(Duration::from_secs(1), || !is_alive(left)), "the helper outlived its SIGKILLed jobenv");
+}
+
+#[test]
+fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_nothing() {
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display();
+    let body = format!("echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done");
+    let (a, b) = (Node::new("a", Some(&db.dsn()), &body), Node::new("b", Some(&db.dsn()), &body));
+    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    let mut held = a.job("taken-1", "ns").spawn();
+    read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
+    // The job's lease runs out under node a (as if node a had been frozen past it), and Windmill's
+    // re-run of the job on node b takes it over: it waits for the namespace, which node a holds.
+    db.client().execute("UPDATE fediversity_jobenv.jobs SET expires_at = now() - interval '1 second' WHERE job_id = 'taken-1'", &[]).unwrap();
+    let rerun = b.job("taken-1", "ns").args(["--lock-timeout", "20"]).spawn();
+    let status = wait_exit(&mut held, Duration::from_secs(3)).expect("node a stops at its next renewal");
+    let stderr = finish(held).stderr;
+    assert_eq!(status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("jobenv: error: the lease of job taken-1 on the cluster journal expired or was taken over: this run stops"), "{stderr}");
+    let done = finish(rerun);
+    assert!(done.success() && done.stderr.contains("attempt 1 was interrupted; running it again as attempt 2"), "{done:?}");
+    assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
+    // Node a's end came after node b took the job over: fenced by its epoch, it changed nothing.
+    let row: String = db.client().query_one("SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = 'taken-1'", &[]).unwrap().get(0);
+    let row: Value = serde_json::from_str(&row).unwrap();
+    assert_eq!((row["attempt"].as_u64(), row["status"].as_str()), (Some(2), Some("succeeded")), "{row}");
+    assert_eq!(row["earlier"][0]["interrupted_by"], "lease_lost", "{row}");
+    // Its own journal keeps its own record.
+    assert_eq!(a.f.journal_entry(jobenv_bin!(), "taken-1")["interrupted_by"], "lease_lost");
 }
