@@ -69,9 +69,17 @@ impl From<Problem> for Error {
 }
 
 /// A variable name as messages show it: control characters escaped, so that a key chosen by a
-/// job (only `=` and NUL are forbidden in names) cannot start a line of its own in the log.
-fn name(key: &str) -> String {
+/// job (only `=` and NUL are forbidden in names) cannot start a line of its own in the log. The
+/// same for any name a job could choose: a file name in the state directory (see [`shown_path`]).
+pub fn name(key: &str) -> String {
     key.escape_debug().to_string()
+}
+
+/// A path as messages show it, escaped like [`name`]: the state directory belongs to the
+/// worker's user, so every program it runs can name files there as it likes (a newline and a
+/// forged `jobenv:` line included).
+pub fn shown_path(path: &std::path::Path) -> String {
+    name(&path.to_string_lossy())
 }
 
 fn names(keys: &[String]) -> String {
@@ -170,7 +178,7 @@ pub enum Problem {
     DeclaredControlKey { key: String },
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]
     InvalidJobId(String),
-    #[error("the journal in {} cannot be used: {source}", path.display())]
+    #[error("the journal in {} cannot be used: {source}", shown_path(path))]
     Journal { path: PathBuf, source: io::Error },
     #[error("job {job_id} was already run for {recorded}; this run asks for {asked}: a job id names one request")]
     AnotherRequest { job_id: String, recorded: String, asked: String },

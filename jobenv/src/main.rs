@@ -142,15 +142,21 @@ fn open_journal(dir: &std::path::Path) -> Result<Journal, Error> {
 
 fn recover(args: RecoverArgs) -> i32 {
     let dir = args.state.dir();
+    let journal_problem = |source| Error::from(Problem::Journal { path: dir.clone(), source });
+    // `recover` runs when the worker starts again: programs may start from now on. First, and
+    // whatever becomes of the rest: a drain mark left by a recover that failed would refuse every
+    // job of this boot.
+    let ended = Journal::end_draining(&dir).map_err(journal_problem);
     let recovered = open_journal(&dir).and_then(|journal| {
-        let recovered = journal.recover().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
-        // `recover` runs when the worker starts again: programs may start from now on.
-        journal.end_draining().map_err(|source| Problem::Journal { path: dir.clone(), source })?;
+        let recovered = journal.recover().map_err(journal_problem)?;
         if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days), None) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(recovered)
     });
+    if let Err(error) = &ended {
+        error.log();
+    }
     match recovered {
         Err(error) => {
             error.log();
@@ -160,7 +166,10 @@ fn recover(args: RecoverArgs) -> i32 {
             for entry in &entries {
                 tracing::warn!("job {} (attempt {}) was interrupted: its jobenv is gone; marked failed", entry.job_id, entry.attempt);
             }
-            print(json_line(&entries).as_bytes())
+            match (print(json_line(&entries).as_bytes()), ended) {
+                (0, Err(error)) => error.exit_code(),
+                (code, _) => code,
+            }
         }
     }
 }
@@ -205,9 +214,11 @@ fn status(args: StatusArgs) -> i32 {
             return error.exit_code();
         }
     };
-    let shown = match &args.job_id {
-        Some(id) => journal.read(id).map(|entry| entry.map(|e| json_line(&e))),
-        None => journal.entries().map(|entries| Some(json_line(&entries.into_iter().map(|(_, entry)| entry).collect::<Vec<_>>()))),
+    let shown = match (&journal, &args.job_id) {
+        (None, Some(_)) => Ok(None),
+        (None, None) => Ok(Some(json_line(&Vec::<journal::Entry>::new()))),
+        (Some(journal), Some(id)) => journal.read(id).map(|entry| entry.map(|e| json_line(&e))),
+        (Some(journal), None) => journal.entries().map(|entries| Some(json_line(&entries))),
     };
     match shown {
         Ok(Some(text)) => print(text.as_bytes()),

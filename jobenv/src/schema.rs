@@ -252,7 +252,7 @@ mod tests {
             assert!(schema.is_valid(&with(status.as_str())), "{status}");
         }
         assert!(!schema.is_valid(&with("running")));
-        assert!(validator(&journal_entry()).is_valid(&json!({"job_id": "j", "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "ns", "pid": 1, "pid_start": 1, "started_at": "t", "status": "running"})));
+        assert!(validator(&journal_entry()).is_valid(&json!({"format": 2, "job_id": "j", "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "ns", "pid": 1, "pid_start": 1, "started_at": "t", "status": "running"})));
     }
 
     /// The grammars of the schema and of jobenv's validators agree, sample by sample.

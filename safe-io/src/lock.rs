@@ -47,6 +47,13 @@ impl LockFile {
         Ok(LockFile { file, path: path.to_owned() })
     }
 
+    /// A lock file the caller opened itself, in a way [`LockFile::open`] does not: relative to a
+    /// directory's descriptor and never through a link (jobenv's state directory, which another
+    /// user may write). `path` names it in errors.
+    pub fn from_file(file: File, path: PathBuf) -> LockFile {
+        LockFile { file, path }
+    }
+
     /// Takes the lock if nobody holds it; `None` when someone does.
     pub fn try_exclusive(&self) -> Result<Option<Held>> {
         match Flock::lock(self.handle()?, FlockArg::LockExclusiveNonblock) {

@@ -112,6 +112,8 @@ pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
     // a default port, an IPv6 spelling), and jobenv, the program and the state backend must all
     // read the one address that was checked. An empty path is the parser's `/`.
     match reqwest::Url::parse(address) {
+        // An IP address is the parser's own (`Host::Ipv4`, `Host::Ipv6`): only a domain is checked.
+        Ok(url) if url.domain().is_some_and(|domain| host_problem(domain).is_some()) => url.domain().and_then(host_problem),
         Ok(url) if url.as_str() == address || (path.is_empty() && url.as_str().strip_suffix('/') == Some(address)) => None,
         _ => Some("must be a URL that no parser rewrites"),
     }
@@ -181,7 +183,9 @@ pub fn address(
     let (address, from_payload) = match (base, given("TF_HTTP_ADDRESS")) {
         (Some(base), given) => {
             let scoped = format!("{}/{namespace}", base.trim_end_matches('/'));
-            if given.is_some_and(|given| trimmed(given) != scoped) {
+            // A payload's address never carries credentials (`url_problem`), the node's base may:
+            // compared without them, so that a seed's `<base>/<namespace>` matches.
+            if given.is_some_and(|given| trimmed(given) != without_userinfo(&scoped)) {
                 problems.push(Problem::ForeignStateAddress { shown: shown(given.expect("given")), namespace: namespace.to_owned() });
                 return None;
             }
@@ -195,9 +199,16 @@ pub fn address(
             return None;
         }
     };
+    // Lock addresses are compared with the state address the same way; under a base with
+    // credentials, one given is put under the address with them (the same backend, the same
+    // credentials for its locks), so it is derived.
+    let bare = without_userinfo(&address);
     let mut under = |key: &'static str| match given(key) {
         None => Some((format!("{address}/lock"), false)),
-        Some(lock) if trimmed(lock) == address || lock.starts_with(&format!("{address}/")) => Some((lock.to_owned(), true)),
+        Some(lock) if trimmed(lock) == bare || lock.starts_with(&format!("{bare}/")) => {
+            let credentialed = bare != address;
+            Some(if credentialed { (format!("{address}{}", &lock[bare.len()..]), false) } else { (lock.to_owned(), true) })
+        }
         Some(lock) => {
             problems.push(Problem::LockOutsideState { key, shown: shown(lock) });
             None
@@ -208,13 +219,27 @@ pub fn address(
     Some(StateAddress { address, lock, unlock, from_payload: [from_payload, lock_given, unlock_given] })
 }
 
+/// `address` without its userinfo (`https://user:pw@host/x` is `https://host/x`).
+fn without_userinfo(address: &str) -> String {
+    let (Some((scheme, rest)), Some((_, host))) = (address.split_once("://"), authority(address).rsplit_once('@')) else { return address.to_owned() };
+    format!("{scheme}://{host}{}", &rest[authority(address).len()..])
+}
+
+/// Why `host` (a domain the URL parser accepted) is not a host name: labels of letters, digits
+/// and `-` (not first or last), 1 to 63 of them each, 253 in all. The URL standard takes much
+/// more as a domain (`s{x}`, `a_b`, `*`): a state backend's address names a real host.
+fn host_problem(host: &str) -> Option<&'static str> {
+    let label = |l: &str| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-') && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    (host.len() > 253 || !host.split('.').all(label)).then_some("must name a valid host: a host name (letters, digits, - and .) or an IP address")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn strict_urls() {
-        for good in ["https://state.example/tf/ns", "http://10.0.0.1:8080/tf/ns/", "https://state.example"] {
+        for good in ["https://state.example/tf/ns", "http://10.0.0.1:8080/tf/ns/", "https://state.example", "http://[::1]:8080/tf", "https://xn--bcher-kva.example/tf", "http://state-1/tf"] {
             assert_eq!(url_problem(good, false), None, "{good}");
         }
         for (bad, why) in [
@@ -239,10 +264,38 @@ mod tests {
             ("https://state.example:443/tf/ns", "rewrites"),
             ("http://[0:0::1]/tf/ns", "rewrites"),
             ("HTTPS://state.example/tf/ns", "http"),
+            // Domains the URL standard takes, but no host is named so.
+            ("https://s{x}/tf/ns", "valid host"),
+            ("https://state_1.example/tf/ns", "valid host"),
+            ("https://-state.example/tf/ns", "valid host"),
+            ("https://state..example/tf/ns", "valid host"),
+            ("https://*.example/tf/ns", "valid host"),
         ] {
             assert!(url_problem(bad, false).is_some_and(|rule| rule.contains(why)), "{bad}: {:?}", url_problem(bad, false));
         }
         assert_eq!(url_problem("https://user:pw@state.example/tf", true), None, "the node's base may carry credentials");
+        assert!(url_problem("https://user:pw@s{x}/tf", true).is_some_and(|rule| rule.contains("valid host")));
+    }
+
+    #[test]
+    fn a_base_with_credentials_scopes_a_seeds_address_without_them() {
+        let base = Some("https://tfuser:pw-123@state.example/tf/");
+        let mut problems = Vec::new();
+        let p = payload(&[("TF_HTTP_ADDRESS", "https://state.example/tf/team-a"), ("TF_HTTP_LOCK_ADDRESS", "https://state.example/tf/team-a/locks/x")]);
+        let state = address("team-a", base, &p, &mut problems).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        // The program uses the node's own address, credentials and all, for its locks too.
+        assert_eq!(state.address, "https://tfuser:pw-123@state.example/tf/team-a");
+        assert_eq!(state.lock, "https://tfuser:pw-123@state.example/tf/team-a/locks/x");
+        assert_eq!(state.unlock, "https://tfuser:pw-123@state.example/tf/team-a/lock");
+        assert_eq!(state.from_payload, [false, false, false]);
+        // Another namespace's address is still refused, and the credentials are never shown.
+        let p = payload(&[("TF_HTTP_ADDRESS", "https://state.example/tf/team-b")]);
+        assert!(address("team-a", base, &p, &mut problems).is_none());
+        let shown = problems.iter().map(ToString::to_string).collect::<String>();
+        assert!(shown.contains("is not this node's state address of namespace team-a") && !shown.contains("pw-123") && !shown.contains("tfuser"), "{shown}");
+        assert_eq!(without_userinfo("https://a:b@c@h:1/x"), "https://h:1/x");
+        assert_eq!(without_userinfo("https://h/x@y"), "https://h/x@y");
     }
 
     #[test]

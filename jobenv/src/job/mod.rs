@@ -24,7 +24,6 @@
 //! 10. **report**: `result.json` for Windmill, then the final progress event.
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{EXIT_INTERNAL, Error, Problem};
@@ -35,7 +34,8 @@ use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
 use crate::record::locks;
 use crate::record::store::{self, Refused, Store};
 use crate::record::result_file::{self, JobResult};
-use crate::record::{Ending, Status, upkeep};
+use crate::record::upkeep::StopRequest;
+use crate::record::{Ending, Status};
 use crate::process;
 use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::tree::Tree;
@@ -85,7 +85,7 @@ struct Run<'a> {
     /// This jobenv, as a lock file names its holder.
     holder: String,
     /// The file `drain` creates before it signals this job (journaled jobs only).
-    stop_request: Option<PathBuf>,
+    stop_request: Option<StopRequest>,
     /// What the job is about, for its result: what the payload said, once it was read.
     identity: Identity,
     attempt: Option<u32>,
@@ -139,7 +139,7 @@ impl<'a> Run<'a> {
                 error.log();
                 Ending::rejected(&error)
             }
-            Stop::Cancelled(cancelled) => run::not_started(cancelled, self.stop_request.as_deref()).into(),
+            Stop::Cancelled(cancelled) => Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
             Stop::Replayed(entry) => self.replay(&entry),
         }
     }
@@ -175,7 +175,7 @@ impl<'a> Run<'a> {
                 return Err(Problem::InvalidJobId(id.clone()).into());
             }
             self.holder = format!("job {id}, {}", self.holder);
-            self.stop_request = Some(upkeep::stop_request(&journal, id));
+            self.stop_request = Some(StopRequest::of(&journal, id).map_err(|source| self.journal_problem(source))?);
             self.job_id = Some(id.clone());
         }
         Ok(journal)
@@ -189,7 +189,7 @@ impl<'a> Run<'a> {
         let held = journal.lock_job(id, &self.holder, cancel)
             .map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
         if let Some(request) = &self.stop_request {
-            let _ = std::fs::remove_file(request);
+            request.remove();
         }
         Ok(Some(held))
     }
@@ -255,7 +255,7 @@ impl<'a> Run<'a> {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
             events: self.events.clone(),
-            stop_request: self.stop_request.clone(),
+            stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),
             lease,
         };
@@ -294,7 +294,7 @@ impl<'a> Run<'a> {
             }
         };
         if let Some(request) = &self.stop_request {
-            let _ = std::fs::remove_file(request);
+            request.remove();
         }
         prune(store.local(), self.settings.retain, &entry.job_id);
         recorded
@@ -351,7 +351,7 @@ impl<'a> Run<'a> {
 /// Its running entry was written before this look, so a drain that began later sees the job.
 fn not_started_on_a_draining_node(since: &str) -> Ending {
     tracing::warn!("the node is draining (since {since}): the program is not started");
-    let ending = Ending::from(run::Outcome::NodeStopped(nix::sys::signal::Signal::SIGTERM as i32));
+    let ending = Ending::not_started(run::Outcome::NodeStopped(nix::sys::signal::Signal::SIGTERM as i32));
     ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
     ending
 }
@@ -361,7 +361,7 @@ fn not_started_on_a_draining_node(since: &str) -> Ending {
 /// interrupted one (a retry is safe), exit 75 like a node that is not ready.
 fn not_started_without_its_lease() -> Ending {
     tracing::warn!("the cluster journal did not renew this job's lease in time: the program is not started");
-    let ending = Ending::from(run::Outcome::LeaseLost);
+    let ending = Ending::not_started(run::Outcome::LeaseLost);
     ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
     ending
 }

@@ -45,7 +45,7 @@ impl Run<'_> {
         let deadline = std::time::Instant::now() + wait;
         let journal = store.local();
         let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
-        let own = journal.acquire(&locks::namespace_path(journal.locks(), namespace), wait, &self.holder, Some(cancel))
+        let own = journal.acquire(&locks::namespace_name(namespace), wait, &self.holder, Some(cancel))
             .map_err(|refused| self.refused(refused, locked))?;
         let left = orphans::stop_left(journal, namespace, &self.holder, self.job_id.as_deref()).map_err(|e| self.journal_problem(e))?;
         if let Some(left) = left {
@@ -59,7 +59,7 @@ impl Run<'_> {
                 }
             }
         }
-        let tree = journal.acquire(&locks::tree_path(journal.locks(), namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
+        let tree = journal.acquire(&locks::tree_name(namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
             self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
         })?;
         let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;

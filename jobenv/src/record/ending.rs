@@ -113,18 +113,30 @@ impl From<Outcome> for Ending {
             Outcome::NodeStopped(_) => (Status::Failed, Some(InterruptedBy::NodeStopped)),
             Outcome::LeaseLost => (Status::Failed, Some(InterruptedBy::LeaseLost)),
         };
-        let who = match interrupted_by {
-            Some(InterruptedBy::WorkerLost) => Some("the Windmill worker that started this job is gone"),
-            Some(InterruptedBy::NodeStopped) => Some("the node stopped"),
-            Some(InterruptedBy::LeaseLost) => Some("this node could not renew the job's lease on the cluster journal in time"),
-            Some(InterruptedBy::JobenvGone) | None => None,
-        };
-        let errors = who.map(|who| format!("{who}: the program tree was stopped; the job did not complete and a retry is safe")).into_iter().collect();
+        let errors = who(interrupted_by).map(|who| format!("{who}: the program tree was stopped; the job did not complete and a retry is safe")).into_iter().collect();
         Ending { status, exit_code: outcome.exit_code(), errors, interrupted_by }
     }
 }
 
+/// Who interrupted an attempt, as its one error line says it.
+fn who(interrupted_by: Option<InterruptedBy>) -> Option<&'static str> {
+    match interrupted_by {
+        Some(InterruptedBy::WorkerLost) => Some("the Windmill worker that started this job is gone"),
+        Some(InterruptedBy::NodeStopped) => Some("the node stopped"),
+        Some(InterruptedBy::LeaseLost) => Some("this node could not renew the job's lease on the cluster journal in time"),
+        Some(InterruptedBy::JobenvGone) | None => None,
+    }
+}
+
 impl Ending {
+    /// The job ended before its program started (a cancel, a lost worker, a node that drains):
+    /// as [`Ending::from`] the outcome, but its line says that the program never started.
+    pub fn not_started(outcome: Outcome) -> Self {
+        let mut ending = Ending::from(outcome);
+        ending.errors = who(ending.interrupted_by).map(|who| format!("{who}: the program was not started; a retry is safe")).into_iter().collect();
+        ending
+    }
+
     /// `interrupted` when the attempt has no result of its own.
     pub fn reason(&self) -> Option<Reason> {
         self.interrupted_by.map(|_| Reason::Interrupted)
@@ -211,5 +223,11 @@ mod tests {
         assert_eq!((ending(Outcome::TimedOut).status, ending(Outcome::TimedOut).exit_code), (Status::TimedOut, 124));
         let lost = ending(Outcome::LeaseLost);
         assert_eq!((lost.status, lost.exit_code, lost.interrupted_by), (Status::Failed, 75, Some(InterruptedBy::LeaseLost)));
+        // Stopped, or never started: the same ending, each line saying which.
+        let stopped = Ending::from(Outcome::NodeStopped(15));
+        let not_started = Ending::not_started(Outcome::NodeStopped(15));
+        assert_eq!((not_started.status, not_started.exit_code, not_started.interrupted_by), (stopped.status, stopped.exit_code, stopped.interrupted_by));
+        assert_eq!(stopped.errors, ["the node stopped: the program tree was stopped; the job did not complete and a retry is safe"]);
+        assert_eq!(not_started.errors, ["the node stopped: the program was not started; a retry is safe"]);
     }
 }

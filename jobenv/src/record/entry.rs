@@ -15,8 +15,6 @@
 //! An entry's identity is its file name: an entry whose `job_id` is not its file name is
 //! corrupt, reported by path and never acted on.
 
-
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use schemars::JsonSchema;
@@ -330,10 +328,11 @@ pub struct NewerFormat {
     pub format: u32,
 }
 
-/// Parses the entry read from `path`: its `job_id` must be a valid id and its file's name, and
-/// its format one this jobenv reads (else the error holds a [`NewerFormat`]).
-pub(crate) fn parse(path: &Path, bytes: &[u8]) -> std::io::Result<Entry> {
-    let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} is corrupt: {why}", path.display()));
+/// Parses the entry read from the file of `job_id` (`shown`: its path as messages show it): its
+/// `job_id` must be a valid id and its file's name, and its format one this jobenv reads (else
+/// the error holds a [`NewerFormat`]).
+pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<Entry> {
+    let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is corrupt: {why}"));
     // The format first: a newer entry is not parsed as this one, whatever its fields say.
     #[derive(serde::Deserialize)]
     struct Format {
@@ -342,14 +341,13 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> std::io::Result<Entry> {
     }
     if let Ok(Format { format }) = serde_json::from_slice::<Format>(bytes) {
         if format > FORMAT {
-            let job_id = path.file_stem().and_then(|s| s.to_str()).filter(|id| is_valid_job_id(id)).unwrap_or("(unnamed)").to_owned();
+            let job_id = Some(job_id).filter(|id| is_valid_job_id(id)).unwrap_or("(unnamed)").to_owned();
             return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, NewerFormat { job_id, format }));
         }
     }
     // serde's message may quote the file's text: escaped, it cannot start a line of its own.
     let entry: Entry = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string().escape_debug().to_string()))?;
-    let named = path.file_stem().and_then(|s| s.to_str());
-    if !is_valid_job_id(&entry.job_id) || named != Some(entry.job_id.as_str()) {
+    if !is_valid_job_id(&entry.job_id) || job_id != entry.job_id {
         return Err(corrupt("its job_id is not its file name".into()));
     }
     // What messages quote of an entry has the grammar jobenv wrote it in: a forged entry cannot

@@ -1,10 +1,18 @@
 //! The job journal in the state directory: one [`Entry`] per job id in `jobs/<id>.json`, written
 //! atomically before the program starts (`running`) and again when it ends, and the locks in
 //! `locks/`. What an entry means and what a run does with it: [`super::entry`].
+//!
+//! The state directory is the worker's user's (and so every deploy program's), and root runs
+//! `recover`, `drain` and `status` there: it is reached only through [`Dir`], which never follows a
+//! link, reads only regular files and only so much of them, and names every file in messages
+//! escaped. `jobs/` and `locks/` themselves must be directories (not links): anything else is
+//! refused, whoever runs jobenv.
 
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::path::Path;
 use std::time::Duration;
 
+use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
 pub use super::entry::{Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, STOP_MARGIN, decide, decide_known, is_valid_job_id, note_orphans, now};
@@ -22,13 +30,14 @@ const PADDING: usize = 2048;
 
 /// The state directory: `jobs/<id>.json` entries and `locks/`.
 pub struct Journal {
-    pub(super) jobs: PathBuf,
-    pub(super) locks: PathBuf,
+    pub(super) state: Dir,
+    pub(super) jobs: Dir,
+    pub(super) locks: Dir,
     /// The state directory's owner, when jobenv runs as root in a directory that belongs to
     /// someone else (an operator's `recover` or `run` by hand on a node whose worker runs as its
     /// own user): whatever jobenv creates there is given to that owner, so the worker can go on
     /// using it.
-    owner: Option<(u32, u32)>,
+    pub(super) owner: Option<(u32, u32)>,
 }
 
 impl Journal {
@@ -37,42 +46,46 @@ impl Journal {
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o750).create(state_dir)?;
-        let journal = Journal::at(state_dir)?;
-        for dir in [&journal.jobs, &journal.locks] {
-            std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir)?;
-            journal.own(dir)?;
-        }
-        Ok(journal)
+        let state = Dir::open(state_dir)?;
+        let owner = owner_of(&state)?;
+        let [jobs, locks] = ["jobs", "locks"].map(|name| -> std::io::Result<Dir> {
+            let dir = state.subdir(name, Some(0o750))?.expect("created if missing");
+            if let Some(owner) = owner {
+                dir.chown(owner)?;
+            }
+            Ok(dir)
+        });
+        Ok(Journal { state, jobs: jobs?, locks: locks?, owner })
     }
 
     /// The journal of `state_dir` as it is, creating nothing: for what only reads it (`status`).
-    /// A state directory without a journal yet has no entries.
-    pub fn at(state_dir: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let owner = match std::fs::metadata(state_dir) {
-            Ok(dir) if nix::unistd::geteuid().is_root() && (dir.uid(), dir.gid()) != (0, 0) => Some((dir.uid(), dir.gid())),
-            Ok(_) => None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
+    /// `None`: a state directory without a journal yet (no entries; `jobs/` and `locks/` are
+    /// made together).
+    pub fn at(state_dir: &Path) -> std::io::Result<Option<Self>> {
+        let state = match Dir::open(state_dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            other => other?,
         };
-        Ok(Journal { jobs: state_dir.join("jobs"), locks: state_dir.join("locks"), owner })
+        let (Some(jobs), Some(locks)) = (state.subdir("jobs", None)?, state.subdir("locks", None)?) else { return Ok(None) };
+        let owner = owner_of(&state)?;
+        Ok(Some(Journal { state, jobs, locks, owner }))
     }
 
-    /// Gives `path` (created by this jobenv) to the state directory's owner, when it has one of
+    /// Gives `file` (created by this jobenv) to the state directory's owner, when it has one of
     /// its own.
-    pub(super) fn own(&self, path: &Path) -> std::io::Result<()> {
+    pub(super) fn own(&self, file: &std::fs::File) -> std::io::Result<()> {
         use std::os::unix::fs::MetadataExt;
         match self.owner {
-            Some((uid, gid)) if std::fs::symlink_metadata(path)?.uid() != uid => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+            Some((uid, gid)) if file.metadata()?.uid() != uid => std::os::unix::fs::fchown(file, Some(uid), Some(gid)),
             _ => Ok(()),
         }
     }
 
-    /// A lock of this state directory ([`locks::acquire`]), its file given to the directory's
-    /// owner.
-    pub fn acquire(&self, path: &Path, wait: Duration, holder: &str, cancel: Option<&mut Cancel>) -> Result<locks::Held, locks::Refused> {
-        let held = locks::acquire(path, wait, holder, cancel)?;
-        self.own(path).map_err(locks::Refused::Io)?;
+    /// A lock of this state directory (`name` in `locks/`, [`locks::acquire`]), its file given
+    /// to the directory's owner.
+    pub fn acquire(&self, name: &str, wait: Duration, holder: &str, cancel: Option<&mut Cancel>) -> Result<locks::Held, locks::Refused> {
+        let held = locks::acquire(&self.locks, name, wait, holder, cancel)?;
+        self.own(held.file()).map_err(locks::Refused::Io)?;
         Ok(held)
     }
 
@@ -81,41 +94,40 @@ impl Journal {
     /// old attempt has stopped), it is waited for up to its grace plus a margin, then this run goes
     /// on as the next attempt.
     pub fn lock_job(&self, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, locks::Refused> {
-        let path = locks::job_path(self.locks(), id);
-        match self.acquire(&path, Duration::ZERO, holder, Some(cancel)) {
+        let name = locks::job_name(id);
+        match self.acquire(&name, Duration::ZERO, holder, Some(cancel)) {
             Err(locks::Refused::Busy { .. }) => match self.read(id) {
                 Ok(Some(entry)) if entry.is_stopping() => {
                     let wait = entry.stop_wait();
                     tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
-                    self.acquire(&path, wait, holder, Some(cancel))
+                    self.acquire(&name, wait, holder, Some(cancel))
                 }
-                _ => self.acquire(&path, JOB_LOCK_WAIT, holder, Some(cancel)),
+                _ => self.acquire(&name, JOB_LOCK_WAIT, holder, Some(cancel)),
             },
             other => other,
         }
     }
 
-    /// Writes a file of the state directory atomically, owned like the directory.
-    pub(super) fn write_file(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let options = safe_io::atomic::Options { mode: None, uid: self.owner.map(|o| o.0), gid: self.owner.map(|o| o.1) };
-        safe_io::atomic::write(path, bytes, options).map_err(std::io::Error::other)
-    }
-
-    pub fn locks(&self) -> &Path {
+    pub fn locks(&self) -> &Dir {
         &self.locks
     }
 
-    pub(super) fn entry_path(&self, job_id: &str) -> PathBuf {
-        self.jobs.join(format!("{job_id}.json"))
+    pub fn jobs(&self) -> &Dir {
+        &self.jobs
     }
 
-    /// The entry of `job_id`, if there is one; a corrupt one is an error naming its file.
+    /// The file name of `job_id`'s entry, in `jobs/`.
+    pub(super) fn entry_name(job_id: &str) -> String {
+        format!("{job_id}.json")
+    }
+
+    /// The entry of `job_id`, if there is one; a corrupt one (or one that is no regular file of
+    /// its own, or too large) is an error naming its file.
     pub fn read(&self, job_id: &str) -> std::io::Result<Option<Entry>> {
-        let path = self.entry_path(job_id);
-        match std::fs::read(&path) {
-            Ok(bytes) => parse(&path, &bytes).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+        let name = Self::entry_name(job_id);
+        match self.jobs.read(&name)? {
+            Some(bytes) => parse(job_id, &self.jobs.shown(name.as_ref()), &bytes).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -123,7 +135,7 @@ impl Journal {
     /// A crash leaves either the old entry or the new one, never a torn file. A `running` entry
     /// is padded (see [`PADDING`]).
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
-        self.write_file(&self.entry_path(&entry.job_id), &text(entry))
+        self.jobs.write_atomically(&Self::entry_name(&entry.job_id), &text(entry), self.owner, true)
     }
 
     /// The end of an attempt. If the new file cannot be written, the padded `running` entry is
@@ -141,8 +153,8 @@ impl Journal {
         unknown.exit_code = Some(EXIT_INTERNAL);
         unknown.reason = Some(Reason::ResultUnknown);
         let bytes = serde_json::to_vec(&unknown)?;
-        let path = self.entry_path(&entry.job_id);
-        let in_place = std::fs::OpenOptions::new().write(true).open(&path).and_then(|file| {
+        let opened = self.jobs.open_rw(&Self::entry_name(&entry.job_id), false).and_then(|file| file.ok_or_else(|| std::io::Error::other("the running entry is gone")));
+        let in_place = opened.and_then(|file| {
             use std::os::unix::fs::FileExt;
             let old_len = file.metadata()?.len() as usize;
             if bytes.len() > old_len {
@@ -161,28 +173,44 @@ impl Journal {
         Err(error)
     }
 
-    /// Every entry, oldest start first, with the file it came from. Corrupt entries (unreadable,
-    /// not JSON, or not named for their `job_id`) are skipped with a warning naming the file.
-    pub fn entries(&self) -> std::io::Result<Vec<(PathBuf, Entry)>> {
+    /// Every entry, oldest start first. Files that are no entry are skipped: temporary files and
+    /// stop requests (`.`-names) and other names silently, a `.json` not named for a valid job
+    /// id, or corrupt (unreadable, no regular file of its own, too large, not JSON, or not named
+    /// for its `job_id`), with a warning naming the file (escaped).
+    pub fn entries(&self) -> std::io::Result<Vec<Entry>> {
         let mut entries = Vec::new();
-        let dirents = match std::fs::read_dir(&self.jobs) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(entries),
-            other => other?,
-        };
-        for dirent in dirents {
-            let path = dirent?.path();
-            if path.extension().is_none_or(|ext| ext != "json") || path.file_name().is_some_and(|n| n.as_encoded_bytes().starts_with(b".")) {
+        for name in self.jobs.names()? {
+            let Some(job_id) = entry_of(&name) else { continue };
+            let Some(job_id) = job_id.filter(|id| is_valid_job_id(id)) else {
+                tracing::warn!("skipping {}: its name is not that of a journal entry (<job id>.json)", self.jobs.shown(&name));
                 continue;
-            }
-            match std::fs::read(&path).and_then(|bytes| parse(&path, &bytes)) {
-                Ok(entry) => entries.push((path, entry)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => tracing::warn!("skipping the journal entry {}: {error}", path.display()),
+            };
+            match self.read(job_id) {
+                Ok(Some(entry)) => entries.push(entry),
+                Ok(None) => {}
+                Err(error) => tracing::warn!("skipping a journal entry: {error}"),
             }
         }
-        entries.sort_by(|(_, a), (_, b)| a.started_at.cmp(&b.started_at).then_with(|| a.job_id.cmp(&b.job_id)));
+        entries.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.job_id.cmp(&b.job_id)));
         Ok(entries)
     }
+}
+
+/// A `.json` name in `jobs/` that is not hidden: `Some(its stem)`, the stem `None` when it is no
+/// UTF-8; `None` for every other name.
+fn entry_of(name: &OsStr) -> Option<Option<&str>> {
+    let bytes = name.as_encoded_bytes();
+    if bytes.starts_with(b".") || !bytes.ends_with(b".json") {
+        return None;
+    }
+    Some(name.to_str().and_then(|n| n.strip_suffix(".json")))
+}
+
+/// Who owns the state directory, when that matters ([`Journal::owner`]).
+fn owner_of(state: &Dir) -> std::io::Result<Option<(u32, u32)>> {
+    let stat = nix::sys::stat::fstat(state).map_err(std::io::Error::from)?;
+    let owner = (stat.st_uid, stat.st_gid);
+    Ok((nix::unistd::geteuid().is_root() && owner != (0, 0)).then_some(owner))
 }
 
 /// An entry's text: pretty JSON, and for a `running` entry the padding.
@@ -201,6 +229,10 @@ pub(crate) mod tests {
     use super::super::ending::{Ending, InterruptedBy};
     use super::*;
     use crate::process;
+
+    pub(crate) fn entry_path(journal: &Journal, job_id: &str) -> std::path::PathBuf {
+        journal.jobs.path().join(Journal::entry_name(job_id))
+    }
 
     pub(crate) fn entry(status: Status, pid: i32, pid_start: u64) -> Entry {
         Entry {
@@ -271,13 +303,13 @@ pub(crate) mod tests {
         for (field, value) in [("namespace", "ns\njobenv: forged"), ("verb", "apply\n"), ("attribute", "web x"), ("started_at", "yesterday\n")] {
             let mut forged = serde_json::to_value(&e).unwrap();
             forged[field] = serde_json::Value::from(value);
-            std::fs::write(journal.entry_path("j1"), forged.to_string()).unwrap();
+            std::fs::write(entry_path(&journal, "j1"), forged.to_string()).unwrap();
             let error = journal.read("j1").unwrap_err().to_string();
             assert!(error.ends_with("is corrupt: its verb, attribute, namespace or times are not as jobenv writes them"), "{field}: {error}");
         }
         let mut forged = serde_json::to_value(&e).unwrap();
         forged["status"] = serde_json::Value::from("running\njobenv: web-apply succeeded");
-        std::fs::write(journal.entry_path("j1"), forged.to_string()).unwrap();
+        std::fs::write(entry_path(&journal, "j1"), forged.to_string()).unwrap();
         let error = journal.read("j1").unwrap_err().to_string();
         assert_eq!(error.lines().count(), 1, "{error}");
         e.grace_ms = Some(u64::MAX / 2);
@@ -336,13 +368,13 @@ pub(crate) mod tests {
         journal.write(&e).unwrap();
         assert_eq!(journal.read("j1").unwrap().unwrap().job_id, "j1");
         // A copy under another name, and a forged id: corrupt, named by path.
-        std::fs::copy(journal.entry_path("j1"), journal.entry_path("j2")).unwrap();
+        std::fs::copy(entry_path(&journal, "j1"), entry_path(&journal, "j2")).unwrap();
         let error = journal.read("j2").unwrap_err().to_string();
         assert!(error.contains("j2.json is corrupt: its job_id is not its file name"), "{error}");
         e.job_id = "../../x".into();
-        std::fs::write(journal.entry_path("j3"), serde_json::to_vec(&e).unwrap()).unwrap();
+        std::fs::write(entry_path(&journal, "j3"), serde_json::to_vec(&e).unwrap()).unwrap();
         assert!(journal.read("j3").is_err());
-        let listed: Vec<String> = journal.entries().unwrap().into_iter().map(|(_, e)| e.job_id).collect();
+        let listed: Vec<String> = journal.entries().unwrap().into_iter().map(|e| e.job_id).collect();
         assert_eq!(listed, ["j1"]);
     }
 
@@ -353,7 +385,7 @@ pub(crate) mod tests {
         let mut e = entry(Status::Running, 1, 0);
         e.earlier = vec![entry(Status::Failed, 1, 0).as_attempt(); 3];
         journal.write(&e).unwrap();
-        let running_len = std::fs::metadata(journal.entry_path("j1")).unwrap().len();
+        let running_len = std::fs::metadata(entry_path(&journal, "j1")).unwrap().len();
         e.end(&Ending { status: Status::Succeeded, exit_code: 0, errors: Vec::new(), interrupted_by: None });
         let mut unknown = e.clone();
         // The longest of each.

@@ -1,15 +1,17 @@
 //! The locks in the state directory: one deploy per namespace, one run per job id. They are
 //! [`safe_io::lock`]'s `flock`s: the kernel releases one when its holders exit in any way, so a
 //! crash never leaves a namespace locked. What is added here: a wait bounded in time that a
-//! cancel signal ends, and the holder's name in the file, for the message of a refused job.
+//! cancel signal ends, the holder's name in the file, for the message of a refused job, and a
+//! lock file opened only as [`Dir`] opens files (never through a link, a regular file): the
+//! directory is the worker's user's, and root writes the holder's name into the file.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use safe_io::lock::LockFile;
 
+use super::dir::Dir;
 use crate::run::cancel::{Cancel, Cancelled};
 
 /// A held lock; dropping it releases the lock.
@@ -34,19 +36,19 @@ pub enum Refused {
     Io(std::io::Error),
 }
 
-/// Takes the exclusive lock on `path`, waiting up to `wait` (zero: try once). On success,
-/// records `holder` in the file so that a refused job can say who holds it.
-pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mut Cancel>) -> Result<Held, Refused> {
+/// Takes the exclusive lock on `name` in `dir`, waiting up to `wait` (zero: try once). On
+/// success, records `holder` in the file so that a refused job can say who holds it.
+pub fn acquire(dir: &Dir, name: &str, wait: Duration, holder: &str, mut cancel: Option<&mut Cancel>) -> Result<Held, Refused> {
     let deadline = Instant::now() + wait;
     let io = |error: safe_io::Error| Refused::Io(std::io::Error::other(error));
-    let mut file = LockFile::open(path).map_err(io)?;
+    let mut file = open(dir, name)?;
     let mut said_waiting = false;
     loop {
         if let Some(held) = file.try_exclusive().map_err(io)? {
-            // A lock file pruned and made again while we waited is not this path's lock any
-            // more: take the one the path names now.
-            if !same_file(held.file(), path) {
-                file = LockFile::open(path).map_err(io)?;
+            // A lock file pruned and made again while we waited is not this name's lock any
+            // more: take the one the name is now.
+            if !same_file(held.file(), dir, name) {
+                file = open(dir, name)?;
                 continue;
             }
             // Best effort: the holder text only makes error messages better. A fixed-size record
@@ -58,7 +60,7 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mu
             return Err(Refused::Cancelled(cancelled));
         }
         if !said_waiting && Instant::now() < deadline {
-            tracing::info!("{} is held by {}: waiting up to {wait:?}", path.display(), holder_of(file.file()));
+            tracing::info!("{} is held by {}: waiting up to {wait:?}", crate::error::shown_path(file.path()), holder_of(file.file()));
             said_waiting = true;
         }
         if Instant::now() >= deadline {
@@ -68,11 +70,24 @@ pub fn acquire(path: &Path, wait: Duration, holder: &str, mut cancel: Option<&mu
     }
 }
 
-/// Whether `file` is still the file at `path` (not one unlinked meanwhile).
-fn same_file(file: &File, path: &Path) -> bool {
+/// The lock file `name`, created if missing.
+fn open(dir: &Dir, name: &str) -> Result<LockFile, Refused> {
+    let file = dir.open_rw(name, true).map_err(Refused::Io)?.expect("created if missing");
+    Ok(LockFile::from_file(file, dir.path().join(name)))
+}
+
+/// Whether a lock held by someone else right now is `name` (false if it is free, missing, or
+/// cannot be opened as a lock file).
+pub fn is_held(dir: &Dir, name: &str) -> bool {
+    let Ok(Some(file)) = dir.open_rw(name, false) else { return false };
+    matches!(LockFile::from_file(file, dir.path().join(name)).try_exclusive(), Ok(None))
+}
+
+/// Whether `file` is still the file `name` (not one unlinked meanwhile).
+fn same_file(file: &File, dir: &Dir, name: &str) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), std::fs::metadata(path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+    match (file.metadata(), dir.stat(name)) {
+        (Ok(a), Ok(Some(b))) => a.dev() == b.st_dev && a.ino() == b.st_ino,
         _ => false,
     }
 }
@@ -102,33 +117,45 @@ fn holder_record(holder: &str) -> [u8; HOLDER_RECORD] {
 
 const HOLDER_RECORD: usize = 256;
 
-/// The lock file of a namespace.
-pub fn namespace_path(locks: &Path, namespace: &str) -> PathBuf {
-    locks.join(format!("namespace-{namespace}.lock"))
+/// The lock file of a namespace, in `locks/`.
+pub fn namespace_name(namespace: &str) -> String {
+    format!("namespace-{namespace}.lock")
 }
 
 /// The lock a namespace's program tree holds (see `run::spawn::Passed::lock`).
-pub fn tree_path(locks: &Path, namespace: &str) -> PathBuf {
-    locks.join(format!("namespace-{namespace}.tree.lock"))
+pub fn tree_name(namespace: &str) -> String {
+    format!("namespace-{namespace}.tree.lock")
 }
 
 /// The lock file of a job id.
-pub fn job_path(locks: &Path, job_id: &str) -> PathBuf {
-    locks.join(format!("job-{job_id}.lock"))
+pub fn job_name(job_id: &str) -> String {
+    format!("job-{job_id}.lock")
+}
+
+/// The job id whose lock file `name` is, if it is one (of a valid job id).
+pub fn job_of(name: &std::ffi::OsStr) -> Option<&str> {
+    name.to_str()?.strip_prefix("job-")?.strip_suffix(".lock").filter(|id| super::entry::is_valid_job_id(id))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn locks() -> (tempfile::TempDir, Dir) {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(temp.path()).unwrap();
+        (temp, dir)
+    }
+
     #[test]
     fn a_holder_text_cannot_start_a_line_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("l.lock");
+        let (temp, dir) = locks();
+        let path = temp.path().join("l.lock");
         // What any process of the worker's user could write into a lock file of the node.
         std::fs::write(&path, "job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K").unwrap();
         let _held = safe_io::lock::LockFile::open(&path).unwrap().try_exclusive().unwrap().unwrap();
-        match acquire(&path, Duration::ZERO, "job b", None) {
+        assert!(is_held(&dir, "l.lock"));
+        match acquire(&dir, "l.lock", Duration::ZERO, "job b", None) {
             Err(Refused::Busy { holder }) => {
                 assert_eq!(holder, r"job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K");
             }
@@ -138,13 +165,29 @@ mod tests {
 
     #[test]
     fn a_shorter_holder_replaces_a_longer_one_entirely() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("l.lock");
-        drop(acquire(&path, Duration::ZERO, "job a-very-long-job-identifier, jobenv pid 123456", None));
-        let _held = acquire(&path, Duration::ZERO, "job b, jobenv pid 7", None).ok().unwrap();
-        match acquire(&path, Duration::ZERO, "job c", None) {
+        let (_temp, dir) = locks();
+        drop(acquire(&dir, "l.lock", Duration::ZERO, "job a-very-long-job-identifier, jobenv pid 123456", None));
+        let _held = acquire(&dir, "l.lock", Duration::ZERO, "job b, jobenv pid 7", None).ok().unwrap();
+        match acquire(&dir, "l.lock", Duration::ZERO, "job c", None) {
             Err(Refused::Busy { holder }) => assert_eq!(holder, "job b, jobenv pid 7"),
             _ => panic!("the lock should be busy"),
         }
+    }
+
+    #[test]
+    fn a_lock_file_that_is_a_link_is_never_written_through() {
+        let (temp, dir) = locks();
+        let target = temp.path().join("target");
+        std::fs::write(&target, "root's file").unwrap();
+        std::os::unix::fs::symlink(&target, temp.path().join("l.lock")).unwrap();
+        match acquire(&dir, "l.lock", Duration::ZERO, "job a", None) {
+            Err(Refused::Io(error)) => assert!(error.to_string().contains("l.lock is refused: it is a symbolic link"), "{error}"),
+            _ => panic!("a linked lock file was taken"),
+        }
+        assert!(!is_held(&dir, "l.lock"));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's file");
+        // Positive control: a lock file of its own is taken and holds the holder's name.
+        assert!(acquire(&dir, "m.lock", Duration::ZERO, "job a", None).is_ok());
+        assert!(std::fs::read_to_string(temp.path().join("m.lock")).unwrap().starts_with("job a "));
     }
 }

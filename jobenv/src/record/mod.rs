@@ -1,6 +1,8 @@
 //! Stage 4 of a job: what is recorded of it, so that its result is never lost or executed twice
 //! by accident.
 //!
+//! - [`dir`]: a directory of the state directory, held by its descriptor: nothing there is
+//!   reached through a link, and only regular files of a bounded size are read;
 //! - [`ending`]: how a job ended (one [`Status`], one [`Ending`], the typed [`Reason`] and
 //!   [`InterruptedBy`]), and the table from the run's outcome to each record of it;
 //! - [`entry`]: a job id's journal entry, and what a second run of the same job id does;
@@ -15,6 +17,7 @@
 //!   leases;
 //! - [`upkeep`]: `recover`, `prune` and `drain`, which keep the journal true between runs.
 
+pub mod dir;
 pub mod ending;
 pub mod entry;
 pub mod journal;

@@ -13,14 +13,17 @@
 //! Holding the namespace's lock (jobenv's own, held from step 6 until it exits) is what tells
 //! that the deploy's jobenv is gone.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::dir::Dir;
 use super::ending::{InterruptedBy, Status};
-use super::journal::{Journal, Orphans, now};
+use super::journal::{Journal, MAX_STOP_GRACE, Orphans, is_valid_job_id, now};
 use super::locks;
+use crate::error::shown_path;
+use crate::input::names::is_valid_namespace;
 use crate::run::tree::{Cgroup, ProgramTree, hierarchy};
 
 /// Which cgroup holds a namespace's program tree, and whose deploy it is.
@@ -38,36 +41,45 @@ pub struct TreeRecord {
 }
 
 /// The record of a namespace's program tree, in the locks directory.
-pub fn record_path(locks: &Path, namespace: &str) -> PathBuf {
-    locks.join(format!("namespace-{namespace}.tree.json"))
+pub fn record_name(namespace: &str) -> String {
+    format!("namespace-{namespace}.tree.json")
+}
+
+/// Whether `name` is a program tree's record: `Some(Ok(namespace))`; `Some(Err(()))` when it is
+/// named like one but not for a valid namespace; `None` for every other file.
+fn namespace_of(name: &std::ffi::OsStr) -> Option<Result<&str, ()>> {
+    let bytes = name.as_encoded_bytes();
+    if !bytes.starts_with(b"namespace-") || !bytes.ends_with(b".tree.json") {
+        return None;
+    }
+    let namespace = name.to_str().and_then(|n| n.strip_prefix("namespace-")?.strip_suffix(".tree.json"));
+    Some(namespace.filter(|ns| is_valid_namespace(ns)).ok_or(()))
 }
 
 /// A run's record of its cgroup. Dropped (after the cgroup was, see `run::tree::Cgroup`), it
 /// removes the record once the cgroup is gone; a cgroup that is still populated keeps it.
 pub struct Recorded {
-    path: PathBuf,
+    locks: Dir,
+    name: String,
     cgroup: PathBuf,
 }
 
 impl Recorded {
     /// Written before the cgroup is made, under the namespace's lock: a new file renamed into
-    /// place, so a reader never sees half of one. Not synced to disk: it must outlive jobenv,
-    /// not the machine (a reboot ends every cgroup), and a sync would cost every run.
+    /// place, so a reader never sees half of one; readable by the worker's user, also when a
+    /// person ran jobenv as root. Not synced to disk: it must outlive jobenv, not the machine (a
+    /// reboot ends every cgroup), and a sync would cost every run.
     pub fn write(journal: &Journal, namespace: &str, record: &TreeRecord) -> std::io::Result<Recorded> {
-        let path = record_path(journal.locks(), namespace);
-        let mut file = tempfile::Builder::new().prefix(".tree.").tempfile_in(journal.locks())?;
-        std::io::Write::write_all(&mut file, &serde_json::to_vec(record)?)?;
-        // Readable by the worker's user, also when a person ran jobenv as root.
-        journal.own(file.path())?;
-        file.persist(&path).map_err(|e| e.error)?;
-        Ok(Recorded { path, cgroup: record.cgroup.clone() })
+        let name = record_name(namespace);
+        journal.locks().write_atomically(&name, &serde_json::to_vec(record)?, journal.owner, false)?;
+        Ok(Recorded { locks: journal.locks().try_clone()?, name, cgroup: record.cgroup.clone() })
     }
 }
 
 impl Drop for Recorded {
     fn drop(&mut self) {
         if !self.cgroup.exists() {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = self.locks.remove(&self.name);
         }
     }
 }
@@ -88,28 +100,34 @@ pub struct Left {
 /// `own_job`'s (whose run holds that entry and records it itself). `by` names who stopped them.
 /// Removes the record once its cgroup is gone. `None` when nothing was left running.
 pub fn stop_left(journal: &Journal, namespace: &str, by: &str, own_job: Option<&str>) -> std::io::Result<Option<Left>> {
-    let path = record_path(journal.locks(), namespace);
-    let record: TreeRecord = match std::fs::read(&path) {
-        Ok(bytes) => match serde_json::from_slice(&bytes) {
+    let name = record_name(namespace);
+    let forget = |why: &str| forget(journal.locks(), &name, why);
+    let record: TreeRecord = match journal.locks().read(&name) {
+        Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+            // Its text is the worker's user's: escaped, like everything else of it below.
+            Err(error) => return forget(&format!("it is not a record of a program tree ({})", crate::error::name(&error.to_string()))),
             Ok(record) => record,
-            Err(error) => return forget(&path, &format!("it is not a record of a program tree ({error})")),
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        Ok(None) => return Ok(None),
+        Err(error) => return forget(&error.to_string()),
     };
     if !hierarchy::is_deploy_cgroup(&record.cgroup, namespace) {
-        return forget(&path, &format!("{} is not the cgroup of a deploy of namespace {namespace}", record.cgroup.display()));
+        return forget(&format!("{} is not the cgroup of a deploy of namespace {namespace}", shown_path(&record.cgroup)));
     }
-    let Some(cgroup) = Cgroup::open(&record.cgroup) else { return forget(&path, "") };
+    if record.job_id.as_deref().is_some_and(|id| !is_valid_job_id(id)) {
+        return forget("its job id is not one");
+    }
+    let Some(cgroup) = Cgroup::open(&record.cgroup) else { return forget("") };
     if cgroup.is_empty() {
         drop(cgroup);
-        return forget(&path, "");
+        return forget("");
     }
     let whose = match (&record.job_id, record.attempt) {
         (Some(id), Some(attempt)) => format!("job {id} (attempt {attempt}, jobenv pid {})", record.jobenv_pid),
         _ => format!("the deploy of jobenv pid {}", record.jobenv_pid),
     };
-    let grace = Duration::from_millis(record.grace_ms);
+    // Bounded like an entry's: a record claiming days must not hold `recover` for days.
+    let grace = Duration::from_millis(record.grace_ms).min(MAX_STOP_GRACE);
     let found = cgroup.members().len();
     tracing::warn!("namespace {namespace}: {found} process(es) of the program tree of {whose} still running without their jobenv: stopping them (grace {grace:?})");
     let stopped = cgroup.stop(grace);
@@ -122,20 +140,18 @@ pub fn stop_left(journal: &Journal, namespace: &str, by: &str, own_job: Option<&
     }
     if stopped.empty {
         drop(cgroup);
-        forget(&path, "")?;
+        forget("")?;
     }
     Ok(Some(left))
 }
 
-/// Removes a record that names nothing to stop (saying why, when it was not just empty).
-fn forget(path: &Path, why: &str) -> std::io::Result<Option<Left>> {
+/// Removes a record that names nothing to stop (saying why, when it was not just empty; `why`
+/// is escaped already). A link is removed, never its target.
+fn forget(locks: &Dir, name: &str, why: &str) -> std::io::Result<Option<Left>> {
     if !why.is_empty() {
-        tracing::warn!("ignoring {}: {why}", path.display());
+        tracing::warn!("ignoring {}: {why}", locks.shown(name.as_ref()));
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(None),
-    }
+    locks.remove(name).map(|_| None)
 }
 
 impl Journal {
@@ -144,10 +160,13 @@ impl Journal {
     /// that job holds its lock (it owns the entry), or there is no such attempt.
     fn record_orphans(&self, job_id: &str, attempt: u32, orphans: &Orphans) -> std::io::Result<bool> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match self.acquire(&locks::job_path(self.locks(), job_id), Duration::ZERO, &holder, None) {
+        let _lock = match self.acquire(&locks::job_name(job_id), Duration::ZERO, &holder, None) {
             Ok(lock) => lock,
             Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(false),
-            Err(locks::Refused::Io(error)) => return Err(error),
+            Err(locks::Refused::Io(error)) => {
+                tracing::warn!("job {job_id}: its job lock cannot be taken: {error}");
+                return Ok(false);
+            }
         };
         let Some(mut entry) = self.read(job_id)? else { return Ok(false) };
         if !entry.note_orphans(attempt, orphans.clone()) {
@@ -166,10 +185,16 @@ impl Journal {
     pub fn stop_orphans(&self, by: &str) -> std::io::Result<Vec<String>> {
         let holder = format!("jobenv {by}, pid {}", std::process::id());
         let mut recorded = Vec::new();
-        for dirent in std::fs::read_dir(self.locks())?.flatten() {
-            let name = dirent.file_name();
-            let Some(namespace) = name.to_str().and_then(|n| n.strip_prefix("namespace-")?.strip_suffix(".tree.json")) else { continue };
-            let Ok(_held) = self.acquire(&locks::namespace_path(self.locks(), namespace), Duration::ZERO, &holder, None) else { continue };
+        for name in self.locks().names()? {
+            let namespace = match namespace_of(&name) {
+                None => continue,
+                Some(Ok(namespace)) => namespace,
+                Some(Err(())) => {
+                    tracing::warn!("skipping {}: its name is not that of a program tree's record (namespace-<namespace>.tree.json)", self.locks().shown(&name));
+                    continue;
+                }
+            };
+            let Some(_held) = self.try_lock(&locks::namespace_name(namespace), &holder) else { continue };
             if let Some(left) = stop_left(self, namespace, by, None)? {
                 recorded.extend(left.job_id);
             }

@@ -2,26 +2,54 @@
 //! died), `prune` (old entries) and `drain` (a node that stops).
 //!
 //! Each touches an entry only under that job's lock and only by the file it read: an entry's
-//! identity is its file name, checked when it is read ([`Journal::entries`]).
+//! identity is its file name, checked when it is read ([`Journal::entries`]). A file it cannot
+//! use (a link, a FIFO, a lock file it cannot open) is skipped with a warning: one planted file
+//! must not keep `recover` or `drain` from the rest.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::dir::{self, Dir};
 use super::ending::InterruptedBy;
+use super::ending::Status;
 use super::journal::{Entry, Journal, STOP_MARGIN};
 use super::locks;
-use super::ending::Status;
 use crate::process;
 
-/// The file `drain` creates before it signals a job's jobenv: that jobenv then records the
-/// attempt as stopped by the node, not as canceled.
-pub fn stop_request(journal: &Journal, job_id: &str) -> PathBuf {
-    journal.jobs.join(format!(".{job_id}.stop"))
+/// The file `drain` creates in `jobs/` before it signals a job's jobenv: that jobenv then
+/// records the attempt as stopped by the node, not as canceled.
+#[derive(Debug)]
+pub struct StopRequest {
+    jobs: Dir,
+    name: String,
 }
 
+impl StopRequest {
+    pub fn of(journal: &Journal, job_id: &str) -> std::io::Result<StopRequest> {
+        Ok(StopRequest { jobs: journal.jobs.try_clone()?, name: format!(".{job_id}.stop") })
+    }
+
+    /// Whether `drain` asked for this job's stop (anything of that name counts: only the
+    /// worker's user and root can write there).
+    pub fn exists(&self) -> bool {
+        self.jobs.stat(&self.name).is_ok_and(|stat| stat.is_some())
+    }
+
+    /// Best effort: a request left behind only makes a later cancel of this job id look like a
+    /// node that stops, and the job lock's holder removes it first.
+    pub fn remove(&self) {
+        let _ = self.jobs.remove(&self.name);
+    }
+}
+
+/// How long `drain` waits for a jobenv it SIGKILLed to be gone, locks and all.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// The drain mark's name in the state directory.
+const DRAINING: &str = "draining";
 
 /// What `drain` leaves in the state directory: from its start until `recover` (which the worker
 /// runs when it starts again), no program starts on this node, in this boot.
@@ -32,24 +60,30 @@ struct Draining {
 }
 
 impl Journal {
-    fn draining_path(&self) -> PathBuf {
-        self.jobs.with_file_name("draining")
-    }
-
     /// Since when the node drains, when a drain of this boot is under way: then no program may
-    /// start. An unreadable or foreign mark (another boot's) is no drain.
+    /// start. An unreadable or foreign mark (another boot's) is no drain; so is one that is no
+    /// regular file (the worker's user, who could plant it, can also delete it).
     pub fn draining(&self) -> Option<String> {
-        let mark: Draining = serde_json::from_slice(&std::fs::read(self.draining_path()).ok()?).ok()?;
+        let bytes = match self.state.read(DRAINING) {
+            Ok(bytes) => bytes?,
+            Err(error) => {
+                tracing::warn!("{error}: taken as no drain");
+                return None;
+            }
+        };
+        let mark: Draining = serde_json::from_slice(&bytes).ok()?;
         let this_boot = mark.boot_id.as_deref() == process::boot_id();
         let since = humantime::parse_rfc3339(&mark.since).is_ok().then_some(mark.since)?;
         this_boot.then_some(since)
     }
 
-    /// The node starts again: programs may start (`recover`, at the worker's start).
-    pub fn end_draining(&self) -> std::io::Result<()> {
-        match std::fs::remove_file(self.draining_path()) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+    /// The node starts again: programs may start (`recover`, at the worker's start). Needs only
+    /// the state directory itself, so that it works whatever else there is broken.
+    pub fn end_draining(state_dir: &Path) -> std::io::Result<()> {
+        match Dir::open(state_dir) {
+            Ok(state) => state.remove(DRAINING).map(drop),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -61,7 +95,7 @@ impl Journal {
     pub fn recover(&self) -> std::io::Result<Vec<Entry>> {
         let orphaned = self.stop_orphans("recover")?;
         let mut recovered = Vec::new();
-        for (_, entry) in self.entries()? {
+        for entry in self.entries()? {
             if orphaned.contains(&entry.job_id) {
                 recovered.push(entry);
                 continue;
@@ -69,22 +103,39 @@ impl Journal {
             if entry.status != Status::Running || entry.is_live() {
                 continue;
             }
-            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone)? {
+            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone, Duration::ZERO)? {
                 recovered.push(entry);
             }
         }
         Ok(recovered)
     }
 
-    /// Under the job's lock: if the entry is still `running` and its jobenv gone, records it
-    /// interrupted by `by`. `None` when a live run owns it, or it ended meanwhile.
-    fn interrupt(&self, job_id: &str, by: InterruptedBy) -> std::io::Result<Option<Entry>> {
+    /// The lock `name`, if nobody holds it; a lock file that cannot be used (a link planted in
+    /// its place) is left as it is, with a warning.
+    pub(super) fn try_lock(&self, name: &str, holder: &str) -> Option<locks::Held> {
+        match self.acquire(name, Duration::ZERO, holder, None) {
+            Ok(held) => Some(held),
+            Err(locks::Refused::Io(error)) => {
+                tracing::warn!("{error}: left as it is");
+                None
+            }
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => None,
+        }
+    }
+
+    /// Under the job's lock (waited for up to `wait`): if the entry is still `running` and its
+    /// jobenv gone, records it interrupted by `by`. `None` when a live run owns it, or it ended
+    /// meanwhile, or its lock file cannot be used (a warning says why).
+    fn interrupt(&self, job_id: &str, by: InterruptedBy, wait: Duration) -> std::io::Result<Option<Entry>> {
         let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match self.acquire(&locks::job_path(&self.locks, job_id), Duration::ZERO, &holder, None) {
+        let _lock = match self.acquire(&locks::job_name(job_id), wait, &holder, None) {
             Ok(lock) => lock,
             // Held: a live run of this job id owns the entry.
             Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
-            Err(locks::Refused::Io(error)) => return Err(error),
+            Err(locks::Refused::Io(error)) => {
+                tracing::warn!("job {job_id} is left as it is: its job lock cannot be taken: {error}");
+                return Ok(None);
+            }
         };
         let Some(mut entry) = self.read(job_id)? else { return Ok(None) };
         if entry.status != Status::Running || entry.is_live() {
@@ -99,16 +150,13 @@ impl Journal {
     /// `keep` (the job that runs now): entries that finished then, with their job locks and stop
     /// requests; job locks that never got an entry (jobs refused or cancelled before they
     /// started); temporary files an interrupted write left behind. Only files read and checked
-    /// here are deleted; one that is gone meanwhile is skipped.
+    /// here are deleted, by name in their own directory (a link is deleted, never its target);
+    /// one that is gone meanwhile is skipped.
     pub fn prune(&self, retain: Duration, keep: Option<&str>) -> std::io::Result<usize> {
         // A retention longer than the clock's past keeps everything.
         let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
-        let gone = |result: std::io::Result<()>| match result {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            other => other.map(|()| true),
-        };
         let mut pruned = 0;
-        for (path, entry) in self.entries()? {
+        for entry in self.entries()? {
             let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
             if entry.status == Status::Running || keep == Some(entry.job_id.as_str()) || finished.is_none_or(|t| t >= cutoff) {
                 continue;
@@ -116,28 +164,29 @@ impl Journal {
             // Under the job's lock, and only if nobody holds it: a run of this job id that is
             // starting owns the entry and its lock file (deleting them under it would let a
             // second run of the same id start beside it).
-            let lock_path = locks::job_path(&self.locks, &entry.job_id);
-            let Ok(_held) = self.acquire(&lock_path, Duration::ZERO, "jobenv prune", None) else { continue };
-            pruned += usize::from(gone(std::fs::remove_file(&path))?);
-            let _ = std::fs::remove_file(stop_request(self, &entry.job_id));
-            let _ = std::fs::remove_file(&lock_path);
+            let lock = locks::job_name(&entry.job_id);
+            let Some(_held) = self.try_lock(&lock, "jobenv prune") else { continue };
+            pruned += usize::from(self.jobs.remove(&Journal::entry_name(&entry.job_id))?);
+            if let Ok(request) = StopRequest::of(self, &entry.job_id) {
+                request.remove();
+            }
+            let _ = self.locks.remove(&lock);
         }
-        let older = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t < cutoff);
-        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
-            let path = dirent.path();
-            let name = dirent.file_name();
-            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
-            if super::journal::is_valid_job_id(job_id) && !self.entry_path(job_id).exists() && older(&path) {
+        let older = |dir: &Dir, name: &str| dir.stat(name).ok().flatten().is_some_and(|stat| dir::modified(&stat) < cutoff);
+        for name in self.locks.names()? {
+            let Some(job_id) = locks::job_of(&name) else { continue };
+            let lock = locks::job_name(job_id);
+            if self.jobs.stat(&Journal::entry_name(job_id))?.is_none() && older(&self.locks, &lock) {
                 // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Ok(_held) = self.acquire(&path, Duration::ZERO, "jobenv prune", None) {
-                    pruned += usize::from(gone(std::fs::remove_file(&path))?);
+                if let Some(_held) = self.try_lock(&lock, "jobenv prune") {
+                    pruned += usize::from(self.locks.remove(&lock)?);
                 }
             }
         }
-        for dirent in std::fs::read_dir(&self.jobs)?.flatten() {
-            let path = dirent.path();
-            if dirent.file_name().to_str().is_some_and(|n| n.starts_with('.')) && older(&path) {
-                pruned += usize::from(gone(std::fs::remove_file(&path))?);
+        for name in self.jobs.names()? {
+            let Some(name) = name.to_str().filter(|n| n.starts_with('.')) else { continue };
+            if older(&self.jobs, name) {
+                pruned += usize::from(self.jobs.remove(name)?);
             }
         }
         Ok(pruned)
@@ -145,10 +194,12 @@ impl Journal {
 
     /// For a node that stops: lets the running journaled jobs finish for up to `wait`, then
     /// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
-    /// tree with its grace and records the attempt interrupted by the node). A jobenv that has
-    /// not ended by its grace plus a margin ([`Entry::stop_wait`]) is SIGKILLed with its process
-    /// group if it leads one, what its program tree left running in its cgroup is stopped too,
-    /// and its entry recorded here. Returns what it did, one entry per job.
+    /// tree with its grace and records the attempt interrupted by the node). The jobenvs stop
+    /// together, under one deadline: the longest of their graces plus a margin
+    /// ([`Entry::stop_wait`]), however many there are. One that has not ended by then is
+    /// SIGKILLed with its process group if it leads one, what its program tree left running in
+    /// its cgroup is stopped too, and its entry recorded here. Returns what it did, one entry per
+    /// job.
     ///
     /// From its start on, no program starts on the node ([`Journal::draining`]): a job that was
     /// waiting for a lock or still being validated refuses at its program's start, recorded like
@@ -156,7 +207,7 @@ impl Journal {
     pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
         let since = super::journal::now();
         let mark = Draining { boot_id: process::boot_id().map(str::to_owned), since: since.clone() };
-        self.write_file(&self.draining_path(), &serde_json::to_vec(&mark)?)?;
+        self.state.write_atomically(DRAINING, &serde_json::to_vec(&mark)?, self.owner, true)?;
         let mut stopped = self.drain_live(wait)?;
         // Runs of a job id that were still before their program (waiting for a lock, being
         // validated) hold their job lock: they refuse at their program's start now; a moment is
@@ -166,7 +217,7 @@ impl Journal {
             std::thread::sleep(Duration::from_millis(50));
         }
         let began = humantime::parse_rfc3339(&since).expect("written just now");
-        for (_, entry) in self.entries()? {
+        for entry in self.entries()? {
             let ended = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
             let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
             if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
@@ -176,24 +227,15 @@ impl Journal {
         Ok(stopped)
     }
 
-    /// The job ids whose job lock a run holds right now.
+    /// The job ids whose job lock a run holds right now (a lock file that cannot be opened as
+    /// one is no run's).
     fn busy_job_ids(&self) -> std::io::Result<Vec<String>> {
-        let mut busy = Vec::new();
-        for dirent in std::fs::read_dir(&self.locks)?.flatten() {
-            let name = dirent.file_name();
-            let Some(job_id) = name.to_str().and_then(|n| n.strip_prefix("job-")?.strip_suffix(".lock")) else { continue };
-            let held = safe_io::lock::LockFile::open(&dirent.path()).and_then(|lock| lock.try_exclusive());
-            if matches!(held, Ok(None)) {
-                busy.push(job_id.to_owned());
-            }
-        }
-        Ok(busy)
+        let names = self.locks.names()?;
+        Ok(names.iter().filter_map(|name| locks::job_of(name)).filter(|id| locks::is_held(&self.locks, &locks::job_name(id))).map(str::to_owned).collect())
     }
 
     fn drain_live(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
-        let running = || -> std::io::Result<Vec<Entry>> {
-            Ok(self.entries()?.into_iter().map(|(_, e)| e).filter(Entry::is_live).collect())
-        };
+        let running = || -> std::io::Result<Vec<Entry>> { Ok(self.entries()?.into_iter().filter(Entry::is_live).collect()) };
         let deadline = Instant::now() + wait;
         let mut live = running()?;
         if !live.is_empty() {
@@ -203,37 +245,49 @@ impl Journal {
             std::thread::sleep(Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())));
             live = running()?;
         }
-        let mut stopped = Vec::new();
         for entry in &live {
-            self.write_file(&stop_request(self, &entry.job_id), b"")?;
+            StopRequest::of(self, &entry.job_id).and_then(|request| self.jobs.write_atomically(&request.name, b"", self.owner, true))?;
             tracing::warn!("draining: stopping job {} (attempt {}, jobenv pid {})", entry.job_id, entry.attempt, entry.pid);
             signal(entry, Signal::SIGTERM, false);
         }
-        for entry in live {
-            let bound = entry.stop_wait();
-            let until = Instant::now() + bound;
-            while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if process::is_jobenv(entry.pid, entry.pid_start) {
-                tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
-                signal(&entry, Signal::SIGKILL, true);
-                let until = Instant::now() + Duration::from_secs(2);
-                while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            // jobenv records its own end; one that could not is recorded here.
-            self.interrupt(&entry.job_id, InterruptedBy::NodeStopped)?;
-            // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
-            // helper) is still in its cgroup.
-            let namespace = locks::namespace_path(&self.locks, &entry.namespace);
-            if let Ok(_held) = self.acquire(&namespace, Duration::from_secs(1), "jobenv drain", None) {
-                super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
-            }
-            stopped.push(self.read(&entry.job_id)?.unwrap_or(entry));
+        // One deadline for all, each waited for in a thread of its own: N jobs stop in the time
+        // of the slowest, not in N times that.
+        let bound = live.iter().map(Entry::stop_wait).max().unwrap_or_default();
+        let until = Instant::now() + bound;
+        std::thread::scope(|scope| {
+            let stopping: Vec<_> = live.into_iter().map(|entry| scope.spawn(move || self.stop_one(entry, bound, until))).collect();
+            stopping.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+        })
+    }
+
+    /// One job `drain` signalled: waits for its jobenv until `until` (`bound` from the start),
+    /// SIGKILLs it then, and records what its jobenv could not.
+    fn stop_one(&self, entry: Entry, bound: Duration, until: Instant) -> std::io::Result<Entry> {
+        while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(stopped)
+        // A jobenv that ended on its own recorded its end: its lock is free, or taken by nobody
+        // who matters.
+        let mut lock_wait = Duration::ZERO;
+        if process::is_jobenv(entry.pid, entry.pid_start) {
+            tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
+            signal(&entry, Signal::SIGKILL, true);
+            // Its locks go once its last thread has exited, which on a loaded node can be a
+            // while after the process shows as gone: its job lock is waited for, as long.
+            let until = Instant::now() + KILL_WAIT;
+            while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            lock_wait = until.saturating_duration_since(Instant::now());
+        }
+        // jobenv records its own end; one that could not is recorded here.
+        self.interrupt(&entry.job_id, InterruptedBy::NodeStopped, lock_wait)?;
+        // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
+        // helper) is still in its cgroup.
+        if let Ok(_held) = self.acquire(&locks::namespace_name(&entry.namespace), Duration::from_secs(1), "jobenv drain", None) {
+            super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
+        }
+        Ok(self.read(&entry.job_id)?.unwrap_or(entry))
     }
 }
 
@@ -303,9 +357,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
         journal.write(&finished("starting", 40)).unwrap();
-        let held = locks::acquire(&locks::job_path(journal.locks(), "starting"), Duration::ZERO, "a run", None).ok().unwrap();
+        let held = locks::acquire(journal.locks(), &locks::job_name("starting"), Duration::ZERO, "a run", None).ok().unwrap();
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 0);
-        assert!(journal.read("starting").unwrap().is_some() && locks::job_path(journal.locks(), "starting").exists());
+        assert!(journal.read("starting").unwrap().is_some() && journal.locks().stat(&locks::job_name("starting")).unwrap().is_some());
         // Positive control: once the run let go, the old entry goes.
         drop(held);
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 1);
@@ -375,9 +429,8 @@ mod tests {
             let old = SystemTime::now() - Duration::from_secs(40 * 86400);
             std::fs::File::options().write(true).open(path).unwrap().set_modified(old).unwrap();
         };
-        let orphan = locks::job_path(journal.locks(), "refused-job");
-        let recent = locks::job_path(journal.locks(), "recent-job");
-        let held_path = locks::job_path(journal.locks(), "held-job");
+        let path = |id: &str| journal.locks().path().join(locks::job_name(id));
+        let (orphan, recent, held_path) = (path("refused-job"), path("recent-job"), path("held-job"));
         let temp = dir.path().join("jobs/.j1.json.abc123");
         for path in [&orphan, &recent, &held_path, &temp] {
             std::fs::write(path, "x").unwrap();
@@ -385,7 +438,7 @@ mod tests {
         for path in [&orphan, &held_path, &temp] {
             backdate(path);
         }
-        let _held = locks::acquire(&held_path, Duration::ZERO, "a run", None).ok().unwrap();
+        let _held = locks::acquire(journal.locks(), &locks::job_name("held-job"), Duration::ZERO, "a run", None).ok().unwrap();
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 2);
         assert!(!orphan.exists() && !temp.exists());
         assert!(recent.exists(), "a lock younger than the retention was removed");

@@ -28,7 +28,6 @@ pub mod spawn;
 pub mod tree;
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -40,11 +39,12 @@ use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
 use crate::plan::Plan;
+use crate::record::upkeep::StopRequest;
 use cancel::{Cancel, Cancelled};
 use redact::Redactor;
 use tree::{ProgramTree, Tree};
 
-pub struct RunOptions {
+pub struct RunOptions<'a> {
     /// Time between SIGTERM and SIGKILL of the program tree.
     pub grace: Duration,
     /// Wall-clock limit of the program.
@@ -53,7 +53,7 @@ pub struct RunOptions {
     pub events: Events,
     /// The file `drain` creates before it signals this job: a cancel signal then means that
     /// the node is stopping.
-    pub stop_request: Option<PathBuf>,
+    pub stop_request: Option<&'a StopRequest>,
     /// A descriptor of the namespace's tree lock, for the program tree to keep.
     pub tree_lock: Option<OwnedFd>,
     /// Cluster mode: the run's leases, whose loss stops the program tree.
@@ -110,7 +110,7 @@ impl Outcome {
 
 /// Runs the plan to its end in `tree` and reports how it ended. Output goes to jobenv's
 /// stdout/stderr.
-pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel, tree: Tree) -> Result<Outcome, Error> {
+pub fn run(plan: &Plan, options: RunOptions<'_>, cancel: Cancel, tree: Tree) -> Result<Outcome, Error> {
     // One thread drives everything async: the program is spawned from this thread, and its
     // parent-death signal is tied to the spawning thread, not to the process.
     // The redactor (about a millisecond to build with a hundred secrets in all their forms) is
@@ -128,7 +128,7 @@ pub fn run(plan: &Plan, options: RunOptions, cancel: Cancel, tree: Tree) -> Resu
 
 async fn supervise<T: ProgramTree>(
     plan: &Plan,
-    mut options: RunOptions,
+    mut options: RunOptions<'_>,
     mut cancel: Cancel,
     redactor: std::io::Result<std::thread::JoinHandle<Redactor>>,
     tree: Arc<T>,
@@ -141,7 +141,7 @@ async fn supervise<T: ProgramTree>(
     // A cancel that came while jobenv validated and took its locks, or a worker that died
     // meanwhile: the program never starts.
     if let Some(cancelled) = cancel.check() {
-        return Ok(not_started(cancelled, options.stop_request.as_deref()));
+        return Ok(not_started(cancelled, options.stop_request));
     }
     let mut cancels = cancel.into_stream();
 
@@ -260,11 +260,11 @@ async fn stop<T: ProgramTree>(tree: &Arc<T>, grace: Duration) {
 }
 
 /// A cancel signal, or `drain` stopping the node (it creates the job's stop request first).
-fn stopped_by(signal: Signal, options: &RunOptions) -> Outcome {
-    signalled(signal, options.stop_request.as_deref())
+fn stopped_by(signal: Signal, options: &RunOptions<'_>) -> Outcome {
+    signalled(signal, options.stop_request)
 }
 
-fn signalled(signal: Signal, stop_request: Option<&Path>) -> Outcome {
+fn signalled(signal: Signal, stop_request: Option<&StopRequest>) -> Outcome {
     match stop_request {
         Some(request) if request.exists() => Outcome::NodeStopped(signal as i32),
         _ => Outcome::Cancelled(signal as i32),
@@ -273,7 +273,7 @@ fn signalled(signal: Signal, stop_request: Option<&Path>) -> Outcome {
 
 /// The job ends before its program started (nothing ran), wherever jobenv finds out: while it
 /// validates, waits for a lock, or is about to spawn. One line says why.
-pub fn not_started(cancelled: Cancelled, stop_request: Option<&Path>) -> Outcome {
+pub fn not_started(cancelled: Cancelled, stop_request: Option<&StopRequest>) -> Outcome {
     match cancelled {
         Cancelled::Signal(signal) => {
             tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());

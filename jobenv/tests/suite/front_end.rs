@@ -310,6 +310,37 @@ fn a_base_address_with_credentials_outside_a_secrets_source_is_refused() {
     assert!(!done.stderr.contains("hunter2"), "{done:?}");
 }
 
+/// A node's base with credentials (from a secret, where they are redacted) still scopes the
+/// seeds' address, which carries none: the program gets the node's own address, credentials
+/// and all, and no output shows them, not even a refusal.
+#[test]
+fn a_base_address_with_credentials_scopes_the_seeds_address_without_them() {
+    const BASE: &str = "https://tfuser:base-pw-31x@state.example/tf/";
+    let mut node = Node::new();
+    node.f.secret("STATE_BASE_ADDRESS", BASE);
+    node.job("apply", &seed_payload()).expect_success().expect_nowhere("the base's password", "base-pw-31x").expect_nowhere("the base's user", "tfuser").run();
+    let env = node.program_env().expect("the program ran");
+    assert_eq!(env["TF_HTTP_ADDRESS"], format!("{BASE}team-a"));
+    assert_eq!(env["TF_HTTP_LOCK_ADDRESS"], format!("{BASE}team-a/lock"));
+    let mut other = Node::new();
+    other.f.secret("STATE_BASE_ADDRESS", BASE);
+    let foreign = with(seed_payload(), "TF_HTTP_ADDRESS", json!("https://state.example/other/team-a"));
+    let done = other.refused("apply", &foreign, "is not this node's state address of namespace team-a");
+    assert!(!done.stderr.contains("base-pw-31x") && !done.stderr.contains("tfuser"), "{done:?}");
+}
+
+/// The URL standard takes almost anything as a domain (`s{x}`, `state_1.example`): a state
+/// address must name a host (a host name or an IP address), in a payload or the node's base.
+#[test]
+fn a_state_address_whose_host_is_no_host_name_is_refused() {
+    Node::new().refused("apply", &with(seed_payload(), "TF_HTTP_ADDRESS", json!("https://s{x}/tf/team-a")), r#"TF_HTTP_ADDRESS "https://s{x}/tf/team-a" is invalid: must name a valid host"#);
+    let mut node = Node::new();
+    node.f.node("STATE_BASE_ADDRESS", "https://state_1.example/tf");
+    node.refused("apply", &json!({"ATTRIBUTE": "web", "NAMESPACE": "team-a"}), "STATE_BASE_ADDRESS (value not shown) is invalid: must name a valid host");
+    // Positive control: an IP address is a host.
+    Node::new().job("apply", &with(seed_payload(), "TF_HTTP_ADDRESS", json!("http://10.0.0.7:8080/tf/team-a"))).expect_success().run();
+}
+
 #[test]
 fn a_lock_address_a_server_might_decode_elsewhere_is_refused() {
     let node = Node::new();

@@ -323,3 +323,42 @@ fn a_job_waiting_for_its_namespace_when_the_node_drains_never_starts_its_program
     assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
     assert_eq!(runs(&f), 2);
 }
+
+/// `drain` stops its jobs together, under one deadline: jobenvs that cannot act on its SIGTERM
+/// (stopped) are SIGKILLed after one bound for all of them (the longest grace plus 5 s), not
+/// after that bound once for each in turn.
+#[test]
+fn drain_stops_several_stuck_jobs_within_one_bound_for_all() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut f = Fixture::new();
+    let started = f.job_dir().join("started");
+    f.program("web", "apply", &format!("echo $$ >> {}\nexec sleep 300", started.display()));
+    let count = || std::fs::read_to_string(&started).unwrap_or_default().lines().count();
+    let mut workers: Vec<Worker> = ["a", "b", "c"]
+        .iter()
+        .map(|ns| Worker::start(&f, jobenv_bin!(), &format!("stuck-{ns}"), "apply", &json!({"ATTRIBUTE": "web", "NAMESPACE": format!("ns-{ns}")}), &["--grace", "1"]))
+        .collect();
+    assert!(wait_until(Duration::from_secs(30), || count() == 3), "the programs did not all start");
+    for worker in &workers {
+        kill(Pid::from_raw(worker.job), Signal::SIGSTOP).unwrap();
+    }
+    let begun = Instant::now();
+    let (code, printed, stderr) = drain(&f, "0");
+    let took = begun.elapsed();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stderr.matches("did not end within 6s: SIGKILL").count(), 3, "{stderr}");
+    // The positive control of the bound: drain did wait for the stuck jobenvs...
+    assert!(took >= Duration::from_secs(6), "{took:?}");
+    // ...once: 6 s, then a moment for the SIGKILLs and the records; 3 x 6 s one after another
+    // would be 18 s.
+    assert!(took < Duration::from_secs(13), "drain took {took:?}: {stderr}");
+    let mut stopped: Vec<(&str, &str)> =
+        printed.as_array().unwrap().iter().map(|e| (e["job_id"].as_str().unwrap(), e["interrupted_by"].as_str().unwrap_or("none"))).collect();
+    stopped.sort();
+    assert_eq!(stopped, [("stuck-a", "node_stopped"), ("stuck-b", "node_stopped"), ("stuck-c", "node_stopped")], "{printed}");
+    for worker in &mut workers {
+        assert!(worker.wait(Duration::from_secs(5)).is_some(), "a job process outlived the drain");
+    }
+}

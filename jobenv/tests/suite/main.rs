@@ -49,4 +49,5 @@ mod readiness;
 mod redaction;
 mod redactor_property;
 mod secrets_env_file;
+mod state_dir_attacks;
 mod windmill_scripts;

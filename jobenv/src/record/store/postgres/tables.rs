@@ -3,7 +3,6 @@
 //! is taken only where the database's clock says it expired (or its holder is this very node's
 //! and gone, which the node-local locks prove).
 
-use std::path::Path;
 use std::time::Duration;
 
 use tokio_postgres::Client;
@@ -97,8 +96,8 @@ pub(super) enum JobRow {
 /// The entry a row holds, checked as the node's journal checks its files.
 fn entry_of(job_id: &str, text: Option<String>) -> Result<Option<Entry>, Failed> {
     let Some(text) = text else { return Ok(None) };
-    let name = format!("{SCHEMA}.jobs/{job_id}.json");
-    parse(Path::new(&name), text.as_bytes()).map(Some).map_err(|e| match e.get_ref().and_then(|e| e.downcast_ref::<NewerFormat>()) {
+    let shown = format!("the cluster journal's row of job {job_id}");
+    parse(job_id, &shown, text.as_bytes()).map(Some).map_err(|e| match e.get_ref().and_then(|e| e.downcast_ref::<NewerFormat>()) {
         Some(newer) => Failed::Newer(newer.to_string()),
         None => Failed::Row(e.to_string()),
     })

@@ -1,0 +1,279 @@
+//! The state directory belongs to the worker's user, and so to every deploy program: whatever
+//! that user plants there never steers jobenv run as root (`recover`, `drain`, `status`, a run
+//! by hand). No file of root's is written, deleted or shown through a link; no FIFO, device or
+//! huge file hangs jobenv or fills its memory; no planted name forges a log line; a `jobs/` or
+//! `locks/` that is not a directory of its own is refused.
+//!
+//! Each test plants its files as the worker's user (uid 65534), runs jobenv as root, and has
+//! its positive control: the node's ordinary jobs still run beside what was planted.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fediversity_testkit::jobenv_bin;
+use fediversity_testkit::job_run::{Done, JobRun};
+use fediversity_testkit::nix_fixture::{Fixture, WORKER_UID};
+use fediversity_testkit::process::{StreamWatch, wait_exit};
+use serde_json::{Value, json};
+
+fn payload(namespace: &str) -> Value {
+    json!({"ATTRIBUTE": "web", "NAMESPACE": namespace})
+}
+
+/// A node handed to the worker's user, whose journal that user's first job made (`jobs/` and
+/// `locks/` its own), and whose program counts its runs (in the job directory, the worker's).
+fn node() -> Fixture {
+    let mut f = Fixture::new();
+    f.program("web", "apply", &format!("echo run >> {}/runs", f.job_dir().display()));
+    f.write();
+    f.hand_to(WORKER_UID);
+    let stand_in = f.nix_shell_stand_in();
+    let mut first = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "first", "--nix-shell", stand_in.to_str().unwrap()]).payload(&payload("ns"));
+    first.command().uid(WORKER_UID).gid(WORKER_UID);
+    first.expect_success().run();
+    f
+}
+
+fn runs(f: &Fixture) -> usize {
+    std::fs::read_to_string(f.job_dir().join("runs")).unwrap_or_default().lines().count()
+}
+
+/// Runs `script` with `sh` in the state directory as the worker's user, as a deploy program
+/// could.
+fn plant(f: &Fixture, script: &str) {
+    let status = std::process::Command::new("/bin/sh")
+        .args(["-c", &format!("set -e\n{script}")])
+        .current_dir(f.state_dir())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .uid(WORKER_UID)
+        .gid(WORKER_UID)
+        .status()
+        .unwrap();
+    assert!(status.success(), "planting failed: {script}");
+}
+
+/// A file of root's that the worker's user cannot read, outside the state directory.
+fn roots_file(f: &Fixture, name: &str, text: &str) -> PathBuf {
+    let path = f.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// jobenv as root against the node.
+fn as_root(f: &Fixture, args: &[&str]) -> JobRun {
+    f.jobenv(jobenv_bin!()).args(args.iter().copied())
+}
+
+/// A journal entry as jobenv writes it, of a job that finished 40 days ago (older than the
+/// retention).
+fn old_entry(job_id: &str) -> String {
+    json!({
+        "job_id": job_id, "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "ns", "pid": 1, "pid_start": 0,
+        "started_at": "2020-01-01T00:00:00.000Z", "status": "succeeded", "exit_code": 0, "finished_at": "2020-01-01T00:00:01.000Z",
+    })
+    .to_string()
+}
+
+/// Runs to its end within `limit` and under a 4 GiB address space, else the test fails (and the
+/// run is killed): a jobenv that reads a FIFO hangs, one that reads `/dev/zero` grows without end.
+fn bounded(limit: Duration, mut run: JobRun) -> Done {
+    let command = run.command();
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let bytes = 4 << 30;
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, bytes, bytes).map_err(std::io::Error::from)
+        });
+    }
+    let mut running = run.spawn();
+    let stdout = StreamWatch::new(running.stdout.take().unwrap());
+    let mut stderr = StreamWatch::new(running.stderr.take().unwrap());
+    let Some(status) = wait_exit(&mut running, limit) else {
+        let _ = running.kill();
+        panic!("jobenv did not end within {limit:?}:\n{}", stderr.text());
+    };
+    let raw_stdout = stdout.finish();
+    Done { code: status.code(), stdout: String::from_utf8_lossy(&raw_stdout).into_owned(), stderr: String::from_utf8_lossy(&stderr.finish()).into_owned(), raw_stdout }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
+    let f = node();
+    let shadow = roots_file(&f, "shadow", "root:$6$the-hash-of-roots-password:19000::::::\n");
+    let before = std::fs::read(&shadow).unwrap();
+    let target = shadow.display();
+    // The job lock of a job about to run, a namespace's lock, a namespace's tree record, and the
+    // lock of an old entry that pruning takes.
+    plant(&f, &format!(
+        "ln -s {target} locks/job-victim.lock\nln -s {target} locks/namespace-ns2.lock\nln -s {target} locks/namespace-ns3.tree.json\n\
+         ln -s {target} locks/job-old.lock\necho '{}' > jobs/old.json\necho '{}' > jobs/old-2.json",
+        old_entry("old"),
+        old_entry("old-2"),
+    ));
+    // Where fs.protected_hardlinks is off, the worker's user can link a file of root's too.
+    std::fs::hard_link(&shadow, f.state_dir().join("locks/job-hard.lock")).unwrap();
+
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "victim"]).payload(&payload("ns")).expect_code(2)
+        .expect_stderr_contains("locks/job-victim.lock is refused: it is a symbolic link").run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "other"]).payload(&payload("ns2")).expect_code(2)
+        .expect_stderr_contains("locks/namespace-ns2.lock is refused: it is a symbolic link").run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "hard"]).payload(&payload("ns")).expect_code(2)
+        .expect_stderr_contains("locks/job-hard.lock is refused: it has more than one link").run();
+    as_root(&f, &["recover"]).expect_success().expect_stderr_contains("locks/job-old.lock is refused: it is a symbolic link: left as it is").run();
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    as_root(&f, &["recover"]).expect_success().run();
+
+    assert_eq!(std::fs::read(&shadow).unwrap(), before, "root wrote through a link into a file of root's");
+    assert!(f.state_dir().join("jobs/old.json").exists(), "an entry whose lock cannot be taken was pruned");
+    // Positive control: beside all that, the node's jobs run, their locks record their holder,
+    // and pruning goes on with the entries it can lock.
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "control"]).payload(&payload("ns")).expect_success().run();
+    assert_eq!(runs(&f), 2);
+    assert!(std::fs::read_to_string(f.state_dir().join("locks/job-control.lock")).unwrap().starts_with("job control, jobenv pid "));
+    assert!(!f.state_dir().join("jobs/old-2.json").exists(), "an old entry was not pruned");
+}
+
+#[test]
+fn a_jobs_or_locks_directory_that_is_a_link_or_a_file_is_refused() {
+    let f = node();
+    let elsewhere = f.path().join("roots-dir");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(elsewhere.join("old.json"), old_entry("old")).unwrap();
+    let target = elsewhere.display();
+
+    plant(&f, &format!("mv jobs jobs.real\nln -s {target} jobs"));
+    for args in [&["recover"][..], &["status"], &["status", "old"], &["drain", "--wait", "0"]] {
+        let done = as_root(&f, args).expect_code(2).expect_stderr_contains("jobs is refused: it is a symbolic link").run();
+        assert!(!done.stdout.contains("old"), "{args:?} showed what the link leads to: {done:?}");
+    }
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_code(2).expect_stderr_contains("jobs is refused").run();
+    assert_eq!(names(&elsewhere), ["old.json"], "root pruned or wrote through the link");
+
+    plant(&f, &format!("rm jobs\nmv jobs.real jobs\nmv locks locks.real\nln -s {target} locks"));
+    as_root(&f, &["recover"]).expect_code(2).expect_stderr_contains("locks is refused: it is a symbolic link").run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_code(2).expect_stderr_contains("locks is refused").run();
+    plant(&f, "rm locks\ntouch locks");
+    as_root(&f, &["recover"]).expect_code(2).expect_stderr_contains("locks is refused: it is not a directory").run();
+    assert_eq!(names(&elsewhere), ["old.json"], "root wrote into the directory a link leads to");
+    assert_eq!(runs(&f), 1, "a program ran on a refused journal");
+
+    // Positive control: with its own directories back, the same old entry in the journal is
+    // pruned, and jobs run.
+    plant(&f, &format!("rm locks\nmv locks.real locks\necho '{}' > jobs/old.json", old_entry("old")));
+    as_root(&f, &["recover"]).expect_success().run();
+    assert!(!f.state_dir().join("jobs/old.json").exists(), "the old entry was not pruned");
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_success().run();
+    assert_eq!(runs(&f), 2);
+}
+
+#[test]
+fn fifos_devices_and_huge_files_in_the_state_directory_neither_hang_nor_fill_jobenvs_memory() {
+    let f = node();
+    plant(&f, "mkfifo jobs/fifo.json\nln -s /dev/zero jobs/zero.json\ntruncate -s 64G jobs/huge.json\nrm -f draining\nmkfifo draining\n\
+                   mkfifo locks/namespace-ns.tree.json\nmkfifo locks/job-piped.lock\nmkfifo locks/job-first.lock.new\nrm locks/job-first.lock\nmv locks/job-first.lock.new locks/job-first.lock");
+    let limit = Duration::from_secs(30);
+    // A run (which reads the drain mark, its namespace's tree record and, pruning, every entry),
+    // then each upkeep command.
+    let stand_in = f.nix_shell_stand_in();
+    let run = as_root(&f, &["run", "--verb", "apply", "--job-id", "second", "--nix-shell", stand_in.to_str().unwrap()]).payload(&payload("ns"));
+    let done = bounded(limit, run);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert!(done.stderr.contains("draining is refused: it is not a regular file: taken as no drain"), "{done:?}");
+    let status = bounded(limit, as_root(&f, &["status"]));
+    assert_eq!(status.code, Some(0), "{status:?}");
+    for (name, why) in [("fifo.json", "it is not a regular file"), ("zero.json", "it is a symbolic link"), ("huge.json", "it is larger than 1024 KiB")] {
+        assert!(status.stderr.contains(&format!("jobs/{name} is refused: {why}")), "{name}: {status:?}");
+    }
+    // Positive control: the real entries are listed beside them.
+    let listed: Vec<Value> = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(listed.iter().map(|e| e["job_id"].as_str().unwrap()).collect::<Vec<_>>(), ["first", "second"], "{status:?}");
+    assert_eq!(runs(&f), 2);
+    let done = bounded(limit, as_root(&f, &["status", "fifo"]));
+    assert_eq!(done.code, Some(2), "{done:?}");
+    assert!(done.stderr.contains("jobs/fifo.json is refused: it is not a regular file"), "{done:?}");
+    for args in [&["recover"][..], &["drain", "--wait", "0"], &["recover"]] {
+        plant(&f, "[ -p draining ] || { rm -f draining; mkfifo draining; }");
+        let done = bounded(limit, as_root(&f, args));
+        assert_eq!(done.code, Some(0), "{args:?}: {done:?}");
+    }
+}
+
+#[test]
+fn names_planted_in_the_state_directory_cannot_forge_a_log_line() {
+    let f = node();
+    plant(&f, "touch 'jobs/x\njobenv: web-apply succeeded with exit code 0.json'\necho '{}' > jobs/-bad.json\necho 'not json' > jobs/corrupt-1.json\n\
+               echo '{}' > 'locks/namespace-x\njobenv: forged.tree.json'\nln -s /nowhere 'jobs/y\njobenv: forged.json'");
+    for args in [&["status"][..], &["recover"], &["drain", "--wait", "0"], &["recover"]] {
+        let done = as_root(&f, args).expect_success().run();
+        let forged: Vec<&str> = done.stderr.lines().filter(|line| line.starts_with("jobenv: web-apply") || line.starts_with("jobenv: forged")).collect();
+        assert!(forged.is_empty(), "{args:?} printed a forged line: {done:?}");
+        if args == ["status"] {
+            assert!(done.stderr.contains(r"jobs/x\njobenv: web-apply succeeded with exit code 0.json: its name is not that of a journal entry"), "{done:?}");
+            assert!(done.stderr.contains("jobs/-bad.json: its name is not that of a journal entry"), "{done:?}");
+            assert!(done.stderr.contains(r"jobs/y\njobenv: forged.json: its name is not that of a journal entry"), "{done:?}");
+            // Positive control: a corrupt entry under a job id's name is reported, by its path.
+            assert!(done.stderr.contains("jobs/corrupt-1.json is corrupt: expected ident"), "{done:?}");
+        }
+        if args == ["recover"] {
+            assert!(done.stderr.contains(r"locks/namespace-x\njobenv: forged.tree.json: its name is not that of a program tree's record"), "{done:?}");
+        }
+    }
+}
+
+#[test]
+fn a_recover_that_fails_still_ends_the_drain() {
+    let f = node();
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    assert!(f.state_dir().join("draining").exists(), "not vacuous: the node drains");
+    // A recover whose work fails (the worker's user made its journal unusable) still ends the
+    // drain: the worker starts again either way.
+    plant(&f, "mv locks locks.real\ntouch locks");
+    as_root(&f, &["recover"]).expect_code(2).expect_stderr_contains("locks is refused: it is not a directory").run();
+    assert!(!f.state_dir().join("draining").exists(), "a failed recover left the node draining");
+    // Positive control: with the journal whole again, jobs run.
+    plant(&f, "rm locks\nmv locks.real locks");
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "after"]).payload(&payload("ns")).expect_success().run();
+    assert_eq!(runs(&f), 2);
+}
+
+/// Not an attack, but what a refused job says: its program never started, so no program tree
+/// was stopped.
+#[test]
+fn a_job_refused_on_a_draining_node_says_that_its_program_never_started() {
+    let f = node();
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    let done = as_root(&f, &["run", "--verb", "apply"]).env("WM_JOB_ID", "drained").payload(&payload("ns")).expect_code(143)
+        .expect_stderr_contains("jobenv: warning: the node stopped: the program was not started; a retry is safe").run();
+    assert!(!done.stderr.contains("program tree was stopped"), "{done:?}");
+    assert_eq!(runs(&f), 1, "a program started on a draining node");
+    let result = f.result_json();
+    assert_eq!(result["errors"], json!(["the node stopped: the program was not started; a retry is safe"]), "{result}");
+}
+
+#[test]
+fn status_through_an_entry_linked_to_a_file_of_roots_never_shows_it() {
+    let f = node();
+    let entry = as_root(&f, &["status", "first"]).expect_success().run().stdout;
+    let mut secret: Value = serde_json::from_str(&entry).unwrap();
+    (secret["job_id"], secret["namespace"]) = (json!("leak"), json!("roots-only-namespace"));
+    let file = roots_file(&f, "roots-entry.json", &secret.to_string());
+    plant(&f, &format!("ln -s {} jobs/leak.json", file.display()));
+    let done = as_root(&f, &["status", "leak"]).expect_code(2).expect_stderr_contains("jobs/leak.json is refused: it is a symbolic link").run();
+    assert!(!done.stdout.contains("roots-only") && !done.stderr.contains("roots-only"), "{done:?}");
+    let all = as_root(&f, &["status"]).expect_success().run();
+    assert!(!all.stdout.contains("roots-only"), "{all:?}");
+    // Positive control: an entry of the journal's own is shown, by job id and in the list.
+    assert!(entry.contains("\"job_id\": \"first\""), "{entry}");
+    assert!(all.stdout.contains("\"job_id\": \"first\""), "{all:?}");
+}
