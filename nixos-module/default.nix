@@ -57,6 +57,11 @@ let
   systemctl = "${config.systemd.package}/bin/systemctl";
   kill = "${pkgs.coreutils}/bin/kill";
   jobenv = "${cfg.package}/bin/fediversity-jobenv";
+  pruneUnits = fw.pruneUnits {
+    inherit jobenv;
+    user = windmillUser;
+    clusterDsnFile = cfg.cluster.dsnFile;
+  };
   workerPackages = {
     nix = config.nix.package;
     openssh = pkgs.openssh;
@@ -1086,6 +1091,7 @@ in
               ExecStart = mkForce windmill;
             };
         };
+        fediversity-jobenv-prune = pruneUnits.service;
         fediversity-windmill-bootstrap = {
           serviceConfig.ExecStart = "${cfg.package}/bin/fediversity-windmill-bootstrap --config ${fw.paths.bootstrapConfig}";
           restartTriggers = [ bootstrapConfig ];
@@ -1144,13 +1150,16 @@ in
       })
     ];
 
-    systemd.timers = mkIf (cfg.backup.enable && cfg.backup.repository != null) {
-      fediversity-windmill-backup = {
-        description = "Back up Windmill's database with restic (fediversity)";
-        wantedBy = [ "timers.target" ];
-        inherit (cfg.backup) timerConfig;
-      };
-    };
+    systemd.timers = mkMerge [
+      { fediversity-jobenv-prune = pruneUnits.timer; }
+      (mkIf (cfg.backup.enable && cfg.backup.repository != null) {
+        fediversity-windmill-backup = {
+          description = "Back up Windmill's database with restic (fediversity)";
+          wantedBy = [ "timers.target" ];
+          inherit (cfg.backup) timerConfig;
+        };
+      })
+    ];
 
     # restic with the backup's repository and credentials, for restoring (as root).
     environment.systemPackages = lib.optional (cfg.backup.enable && cfg.backup.repository != null) (

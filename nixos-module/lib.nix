@@ -1244,6 +1244,38 @@ rec {
       Delegate = true;
     };
 
+  # The journal's pruning, daily, as the worker's user (it owns the state directory; pruning
+  # needs nothing more). A run never prunes, so that its cost does not grow with the journal,
+  # and the worker's start (which prunes through `recover`) may be weeks apart.
+  # In cluster mode (`clusterDsnFile`) the shared journal's ended rows are pruned too.
+  pruneUnits =
+    {
+      jobenv,
+      user,
+      clusterDsnFile ? null,
+    }:
+    {
+      service = {
+        description = "Prune fediversity-jobenv's journal (entries past their retention)";
+        serviceConfig = {
+          Type = "oneshot";
+          User = user;
+          ExecStart = "${jobenv} prune --state-dir ${paths.stateDir}";
+        };
+        environment = optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; };
+        unitConfig.ConditionPathIsDirectory = paths.stateDir;
+      };
+      timer = {
+        description = "Prune fediversity-jobenv's journal daily";
+        wantedBy = [ "timers.target" ];
+        timerConfig = {
+          OnCalendar = "daily";
+          RandomizedDelaySec = "1h";
+          Persistent = true;
+        };
+      };
+    };
+
   # Settings added to nixpkgs' Windmill units (which this module does not redefine) and the
   # bootstrap unit, without what needs packages (ExecStart, ExecStop, restart triggers). Merged
   # into `systemd.services` by the module.

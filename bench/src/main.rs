@@ -5,6 +5,7 @@
 
 mod bootstrap;
 mod events;
+mod journal;
 mod machine;
 mod node;
 mod printed;
@@ -25,6 +26,7 @@ enum Bench {
     BootstrapRerun,
     BootstrapCold,
     Events,
+    Journal,
 }
 
 #[derive(Debug, Parser)]
@@ -51,7 +53,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let tools = node::Tools::find(cli.jobenv, cli.bootstrap)?;
     let benches = if cli.benches.is_empty() {
-        vec![Bench::Startup, Bench::Redaction, Bench::BootstrapRerun, Bench::BootstrapCold, Bench::Events]
+        vec![Bench::Startup, Bench::Redaction, Bench::BootstrapRerun, Bench::BootstrapCold, Bench::Events, Bench::Journal]
     } else {
         cli.benches
     };
@@ -64,6 +66,7 @@ fn main() -> anyhow::Result<()> {
             Bench::BootstrapRerun => bootstrap::noop_rerun(&tools, if cli.quick { [5, 12] } else { [5, 500] }, if cli.quick { 1 } else { 7 })?,
             Bench::BootstrapCold => bootstrap::cold(&tools, 5, if cli.quick { 1 } else { 5 })?,
             Bench::Events => events::run(&tools, if cli.quick { 2_000_000 } else { 100_000_000 }, if cli.quick { 1 } else { 11 })?,
+            Bench::Journal => journal::run(&tools, if cli.quick { &[0, 100] } else { &[0, 1_000, 10_000, 100_000] }, if cli.quick { 1 } else { 21 })?,
         });
     }
     let when = humantime_date();

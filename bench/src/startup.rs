@@ -121,7 +121,8 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
     })
 }
 
-fn time(mut command: Command) -> anyhow::Result<Duration> {
+/// How long `command` took from spawn to exit; its output is discarded and it must succeed.
+pub fn time(mut command: Command) -> anyhow::Result<Duration> {
     command.stdout(Stdio::null()).stderr(Stdio::null());
     let start = Instant::now();
     let status = command.status().with_context(|| format!("running {command:?}"))?;

@@ -36,6 +36,10 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Print journal entries as JSON: one job's, or all of them.
     Status(StatusArgs),
+    /// Delete journal entries that finished more than --retain-days ago (and the lock files of
+    /// jobs that never got an entry, and temporary files), print how many as JSON. For a timer:
+    /// runs never prune.
+    Prune(PruneArgs),
     /// For a node that stops: let running journaled jobs finish for up to --wait, then stop
     /// each through its own jobenv (grace, then SIGKILL of its tree), recorded as interrupted;
     /// print them as JSON. Exit 0 when none is left running.
@@ -89,6 +93,20 @@ impl StateArgs {
             .and_then(|dirs| std::env::split_paths(&dirs).find(|p| !p.as_os_str().is_empty()))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
     }
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Delete entries that finished more than this many days ago, at least 1 (a job id must
+    /// never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
+    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
+    pub retain_days: u32,
+    /// Cluster mode: prune the shared journal's ended rows too, by the same retention
+    /// [JOBENV_CLUSTER_DSN_FILE]
+    #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
+    pub cluster_dsn_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -205,10 +223,6 @@ pub struct RunArgs {
     /// How long to wait for another job of the same namespace to finish; 0 fails at once [JOBENV_LOCK_TIMEOUT]
     #[arg(long, value_name = "SECONDS", env = "JOBENV_LOCK_TIMEOUT", default_value = "0", value_parser = parse_seconds)]
     pub lock_timeout: Duration,
-    /// Delete journal entries that finished more than this many days ago, at least 1 (a job id
-    /// must never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
-    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
-    pub retain_days: u32,
     /// How the program tree is kept: a cgroup of its own where jobenv may create one (auto),
     /// always (cgroup: the job is not run without one), or jobenv's descendants in /proc (proc)
     /// [JOBENV_CONTAINMENT]
@@ -266,7 +280,6 @@ impl RunArgs {
             grace: self.grace,
             timeout: self.timeout,
             lock_timeout: self.lock_timeout,
-            retain: days(self.retain_days),
             containment: match self.containment {
                 ContainmentArg::Auto => settings::Containment::Auto,
                 ContainmentArg::Cgroup => settings::Containment::Cgroup,

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, RecoverArgs, RunArgs, SchemaArgs, SchemaName, StatusArgs};
+use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, PruneArgs, RecoverArgs, RunArgs, SchemaArgs, SchemaName, StatusArgs};
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
 use jobenv::record::journal::{self, Journal};
@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Command::Keys(args) => keys(args),
         Command::Recover(args) => recover(args),
         Command::Status(args) => status(args),
+        Command::Prune(args) => prune(args),
         Command::Drain(args) => drain(args),
         Command::Schema(args) => schema(args),
     })
@@ -149,7 +150,7 @@ fn recover(args: RecoverArgs) -> i32 {
     let ended = Journal::end_draining(&dir).map_err(journal_problem);
     let recovered = open_journal(&dir).and_then(|journal| {
         let recovered = journal.recover().map_err(journal_problem)?;
-        if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days), None) {
+        if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days)) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(recovered)
@@ -171,6 +172,22 @@ fn recover(args: RecoverArgs) -> i32 {
                 (code, _) => code,
             }
         }
+    }
+}
+
+fn prune(args: PruneArgs) -> i32 {
+    let dir = args.state.dir();
+    let retain = jobenv::cli::days(args.retain_days);
+    let pruned = open_journal(&dir).and_then(|journal| journal.prune(retain).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
+    // Cluster mode: the shared journal's ended rows by the same retention.
+    let shared = args.cluster_dsn_file.as_deref().map(|dsn| jobenv::record::store::postgres::prune(dsn, retain).map_err(Error::from));
+    match (pruned, shared) {
+        (Err(error), _) | (_, Some(Err(error))) => {
+            error.log();
+            error.exit_code()
+        }
+        (Ok(pruned), None) => print(format!("{}\n", serde_json::json!({ "pruned": pruned })).as_bytes()),
+        (Ok(pruned), Some(Ok(shared))) => print(format!("{}\n", serde_json::json!({ "pruned": pruned, "cluster_pruned": shared })).as_bytes()),
     }
 }
 

@@ -76,7 +76,6 @@ pub struct RunSettings {
     pub grace: Duration,
     pub timeout: Option<Duration>,
     pub lock_timeout: Duration,
-    pub retain: Duration,
     pub containment: Containment,
     /// Cluster mode: the journal and the locks are shared by the nodes, in PostgreSQL.
     pub cluster: Option<Cluster>,

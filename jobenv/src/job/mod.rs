@@ -24,7 +24,7 @@
 //! 10. **report**: `result.json` for Windmill, then the final progress event.
 
 use std::os::fd::OwnedFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{EXIT_INTERNAL, Error, Problem};
 use crate::events::{Events, Ids};
@@ -296,7 +296,6 @@ impl<'a> Run<'a> {
         if let Some(request) = &self.stop_request {
             request.remove();
         }
-        prune(store.local(), self.settings.retain, &entry.job_id);
         recorded
     }
 
@@ -395,12 +394,4 @@ fn start_events(target: Option<&crate::events::Target>, identity: &Identity, ver
     // BUILD_ID from the payload, else the job id.
     let build = identity.build_id.clone().or_else(|| job_id.map(str::to_owned));
     Events::start(target, Ids { deployment, build, verb: verb.to_owned() })
-}
-
-fn prune(journal: &Journal, retain: Duration, running: &str) {
-    match journal.prune(retain, Some(running)) {
-        Ok(0) => {}
-        Ok(n) => tracing::debug!("pruned {n} journal entries older than {} days", retain.as_secs() / 86_400),
-        Err(error) => tracing::warn!("cannot prune the journal: {error}"),
-    }
 }

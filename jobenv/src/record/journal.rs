@@ -198,7 +198,7 @@ impl Journal {
 
 /// A `.json` name in `jobs/` that is not hidden: `Some(its stem)`, the stem `None` when it is no
 /// UTF-8; `None` for every other name.
-fn entry_of(name: &OsStr) -> Option<Option<&str>> {
+pub(super) fn entry_of(name: &OsStr) -> Option<Option<&str>> {
     let bytes = name.as_encoded_bytes();
     if bytes.starts_with(b".") || !bytes.ends_with(b".json") {
         return None;

@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use super::dir::{self, Dir};
 use super::ending::InterruptedBy;
 use super::ending::Status;
-use super::journal::{Entry, Journal, STOP_MARGIN};
+use super::journal::{Entry, Journal, STOP_MARGIN, is_valid_job_id};
 use super::locks;
 use crate::process;
 
@@ -146,19 +146,36 @@ impl Journal {
         Ok(Some(entry))
     }
 
-    /// Deletes what is older than `retain` (at least a day: see `--retain-days`, docs/operators/jobenv.md), except the entry of
-    /// `keep` (the job that runs now): entries that finished then, with their job locks and stop
+    /// Deletes what is older than `retain` (at least a day: see `--retain-days`,
+    /// docs/operators/jobenv.md): entries that finished then, with their job locks and stop
     /// requests; job locks that never got an entry (jobs refused or cancelled before they
     /// started); temporary files an interrupted write left behind. Only files read and checked
     /// here are deleted, by name in their own directory (a link is deleted, never its target);
-    /// one that is gone meanwhile is skipped.
-    pub fn prune(&self, retain: Duration, keep: Option<&str>) -> std::io::Result<usize> {
+    /// one that is gone meanwhile is skipped. `recover` and `prune` (the module's timer) call it,
+    /// never a run: a run's cost must not grow with the journal.
+    pub fn prune(&self, retain: Duration) -> std::io::Result<usize> {
         // A retention longer than the clock's past keeps everything.
         let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
+        let older = |dir: &Dir, name: &str| dir.stat(name).ok().flatten().is_some_and(|stat| dir::modified(&stat) < cutoff);
         let mut pruned = 0;
-        for entry in self.entries()? {
+        // Only entries whose file is older than the cutoff are read: an entry's end is written
+        // before its file's time, so a newer file holds no entry to prune (a file made to look
+        // older is read and checked like any other). A pass costs a stat per entry, not a parse.
+        for name in self.jobs.names()? {
+            let Some(Some(job_id)) = super::journal::entry_of(&name) else { continue };
+            if !is_valid_job_id(job_id) || !older(&self.jobs, &Journal::entry_name(job_id)) {
+                continue;
+            }
+            let entry = match self.read(job_id) {
+                Ok(Some(entry)) => entry,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!("skipping a journal entry: {error}");
+                    continue;
+                }
+            };
             let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
-            if entry.status == Status::Running || keep == Some(entry.job_id.as_str()) || finished.is_none_or(|t| t >= cutoff) {
+            if entry.status == Status::Running || finished.is_none_or(|t| t >= cutoff) {
                 continue;
             }
             // Under the job's lock, and only if nobody holds it: a run of this job id that is
@@ -172,7 +189,6 @@ impl Journal {
             }
             let _ = self.locks.remove(&lock);
         }
-        let older = |dir: &Dir, name: &str| dir.stat(name).ok().flatten().is_some_and(|stat| dir::modified(&stat) < cutoff);
         for name in self.locks.names()? {
             let Some(job_id) = locks::job_of(&name) else { continue };
             let lock = locks::job_name(job_id);
@@ -319,17 +335,27 @@ mod tests {
         e
     }
 
+    /// Writes `entry` and gives its file the time of its end, as a file written then has.
+    fn write_then(journal: &Journal, entry: &Entry) {
+        journal.write(entry).unwrap();
+        let path = journal.jobs.path().join(Journal::entry_name(&entry.job_id));
+        age(&path, entry);
+    }
+
+    fn age(path: &Path, entry: &Entry) {
+        let ended = humantime::parse_rfc3339(entry.finished_at.as_deref().unwrap()).unwrap();
+        std::fs::File::options().write(true).open(path).unwrap().set_modified(ended).unwrap();
+    }
+
     #[test]
     fn write_read_and_prune() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        journal.write(&finished("j1", 40)).unwrap();
-        journal.write(&finished("j2", 0)).unwrap();
-        journal.write(&finished("kept", 40)).unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), Some("kept")).unwrap(), 1);
+        write_then(&journal, &finished("j1", 40));
+        write_then(&journal, &finished("j2", 0));
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
         assert_eq!(journal.read("j1").unwrap(), None);
         assert!(journal.read("j2").unwrap().is_some());
-        assert!(journal.read("kept").unwrap().is_some(), "the entry of the job that runs now was pruned");
     }
 
     #[test]
@@ -341,28 +367,48 @@ mod tests {
         // file outside the state directory.
         let old = finished("real", 40);
         std::fs::write(dir.path().join("jobs/copy.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+        age(&dir.path().join("jobs/copy.json"), &old);
         let outside = dir.path().join("outside.json");
         std::fs::write(&outside, "{}").unwrap();
         let forged = finished("../outside", 40);
         std::fs::write(dir.path().join("jobs/forged.json"), serde_json::to_vec(&forged).unwrap()).unwrap();
-        journal.write(&finished("old", 40)).unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 1, "only `old` goes");
+        age(&dir.path().join("jobs/forged.json"), &forged);
+        write_then(&journal, &finished("old", 40));
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1, "only `old` goes");
         assert!(journal.read("real").unwrap().is_some(), "a copied entry deleted the real one");
         assert!(outside.exists(), "a forged entry deleted a file outside the journal");
         assert!(dir.path().join("jobs/copy.json").exists() && dir.path().join("jobs/forged.json").exists(), "corrupt entries are left for a person");
+    }
+
+    /// What keeps pruning's cost a stat per entry: a file newer than the cutoff is not read. An
+    /// entry is written at its end at the latest, so such a file holds nothing to prune yet.
+    #[test]
+    fn pruning_reads_only_entries_whose_file_is_older_than_the_cutoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let (backdated, fresh) = (finished("backdated", 40), finished("fresh-file", 40));
+        write_then(&journal, &backdated);
+        journal.write(&fresh).unwrap();
+        // A file that is not an entry, but new: never read, so not even reported.
+        std::fs::write(journal.jobs.path().join("new-garbage.json"), "{not json").unwrap();
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
+        assert_eq!(journal.read("backdated").unwrap(), None, "positive control: an old file is read and pruned");
+        assert!(journal.read("fresh-file").unwrap().is_some(), "a file newer than the cutoff was read");
+        age(&journal.jobs.path().join(Journal::entry_name("fresh-file")), &fresh);
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1, "once its file is as old as its end, it goes");
     }
 
     #[test]
     fn pruning_leaves_an_entry_whose_job_lock_a_run_holds() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        journal.write(&finished("starting", 40)).unwrap();
+        write_then(&journal, &finished("starting", 40));
         let held = locks::acquire(journal.locks(), &locks::job_name("starting"), Duration::ZERO, "a run", None).ok().unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 0);
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 0);
         assert!(journal.read("starting").unwrap().is_some() && journal.locks().stat(&locks::job_name("starting")).unwrap().is_some());
         // Positive control: once the run let go, the old entry goes.
         drop(held);
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 1);
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
     }
 
     #[test]
@@ -439,7 +485,7 @@ mod tests {
             backdate(path);
         }
         let _held = locks::acquire(journal.locks(), &locks::job_name("held-job"), Duration::ZERO, "a run", None).ok().unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400), None).unwrap(), 2);
+        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 2);
         assert!(!orphan.exists() && !temp.exists());
         assert!(recent.exists(), "a lock younger than the retention was removed");
         assert!(held_path.exists(), "a held lock was removed");

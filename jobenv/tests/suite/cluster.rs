@@ -396,3 +396,28 @@ fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_
     // Its own journal keeps its own record.
     assert_eq!(a.f.journal_entry(jobenv_bin!(), "taken-1")["interrupted_by"], "lease_lost");
 }
+
+#[test]
+fn prune_deletes_the_shared_rows_that_ended_before_the_retention_and_nothing_else() {
+    let db = postgres::cluster().jobenv_database();
+    let node = Node::new("a", Some(&db.dsn()), "exit 0");
+    for job in ["old", "recent"] {
+        node.job(job, "ns").expect_success().run();
+    }
+    db.client().execute("UPDATE fediversity_jobenv.jobs SET finished_at = now() - interval '40 days' WHERE job_id = 'old'", &[]).unwrap();
+    // A job id whose run holds it has not ended, however old its row.
+    db.client()
+        .execute("INSERT INTO fediversity_jobenv.jobs (job_id, format, holder, holder_node, epoch, expires_at) VALUES ('held', 1, 'x', 'y', 1, now() + interval '1 hour')", &[])
+        .unwrap();
+    let done = node.f.jobenv(jobenv_bin!()).args(["prune"]).env("JOBENV_CLUSTER_DSN_FILE", node.dsn_file.as_ref().unwrap()).expect_success().run();
+    assert_eq!(serde_json::from_str::<Value>(&done.stdout).unwrap()["cluster_pruned"], 1, "{done:?}");
+    let left: Vec<String> = db.client().query("SELECT job_id FROM fediversity_jobenv.jobs ORDER BY job_id", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(left, ["held", "recent"]);
+    // What went is gone: on another node (without an entry of its own) the old job id is a new
+    // job, while the recent one is still replayed.
+    let other = Node::new("b", Some(&db.dsn()), "exit 0");
+    other.job("recent", "ns").expect_success().run();
+    assert_eq!(other.result()["replayed"], true);
+    other.job("old", "ns").expect_success().run();
+    assert!(other.result().get("replayed").is_none(), "{}", other.result());
+}

@@ -1,6 +1,6 @@
 //! A crash sweep of the journal: jobenv is SIGKILLed at many different moments of a run (before
 //! its `running` entry, while the program runs, between the program's end and the terminal
-//! entry, while it prunes), then the job is recovered and run again. Whatever the moment:
+//! entry), then the job is recovered and run again. Whatever the moment:
 //! - a job whose result was recorded never runs again (it is replayed);
 //! - an attempt without a recorded result runs again, as the next attempt;
 //! - nothing outside the state directory changes but what the program itself writes.
@@ -24,7 +24,7 @@ fn runs(f: &Fixture, job: &str) -> usize {
     std::fs::read_to_string(f.path().join(format!("runs-{job}"))).unwrap_or_default().lines().count()
 }
 
-/// Old finished entries, so that the run that ends prunes for a while.
+/// Old finished entries, which `recover` prunes.
 fn plant_old_entries(f: &Fixture) {
     let jobs = f.state_dir().join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();
@@ -34,7 +34,10 @@ fn plant_old_entries(f: &Fixture) {
             "pid": 1, "pid_start": 0, "started_at": "2026-01-01T00:00:00.000Z", "status": "succeeded", "exit_code": 0,
             "finished_at": "2026-01-01T00:00:01.000Z"
         });
-        std::fs::write(jobs.join(format!("old-{i}.json")), entry.to_string()).unwrap();
+        let path = jobs.join(format!("old-{i}.json"));
+        std::fs::write(&path, entry.to_string()).unwrap();
+        let ended = humantime::parse_rfc3339("2026-01-01T00:00:01.000Z").unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
     }
 }
 
@@ -63,10 +66,9 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
     f.program("web", "apply", &format!("echo run >> {dir}/runs-$JOB; exit 0")).declare("JOB", None);
     f.write();
     let whole = {
-        plant_old_entries(&f);
         let started = std::time::Instant::now();
         let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "JOB": "measure"});
-        f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "measure", "--retain-days", "1"]).payload(&payload).expect_success().run();
+        f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "measure"]).payload(&payload).expect_success().run();
         started.elapsed()
     };
     let mut hit: BTreeMap<&str, usize> = BTreeMap::new();
@@ -79,7 +81,7 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
         let payload: Value = serde_json::from_str(PAYLOAD).unwrap();
         let mut payload = payload.as_object().unwrap().clone();
         payload.insert("JOB".into(), json!(job));
-        let mut jobenv = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", &job, "--retain-days", "1"]).payload(&Value::Object(payload.clone())).spawn();
+        let mut jobenv = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", &job]).payload(&Value::Object(payload.clone())).spawn();
         std::thread::sleep(Duration::from_millis(delay));
         let _ = kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL);
         jobenv.wait().unwrap();
@@ -96,7 +98,7 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
             None => "before the running entry",
             Some(e) if e["status"] == "running" && ran == 0 => "after the running entry, before the program ran",
             Some(e) if e["status"] == "running" => "after the program ran, before the terminal entry",
-            Some(_) => "after the terminal entry (pruning, or the exit)",
+            Some(_) => "after the terminal entry",
         };
         *hit.entry(moment).or_default() += 1;
         assert_eq!(outside_state(&f), before, "{moment}: a file outside the state directory changed");

@@ -163,10 +163,35 @@ fn entries_older_than_the_retention_are_pruned() {
     let mut entry: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     entry["finished_at"] = json!("2026-01-01T00:00:00.000Z");
     std::fs::write(&path, entry.to_string()).unwrap();
+    // As old as its end, as the file of an entry that ended then is.
+    let ended = humantime::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
+    // A run never prunes: its cost must not grow with the journal.
+    run(&f, &["run", "--verb", "apply", "--job-id", "third-job"]);
+    assert!(path.exists(), "a run pruned the journal");
     let out = f.command(jobenv_bin!(), &["recover", "--retain-days", "30"]).output().unwrap();
     assert!(out.status.success());
     assert!(!path.exists(), "the old entry was kept");
     assert!(f.state_dir().join("jobs/new-job.json").exists(), "a recent entry was pruned");
+}
+
+#[test]
+fn prune_deletes_what_finished_before_the_retention_and_says_how_many() {
+    let f = counting_job();
+    std::fs::write(f.path().join("go"), "").unwrap();
+    run(&f, &["run", "--verb", "apply", "--job-id", "old-job"]);
+    run(&f, &["run", "--verb", "apply", "--job-id", "new-job"]);
+    let path = f.state_dir().join("jobs/old-job.json");
+    let mut entry: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    entry["finished_at"] = json!("2026-01-01T00:00:00.000Z");
+    std::fs::write(&path, entry.to_string()).unwrap();
+    let ended = humantime::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
+    f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "30"]).expect_success().expect_stdout("{\"pruned\":1}\n").run();
+    assert!(!path.exists(), "the old entry was kept");
+    assert!(f.state_dir().join("jobs/new-job.json").exists(), "a recent entry was pruned");
+    f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "30"]).expect_success().expect_stdout("{\"pruned\":0}\n").run();
+    f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "0"]).expect_code(2).expect_stderr_contains("--retain-days").run();
 }
 
 #[test]
@@ -257,11 +282,11 @@ fn a_job_id_names_one_request() {
 fn a_retention_of_zero_days_is_refused() {
     let f = counting_job();
     f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "0"]).expect_code(2).expect_stderr_contains("--retain-days").run();
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r0", "--retain-days", "0"]).stdin(PAYLOAD).expect_code(2).run();
     assert_eq!(runs(&f), 0);
     // Positive control: one day is accepted, and the entry of the job that just ran stays.
     std::fs::write(f.path().join("go"), "").unwrap();
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1", "--retain-days", "1"]).stdin(PAYLOAD).expect_code(3).run();
+    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1"]).stdin(PAYLOAD).expect_code(3).run();
+    f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).expect_success().run();
     assert!(f.state_dir().join("jobs/r1.json").exists());
     f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1"]).stdin(PAYLOAD).expect_code(3).run();
     assert_eq!(runs(&f), 1, "the job ran again");

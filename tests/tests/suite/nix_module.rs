@@ -617,7 +617,12 @@ fn cluster_mode_is_off_by_default_and_its_dsn_file_reaches_every_job_when_set() 
     // The name jobenv's `run` reads it by.
     let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
     assert!(cli.contains("env = \"JOBENV_CLUSTER_DSN_FILE\""), "jobenv reads no JOBENV_CLUSTER_DSN_FILE");
+    // The daily prune prunes the shared journal's ended rows too.
+    let prune = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.fediversity-jobenv-prune");
+    assert_eq!(prune["environment"]["JOBENV_CLUSTER_DSN_FILE"], "/run/fediversity-windmill/jobenv-cluster-dsn");
     // The control: off unless set, and neither set nor whitelisted then.
+    let prune = module("s: s", "h: h.config.systemd.services.fediversity-jobenv-prune");
+    assert!(prune["environment"].get("JOBENV_CLUSTER_DSN_FILE").is_none(), "{prune}");
     let worker = module("s: s", "h: h.config.systemd.services.windmill-worker");
     assert!(worker["environment"].get("JOBENV_CLUSTER_DSN_FILE").is_none());
     assert!(!worker["environment"]["WHITELIST_ENVS"].as_str().unwrap().contains("CLUSTER"));
@@ -1983,6 +1988,21 @@ const BACKUP: &str = r#"{
   environmentTemplate = "AWS_ACCESS_KEY_ID={{ .id }}\nAWS_SECRET_ACCESS_KEY={{ .key }}\n";
 }"#;
 
+/// A run never prunes the journal (its cost must not grow with it): a daily timer does, as the
+/// worker's user, who owns the state directory.
+#[test]
+fn the_journal_is_pruned_daily_by_the_workers_user() {
+    let result = module("s: s", "h: { unit = h.config.systemd.services.fediversity-jobenv-prune; timer = h.config.systemd.timers.fediversity-jobenv-prune; }");
+    let unit = &result["unit"];
+    let store = "/nix/store/00000000000000000000000000000000";
+    assert_eq!(unit["serviceConfig"]["ExecStart"], format!("{store}-callPackage-package.nix/bin/fediversity-jobenv prune --state-dir /var/lib/fediversity-jobenv"));
+    // The harness's services.windmill.database.user: the worker's user.
+    assert_eq!(unit["serviceConfig"]["User"], "windmill");
+    assert_eq!(unit["serviceConfig"]["Type"], "oneshot");
+    assert_eq!(result["timer"]["wantedBy"], json!(["timers.target"]));
+    assert_eq!(result["timer"]["timerConfig"]["OnCalendar"], "daily");
+}
+
 #[test]
 fn the_database_is_streamed_from_pg_dump_into_restic_as_root_on_a_timer() {
     let result = module(
@@ -2027,9 +2047,9 @@ fn the_database_is_streamed_from_pg_dump_into_restic_as_root_on_a_timer() {
     assert!(eval(r#"lib.tmpfilesRules { group = "windmill"; }"#).as_array().unwrap().contains(&json!("d /run/fediversity-windmill/backup 0700 root root - -")));
 
     // The control: off by default, nothing of it.
-    let off = module("s: s", "h: { units = builtins.attrNames h.config.systemd.services; timers = h.config.systemd.timers or { }; templates = h.cfg.openbaoAgentTemplates; }");
+    let off = module("s: s", "h: { units = builtins.attrNames h.config.systemd.services; timers = builtins.attrNames (h.config.systemd.timers or { }); templates = h.cfg.openbaoAgentTemplates; }");
     assert!(!strings(&off["units"]).contains(&"fediversity-windmill-backup".to_owned()));
-    assert_eq!(off["timers"], json!({}));
+    assert_eq!(sorted(&off["timers"]), ["fediversity-jobenv-prune"], "only the journal's pruning has a timer");
     assert!(!off["templates"].to_string().contains("backup"));
 }
 

@@ -94,7 +94,6 @@ pub struct PgStore {
     timing: Timing,
     me: Holder,
     stop_grace: Duration,
-    retain: Duration,
     /// Started by the first statement the run needs: a replay from the node's own journal
     /// needs none.
     keeper: OnceCell<Keeper>,
@@ -120,7 +119,6 @@ impl PgStore {
             timing: Timing { lease: cluster.lease, renew_every: cluster.renew_every, renew_deadline: cluster.renew_deadline },
             me,
             stop_grace: cluster.stop_grace(settings.grace),
-            retain: settings.retain,
             keeper: OnceCell::new(),
             job: std::cell::RefCell::new(None),
             said_waiting: Cell::new(false),
@@ -262,11 +260,10 @@ impl Store for PgStore {
         let keeper = self.keeper().map_err(|_| std::io::Error::other("the cluster journal's thread is gone"))?;
         let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else { return local };
         let until = if entry.is_result() { expires.checked_sub(crate::settings::LEASE_STOP_MARGIN).unwrap_or(expires) } else { Instant::now() };
-        let retain = self.retain;
         // Each try within a renewal's bound; an attempt without a result tries once, briefly.
         let limit = if entry.is_result() { self.timing.renew_deadline.min(Duration::from_secs(2)) } else { Duration::from_secs(1) };
         let shared = loop {
-            match keeper.block_on(keeper.shared.run(limit, async |client| tables::write_end(client, entry, epoch, retain).await)) {
+            match keeper.block_on(keeper.shared.run(limit, async |client| tables::write_end(client, entry, epoch).await)) {
                 Ok(true) => break Ok(()),
                 Ok(false) => break Err(format!("another run took job {job_id} over on the cluster journal")),
                 Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) if Instant::now() >= until => break Err(why),
@@ -294,6 +291,21 @@ impl Store for PgStore {
     fn leases(&self) -> Option<LeaseWatch> {
         let keeper = self.keeper.get()?;
         Some(LeaseWatch { renewals: keeper.shared.subscribe(), renew_deadline: self.timing.renew_deadline, stop_grace: self.stop_grace })
+    }
+}
+
+/// `prune` in cluster mode: the shared journal's rows of attempts that ended more than `retain`
+/// ago (the node's own entries are pruned beside it). Any node's `prune` may do it: each deletes
+/// what has ended, by the database's clock. Returns how many rows went.
+pub fn prune(dsn_file: &std::path::Path, retain: Duration) -> Result<u64, Problem> {
+    let dsn = Arc::new(dsn::read(dsn_file)?);
+    // No lease is held: the renewal times only bound the statements.
+    let timing = Timing { lease: Duration::from_secs(15), renew_every: Duration::from_secs(5), renew_deadline: Duration::from_secs(10) };
+    let keeper = Keeper::start(dsn, timing).map_err(|e| Problem::NodeNotReady(format!("the cluster journal cannot be reached: cannot start its thread: {e}")))?;
+    match keeper.block_on(keeper.shared.run(timing.renew_deadline, async |client| tables::prune(client, retain).await)) {
+        Ok(pruned) => Ok(pruned),
+        Err(Trouble::Unreachable(why)) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}"))),
+        Err(Trouble::Newer(why) | Trouble::Refused(why)) => Err(Problem::ClusterJournal(why)),
     }
 }
 

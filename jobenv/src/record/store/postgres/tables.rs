@@ -193,9 +193,8 @@ pub(super) async fn write_running(client: &mut Client, entry: &Entry, epoch: i64
 }
 
 /// The end of the attempt, fenced by its epoch (an expired lease nobody took is still this
-/// run's to end); then rows that ended longer ago than `retain` go, as the node's journal
-/// prunes its entries. False when another run took the job id over.
-pub(super) async fn write_end(client: &mut Client, entry: &Entry, epoch: i64, retain: Duration) -> Result<bool, Failed> {
+/// run's to end). False when another run took the job id over.
+pub(super) async fn write_end(client: &mut Client, entry: &Entry, epoch: i64) -> Result<bool, Failed> {
     let text = serde_json::to_string(entry).map_err(|e| Failed::Row(e.to_string()))?;
     let n = client
         .execute(
@@ -203,13 +202,13 @@ pub(super) async fn write_end(client: &mut Client, entry: &Entry, epoch: i64, re
             &[&entry.job_id, &text, &FORMAT, &epoch],
         )
         .await?;
-    if n == 1 {
-        let pruned = client.execute("DELETE FROM fediversity_jobenv.jobs WHERE finished_at < now() - $1::bigint * interval '1 millisecond'", &[&millis(retain)]).await;
-        if let Err(error) = pruned {
-            tracing::debug!("cannot prune the cluster journal: {error}");
-        }
-    }
     Ok(n == 1)
+}
+
+/// The rows of attempts that ended longer ago than `retain`, by the database's clock, as the
+/// node's journal prunes its entries (`prune`); a row whose job id a run holds has not ended.
+pub(super) async fn prune(client: &mut Client, retain: Duration) -> Result<u64, Failed> {
+    Ok(client.execute("DELETE FROM fediversity_jobenv.jobs WHERE finished_at < now() - $1::bigint * interval '1 millisecond'", &[&millis(retain)]).await?)
 }
 
 /// Renews one lease if it is still this run's and live: false when it is not.
