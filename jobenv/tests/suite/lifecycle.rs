@@ -362,3 +362,37 @@ fn drain_stops_several_stuck_jobs_within_one_bound_for_all() {
         assert!(worker.wait(Duration::from_secs(5)).is_some(), "a job process outlived the drain");
     }
 }
+
+/// A running entry names its jobenv by pid and start time, which anyone can read from /proc of
+/// any jobenv: `drain` signals only a jobenv that holds the entry's job lock in this state
+/// directory, so an entry planted on one node never stops another node's (or an operator's) job.
+#[test]
+fn drain_leaves_alone_a_jobenv_that_a_planted_entry_names_but_that_runs_elsewhere() {
+    let mut elsewhere = Fixture::new();
+    let started = elsewhere.job_dir().join("started");
+    elsewhere.program("web", "apply", &format!("echo $$ >> {}\nexec sleep 300", started.display()));
+    let mut victim = Worker::start(&elsewhere, jobenv_bin!(), "victim", "apply", &json!({"ATTRIBUTE": "web", "NAMESPACE": "far"}), &["--grace", "1"]);
+    assert!(wait_until(Duration::from_secs(30), || started.exists()), "the victim's program did not start");
+    // Field 22 of /proc/<pid>/stat, after the parenthesised name.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", victim.job)).unwrap();
+    let start: u64 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().parse().unwrap();
+
+    let here = Fixture::new();
+    let jobs = here.state_dir().join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::create_dir_all(here.state_dir().join("locks")).unwrap();
+    let forged = json!({"format": 2, "job_id": "forged", "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "near",
+        "pid": victim.job, "pid_start": start, "boot_id": std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim(),
+        "grace_ms": 100, "started_at": "2026-12-01T00:00:00.000Z", "status": "running"});
+    std::fs::write(jobs.join("forged.json"), forged.to_string()).unwrap();
+    let (code, _, stderr) = drain(&here, "0");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("draining: job forged names jobenv pid"), "{stderr}");
+    assert!(victim.wait(Duration::from_millis(500)).is_none(), "drain stopped a jobenv of another state directory");
+
+    // Positive control: the drain of its own node stops it.
+    let (code, printed, stderr) = drain(&elsewhere, "0");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(printed[0]["job_id"], "victim", "{printed}");
+    assert!(victim.wait(Duration::from_secs(10)).is_some(), "the victim's own drain did not stop it");
+}
