@@ -60,6 +60,7 @@ let
   pruneUnits = fw.pruneUnits {
     inherit jobenv;
     user = windmillUser;
+    clusterDsnFile = cfg.cluster.dsnFile;
   };
   workerPackages = {
     nix = config.nix.package;
@@ -661,6 +662,22 @@ in
       };
     };
 
+    cluster.dsnFile = mkOption {
+      type = types.nullOr absolutePath;
+      default = null;
+      example = "/run/fediversity-windmill/jobenv-cluster-dsn";
+      description = ''
+        Cluster mode of jobenv (`JOBENV_CLUSTER_DSN_FILE`), for a Windmill whose workers run on
+        more than one node: a file holding the connection string of a PostgreSQL database
+        (Windmill's own will do) that every node's jobenv shares. The journal's decision on a job
+        id and the lock of one deploy per namespace are then leases in it, so both hold across the
+        nodes. The file is a secret (it holds the role's password; e.g. rendered by the OpenBao
+        agent) and must be readable by the worker's user; the role needs only a schema
+        `fediversity_jobenv` of its own (jobenv makes its tables there). A node that cannot reach
+        the database runs no deploy (exit 75, not ready). Null: off, every node on its own.
+      '';
+    };
+
     drainTimeout = mkOption {
       type = seconds;
       default = 300;
@@ -1052,6 +1069,7 @@ in
         };
         smtpPasswordFile = cfg.smtp.passwordFile;
         inherit (cfg) jobs;
+        clusterDsnFile = cfg.cluster.dsnFile;
         generatesAdminPassword = cfg.bootstrap.windmill.adminPasswordFile == null;
       })
       {

@@ -1247,8 +1247,13 @@ rec {
   # The journal's pruning, daily, as the worker's user (it owns the state directory; pruning
   # needs nothing more). A run never prunes, so that its cost does not grow with the journal,
   # and the worker's start (which prunes through `recover`) may be weeks apart.
+  # In cluster mode (`clusterDsnFile`) the shared journal's ended rows are pruned too.
   pruneUnits =
-    { jobenv, user }:
+    {
+      jobenv,
+      user,
+      clusterDsnFile ? null,
+    }:
     {
       service = {
         description = "Prune fediversity-jobenv's journal (entries past their retention)";
@@ -1257,6 +1262,7 @@ rec {
           User = user;
           ExecStart = "${jobenv} prune --state-dir ${paths.stateDir}";
         };
+        environment = optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; };
         unitConfig.ConditionPathIsDirectory = paths.stateDir;
       };
       timer = {
@@ -1287,6 +1293,8 @@ rec {
       smtpPasswordFile ? null,
       # The limits of every job (`jobLimitsEnvironment`'s arguments).
       jobs ? { },
+      # jobenv's cluster mode: the file holding the shared journal's DSN (null: off).
+      clusterDsnFile ? null,
       # The node generates the superadmin's password (no adminPasswordFile): the bootstrap
       # requires the unit that does.
       generatesAdminPassword ? false,
@@ -1300,7 +1308,8 @@ rec {
       }
       // jobLimitsEnvironment limits
       // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
-      // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; };
+      // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; }
+      // optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; };
       windmillUnit = role: {
         after = [ agent ];
         serviceConfig.RestartSec = "5s";

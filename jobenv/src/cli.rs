@@ -103,6 +103,10 @@ pub struct PruneArgs {
     /// never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
     #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,
+    /// Cluster mode: prune the shared journal's ended rows too, by the same retention
+    /// [JOBENV_CLUSTER_DSN_FILE]
+    #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
+    pub cluster_dsn_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -224,6 +228,36 @@ pub struct RunArgs {
     /// [JOBENV_CONTAINMENT]
     #[arg(long, value_enum, value_name = "HOW", env = "JOBENV_CONTAINMENT", default_value = "auto")]
     pub containment: ContainmentArg,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Cluster mode: off unless a DSN file is given.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Cluster mode: a file holding the connection string (a secret) of the PostgreSQL database
+    /// where the nodes share the journal and the namespace locks [JOBENV_CLUSTER_DSN_FILE]
+    #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
+    pub dsn_file: Option<PathBuf>,
+    /// Seconds a lease lasts after each renewal, by the database's clock [JOBENV_CLUSTER_LEASE]
+    #[arg(long = "cluster-lease", value_name = "SECONDS", env = "JOBENV_CLUSTER_LEASE", default_value = settings::Cluster::LEASE, value_parser = parse_positive_seconds)]
+    pub lease: Duration,
+    /// Seconds between renewals of a run's leases [JOBENV_CLUSTER_RENEW_EVERY]
+    #[arg(long = "cluster-renew-every", value_name = "SECONDS", env = "JOBENV_CLUSTER_RENEW_EVERY", default_value = settings::Cluster::RENEW_EVERY, value_parser = parse_positive_seconds)]
+    pub renew_every: Duration,
+    /// Seconds without a renewal after which a run stops its program, before its lease can
+    /// expire [JOBENV_CLUSTER_RENEW_DEADLINE]
+    #[arg(long = "cluster-renew-deadline", value_name = "SECONDS", env = "JOBENV_CLUSTER_RENEW_DEADLINE", default_value = settings::Cluster::RENEW_DEADLINE, value_parser = parse_positive_seconds)]
+    pub renew_deadline: Duration,
+}
+
+impl ClusterArgs {
+    fn settings(&self) -> Result<Option<settings::Cluster>, String> {
+        let Some(dsn_file) = &self.dsn_file else { return Ok(None) };
+        let cluster = settings::Cluster { dsn_file: dsn_file.clone(), lease: self.lease, renew_every: self.renew_every, renew_deadline: self.renew_deadline };
+        cluster.check()?;
+        Ok(Some(cluster))
+    }
 }
 
 /// `--containment`.
@@ -235,9 +269,10 @@ pub enum ContainmentArg {
 }
 
 impl RunArgs {
-    /// The settings of `run` under `runner` (see [`Runner::from_environment`]).
-    pub fn settings(&self, runner: Runner) -> settings::RunSettings {
-        settings::RunSettings {
+    /// The settings of `run` under `runner` (see [`Runner::from_environment`]); an error names
+    /// options that do not fit together.
+    pub fn settings(&self, runner: Runner) -> Result<settings::RunSettings, String> {
+        Ok(settings::RunSettings {
             job: self.job.settings(),
             runner,
             job_id: self.job_id.clone(),
@@ -250,7 +285,8 @@ impl RunArgs {
                 ContainmentArg::Cgroup => settings::Containment::Cgroup,
                 ContainmentArg::Proc => settings::Containment::Proc,
             },
-        }
+            cluster: self.cluster.settings()?,
+        })
     }
 }
 

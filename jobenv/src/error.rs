@@ -8,8 +8,10 @@ use std::path::PathBuf;
 
 /// Exit code for jobenv's own configuration or input errors (nothing was started).
 pub const EXIT_REJECTED: i32 = 2;
-/// Exit code when the node is not ready for a job (a secret it declares is not rendered yet):
-/// nothing was started, and a retry later may succeed (sysexits' EX_TEMPFAIL).
+/// Exit code when the node is not ready for a job (a secret it declares is not rendered yet, the
+/// cluster journal cannot be reached): nothing was started, and a retry later may succeed
+/// (sysexits' EX_TEMPFAIL). Also a run that lost its lease on the cluster journal mid-run: its
+/// program was stopped, and a retry is safe.
 pub const EXIT_NOT_READY: i32 = 75;
 /// Exit code when the wall-clock limit (`--timeout`) ended the program.
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -182,6 +184,10 @@ pub enum Problem {
     AnotherRequest { job_id: String, recorded: String, asked: String },
     #[error("node not ready: {0}")]
     NodeNotReady(String),
+    #[error("the cluster DSN file {} {why}", path.display())]
+    ClusterDsn { path: PathBuf, why: &'static str },
+    #[error("the cluster journal cannot be used: {0}")]
+    ClusterJournal(String),
     #[error("job {job_id} is already running ({holder})")]
     JobRunning { job_id: String, holder: String },
     #[error("namespace {namespace} is locked by another deploy: {holder}")]

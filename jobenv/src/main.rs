@@ -88,7 +88,10 @@ fn rejected_before_start(errors: &[String]) -> i32 {
 }
 
 fn run(args: RunArgs) -> i32 {
-    jobenv::job::run(&args.settings(Runner::from_environment()))
+    match args.settings(Runner::from_environment()) {
+        Ok(settings) => jobenv::job::run(&settings),
+        Err(error) => rejected_before_start(&[error]),
+    }
 }
 
 fn env(args: EnvArgs) -> i32 {
@@ -174,13 +177,17 @@ fn recover(args: RecoverArgs) -> i32 {
 
 fn prune(args: PruneArgs) -> i32 {
     let dir = args.state.dir();
-    let pruned = open_journal(&dir).and_then(|journal| journal.prune(jobenv::cli::days(args.retain_days)).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
-    match pruned {
-        Err(error) => {
+    let retain = jobenv::cli::days(args.retain_days);
+    let pruned = open_journal(&dir).and_then(|journal| journal.prune(retain).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
+    // Cluster mode: the shared journal's ended rows by the same retention.
+    let shared = args.cluster_dsn_file.as_deref().map(|dsn| jobenv::record::store::postgres::prune(dsn, retain).map_err(Error::from));
+    match (pruned, shared) {
+        (Err(error), _) | (_, Some(Err(error))) => {
             error.log();
             error.exit_code()
         }
-        Ok(pruned) => print(format!("{}\n", serde_json::json!({ "pruned": pruned })).as_bytes()),
+        (Ok(pruned), None) => print(format!("{}\n", serde_json::json!({ "pruned": pruned })).as_bytes()),
+        (Ok(pruned), Some(Ok(shared))) => print(format!("{}\n", serde_json::json!({ "pruned": pruned, "cluster_pruned": shared })).as_bytes()),
     }
 }
 

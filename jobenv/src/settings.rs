@@ -77,6 +77,59 @@ pub struct RunSettings {
     pub timeout: Option<Duration>,
     pub lock_timeout: Duration,
     pub containment: Containment,
+    /// Cluster mode: the journal and the locks are shared by the nodes, in PostgreSQL.
+    pub cluster: Option<Cluster>,
+}
+
+/// Cluster mode (`--cluster-dsn-file`): the decision on a job id and the namespace lock are
+/// leases in a PostgreSQL database shared by the nodes (see `record::store::postgres`).
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// The file holding the connection string: a secret, read when a run needs it and never
+    /// shown.
+    pub dsn_file: PathBuf,
+    /// How long a lease lasts after each renewal, by the database's clock.
+    pub lease: Duration,
+    /// How often a holder renews its leases.
+    pub renew_every: Duration,
+    /// A holder that could not renew for this long stops its program: it must be stopped
+    /// before its lease can expire.
+    pub renew_deadline: Duration,
+}
+
+/// What a stop on a lost lease leaves for SIGKILL and for the tree to empty, for the watchdog's
+/// wake-up, and for the rates of two clocks (the node's monotonic one, the database's) to
+/// differ over one lease.
+pub const LEASE_STOP_MARGIN: Duration = Duration::from_secs(1);
+
+impl Cluster {
+    /// The defaults: Kubernetes' leader election's (lease 15 s, renew deadline 10 s), renewed
+    /// every 5 s.
+    pub const LEASE: &str = "15";
+    pub const RENEW_EVERY: &str = "5";
+    pub const RENEW_DEADLINE: &str = "10";
+
+    /// The three times must nest: renewals come more often than the deadline, and the deadline
+    /// leaves time to stop the program before the lease expires.
+    pub fn check(&self) -> Result<(), String> {
+        if self.renew_every >= self.renew_deadline {
+            return Err(format!("--cluster-renew-every ({:?}) must be shorter than --cluster-renew-deadline ({:?})", self.renew_every, self.renew_deadline));
+        }
+        if self.renew_deadline + LEASE_STOP_MARGIN >= self.lease {
+            return Err(format!(
+                "--cluster-renew-deadline ({:?}) must be more than {LEASE_STOP_MARGIN:?} shorter than --cluster-lease ({:?}): a holder that cannot renew stops its program in between",
+                self.renew_deadline, self.lease
+            ));
+        }
+        Ok(())
+    }
+
+    /// The grace of a stop on a lost lease: `grace`, shortened so that the program tree is gone
+    /// before the lease can expire (the deadline, this grace, SIGKILL and the margin fit in one
+    /// lease).
+    pub fn stop_grace(&self, grace: Duration) -> Duration {
+        grace.min(self.lease.saturating_sub(self.renew_deadline + LEASE_STOP_MARGIN))
+    }
 }
 
 /// How the program tree is kept (`--containment`, `JOBENV_CONTAINMENT`; see `run::tree`).
@@ -89,4 +142,26 @@ pub enum Containment {
     Cgroup,
     /// The /proc walk, even where a cgroup could be made.
     Proc,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(lease: u64, renew_every: u64, renew_deadline: u64) -> Cluster {
+        let s = Duration::from_secs;
+        Cluster { dsn_file: PathBuf::from("/dsn"), lease: s(lease), renew_every: s(renew_every), renew_deadline: s(renew_deadline) }
+    }
+
+    #[test]
+    fn the_lease_times_must_nest_and_the_stop_fits_before_the_expiry() {
+        assert!(cluster(15, 5, 10).check().is_ok(), "the defaults");
+        assert!(cluster(15, 10, 10).check().unwrap_err().contains("--cluster-renew-every"));
+        assert!(cluster(11, 5, 10).check().unwrap_err().contains("more than 1s shorter than --cluster-lease"));
+        // The grace of a stop on a lost lease: the node's, shortened to what is left of the lease.
+        let defaults = cluster(15, 5, 10);
+        assert_eq!(defaults.stop_grace(Duration::from_secs(3)), Duration::from_secs(3));
+        assert_eq!(defaults.stop_grace(Duration::from_secs(10)), Duration::from_secs(4));
+        assert!(defaults.renew_deadline + defaults.stop_grace(Duration::from_secs(60)) + LEASE_STOP_MARGIN <= defaults.lease);
+    }
 }

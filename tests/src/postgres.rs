@@ -1,6 +1,8 @@
 //! A throwaway PostgreSQL 15 cluster per test binary, and one database per test holding
 //! Windmill's `password` table (its columns as Windmill's migrations make them and as observed on
-//! Windmill CE 1.743.0).
+//! Windmill CE 1.743.0), or for jobenv's cluster mode a database with the schema its role owns
+//! ([`Cluster::jobenv_database`]). A test that stops the database gets a cluster of its own
+//! ([`Cluster::start_private`], [`Cluster::pause`], [`Cluster::resume`]).
 //!
 //! The cluster runs from the machine's `/usr/lib/postgresql/15/bin` as the `postgres` user when
 //! the tests run as root (initdb refuses root), listens on 127.0.0.1 and a free port with
@@ -31,6 +33,7 @@ pub const APP_ROLE: &str = "windmill";
 pub struct Cluster {
     pub port: u16,
     dir: PathBuf,
+    run_as: Option<RunAs>,
     superuser_password: String,
     app_password: String,
     server: Mutex<Option<Child>>,
@@ -38,6 +41,11 @@ pub struct Cluster {
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
+
+/// The login role of jobenv's cluster mode: it owns the schema of its database and nothing else.
+pub const JOBENV_ROLE: &str = "jobenv_node";
+/// The schema jobenv's cluster journal lives in.
+pub const JOBENV_SCHEMA: &str = "fediversity_jobenv";
 
 /// The cluster of this test binary, started on first use.
 pub fn cluster() -> &'static Cluster {
@@ -115,29 +123,57 @@ impl Cluster {
         // A copy of a cluster made once by initdb (about 1.4 s; the copy takes a tenth of that).
         let out = Command::new("cp").arg("-a").arg(template(bin, run_as)).arg(&data).output().expect("cp");
         assert!(out.status.success(), "cannot copy the template cluster: {}", String::from_utf8_lossy(&out.stderr));
-        let port = servers::free_port();
-        let mut command = Command::new(bin.join("postgres"));
-        command
-            .arg("-D")
-            .arg(&data)
-            .args(["-c", "listen_addresses=127.0.0.1", "-p", &port.to_string(), "-k"])
-            .arg(&dir)
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("server.log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
-        // SIGINT is PostgreSQL's fast shutdown.
-        let child = servers::spawn_tied(command, run_as, libc::SIGINT).expect("start postgres");
         let cluster = Cluster {
-            port,
+            port: servers::free_port(),
             dir,
+            run_as,
             superuser_password: servers::random_string(24),
             app_password: servers::random_string(24),
-            server: Mutex::new(Some(child)),
+            server: Mutex::new(None),
         };
+        cluster.spawn_server();
         cluster.wait_ready();
         cluster.create_roles();
         cluster
+    }
+
+    fn spawn_server(&self) {
+        let mut command = Command::new(Path::new(PG_BIN).join("postgres"));
+        command
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-c", "listen_addresses=127.0.0.1", "-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
+        // SIGINT is PostgreSQL's fast shutdown.
+        let child = servers::spawn_tied(command, self.run_as, libc::SIGINT).expect("start postgres");
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+    }
+
+    /// A cluster of the caller's own, stopped when it is dropped: for a test that stops the
+    /// database under its clients.
+    pub fn start_private() -> Cluster {
+        Cluster::start()
+    }
+
+    /// Stops the server (a fast shutdown: its clients' connections end), keeping its data.
+    pub fn pause(&self) {
+        if let Some(mut child) = self.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            servers::stop(&mut child, libc::SIGINT, Duration::from_secs(10));
+        }
+    }
+
+    /// Starts a paused server again, on the same port, and waits until it answers.
+    pub fn resume(&self) {
+        self.spawn_server();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while postgres::Client::connect(&self.socket_dsn(), postgres::NoTls).is_err() {
+            assert!(Instant::now() < deadline, "PostgreSQL did not come up again on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The local socket, where the template's `trust` lets the superuser in without a password.
@@ -173,8 +209,9 @@ impl Cluster {
                  CREATE ROLE windmill_admin NOLOGIN BYPASSRLS;
                  GRANT windmill_user TO windmill_admin;
                  CREATE ROLE {APP_ROLE} LOGIN NOINHERIT PASSWORD '{}';
-                 GRANT windmill_admin TO {APP_ROLE};",
-                self.app_password
+                 GRANT windmill_admin TO {APP_ROLE};
+                 CREATE ROLE {JOBENV_ROLE} LOGIN PASSWORD '{}';",
+                self.app_password, self.app_password
             ))
             .expect("create the Windmill roles");
     }
@@ -192,6 +229,15 @@ impl Cluster {
 
     pub fn superuser_client(&self, db: &str) -> postgres::Client {
         postgres::Client::connect(&self.superuser_dsn(db), postgres::NoTls).expect("connect as the superuser")
+    }
+
+    /// A new database for jobenv's cluster mode: its schema owned by [`JOBENV_ROLE`], which has
+    /// no other right there (jobenv makes its tables itself).
+    pub fn jobenv_database(&self) -> JobenvDb<'_> {
+        let name = format!("jobenv_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::Relaxed));
+        self.superuser_client("postgres").batch_execute(&format!("CREATE DATABASE {name} STRATEGY = FILE_COPY")).expect("create database");
+        self.superuser_client(&name).batch_execute(&format!("CREATE SCHEMA {JOBENV_SCHEMA} AUTHORIZATION {JOBENV_ROLE}")).expect("create the schema");
+        JobenvDb { cluster: self, name }
     }
 
     /// A new database with Windmill's `password` table and the seed admin row.
@@ -223,6 +269,51 @@ impl Cluster {
             ))
             .expect("create the password table");
         WindmillDb { cluster: self, name }
+    }
+}
+
+/// One test's database for jobenv's cluster mode.
+pub struct JobenvDb<'a> {
+    cluster: &'a Cluster,
+    pub name: String,
+}
+
+impl JobenvDb<'_> {
+    /// The DSN a node gives jobenv: the schema's role, with its password, over TCP.
+    pub fn dsn(&self) -> String {
+        self.dsn_on(self.cluster.port)
+    }
+
+    /// The same DSN through another port (a proxy in front of the cluster).
+    pub fn dsn_on(&self, port: u16) -> String {
+        format!("host=127.0.0.1 port={port} user={JOBENV_ROLE} password={} dbname={} connect_timeout=5", self.password(), self.name)
+    }
+
+    /// The role's password, for the secret scans.
+    pub fn password(&self) -> String {
+        self.cluster.app_password.clone()
+    }
+
+    /// A superuser connection to this database (to read the tables, or end a backend).
+    pub fn client(&self) -> postgres::Client {
+        self.cluster.superuser_client(&self.name)
+    }
+
+    /// Ends every connection jobenv holds to this database (`pg_terminate_backend`); how many.
+    pub fn terminate_jobenv_backends(&self) -> i64 {
+        self.client()
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND usename = $2",
+                &[&self.name, &JOBENV_ROLE],
+            )
+            .expect("terminate backends")
+            .get(0)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -4,19 +4,22 @@
 //!
 //! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on; one that comes before the
 //!    program starts ends the job as `canceled` without starting it.
-//! 2. **journal**: the state directory, and the job id (a file name).
+//! 2. **journal**: the state directory, the job id (a file name), and the store of the job's
+//!    record: the node's own journal, or in cluster mode the shared one ([`crate::record::store`]).
 //! 3. **job lock**: one run per job id at a time. An attempt that is stopping because its worker
 //!    died (Windmill re-runs such a job with the same id) is waited for, up to its grace.
 //! 4. **decision**: a job id names one request (another verb, attribute or namespace is
-//!    refused); a job that already ended is replayed; one running under a live jobenv is
-//!    refused; anything else runs as the next attempt.
+//!    refused); a job that already ended is replayed; one running under a live jobenv (in
+//!    cluster mode: under a live lease) is refused; anything else runs as the next attempt.
 //! 5. **inputs and plan**: read, check and merge every input ([`crate::input`],
 //!    [`crate::plan`]); from here front-ends see the job (`preparing`).
 //! 6. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
 //!    without its jobenv is stopped first ([`crate::record::orphans`]); the program tree (a
-//!    cgroup of its own, recorded, or jobenv's descendants) is made, and holds a lock too.
+//!    cgroup of its own, recorded, or jobenv's descendants) is made, and holds a lock too; in
+//!    cluster mode the namespace's lease is taken too.
 //! 7. **running entry** in the journal.
-//! 8. **program**: run and supervise it ([`crate::run`]).
+//! 8. **program**: run and supervise it ([`crate::run`]); in cluster mode, stop it when its
+//!    leases cannot be renewed in time.
 //! 9. **terminal entry** in the journal, and pruning.
 //! 10. **report**: `result.json` for Windmill, then the final progress event.
 
@@ -28,8 +31,8 @@ use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
 use crate::plan::Plan;
 use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
-use crate::record::entry::NewerFormat;
-use crate::record::locks::{self, Refused};
+use crate::record::locks;
+use crate::record::store::{self, Refused, Store};
 use crate::record::result_file::{self, JobResult};
 use crate::record::upkeep::StopRequest;
 use crate::record::{Ending, Status};
@@ -109,21 +112,24 @@ impl<'a> Run<'a> {
     /// Steps 1 to 9: the ending of a job whose program ran.
     fn steps(&mut self) -> Result<Ending, Stop> {
         let mut cancel = catch_cancels(&self.settings.runner)?;
-        let journal = self.journal()?;
+        let store = self.store()?;
         // The payload is read once, now: the decision compares what it asks for with the journal.
         // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
         let payload = input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
-        let _job_lock = self.job_lock(&journal, &mut cancel)?;
-        let (attempt, mut earlier) = self.decide(&journal, &payload)?;
-        let plan = self.plan(payload)?;
-        let namespace = self.namespace_locks(&journal, &plan, attempt, &mut earlier, &mut cancel)?;
-        let entry = self.running_entry(&journal, &plan, attempt, earlier, &cancel)?;
+        let _job_lock = self.job_lock(store.local(), &mut cancel)?;
+        let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
+        let mut plan = self.plan(payload)?;
+        redact_store_secrets(&mut plan, &*store);
+        let namespace = self.namespace_locks(&*store, &plan, attempt, &mut earlier, &mut cancel)?;
+        let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
         // The tree goes to the program (and is gone when it returns), the locks stay held.
-        let ending = match journal.draining() {
-            Some(since) => not_started_on_a_draining_node(&since),
-            None => self.program(&plan, namespace.for_tree, namespace.tree, cancel),
+        let leases = store.leases();
+        let ending = match (store.local().draining(), &leases) {
+            (Some(since), _) => not_started_on_a_draining_node(&since),
+            (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
+            (None, _) => self.program(&plan, namespace.for_tree, namespace.tree, cancel, leases),
         };
-        Ok(self.terminal_entry(&journal, entry, ending))
+        Ok(self.terminal_entry(&*store, entry, ending))
     }
 
     /// The one way from a step's [`Stop`] to the job's end.
@@ -138,12 +144,17 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// A refused lock as the job's stop; `busy` names who holds it.
-    fn refused(&self, refused: Refused, busy: impl FnOnce(String) -> Problem) -> Stop {
-        match refused {
+    /// A refused lock, lease or write as the job's stop; `busy` names who holds it. A shared
+    /// journal that cannot be reached is a node that is not ready: nothing runs without it.
+    fn refused(&self, refused: impl Into<Refused>, busy: impl FnOnce(String) -> Problem) -> Stop {
+        match refused.into() {
             Refused::Busy { holder } => busy(holder).into(),
             Refused::Cancelled(cancelled) => Stop::Cancelled(cancelled),
-            Refused::Io(source) => self.journal_problem(source).into(),
+            Refused::Journal(source) => self.journal_problem(source).into(),
+            Refused::Unreachable(why) => Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}")).into(),
+            // Not this job's fault: a jobenv that reads the entry can act on it.
+            Refused::NotReady(why) => Problem::NodeNotReady(why).into(),
+            Refused::Shared(why) => Problem::ClusterJournal(why).into(),
         }
     }
 
@@ -152,6 +163,11 @@ impl<'a> Run<'a> {
     }
 
     /// Step 2: first, so that a replay does not depend on today's node files being valid.
+    fn store(&mut self) -> Result<Box<dyn Store>, Stop> {
+        let journal = self.journal()?;
+        Ok(store::open(journal, self.settings, &self.holder)?)
+    }
+
     fn journal(&mut self) -> Result<Journal, Stop> {
         let journal = Journal::open(&self.settings.state_dir).map_err(|source| self.journal_problem(source))?;
         if let Some(id) = &self.settings.job_id {
@@ -179,26 +195,20 @@ impl<'a> Run<'a> {
     }
 
     /// Step 4: which attempt this is, and the earlier ones.
-    fn decide(&mut self, journal: &Journal, payload: &Result<Members, Problem>) -> Result<(Option<u32>, Vec<Attempt>), Stop> {
-        let Some(id) = &self.job_id else { return Ok((None, Vec::new())) };
-        let entry = journal.read(id).map_err(|source| match source.get_ref().and_then(|e| e.downcast_ref::<NewerFormat>()) {
-            // Not this job's fault: a jobenv that reads the entry can act on it.
-            Some(newer) => Problem::NodeNotReady(newer.to_string()),
-            None => self.journal_problem(source),
-        })?;
+    fn decide(&mut self, store: &dyn Store, payload: &Result<Members, Problem>, cancel: &mut Cancel) -> Result<(Option<u32>, Vec<Attempt>), Stop> {
+        let Some(id) = self.job_id.clone() else { return Ok((None, Vec::new())) };
+        let known = store.claim_job(&id, cancel).map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
         let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
         // Whatever became of it: a job id names one request.
         let verb = &self.settings.job.verb;
-        if let Some(error) = entry.as_ref().and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref())) {
+        if let Some(error) = known.entry.as_ref().and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref())) {
             self.identity = asked;
             return Err(error.into());
         }
-        match journal::decide(entry) {
+        let holder = known.live.clone();
+        match journal::decide_known(known) {
             Decision::Replay(entry) => Err(Stop::Replayed(Box::new(entry))),
-            Decision::Refuse(entry) => {
-                let holder = format!("journal entry of attempt {} under live jobenv pid {}", entry.attempt, entry.pid);
-                Err(Problem::JobRunning { job_id: id.clone(), holder }.into())
-            }
+            Decision::Refuse(_) => Err(Problem::JobRunning { job_id: id.clone(), holder: holder.unwrap_or_default() }.into()),
             Decision::Run { attempt, earlier } => {
                 if attempt > 1 {
                     tracing::warn!("job {id}: attempt {} was interrupted; running it again as attempt {attempt}", attempt - 1);
@@ -228,18 +238,18 @@ impl<'a> Run<'a> {
     }
 
     /// Step 7: if it cannot be written, nothing runs.
-    fn running_entry(&mut self, journal: &Journal, plan: &Plan, attempt: Option<u32>, earlier: Vec<Attempt>, cancel: &Cancel) -> Result<Option<Entry>, Stop> {
+    fn running_entry(&mut self, store: &dyn Store, plan: &Plan, attempt: Option<u32>, earlier: Vec<Attempt>, cancel: &Cancel) -> Result<Option<Entry>, Stop> {
         let (Some(id), Some(number)) = (&self.job_id, attempt) else { return Ok(None) };
         let worker = cancel.worker().and_then(|worker| Some((worker.as_raw(), process::start_time(worker.as_raw())?)));
         let entry = Entry::running(id, number, earlier, [&plan.verb, &plan.attribute, &plan.namespace], worker, self.settings.grace);
-        journal.write(&entry).map_err(|source| self.journal_problem(source))?;
+        store.write_running(&entry).map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
         // From here on the job's records name this attempt.
         self.attempt = attempt;
         Ok(Some(entry))
     }
 
     /// Step 8.
-    fn program(&self, plan: &Plan, tree_lock: OwnedFd, tree: Tree, cancel: Cancel) -> Ending {
+    fn program(&self, plan: &Plan, tree_lock: OwnedFd, tree: Tree, cancel: Cancel, lease: Option<crate::run::lease::LeaseWatch>) -> Ending {
         tracing::info!("running {} in namespace {} (system {}, verb {})", plan.executable, plan.namespace, plan.system, plan.verb);
         let options = RunOptions {
             grace: self.settings.grace,
@@ -247,6 +257,7 @@ impl<'a> Run<'a> {
             events: self.events.clone(),
             stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),
+            lease,
         };
         match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {
@@ -268,10 +279,10 @@ impl<'a> Run<'a> {
     /// Step 9. The program has run: an end that cannot be recorded is jobenv's failure (125),
     /// and the entry says `result_unknown` if it can, so that a rerun neither runs the job again
     /// nor reports a result that was never recorded.
-    fn terminal_entry(&self, journal: &Journal, entry: Option<Entry>, ending: Ending) -> Ending {
+    fn terminal_entry(&self, store: &dyn Store, entry: Option<Entry>, ending: Ending) -> Ending {
         let Some(mut entry) = entry else { return ending };
         entry.end(&ending);
-        let recorded = match journal.write_end(&entry) {
+        let recorded = match store.write_end(&entry) {
             Ok(()) => ending,
             Err(error) => {
                 let line = format!(
@@ -342,6 +353,27 @@ fn not_started_on_a_draining_node(since: &str) -> Ending {
     let ending = Ending::not_started(run::Outcome::NodeStopped(nix::sys::signal::Signal::SIGTERM as i32));
     ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
     ending
+}
+
+/// Step 8, in cluster mode, when the run's leases were lost before the program started (not
+/// renewed in time while it waited): the program is not started, and the job ends as an
+/// interrupted one (a retry is safe), exit 75 like a node that is not ready.
+fn not_started_without_its_lease() -> Ending {
+    tracing::warn!("the cluster journal did not renew this job's lease in time: the program is not started");
+    let ending = Ending::not_started(run::Outcome::LeaseLost);
+    ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
+    ending
+}
+
+/// The store's own secrets join the node's in the redactor (see [`Store::secrets`]).
+fn redact_store_secrets(plan: &mut Plan, store: &dyn Store) {
+    let secrets = store.secrets();
+    if secrets.is_empty() {
+        return;
+    }
+    let mut warnings = Vec::new();
+    let needles = crate::plan::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
+    plan.secrets.0.extend(needles);
 }
 
 /// Step 1. Under a job runner the worker that started jobenv is watched too: its death from now

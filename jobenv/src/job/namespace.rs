@@ -11,8 +11,9 @@ use crate::process;
 use crate::record::journal::{self, Attempt, Journal};
 use crate::record::locks;
 use crate::record::orphans::{self, Recorded, TreeRecord};
+use crate::record::store::{Claim, Store};
 use crate::run::cancel::Cancel;
-use crate::run::tree::{self, Tree, hierarchy};
+use crate::run::tree::{self, Tree, guard, hierarchy};
 
 /// What a deploy holds of its namespace (step 6): the program tree it runs in and the record of
 /// where that is; the two namespace locks, jobenv's own and the program tree's, with the
@@ -21,7 +22,13 @@ use crate::run::tree::{self, Tree, hierarchy};
 /// before them, once the tree's cgroup is gone (fields drop in this order).
 pub(super) struct NamespaceLocks {
     pub(super) tree: Tree,
+    /// Cluster mode: kills the tree's cgroup if jobenv dies before it is done (see
+    /// `run::tree::guard`); told it is done once the tree is gone.
+    _guard: Option<guard::Guard>,
     _recorded: Option<Recorded>,
+    /// The store's claim (a lease, in cluster mode), let go after the tree is gone and before
+    /// the node-local locks.
+    _shared: Claim,
     _own: locks::Held,
     _tree: locks::Held,
     pub(super) for_tree: OwnedFd,
@@ -33,8 +40,10 @@ impl Run<'_> {
     /// `earlier` (step 7 writes it). The program tree keeps a lock of its own (see
     /// `run::spawn::Passed::lock`): held, it means the tree of an earlier deploy whose jobenv
     /// was killed still runs, where no cgroup shows it.
-    pub(super) fn namespace_locks(&self, journal: &Journal, plan: &Plan, attempt: Option<u32>, earlier: &mut [Attempt], cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
+    pub(super) fn namespace_locks(&self, store: &dyn Store, plan: &Plan, attempt: Option<u32>, earlier: &mut [Attempt], cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
         let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
+        let deadline = std::time::Instant::now() + wait;
+        let journal = store.local();
         let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
         let own = journal.acquire(&locks::namespace_name(namespace), wait, &self.holder, Some(cancel))
             .map_err(|refused| self.refused(refused, locked))?;
@@ -54,8 +63,16 @@ impl Run<'_> {
             self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
         })?;
         let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
+        // Other nodes' deploys of the namespace: this node's are behind the locks above.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let shared = store.claim_namespace(namespace, self.job_id.as_deref(), left, cancel).map_err(|refused| self.refused(refused, locked))?;
         let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
-        Ok(NamespaceLocks { tree: program_tree, _recorded: recorded, _own: own, _tree: tree, for_tree: for_tree.into() })
+        // A lease that a dead jobenv no longer renews must not be outlived by its tree.
+        let guard = match (&program_tree, store.leases()) {
+            (Tree::Cgroup(cgroup), Some(_)) => guard::start(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))?,
+            _ => None,
+        };
+        Ok(NamespaceLocks { tree: program_tree, _guard: guard, _recorded: recorded, _shared: shared, _own: own, _tree: tree, for_tree: for_tree.into() })
     }
 
     /// Step 6, the program tree, chosen once: a cgroup of its own, recorded before it is made

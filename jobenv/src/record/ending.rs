@@ -68,6 +68,10 @@ pub enum InterruptedBy {
     WorkerLost,
     /// The node stopped (`drain`).
     NodeStopped,
+    /// Cluster mode: its lease on the shared journal was not renewed in time. Its holder
+    /// stopped its program before the lease could expire, or (seen by the node that took the
+    /// expired lease over) its node is gone or cut off.
+    LeaseLost,
 }
 
 /// How a run ended: what jobenv exits with and what every record of the job says.
@@ -107,6 +111,7 @@ impl From<Outcome> for Ending {
             Outcome::TimedOut => (Status::TimedOut, None),
             Outcome::WorkerLost => (Status::Failed, Some(InterruptedBy::WorkerLost)),
             Outcome::NodeStopped(_) => (Status::Failed, Some(InterruptedBy::NodeStopped)),
+            Outcome::LeaseLost => (Status::Failed, Some(InterruptedBy::LeaseLost)),
         };
         let errors = who(interrupted_by).map(|who| format!("{who}: the program tree was stopped; the job did not complete and a retry is safe")).into_iter().collect();
         Ending { status, exit_code: outcome.exit_code(), errors, interrupted_by }
@@ -118,6 +123,7 @@ fn who(interrupted_by: Option<InterruptedBy>) -> Option<&'static str> {
     match interrupted_by {
         Some(InterruptedBy::WorkerLost) => Some("the Windmill worker that started this job is gone"),
         Some(InterruptedBy::NodeStopped) => Some("the node stopped"),
+        Some(InterruptedBy::LeaseLost) => Some("this node could not renew the job's lease on the cluster journal in time"),
         Some(InterruptedBy::JobenvGone) | None => None,
     }
 }
@@ -194,6 +200,7 @@ mod tests {
             (ending(Status::TimedOut, None), "apply", Progress::TimedOut, J::Failed, D::Failed, "timed out"),
             (ending(Status::Failed, Some(InterruptedBy::WorkerLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
             (ending(Status::Failed, Some(InterruptedBy::NodeStopped)), "destroy", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
+            (ending(Status::Failed, Some(InterruptedBy::LeaseLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
         ];
         for (ending, verb, progress, job, deployment, said) in table {
             let (shown, end) = ending.progress(verb);
@@ -214,6 +221,8 @@ mod tests {
         assert_eq!((ending(Outcome::Killed(9)).status, ending(Outcome::Killed(9)).exit_code), (Status::Failed, 137));
         assert_eq!((ending(Outcome::Cancelled(2)).status, ending(Outcome::Cancelled(2)).exit_code), (Status::Canceled, 130));
         assert_eq!((ending(Outcome::TimedOut).status, ending(Outcome::TimedOut).exit_code), (Status::TimedOut, 124));
+        let lost = ending(Outcome::LeaseLost);
+        assert_eq!((lost.status, lost.exit_code, lost.interrupted_by), (Status::Failed, 75, Some(InterruptedBy::LeaseLost)));
         // Stopped, or never started: the same ending, each line saying which.
         let stopped = Ending::from(Outcome::NodeStopped(15));
         let not_started = Ending::not_started(Outcome::NodeStopped(15));

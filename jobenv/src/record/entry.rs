@@ -254,14 +254,40 @@ pub enum Decision {
     Run { attempt: u32, earlier: Vec<Attempt> },
 }
 
+/// What a journal knows of a job id when a run claims it: its entry, and whether an attempt holds
+/// it right now (then who, for the message of a refused run).
+#[derive(Debug)]
+pub struct Known {
+    pub entry: Option<Entry>,
+    pub live: Option<String>,
+    /// What ended a `running` entry that no attempt holds any more: its jobenv is gone (one
+    /// node), or its lease expired (the cluster journal).
+    pub gone: InterruptedBy,
+}
+
+impl Known {
+    /// As the node's own journal knows it: an attempt is live while its jobenv runs.
+    pub fn local(entry: Option<Entry>) -> Known {
+        let live = entry.as_ref().filter(|e| e.is_live()).map(|e| format!("journal entry of attempt {} under live jobenv pid {}", e.attempt, e.pid));
+        Known { entry, live, gone: InterruptedBy::JobenvGone }
+    }
+}
+
 pub fn decide(existing: Option<Entry>) -> Decision {
-    match existing {
+    decide_known(Known::local(existing))
+}
+
+/// The same decision on one node and on a cluster: a result is replayed, a live attempt refused,
+/// anything else runs as the next attempt (a `running` entry nobody holds any more was
+/// interrupted).
+pub fn decide_known(known: Known) -> Decision {
+    match known.entry {
         None => Decision::Run { attempt: 1, earlier: Vec::new() },
         Some(entry) if entry.is_result() => Decision::Replay(entry),
-        Some(entry) if entry.is_live() => Decision::Refuse(entry),
+        Some(entry) if known.live.is_some() => Decision::Refuse(entry),
         Some(mut entry) => {
             if entry.status == Status::Running {
-                entry.mark_interrupted(InterruptedBy::JobenvGone);
+                entry.mark_interrupted(known.gone);
             }
             let mut earlier = std::mem::take(&mut entry.earlier);
             earlier.push(entry.as_attempt());
@@ -305,7 +331,7 @@ pub struct NewerFormat {
 /// Parses the entry read from the file of `job_id` (`shown`: its path as messages show it): its
 /// `job_id` must be a valid id and its file's name, and its format one this jobenv reads (else
 /// the error holds a [`NewerFormat`]).
-pub(super) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<Entry> {
+pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<Entry> {
     let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is corrupt: {why}"));
     // The format first: a newer entry is not parsed as this one, whatever its fields say.
     #[derive(serde::Deserialize)]

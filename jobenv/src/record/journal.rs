@@ -15,14 +15,14 @@ use std::time::Duration;
 use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
-pub use super::entry::{Attempt, Decision, Entry, MAX_STOP_GRACE, Orphans, STOP_MARGIN, decide, is_valid_job_id, note_orphans, now};
+pub use super::entry::{Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, STOP_MARGIN, decide, decide_known, is_valid_job_id, note_orphans, now};
 use super::locks;
 use crate::error::EXIT_INTERNAL;
 use crate::run::cancel::Cancel;
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.
-const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
 /// a new file cannot be written (a full disk): no new block is needed for that.

@@ -12,6 +12,9 @@
 //! - [`orphans`]: which cgroup holds a namespace's program tree, and what its deploy left
 //!   running there once its jobenv is gone, stopped and recorded;
 //! - [`result_file`]: the Windmill job result, `result.json`;
+//! - [`store`]: where a run's record lives and who may act on a job id and a namespace: the
+//!   node's own journal, or in cluster mode a PostgreSQL database shared by the nodes, with
+//!   leases;
 //! - [`upkeep`]: `recover`, `prune` and `drain`, which keep the journal true between runs.
 
 pub mod dir;
@@ -21,6 +24,7 @@ pub mod journal;
 pub mod locks;
 pub mod orphans;
 pub mod result_file;
+pub mod store;
 pub mod upkeep;
 
 use std::path::Path;

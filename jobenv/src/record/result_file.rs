@@ -32,7 +32,8 @@ pub struct JobResult<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
     /// `interrupted` when the attempt was stopped without a result of its own; then
-    /// `interrupted_by` says why (`worker_lost`, `node_stopped`) and a retry is safe.
+    /// `interrupted_by` says why (`worker_lost`, `node_stopped`, `lease_lost`) and a retry is
+    /// safe.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -14,11 +14,13 @@
 //! 2. With `MAX_WAIT_FOR_SIGINT`, only jobenv gets SIGINT, and if jobenv exits first nothing
 //!    else is killed. So jobenv stops the tree itself: SIGTERM to every process of it, the grace
 //!    period, SIGKILL to whatever is left, and only then exits.
-//! 3. The timeout, a lost worker and `drain` run the same ladder.
+//! 3. The timeout, a lost worker, `drain` and a lease on the cluster journal that could not be
+//!    renewed in time ([`lease`]) run the same ladder.
 //! 4. When jobenv does not lead its process group (a front-end runs it as a subprocess), the
 //!    program gets a group of its own, and jobenv never signals a group at all.
 
 pub mod cancel;
+pub mod lease;
 pub mod pump;
 pub mod reaper;
 pub mod redact;
@@ -54,6 +56,8 @@ pub struct RunOptions<'a> {
     pub stop_request: Option<&'a StopRequest>,
     /// A descriptor of the namespace's tree lock, for the program tree to keep.
     pub tree_lock: Option<OwnedFd>,
+    /// Cluster mode: the run's leases, whose loss stops the program tree.
+    pub lease: Option<lease::LeaseWatch>,
 }
 
 /// How often jobenv looks whether its worker is still its parent.
@@ -75,6 +79,9 @@ pub enum Outcome {
     WorkerLost,
     /// `drain` signalled jobenv: the node is stopping.
     NodeStopped(i32),
+    /// Cluster mode: the run's leases were not renewed within the renew deadline (or were
+    /// taken over): jobenv stopped the program tree before they could expire.
+    LeaseLost,
 }
 
 impl Outcome {
@@ -85,6 +92,9 @@ impl Outcome {
             Outcome::TimedOut => EXIT_TIMEOUT,
             // As if hung up: the one that would read the result is gone.
             Outcome::WorkerLost => 128 + Signal::SIGHUP as i32,
+            // This node cannot vouch for the job now: try again later (sysexits' EX_TEMPFAIL),
+            // as for a node that is not ready.
+            Outcome::LeaseLost => crate::error::EXIT_NOT_READY,
         }
     }
 
@@ -175,11 +185,19 @@ async fn supervise<T: ProgramTree>(
             }
         }
     };
+    let mut lease = options.lease.clone();
+    let lease_lost = async {
+        match &mut lease {
+            Some(lease) => lease.lost().await,
+            None => std::future::pending().await,
+        }
+    };
     let outcome = tokio::select! {
         status = &mut reaper.program => Outcome::from_wait(status.expect("the reaper reports the program's status")),
         Some(signal) = cancels.recv() => stopped_by(signal, &options),
         _ = timeout => Outcome::TimedOut,
         () = worker_gone => Outcome::WorkerLost,
+        () = lease_lost => Outcome::LeaseLost,
     };
 
     match outcome {
@@ -192,6 +210,15 @@ async fn supervise<T: ProgramTree>(
         Outcome::WorkerLost => {
             tracing::warn!("the worker that started this job is gone: stopping the program tree (grace {:?})", options.grace);
             stop(&tree, options.grace).await;
+        }
+        Outcome::LeaseLost => {
+            let lease = options.lease.as_ref().expect("a lease was watched");
+            tracing::error!(
+                "this job's leases on the cluster journal were not renewed within {:?}: stopping the program tree before they can expire (grace {:?})",
+                lease.renew_deadline,
+                lease.stop_grace
+            );
+            stop(&tree, lease.stop_grace).await;
         }
         Outcome::TimedOut => {
             tracing::warn!("timeout of {:?} reached: stopping the program tree (grace {:?})", options.timeout.unwrap_or_default(), options.grace);

@@ -23,6 +23,7 @@ macro_rules! with_each_tree {
 }
 
 mod bad_input;
+mod cluster;
 mod contract;
 mod cancellation;
 mod containment;

@@ -606,6 +606,32 @@ fn the_nodes_job_limits_reach_every_job_and_bound_the_cancel_and_the_stop() {
     assert_eq!(worker["serviceConfig"]["TimeoutStopSec"], format!("{}s", 300 + jobenv_grace() + 30));
 }
 
+#[test]
+fn cluster_mode_is_off_by_default_and_its_dsn_file_reaches_every_job_when_set() {
+    let worker = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.windmill-worker");
+    let env = &worker["environment"];
+    // The file's path, never its content: the DSN is a secret the node renders.
+    assert_eq!(env["JOBENV_CLUSTER_DSN_FILE"], "/run/fediversity-windmill/jobenv-cluster-dsn");
+    let whitelisted: Vec<&str> = env["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
+    assert!(whitelisted.contains(&"JOBENV_CLUSTER_DSN_FILE"), "the DSN file does not reach jobs: {whitelisted:?}");
+    // The name jobenv's `run` reads it by.
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    assert!(cli.contains("env = \"JOBENV_CLUSTER_DSN_FILE\""), "jobenv reads no JOBENV_CLUSTER_DSN_FILE");
+    // The daily prune prunes the shared journal's ended rows too.
+    let prune = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.fediversity-jobenv-prune");
+    assert_eq!(prune["environment"]["JOBENV_CLUSTER_DSN_FILE"], "/run/fediversity-windmill/jobenv-cluster-dsn");
+    // The control: off unless set, and neither set nor whitelisted then.
+    let prune = module("s: s", "h: h.config.systemd.services.fediversity-jobenv-prune");
+    assert!(prune["environment"].get("JOBENV_CLUSTER_DSN_FILE").is_none(), "{prune}");
+    let worker = module("s: s", "h: h.config.systemd.services.windmill-worker");
+    assert!(worker["environment"].get("JOBENV_CLUSTER_DSN_FILE").is_none());
+    assert!(!worker["environment"]["WHITELIST_ENVS"].as_str().unwrap().contains("CLUSTER"));
+    // A path the worker could not open from anywhere is refused when the node is evaluated.
+    let result = module(r#"s: s // { cluster.dsnFile = "jobenv-cluster-dsn"; }"#, "h: { inherit (h) typeErrors; }");
+    assert_eq!(result["typeErrors"].as_array().map(Vec::len), Some(1), "{result}");
+    assert!(result["typeErrors"][0].as_str().unwrap().starts_with("cluster.dsnFile"), "{result}");
+}
+
 // ---- Windmill's package -----------------------------------------------------------------------
 
 #[test]

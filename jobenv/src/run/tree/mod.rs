@@ -15,6 +15,7 @@
 //! its parent's, or a sibling's in a pipeline, must never be hit.
 
 pub mod cgroup;
+pub mod guard;
 pub mod hierarchy;
 pub mod proc_walk;
 

@@ -1,0 +1,129 @@
+//! Where a job's record lives, and who may act on a job id and on a namespace: the seam between
+//! one node and a cluster of them, chosen once per run ([`open`]).
+//!
+//! - [`file::FileStore`]: the node's own journal in the state directory; the node-local locks
+//!   (`flock`s, taken by the run itself) are all there is to one deploy per namespace and one
+//!   run per job id. Today's behaviour, and the default.
+//! - [`postgres::PgStore`] (cluster mode, `--cluster-dsn-file`): the same decisions, made on
+//!   tables that every node shares, with the job id and the namespace held as leases that expire
+//!   unless their holder renews them. The node's own journal stays its record.
+//!
+//! Either way the node-local locks are taken first: they serialise the runs of one node, and
+//! what a deploy of this node left running is stopped under them (`record::orphans`).
+
+pub mod file;
+pub mod postgres;
+
+use std::time::Duration;
+
+use super::entry::{Entry, Known};
+use super::journal::Journal;
+use super::locks;
+use crate::error::Problem;
+use crate::run::cancel::{Cancel, Cancelled};
+use crate::run::lease::LeaseWatch;
+use crate::settings::RunSettings;
+
+/// A run's journal and its claims.
+pub trait Store {
+    /// This node's own journal: its locks, its record of program trees, its drain mark.
+    fn local(&self) -> &Journal;
+
+    /// Step 4, under the job's node-local lock: what the journal knows of `job_id`. A store with
+    /// leases holds the job id's lease from here on, unless the job already ended (then there
+    /// is nothing to hold: it is replayed) or another node holds it (refused as busy).
+    fn claim_job(&self, job_id: &str, cancel: &mut Cancel) -> Result<Known, Refused>;
+
+    /// Step 6, under the namespace's node-local locks: the namespace, for `job_id`'s deploy,
+    /// waiting up to `wait` for another node's deploy of it. Held until the returned claim is
+    /// dropped.
+    fn claim_namespace(&self, namespace: &str, job_id: Option<&str>, wait: Duration, cancel: &mut Cancel) -> Result<Claim, Refused>;
+
+    /// Step 7: the `running` entry, before the program starts; if it cannot be written,
+    /// nothing runs.
+    fn write_running(&self, entry: &Entry) -> Result<(), Refused>;
+
+    /// Step 9: the end of the attempt. An error means the end is not recorded where the next
+    /// run of the job id would look (see [`Journal::write_end`]).
+    fn write_end(&self, entry: &Entry) -> std::io::Result<()>;
+
+    /// The leases the program's supervisor must watch, when the store has any.
+    fn leases(&self) -> Option<LeaseWatch>;
+
+    /// Secrets of the store itself (the shared journal's DSN), redacted from the program's
+    /// output like the node's: the program runs as the user that can read them.
+    fn secrets(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The store of a run: the node's own journal, or with cluster mode the shared one beside it.
+pub fn open(journal: Journal, settings: &RunSettings, holder: &str) -> Result<Box<dyn Store>, Problem> {
+    match &settings.cluster {
+        None => Ok(Box::new(file::FileStore::new(journal))),
+        Some(cluster) => Ok(Box::new(postgres::PgStore::open(journal, settings, cluster, holder)?)),
+    }
+}
+
+/// Why a claim or a write of a store was refused, before the program started.
+pub enum Refused {
+    /// Another run holds it; `holder` says who.
+    Busy { holder: String },
+    /// A cancel signal came while waiting, or the worker that started jobenv died.
+    Cancelled(Cancelled),
+    /// The node's journal cannot be used.
+    Journal(std::io::Error),
+    /// The shared journal cannot be reached or used now: the node is not ready for a job.
+    Unreachable(String),
+    /// The journal holds an entry of a newer format than this jobenv reads (see
+    /// `record::entry::NewerFormat`): the node is not ready for this job.
+    NotReady(String),
+    /// The shared journal holds what this jobenv cannot act on (a row it did not write so, or
+    /// one of a newer format).
+    Shared(String),
+}
+
+impl Refused {
+    /// A journal file that cannot be read; one of a newer format is a node not ready for it.
+    pub fn of_read(error: std::io::Error) -> Refused {
+        match error.get_ref().and_then(|e| e.downcast_ref::<super::entry::NewerFormat>()) {
+            Some(newer) => Refused::NotReady(newer.to_string()),
+            None => Refused::Journal(error),
+        }
+    }
+}
+
+impl From<locks::Refused> for Refused {
+    fn from(refused: locks::Refused) -> Self {
+        match refused {
+            locks::Refused::Busy { holder } => Refused::Busy { holder },
+            locks::Refused::Cancelled(cancelled) => Refused::Cancelled(cancelled),
+            locks::Refused::Io(error) => Refused::Journal(error),
+        }
+    }
+}
+
+/// A claim of a namespace; dropping it lets the namespace go.
+#[must_use]
+pub struct Claim {
+    release: Option<Box<dyn FnOnce()>>,
+}
+
+impl Claim {
+    /// The claim of a store without leases: the node-local lock is all there is.
+    pub fn local() -> Claim {
+        Claim { release: None }
+    }
+
+    pub(super) fn releasing(release: impl FnOnce() + 'static) -> Claim {
+        Claim { release: Some(Box::new(release)) }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Cluster mode: the journal's decision and the namespace lock on PostgreSQL, shared by every
+//! node whose jobenv is given the same database (`--cluster-dsn-file`). The tables
+//! (`schema.sql`, schema `fediversity_jobenv`) hold, per job id, its journal entry and the
+//! lease of the run that holds it, and per namespace the lease of the deploy that holds it.
+//! The node's own journal and its `flock`s stay: they serialise the runs of one node, keep its
+//! record, and cover its program trees (`record::orphans`).
+//!
+//! # Leases
+//!
+//! A lease is a row with a holder, an epoch (a fencing token from one sequence) and an expiry
+//! that only the database's clock sets: `now() + lease`. A run takes a lease only where
+//! `expires_at <= now()` (or where the holder was this node's own jobenv that is gone: the
+//! node-local locks the run holds prove that), drawing a new epoch; it renews it every
+//! `renew_every` by `UPDATE … SET expires_at = now() + lease WHERE epoch = <mine> AND
+//! expires_at > now()`; every write it makes to a held row is fenced the same way, so a stale
+//! holder's late write changes nothing. The lease of the job id is taken at step 4 and ends
+//! with the terminal entry; the namespace's at step 6, let go after the program tree is gone.
+//!
+//! # Why two nodes never run one namespace at once
+//!
+//! Let holder H take or last renew its namespace lease by a statement it *sent* at `s` by its
+//! own monotonic clock. The database evaluated `now()` after receiving it, so the row's expiry
+//! is at least `s + lease` in real time: no newcomer N can take the lease before `s + lease`,
+//! because N takes it only when the database's `now()` has passed the expiry, and one row's
+//! updates are serialised by its row lock (`INSERT … ON CONFLICT DO UPDATE … WHERE` re-checks the
+//! expiry under it), so two newcomers cannot both take it either: each draws its own epoch,
+//! and the second one's check sees the first one's expiry.
+//!
+//! H, for its part, never runs its program past `s + lease`:
+//! - its program starts only after the namespace lease was taken (step 6) and the running
+//!   entry was written under a live job lease (step 7): a newcomer cannot hold either then;
+//! - while the program runs, the supervisor (`run::lease`) watches the oldest renewal `s` of
+//!   H's leases by H's clock alone (a renewal stuck in a partition cannot delay it); at
+//!   `s + renew_deadline` it stops the program tree: SIGTERM, a grace shortened to
+//!   `lease − renew_deadline − 1 s` at most (`settings::Cluster::stop_grace`), SIGKILL, and the
+//!   tree is gone before `s + lease`. The 1 s margin holds SIGKILL and the emptying of the tree,
+//!   the watchdog's wake-up, and the difference of two clocks' rates over one lease (ppm);
+//! - a renewal that finds its row taken over or expired stops the program at once, and no
+//!   lease is renewed after the deadline passed.
+//!
+//! So every moment at which H's program runs lies before the expiry of a lease H holds, and N's
+//! program starts only after N took that lease, after that expiry: the two never overlap,
+//! whatever the network does (a partitioned H stops on its own; a database that answers late
+//! answers a renewal that was sent early). A job id is the same argument with the job lease:
+//! no two runs act on one job id's entry at once, and a run that lost the lease finds its
+//! fenced writes refused.
+//!
+//! What it assumes: the database's clock does not jump forward by more than the margin within a
+//! lease (a slewing NTP, not a stepping one), and jobenv is not frozen (SIGSTOP, a paused VM)
+//! for longer than `lease − renew_deadline` while its program runs. A SIGKILLed jobenv renews
+//! nothing, but its tree does not outlive it (the renewal is tied to the tree's life): its
+//! program dies with it (the parent-death signal), and what of the tree left its process group
+//! is killed at once by the tree's guard (`run::tree::guard`), long before the lease expires.
+//! Without a cgroup (the `/proc` walk) there is no guard, and such a leftover is not covered.
+//! The deployment's own state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds
+//! at the resource.
+//!
+//! # The decision
+//!
+//! As on one node (`record::entry::decide_known`): a result is replayed (from this node's own
+//! journal when it has it, which needs no database); a job id whose lease another node holds
+//! is waited for up to its grace plus a margin (a re-run that comes while that attempt still
+//! stops), then refused; anything else runs as the next attempt, a `running` entry whose
+//! lease expired recorded as interrupted (`lease_lost`). A database that cannot be reached
+//! before the program starts is a node that is not ready (exit 75): nothing runs without the
+//! guarantees.
+
+mod dsn;
+mod keeper;
+mod tables;
+
+use std::cell::{Cell, OnceCell};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Claim, Refused, Store};
+use crate::error::Problem;
+use crate::process;
+use crate::record::ending::InterruptedBy;
+use crate::record::entry::{Entry, Known};
+use crate::record::journal::{JOB_LOCK_WAIT, Journal};
+use crate::run::cancel::Cancel;
+use crate::run::lease::LeaseWatch;
+use crate::settings::{Cluster, RunSettings};
+use keeper::{Keeper, Timing, Trouble};
+use tables::{Holder, JobRow, Table};
+
+/// How often a run that waits for a job id or a namespace looks again.
+const POLL: Duration = Duration::from_millis(200);
+
+pub struct PgStore {
+    local: Journal,
+    dsn: Arc<dsn::Dsn>,
+    timing: Timing,
+    me: Holder,
+    stop_grace: Duration,
+    /// Started by the first statement the run needs: a replay from the node's own journal
+    /// needs none.
+    keeper: OnceCell<Keeper>,
+    /// The job id whose lease the run holds, once claimed.
+    job: std::cell::RefCell<Option<String>>,
+    /// Whether jobenv said once that it waits for a namespace.
+    said_waiting: Cell<bool>,
+}
+
+impl PgStore {
+    /// Reads the DSN (a missing file: the node is not ready); connects at the first statement.
+    pub fn open(local: Journal, settings: &RunSettings, cluster: &Cluster, holder: &str) -> Result<PgStore, Problem> {
+        let dsn = Arc::new(dsn::read(&cluster.dsn_file)?);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
+        let state_dir = std::fs::canonicalize(&settings.state_dir).unwrap_or_else(|_| settings.state_dir.clone());
+        let me = Holder {
+            text: format!("{holder} on {}", if host.is_empty() { "an unnamed host" } else { &host }),
+            node: format!("{} {}", process::boot_id().unwrap_or("unknown-boot"), state_dir.display()),
+        };
+        Ok(PgStore {
+            local,
+            dsn,
+            timing: Timing { lease: cluster.lease, renew_every: cluster.renew_every, renew_deadline: cluster.renew_deadline },
+            me,
+            stop_grace: cluster.stop_grace(settings.grace),
+            keeper: OnceCell::new(),
+            job: std::cell::RefCell::new(None),
+            said_waiting: Cell::new(false),
+        })
+    }
+
+    fn keeper(&self) -> Result<&Keeper, Refused> {
+        if let Some(keeper) = self.keeper.get() {
+            return Ok(keeper);
+        }
+        let keeper = Keeper::start(Arc::clone(&self.dsn), self.timing).map_err(|e| Refused::Unreachable(format!("cannot start its thread: {e}")))?;
+        Ok(self.keeper.get_or_init(|| keeper))
+    }
+
+    /// Runs statements from the main thread, bounded by the renew deadline: before the program
+    /// starts no statement may take longer than a renewal could.
+    fn run<T>(&self, op: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tables::Failed>) -> Result<T, Refused> {
+        let keeper = self.keeper()?;
+        keeper.block_on(keeper.shared.run(self.timing.renew_deadline, op)).map_err(refused)
+    }
+
+    /// A pause while waiting for a lease: ends early on a cancel, or when the job's own lease
+    /// was lost meanwhile.
+    fn pause(&self, cancel: &mut Cancel, until: Instant) -> Result<(), Refused> {
+        std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+        if let Some(cancelled) = cancel.check() {
+            return Err(Refused::Cancelled(cancelled));
+        }
+        if self.keeper.get().is_some_and(|k| k.shared.is_lost()) {
+            return Err(Refused::Unreachable("this job's lease was lost while it waited".into()));
+        }
+        Ok(())
+    }
+}
+
+fn refused(trouble: Trouble) -> Refused {
+    match trouble {
+        Trouble::Unreachable(why) => Refused::Unreachable(why),
+        Trouble::Newer(why) => Refused::NotReady(why),
+        Trouble::Refused(why) => Refused::Shared(why),
+    }
+}
+
+/// Another node's holder text, as messages show it: it is a row anyone with the role can write.
+fn shown(holder: &str) -> String {
+    format!("{}, on the cluster journal", holder.escape_debug())
+}
+
+impl Store for PgStore {
+    fn local(&self) -> &Journal {
+        &self.local
+    }
+
+    fn claim_job(&self, job_id: &str, cancel: &mut Cancel) -> Result<Known, Refused> {
+        // A result is final: this node's own record of it needs no database.
+        let local = self.local.read(job_id).map_err(Refused::of_read)?;
+        if local.as_ref().is_some_and(Entry::is_result) {
+            return Ok(Known::local(local));
+        }
+        let mut until = None;
+        loop {
+            let sent = Instant::now();
+            let lease = self.timing.lease;
+            match self.run(async |client| tables::claim_job(client, job_id, &self.me, lease).await)? {
+                JobRow::Claimed { epoch, previous, same_node } => {
+                    self.keeper()?.shared.hold(Table::Jobs, job_id, epoch, sent);
+                    *self.job.borrow_mut() = Some(job_id.to_owned());
+                    // A live lease of this node's own is a jobenv of it that is gone; one that
+                    // expired is a holder that could not renew, wherever it ran.
+                    let gone = if same_node { InterruptedBy::JobenvGone } else { InterruptedBy::LeaseLost };
+                    return Ok(Known { entry: previous, live: None, gone });
+                }
+                JobRow::Ended(entry) => return Ok(Known { entry: Some(entry), live: None, gone: InterruptedBy::LeaseLost }),
+                JobRow::Held { holder, entry } => {
+                    let until = *until.get_or_insert_with(|| {
+                        let wait = entry.as_ref().map_or(JOB_LOCK_WAIT, Entry::stop_wait);
+                        tracing::info!("job {job_id} is held on the cluster journal by {}: waiting up to {wait:?}", holder.escape_debug());
+                        Instant::now() + wait
+                    });
+                    if Instant::now() >= until {
+                        return Err(Refused::Busy { holder: shown(&holder) });
+                    }
+                    self.pause(cancel, until)?;
+                }
+            }
+        }
+    }
+
+    fn claim_namespace(&self, namespace: &str, job_id: Option<&str>, wait: Duration, cancel: &mut Cancel) -> Result<Claim, Refused> {
+        let until = Instant::now() + wait;
+        loop {
+            let sent = Instant::now();
+            let lease = self.timing.lease;
+            match self.run(async |client| tables::claim_namespace(client, namespace, job_id, &self.me, lease).await)? {
+                Ok(epoch) => {
+                    let keeper = self.keeper()?;
+                    keeper.shared.hold(Table::Namespaces, namespace, epoch, sent);
+                    let (shared, handle, namespace) = (Arc::clone(&keeper.shared), keeper.handle(), namespace.to_owned());
+                    return Ok(Claim::releasing(move || handle.block_on(shared.release(Table::Namespaces, &namespace))));
+                }
+                Err(holder) => {
+                    if Instant::now() >= until {
+                        return Err(Refused::Busy { holder: shown(&holder) });
+                    }
+                    if !self.said_waiting.replace(true) {
+                        let wait = Duration::from_secs(wait.as_secs_f64().round() as u64);
+                        tracing::info!("namespace {namespace} is held on the cluster journal by {}: waiting up to {wait:?}", holder.escape_debug());
+                    }
+                    self.pause(cancel, until)?;
+                }
+            }
+        }
+    }
+
+    fn write_running(&self, entry: &Entry) -> Result<(), Refused> {
+        let keeper = self.keeper()?;
+        let Some((epoch, _)) = keeper.shared.held(Table::Jobs, &entry.job_id) else {
+            return Err(Refused::Unreachable("this job's lease was lost before its program started".into()));
+        };
+        let sent = Instant::now();
+        let lease = self.timing.lease;
+        if !self.run(async |client| tables::write_running(client, entry, epoch, lease).await)? {
+            return Err(Refused::Unreachable("this job's lease expired or was taken over before its program started".into()));
+        }
+        keeper.shared.renewed(Table::Jobs, &entry.job_id, sent);
+        // The shared entry first: a node's own entry of an attempt that never started would be
+        // taken for an interrupted one.
+        self.local.write(entry).map_err(Refused::Journal)
+    }
+
+    /// The node's own entry (with its fallback, see [`Journal::write_end`]), then the shared
+    /// one, retried while the lease is still this run's: a result that only this node knows
+    /// is lost to the others, who would run the job again once its lease expired. An attempt
+    /// without a result of its own (interrupted) loses nothing when its shared entry stays
+    /// `running`: its lease expires and the next run records it interrupted.
+    fn write_end(&self, entry: &Entry) -> std::io::Result<()> {
+        let local = self.local.write_end(entry);
+        let Some(job_id) = self.job.borrow_mut().take() else { return local };
+        let keeper = self.keeper().map_err(|_| std::io::Error::other("the cluster journal's thread is gone"))?;
+        let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else { return local };
+        let until = if entry.is_result() { expires.checked_sub(crate::settings::LEASE_STOP_MARGIN).unwrap_or(expires) } else { Instant::now() };
+        // Each try within a renewal's bound; an attempt without a result tries once, briefly.
+        let limit = if entry.is_result() { self.timing.renew_deadline.min(Duration::from_secs(2)) } else { Duration::from_secs(1) };
+        let shared = loop {
+            match keeper.block_on(keeper.shared.run(limit, async |client| tables::write_end(client, entry, epoch).await)) {
+                Ok(true) => break Ok(()),
+                Ok(false) => break Err(format!("another run took job {job_id} over on the cluster journal")),
+                Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) if Instant::now() >= until => break Err(why),
+                Err(_) => std::thread::sleep(POLL),
+            }
+        };
+        keeper.shared.forget(Table::Jobs, &job_id);
+        match shared {
+            Ok(()) => local,
+            Err(why) if !entry.is_result() => {
+                tracing::warn!("the end of job {job_id} is not on the cluster journal ({why}): once its lease expires, the next run records it interrupted");
+                local
+            }
+            Err(why) => {
+                local?;
+                Err(std::io::Error::other(format!("the cluster journal did not take it ({why}); another node may run the job again once its lease expires")))
+            }
+        }
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        self.dsn.secrets().map(str::to_owned).collect()
+    }
+
+    fn leases(&self) -> Option<LeaseWatch> {
+        let keeper = self.keeper.get()?;
+        Some(LeaseWatch { renewals: keeper.shared.subscribe(), renew_deadline: self.timing.renew_deadline, stop_grace: self.stop_grace })
+    }
+}
+
+/// `prune` in cluster mode: the shared journal's rows of attempts that ended more than `retain`
+/// ago (the node's own entries are pruned beside it). Any node's `prune` may do it: each deletes
+/// what has ended, by the database's clock. Returns how many rows went.
+pub fn prune(dsn_file: &std::path::Path, retain: Duration) -> Result<u64, Problem> {
+    let dsn = Arc::new(dsn::read(dsn_file)?);
+    // No lease is held: the renewal times only bound the statements.
+    let timing = Timing { lease: Duration::from_secs(15), renew_every: Duration::from_secs(5), renew_deadline: Duration::from_secs(10) };
+    let keeper = Keeper::start(dsn, timing).map_err(|e| Problem::NodeNotReady(format!("the cluster journal cannot be reached: cannot start its thread: {e}")))?;
+    match keeper.block_on(keeper.shared.run(timing.renew_deadline, async |client| tables::prune(client, retain).await)) {
+        Ok(pruned) => Ok(pruned),
+        Err(Trouble::Unreachable(why)) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}"))),
+        Err(Trouble::Newer(why) | Trouble::Refused(why)) => Err(Problem::ClusterJournal(why)),
+    }
+}
+
+impl Drop for PgStore {
+    /// The job id's lease of a run that ended before its terminal entry (refused, replayed,
+    /// cancelled) is let go; so is anything else still held.
+    fn drop(&mut self) {
+        if let Some(keeper) = self.keeper.get() {
+            keeper.block_on(keeper.shared.release_all());
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The supervisor's view of the leases a run holds on a shared journal (cluster mode, see
+//! `record::store::postgres`): when all of them were last renewed, and whether one was lost. A
+//! run whose leases were not renewed within the renew deadline stops its program tree, so that
+//! the tree is gone before any of them can expire and another node may take it.
+//!
+//! The deadline is judged here, by jobenv's own monotonic clock from the moment each renewal was
+//! *sent*, not by the thread that talks to the database: a renewal stuck in a partitioned
+//! connection cannot delay the stop.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+/// What the holder knows of its leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// No lease is held.
+    None,
+    /// Every lease held was renewed (or taken) by a statement sent at this instant or later: by
+    /// the database's clock, none expires before this instant plus the lease.
+    At(Instant),
+    /// A lease was taken over or found expired: stop at once.
+    Lost,
+}
+
+/// The leases of a run, as the supervisor watches them.
+#[derive(Debug, Clone)]
+pub struct LeaseWatch {
+    pub renewals: watch::Receiver<Renewal>,
+    /// Without a renewal for this long, the program is stopped.
+    pub renew_deadline: Duration,
+    /// The grace of that stop (see `settings::Cluster::stop_grace`).
+    pub stop_grace: Duration,
+}
+
+impl LeaseWatch {
+    /// Lost now: taken over, or not renewed within the deadline.
+    pub fn is_lost(&self) -> bool {
+        match *self.renewals.borrow() {
+            Renewal::None => false,
+            Renewal::At(at) => at.elapsed() >= self.renew_deadline,
+            Renewal::Lost => true,
+        }
+    }
+
+    /// Resolves once the leases are lost; never while they are renewed in time.
+    pub async fn lost(&mut self) {
+        loop {
+            let renewal = *self.renewals.borrow_and_update();
+            let deadline = match renewal {
+                Renewal::Lost => return,
+                Renewal::At(at) => Some(at + self.renew_deadline),
+                Renewal::None => None,
+            };
+            let expired = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = expired => return,
+                changed = self.renewals.changed() => {
+                    // The renewing side is gone: nothing renews any more, so the last renewal's
+                    // deadline stands.
+                    if changed.is_err() {
+                        match deadline {
+                            Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+                            None => std::future::pending().await,
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(renewal: Renewal) -> (watch::Sender<Renewal>, LeaseWatch) {
+        let (tx, rx) = watch::channel(renewal);
+        (tx, LeaseWatch { renewals: rx, renew_deadline: Duration::from_millis(200), stop_grace: Duration::ZERO })
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lease_renewed_in_time_is_never_lost_and_one_that_is_not_is_lost_at_its_deadline() {
+        let (tx, mut lease) = watch(Renewal::At(Instant::now()));
+        let renewing = async {
+            for _ in 0..6 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                tx.send_replace(Renewal::At(Instant::now()));
+            }
+        };
+        tokio::select! {
+            () = lease.lost() => panic!("a lease renewed in time was lost"),
+            () = renewing => {}
+        }
+        assert!(!lease.is_lost());
+        // Positive control: without renewals, it is lost at the deadline, not before.
+        let last = Instant::now();
+        tx.send_replace(Renewal::At(last));
+        lease.lost().await;
+        assert!(last.elapsed() >= Duration::from_millis(200) && last.elapsed() < Duration::from_millis(400), "{:?}", last.elapsed());
+        assert!(lease.is_lost());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lease_taken_over_is_lost_at_once_and_no_lease_is_never_lost() {
+        let (tx, mut lease) = watch(Renewal::None);
+        let none = tokio::time::timeout(Duration::from_millis(300), lease.lost()).await;
+        assert!(none.is_err(), "no lease held, yet lost");
+        let started = Instant::now();
+        tx.send_replace(Renewal::Lost);
+        lease.lost().await;
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
+}
