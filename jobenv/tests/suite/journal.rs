@@ -153,8 +153,9 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     assert_eq!(ids, ["dead-job", "live-job"]);
 }
 
-#[test]
-fn entries_older_than_the_retention_are_pruned() {
+/// Two jobs ran: `new-job` now, and `old-job`, whose entry says it ended on 2026-01-01 and whose
+/// file is as old (as the file of an entry that ended then is). Returns old-job's entry file.
+fn an_old_and_a_new_job() -> (Fixture, std::path::PathBuf) {
     let f = counting_job();
     std::fs::write(f.path().join("go"), "").unwrap();
     run(&f, &["run", "--verb", "apply", "--job-id", "old-job"]);
@@ -163,9 +164,14 @@ fn entries_older_than_the_retention_are_pruned() {
     let mut entry: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     entry["finished_at"] = json!("2026-01-01T00:00:00.000Z");
     std::fs::write(&path, entry.to_string()).unwrap();
-    // As old as its end, as the file of an entry that ended then is.
     let ended = humantime::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
     std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
+    (f, path)
+}
+
+#[test]
+fn entries_older_than_the_retention_are_pruned() {
+    let (f, path) = an_old_and_a_new_job();
     // A run never prunes: its cost must not grow with the journal.
     run(&f, &["run", "--verb", "apply", "--job-id", "third-job"]);
     assert!(path.exists(), "a run pruned the journal");
@@ -177,16 +183,7 @@ fn entries_older_than_the_retention_are_pruned() {
 
 #[test]
 fn prune_deletes_what_finished_before_the_retention_and_says_how_many() {
-    let f = counting_job();
-    std::fs::write(f.path().join("go"), "").unwrap();
-    run(&f, &["run", "--verb", "apply", "--job-id", "old-job"]);
-    run(&f, &["run", "--verb", "apply", "--job-id", "new-job"]);
-    let path = f.state_dir().join("jobs/old-job.json");
-    let mut entry: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    entry["finished_at"] = json!("2026-01-01T00:00:00.000Z");
-    std::fs::write(&path, entry.to_string()).unwrap();
-    let ended = humantime::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
-    std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
+    let (f, path) = an_old_and_a_new_job();
     f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "30"]).expect_success().expect_stdout("{\"pruned\":1}\n").run();
     assert!(!path.exists(), "the old entry was kept");
     assert!(f.state_dir().join("jobs/new-job.json").exists(), "a recent entry was pruned");
