@@ -2133,40 +2133,8 @@ fn the_manuals_module_example_evaluates_and_passes_every_assertion() {
     let example = manual_module_example();
     // It is the example of a node that follows its repository, not some other block.
     assert!(example.contains("deploymentRepository = inputs.deployments;"), "{example}");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("configuration.nix");
-    std::fs::write(&file, &example).unwrap();
-    let expr = format!(
-        r#"let
-             h = import {harness} {{
-               userModule = import {file};
-               moduleArgs.inputs = {{
-                 fediversity-windmill.nixosModules.default = {module};
-                 deployments = ((import {fixture}) {{ }}) // {{ outPath = "/nix/store/55555555555555555555555555555555-source"; }};
-               }};
-               alsoDefined = [ {NIXPKGS_WINDMILL} {NIXPKGS_NIX} ];
-               # The node's Authelia, which the example says is configured elsewhere.
-               nodeConfig.services.authelia.instances.main.enable = true;
-             }};
-           in {{
-             inherit (h) typeErrors unknownSettings userImports;
-             assertions = map (a: a.message) h.config.assertions;
-             warnings = h.config.warnings;
-             env = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-env.json".source.text;
-             attributes = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deployment-attributes.json".source.text;
-             bootstrap = builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text;
-             rules = h.config.services.authelia.instances.main.settings.access_control.rules;
-             backup = h.config.systemd.services.fediversity-windmill-backup.serviceConfig.ExecStart;
-             acme = h.config.security.acme.acceptTerms;
-           }}"#,
-        harness = nix_string(repo().join("tests/nix/module-harness.nix")),
-        file = nix_string(file.clone()),
-        module = nix_string(repo().join("nixos-module")),
-        fixture = fixture_repository(),
-    );
-    let out = nix_instantiate(&expr);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // With the node's Authelia, which the example says is configured elsewhere.
+    let result = crate::docs::evaluate_node(&example, true).unwrap_or_else(|stderr| panic!("{stderr}"));
     assert_eq!(result["assertions"], json!([]), "the manual's example fails the module's own assertions");
     assert_eq!(result["typeErrors"], json!([]));
     assert_eq!(result["unknownSettings"], json!([]));
@@ -2188,9 +2156,7 @@ fn the_manuals_module_example_evaluates_and_passes_every_assertion() {
     assert_eq!(result["acme"], true);
 
     // The control: the same example on a node without that Authelia instance is refused.
-    let out = nix_instantiate(&expr.replace("nodeConfig.services.authelia.instances.main.enable = true;", ""));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = crate::docs::evaluate_node(&example, false).unwrap_or_else(|stderr| panic!("{stderr}"));
     assert_eq!(refused["assertions"].as_array().unwrap().len(), 1, "{}", refused["assertions"]);
     assert!(refused["assertions"][0].as_str().unwrap().contains("ui.forwardAuth.autheliaInstance is \"main\""), "{}", refused["assertions"]);
 }
