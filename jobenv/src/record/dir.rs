@@ -273,10 +273,11 @@ fn failed_io(doing: &str, path: &Path, error: io::Error) -> io::Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn dir() -> (tempfile::TempDir, Dir) {
+    /// A temporary directory, held open (the directory's life is the `TempDir`'s).
+    pub(crate) fn dir() -> (tempfile::TempDir, Dir) {
         let temp = tempfile::tempdir().unwrap();
         let dir = Dir::open(temp.path()).unwrap();
         (temp, dir)

@@ -139,13 +139,8 @@ pub fn job_of(name: &std::ffi::OsStr) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::dir::tests::dir as locks;
     use super::*;
-
-    fn locks() -> (tempfile::TempDir, Dir) {
-        let temp = tempfile::tempdir().unwrap();
-        let dir = Dir::open(temp.path()).unwrap();
-        (temp, dir)
-    }
 
     #[test]
     fn a_holder_text_cannot_start_a_line_of_its_own() {
