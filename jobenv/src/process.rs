@@ -57,13 +57,12 @@ pub fn is_jobenv(pid: i32, start: u64) -> bool {
     is_running(pid, start) && comm.trim_end() == JOBENV_COMM
 }
 
-/// Whether process `pid` holds a `flock` on the file `(dev, ino)` (`/proc/locks`: a flock's pid
-/// is the process that took it). What ties a process to a lock file of a state directory, which
-/// a pid, a start time and a name in a planted entry cannot.
-pub fn holds_flock(pid: i32, dev: u64, ino: u64) -> bool {
+/// Whether process `pid` holds a `flock` on the file `(dev, ino)`, by `flocks`, a reading of
+/// `/proc/locks` (a flock's pid is the process that took it). What ties a process to a lock file
+/// of a state directory, which a pid, a start time and a name in a planted entry cannot.
+pub fn holds_flock(flocks: &str, pid: i32, dev: u64, ino: u64) -> bool {
     let file = format!("{:02x}:{:02x}:{ino}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
-    let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return false };
-    locks.lines().any(|line| {
+    flocks.lines().any(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`; a waiter's line starts `1: -> FLOCK`.
         fields.get(1) == Some(&"FLOCK") && fields.get(4) == Some(&pid.to_string().as_str()) && fields.get(5) == Some(&file.as_str())

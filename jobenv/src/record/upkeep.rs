@@ -243,27 +243,35 @@ impl Journal {
         Ok(stopped)
     }
 
-    /// The job ids whose job lock a run holds right now (a lock file that cannot be opened as
-    /// one is no run's).
-    /// Whether the jobenv an entry names holds the entry's job lock, as a jobenv of this state
-    /// directory does while its job runs: a pid, its start time and jobenv's name are all a
-    /// planted entry can copy from /proc of another jobenv (another node's state directory, an
-    /// operator's run), which `drain` must leave alone.
-    fn holds_its_job_lock(&self, entry: &Entry) -> bool {
-        let held = self.locks.stat(&locks::job_name(&entry.job_id)).ok().flatten().is_some_and(|stat| process::holds_flock(entry.pid, stat.st_dev, stat.st_ino));
-        if !held {
-            tracing::warn!("draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone", entry.job_id, entry.pid);
-        }
-        held
+    /// Whether the jobenv an entry names holds the entry's job lock (in `flocks`, a reading of
+    /// `/proc/locks`), as a jobenv of this state directory does while its job runs: a pid, its
+    /// start time and jobenv's name are all a planted entry can copy from /proc of another
+    /// jobenv (another node's state directory, an operator's run), which `drain` must leave
+    /// alone.
+    fn holds_its_job_lock(&self, flocks: &str, entry: &Entry) -> bool {
+        self.locks.stat(&locks::job_name(&entry.job_id)).ok().flatten().is_some_and(|stat| process::holds_flock(flocks, entry.pid, stat.st_dev, stat.st_ino))
     }
 
+    /// The job ids whose job lock a run holds right now (a lock file that cannot be opened as
+    /// one is no run's).
     fn busy_job_ids(&self) -> std::io::Result<Vec<String>> {
         let names = self.locks.names()?;
         Ok(names.iter().filter_map(|name| locks::job_of(name)).filter(|id| locks::is_held(&self.locks, &locks::job_name(id))).map(str::to_owned).collect())
     }
 
     fn drain_live(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
-        let running = || -> std::io::Result<Vec<Entry>> { Ok(self.entries()?.into_iter().filter(Entry::is_live).filter(|entry| self.holds_its_job_lock(entry)).collect()) };
+        // Said once per job, not at every look.
+        let mut left_alone = std::collections::BTreeSet::new();
+        let mut running = || -> std::io::Result<Vec<Entry>> {
+            let flocks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            let (live, foreign): (Vec<Entry>, Vec<Entry>) = self.entries()?.into_iter().filter(Entry::is_live).partition(|entry| self.holds_its_job_lock(&flocks, entry));
+            for entry in foreign {
+                if left_alone.insert(entry.job_id.clone()) {
+                    tracing::warn!("draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone", entry.job_id, entry.pid);
+                }
+            }
+            Ok(live)
+        };
         let deadline = Instant::now() + wait;
         let mut live = running()?;
         if !live.is_empty() {
