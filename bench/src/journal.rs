@@ -37,6 +37,8 @@ pub fn run(tools: &Tools, sizes: &[usize], rounds: usize) -> anyhow::Result<Tabl
             let (_, node) = &nodes[which];
             let mut command = node.jobenv_run_on_stdin(&payload)?;
             command.env("WM_JOB_ID", format!("new-{round}"));
+            // A job with an id writes its result.json where it runs: in the node's directory.
+            command.current_dir(node.dir.path());
             let took = time(command)?;
             if round >= WARM_UP {
                 runs[which].push(took);
