@@ -89,6 +89,7 @@ impl Run<'_> {
             }
             None => None,
         };
-        Ok((site.make().map_err(no_cgroup)?, recorded))
+        let owner = journal.owner_ids().map_err(|source| self.journal_problem(source))?;
+        Ok((site.make(owner).map_err(no_cgroup)?, recorded))
     }
 }

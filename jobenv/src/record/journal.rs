@@ -108,6 +108,13 @@ impl Journal {
         }
     }
 
+    /// The state directory's owner (uid, gid): a deploy cgroup of this state directory belongs
+    /// to it (see `record::orphans`).
+    pub fn owner_ids(&self) -> std::io::Result<(u32, u32)> {
+        let stat = nix::sys::stat::fstat(&self.state).map_err(std::io::Error::from)?;
+        Ok((stat.st_uid, stat.st_gid))
+    }
+
     pub fn locks(&self) -> &Dir {
         &self.locks
     }

@@ -24,7 +24,7 @@ use super::journal::{Journal, MAX_STOP_GRACE, Orphans, is_valid_job_id, now};
 use super::locks;
 use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
-use crate::run::tree::{Cgroup, ProgramTree, hierarchy};
+use crate::run::tree::{Cgroup, ProgramTree, Stopped, hierarchy, stop_together};
 
 /// Which cgroup holds a namespace's program tree, and whose deploy it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,13 +95,37 @@ pub struct Left {
     pub survived: bool,
 }
 
+/// A populated cgroup of an earlier deploy of a namespace, found by its record, to be stopped.
+struct Found {
+    namespace: String,
+    record: TreeRecord,
+    cgroup: Cgroup,
+    /// How many processes it held when found.
+    count: usize,
+    grace: Duration,
+}
+
 /// Under the namespace's lock: stops what the deploy recorded for `namespace` left running in
 /// its cgroup (SIGTERM, its grace, SIGKILL), and records it in that job's entry, unless it is
 /// `own_job`'s (whose run holds that entry and records it itself). `by` names who stopped them.
 /// Removes the record once its cgroup is gone. `None` when nothing was left running.
 pub fn stop_left(journal: &Journal, namespace: &str, by: &str, own_job: Option<&str>) -> std::io::Result<Option<Left>> {
+    let Some(found) = find_left(journal, namespace)? else { return Ok(None) };
+    let stopped = found.cgroup.stop(found.grace);
+    settle(journal, found, stopped, by, own_job).map(Some)
+}
+
+/// The populated cgroup the record of `namespace` names, if it is one of this state directory's
+/// deploys of that namespace; a record that names anything else is removed, saying why.
+///
+/// A record is a file of the worker's user, who can name any path in it. What makes a cgroup
+/// one of this state directory's deploys: under a cgroup2 mount, named for a deploy of the
+/// namespace (`jobenv-<namespace>-<pid>-<start>`), and owned by the state directory's owner (a
+/// jobenv of it makes its cgroups so, see `Cgroup::create`). Another node's, another state
+/// directory's or another service's cgroup, whatever it is named, is never stopped.
+fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found>> {
     let name = record_name(namespace);
-    let forget = |why: &str| forget(journal.locks(), &name, why);
+    let forget = |why: &str| forget(journal.locks(), &name, why).map(|()| None);
     let record: TreeRecord = match journal.locks().read(&name) {
         Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
             // Its text is the worker's user's: escaped, like everything else of it below.
@@ -118,40 +142,62 @@ pub fn stop_left(journal: &Journal, namespace: &str, by: &str, own_job: Option<&
         return forget("its job id is not one");
     }
     let Some(cgroup) = Cgroup::open(&record.cgroup) else { return forget("") };
+    let (owner, _) = journal.owner_ids()?;
+    match cgroup.owner() {
+        Ok(uid) if uid == owner => {}
+        Ok(uid) => {
+            cgroup.leave();
+            return forget(&format!("{} belongs to uid {uid}, not to the state directory's owner (uid {owner}): it is no deploy of this state directory", shown_path(&record.cgroup)));
+        }
+        Err(error) => {
+            cgroup.leave();
+            return forget(&format!("{}: {error}", shown_path(&record.cgroup)));
+        }
+    }
     if cgroup.is_empty() {
         drop(cgroup);
         return forget("");
     }
-    let whose = match (&record.job_id, record.attempt) {
-        (Some(id), Some(attempt)) => format!("job {id} (attempt {attempt}, jobenv pid {})", record.jobenv_pid),
-        _ => format!("the deploy of jobenv pid {}", record.jobenv_pid),
-    };
     // Bounded like an entry's: a record claiming days must not hold `recover` for days.
     let grace = Duration::from_millis(record.grace_ms).min(MAX_STOP_GRACE);
-    let found = cgroup.members().len();
-    tracing::warn!("namespace {namespace}: {found} process(es) of the program tree of {whose} still running without their jobenv: stopping them (grace {grace:?})");
-    let stopped = cgroup.stop(grace);
-    let orphans = Orphans { found: found.max(stopped.signalled).max(stopped.killed), killed: stopped.killed, stopped_by: by.to_owned(), stopped_at: now() };
+    let count = cgroup.members().len();
+    tracing::warn!("namespace {namespace}: {count} process(es) of the program tree of {} still running without their jobenv: stopping them (grace {grace:?})", whose(&record));
+    Ok(Some(Found { namespace: namespace.to_owned(), record, cgroup, count, grace }))
+}
+
+/// Whose deploy a record names, as messages say it.
+fn whose(record: &TreeRecord) -> String {
+    match (&record.job_id, record.attempt) {
+        (Some(id), Some(attempt)) => format!("job {id} (attempt {attempt}, jobenv pid {})", record.jobenv_pid),
+        _ => format!("the deploy of jobenv pid {}", record.jobenv_pid),
+    }
+}
+
+/// After `found` was stopped: records its orphans in their job's entry (unless it is
+/// `own_job`'s), and removes the record once the cgroup is gone.
+fn settle(journal: &Journal, found: Found, stopped: Stopped, by: &str, own_job: Option<&str>) -> std::io::Result<Left> {
+    let Found { namespace, record, cgroup, count, .. } = found;
+    let orphans = Orphans { found: count.max(stopped.signalled).max(stopped.killed), killed: stopped.killed, stopped_by: by.to_owned(), stopped_at: now() };
     let left = Left { job_id: record.job_id.clone(), attempt: record.attempt, jobenv_pid: record.jobenv_pid, orphans, survived: !stopped.empty };
     if let (Some(id), Some(attempt)) = (&record.job_id, record.attempt) {
         if own_job != Some(id.as_str()) && !journal.record_orphans(id, attempt, &left.orphans)? {
-            tracing::warn!("namespace {namespace}: the stopped processes of {whose} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)");
+            tracing::warn!("namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)", whose(&record));
         }
     }
     if stopped.empty {
         drop(cgroup);
-        forget("")?;
+        forget(journal.locks(), &record_name(&namespace), "")?;
     }
-    Ok(Some(left))
+    Ok(left)
 }
 
 /// Removes a record that names nothing to stop (saying why, when it was not just empty; `why`
 /// is escaped already). A link is removed, never its target.
-fn forget(locks: &Dir, name: &str, why: &str) -> std::io::Result<Option<Left>> {
+fn forget(locks: &Dir, name: &str, why: &str) -> std::io::Result<()> {
     if !why.is_empty() {
         tracing::warn!("ignoring {}: {why}", locks.shown(name.as_ref()));
     }
-    locks.remove(name).map(|_| None)
+    locks.remove(name).map(drop)
 }
 
 impl Journal {
@@ -180,11 +226,13 @@ impl Journal {
     }
 
     /// For `recover`: stops what every deploy whose jobenv is gone left running (see
-    /// [`stop_left`]); a namespace whose lock a live jobenv holds is left alone. Returns the jobs
-    /// whose entries now record it.
+    /// [`stop_left`]); a namespace whose lock a live jobenv holds is left alone. They are
+    /// stopped together, under one deadline (the longest of their graces), however many there
+    /// are. Returns the jobs whose entries now record it.
     pub fn stop_orphans(&self, by: &str) -> std::io::Result<Vec<String>> {
         let holder = format!("jobenv {by}, pid {}", std::process::id());
-        let mut recorded = Vec::new();
+        // Each namespace's lock is held until what its deploy left is stopped and recorded.
+        let mut found = Vec::new();
         for name in self.locks().names()? {
             let namespace = match namespace_of(&name) {
                 None => continue,
@@ -194,10 +242,17 @@ impl Journal {
                     continue;
                 }
             };
-            let Some(_held) = self.try_lock(&locks::namespace_name(namespace), &holder) else { continue };
-            if let Some(left) = stop_left(self, namespace, by, None)? {
-                recorded.extend(left.job_id);
+            let Some(held) = self.try_lock(&locks::namespace_name(namespace), &holder) else { continue };
+            if let Some(left) = find_left(self, namespace)? {
+                found.push((left, held));
             }
+        }
+        let trees: Vec<(&dyn ProgramTree, Duration)> = found.iter().map(|(f, _)| (&f.cgroup as &dyn ProgramTree, f.grace)).collect();
+        let stopped = stop_together(&trees);
+        drop(trees);
+        let mut recorded = Vec::new();
+        for ((left, _held), stopped) in found.into_iter().zip(stopped) {
+            recorded.extend(settle(self, left, stopped, by, None)?.job_id);
         }
         Ok(recorded)
     }

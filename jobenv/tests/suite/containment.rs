@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 /// A node whose program does what the payload's `STEP` says, then runs until `go` exists:
 /// `escape` starts a helper in a session of its own (`setsid`) and a double-forked daemon;
 /// `step` execs Python, whose step (`subprocess.run`, descriptors closed) runs until stopped;
-/// `plain` only logs. Every process logs `<name> TERM` when it gets SIGTERM, then exits.
+/// `stubborn` starts a helper in a session of its own that ignores SIGTERM; `plain` only logs. Every process logs `<name> TERM` when it gets SIGTERM, then exits.
 struct Deploy {
     f: Fixture,
     dir: PathBuf,
@@ -45,6 +45,11 @@ impl Deploy {
                 "#!/bin/sh\nexec >/dev/null 2>&1\ntrap \"echo $1 TERM >> {d}/log; exit 0\" TERM\necho $$ > {d}/$1.pid.tmp && mv {d}/$1.pid.tmp {d}/$1.pid\nwhile :; do sleep 0.05; done\n"
             ),
         );
+        // Ignores SIGTERM: only SIGKILL ends it.
+        write_executable(
+            &dir.join("stubborn"),
+            &format!("#!/bin/sh\nexec >/dev/null 2>&1\ntrap '' TERM\necho $$ > {d}/$1.pid.tmp && mv {d}/$1.pid.tmp {d}/$1.pid\nwhile :; do sleep 0.05; done\n"),
+        );
         std::fs::write(dir.join("step.py"), format!("import subprocess\nsubprocess.run([\"{d}/escapee\", \"step\"])\n")).unwrap();
         f.program(
             "web",
@@ -54,6 +59,7 @@ impl Deploy {
                  case \"$STEP\" in\n\
                  escape) setsid {d}/escapee helper </dev/null >/dev/null 2>&1 &\n  ( setsid {d}/escapee daemon </dev/null >/dev/null 2>&1 & ) ;;\n\
                  step) exec /usr/bin/python3 {d}/step.py ;;\n\
+                 stubborn) setsid {d}/stubborn \"stubborn-$DEPLOYMENT_NAMESPACE\" </dev/null >/dev/null 2>&1 & ;;\n\
                  esac\n\
                  while [ ! -e {d}/go ]; do sleep 0.05; done\necho \"end $STEP\" >> {d}/log"
             ),
@@ -379,4 +385,65 @@ fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
     assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(5)).and_then(|s| s.code()), Some(143));
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
     assert!(wait_until(Duration::from_secs(2), || std::fs::remove_dir(&unit).is_ok()), "the deploy's cgroup was left in the unit's");
+}
+
+/// What deploys of several namespaces left running is stopped by `recover` under one deadline:
+/// each gets its grace, at the same time, not one after the other.
+#[test]
+fn recover_stops_what_several_deploys_left_under_one_deadline() {
+    let d = Deploy::new("cgroup");
+    let mut stubborn = Vec::new();
+    for (job, namespace) in [("one", "ns"), ("two", "ns2")] {
+        let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": namespace, "STEP": "stubborn"});
+        let mut worker = Worker::start(&d.f, jobenv_bin!(), job, "apply", &payload, &["--grace", "3"]);
+        stubborn.push(d.pid(&format!("stubborn-{namespace}")));
+        killpg(Pid::from_raw(worker.job), Signal::SIGKILL).unwrap();
+        assert!(worker.wait(Duration::from_secs(5)).is_some());
+    }
+    assert_eq!(recorded(&d.f.state_dir()).len(), 2, "positive control: both cgroups are left populated");
+    let started = std::time::Instant::now();
+    let done = d.f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
+    let took = started.elapsed();
+    let gone = wait_until(Duration::from_secs(2), || stubborn.iter().all(|&p| !is_alive(p)));
+    kill_all(&stubborn);
+    assert!(gone, "{done:?}");
+    // Each was given its 3 s of grace (it ignores SIGTERM, so it took all of it), together.
+    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(5), "recover took {took:?}: {done:?}");
+    for job in ["one", "two"] {
+        let entry = d.entry(job);
+        assert!(entry["orphans"]["killed"].as_u64().is_some_and(|n| n >= 1), "{entry}");
+        assert_eq!(entry["orphans"]["stopped_by"], "recover", "{entry}");
+    }
+}
+
+/// A deploy run by hand as root in the worker's state directory: its cgroup is given to the
+/// state directory's owner, so that the node's own `recover` (which runs as the worker's user)
+/// takes it for one of its deploys and stops what it left when its jobenv was SIGKILLed. The
+/// worker's user may not signal root's processes: they get no grace, only `cgroup.kill`.
+#[test]
+fn a_deploy_run_as_root_in_the_workers_state_directory_leaves_its_cgroup_to_the_worker() {
+    use std::os::unix::fs::MetadataExt;
+    let d = Deploy::new("cgroup");
+    d.f.hand_to(WORKER_UID);
+    let mut jobenv = d.start("escape", &["--job-id", "by-hand", "--grace", "1"]);
+    let escapees = d.escapees();
+    let dirs = recorded(&d.f.state_dir());
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert_eq!(std::fs::metadata(&dirs[0]).unwrap().uid(), WORKER_UID, "the deploy's cgroup is the state directory owner's");
+    kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
+    jobenv.wait().unwrap();
+    assert!(escapees.iter().all(|&p| is_alive(p)), "positive control: what left the session outlives the SIGKILLed jobenv");
+    let mut recover = d.f.jobenv(jobenv_bin!()).args(["recover"]);
+    recover.command().uid(WORKER_UID).gid(WORKER_UID);
+    let done = recover.expect_success().run();
+    let gone = wait_until(Duration::from_secs(2), || escapees.iter().all(|&p| !is_alive(p)));
+    kill_all(&escapees);
+    assert!(gone, "the worker's recover did not stop what a root deploy left: {done:?}");
+    let entry = d.entry("by-hand");
+    assert_eq!((entry["status"].as_str(), entry["orphans"]["stopped_by"].as_str()), (Some("failed"), Some("recover")), "{entry}");
+    assert!(entry["orphans"]["killed"].as_u64().is_some_and(|n| n >= 2), "{entry}");
+    assert!(recorded(&d.f.state_dir()).is_empty(), "the record goes once the cgroup is empty");
+    // Removing the empty cgroup takes a parent the worker's user may write (under systemd, the
+    // unit's delegated one); here the parent is this test's, root's.
+    let _ = std::fs::remove_dir(&dirs[0]);
 }

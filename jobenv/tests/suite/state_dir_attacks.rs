@@ -281,3 +281,78 @@ fn status_through_an_entry_linked_to_a_file_of_roots_never_shows_it() {
     assert!(entry.contains("\"job_id\": \"first\""), "{entry}");
     assert!(all.stdout.contains("\"job_id\": \"first\""), "{all:?}");
 }
+
+/// A cgroup named as a deploy of namespace `ns` is (`jobenv-ns-<pid>-<start>`), below this
+/// test's own, holding a `sleep` of root's; removed (its process killed) when dropped.
+struct Victim {
+    dir: PathBuf,
+    sleeper: std::process::Child,
+}
+
+impl Victim {
+    fn new(tag: u32) -> Victim {
+        let own = fediversity_testkit::cgroup::dir_of(std::process::id() as i32).expect("this test's cgroup");
+        let dir = own.join(format!("jobenv-ns-{}-{tag}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
+        let mut sleep = std::process::Command::new("/bin/sleep");
+        sleep.arg("60");
+        // SAFETY: one write(2) between fork and exec.
+        unsafe {
+            sleep.pre_exec(move || if nix::libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
+        }
+        let sleeper = sleep.spawn().unwrap();
+        assert!(fediversity_testkit::cgroup::populated(&dir));
+        Victim { dir, sleeper }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.sleeper.try_wait().unwrap().is_none()
+    }
+
+    /// What the worker's user plants: the namespace's tree record, naming this cgroup.
+    fn plant_record(&self, f: &Fixture) {
+        let record = json!({"cgroup": self.dir, "job_id": "first", "attempt": 1, "jobenv_pid": 1, "grace_ms": 100});
+        plant(f, &format!("echo '{record}' > locks/namespace-ns.tree.json"));
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = self.sleeper.kill();
+        let _ = self.sleeper.wait();
+        let _ = fediversity_testkit::process::wait_until(Duration::from_secs(2), || std::fs::remove_dir(&self.dir).is_ok());
+    }
+}
+
+/// A tree record names its cgroup by path, and the worker's user writes it: a record naming a
+/// cgroup that is no deploy of this state directory (another service's, another node's, another
+/// state directory's, whatever it is named) never makes root's `recover` or run stop what runs
+/// there. A deploy cgroup of the state directory belongs to its owner.
+#[test]
+fn a_tree_record_naming_a_cgroup_of_someone_elses_never_stops_its_processes() {
+    let f = node();
+    let mut victim = Victim::new(1);
+    victim.plant_record(&f);
+    let done = as_root(&f, &["recover"]).expect_success().run();
+    let said = format!("belongs to uid 0, not to the state directory's owner (uid {WORKER_UID}): it is no deploy of this state directory");
+    assert!(done.stderr.contains(&said), "{done:?}");
+    assert_eq!(done.stdout.trim(), "[]", "{done:?}");
+    assert!(victim.alive(), "recover stopped a process of another cgroup");
+    assert!(victim.dir.exists(), "recover removed another cgroup");
+    // A run of the namespace, which stops what an earlier deploy left before it starts, neither.
+    victim.plant_record(&f);
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "second"]).payload(&payload("ns")).expect_success().expect_stderr_contains(&said).run();
+    assert!(victim.alive(), "a run stopped a process of another cgroup");
+    assert_eq!(runs(&f), 2);
+    // Positive control: the same cgroup, once it is the worker's (as a deploy of this state
+    // directory's is), is stopped by recover and recorded in the entry the record names.
+    std::os::unix::fs::chown(&victim.dir, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+    victim.plant_record(&f);
+    let done = as_root(&f, &["recover"]).expect_success().run();
+    assert!(done.stderr.contains("process(es) of the program tree of job first (attempt 1, jobenv pid 1) still running without their jobenv"), "{done:?}");
+    assert!(fediversity_testkit::process::wait_until(Duration::from_secs(5), || !victim.alive()), "the worker's own deploy cgroup was not stopped");
+    let entry: Value = serde_json::from_str(&as_root(&f, &["status", "first"]).expect_success().run().stdout).unwrap();
+    assert_eq!(entry["orphans"]["stopped_by"], "recover", "{entry}");
+}

@@ -5,63 +5,137 @@
 //! `cgroup.procs`). No controller is enabled, so the "no internal processes" rule never applies:
 //! jobenv's own cgroup may hold processes (jobenv's, the worker's) beside it.
 //!
+//! A cgroup is held by a descriptor of its directory, and its interface files are opened
+//! relative to it: a cgroup renamed or replaced after it was checked redirects nothing. It
+//! belongs to the state directory's owner ([`Cgroup::create`] gives it to that owner when root
+//! makes it): a record in the state directory names a cgroup by path, and only one of that
+//! owner's is a deploy of this state directory (see `record::orphans`).
+//!
 //! Dropping a [`Cgroup`] removes its directory (and any the program made below it) once it is
 //! empty; a populated one stays, for the next run of its namespace or `recover` to find.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::signal::Signal;
-use nix::unistd::{AccessFlags, access};
+use nix::sys::stat::Mode;
+use nix::unistd::{AccessFlags, Gid, Uid, UnlinkatFlags, access};
 
 use super::{Placement, Process, ProgramTree};
 use crate::process;
 
 pub struct Cgroup {
     dir: PathBuf,
+    /// The cgroup's directory.
+    fd: OwnedFd,
     /// `cgroup.procs`, open for writing, for the program's placement ([`Placement`]); only a
     /// cgroup this jobenv created has it.
     procs: Option<OwnedFd>,
+    /// Left as it is when dropped (see [`Cgroup::leave`]).
+    keep: bool,
+}
+
+/// A directory of the cgroup hierarchy, never through a link (cgroupfs has none; a path that
+/// leads through one elsewhere is no cgroup).
+fn open_dir(at: Option<&OwnedFd>, path: &Path) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match at {
+        Some(dir) => nix::fcntl::openat(dir, path, flags, Mode::empty()),
+        None => nix::fcntl::open(path, flags, Mode::empty()),
+    }
 }
 
 impl Cgroup {
-    /// A new cgroup at `dir` (under jobenv's own), for the program to be placed in; otherwise
-    /// why none can be made.
-    pub fn create(dir: &Path) -> Result<Cgroup, String> {
+    /// A new cgroup at `dir` (under jobenv's own), for the program to be placed in, owned by
+    /// `owner` (the state directory's uid and gid: root gives it away, anyone else must be that
+    /// owner); otherwise why none can be made.
+    pub fn create(dir: &Path, owner: (u32, u32)) -> Result<Cgroup, String> {
         let (dir, parent) = (dir.to_owned(), dir.parent().unwrap_or(dir).to_owned());
-        std::fs::DirBuilder::new().mode(0o755).create(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+        nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o755)).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+        let fd = match open_dir(None, &dir) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(format!("cannot open the cgroup {}: {e}", dir.display()));
+            }
+        };
         // Removed again (by its drop) if it cannot be used.
-        let mut cgroup = Cgroup { dir, procs: None };
+        let mut cgroup = Cgroup { dir, fd, procs: None, keep: false };
+        cgroup.give_to(owner)?;
         // Moving a process needs write access to the destination's `cgroup.procs` and to that of
         // the common ancestor, jobenv's own cgroup (what systemd's `Delegate=` grants a unit's
         // user): checked here, so that the child's write cannot fail where it is too late to
         // fall back.
-        let procs = std::fs::OpenOptions::new().write(true).custom_flags(nix::libc::O_CLOEXEC).open(cgroup.dir.join("cgroup.procs"));
-        let procs = procs.map_err(|e| format!("cannot open {}/cgroup.procs: {e}", cgroup.dir.display()))?;
+        let procs = cgroup.open_file("cgroup.procs", OFlag::O_WRONLY).map_err(|e| format!("cannot open {}/cgroup.procs: {e}", cgroup.dir.display()))?;
         access(&parent.join("cgroup.procs"), AccessFlags::W_OK)
             .map_err(|e| format!("{}/cgroup.procs is not writable by jobenv ({e}): the program could not be moved into its cgroup", parent.display()))?;
-        cgroup.procs = Some(procs.into());
+        cgroup.procs = Some(procs);
         Ok(cgroup)
+    }
+
+    /// Makes `owner` the cgroup's owner, and of the file that stops it (`cgroup.kill`), as a
+    /// later jobenv of the state directory needs: as root, by giving them away; anyone else
+    /// made them their own, and must be that owner.
+    fn give_to(&self, (uid, gid): (u32, u32)) -> Result<(), String> {
+        let mine = self.owner().map_err(|e| format!("cannot inspect the cgroup {}: {e}", self.dir.display()))?;
+        if mine == uid {
+            return Ok(());
+        }
+        if !nix::unistd::geteuid().is_root() {
+            return Err(format!(
+                "the cgroup {} would belong to uid {mine}, not to the state directory's owner (uid {uid}): a later jobenv of the state directory would not take it for one of its deploys",
+                self.dir.display()
+            ));
+        }
+        let failed = |e: Errno| format!("cannot give the cgroup {} to the state directory's owner: {e}", self.dir.display());
+        let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+        nix::unistd::fchown(&self.fd, uid, gid).map_err(failed)?;
+        // Without `cgroup.kill` (before Linux 5.14) the processes are signalled one by one.
+        match nix::unistd::fchownat(&self.fd, "cgroup.kill", uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(failed(e)),
+        }
     }
 
     /// The cgroup at `dir`, if it exists (an earlier deploy's, named by its record).
     pub fn open(dir: &Path) -> Option<Cgroup> {
-        dir.join("cgroup.events").exists().then(|| Cgroup { dir: dir.to_owned(), procs: None })
+        let fd = open_dir(None, dir).ok()?;
+        // A directory without the core interface files is no cgroup.
+        nix::sys::stat::fstatat(&fd, "cgroup.events", AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        Some(Cgroup { dir: dir.to_owned(), fd, procs: None, keep: false })
+    }
+
+    /// Lets go of a cgroup that is not this jobenv's to remove (one a record named, that turned
+    /// out to be no deploy of its state directory).
+    pub fn leave(mut self) {
+        self.keep = true;
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The uid that owns the cgroup's directory.
+    pub fn owner(&self) -> std::io::Result<u32> {
+        Ok(nix::sys::stat::fstat(&self.fd)?.st_uid)
+    }
+
+    fn open_file(&self, name: &str, flags: OFlag) -> nix::Result<OwnedFd> {
+        nix::fcntl::openat(&self.fd, name, flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+    }
+
     /// `populated 1` in `cgroup.events`: a process is left in the cgroup or below it. A cgroup
-    /// that cannot be read for another reason than its absence counts as populated: a stop
+    /// that cannot be read for another reason than its removal counts as populated: a stop
     /// then ends by its bound rather than by a guess that nothing runs.
     fn populated(&self) -> bool {
         let mut events = String::new();
-        match std::fs::File::open(self.dir.join("cgroup.events")).and_then(|mut f| f.read_to_string(&mut events)) {
+        let read = self.open_file("cgroup.events", OFlag::O_RDONLY).map_err(std::io::Error::from).and_then(|fd| std::fs::File::from(fd).read_to_string(&mut events));
+        match read {
             Ok(_) => events.lines().any(|line| line == "populated 1"),
+            // A removed cgroup's directory stays open but empty; its files are gone.
             Err(e) => e.kind() != std::io::ErrorKind::NotFound,
         }
     }
@@ -78,12 +152,12 @@ impl ProgramTree for Cgroup {
 
     fn members(&self) -> Vec<Process> {
         let mut pids = Vec::new();
-        pids_below(&self.dir, &mut pids);
+        pids_below(&self.fd, &mut pids);
         pids.into_iter().filter_map(|pid| Some(Process { pid: nix::unistd::Pid::from_raw(pid), start: process::start_time(pid)? })).collect()
     }
 
     fn kill(&self) {
-        let all = std::fs::OpenOptions::new().write(true).open(self.dir.join("cgroup.kill")).and_then(|mut f| std::io::Write::write_all(&mut f, b"1"));
+        let all = self.open_file("cgroup.kill", OFlag::O_WRONLY).map_err(std::io::Error::from).and_then(|fd| std::io::Write::write_all(&mut std::fs::File::from(fd), b"1"));
         if all.is_err() {
             // Before Linux 5.14: each process, as often as the stop repeats this (one that forks
             // meanwhile has its child killed in the next round).
@@ -96,32 +170,58 @@ impl ProgramTree for Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        remove_empty(&self.dir);
+        if self.keep {
+            return;
+        }
+        remove_below(&self.fd);
+        // The directory itself by its path, only while that path is still this cgroup (the
+        // kernel refuses to remove a populated one, which then stays).
+        let same = |a: &nix::sys::stat::FileStat, b: &nix::sys::stat::FileStat| a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if let (Ok(held), Ok(named)) = (nix::sys::stat::fstat(&self.fd), nix::sys::stat::lstat(&self.dir)) {
+            if same(&held, &named) {
+                let _ = std::fs::remove_dir(&self.dir);
+            }
+        }
     }
 }
 
-/// The pids in `dir`'s `cgroup.procs` and in those of the cgroups below it.
-fn pids_below(dir: &Path, pids: &mut Vec<i32>) {
-    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+/// The names of the cgroups right below the cgroup `dir`.
+fn children(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
+    // A descriptor of its own: a listing moves its offset.
+    let Ok(listing) = open_dir(Some(dir), Path::new(".")).and_then(nix::dir::Dir::from_fd) else { return Vec::new() };
+    let mut names = Vec::new();
+    for entry in listing.into_iter().flatten() {
+        let name = entry.file_name().to_bytes().to_vec();
+        if entry.file_type() == Some(nix::dir::Type::Directory) && name != b"." && name != b".." {
+            names.push(std::os::unix::ffi::OsStringExt::from_vec(name));
+        }
+    }
+    names
+}
+
+/// The pids in the `cgroup.procs` of the cgroup `dir` and of those below it.
+fn pids_below(dir: &OwnedFd, pids: &mut Vec<i32>) {
+    let procs = nix::fcntl::openat(dir, "cgroup.procs", OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty());
+    let mut text = String::new();
+    if procs.map_err(std::io::Error::from).and_then(|fd| std::fs::File::from(fd).read_to_string(&mut text)).is_ok() {
         pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|&pid| pid > 0));
     }
-    for child in subdirectories(dir) {
-        pids_below(&child, pids);
+    for name in children(dir) {
+        if let Ok(child) = open_dir(Some(dir), Path::new(&name)) {
+            pids_below(&child, pids);
+        }
     }
 }
 
-/// Removes `dir` and the cgroups below it, deepest first; the kernel refuses to remove a
+/// Removes the cgroups below the cgroup `dir`, deepest first; the kernel refuses to remove a
 /// populated one, which then stays.
-fn remove_empty(dir: &Path) {
-    for child in subdirectories(dir) {
-        remove_empty(&child);
+fn remove_below(dir: &OwnedFd) {
+    for name in children(dir) {
+        if let Ok(child) = open_dir(Some(dir), Path::new(&name)) {
+            remove_below(&child);
+        }
+        let _ = nix::unistd::unlinkat(dir.as_fd(), name.as_os_str(), UnlinkatFlags::RemoveDir);
     }
-    let _ = std::fs::remove_dir(dir);
-}
-
-fn subdirectories(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect()
 }
 
 #[cfg(test)]
@@ -135,7 +235,7 @@ mod tests {
     fn test_cgroup(tag: &str) -> Cgroup {
         let name = format!("jobenv-unit-{tag}-{}", std::process::id());
         let own = super::super::hierarchy::own_cgroup().unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"));
-        Cgroup::create(&own.join(name)).unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"))
+        Cgroup::create(&own.join(name), (0, 0)).unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"))
     }
 
     fn spawn_placed(cgroup: &Cgroup, script: &str) -> std::process::Child {
@@ -193,7 +293,28 @@ mod tests {
     #[test]
     fn a_cgroup_that_is_gone_is_empty_and_cannot_be_opened() {
         assert!(Cgroup::open(Path::new("/nonexistent/jobenv-ns-1-2")).is_none());
-        let gone = Cgroup { dir: PathBuf::from("/nonexistent/jobenv-ns-1-2"), procs: None };
-        assert!(gone.is_empty() && gone.members().is_empty());
+        let gone = test_cgroup("gone");
+        std::fs::remove_dir(gone.dir()).unwrap();
+        assert!(Cgroup::open(gone.dir()).is_none());
+        assert!(gone.is_empty() && gone.members().is_empty(), "a removed cgroup held by its descriptor");
+        // A directory that is no cgroup (no interface files) is not opened as one.
+        let plain = tempfile::tempdir().unwrap();
+        assert!(Cgroup::open(plain.path()).is_none());
+    }
+
+    #[test]
+    fn root_gives_a_new_cgroup_and_its_kill_file_to_the_state_directorys_owner() {
+        use std::os::unix::fs::MetadataExt;
+        let own = super::super::hierarchy::own_cgroup().expect("a writable cgroup v2");
+        let cgroup = Cgroup::create(&own.join(format!("jobenv-unit-given-{}", std::process::id())), (65534, 65534)).unwrap();
+        assert_eq!(cgroup.owner().unwrap(), 65534);
+        for name in ["", "cgroup.kill"] {
+            let meta = std::fs::metadata(cgroup.dir().join(name)).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name:?}");
+        }
+        // Positive control: what it is not given stays root's.
+        assert_eq!(std::fs::metadata(cgroup.dir().join("cgroup.procs")).unwrap().uid(), 0);
+        // Opened again by its path, it is the same cgroup, of the same owner.
+        assert_eq!(Cgroup::open(cgroup.dir()).unwrap().owner().unwrap(), 65534);
     }
 }

@@ -54,37 +54,59 @@ pub trait ProgramTree: Send + Sync + 'static {
     /// SIGTERM to every process of the tree (those that appear meanwhile get theirs too), up to
     /// `grace` for them to go, then SIGKILL until none is left. Blocks until the tree is empty,
     /// or SIGKILL failed for `KILL_BOUND`.
-    fn stop(&self, grace: Duration) -> Stopped {
-        let deadline = Instant::now() + grace;
-        let mut signalled = HashSet::new();
-        while !self.is_empty() && Instant::now() < deadline {
-            for process in self.members() {
-                if signalled.insert(process) {
-                    process.signal(Signal::SIGTERM);
-                }
-            }
-            std::thread::sleep(POLL);
-        }
-        let mut stopped = Stopped { signalled: signalled.len(), killed: 0, empty: false };
-        let until = Instant::now() + KILL_BOUND;
-        while !self.is_empty() {
-            if Instant::now() >= until {
-                tracing::error!("processes of the program tree survived SIGKILL for {KILL_BOUND:?}");
-                return stopped;
-            }
-            if stopped.killed == 0 {
-                let left = self.members().len();
-                if left > 0 {
-                    tracing::warn!("{left} process(es) still running after the grace period: sending SIGKILL");
-                }
-                stopped.killed = left.max(1);
-            }
-            self.kill();
-            std::thread::sleep(POLL);
-        }
-        stopped.empty = true;
-        stopped
+    fn stop(&self, grace: Duration) -> Stopped
+    where
+        Self: Sized,
+    {
+        stop_together(&[(self as &dyn ProgramTree, grace)])[0]
     }
+}
+
+/// Stops several trees at once, each with its own grace, as [`ProgramTree::stop`] stops one:
+/// under one deadline (the longest grace, then SIGKILL for up to `KILL_BOUND`), not one after
+/// the other. Returns what was done to each, in order.
+pub fn stop_together(trees: &[(&dyn ProgramTree, Duration)]) -> Vec<Stopped> {
+    let start = Instant::now();
+    let mut stopped = vec![Stopped { signalled: 0, killed: 0, empty: false }; trees.len()];
+    let mut signalled: Vec<HashSet<Process>> = vec![HashSet::new(); trees.len()];
+    // Still being stopped: neither empty nor given up on.
+    let mut stopping = vec![true; trees.len()];
+    while stopping.iter().any(|&s| s) {
+        for (i, &(tree, grace)) in trees.iter().enumerate() {
+            if !stopping[i] {
+                continue;
+            }
+            if tree.is_empty() {
+                stopped[i].empty = true;
+                stopping[i] = false;
+            } else if start.elapsed() < grace {
+                for process in tree.members() {
+                    if signalled[i].insert(process) {
+                        process.signal(Signal::SIGTERM);
+                    }
+                }
+            } else if start.elapsed() >= grace + KILL_BOUND {
+                tracing::error!("processes of the program tree survived SIGKILL for {KILL_BOUND:?}");
+                stopping[i] = false;
+            } else {
+                if stopped[i].killed == 0 {
+                    let left = tree.members().len();
+                    if left > 0 {
+                        tracing::warn!("{left} process(es) still running after the grace period: sending SIGKILL");
+                    }
+                    stopped[i].killed = left.max(1);
+                }
+                tree.kill();
+            }
+        }
+        if stopping.iter().any(|&s| s) {
+            std::thread::sleep(POLL);
+        }
+    }
+    for (stopped, signalled) in stopped.iter_mut().zip(&signalled) {
+        stopped.signalled = signalled.len();
+    }
+    stopped
 }
 
 /// What a stop did.
@@ -150,15 +172,16 @@ impl Site {
         self.cgroup.as_deref()
     }
 
-    /// Makes the tree.
-    pub fn make(self) -> Result<Tree, String> {
+    /// Makes the tree; a cgroup, for `owner` (the state directory's uid and gid: see
+    /// [`Cgroup::create`]).
+    pub fn make(self, owner: (u32, u32)) -> Result<Tree, String> {
         let Some(dir) = &self.cgroup else { return Ok(Tree::Proc(ProcTree::of_this_process())) };
-        match Cgroup::create(dir) {
+        match Cgroup::create(dir, owner) {
             Ok(cgroup) => {
                 tracing::debug!("the program runs in the cgroup {}", dir.display());
                 Ok(Tree::Cgroup(cgroup))
             }
-            Err(why) => self.fall_back(why)?.make(),
+            Err(why) => self.fall_back(why)?.make(owner),
         }
     }
 
