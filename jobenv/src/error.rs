@@ -34,7 +34,9 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Rejected(problems) if !problems.is_empty() && problems.iter().all(|p| matches!(p, Problem::NodeNotReady(_))) => EXIT_NOT_READY,
+            Error::Rejected(problems) if !problems.is_empty() && problems.iter().all(|p| matches!(p, Problem::NodeNotReady(_) | Problem::NewerEntryFormat { .. })) => {
+                EXIT_NOT_READY
+            }
             Error::Rejected(_) => EXIT_REJECTED,
             _ => EXIT_INTERNAL,
         }
@@ -184,6 +186,11 @@ pub enum Problem {
     AnotherRequest { job_id: String, recorded: String, asked: String },
     #[error("node not ready: {0}")]
     NodeNotReady(String),
+    /// An entry written by a newer jobenv (before a rollback of the node, say). What it means
+    /// cannot be known here, so nothing acts on its job id: running the job could run it twice,
+    /// replaying it could report what it did not mean. The node is not ready for that job.
+    #[error("the journal entry of job {job_id} has format {format}, newer than this jobenv's {known}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)")]
+    NewerEntryFormat { job_id: String, format: u32, known: u32 },
     #[error("the cluster DSN file {} {why}", path.display())]
     ClusterDsn { path: PathBuf, why: &'static str },
     #[error("the cluster journal cannot be used: {0}")]
@@ -192,6 +199,14 @@ pub enum Problem {
     JobRunning { job_id: String, holder: String },
     #[error("namespace {namespace} is locked by another deploy: {holder}")]
     NamespaceLocked { namespace: String, holder: String },
+}
+
+impl Problem {
+    /// The [`Problem::NewerEntryFormat`] a journal's read error holds, if it is one (the
+    /// journal's reads are I/O: see `record::entry::parse`).
+    pub fn newer_entry_format(error: &io::Error) -> Option<&Problem> {
+        error.get_ref().and_then(|e| e.downcast_ref::<Problem>()).filter(|p| matches!(p, Problem::NewerEntryFormat { .. }))
+    }
 }
 
 #[cfg(test)]

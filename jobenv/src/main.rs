@@ -148,30 +148,31 @@ fn recover(args: RecoverArgs) -> i32 {
     // whatever becomes of the rest: a drain mark left by a recover that failed would refuse every
     // job of this boot.
     let ended = Journal::end_draining(&dir).map_err(journal_problem);
+    let mut printed = JsonArray::new();
     let recovered = open_journal(&dir).and_then(|journal| {
-        let recovered = journal.recover().map_err(journal_problem)?;
+        journal
+            .recover(|entry| {
+                tracing::warn!("job {} (attempt {}) was interrupted: its jobenv is gone; marked failed", entry.job_id, entry.attempt);
+                printed.push(entry)
+            })
+            .map_err(journal_problem)?;
         if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days)) {
             tracing::warn!("cannot prune the journal: {error}");
         }
-        Ok(recovered)
+        Ok(())
     });
     if let Err(error) = &ended {
         error.log();
     }
-    match recovered {
-        Err(error) => {
-            error.log();
-            error.exit_code()
-        }
-        Ok(entries) => {
-            for entry in &entries {
-                tracing::warn!("job {} (attempt {}) was interrupted: its jobenv is gone; marked failed", entry.job_id, entry.attempt);
-            }
-            match (print(json_line(&entries).as_bytes()), ended) {
-                (0, Err(error)) => error.exit_code(),
-                (code, _) => code,
-            }
-        }
+    // What was changed before a failure is printed, as a whole array, all the same.
+    let code = printed.finish();
+    if let Err(error) = recovered {
+        error.log();
+        return error.exit_code();
+    }
+    match (code, ended) {
+        (0, Err(error)) => error.exit_code(),
+        (code, _) => code,
     }
 }
 
@@ -193,24 +194,30 @@ fn prune(args: PruneArgs) -> i32 {
 
 fn drain(args: DrainArgs) -> i32 {
     let dir = args.state.dir();
-    let drained = open_journal(&dir).and_then(|journal| journal.drain(args.wait).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
-    match drained {
-        Err(error) => {
-            error.log();
-            error.exit_code()
-        }
-        Ok(entries) => {
-            let left: Vec<&str> = entries.iter().filter(|e| e.status == jobenv::record::Status::Running).map(|e| e.job_id.as_str()).collect();
-            if !left.is_empty() {
-                tracing::error!("draining: still running after being stopped: {}", left.join(", "));
+    let (mut printed, mut stopped, mut left) = (JsonArray::new(), 0, Vec::new());
+    let drained = open_journal(&dir).and_then(|journal| {
+        let each = |entry: &journal::Entry| {
+            match entry.status {
+                jobenv::record::Status::Running => left.push(entry.job_id.clone()),
+                _ => stopped += 1,
             }
-            tracing::info!("drained: {} job(s) stopped, {} still running", entries.len() - left.len(), left.len());
-            match print(json_line(&entries).as_bytes()) {
-                0 if left.is_empty() => 0,
-                0 => 1,
-                code => code,
-            }
-        }
+            printed.push(entry)
+        };
+        journal.drain(args.wait, each).map_err(|source| Problem::Journal { path: dir.clone(), source }.into())
+    });
+    let code = printed.finish();
+    if let Err(error) = drained {
+        error.log();
+        return error.exit_code();
+    }
+    if !left.is_empty() {
+        tracing::error!("draining: still running after being stopped: {}", left.join(", "));
+    }
+    tracing::info!("drained: {stopped} job(s) stopped, {} still running", left.len());
+    match code {
+        0 if left.is_empty() => 0,
+        0 => 1,
+        code => code,
     }
 }
 
@@ -231,11 +238,22 @@ fn status(args: StatusArgs) -> i32 {
             return error.exit_code();
         }
     };
+    if let (Some(journal), None) = (&journal, &args.job_id) {
+        // Every entry, printed as it is read: the journal may hold more than fits in memory.
+        let mut printed = JsonArray::new();
+        let listed = journal.for_each_entry_by_start(|entry| printed.push(&entry));
+        let code = printed.finish();
+        if let Err(source) = listed {
+            Error::from(Problem::Journal { path: dir, source }).log();
+            return EXIT_REJECTED;
+        }
+        return code;
+    }
     let shown = match (&journal, &args.job_id) {
         (None, Some(_)) => Ok(None),
         (None, None) => Ok(Some(json_line(&Vec::<journal::Entry>::new()))),
         (Some(journal), Some(id)) => journal.read(id).map(|entry| entry.map(|e| json_line(&e))),
-        (Some(journal), None) => journal.entries().map(|entries| Some(json_line(&entries))),
+        (Some(_), None) => unreachable!("printed above"),
     };
     match shown {
         Ok(Some(text)) => print(text.as_bytes()),
@@ -246,6 +264,48 @@ fn status(args: StatusArgs) -> i32 {
         Err(source) => {
             Error::from(Problem::Journal { path: dir, source }).log();
             EXIT_REJECTED
+        }
+    }
+}
+
+/// A JSON array printed one element at a time, exactly as `serde_json::to_string_pretty` prints
+/// the whole array (each element's lines indented by two spaces), then a newline: what `status`,
+/// `recover` and `drain` print, holding one entry at a time.
+struct JsonArray {
+    out: std::io::StdoutLock<'static>,
+    count: usize,
+    failed: bool,
+}
+
+impl JsonArray {
+    fn new() -> Self {
+        JsonArray { out: std::io::stdout().lock(), count: 0, failed: false }
+    }
+
+    /// Prints `value`; an error only stops the journal's work when stdout is gone.
+    fn push(&mut self, value: &impl serde::Serialize) -> std::io::Result<()> {
+        use std::io::Write;
+        let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+        let mut element = String::with_capacity(text.len() + 64);
+        element.push_str(if self.count == 0 { "[\n" } else { ",\n" });
+        for (i, line) in text.lines().enumerate() {
+            if i > 0 {
+                element.push('\n');
+            }
+            element.push_str("  ");
+            element.push_str(line);
+        }
+        self.count += 1;
+        self.out.write_all(element.as_bytes()).inspect_err(|_| self.failed = true)
+    }
+
+    /// The end of the array; jobenv's exit code for what was printed.
+    fn finish(mut self) -> i32 {
+        use std::io::Write;
+        let end: &[u8] = if self.count == 0 { b"[]\n" } else { b"\n]\n" };
+        match self.out.write_all(end).and_then(|()| self.out.flush()) {
+            Ok(()) if !self.failed => 0,
+            _ => EXIT_INTERNAL,
         }
     }
 }

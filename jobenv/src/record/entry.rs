@@ -318,19 +318,9 @@ fn first_format() -> u32 {
     1
 }
 
-/// An entry of a format newer than [`FORMAT`]: written by a newer jobenv (before a rollback of
-/// the node, say). What it means cannot be known here, so nothing acts on its job id: running
-/// the job could run it twice, replaying it could report what it did not mean.
-#[derive(Debug, thiserror::Error)]
-#[error("the journal entry of job {job_id} has format {format}, newer than this jobenv's {FORMAT}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)")]
-pub struct NewerFormat {
-    pub job_id: String,
-    pub format: u32,
-}
-
 /// Parses the entry read from the file of `job_id` (`shown`: its path as messages show it): its
 /// `job_id` must be a valid id and its file's name, and its format one this jobenv reads (else
-/// the error holds a [`NewerFormat`]).
+/// the error holds a [`Problem::NewerEntryFormat`], see [`Problem::newer_entry_format`]).
 pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<Entry> {
     let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is corrupt: {why}"));
     // The format first: a newer entry is not parsed as this one, whatever its fields say.
@@ -342,7 +332,7 @@ pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<
     if let Ok(Format { format }) = serde_json::from_slice::<Format>(bytes) {
         if format > FORMAT {
             let job_id = Some(job_id).filter(|id| is_valid_job_id(id)).unwrap_or("(unnamed)").to_owned();
-            return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, NewerFormat { job_id, format }));
+            return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, Problem::NewerEntryFormat { job_id, format, known: FORMAT }));
         }
     }
     // serde's message may quote the file's text: escaped, it cannot start a line of its own.

@@ -180,26 +180,70 @@ impl Journal {
         Err(error)
     }
 
-    /// Every entry, oldest start first. Files that are no entry are skipped: temporary files and
-    /// stop requests (`.`-names) and other names silently, a `.json` not named for a valid job
-    /// id, or corrupt (unreadable, no regular file of its own, too large, not JSON, or not named
-    /// for its `job_id`), with a warning naming the file (escaped).
-    pub fn entries(&self) -> std::io::Result<Vec<Entry>> {
-        let mut entries = Vec::new();
-        for name in self.jobs.names()? {
-            let Some(job_id) = entry_of(&name) else { continue };
-            let Some(job_id) = job_id.filter(|id| is_valid_job_id(id)) else {
-                tracing::warn!("skipping {}: its name is not that of a journal entry (<job id>.json)", self.jobs.shown(&name));
-                continue;
-            };
-            match self.read(job_id) {
-                Ok(Some(entry)) => entries.push(entry),
-                Ok(None) => {}
-                Err(error) => tracing::warn!("skipping a journal entry: {error}"),
+    /// Every entry, one at a time, in no particular order: `each` is given each in turn, and
+    /// nothing holds more than one (a state directory of the worker's user may hold 100,000
+    /// entries of up to 1 MiB: root's `recover`, `drain` and `status` must not hold them all).
+    /// Files that are no entry are skipped: temporary files and stop requests (`.`-names) and
+    /// other names silently, a `.json` not named for a valid job id, or corrupt (unreadable, no
+    /// regular file of its own, too large, not JSON, not named for its `job_id`, of a newer
+    /// format), with a warning naming the file (escaped).
+    pub fn for_each_entry(&self, mut each: impl FnMut(Entry) -> std::io::Result<()>) -> std::io::Result<()> {
+        for job_id in self.entry_ids()? {
+            if let Some(entry) = self.read_listed(&job_id) {
+                each(entry)?;
             }
         }
-        entries.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.job_id.cmp(&b.job_id)));
-        Ok(entries)
+        Ok(())
+    }
+
+    /// [`Journal::for_each_entry`], oldest start first (then by job id). What orders them is
+    /// kept of each entry (its start and its id), not the entry: each is read twice.
+    pub fn for_each_entry_by_start(&self, mut each: impl FnMut(Entry) -> std::io::Result<()>) -> std::io::Result<()> {
+        #[derive(serde::Deserialize)]
+        struct Start {
+            started_at: Option<String>,
+        }
+        let mut order: Vec<(Option<String>, String)> = self
+            .entry_ids()?
+            .into_iter()
+            .map(|id| {
+                // Only the start is parsed here; what is wrong with a file is said once, below.
+                let bytes = self.jobs.read(&Self::entry_name(&id)).ok().flatten();
+                (bytes.and_then(|b| serde_json::from_slice::<Start>(&b).ok()).and_then(|s| s.started_at), id)
+            })
+            .collect();
+        order.sort();
+        for (_, job_id) in order {
+            if let Some(entry) = self.read_listed(&job_id) {
+                each(entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The job ids the entries in `jobs/` are named for; a `.json` named for no valid job id is
+    /// skipped with a warning.
+    fn entry_ids(&self) -> std::io::Result<Vec<String>> {
+        let mut ids = Vec::new();
+        for name in self.jobs.names()? {
+            let Some(job_id) = entry_of(&name) else { continue };
+            match job_id.filter(|id| is_valid_job_id(id)) {
+                Some(id) => ids.push(id.to_owned()),
+                None => tracing::warn!("skipping {}: its name is not that of a journal entry (<job id>.json)", self.jobs.shown(&name)),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The entry of a job id found in a listing; one that cannot be used is skipped, saying why.
+    fn read_listed(&self, job_id: &str) -> Option<Entry> {
+        match self.read(job_id) {
+            Ok(entry) => entry,
+            Err(error) => {
+                tracing::warn!("skipping a journal entry: {error}");
+                None
+            }
+        }
     }
 }
 
@@ -406,7 +450,13 @@ pub(crate) mod tests {
         e.job_id = "../../x".into();
         std::fs::write(entry_path(&journal, "j3"), serde_json::to_vec(&e).unwrap()).unwrap();
         assert!(journal.read("j3").is_err());
-        let listed: Vec<String> = journal.entries().unwrap().into_iter().map(|e| e.job_id).collect();
+        let mut listed = Vec::new();
+        journal
+            .for_each_entry(|e| {
+                listed.push(e.job_id);
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(listed, ["j1"]);
     }
 

@@ -89,25 +89,23 @@ impl Journal {
 
     /// Stops what deploys whose jobenv is gone left running in their cgroups (recording it in
     /// their entries, see [`super::orphans`]), marks every `running` entry whose jobenv is gone
-    /// as failed (`interrupted`), and returns the entries it changed. Each is re-read and
-    /// rewritten under its job lock, so a run of that job id that starts meanwhile either waits
-    /// for it or has the lock first (then the entry is its own).
-    pub fn recover(&self) -> std::io::Result<Vec<Entry>> {
+    /// as failed (`interrupted`), and gives each entry it changed to `changed`, one at a time.
+    /// Each is re-read and rewritten under its job lock, so a run of that job id that starts
+    /// meanwhile either waits for it or has the lock first (then the entry is its own).
+    pub fn recover(&self, mut changed: impl FnMut(&Entry) -> std::io::Result<()>) -> std::io::Result<()> {
         let orphaned = self.stop_orphans("recover")?;
-        let mut recovered = Vec::new();
-        for entry in self.entries()? {
+        self.for_each_entry(|entry| {
             if orphaned.contains(&entry.job_id) {
-                recovered.push(entry);
-                continue;
+                return changed(&entry);
             }
             if entry.status != Status::Running || entry.is_live() {
-                continue;
+                return Ok(());
             }
-            if let Some(entry) = self.interrupt(&entry.job_id, InterruptedBy::JobenvGone, Duration::ZERO)? {
-                recovered.push(entry);
+            match self.interrupt(&entry.job_id, InterruptedBy::JobenvGone, Duration::ZERO)? {
+                Some(entry) => changed(&entry),
+                None => Ok(()),
             }
-        }
-        Ok(recovered)
+        })
     }
 
     /// The lock `name`, if nobody holds it; a lock file that cannot be used (a link planted in
@@ -214,17 +212,21 @@ impl Journal {
     /// together, under one deadline: the longest of their graces plus a margin
     /// ([`Entry::stop_wait`]), however many there are. One that has not ended by then is
     /// SIGKILLed with its process group if it leads one, what its program tree left running in
-    /// its cgroup is stopped too, and its entry recorded here. Returns what it did, one entry per
-    /// job.
+    /// its cgroup is stopped too, and its entry recorded here. Gives what it did to `done`, one
+    /// entry per job.
     ///
     /// From its start on, no program starts on the node ([`Journal::draining`]): a job that was
     /// waiting for a lock or still being validated refuses at its program's start, recorded like
-    /// a drained job; those that did so while this drain ran are returned too.
-    pub fn drain(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
+    /// a drained job; those that did so while this drain ran are given to `done` too.
+    pub fn drain(&self, wait: Duration, mut done: impl FnMut(&Entry) -> std::io::Result<()>) -> std::io::Result<()> {
         let since = super::journal::now();
         let mark = Draining { boot_id: process::boot_id().map(str::to_owned), since: since.clone() };
         self.state.write_atomically(DRAINING, &serde_json::to_vec(&mark)?, self.owner, true)?;
-        let mut stopped = self.drain_live(wait)?;
+        // As many as jobenvs of this state directory ran (each holds its own job lock).
+        let stopped = self.drain_live(wait)?;
+        for entry in &stopped {
+            done(entry)?;
+        }
         // Runs of a job id that were still before their program (waiting for a lock, being
         // validated) hold their job lock: they refuse at their program's start now; a moment is
         // given to them to do so and be counted.
@@ -233,14 +235,14 @@ impl Journal {
             std::thread::sleep(Duration::from_millis(50));
         }
         let began = humantime::parse_rfc3339(&since).expect("written just now");
-        for entry in self.entries()? {
+        self.for_each_entry(|entry| {
             let ended = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
             let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
             if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
-                stopped.push(entry);
+                done(&entry)?;
             }
-        }
-        Ok(stopped)
+            Ok(())
+        })
     }
 
     /// Whether the jobenv an entry names holds the entry's job lock (in `flocks`, a reading of
@@ -264,12 +266,17 @@ impl Journal {
         let mut left_alone = std::collections::BTreeSet::new();
         let mut running = || -> std::io::Result<Vec<Entry>> {
             let flocks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-            let (live, foreign): (Vec<Entry>, Vec<Entry>) = self.entries()?.into_iter().filter(Entry::is_live).partition(|entry| self.holds_its_job_lock(&flocks, entry));
-            for entry in foreign {
-                if left_alone.insert(entry.job_id.clone()) {
-                    tracing::warn!("draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone", entry.job_id, entry.pid);
+            let mut live = Vec::new();
+            self.for_each_entry(|entry| {
+                if entry.is_live() {
+                    if self.holds_its_job_lock(&flocks, &entry) {
+                        live.push(entry);
+                    } else if left_alone.insert(entry.job_id.clone()) {
+                        tracing::warn!("draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone", entry.job_id, entry.pid);
+                    }
                 }
-            }
+                Ok(())
+            })?;
             Ok(live)
         };
         let deadline = Instant::now() + wait;
@@ -365,6 +372,18 @@ mod tests {
     fn age(path: &Path, entry: &Entry) {
         let ended = humantime::parse_rfc3339(entry.finished_at.as_deref().unwrap()).unwrap();
         std::fs::File::options().write(true).open(path).unwrap().set_modified(ended).unwrap();
+    }
+
+    /// What `drain --wait 0` gives out.
+    fn drained(journal: &Journal) -> Vec<Entry> {
+        let mut drained = Vec::new();
+        journal
+            .drain(Duration::ZERO, |e| {
+                drained.push(e.clone());
+                Ok(())
+            })
+            .unwrap();
+        drained
     }
 
     #[test]
@@ -472,7 +491,7 @@ mod tests {
         forged.grace_ms = Some(3 * 86_400_000);
         journal.write(&forged).unwrap();
         let started = Instant::now();
-        assert!(journal.drain(Duration::ZERO).unwrap().is_empty(), "no jobenv ran");
+        assert!(drained(&journal).is_empty(), "no jobenv ran");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert!(other.try_wait().unwrap().is_none(), "drain signalled a process that is not a jobenv");
         let _ = other.kill();
@@ -483,7 +502,7 @@ mod tests {
         live.job_id = "live".into();
         live.grace_ms = Some(1000);
         journal.write(&live).unwrap();
-        let drained = journal.drain(Duration::ZERO).unwrap();
+        let drained = drained(&journal);
         assert_eq!(drained.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(), ["live"]);
         assert!(jobenv.wait().unwrap().code().is_none(), "the jobenv was signalled");
     }

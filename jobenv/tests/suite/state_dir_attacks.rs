@@ -213,6 +213,55 @@ fn fifos_devices_and_huge_files_in_the_state_directory_neither_hang_nor_fill_job
     }
 }
 
+/// Runs to its end under a limit on jobenv's data (its heap): what it holds of the journal at
+/// once.
+fn with_data_limit(bytes: u64, mut run: JobRun) -> Done {
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        run.command().pre_exec(move || nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_DATA, bytes, bytes).map_err(std::io::Error::from));
+    }
+    run.run()
+}
+
+/// The worker's user may fill the journal with entries of up to 1 MiB each (here 24 MiB of
+/// them, `running` under a jobenv that is gone): root's `status`, `recover` and `drain` go
+/// through them one at a time, printing as they go, in 16 MiB of heap. Before, each held every
+/// entry at once and died of it.
+#[test]
+fn a_journal_of_large_entries_is_listed_recovered_and_drained_in_bounded_memory() {
+    let f = node();
+    let jobs = f.state_dir().join("jobs");
+    for i in 0..24 {
+        let entry = json!({
+            "format": 2, "job_id": format!("big{i}"), "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "ns",
+            "pid": 1, "pid_start": 0, "started_at": format!("2020-01-01T00:00:{i:02}.000Z"), "status": "running",
+            "orphans": {"found": 1, "killed": 0, "stopped_by": "x".repeat(1_000_000), "stopped_at": "2020-01-01T00:00:01.000Z"},
+        });
+        let path = jobs.join(format!("big{i}.json"));
+        std::fs::write(&path, entry.to_string()).unwrap();
+        std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+    }
+    let limit = 16 << 20;
+    let status = with_data_limit(limit, as_root(&f, &["status"]).expect_success());
+    let listed: Vec<jobenv::record::journal::Entry> = serde_json::from_str(&status.stdout).unwrap();
+    let ids: Vec<&str> = listed.iter().map(|e| e.job_id.as_str()).collect();
+    assert_eq!((ids.len(), ids[0], ids[23], ids[24]), (25, "big0", "big23", "first"), "oldest start first");
+    // Printed one at a time, the array is exactly what one pretty-printed array of them is.
+    assert_eq!(status.stdout, format!("{}\n", serde_json::to_string_pretty(&listed).unwrap()));
+    let recovered = with_data_limit(limit, as_root(&f, &["recover"]).expect_success());
+    let changed: Vec<Value> = serde_json::from_str(&recovered.stdout).unwrap();
+    assert_eq!(changed.len(), 24, "every entry of a jobenv that is gone is marked interrupted");
+    assert!(changed.iter().all(|e| e["reason"] == "interrupted"));
+    with_data_limit(limit, as_root(&f, &["drain", "--wait", "0"]).expect_success());
+    // Positive control: the limit lets a program hold one entry, not all of them.
+    let hold = |files: &str| {
+        let script = format!("import json, os, sys\nd = '{}'\nheld = [json.load(open(os.path.join(d, n))) for n in {files}]", jobs.display());
+        with_data_limit(limit, JobRun::new(std::process::Command::new("/usr/bin/python3")).args(["-c", &script])).code
+    };
+    assert_eq!(hold("['big0.json']"), Some(0), "one entry does not fit in the limit");
+    assert_ne!(hold("os.listdir(d)"), Some(0), "the whole journal fits in the limit: the test proves nothing");
+}
+
 #[test]
 fn names_planted_in_the_state_directory_cannot_forge_a_log_line() {
     let f = node();

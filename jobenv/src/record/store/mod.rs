@@ -75,8 +75,8 @@ pub enum Refused {
     Journal(std::io::Error),
     /// The shared journal cannot be reached or used now: the node is not ready for a job.
     Unreachable(String),
-    /// The journal holds an entry of a newer format than this jobenv reads (see
-    /// `record::entry::NewerFormat`): the node is not ready for this job.
+    /// The journal holds an entry of a newer format than this jobenv reads
+    /// ([`Problem::NewerEntryFormat`]): the node is not ready for this job.
     NotReady(String),
     /// The shared journal holds what this jobenv cannot act on (a row it did not write so, or
     /// one of a newer format).
@@ -86,7 +86,7 @@ pub enum Refused {
 impl Refused {
     /// A journal file that cannot be read; one of a newer format is a node not ready for it.
     pub fn of_read(error: std::io::Error) -> Refused {
-        match error.get_ref().and_then(|e| e.downcast_ref::<super::entry::NewerFormat>()) {
+        match Problem::newer_entry_format(&error) {
             Some(newer) => Refused::NotReady(newer.to_string()),
             None => Refused::Journal(error),
         }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::record::entry::{Entry, NewerFormat, parse};
+use crate::error::Problem;
+use crate::record::entry::{Entry, parse};
 
 pub(super) const SCHEMA: &str = "fediversity_jobenv";
 /// The `format` of every row this jobenv writes, and the newest it acts on.
@@ -97,7 +98,7 @@ pub(super) enum JobRow {
 fn entry_of(job_id: &str, text: Option<String>) -> Result<Option<Entry>, Failed> {
     let Some(text) = text else { return Ok(None) };
     let shown = format!("the cluster journal's row of job {job_id}");
-    parse(job_id, &shown, text.as_bytes()).map(Some).map_err(|e| match e.get_ref().and_then(|e| e.downcast_ref::<NewerFormat>()) {
+    parse(job_id, &shown, text.as_bytes()).map(Some).map_err(|e| match Problem::newer_entry_format(&e) {
         Some(newer) => Failed::Newer(newer.to_string()),
         None => Failed::Row(e.to_string()),
     })
