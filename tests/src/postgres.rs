@@ -7,7 +7,8 @@
 //! The cluster runs from the machine's `/usr/lib/postgresql/15/bin` as the `postgres` user when
 //! the tests run as root (initdb refuses root), listens on 127.0.0.1 and a free port with
 //! `fsync=off`, asks for a password on TCP (scram-sha-256), and is stopped when the test binary
-//! exits (see [`crate::process`]).
+//! exits (see [`crate::process`]). It speaks TLS too, with a certificate for `127.0.0.1` from a
+//! CA of its own ([`Cluster::ca_file`]); the role [`JOBENV_TLS_ROLE`] may connect over TLS only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -46,6 +47,9 @@ static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
 pub const JOBENV_ROLE: &str = "jobenv_node";
 /// The schema jobenv's cluster journal lives in.
 pub const JOBENV_SCHEMA: &str = "fediversity_jobenv";
+/// A login role with [`JOBENV_ROLE`]'s rights that the server lets in over TLS only
+/// (`hostnossl … reject` in `pg_hba.conf`): a job that works as this role used TLS.
+pub const JOBENV_TLS_ROLE: &str = "jobenv_tls";
 
 /// The cluster of this test binary, started on first use.
 pub fn cluster() -> &'static Cluster {
@@ -123,6 +127,22 @@ impl Cluster {
         // A copy of a cluster made once by initdb (about 1.4 s; the copy takes a tenth of that).
         let out = Command::new("cp").arg("-a").arg(template(bin, run_as)).arg(&data).output().expect("cp");
         assert!(out.status.success(), "cannot copy the template cluster: {}", String::from_utf8_lossy(&out.stderr));
+        // TLS: the server's certificate and key (which PostgreSQL wants its own, mode 0600), the
+        // CA's certificate for the clients, and the TLS-only role's rule first in pg_hba.conf.
+        let ca = crate::tls::Ca::new("testkit PostgreSQL CA");
+        let server = ca.issue(&["127.0.0.1"]);
+        std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write the CA");
+        for (name, text) in [("server.crt", &server.certificate), ("server.key", &server.key)] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("write the server's certificate");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+            if let Some(RunAs { uid, gid }) = run_as {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown the server's certificate");
+            }
+        }
+        let hba = data.join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        std::fs::write(&hba, format!("hostnossl all {JOBENV_TLS_ROLE} all reject\n{rules}")).expect("write pg_hba.conf");
         let cluster = Cluster {
             port: servers::free_port(),
             dir,
@@ -144,7 +164,11 @@ impl Cluster {
             .arg(self.dir.join("data"))
             .args(["-c", "listen_addresses=127.0.0.1", "-p", &self.port.to_string(), "-k"])
             .arg(&self.dir)
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "ssl=on"])
+            .arg("-c")
+            .arg(format!("ssl_cert_file={}", self.dir.join("server.crt").display()))
+            .arg("-c")
+            .arg(format!("ssl_key_file={}", self.dir.join("server.key").display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
@@ -210,8 +234,9 @@ impl Cluster {
                  GRANT windmill_user TO windmill_admin;
                  CREATE ROLE {APP_ROLE} LOGIN NOINHERIT PASSWORD '{}';
                  GRANT windmill_admin TO {APP_ROLE};
-                 CREATE ROLE {JOBENV_ROLE} LOGIN PASSWORD '{}';",
-                self.app_password, self.app_password
+                 CREATE ROLE {JOBENV_ROLE} LOGIN PASSWORD '{}';
+                 CREATE ROLE {JOBENV_TLS_ROLE} LOGIN PASSWORD '{}' IN ROLE {JOBENV_ROLE};",
+                self.app_password, self.app_password, self.app_password
             ))
             .expect("create the Windmill roles");
     }
@@ -221,6 +246,11 @@ impl Cluster {
             servers::stop(&mut child, libc::SIGINT, Duration::from_secs(10));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// The CA that issued the server's certificate (for `127.0.0.1`), in PEM.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
     }
 
     pub fn superuser_dsn(&self, db: &str) -> String {
@@ -287,6 +317,17 @@ impl JobenvDb<'_> {
     /// The same DSN through another port (a proxy in front of the cluster).
     pub fn dsn_on(&self, port: u16) -> String {
         format!("host=127.0.0.1 port={port} user={JOBENV_ROLE} password={} dbname={} connect_timeout=5", self.password(), self.name)
+    }
+
+    /// The DSN of the TLS-only role ([`JOBENV_TLS_ROLE`]) to `host` (where the server's
+    /// certificate is for `127.0.0.1`), with `sslmode=require`.
+    pub fn tls_dsn(&self, host: &str) -> String {
+        format!("host={host} port={} user={JOBENV_TLS_ROLE} password={} dbname={} connect_timeout=5 sslmode=require", self.cluster.port, self.password(), self.name)
+    }
+
+    /// The CA that issued the server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.cluster.ca_file()
     }
 
     /// The role's password, for the secret scans.

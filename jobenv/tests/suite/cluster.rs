@@ -421,3 +421,43 @@ fn prune_deletes_the_shared_rows_that_ended_before_the_retention_and_nothing_els
     other.job("old", "ns").expect_success().run();
     assert!(other.result().get("replayed").is_none(), "{}", other.result());
 }
+
+/// With `sslmode=require` jobenv speaks TLS to the database and verifies its certificate (chain
+/// and host name) against the node's CA file. The role here is let in over TLS only (the
+/// server's rule): a job that runs used TLS, and the positive control (the same DSN without
+/// `sslmode=require`) shows the rule holds. A certificate from a CA the node does not trust, or
+/// for another host than the one the DSN names, is refused, and nothing runs.
+#[test]
+fn a_node_speaks_verified_tls_to_the_cluster_journal_when_its_dsn_asks_for_it() {
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    let marker = shared.path().join("runs");
+    let body = format!("echo ran >> {}", marker.display());
+    let ran = || std::fs::read_to_string(&marker).unwrap_or_default().lines().count();
+    let node = |dsn: &str| Node::new("a", Some(dsn), &body);
+    let with_ca = |run: JobRun, ca: &Path| run.env("JOBENV_CLUSTER_CA_FILE", ca);
+    let trusted = db.ca_file();
+    with_ca(node(&db.tls_dsn("127.0.0.1")).job("tls-1", "ns"), &trusted).expect_success().expect_nowhere("the DSN's password", &db.password()).run();
+    assert_eq!(ran(), 1);
+    // The shared row is there: the decision was made on the database, over TLS.
+    let rows: i64 = db.client().query_one("SELECT count(*) FROM fediversity_jobenv.jobs WHERE job_id = 'tls-1' AND finished_at IS NOT NULL", &[]).unwrap().get(0);
+    assert_eq!(rows, 1);
+    // Positive control: the role gets no plain connection.
+    let plain = db.tls_dsn("127.0.0.1").replace(" sslmode=require", "");
+    node(&plain)
+        .job("tls-2", "ns")
+        .expect_code(2)
+        .expect_stderr_contains("jobenv: error: the cluster journal cannot be used: FATAL: pg_hba.conf rejects connection")
+        .run();
+    // A CA the node does not trust: refused, a person must act (exit 2), nothing ran.
+    let other = shared.path().join("other-ca.pem");
+    std::fs::write(&other, fediversity_testkit::tls::Ca::new("another CA").pem()).unwrap();
+    let done = with_ca(node(&db.tls_dsn("127.0.0.1")).job("tls-3", "ns"), &other).expect_code(2).expect_nowhere("the DSN's password", &db.password()).run();
+    assert!(done.stderr.contains("jobenv: error: the cluster journal cannot be used: ") && done.stderr.contains("UnknownIssuer"), "{done:?}");
+    // The right CA, but the DSN names a host the certificate is not for.
+    let done = with_ca(node(&db.tls_dsn("localhost")).job("tls-4", "ns"), &trusted).expect_code(2).run();
+    assert!(done.stderr.contains("invalid peer certificate: certificate not valid for name \"localhost\""), "{done:?}");
+    // Without a CA file, the system's trust store, which does not hold the test's CA.
+    node(&db.tls_dsn("127.0.0.1")).job("tls-5", "ns").expect_code(2).expect_stderr_contains("UnknownIssuer").run();
+    assert_eq!(ran(), 1, "a program ran without a verified database");
+}

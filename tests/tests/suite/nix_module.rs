@@ -632,6 +632,26 @@ fn cluster_mode_is_off_by_default_and_its_dsn_file_reaches_every_job_when_set() 
     assert!(result["typeErrors"][0].as_str().unwrap().starts_with("cluster.dsnFile"), "{result}");
 }
 
+#[test]
+fn cluster_modes_ca_file_reaches_every_job_and_the_prune_and_needs_a_dsn_file() {
+    let both = r#"s: s // { cluster = { dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; caFile = "/etc/fediversity-windmill/db-ca.pem"; }; }"#;
+    let worker = module(both, "h: h.config.systemd.services.windmill-worker");
+    assert_eq!(worker["environment"]["JOBENV_CLUSTER_CA_FILE"], "/etc/fediversity-windmill/db-ca.pem");
+    let whitelisted: Vec<&str> = worker["environment"]["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
+    assert!(whitelisted.contains(&"JOBENV_CLUSTER_CA_FILE"), "the CA file does not reach jobs: {whitelisted:?}");
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    assert!(cli.contains("env = \"JOBENV_CLUSTER_CA_FILE\""), "jobenv reads no JOBENV_CLUSTER_CA_FILE");
+    let prune = module(both, "h: h.config.systemd.services.fediversity-jobenv-prune");
+    assert_eq!(prune["environment"]["JOBENV_CLUSTER_CA_FILE"], "/etc/fediversity-windmill/db-ca.pem");
+    assert_eq!(assertions(both), Vec::<String>::new());
+    // A CA without cluster mode is a mistake the node's evaluation names.
+    let alone = assertions(r#"s: s // { cluster.caFile = "/etc/fediversity-windmill/db-ca.pem"; }"#);
+    assert_eq!(alone, ["services.fediversity-windmill: cluster.caFile is set but cluster.dsnFile is not: the CA is for cluster mode's database"]);
+    // The control: without it, jobs get none.
+    let worker = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.windmill-worker");
+    assert!(worker["environment"].get("JOBENV_CLUSTER_CA_FILE").is_none());
+}
+
 // ---- Windmill's package -----------------------------------------------------------------------
 
 #[test]

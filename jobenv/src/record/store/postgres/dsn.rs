@@ -1,10 +1,21 @@
 //! The connection string of the shared journal: a secret (it holds the role's password). It is
 //! read from its file when a run needs it, never logged, and every message that could quote it
 //! (a driver's error) goes through [`Dsn::hide`].
+//!
+//! With `sslmode=require` the connection is TLS (rustls), and the server's certificate is
+//! verified, chain and host name, as a browser does: against the node's CA file
+//! (`--cluster-ca-file`, the CAs it holds and no other) or else the system's trust store. That is
+//! stricter than libpq's `require`, which encrypts without verifying: a database that any machine
+//! on the path could impersonate would defeat the leases. Without `sslmode=require` the
+//! connection is plain, for a local socket or a network the node trusts.
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
+use rustls::ClientConfig;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tokio_postgres::config::SslMode;
 
 use crate::error::Problem;
@@ -14,6 +25,8 @@ const MAX_LEN: u64 = 64 * 1024;
 
 pub(super) struct Dsn {
     pub config: tokio_postgres::Config,
+    /// TLS, when the DSN asks for it.
+    pub tls: Option<Arc<ClientConfig>>,
     /// What a message must never show: the whole text and the password.
     secrets: Vec<String>,
 }
@@ -24,9 +37,10 @@ impl std::fmt::Debug for Dsn {
     }
 }
 
-/// Reads and parses the DSN file. Not there (yet): the node is not ready; anything else wrong
-/// with it is the node's configuration, and the message never quotes it.
-pub(super) fn read(path: &Path) -> Result<Dsn, Problem> {
+/// Reads and parses the DSN file, and with `sslmode=require` the CA file (`ca_file`). Either not
+/// there (yet): the node is not ready; anything else wrong with them is the node's
+/// configuration, and the message never quotes the DSN.
+pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> {
     let bad = |why: &'static str| Problem::ClusterDsn { path: path.to_owned(), why };
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
@@ -46,9 +60,15 @@ pub(super) fn read(path: &Path) -> Result<Dsn, Problem> {
     }
     // The driver's message could quote a part of the text: none is given.
     let mut config: tokio_postgres::Config = text.parse().map_err(|_| bad("does not hold a PostgreSQL connection string (key=value pairs or a postgresql:// URL)"))?;
-    if config.get_ssl_mode() == SslMode::Require {
-        return Err(bad("asks for TLS (sslmode=require), which jobenv's cluster journal does not speak: reach the database over a local socket or a network you trust"));
-    }
+    let tls = match (config.get_ssl_mode(), ca_file) {
+        (SslMode::Require, ca_file) => Some(Arc::new(tls(ca_file)?)),
+        (_, Some(_)) => return Err(bad("does not ask for TLS (sslmode=require), yet a CA file is given (--cluster-ca-file): the connection would not use it")),
+        // libpq's default, `prefer`, would fall back to a plain connection anyway: no TLS.
+        (_, None) => {
+            config.ssl_mode(SslMode::Disable);
+            None
+        }
+    };
     if config.get_application_name().is_none() {
         // So that an operator tells jobenv's connections apart (pg_stat_activity).
         config.application_name("fediversity-jobenv");
@@ -57,7 +77,33 @@ pub(super) fn read(path: &Path) -> Result<Dsn, Problem> {
     if let Some(password) = config.get_password().and_then(|p| std::str::from_utf8(p).ok()).filter(|p| p.len() >= 4) {
         secrets.push(password.to_owned());
     }
-    Ok(Dsn { config, secrets })
+    Ok(Dsn { config, tls, secrets })
+}
+
+/// The TLS of the connection: the server's certificate verified against the CAs of `ca_file`,
+/// or without one the system's trust store.
+fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Problem> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider)).with_safe_default_protocol_versions().map_err(|e| Problem::ClusterTls(e.to_string()))?;
+    let Some(path) = ca_file else {
+        use rustls_platform_verifier::BuilderVerifierExt;
+        let builder = builder.with_platform_verifier().map_err(|e| Problem::ClusterTls(format!("the system's trust store cannot be used: {e}")))?;
+        return Ok(builder.with_no_client_auth());
+    };
+    let bad = |why: String| Problem::ClusterCa { path: path.to_owned(), why };
+    if !path.exists() {
+        return Err(Problem::NodeNotReady(format!("the cluster CA file {} does not exist yet", path.display())));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let certificates = CertificateDer::pem_file_iter(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    for certificate in certificates {
+        let certificate = certificate.map_err(|e| bad(format!("is not a PEM file of certificates: {e}")))?;
+        roots.add(certificate).map_err(|e| bad(format!("holds a certificate that is no CA's: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("holds no certificate".into()));
+    }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
 
 impl Dsn {
@@ -86,16 +132,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dsn");
         std::fs::write(&path, "host=db user=jobenv password=s3cret-pw dbname=x\n").unwrap();
-        let dsn = read(&path).unwrap();
+        let dsn = read(&path, None).unwrap();
+        assert!(dsn.tls.is_none(), "plain, as it does not ask for TLS");
         assert_eq!(dsn.hide("auth failed for s3cret-pw"), "auth failed for [REDACTED]");
         assert_eq!(dsn.config.get_application_name(), Some("fediversity-jobenv"));
         std::fs::write(&path, "host=db password=s3cret-pw bogus").unwrap();
-        let error = read(&path).unwrap_err().to_string();
+        let error = read(&path, None).unwrap_err().to_string();
         assert!(!error.contains("s3cret") && error.contains("does not hold a PostgreSQL connection string"), "{error}");
-        std::fs::write(&path, "postgresql://u:s3cret-pw@db/x?sslmode=require").unwrap();
-        let error = read(&path).unwrap_err().to_string();
-        assert!(!error.contains("s3cret") && error.contains("sslmode=require"), "{error}");
-        let missing = read(&dir.path().join("none")).unwrap_err();
+        let missing = read(&dir.path().join("none"), None).unwrap_err();
         assert!(matches!(missing, Problem::NodeNotReady(_)), "{missing}");
+    }
+
+    #[test]
+    fn tls_is_asked_for_by_sslmode_require_and_verified_against_the_ca_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dsn_path, ca) = (dir.path().join("dsn"), dir.path().join("ca.pem"));
+        std::fs::write(&dsn_path, "postgresql://u:s3cret-pw@db/x?sslmode=require").unwrap();
+        // The system's trust store, without a CA file.
+        assert!(read(&dsn_path, None).unwrap().tls.is_some());
+        // A CA file not there yet: not ready, as a DSN file not there yet.
+        assert!(matches!(read(&dsn_path, Some(&ca)).unwrap_err(), Problem::NodeNotReady(_)));
+        for (text, why) in [("", "holds no certificate"), ("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n", "is not a PEM file of certificates")] {
+            std::fs::write(&ca, text).unwrap();
+            let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
+            assert!(error.contains(why) && !error.contains("s3cret"), "{error}");
+        }
+        // A CA file beside a DSN that does not ask for TLS: the CA would not be used.
+        std::fs::write(&dsn_path, "host=db user=u password=s3cret-pw dbname=x").unwrap();
+        let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
+        assert!(error.contains("does not ask for TLS (sslmode=require), yet a CA file is given") && !error.contains("s3cret"), "{error}");
     }
 }

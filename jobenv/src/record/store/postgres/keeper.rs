@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::dsn::Dsn;
 use super::tables::{self, Failed, Table};
@@ -151,13 +152,21 @@ impl Shared {
     }
 
     async fn connect(&self) -> Result<Client, Trouble> {
-        let (mut client, connection) = self.dsn.config.connect(NoTls).await.map_err(|e| self.trouble(Failed::Db(e)))?;
         let hide = Arc::clone(&self.dsn);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!("the connection to the cluster journal ended: {}", hide.hide(&error.to_string()));
+        let ended = move |error: tokio_postgres::Error| tracing::debug!("the connection to the cluster journal ended: {}", hide.hide(&error.to_string()));
+        // The connection's task drives it; its type depends on the transport.
+        let mut client = match &self.dsn.tls {
+            Some(tls) => {
+                let (client, connection) = self.dsn.config.connect(MakeRustlsConnect::new((**tls).clone())).await.map_err(|e| self.trouble(Failed::Db(e)))?;
+                tokio::spawn(async move { connection.await.map_err(ended) });
+                client
             }
-        });
+            None => {
+                let (client, connection) = self.dsn.config.connect(NoTls).await.map_err(|e| self.trouble(Failed::Db(e)))?;
+                tokio::spawn(async move { connection.await.map_err(ended) });
+                client
+            }
+        };
         tables::ensure_schema(&mut client).await.map_err(|e| self.trouble(e))?;
         Ok(client)
     }
@@ -171,13 +180,14 @@ impl Shared {
         };
         let text = self.dsn.hide(&match error.as_db_error() {
             Some(db) => format!("{}: {}", db.severity(), db.message()),
-            None => error.to_string(),
+            None => with_causes(&error),
         });
         // Class 08 (connection), 53 (resources), 57 (operator intervention: a shutdown, a
         // terminated backend) and no answer at all: try again later. Anything else (a right
-        // missing, 42501) needs a person.
+        // missing, 42501; a server certificate that does not verify) needs a person.
         let transient = error.is_closed()
-            || error.as_db_error().is_none_or(|db| ["08", "53", "57"].iter().any(|class| db.code().code().starts_with(class)));
+            || (error.as_db_error().is_none() && !is_tls_refusal(&error))
+            || error.as_db_error().is_some_and(|db| ["08", "53", "57"].iter().any(|class| db.code().code().starts_with(class)));
         if transient { Trouble::Unreachable(text) } else { Trouble::Refused(text) }
     }
 
@@ -266,6 +276,37 @@ impl Shared {
             tracing::debug!("a lease on the cluster journal was not let go ({why}): it expires");
         }
     }
+}
+
+/// An error's message and those of its causes (a TLS handshake's says only that it failed; its
+/// cause says why: `invalid peer certificate: UnknownIssuer`).
+fn with_causes(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(error) = cause {
+        let said = error.to_string();
+        if !text.ends_with(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = error.source();
+    }
+    text
+}
+
+/// Whether TLS refused the server (its certificate does not verify against what the node
+/// trusts): rustls' own error, somewhere in the error's causes.
+fn is_tls_refusal(error: &tokio_postgres::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(error) = cause {
+        // An I/O error's source is its inner error's source: the inner error itself is reached
+        // through `get_ref`.
+        let inner = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        if error.is::<rustls::Error>() || inner.is_some_and(|inner| inner.is::<rustls::Error>()) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// A time as messages show it: to a tenth of a second.

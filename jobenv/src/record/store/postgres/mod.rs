@@ -106,7 +106,7 @@ pub struct PgStore {
 impl PgStore {
     /// Reads the DSN (a missing file: the node is not ready); connects at the first statement.
     pub fn open(local: Journal, settings: &RunSettings, cluster: &Cluster, holder: &str) -> Result<PgStore, Problem> {
-        let dsn = Arc::new(dsn::read(&cluster.dsn_file)?);
+        let dsn = Arc::new(dsn::read(&cluster.dsn_file, cluster.ca_file.as_deref())?);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
         let state_dir = std::fs::canonicalize(&settings.state_dir).unwrap_or_else(|_| settings.state_dir.clone());
         let me = Holder {
@@ -297,8 +297,8 @@ impl Store for PgStore {
 /// `prune` in cluster mode: the shared journal's rows of attempts that ended more than `retain`
 /// ago (the node's own entries are pruned beside it). Any node's `prune` may do it: each deletes
 /// what has ended, by the database's clock. Returns how many rows went.
-pub fn prune(dsn_file: &std::path::Path, retain: Duration) -> Result<u64, Problem> {
-    let dsn = Arc::new(dsn::read(dsn_file)?);
+pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, retain: Duration) -> Result<u64, Problem> {
+    let dsn = Arc::new(dsn::read(dsn_file, ca_file)?);
     // No lease is held: the renewal times only bound the statements.
     let timing = Timing { lease: Duration::from_secs(15), renew_every: Duration::from_secs(5), renew_deadline: Duration::from_secs(10) };
     let keeper = Keeper::start(dsn, timing).map_err(|e| Problem::NodeNotReady(format!("the cluster journal cannot be reached: cannot start its thread: {e}")))?;
