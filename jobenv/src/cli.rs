@@ -117,6 +117,14 @@ pub struct PruneArgs {
 pub struct RecoverArgs {
     #[command(flatten)]
     pub state: StateArgs,
+    /// Cluster mode: hand on to the shared journal the ends it did not take when their jobs
+    /// ended [JOBENV_CLUSTER_DSN_FILE]
+    #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
+    pub cluster_dsn_file: Option<PathBuf>,
+    /// With sslmode=require in the DSN: the CA certificates (PEM) the database's certificate is
+    /// verified against, instead of the system's trust store [JOBENV_CLUSTER_CA_FILE]
+    #[arg(long = "cluster-ca-file", value_name = "FILE", env = "JOBENV_CLUSTER_CA_FILE")]
+    pub cluster_ca_file: Option<PathBuf>,
     /// Delete entries that finished more than this many days ago, at least 1 [JOBENV_RETAIN_DAYS]
     #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,

@@ -159,6 +159,13 @@ fn recover(args: RecoverArgs) -> i32 {
         if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days)) {
             tracing::warn!("cannot prune the journal: {error}");
         }
+        // Cluster mode: the ends the shared journal did not take. They stay kept if it does not
+        // answer now: the node's next job or `prune` hands them on.
+        if let Some(dsn) = &args.cluster_dsn_file {
+            if let Err(problem) = jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref()) {
+                tracing::warn!("{problem}");
+            }
+        }
         Ok(())
     });
     if let Err(error) = &ended {
@@ -179,7 +186,16 @@ fn recover(args: RecoverArgs) -> i32 {
 fn prune(args: PruneArgs) -> i32 {
     let dir = args.state.dir();
     let retain = jobenv::cli::days(args.retain_days);
-    let pruned = open_journal(&dir).and_then(|journal| journal.prune(retain).map_err(|source| Problem::Journal { path: dir.clone(), source }.into()));
+    let pruned = open_journal(&dir).and_then(|journal| {
+        // Cluster mode: first the ends the shared journal did not take (its rows are pruned
+        // below; a failure to reach it fails that too).
+        if let Some(dsn) = &args.cluster_dsn_file {
+            if let Err(problem) = jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref()) {
+                tracing::warn!("{problem}");
+            }
+        }
+        journal.prune(retain).map_err(|source| Problem::Journal { path: dir.clone(), source }.into())
+    });
     // Cluster mode: the shared journal's ended rows by the same retention.
     let shared = args.cluster_dsn_file.as_deref().map(|dsn| jobenv::record::store::postgres::prune(dsn, args.cluster_ca_file.as_deref(), retain).map_err(Error::from));
     match (pruned, shared) {

@@ -461,3 +461,62 @@ fn a_node_speaks_verified_tls_to_the_cluster_journal_when_its_dsn_asks_for_it() 
     node(&db.tls_dsn("127.0.0.1")).job("tls-5", "ns").expect_code(2).expect_stderr_contains("UnknownIssuer").run();
     assert_eq!(ran(), 1, "a program ran without a verified database");
 }
+
+/// An end the database does not take (cut off right as the program ended, for as long as the
+/// lease lasted) is jobenv's failure (125), but not lost: the node keeps it and hands it on once
+/// the database answers, after its next job; a re-run on the other node is then replayed. If
+/// the other node ran the job again first (once the lease expired), the kept end stays the
+/// node's own, and `recover` says so.
+#[test]
+fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again() {
+    let db = postgres::cluster().jobenv_database();
+    let proxy = Proxy::start(postgres::cluster().port);
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display();
+    let body = format!("echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs");
+    let a = Node::new("a", Some(&db.dsn_on(proxy.port)), &body);
+    let b = Node::new("b", Some(&db.dsn()), &body);
+    let runs = || std::fs::read_to_string(shared.path().join("runs")).unwrap_or_default();
+    let kept = |job: &str| a.f.state_dir().join(format!("unshared/{job}.json"));
+    let ended_on_the_database = |job: &str| -> Option<String> {
+        let row = db.client().query_one("SELECT finished_at IS NOT NULL, entry->>'status' FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&job]).unwrap();
+        row.get::<_, bool>(0).then(|| row.get(1))
+    };
+    // The database goes away right as the program ends.
+    let cut_at_the_end = |job: &str| {
+        let _ = std::fs::remove_file(shared.path().join("go"));
+        let _ = std::fs::remove_file(shared.path().join("program-a.pid"));
+        let running = a.job(job, "ns").spawn();
+        read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
+        proxy.cut();
+        std::fs::write(shared.path().join("go"), "").unwrap();
+        let done = finish(running);
+        assert_eq!(done.code, Some(125), "{done:?}");
+        assert!(done.stderr.contains("the cluster journal did not take it ("), "{done:?}");
+        assert!(done.stderr.contains("this node keeps it and hands it on once the database answers"), "{done:?}");
+        assert!(kept(job).exists(), "the end was not kept");
+        assert_eq!(ended_on_the_database(job), None, "positive control: the database did not take it");
+        assert_eq!(a.f.journal_entry(jobenv_bin!(), job)["status"], "succeeded", "the node's own journal has the result");
+        proxy.heal();
+    };
+
+    cut_at_the_end("kept-1");
+    // The node's next job (another namespace: the first one's lease is still live) hands it on.
+    a.job("next-1", "other").expect_success().run();
+    assert_eq!(ended_on_the_database("kept-1").as_deref(), Some("succeeded"), "the kept end was not handed on");
+    assert!(!kept("kept-1").exists());
+    // Windmill's re-run of it on the other node is replayed, not run again.
+    b.job("kept-1", "ns").expect_success().expect_stderr_contains("jobenv: job kept-1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    assert_eq!(runs(), "a\na\n", "kept-1 ran again: {}", runs());
+
+    // Cut off again; this time the other node runs the job again before the end is handed on
+    // (once the lease expired): the cluster's record is its attempt, and recover says so.
+    cut_at_the_end("kept-2");
+    std::thread::sleep(LEASE);
+    b.job("kept-2", "ns").args(["--lock-timeout", "10"]).expect_success().expect_stderr_contains("running it again as attempt 2").run();
+    let recovered = a.f.jobenv(jobenv_bin!()).args(["recover"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
+    assert!(recovered.stderr.contains("job kept-2: another node took it over on the cluster journal after this node's lease expired (it ran the job again): the end of attempt 1 stays in this node's journal only"), "{recovered:?}");
+    assert!(!kept("kept-2").exists());
+    let attempt: String = db.client().query_one("SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'", &[]).unwrap().get(0);
+    assert_eq!(attempt, "2", "the later attempt's end was overwritten");
+}

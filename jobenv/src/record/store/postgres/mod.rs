@@ -68,6 +68,7 @@
 mod dsn;
 mod keeper;
 mod tables;
+mod unshared;
 
 use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
@@ -87,6 +88,9 @@ use tables::{Holder, JobRow, Table};
 
 /// How often a run that waits for a job id or a namespace looks again.
 const POLL: Duration = Duration::from_millis(200);
+/// How many kept ends a run hands on after its own ([`unshared`]): a few, so that a run's cost
+/// does not grow with what an outage left; `recover` and `prune` hand on the rest.
+const HAND_ON_PER_RUN: usize = 8;
 
 pub struct PgStore {
     local: Journal,
@@ -251,7 +255,9 @@ impl Store for PgStore {
 
     /// The node's own entry (with its fallback, see [`Journal::write_end`]), then the shared
     /// one, retried while the lease is still this run's: a result that only this node knows
-    /// is lost to the others, who would run the job again once its lease expired. An attempt
+    /// is lost to the others, who would run the job again once its lease expired. One the
+    /// database does not take in that time is kept, and handed on when it answers again
+    /// ([`unshared`]); after an end that it took, this run hands on a few kept ones. An attempt
     /// without a result of its own (interrupted) loses nothing when its shared entry stays
     /// `running`: its lease expires and the next run records it interrupted.
     fn write_end(&self, entry: &Entry) -> std::io::Result<()> {
@@ -272,14 +278,24 @@ impl Store for PgStore {
         };
         keeper.shared.forget(Table::Jobs, &job_id);
         match shared {
-            Ok(()) => local,
+            Ok(()) => {
+                // The database answers: a few ends kept by earlier runs go along, each within
+                // a short bound (this run's own end is recorded already).
+                if let Err(error) = unshared::hand_on(&self.local, keeper, HAND_ON_PER_RUN, limit) {
+                    tracing::warn!("kept ends are not handed on to the cluster journal: {error}");
+                }
+                local
+            }
             Err(why) if !entry.is_result() => {
                 tracing::warn!("the end of job {job_id} is not on the cluster journal ({why}): once its lease expires, the next run records it interrupted");
                 local
             }
             Err(why) => {
                 local?;
-                Err(std::io::Error::other(format!("the cluster journal did not take it ({why}); another node may run the job again once its lease expires")))
+                unshared::keep(&self.local, entry, epoch)?;
+                Err(std::io::Error::other(format!(
+                    "the cluster journal did not take it ({why}); this node keeps it and hands it on once the database answers (its next job, recover, prune), but until then another node may run the job again once its lease expired"
+                )))
             }
         }
     }
@@ -298,15 +314,33 @@ impl Store for PgStore {
 /// ago (the node's own entries are pruned beside it). Any node's `prune` may do it: each deletes
 /// what has ended, by the database's clock. Returns how many rows went.
 pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, retain: Duration) -> Result<u64, Problem> {
-    let dsn = Arc::new(dsn::read(dsn_file, ca_file)?);
-    // No lease is held: the renewal times only bound the statements.
-    let timing = Timing { lease: Duration::from_secs(15), renew_every: Duration::from_secs(5), renew_deadline: Duration::from_secs(10) };
-    let keeper = Keeper::start(dsn, timing).map_err(|e| Problem::NodeNotReady(format!("the cluster journal cannot be reached: cannot start its thread: {e}")))?;
-    match keeper.block_on(keeper.shared.run(timing.renew_deadline, async |client| tables::prune(client, retain).await)) {
+    let keeper = upkeep_keeper(dsn_file, ca_file)?;
+    match keeper.block_on(keeper.shared.run(UPKEEP_TIMING.renew_deadline, async |client| tables::prune(client, retain).await)) {
         Ok(pruned) => Ok(pruned),
         Err(Trouble::Unreachable(why)) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}"))),
         Err(Trouble::Newer(why) | Trouble::Refused(why)) => Err(Problem::ClusterJournal(why)),
     }
+}
+
+/// `recover` and `prune` in cluster mode: hands on every end this node keeps that the cluster
+/// journal did not take ([`unshared`]). Returns how many it took; a database that does not
+/// answer is an error (the ends stay kept).
+pub fn hand_on_kept(journal: &Journal, dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<usize, Problem> {
+    let keeper = upkeep_keeper(dsn_file, ca_file)?;
+    let handed = unshared::hand_on(journal, &keeper, usize::MAX, UPKEEP_TIMING.renew_deadline)
+        .map_err(|source| Problem::Journal { path: journal.state.path().to_owned(), source })?;
+    match handed.unreachable {
+        Some(why) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}; {} kept end(s) wait for it", handed.left))),
+        None => Ok(handed.taken),
+    }
+}
+
+/// No lease is held by `prune` or `recover`: the renewal times only bound the statements.
+const UPKEEP_TIMING: Timing = Timing { lease: Duration::from_secs(15), renew_every: Duration::from_secs(5), renew_deadline: Duration::from_secs(10) };
+
+fn upkeep_keeper(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<Keeper, Problem> {
+    let dsn = Arc::new(dsn::read(dsn_file, ca_file)?);
+    Keeper::start(dsn, UPKEEP_TIMING).map_err(|e| Problem::NodeNotReady(format!("the cluster journal cannot be reached: cannot start its thread: {e}")))
 }
 
 impl Drop for PgStore {
