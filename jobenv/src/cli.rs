@@ -235,9 +235,9 @@ pub struct RunArgs {
     /// How long to wait for another job of the same namespace to finish; 0 fails at once [JOBENV_LOCK_TIMEOUT]
     #[arg(long, value_name = "SECONDS", env = "JOBENV_LOCK_TIMEOUT", default_value = "0", value_parser = parse_seconds)]
     pub lock_timeout: Duration,
-    /// How the program tree is kept: a cgroup of its own where jobenv may create one (auto),
-    /// always (cgroup: the job is not run without one), or jobenv's descendants in /proc (proc)
-    /// [JOBENV_CONTAINMENT]
+    /// How the program tree is kept: a cgroup of its own where jobenv may create one (auto; in
+    /// cluster mode, always), always (cgroup: the job is not run without one), or jobenv's
+    /// descendants in /proc (proc; not in cluster mode) [JOBENV_CONTAINMENT]
     #[arg(long, value_enum, value_name = "HOW", env = "JOBENV_CONTAINMENT", default_value = "auto")]
     pub containment: ContainmentArg,
     #[command(flatten)]
@@ -293,6 +293,18 @@ impl RunArgs {
     /// The settings of `run` under `runner` (see [`Runner::from_environment`]); an error names
     /// options that do not fit together.
     pub fn settings(&self, runner: Runner) -> Result<settings::RunSettings, String> {
+        let cluster = self.cluster.settings()?;
+        // Cluster mode's promise that no two nodes run one namespace at once holds only while
+        // a program tree cannot outlive its jobenv's lease: its cgroup's guard kills what a
+        // SIGKILLed jobenv left. So a cgroup, or no run.
+        let containment = match (self.containment, &cluster) {
+            (ContainmentArg::Proc, Some(_)) => {
+                return Err("--containment proc (JOBENV_CONTAINMENT=proc) cannot be used in cluster mode: the program tree must be a cgroup, which its guard kills when a SIGKILLed jobenv no longer renews its leases".into());
+            }
+            (ContainmentArg::Auto, Some(_)) | (ContainmentArg::Cgroup, _) => settings::Containment::Cgroup,
+            (ContainmentArg::Auto, None) => settings::Containment::Auto,
+            (ContainmentArg::Proc, None) => settings::Containment::Proc,
+        };
         Ok(settings::RunSettings {
             job: self.job.settings(),
             runner,
@@ -301,12 +313,8 @@ impl RunArgs {
             grace: self.grace,
             timeout: self.timeout,
             lock_timeout: self.lock_timeout,
-            containment: match self.containment {
-                ContainmentArg::Auto => settings::Containment::Auto,
-                ContainmentArg::Cgroup => settings::Containment::Cgroup,
-                ContainmentArg::Proc => settings::Containment::Proc,
-            },
-            cluster: self.cluster.settings()?,
+            containment,
+            cluster,
         })
     }
 }

@@ -199,6 +199,8 @@ pub enum Problem {
     ClusterTls(String),
     #[error("the cluster journal cannot be used: {0}")]
     ClusterJournal(String),
+    #[error("the program tree must be a cgroup of its own ({because}), and none can be made: {why}")]
+    NoCgroup { because: &'static str, why: String },
     #[error("job {job_id} is already running ({holder})")]
     JobRunning { job_id: String, holder: String },
     #[error("namespace {namespace} is locked by another deploy: {holder}")]

@@ -80,7 +80,8 @@ impl Run<'_> {
     fn program_tree(&self, journal: &Journal, namespace: &str, attempt: Option<u32>) -> Result<(Tree, Option<Recorded>), Stop> {
         let me = std::process::id() as i32;
         let name = hierarchy::deploy_name(namespace, me, process::start_time(me).unwrap_or_default());
-        let no_cgroup = |why| Error::io("JOBENV_CONTAINMENT=cgroup, but no cgroup can be made for the program", std::io::Error::other(why));
+        let because = if self.settings.cluster.is_some() { "cluster mode" } else { "JOBENV_CONTAINMENT=cgroup" };
+        let no_cgroup = |why| Problem::NoCgroup { because, why };
         let site = tree::site(self.settings.containment, &name).map_err(no_cgroup)?;
         let recorded = match site.location() {
             Some(dir) => {

@@ -520,3 +520,40 @@ fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again(
     let attempt: String = db.client().query_one("SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'", &[]).unwrap().get(0);
     assert_eq!(attempt, "2", "the later attempt's end was overwritten");
 }
+
+/// Cluster mode's promise rests on the program tree's cgroup (its guard kills what a SIGKILLed
+/// jobenv left before the lease can expire): without one, no run. Asking for the /proc walk is
+/// a configuration error; a node where no cgroup can be made (here: jobenv as an unprivileged
+/// user in a cgroup of root's, no delegation) refuses the job before its program starts.
+#[test]
+fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
+    use std::os::unix::process::CommandExt;
+    use fediversity_testkit::nix_fixture::WORKER_UID;
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let body = format!("echo ran >> {}/runs", shared.path().display());
+    let ran = || std::fs::read_to_string(shared.path().join("runs")).unwrap_or_default().lines().count();
+    let node = Node::new("a", Some(&db.dsn()), &body);
+    node.job("proc-1", "ns").env("JOBENV_CONTAINMENT", "proc").expect_code(2).expect_stderr_contains("jobenv: error: --containment proc (JOBENV_CONTAINMENT=proc) cannot be used in cluster mode").run();
+    assert_eq!(node.result()["status"], "rejected");
+    // As the worker's user, outside a delegated cgroup.
+    node.f.hand_to(WORKER_UID);
+    let stand_in = node.f.nix_shell_stand_in();
+    let as_worker = |run: JobRun| {
+        let mut run = run.args(["--nix-shell", stand_in.to_str().unwrap()]);
+        run.command().uid(WORKER_UID).gid(WORKER_UID);
+        run
+    };
+    let done = as_worker(node.job("no-cgroup-1", "ns")).expect_code(2).run();
+    assert!(done.stderr.contains("jobenv: error: the program tree must be a cgroup of its own (cluster mode), and none can be made: "), "{done:?}");
+    assert_eq!(ran(), 0, "a program ran in cluster mode without a cgroup");
+    // Positive control: on its own, the node falls back to the /proc walk and runs the job.
+    let alone = Node::new("b", None, &body);
+    alone.f.hand_to(WORKER_UID);
+    let stand_in = alone.f.nix_shell_stand_in();
+    let mut run = alone.job("no-cgroup-2", "ns").args(["--nix-shell", stand_in.to_str().unwrap()]);
+    run.command().uid(WORKER_UID).gid(WORKER_UID);
+    run.expect_success().run();
+    assert_eq!(ran(), 1);
+}
