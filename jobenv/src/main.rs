@@ -298,8 +298,12 @@ impl JsonArray {
         JsonArray { out: std::io::stdout().lock(), count: 0, failed: false }
     }
 
-    /// Prints `value`; an error only stops the journal's work when stdout is gone.
+    /// Prints `value`. Stdout gone (a closed pipe, a full disk) never stops the journal's work:
+    /// that is said by the exit code ([`JsonArray::finish`]).
     fn push(&mut self, value: &impl serde::Serialize) -> std::io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
         use std::io::Write;
         let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
         let mut element = String::with_capacity(text.len() + 64);
@@ -312,16 +316,19 @@ impl JsonArray {
             element.push_str(line);
         }
         self.count += 1;
-        self.out.write_all(element.as_bytes()).inspect_err(|_| self.failed = true)
+        if self.out.write_all(element.as_bytes()).is_err() {
+            self.failed = true;
+        }
+        Ok(())
     }
 
     /// The end of the array; jobenv's exit code for what was printed.
     fn finish(mut self) -> i32 {
         use std::io::Write;
         let end: &[u8] = if self.count == 0 { b"[]\n" } else { b"\n]\n" };
-        match self.out.write_all(end).and_then(|()| self.out.flush()) {
-            Ok(()) if !self.failed => 0,
-            _ => EXIT_INTERNAL,
+        match self.failed || self.out.write_all(end).and_then(|()| self.out.flush()).is_err() {
+            false => 0,
+            true => EXIT_INTERNAL,
         }
     }
 }

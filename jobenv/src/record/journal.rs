@@ -197,19 +197,24 @@ impl Journal {
     }
 
     /// [`Journal::for_each_entry`], oldest start first (then by job id). What orders them is
-    /// kept of each entry (its start and its id), not the entry: each is read twice.
+    /// kept of each entry, in a few bytes (its start as a time, and its id), not the entry: each
+    /// is read twice.
     pub fn for_each_entry_by_start(&self, mut each: impl FnMut(Entry) -> std::io::Result<()>) -> std::io::Result<()> {
         #[derive(serde::Deserialize)]
-        struct Start {
-            started_at: Option<String>,
+        struct Start<'a> {
+            #[serde(borrow)]
+            started_at: Option<std::borrow::Cow<'a, str>>,
         }
-        let mut order: Vec<(Option<String>, String)> = self
+        let mut order: Vec<(Option<std::time::SystemTime>, String)> = self
             .entry_ids()?
             .into_iter()
             .map(|id| {
-                // Only the start is parsed here; what is wrong with a file is said once, below.
+                // Only the start is parsed here, as a time (a text any longer is no time jobenv
+                // wrote: the file's own text is never kept); what is wrong with a file is said
+                // once, below.
                 let bytes = self.jobs.read(&Self::entry_name(&id)).ok().flatten();
-                (bytes.and_then(|b| serde_json::from_slice::<Start>(&b).ok()).and_then(|s| s.started_at), id)
+                let start = bytes.as_deref().and_then(|b| serde_json::from_slice::<Start>(b).ok()).and_then(|s| s.started_at);
+                (start.filter(|t| t.len() <= 64).and_then(|t| humantime::parse_rfc3339(&t).ok()), id)
             })
             .collect();
         order.sort();

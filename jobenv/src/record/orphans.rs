@@ -26,6 +26,10 @@ use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
 use crate::run::tree::{Cgroup, ProgramTree, Stopped, hierarchy, stop_together};
 
+/// How many namespaces `recover` stops together: each holds a lock and a cgroup's descriptor
+/// until it is recorded, and a node has 1,024 descriptors to share.
+const BATCH: usize = 64;
+
 /// Which cgroup holds a namespace's program tree, and whose deploy it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeRecord {
@@ -180,8 +184,12 @@ fn settle(journal: &Journal, found: Found, stopped: Stopped, by: &str, own_job: 
     let orphans = Orphans { found: count.max(stopped.signalled).max(stopped.killed), killed: stopped.killed, stopped_by: by.to_owned(), stopped_at: now() };
     let left = Left { job_id: record.job_id.clone(), attempt: record.attempt, jobenv_pid: record.jobenv_pid, orphans, survived: !stopped.empty };
     if let (Some(id), Some(attempt)) = (&record.job_id, record.attempt) {
-        if own_job != Some(id.as_str()) && !journal.record_orphans(id, attempt, &left.orphans)? {
-            tracing::warn!("namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)", whose(&record));
+        if own_job != Some(id.as_str()) {
+            match journal.record_orphans(id, attempt, &left.orphans) {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!("namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)", whose(&record)),
+                Err(error) => tracing::warn!("namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry: {error}", whose(&record)),
+            }
         }
     }
     if stopped.empty {
@@ -192,12 +200,17 @@ fn settle(journal: &Journal, found: Found, stopped: Stopped, by: &str, own_job: 
 }
 
 /// Removes a record that names nothing to stop (saying why, when it was not just empty; `why`
-/// is escaped already). A link is removed, never its target.
+/// is escaped already). A link is removed, never its target. One that cannot be removed (a
+/// directory planted under its name) is left, with a warning: it must not keep a run of the
+/// namespace or `recover` from the rest.
 fn forget(locks: &Dir, name: &str, why: &str) -> std::io::Result<()> {
     if !why.is_empty() {
         tracing::warn!("ignoring {}: {why}", locks.shown(name.as_ref()));
     }
-    locks.remove(name).map(drop)
+    if let Err(error) = locks.remove(name) {
+        tracing::warn!("{error}: left as it is");
+    }
+    Ok(())
 }
 
 impl Journal {
@@ -227,10 +240,12 @@ impl Journal {
 
     /// For `recover`: stops what every deploy whose jobenv is gone left running (see
     /// [`stop_left`]); a namespace whose lock a live jobenv holds is left alone. They are
-    /// stopped together, under one deadline (the longest of their graces), however many there
-    /// are. Returns the jobs whose entries now record it.
+    /// stopped together, under one deadline (the longest of their graces), [`BATCH`] at a time
+    /// (each holds two descriptors until it is recorded). What goes wrong with one namespace is
+    /// said and the others go on. Returns the jobs whose entries now record it.
     pub fn stop_orphans(&self, by: &str) -> std::io::Result<Vec<String>> {
         let holder = format!("jobenv {by}, pid {}", std::process::id());
+        let mut recorded = Vec::new();
         // Each namespace's lock is held until what its deploy left is stopped and recorded.
         let mut found = Vec::new();
         for name in self.locks().names()? {
@@ -243,17 +258,30 @@ impl Journal {
                 }
             };
             let Some(held) = self.try_lock(&locks::namespace_name(namespace), &holder) else { continue };
-            if let Some(left) = find_left(self, namespace)? {
-                found.push((left, held));
+            match find_left(self, namespace) {
+                Ok(Some(left)) => found.push((left, held)),
+                Ok(None) => {}
+                Err(error) => tracing::warn!("namespace {namespace}: what its deploy left cannot be looked at: {error}"),
+            }
+            if found.len() >= BATCH {
+                self.stop_found(std::mem::take(&mut found), by, &mut recorded);
             }
         }
+        self.stop_found(found, by, &mut recorded);
+        Ok(recorded)
+    }
+
+    /// Stops what `found` names together, and records each (adding its job to `recorded`).
+    fn stop_found(&self, found: Vec<(Found, locks::Held)>, by: &str, recorded: &mut Vec<String>) {
         let trees: Vec<(&dyn ProgramTree, Duration)> = found.iter().map(|(f, _)| (&f.cgroup as &dyn ProgramTree, f.grace)).collect();
         let stopped = stop_together(&trees);
         drop(trees);
-        let mut recorded = Vec::new();
         for ((left, _held), stopped) in found.into_iter().zip(stopped) {
-            recorded.extend(settle(self, left, stopped, by, None)?.job_id);
+            let namespace = left.namespace.clone();
+            match settle(self, left, stopped, by, None) {
+                Ok(left) => recorded.extend(left.job_id),
+                Err(error) => tracing::warn!("namespace {namespace}: what its deploy left was stopped but cannot be recorded: {error}"),
+            }
         }
-        Ok(recorded)
     }
 }

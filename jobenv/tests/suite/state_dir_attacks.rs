@@ -223,8 +223,8 @@ fn with_data_limit(bytes: u64, mut run: JobRun) -> Done {
     run.run()
 }
 
-/// The worker's user may fill the journal with entries of up to 1 MiB each (here 24 MiB of
-/// them, `running` under a jobenv that is gone): root's `status`, `recover` and `drain` go
+/// The worker's user may fill the journal with entries of up to 1 MiB each (here 48 MiB of
+/// them, half `running` under a jobenv that is gone, half corrupt, their start 1 MB long): root's `status`, `recover` and `drain` go
 /// through them one at a time, printing as they go, in 16 MiB of heap. Before, each held every
 /// entry at once and died of it.
 #[test]
@@ -240,9 +240,15 @@ fn a_journal_of_large_entries_is_listed_recovered_and_drained_in_bounded_memory(
         let path = jobs.join(format!("big{i}.json"));
         std::fs::write(&path, entry.to_string()).unwrap();
         std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+        // And as many whose start is the large part: `status` orders by start, and must keep
+        // no more of it than a time.
+        let forged = json!({"format": 2, "job_id": format!("long{i}"), "started_at": "9".repeat(1_000_000)});
+        let path = jobs.join(format!("long{i}.json"));
+        std::fs::write(&path, forged.to_string()).unwrap();
+        std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
     }
     let limit = 16 << 20;
-    let status = with_data_limit(limit, as_root(&f, &["status"]).expect_success());
+    let status = with_data_limit(limit, as_root(&f, &["status"]).expect_success().expect_stderr_contains("jobs/long0.json is corrupt"));
     let listed: Vec<jobenv::record::journal::Entry> = serde_json::from_str(&status.stdout).unwrap();
     let ids: Vec<&str> = listed.iter().map(|e| e.job_id.as_str()).collect();
     assert_eq!((ids.len(), ids[0], ids[23], ids[24]), (25, "big0", "big23", "first"), "oldest start first");
@@ -404,4 +410,34 @@ fn a_tree_record_naming_a_cgroup_of_someone_elses_never_stops_its_processes() {
     assert!(fediversity_testkit::process::wait_until(Duration::from_secs(5), || !victim.alive()), "the worker's own deploy cgroup was not stopped");
     let entry: Value = serde_json::from_str(&as_root(&f, &["status", "first"]).expect_success().run().stdout).unwrap();
     assert_eq!(entry["orphans"]["stopped_by"], "recover", "{entry}");
+}
+
+/// One record the worker's user made unusable (a directory under a tree record's name) costs
+/// `recover` that record, not the rest of its work: the entries of dead jobenvs are still
+/// marked. Nor does stdout that is gone (a full disk, a closed pipe): every entry is marked, and
+/// the exit code says the list was not printed.
+#[test]
+fn recover_goes_on_past_a_planted_record_and_past_a_stdout_that_is_gone() {
+    let f = node();
+    let dead = |id: &str| {
+        json!({"format": 2, "job_id": id, "attempt": 1, "verb": "apply", "attribute": "web", "namespace": "ns", "pid": 999_999, "pid_start": 0,
+               "started_at": "2026-01-01T00:00:00.000Z", "status": "running"})
+        .to_string()
+    };
+    plant(&f, &format!("mkdir -p locks/namespace-zz.tree.json/x\necho '{}' > jobs/dead1.json", dead("dead1")));
+    let done = as_root(&f, &["recover"]).expect_success().expect_stderr_contains("locks/namespace-zz.tree.json").run();
+    let changed: Vec<Value> = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(changed.iter().map(|e| e["job_id"].as_str().unwrap()).collect::<Vec<_>>(), ["dead1"], "{done:?}");
+    plant(&f, &format!("echo '{}' > jobs/dead2.json\necho '{}' > jobs/dead3.json", dead("dead2"), dead("dead3")));
+    let full = std::process::Command::new(jobenv_bin!())
+        .args(["recover", "--state-dir", f.state_dir().to_str().unwrap()])
+        .stdout(std::fs::File::options().write(true).open("/dev/full").unwrap())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(full.status.code(), Some(125), "{}", String::from_utf8_lossy(&full.stderr));
+    for id in ["dead2", "dead3"] {
+        let entry: Value = serde_json::from_str(&as_root(&f, &["status", id]).expect_success().run().stdout).unwrap();
+        assert_eq!(entry["reason"], "interrupted", "{id} was not marked: {entry}");
+    }
 }

@@ -64,6 +64,7 @@ impl Cgroup {
         };
         // Removed again (by its drop) if it cannot be used.
         let mut cgroup = Cgroup { dir, fd, procs: None, keep: false };
+        cgroup.limit_nesting();
         cgroup.give_to(owner)?;
         // Moving a process needs write access to the destination's `cgroup.procs` and to that of
         // the common ancestor, jobenv's own cgroup (what systemd's `Delegate=` grants a unit's
@@ -74,6 +75,20 @@ impl Cgroup {
             .map_err(|e| format!("{}/cgroup.procs is not writable by jobenv ({e}): the program could not be moved into its cgroup", parent.display()))?;
         cgroup.procs = Some(procs);
         Ok(cgroup)
+    }
+
+    /// Bounds the cgroups a program may make below its own (`cgroup.max.depth`,
+    /// `cgroup.max.descendants`): every one costs the kernel memory, and jobenv walks them when
+    /// it stops the tree. Best effort (a kernel without these files has no such limits); the
+    /// files stay jobenv's user's, so a cgroup root gives to the state directory's owner keeps
+    /// them.
+    fn limit_nesting(&self) {
+        for (name, limit) in [("cgroup.max.depth", MAX_DEPTH), ("cgroup.max.descendants", MAX_CGROUPS - 1)] {
+            let set = self.open_file(name, OFlag::O_WRONLY).map_err(std::io::Error::from).and_then(|fd| std::io::Write::write_all(&mut std::fs::File::from(fd), limit.to_string().as_bytes()));
+            if let Err(error) = set {
+                tracing::debug!("cannot set {name} of the program tree's cgroup: {error}");
+            }
+        }
     }
 
     /// Makes `owner` the cgroup's owner, and of the file that stops it (`cgroup.kill`), as a
@@ -103,7 +118,12 @@ impl Cgroup {
     /// The cgroup at `dir`, if it exists (an earlier deploy's, named by its record).
     pub fn open(dir: &Path) -> Option<Cgroup> {
         let fd = open_dir(None, dir).ok()?;
-        // A directory without the core interface files is no cgroup.
+        // A directory of another file system (mounted over a part of the hierarchy), or one
+        // without the core interface files, is no cgroup.
+        let statfs = nix::sys::statfs::fstatfs(&fd).ok()?;
+        if statfs.filesystem_type() != nix::sys::statfs::CGROUP2_SUPER_MAGIC {
+            return None;
+        }
         nix::sys::stat::fstatat(&fd, "cgroup.events", AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
         Some(Cgroup { dir: dir.to_owned(), fd, procs: None, keep: false })
     }
@@ -185,7 +205,16 @@ impl Drop for Cgroup {
     }
 }
 
-/// The names of the cgroups right below the cgroup `dir`.
+/// How far below a deploy's cgroup jobenv looks for processes and cgroups to remove: a
+/// program has little reason to nest cgroups, and one of the worker's user (who may own the
+/// deploy's cgroup, and so make cgroups in it) must not make jobenv walk without end or run
+/// out of descriptors or stack. What lies beyond is still stopped: `cgroup.kill` and
+/// `cgroup.events` cover the whole subtree; only SIGTERM's grace and the count miss it.
+const MAX_DEPTH: usize = 32;
+/// The most cgroups a walk visits (the deploy's own included).
+const MAX_CGROUPS: usize = 4096;
+
+/// The names of the cgroups right below the cgroup `dir` (at most [`MAX_CGROUPS`]).
 fn children(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
     // A descriptor of its own: a listing moves its offset.
     let Ok(listing) = open_dir(Some(dir), Path::new(".")).and_then(nix::dir::Dir::from_fd) else { return Vec::new() };
@@ -194,39 +223,86 @@ fn children(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
         let name = entry.file_name().to_bytes().to_vec();
         if entry.file_type() == Some(nix::dir::Type::Directory) && name != b"." && name != b".." {
             names.push(std::os::unix::ffi::OsStringExt::from_vec(name));
+            if names.len() >= MAX_CGROUPS {
+                break;
+            }
         }
     }
     names
 }
 
-/// The pids in the `cgroup.procs` of the cgroup `dir` and of those below it.
-fn pids_below(dir: &OwnedFd, pids: &mut Vec<i32>) {
-    let procs = nix::fcntl::openat(dir, "cgroup.procs", OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty());
-    let mut text = String::new();
-    if procs.map_err(std::io::Error::from).and_then(|fd| std::fs::File::from(fd).read_to_string(&mut text)).is_ok() {
-        pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|&pid| pid > 0));
+/// Walks the cgroup `top` and those below it, depth first, within [`MAX_DEPTH`] and
+/// [`MAX_CGROUPS`], holding one descriptor per level: `enter` sees each cgroup on the way down,
+/// `leave` each one below `top` on the way up (its parent's descriptor and its name). False when
+/// there was more than the bounds let it see.
+fn walk(top: &OwnedFd, mut enter: impl FnMut(&OwnedFd), mut leave: impl FnMut(&OwnedFd, &std::ffi::OsStr)) -> bool {
+    struct Level {
+        fd: OwnedFd,
+        children: std::vec::IntoIter<std::ffi::OsString>,
+        name: Option<std::ffi::OsString>,
     }
-    for name in children(dir) {
-        if let Ok(child) = open_dir(Some(dir), Path::new(&name)) {
-            pids_below(&child, pids);
+    let Ok(fd) = top.try_clone() else { return false };
+    enter(&fd);
+    let mut levels = vec![Level { children: children(&fd).into_iter(), fd, name: None }];
+    let (mut seen, mut whole) = (1, true);
+    while let Some(level) = levels.last_mut() {
+        match level.children.next() {
+            Some(name) => {
+                let depth = levels.len();
+                let Some(level) = levels.last() else { break };
+                if depth > MAX_DEPTH || seen >= MAX_CGROUPS {
+                    whole = false;
+                    continue;
+                }
+                if let Ok(fd) = open_dir(Some(&level.fd), Path::new(&name)) {
+                    seen += 1;
+                    enter(&fd);
+                    levels.push(Level { children: children(&fd).into_iter(), fd, name: Some(name) });
+                }
+            }
+            None => {
+                let done = levels.pop().expect("a level");
+                if let (Some(name), Some(parent)) = (done.name, levels.last()) {
+                    drop(done.fd);
+                    leave(&parent.fd, &name);
+                }
+            }
         }
+    }
+    whole
+}
+
+/// The pids in the `cgroup.procs` of the cgroup `dir` and of those below it (within the walk's
+/// bounds).
+fn pids_below(dir: &OwnedFd, pids: &mut Vec<i32>) {
+    let whole = walk(
+        dir,
+        |cgroup| {
+            let procs = nix::fcntl::openat(cgroup, "cgroup.procs", OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty());
+            let mut text = String::new();
+            if procs.map_err(std::io::Error::from).and_then(|fd| std::fs::File::from(fd).read_to_string(&mut text)).is_ok() {
+                pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|&pid| pid > 0));
+            }
+        },
+        |_, _| {},
+    );
+    if !whole {
+        tracing::warn!("the program tree's cgroup nests more than {MAX_CGROUPS} cgroups or {MAX_DEPTH} levels: processes beyond them get no SIGTERM, only the final SIGKILL");
     }
 }
 
-/// Removes the cgroups below the cgroup `dir`, deepest first; the kernel refuses to remove a
-/// populated one, which then stays.
+/// Removes the cgroups below the cgroup `dir`, deepest first (within the walk's bounds); the
+/// kernel refuses to remove a populated one, which then stays.
 fn remove_below(dir: &OwnedFd) {
-    for name in children(dir) {
-        if let Ok(child) = open_dir(Some(dir), Path::new(&name)) {
-            remove_below(&child);
-        }
-        let _ = nix::unistd::unlinkat(dir.as_fd(), name.as_os_str(), UnlinkatFlags::RemoveDir);
-    }
+    walk(dir, |_| {}, |parent, name| {
+        let _ = nix::unistd::unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir);
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     use std::time::Duration;
 
@@ -288,6 +364,64 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(300), "the grace was not given");
         assert!(stopped.empty && stopped.killed >= 1, "{stopped:?}");
         reaper.join().unwrap().unwrap();
+    }
+
+    /// A program that nests cgroups below its own: jobenv limits it, and where the limit was
+    /// lifted (the worker's user owns a cgroup it made), its walk stays bounded and the tree is
+    /// still stopped whole (by `cgroup.kill`).
+    #[test]
+    fn nesting_below_a_deploys_cgroup_is_limited_and_walked_within_bounds() {
+        let cgroup = test_cgroup("nested");
+        let mut deep = cgroup.dir().to_owned();
+        let mut made = 0;
+        while std::fs::create_dir(deep.join("n")).is_ok() && made < 100 {
+            deep.push("n");
+            made += 1;
+        }
+        assert_eq!(made, MAX_DEPTH, "cgroup.max.depth bounds the nesting");
+        std::fs::write(cgroup.dir().join("cgroup.max.depth"), "max").unwrap();
+        while made < 40 {
+            deep.push("n");
+            std::fs::create_dir(&deep).unwrap();
+            made += 1;
+        }
+        // A process at the bottom, 40 levels down: beyond the walk.
+        let procs = std::fs::OpenOptions::new().write(true).open(deep.join("cgroup.procs")).unwrap();
+        let fd = procs.as_raw_fd();
+        let mut sleep = std::process::Command::new("/bin/sleep");
+        sleep.arg("30");
+        // SAFETY: one write(2) between fork and exec.
+        unsafe { sleep.pre_exec(move || if nix::libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) }) };
+        let mut child = sleep.spawn().unwrap();
+        assert!(!cgroup.is_empty(), "populated from below");
+        assert!(cgroup.members().is_empty(), "the walk went deeper than its bound");
+        let stopped = cgroup.stop(Duration::from_millis(100));
+        assert!(stopped.empty, "cgroup.kill stops what the walk does not reach: {stopped:?}");
+        child.wait().unwrap();
+        // Positive control: within the bound, a process is found.
+        let mut shallow = cgroup.dir().join("n");
+        shallow.push("n");
+        let procs = std::fs::OpenOptions::new().write(true).open(shallow.join("cgroup.procs")).unwrap();
+        let fd = procs.as_raw_fd();
+        let mut sleep = std::process::Command::new("/bin/sleep");
+        sleep.arg("30");
+        // SAFETY: as above.
+        unsafe { sleep.pre_exec(move || if nix::libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) }) };
+        let mut child = sleep.spawn().unwrap();
+        assert_eq!(cgroup.members().iter().map(|p| p.pid.as_raw() as u32).collect::<Vec<_>>(), [child.id()]);
+        cgroup.kill();
+        child.wait().unwrap();
+        // What lies within the bound is removed with the cgroup; deeper levels keep it.
+        let (top, deep_rest) = (cgroup.dir().to_owned(), cgroup.dir().join(std::iter::repeat_n("n", MAX_DEPTH).collect::<Vec<_>>().join("/")));
+        drop(cgroup);
+        assert!(top.exists() && deep_rest.exists());
+        // Cleanup, deepest first.
+        let mut path = deep;
+        while path != top {
+            let _ = std::fs::remove_dir(&path);
+            path.pop();
+        }
+        let _ = std::fs::remove_dir(&top);
     }
 
     #[test]
