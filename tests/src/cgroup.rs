@@ -48,6 +48,22 @@ pub fn recorded(state_dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Starts `argv` in the cgroup at `dir` (placed before it execs, as jobenv places a program).
+pub fn spawn_in(dir: &Path, argv: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).expect("open cgroup.procs");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
+    let mut command = std::process::Command::new(argv[0]);
+    command.args(&argv[1..]);
+    // SAFETY: one write(2) between fork and exec, on a descriptor opened before the fork.
+    unsafe {
+        command.pre_exec(move || if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
+    }
+    let child = command.spawn().expect("spawn in the cgroup");
+    drop(procs);
+    child
+}
+
 /// Kills what is left in every cgroup the state directory records and removes the cgroup.
 pub fn sweep(state_dir: &Path) {
     for dir in recorded(state_dir) {

@@ -349,15 +349,7 @@ impl Victim {
         let own = fediversity_testkit::cgroup::dir_of(std::process::id() as i32).expect("this test's cgroup");
         let dir = own.join(format!("jobenv-ns-{}-{tag}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();
-        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).unwrap();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
-        let mut sleep = std::process::Command::new("/bin/sleep");
-        sleep.arg("60");
-        // SAFETY: one write(2) between fork and exec.
-        unsafe {
-            sleep.pre_exec(move || if nix::libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
-        }
-        let sleeper = sleep.spawn().unwrap();
+        let sleeper = fediversity_testkit::cgroup::spawn_in(&dir, &["/bin/sleep", "60"]);
         assert!(fediversity_testkit::cgroup::populated(&dir));
         Victim { dir, sleeper }
     }

@@ -302,7 +302,6 @@ fn remove_below(dir: &OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     use std::time::Duration;
 
@@ -386,13 +385,7 @@ mod tests {
             made += 1;
         }
         // A process at the bottom, 40 levels down: beyond the walk.
-        let procs = std::fs::OpenOptions::new().write(true).open(deep.join("cgroup.procs")).unwrap();
-        let fd = procs.as_raw_fd();
-        let mut sleep = std::process::Command::new("/bin/sleep");
-        sleep.arg("30");
-        // SAFETY: one write(2) between fork and exec.
-        unsafe { sleep.pre_exec(move || if nix::libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) }) };
-        let mut child = sleep.spawn().unwrap();
+        let mut child = fediversity_testkit::cgroup::spawn_in(&deep, &["/bin/sleep", "30"]);
         assert!(!cgroup.is_empty(), "populated from below");
         assert!(cgroup.members().is_empty(), "the walk went deeper than its bound");
         let stopped = cgroup.stop(Duration::from_millis(100));
@@ -401,13 +394,7 @@ mod tests {
         // Positive control: within the bound, a process is found.
         let mut shallow = cgroup.dir().join("n");
         shallow.push("n");
-        let procs = std::fs::OpenOptions::new().write(true).open(shallow.join("cgroup.procs")).unwrap();
-        let fd = procs.as_raw_fd();
-        let mut sleep = std::process::Command::new("/bin/sleep");
-        sleep.arg("30");
-        // SAFETY: as above.
-        unsafe { sleep.pre_exec(move || if nix::libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) }) };
-        let mut child = sleep.spawn().unwrap();
+        let mut child = fediversity_testkit::cgroup::spawn_in(&shallow, &["/bin/sleep", "30"]);
         assert_eq!(cgroup.members().iter().map(|p| p.pid.as_raw() as u32).collect::<Vec<_>>(), [child.id()]);
         cgroup.kill();
         child.wait().unwrap();
