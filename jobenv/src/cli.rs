@@ -271,7 +271,7 @@ impl ClusterArgs {
     fn settings(&self) -> Result<Option<settings::Cluster>, String> {
         let Some(dsn_file) = &self.dsn_file else {
             return match &self.ca_file {
-                Some(_) => Err("--cluster-ca-file (JOBENV_CLUSTER_CA_FILE) is given without --cluster-dsn-file (JOBENV_CLUSTER_DSN_FILE): it is for cluster mode's database".into()),
+                Some(_) => Err(CA_WITHOUT_DSN.into()),
                 None => Ok(None),
             };
         };
@@ -280,6 +280,9 @@ impl ClusterArgs {
         Ok(Some(cluster))
     }
 }
+
+/// The message of a CA file given without cluster mode.
+pub const CA_WITHOUT_DSN: &str = "--cluster-ca-file (JOBENV_CLUSTER_CA_FILE) is given without --cluster-dsn-file (JOBENV_CLUSTER_DSN_FILE): it is for cluster mode's database";
 
 /// `--containment`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

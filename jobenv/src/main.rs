@@ -142,6 +142,9 @@ fn open_journal(dir: &std::path::Path) -> Result<Journal, Error> {
 }
 
 fn recover(args: RecoverArgs) -> i32 {
+    if let Some(error) = ca_without_dsn(&args.cluster_ca_file, &args.cluster_dsn_file) {
+        return error;
+    }
     let dir = args.state.dir();
     let journal_problem = |source| Error::from(Problem::Journal { path: dir.clone(), source });
     // `recover` runs when the worker starts again: programs may start from now on. First, and
@@ -156,15 +159,16 @@ fn recover(args: RecoverArgs) -> i32 {
                 printed.push(entry)
             })
             .map_err(journal_problem)?;
-        if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days)) {
-            tracing::warn!("cannot prune the journal: {error}");
-        }
         // Cluster mode: the ends the shared journal did not take. They stay kept if it does not
-        // answer now: the node's next job or `prune` hands them on.
+        // answer now (and their entries are not pruned): the node's next job or `prune` hands
+        // them on.
         if let Some(dsn) = &args.cluster_dsn_file {
             if let Err(problem) = jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref()) {
                 tracing::warn!("{problem}");
             }
+        }
+        if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days)) {
+            tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(())
     });
@@ -183,7 +187,16 @@ fn recover(args: RecoverArgs) -> i32 {
     }
 }
 
+/// `--cluster-ca-file` without `--cluster-dsn-file` does nothing: a configuration error, as for
+/// `run`.
+fn ca_without_dsn(ca: &Option<std::path::PathBuf>, dsn: &Option<std::path::PathBuf>) -> Option<i32> {
+    (ca.is_some() && dsn.is_none()).then(|| rejected_before_start(&[jobenv::cli::CA_WITHOUT_DSN.to_owned()]))
+}
+
 fn prune(args: PruneArgs) -> i32 {
+    if let Some(error) = ca_without_dsn(&args.cluster_ca_file, &args.cluster_dsn_file) {
+        return error;
+    }
     let dir = args.state.dir();
     let retain = jobenv::cli::days(args.retain_days);
     let pruned = open_journal(&dir).and_then(|journal| {

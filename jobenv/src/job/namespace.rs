@@ -69,7 +69,13 @@ impl Run<'_> {
         let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
         // A lease that a dead jobenv no longer renews must not be outlived by its tree.
         let guard = match (&program_tree, store.leases()) {
-            (Tree::Cgroup(cgroup), Some(_)) => guard::start(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))?,
+            (Tree::Cgroup(cgroup), Some(_)) => match guard::start(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))? {
+                Some(guard) => Some(guard),
+                None => {
+                    let why = "the kernel has no cgroup.kill (Linux 5.14 and later), which the program tree's guard needs".into();
+                    return Err(Problem::NoCgroup { because: "cluster mode", why }.into());
+                }
+            },
             _ => None,
         };
         Ok(NamespaceLocks { tree: program_tree, _guard: guard, _recorded: recorded, _shared: shared, _own: own, _tree: tree, for_tree: for_tree.into() })

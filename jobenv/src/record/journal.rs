@@ -24,6 +24,10 @@ use crate::run::cancel::Cancel;
 /// whether a job is still running.
 pub(crate) const JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
 
+/// The state directory's `unshared/`: in cluster mode, the ends the shared journal did not take
+/// yet (see `record::store::postgres::unshared`).
+pub(crate) const UNSHARED: &str = "unshared";
+
 /// Room left after a `running` entry, so that the terminal entry can overwrite it in place when
 /// a new file cannot be written (a full disk): no new block is needed for that.
 const PADDING: usize = 2048;

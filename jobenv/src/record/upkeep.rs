@@ -156,12 +156,15 @@ impl Journal {
         let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
         let older = |dir: &Dir, name: &str| dir.stat(name).ok().flatten().is_some_and(|stat| dir::modified(&stat) < cutoff);
         let mut pruned = 0;
+        // An entry whose end the shared journal did not take yet is kept with it, however old.
+        let unshared = self.state.subdir(super::journal::UNSHARED, None).ok().flatten();
+        let kept = |job_id: &str| unshared.as_ref().is_some_and(|dir| dir.stat(&format!("{job_id}.json")).ok().flatten().is_some());
         // Only entries whose file is older than the cutoff are read: an entry's end is written
         // before its file's time, so a newer file holds no entry to prune (a file made to look
         // older is read and checked like any other). A pass costs a stat per entry, not a parse.
         for name in self.jobs.names()? {
             let Some(Some(job_id)) = super::journal::entry_of(&name) else { continue };
-            if !is_valid_job_id(job_id) || !older(&self.jobs, &Journal::entry_name(job_id)) {
+            if !is_valid_job_id(job_id) || !older(&self.jobs, &Journal::entry_name(job_id)) || kept(job_id) {
                 continue;
             }
             let entry = match self.read(job_id) {

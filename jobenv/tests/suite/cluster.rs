@@ -211,9 +211,10 @@ fn a_node_cut_off_from_the_database_stops_its_program_before_its_lease_expires_a
     let shared = tempfile::tempdir().unwrap();
     let log = shared.path().join("log");
     let dir = shared.path().display();
-    // The program logs its end also when it is stopped (SIGTERM).
+    // The program logs its end also when it is stopped (SIGTERM); the `date` of its trap is in
+    // the program tree too, and may get a SIGTERM of its own: tried until it answers.
     let body = format!(
-        "echo \"start $NODE $(date +%s.%N)\" >> {log}; trap 'echo \"end $NODE $(date +%s.%N)\" >> {log}; exit 143' TERM; \
+        "echo \"start $NODE $(date +%s.%N)\" >> {log}; trap 't=; while [ -z \"$t\" ]; do t=$(date +%s.%N); done; echo \"end $NODE $t\" >> {log}; exit 143' TERM; \
          echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done; echo \"end $NODE $(date +%s.%N)\" >> {log}",
         log = log.display()
     );
@@ -493,7 +494,7 @@ fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again(
         let done = finish(running);
         assert_eq!(done.code, Some(125), "{done:?}");
         assert!(done.stderr.contains("the cluster journal did not take it ("), "{done:?}");
-        assert!(done.stderr.contains("this node keeps it and hands it on once the database answers"), "{done:?}");
+        assert!(done.stderr.contains("this node keeps it and hands it on when it can"), "{done:?}");
         assert!(kept(job).exists(), "the end was not kept");
         assert_eq!(ended_on_the_database(job), None, "positive control: the database did not take it");
         assert_eq!(a.f.journal_entry(jobenv_bin!(), job)["status"], "succeeded", "the node's own journal has the result");
@@ -515,7 +516,7 @@ fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again(
     std::thread::sleep(LEASE);
     b.job("kept-2", "ns").args(["--lock-timeout", "10"]).expect_success().expect_stderr_contains("running it again as attempt 2").run();
     let recovered = a.f.jobenv(jobenv_bin!()).args(["recover"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
-    assert!(recovered.stderr.contains("job kept-2: another node took it over on the cluster journal after this node's lease expired (it ran the job again): the end of attempt 1 stays in this node's journal only"), "{recovered:?}");
+    assert!(recovered.stderr.contains("job kept-2: the cluster journal records a later attempt or an end of it (another node ran it again once this node's lease expired): the end of attempt 1 stays in this node's journal only"), "{recovered:?}");
     assert!(!kept("kept-2").exists());
     let attempt: String = db.client().query_one("SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'", &[]).unwrap().get(0);
     assert_eq!(attempt, "2", "the later attempt's end was overwritten");
@@ -556,4 +557,68 @@ fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
     run.command().uid(WORKER_UID).gid(WORKER_UID);
     run.expect_success().run();
     assert_eq!(ran(), 1);
+}
+
+/// A kept end is the cluster's record until a later attempt or an end is: another node that
+/// claimed the job id but never got to run it (its namespace was busy) does not make it stale,
+/// and it is handed on, so the job is replayed, not run again. A directory planted among the
+/// kept ends costs only itself, and `recover` never prunes an entry whose end is still kept.
+#[test]
+fn a_kept_end_outlives_a_claim_that_never_ran_a_planted_directory_and_pruning() {
+    let db = postgres::cluster().jobenv_database();
+    let proxy = Proxy::start(postgres::cluster().port);
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display();
+    let body = format!("echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs");
+    let a = Node::new("a", Some(&db.dsn_on(proxy.port)), &body);
+    let b = Node::new("b", Some(&db.dsn()), &body);
+    let blocker = Node::new("c", Some(&db.dsn()), &format!("while [ ! -e {dir}/unblock ]; do sleep 0.02; done"));
+    let runs = || std::fs::read_to_string(shared.path().join("runs")).unwrap_or_default();
+    let kept = |job: &str| a.f.state_dir().join(format!("unshared/{job}.json"));
+    let ended = |job: &str| -> bool { db.client().query_one("SELECT finished_at IS NOT NULL FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&job]).unwrap().get(0) };
+    let cut_at_the_end = |job: &str, namespace: &str| {
+        let _ = std::fs::remove_file(shared.path().join("go"));
+        let _ = std::fs::remove_file(shared.path().join("program-a.pid"));
+        let running = a.job(job, namespace).spawn();
+        read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
+        proxy.cut();
+        std::fs::write(shared.path().join("go"), "").unwrap();
+        assert_eq!(finish(running).code, Some(125));
+        assert!(kept(job).exists());
+        proxy.heal();
+    };
+    cut_at_the_end("k1", "ns");
+    std::thread::sleep(LEASE);
+    // Node c holds namespace ns; node b's re-run of k1 claims the job id, then finds ns busy.
+    let busy = blocker.job("blocker", "ns").spawn();
+    std::thread::sleep(Duration::from_secs(1));
+    b.job("k1", "ns").expect_code(2).expect_stderr_contains("namespace ns is locked by another deploy").run();
+    // A directory among the kept ends, before k1's in the listing and after it.
+    for planted in ["aaaa.json", "zzzz.json"] {
+        std::fs::create_dir(a.f.state_dir().join("unshared").join(planted)).unwrap();
+    }
+    let recovered = a.f.jobenv(jobenv_bin!()).args(["recover"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
+    assert!(recovered.stderr.contains("job k1: the end of attempt 1 is on the cluster journal now"), "{recovered:?}");
+    assert!(ended("k1") && !kept("k1").exists(), "{recovered:?}");
+    std::fs::write(shared.path().join("unblock"), "").unwrap();
+    assert!(finish(busy).success());
+    b.job("k1", "ns").expect_success().expect_stderr_contains("jobenv: job k1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    assert_eq!(runs(), "a\n", "k1 ran again");
+
+    // An entry whose end is kept is not pruned, however old: the database away, then recover
+    // with a retention of a day, its entry (and file) three days old.
+    cut_at_the_end("k2", "ns2");
+    let entry = a.f.state_dir().join("jobs/k2.json");
+    let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
+    let old = SystemTime::now() - Duration::from_secs(3 * 86_400);
+    text["finished_at"] = json!(humantime::format_rfc3339_millis(old).to_string());
+    std::fs::write(&entry, serde_json::to_vec(&text).unwrap()).unwrap();
+    std::fs::File::options().write(true).open(&entry).unwrap().set_modified(old).unwrap();
+    proxy.cut();
+    a.f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
+    assert!(entry.exists() && kept("k2").exists(), "an entry whose end is kept was pruned");
+    proxy.heal();
+    // Positive control: handed on, the end is no longer kept, and the entry goes by its age.
+    a.f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
+    assert!(ended("k2") && !kept("k2").exists() && !entry.exists());
 }

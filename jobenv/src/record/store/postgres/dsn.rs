@@ -22,6 +22,22 @@ use crate::error::Problem;
 
 /// More is no connection string.
 const MAX_LEN: u64 = 64 * 1024;
+/// More is no bundle of CA certificates (the system's whole trust store is about 200 KiB).
+const MAX_CA_LEN: u64 = 1024 * 1024;
+
+/// The content of the regular file `path`, `None` when it holds more than `max` bytes. Opened
+/// without blocking (a FIFO would hang jobenv before its program starts) and read no further
+/// than `max` (a device could feed it forever).
+fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
+}
 
 pub(super) struct Dsn {
     pub config: tokio_postgres::Config,
@@ -42,25 +58,32 @@ impl std::fmt::Debug for Dsn {
 /// configuration, and the message never quotes the DSN.
 pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> {
     let bad = |why: &'static str| Problem::ClusterDsn { path: path.to_owned(), why };
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
+    let bytes = match read_bounded(path, MAX_LEN) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(bad("is too large for a connection string")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Problem::NodeNotReady(format!("the cluster DSN file {} does not exist yet", path.display())));
         }
         Err(source) => return Err(Problem::UnreadableFile { what: "cluster DSN file", path: path.to_owned(), source }),
     };
-    let mut text = String::new();
-    file.take(MAX_LEN + 1).read_to_string(&mut text).map_err(|_| bad("is not text"))?;
-    if text.len() as u64 > MAX_LEN {
-        return Err(bad("is too large for a connection string"));
-    }
+    let text = String::from_utf8(bytes).map_err(|_| bad("is not text"))?;
     let text = text.trim_end_matches(['\n', '\r']).to_owned();
     if text.trim().is_empty() {
         return Err(bad("is empty"));
     }
+    // libpq's ways of asking for a verified connection, which the driver does not parse: said
+    // plainly rather than as a text that is no connection string.
+    if ["sslmode=verify-", "sslrootcert=", "sslcert=", "sslkey="].iter().any(|key| text.contains(key)) {
+        return Err(bad(
+            "uses libpq's sslmode=verify-ca/verify-full, sslrootcert, sslcert or sslkey, which jobenv does not read: write sslmode=require (jobenv then always verifies the certificate and the host name) and give the CA with --cluster-ca-file",
+        ));
+    }
     // The driver's message could quote a part of the text: none is given.
     let mut config: tokio_postgres::Config = text.parse().map_err(|_| bad("does not hold a PostgreSQL connection string (key=value pairs or a postgresql:// URL)"))?;
     let tls = match (config.get_ssl_mode(), ca_file) {
+        (SslMode::Require, _) if config.get_hosts().is_empty() || config.get_hosts().iter().any(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_))) => {
+            return Err(bad("asks for TLS (sslmode=require) without a host name to verify the certificate against (a local socket, or hostaddr alone): name the database's host with host="));
+        }
         (SslMode::Require, ca_file) => Some(Arc::new(tls(ca_file)?)),
         (_, Some(_)) => return Err(bad("does not ask for TLS (sslmode=require), yet a CA file is given (--cluster-ca-file): the connection would not use it")),
         // libpq's default, `prefer`, would fall back to a plain connection anyway: no TLS.
@@ -91,12 +114,16 @@ fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Problem> {
         return Ok(builder.with_no_client_auth());
     };
     let bad = |why: String| Problem::ClusterCa { path: path.to_owned(), why };
-    if !path.exists() {
-        return Err(Problem::NodeNotReady(format!("the cluster CA file {} does not exist yet", path.display())));
-    }
+    let bytes = match read_bounded(path, MAX_CA_LEN) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(bad(format!("is larger than {} KiB", MAX_CA_LEN / 1024))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Problem::NodeNotReady(format!("the cluster CA file {} does not exist yet", path.display())));
+        }
+        Err(e) => return Err(bad(format!("cannot be read: {e}"))),
+    };
     let mut roots = rustls::RootCertStore::empty();
-    let certificates = CertificateDer::pem_file_iter(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-    for certificate in certificates {
+    for certificate in CertificateDer::pem_slice_iter(&bytes) {
         let certificate = certificate.map_err(|e| bad(format!("is not a PEM file of certificates: {e}")))?;
         roots.add(certificate).map_err(|e| bad(format!("holds a certificate that is no CA's: {e}")))?;
     }
@@ -156,6 +183,29 @@ mod tests {
             std::fs::write(&ca, text).unwrap();
             let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
             assert!(error.contains(why) && !error.contains("s3cret"), "{error}");
+        }
+        // Not a file to read whole: a FIFO (read without blocking), a device (read no further
+        // than a bundle can be).
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let error = read(&dsn_path, Some(&fifo)).unwrap_err().to_string();
+        assert!(error.contains("it is not a regular file"), "{error}");
+        let error = read(&dsn_path, Some(Path::new("/dev/zero"))).unwrap_err().to_string();
+        assert!(error.contains("it is not a regular file"), "{error}");
+        std::fs::write(&ca, vec![b'x'; 2 << 20]).unwrap();
+        let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
+        assert!(error.contains("is larger than 1024 KiB"), "{error}");
+        // TLS needs a host name to verify: not to a local socket, nor to hostaddr alone.
+        for dsn in ["host=/run/postgresql user=u password=s3cret-pw sslmode=require", "hostaddr=127.0.0.1 user=u password=s3cret-pw sslmode=require"] {
+            std::fs::write(&dsn_path, dsn).unwrap();
+            let error = read(&dsn_path, None).unwrap_err().to_string();
+            assert!(error.contains("without a host name to verify the certificate against") && !error.contains("s3cret"), "{error}");
+        }
+        // libpq's own ways of asking for verification are named, not taken for gibberish.
+        for dsn in ["host=db password=s3cret-pw sslmode=verify-full", "postgresql://u:s3cret-pw@db/x?sslrootcert=/ca.pem&sslmode=require"] {
+            std::fs::write(&dsn_path, dsn).unwrap();
+            let error = read(&dsn_path, None).unwrap_err().to_string();
+            assert!(error.contains("write sslmode=require") && !error.contains("s3cret"), "{error}");
         }
         // A CA file beside a DSN that does not ask for TLS: the CA would not be used.
         std::fs::write(&dsn_path, "host=db user=u password=s3cret-pw dbname=x").unwrap();

@@ -294,8 +294,12 @@ fn with_causes(error: &tokio_postgres::Error) -> String {
 }
 
 /// Whether TLS refused the server (its certificate does not verify against what the node
-/// trusts): rustls' own error, somewhere in the error's causes.
+/// trusts: rustls' own error, somewhere in the error's causes), or the server refused TLS (one
+/// started without it, or something in between that answers for it).
 fn is_tls_refusal(error: &tokio_postgres::Error) -> bool {
+    if with_causes(error).contains("server does not support TLS") {
+        return true;
+    }
     let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
     while let Some(error) = cause {
         // An I/O error's source is its inner error's source: the inner error itself is reached

@@ -88,9 +88,11 @@ use tables::{Holder, JobRow, Table};
 
 /// How often a run that waits for a job id or a namespace looks again.
 const POLL: Duration = Duration::from_millis(200);
-/// How many kept ends a run hands on after its own ([`unshared`]): a few, so that a run's cost
-/// does not grow with what an outage left; `recover` and `prune` hand on the rest.
+/// How many kept ends a run hands on after its own ([`unshared`]), and in how long all told: a
+/// few, so that a run's cost does not grow with what an outage left; `recover` and `prune` hand
+/// on the rest.
 const HAND_ON_PER_RUN: usize = 8;
+const HAND_ON_BUDGET: Duration = Duration::from_secs(1);
 
 pub struct PgStore {
     local: Journal,
@@ -105,6 +107,8 @@ pub struct PgStore {
     job: std::cell::RefCell<Option<String>>,
     /// Whether jobenv said once that it waits for a namespace.
     said_waiting: Cell<bool>,
+    /// The database took this run's end: kept ends of earlier runs go along at its end.
+    hand_on: Cell<bool>,
 }
 
 impl PgStore {
@@ -126,6 +130,7 @@ impl PgStore {
             keeper: OnceCell::new(),
             job: std::cell::RefCell::new(None),
             said_waiting: Cell::new(false),
+            hand_on: Cell::new(false),
         })
     }
 
@@ -279,11 +284,9 @@ impl Store for PgStore {
         keeper.shared.forget(Table::Jobs, &job_id);
         match shared {
             Ok(()) => {
-                // The database answers: a few ends kept by earlier runs go along, each within
-                // a short bound (this run's own end is recorded already).
-                if let Err(error) = unshared::hand_on(&self.local, keeper, HAND_ON_PER_RUN, limit) {
-                    tracing::warn!("kept ends are not handed on to the cluster journal: {error}");
-                }
+                // The database answers: ends kept by earlier runs go along, once this run has
+                // let its leases go (see `Drop`).
+                self.hand_on.set(true);
                 local
             }
             Err(why) if !entry.is_result() => {
@@ -294,7 +297,7 @@ impl Store for PgStore {
                 local?;
                 unshared::keep(&self.local, entry, epoch)?;
                 Err(std::io::Error::other(format!(
-                    "the cluster journal did not take it ({why}); this node keeps it and hands it on once the database answers (its next job, recover, prune), but until then another node may run the job again once its lease expired"
+                    "the cluster journal did not take it ({why}); this node keeps it and hands it on when it can (its next job, recover, prune), but until then another node may run the job again once its lease expired"
                 )))
             }
         }
@@ -327,8 +330,8 @@ pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, reta
 /// answer is an error (the ends stay kept).
 pub fn hand_on_kept(journal: &Journal, dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<usize, Problem> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
-    let handed = unshared::hand_on(journal, &keeper, usize::MAX, UPKEEP_TIMING.renew_deadline)
-        .map_err(|source| Problem::Journal { path: journal.state.path().to_owned(), source })?;
+    // As long as it takes, each statement within a renewal's bound.
+    let handed = unshared::hand_on(journal, &keeper, usize::MAX, Duration::MAX, UPKEEP_TIMING.renew_deadline);
     match handed.unreachable {
         Some(why) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}; {} kept end(s) wait for it", handed.left))),
         None => Ok(handed.taken),
@@ -349,6 +352,10 @@ impl Drop for PgStore {
     fn drop(&mut self) {
         if let Some(keeper) = self.keeper.get() {
             keeper.block_on(keeper.shared.release_all());
+            // After the leases went: handing kept ends on holds up no other run, and no renewal.
+            if self.hand_on.get() {
+                unshared::hand_on(&self.local, keeper, HAND_ON_PER_RUN, HAND_ON_BUDGET, HAND_ON_BUDGET);
+            }
         }
     }
 }

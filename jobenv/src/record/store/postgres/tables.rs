@@ -206,6 +206,38 @@ pub(super) async fn write_end(client: &mut Client, entry: &Entry, epoch: i64) ->
     Ok(n == 1)
 }
 
+/// What handing a kept end on found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum HandedOn {
+    /// The row has it now.
+    Taken,
+    /// A run holds the job id's lease right now: try again later.
+    Held,
+    /// The row records a later attempt, or an end: the kept one is no longer the cluster's to
+    /// take.
+    Superseded,
+}
+
+/// A kept end (see `unshared`), fenced: taken where the row is still at the lease it was written
+/// under, or where it still shows that very attempt `running` under a lease that expired (a run
+/// on another node claimed the job id meanwhile but never got to run it: nothing later is
+/// recorded). Never over a later attempt, an end, or a live lease.
+pub(super) async fn hand_on_end(client: &mut Client, entry: &Entry, epoch: i64) -> Result<HandedOn, Failed> {
+    let text = serde_json::to_string(entry).map_err(|e| Failed::Row(e.to_string()))?;
+    let n = client
+        .execute(
+            "UPDATE fediversity_jobenv.jobs SET entry = $2::text::jsonb, format = $3, expires_at = NULL, finished_at = now() \
+             WHERE job_id = $1 AND format <= $3 AND (epoch = $4 OR (expires_at <= now() AND entry->>'status' = 'running' AND entry->>'attempt' = $5))",
+            &[&entry.job_id, &text, &FORMAT, &epoch, &entry.attempt.to_string()],
+        )
+        .await?;
+    if n == 1 {
+        return Ok(HandedOn::Taken);
+    }
+    let live = client.query_opt("SELECT coalesce(expires_at > now(), false) FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&entry.job_id]).await?;
+    Ok(if live.is_some_and(|row| row.get::<_, bool>(0)) { HandedOn::Held } else { HandedOn::Superseded })
+}
+
 /// The rows of attempts that ended longer ago than `retain`, by the database's clock, as the
 /// node's journal prunes its entries (`prune`); a row whose job id a run holds has not ended.
 pub(super) async fn prune(client: &mut Client, retain: Duration) -> Result<u64, Failed> {

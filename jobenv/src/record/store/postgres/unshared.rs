@@ -2,24 +2,26 @@
 //! reached right as a program ended (for as long as the run's lease lasted). The node's own
 //! journal has the end; a file in the state directory's `unshared/` (`<job id>.json`) keeps the
 //! epoch of the lease it was written under, and the end is handed on, fenced by that epoch, once
-//! the database answers: after this node's next job in cluster mode (a few at a time), and by
-//! `recover` and `prune` (all of them). Fenced: the row takes it only if no other node took the
-//! job id over since, in which case that node ran the job again (its lease had expired) and its
-//! attempt is the cluster's record; this node's end then stays its own, and it says so.
+//! the database answers: after this node's next job in cluster mode (a few, within a second),
+//! and by `recover` and `prune` (all of them). Fenced: the row takes it while it is still at
+//! that lease, or still shows that attempt `running` under a lease that expired (another node
+//! claimed the job id but never ran it); never over a later attempt or an end (another node ran
+//! the job again once the lease had expired: its attempt is the cluster's record, this node's end
+//! stays its own, and it says so), nor under a live lease (it waits for the next time).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::keeper::{Keeper, Trouble};
-use super::tables;
+use super::tables::{self, HandedOn};
 use crate::record::dir::Dir;
 use crate::record::entry::{Entry, is_valid_job_id};
 use crate::record::journal::Journal;
 use crate::record::locks;
 
 /// The directory of kept ends, in the state directory.
-const DIR: &str = "unshared";
+const DIR: &str = crate::record::journal::UNSHARED;
 
 /// What is kept of an end: the lease it was written under.
 #[derive(Debug, Serialize, Deserialize)]
@@ -51,86 +53,130 @@ pub struct Handed {
     pub unreachable: Option<String>,
 }
 
-/// Hands on up to `limit` kept ends, each within `each` (a database that does not answer ends
-/// it: the rest wait for the next time). Each is handed on under its job's lock, and only if
-/// this node's entry still holds that attempt's end; a kept file that names nothing to hand on
-/// is removed.
-pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, each: Duration) -> std::io::Result<Handed> {
+/// Hands on up to `limit` kept ends within `budget` all told, each statement within `each` (a
+/// database that does not answer ends it: the rest wait for the next time). A kept end is read under its job's lock, and only
+/// if this node's entry still holds that attempt's end; the write itself, fenced, is made after
+/// the lock is let go (a re-run of the job meanwhile is replayed from this node's entry). What
+/// goes wrong with one kept file is said, and the others go on.
+pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: Duration, each: Duration) -> Handed {
     let mut handed = Handed::default();
-    let Some(dir) = journal.state.subdir(DIR, None)? else { return Ok(handed) };
+    let dir = match journal.state.subdir(DIR, None) {
+        Ok(Some(dir)) => dir,
+        Ok(None) => return handed,
+        Err(error) => {
+            tracing::warn!("kept ends cannot be handed on: {error}");
+            return handed;
+        }
+    };
+    let names = match dir.names() {
+        Ok(names) => names,
+        Err(error) => {
+            tracing::warn!("kept ends cannot be handed on: {error}");
+            return handed;
+        }
+    };
+    // A budget longer than the clock can count is no bound.
+    let until = Instant::now().checked_add(budget);
     let holder = format!("jobenv handing kept ends on, pid {}", std::process::id());
-    for name in dir.names()? {
-        if handed.taken + handed.superseded >= limit || handed.unreachable.is_some() {
+    for name in names {
+        let left = until.map_or(Duration::MAX, |until| until.saturating_duration_since(Instant::now()));
+        if handed.taken + handed.superseded >= limit || handed.unreachable.is_some() || left.is_zero() {
             handed.left += 1;
             continue;
         }
         let Some(job_id) = name.to_str().and_then(|n| n.strip_suffix(".json")).filter(|id| is_valid_job_id(id)).map(str::to_owned) else {
-            // Temporary files of an interrupted write (`.`-names) are pruning's; anything else
-            // is no kept end.
+            // Temporary files of an interrupted write (`.`-names) are left; anything else is no
+            // kept end.
             if !name.as_encoded_bytes().starts_with(b".") {
                 tracing::warn!("ignoring {}: it is no kept end (<job id>.json)", dir.shown(&name));
             }
             continue;
         };
-        // A run of this job id holds it: it hands its own end on.
-        let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
-            handed.left += 1;
-            continue;
+        let found = {
+            // A run of this job id holds it: it is replayed from this node's entry, or hands on
+            // its own end; this one waits for the next time.
+            let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
+                handed.left += 1;
+                continue;
+            };
+            kept_end(journal, &dir, &job_id)
         };
-        let Some((kept, entry)) = kept_end(journal, &dir, &job_id)? else { continue };
-        let written = keeper.block_on(keeper.shared.run(each, async |client| tables::write_end(client, &entry, kept.epoch).await));
-        match written {
-            Ok(true) => {
+        let Some((kept, entry)) = found else { continue };
+        let written = keeper.block_on(keeper.shared.run(left.min(each), async |client| tables::hand_on_end(client, &entry, kept.epoch).await));
+        let done = match written {
+            Ok(HandedOn::Taken) => {
                 tracing::info!("job {job_id}: the end of attempt {} is on the cluster journal now", entry.attempt);
                 handed.taken += 1;
-                dir.remove(&format!("{job_id}.json"))?;
+                true
             }
-            Ok(false) => {
+            Ok(HandedOn::Superseded) => {
                 tracing::warn!(
-                    "job {job_id}: another node took it over on the cluster journal after this node's lease expired (it ran the job again): the end of attempt {} stays in this node's journal only",
+                    "job {job_id}: the cluster journal records a later attempt or an end of it (another node ran it again once this node's lease expired): the end of attempt {} stays in this node's journal only",
                     entry.attempt
                 );
                 handed.superseded += 1;
-                dir.remove(&format!("{job_id}.json"))?;
+                true
+            }
+            Ok(HandedOn::Held) => {
+                handed.left += 1;
+                false
             }
             Err(Trouble::Unreachable(why)) => {
                 handed.left += 1;
                 handed.unreachable = Some(why);
-                break;
+                false
             }
             Err(Trouble::Newer(why) | Trouble::Refused(why)) => {
                 tracing::warn!("job {job_id}: its kept end is not handed on: {why}");
                 handed.left += 1;
+                false
             }
+        };
+        if done {
+            forget(&dir, &job_id);
         }
     }
-    Ok(handed)
+    handed
+}
+
+/// Removes the kept file of `job_id`; one that cannot be removed is said and left.
+fn forget(dir: &Dir, job_id: &str) {
+    if let Err(error) = dir.remove(&format!("{job_id}.json")) {
+        tracing::warn!("{error}: left as it is");
+    }
 }
 
 /// The kept file of `job_id` and this node's entry, when the entry still holds the end of the
-/// attempt kept; otherwise the kept file goes (a pruned entry, a later attempt, a planted file).
-fn kept_end(journal: &Journal, dir: &Dir, job_id: &str) -> std::io::Result<Option<(Kept, Entry)>> {
+/// attempt kept; otherwise the kept file goes (a pruned entry, a later attempt, a planted file),
+/// saying why.
+fn kept_end(journal: &Journal, dir: &Dir, job_id: &str) -> Option<(Kept, Entry)> {
     let name = format!("{job_id}.json");
     let kept = match dir.read(&name) {
         Ok(Some(bytes)) => serde_json::from_slice::<Kept>(&bytes).ok(),
-        Ok(None) => return Ok(None),
+        Ok(None) => return None,
         Err(error) => {
-            tracing::warn!("{error}: removed");
-            None
+            tracing::warn!("{error}: it is no kept end");
+            return None;
         }
     };
     let entry = match journal.read(job_id) {
         Ok(entry) => entry,
         Err(error) => {
             tracing::warn!("job {job_id}: its kept end is not handed on: {error}");
-            return Ok(None);
+            return None;
         }
     };
     match (kept, entry) {
-        (Some(kept), Some(entry)) if entry.is_result() && entry.attempt == kept.attempt => Ok(Some((kept, entry))),
-        _ => {
-            dir.remove(&name)?;
-            Ok(None)
+        (Some(kept), Some(entry)) if entry.is_result() && entry.attempt == kept.attempt => Some((kept, entry)),
+        (kept, entry) => {
+            let why = match (kept, entry) {
+                (None, _) => "it is not one as jobenv writes them",
+                (_, None) => "this node's journal has no entry of the job any more",
+                _ => "this node's journal holds another attempt of the job now",
+            };
+            tracing::info!("job {job_id}: its kept end is dropped: {why}");
+            forget(dir, job_id);
+            None
         }
     }
 }
