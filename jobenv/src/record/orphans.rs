@@ -147,16 +147,14 @@ fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found
     }
     let Some(cgroup) = Cgroup::open(&record.cgroup) else { return forget("") };
     let (owner, _) = journal.owner_ids()?;
-    match cgroup.owner() {
-        Ok(uid) if uid == owner => {}
-        Ok(uid) => {
-            cgroup.leave();
-            return forget(&format!("{} belongs to uid {uid}, not to the state directory's owner (uid {owner}): it is no deploy of this state directory", shown_path(&record.cgroup)));
-        }
-        Err(error) => {
-            cgroup.leave();
-            return forget(&format!("{}: {error}", shown_path(&record.cgroup)));
-        }
+    let foreign = match cgroup.owner() {
+        Ok(uid) if uid == owner => None,
+        Ok(uid) => Some(format!("{} belongs to uid {uid}, not to the state directory's owner (uid {owner}): it is no deploy of this state directory", shown_path(&record.cgroup))),
+        Err(error) => Some(format!("{}: {error}", shown_path(&record.cgroup))),
+    };
+    if let Some(why) = foreign {
+        cgroup.leave();
+        return forget(&why);
     }
     if cgroup.is_empty() {
         drop(cgroup);

@@ -463,6 +463,72 @@ fn a_node_speaks_verified_tls_to_the_cluster_journal_when_its_dsn_asks_for_it() 
     assert_eq!(ran(), 1, "a program ran without a verified database");
 }
 
+/// Two nodes for the ends a database does not take: `a` reaches the database through a proxy
+/// that can be cut, `b` directly; their program waits for `go` in the shared directory, then
+/// logs its node's name to `runs` there.
+struct CutOff {
+    db: postgres::JobenvDb<'static>,
+    proxy: Proxy,
+    shared: tempfile::TempDir,
+    a: Node,
+    b: Node,
+}
+
+impl CutOff {
+    fn new() -> CutOff {
+        let db = postgres::cluster().jobenv_database();
+        let proxy = Proxy::start(postgres::cluster().port);
+        let shared = tempfile::tempdir().unwrap();
+        let dir = shared.path().display();
+        let body = format!("echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs");
+        let (a, b) = (Node::new("a", Some(&db.dsn_on(proxy.port)), &body), Node::new("b", Some(&db.dsn()), &body));
+        CutOff { db, proxy, shared, a, b }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.shared.path().join(name)
+    }
+
+    fn runs(&self) -> String {
+        std::fs::read_to_string(self.path("runs")).unwrap_or_default()
+    }
+
+    /// Node a's kept end of `job`.
+    fn kept(&self, job: &str) -> PathBuf {
+        self.a.f.state_dir().join(format!("unshared/{job}.json"))
+    }
+
+    /// The status the shared row of `job` ended with, if it ended.
+    fn ended(&self, job: &str) -> Option<String> {
+        let row = self.db.client().query_one("SELECT finished_at IS NOT NULL, entry->>'status' FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&job]).unwrap();
+        row.get::<_, bool>(0).then(|| row.get(1))
+    }
+
+    /// `recover` on node a, in cluster mode.
+    fn recover(&self, args: &[&str]) -> JobRun {
+        self.a.f.jobenv(jobenv_bin!()).args(std::iter::once("recover").chain(args.iter().copied())).env("JOBENV_CLUSTER_DSN_FILE", self.a.dsn_file.as_ref().unwrap())
+    }
+
+    /// Node a runs `job` of `namespace`, and the database goes away right as its program ends:
+    /// the end is kept.
+    fn cut_at_the_end(&self, job: &str, namespace: &str) {
+        let _ = std::fs::remove_file(self.path("go"));
+        let _ = std::fs::remove_file(self.path("program-a.pid"));
+        let running = self.a.job(job, namespace).spawn();
+        read_pids(&self.path("program-a.pid"), 1, Duration::from_secs(20));
+        self.proxy.cut();
+        std::fs::write(self.path("go"), "").unwrap();
+        let done = finish(running);
+        assert_eq!(done.code, Some(125), "{done:?}");
+        assert!(done.stderr.contains("the cluster journal did not take it ("), "{done:?}");
+        assert!(done.stderr.contains("this node keeps it and hands it on when it can"), "{done:?}");
+        assert!(self.kept(job).exists(), "the end was not kept");
+        assert_eq!(self.ended(job), None, "positive control: the database did not take it");
+        assert_eq!(self.a.f.journal_entry(jobenv_bin!(), job)["status"], "succeeded", "the node's own journal has the result");
+        self.proxy.heal();
+    }
+}
+
 /// An end the database does not take (cut off right as the program ended, for as long as the
 /// lease lasted) is jobenv's failure (125), but not lost: the node keeps it and hands it on once
 /// the database answers, after its next job; a re-run on the other node is then replayed. If
@@ -470,55 +536,25 @@ fn a_node_speaks_verified_tls_to_the_cluster_journal_when_its_dsn_asks_for_it() 
 /// node's own, and `recover` says so.
 #[test]
 fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again() {
-    let db = postgres::cluster().jobenv_database();
-    let proxy = Proxy::start(postgres::cluster().port);
-    let shared = tempfile::tempdir().unwrap();
-    let dir = shared.path().display();
-    let body = format!("echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs");
-    let a = Node::new("a", Some(&db.dsn_on(proxy.port)), &body);
-    let b = Node::new("b", Some(&db.dsn()), &body);
-    let runs = || std::fs::read_to_string(shared.path().join("runs")).unwrap_or_default();
-    let kept = |job: &str| a.f.state_dir().join(format!("unshared/{job}.json"));
-    let ended_on_the_database = |job: &str| -> Option<String> {
-        let row = db.client().query_one("SELECT finished_at IS NOT NULL, entry->>'status' FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&job]).unwrap();
-        row.get::<_, bool>(0).then(|| row.get(1))
-    };
-    // The database goes away right as the program ends.
-    let cut_at_the_end = |job: &str| {
-        let _ = std::fs::remove_file(shared.path().join("go"));
-        let _ = std::fs::remove_file(shared.path().join("program-a.pid"));
-        let running = a.job(job, "ns").spawn();
-        read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
-        proxy.cut();
-        std::fs::write(shared.path().join("go"), "").unwrap();
-        let done = finish(running);
-        assert_eq!(done.code, Some(125), "{done:?}");
-        assert!(done.stderr.contains("the cluster journal did not take it ("), "{done:?}");
-        assert!(done.stderr.contains("this node keeps it and hands it on when it can"), "{done:?}");
-        assert!(kept(job).exists(), "the end was not kept");
-        assert_eq!(ended_on_the_database(job), None, "positive control: the database did not take it");
-        assert_eq!(a.f.journal_entry(jobenv_bin!(), job)["status"], "succeeded", "the node's own journal has the result");
-        proxy.heal();
-    };
-
-    cut_at_the_end("kept-1");
+    let c = CutOff::new();
+    c.cut_at_the_end("kept-1", "ns");
     // The node's next job (another namespace: the first one's lease is still live) hands it on.
-    a.job("next-1", "other").expect_success().run();
-    assert_eq!(ended_on_the_database("kept-1").as_deref(), Some("succeeded"), "the kept end was not handed on");
-    assert!(!kept("kept-1").exists());
+    c.a.job("next-1", "other").expect_success().run();
+    assert_eq!(c.ended("kept-1").as_deref(), Some("succeeded"), "the kept end was not handed on");
+    assert!(!c.kept("kept-1").exists());
     // Windmill's re-run of it on the other node is replayed, not run again.
-    b.job("kept-1", "ns").expect_success().expect_stderr_contains("jobenv: job kept-1 already ended (succeeded, exit code 0, attempt 1, at ").run();
-    assert_eq!(runs(), "a\na\n", "kept-1 ran again: {}", runs());
+    c.b.job("kept-1", "ns").expect_success().expect_stderr_contains("jobenv: job kept-1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    assert_eq!(c.runs(), "a\na\n", "kept-1 ran again: {}", c.runs());
 
     // Cut off again; this time the other node runs the job again before the end is handed on
     // (once the lease expired): the cluster's record is its attempt, and recover says so.
-    cut_at_the_end("kept-2");
+    c.cut_at_the_end("kept-2", "ns");
     std::thread::sleep(LEASE);
-    b.job("kept-2", "ns").args(["--lock-timeout", "10"]).expect_success().expect_stderr_contains("running it again as attempt 2").run();
-    let recovered = a.f.jobenv(jobenv_bin!()).args(["recover"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
+    c.b.job("kept-2", "ns").args(["--lock-timeout", "10"]).expect_success().expect_stderr_contains("running it again as attempt 2").run();
+    let recovered = c.recover(&[]).expect_success().run();
     assert!(recovered.stderr.contains("job kept-2: the cluster journal records a later attempt or an end of it (another node ran it again once this node's lease expired): the end of attempt 1 stays in this node's journal only"), "{recovered:?}");
-    assert!(!kept("kept-2").exists());
-    let attempt: String = db.client().query_one("SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'", &[]).unwrap().get(0);
+    assert!(!c.kept("kept-2").exists());
+    let attempt: String = c.db.client().query_one("SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'", &[]).unwrap().get(0);
     assert_eq!(attempt, "2", "the later attempt's end was overwritten");
 }
 
@@ -539,23 +575,18 @@ fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
     node.job("proc-1", "ns").env("JOBENV_CONTAINMENT", "proc").expect_code(2).expect_stderr_contains("jobenv: error: --containment proc (JOBENV_CONTAINMENT=proc) cannot be used in cluster mode").run();
     assert_eq!(node.result()["status"], "rejected");
     // As the worker's user, outside a delegated cgroup.
-    node.f.hand_to(WORKER_UID);
-    let stand_in = node.f.nix_shell_stand_in();
-    let as_worker = |run: JobRun| {
-        let mut run = run.args(["--nix-shell", stand_in.to_str().unwrap()]);
+    let as_worker = |node: &Node, job: &str| {
+        node.f.hand_to(WORKER_UID);
+        let stand_in = node.f.nix_shell_stand_in();
+        let mut run = node.job(job, "ns").args(["--nix-shell", stand_in.to_str().unwrap()]);
         run.command().uid(WORKER_UID).gid(WORKER_UID);
         run
     };
-    let done = as_worker(node.job("no-cgroup-1", "ns")).expect_code(2).run();
+    let done = as_worker(&node, "no-cgroup-1").expect_code(2).run();
     assert!(done.stderr.contains("jobenv: error: the program tree must be a cgroup of its own (cluster mode), and none can be made: "), "{done:?}");
     assert_eq!(ran(), 0, "a program ran in cluster mode without a cgroup");
     // Positive control: on its own, the node falls back to the /proc walk and runs the job.
-    let alone = Node::new("b", None, &body);
-    alone.f.hand_to(WORKER_UID);
-    let stand_in = alone.f.nix_shell_stand_in();
-    let mut run = alone.job("no-cgroup-2", "ns").args(["--nix-shell", stand_in.to_str().unwrap()]);
-    run.command().uid(WORKER_UID).gid(WORKER_UID);
-    run.expect_success().run();
+    as_worker(&Node::new("b", None, &body), "no-cgroup-2").expect_success().run();
     assert_eq!(ran(), 1);
 }
 
@@ -565,60 +596,41 @@ fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
 /// kept ends costs only itself, and `recover` never prunes an entry whose end is still kept.
 #[test]
 fn a_kept_end_outlives_a_claim_that_never_ran_a_planted_directory_and_pruning() {
-    let db = postgres::cluster().jobenv_database();
-    let proxy = Proxy::start(postgres::cluster().port);
-    let shared = tempfile::tempdir().unwrap();
-    let dir = shared.path().display();
-    let body = format!("echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs");
-    let a = Node::new("a", Some(&db.dsn_on(proxy.port)), &body);
-    let b = Node::new("b", Some(&db.dsn()), &body);
-    let blocker = Node::new("c", Some(&db.dsn()), &format!("while [ ! -e {dir}/unblock ]; do sleep 0.02; done"));
-    let runs = || std::fs::read_to_string(shared.path().join("runs")).unwrap_or_default();
-    let kept = |job: &str| a.f.state_dir().join(format!("unshared/{job}.json"));
-    let ended = |job: &str| -> bool { db.client().query_one("SELECT finished_at IS NOT NULL FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&job]).unwrap().get(0) };
-    let cut_at_the_end = |job: &str, namespace: &str| {
-        let _ = std::fs::remove_file(shared.path().join("go"));
-        let _ = std::fs::remove_file(shared.path().join("program-a.pid"));
-        let running = a.job(job, namespace).spawn();
-        read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
-        proxy.cut();
-        std::fs::write(shared.path().join("go"), "").unwrap();
-        assert_eq!(finish(running).code, Some(125));
-        assert!(kept(job).exists());
-        proxy.heal();
-    };
-    cut_at_the_end("k1", "ns");
+    let c = CutOff::new();
+    let unblock = c.path("unblock");
+    let blocker = Node::new("c", Some(&c.db.dsn()), &format!("while [ ! -e {} ]; do sleep 0.02; done", unblock.display()));
+    c.cut_at_the_end("k1", "ns");
     std::thread::sleep(LEASE);
     // Node c holds namespace ns; node b's re-run of k1 claims the job id, then finds ns busy.
     let busy = blocker.job("blocker", "ns").spawn();
     std::thread::sleep(Duration::from_secs(1));
-    b.job("k1", "ns").expect_code(2).expect_stderr_contains("namespace ns is locked by another deploy").run();
+    c.b.job("k1", "ns").expect_code(2).expect_stderr_contains("namespace ns is locked by another deploy").run();
     // A directory among the kept ends, before k1's in the listing and after it.
     for planted in ["aaaa.json", "zzzz.json"] {
-        std::fs::create_dir(a.f.state_dir().join("unshared").join(planted)).unwrap();
+        std::fs::create_dir(c.a.f.state_dir().join("unshared").join(planted)).unwrap();
     }
-    let recovered = a.f.jobenv(jobenv_bin!()).args(["recover"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
+    let recovered = c.recover(&[]).expect_success().run();
     assert!(recovered.stderr.contains("job k1: the end of attempt 1 is on the cluster journal now"), "{recovered:?}");
-    assert!(ended("k1") && !kept("k1").exists(), "{recovered:?}");
-    std::fs::write(shared.path().join("unblock"), "").unwrap();
+    assert!(c.ended("k1").is_some() && !c.kept("k1").exists(), "{recovered:?}");
+    std::fs::write(&unblock, "").unwrap();
     assert!(finish(busy).success());
-    b.job("k1", "ns").expect_success().expect_stderr_contains("jobenv: job k1 already ended (succeeded, exit code 0, attempt 1, at ").run();
-    assert_eq!(runs(), "a\n", "k1 ran again");
+    c.b.job("k1", "ns").expect_success().expect_stderr_contains("jobenv: job k1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    assert_eq!(c.runs(), "a\n", "k1 ran again");
 
     // An entry whose end is kept is not pruned, however old: the database away, then recover
     // with a retention of a day, its entry (and file) three days old.
-    cut_at_the_end("k2", "ns2");
-    let entry = a.f.state_dir().join("jobs/k2.json");
+    c.cut_at_the_end("k2", "ns2");
+    let entry = c.a.f.state_dir().join("jobs/k2.json");
     let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
     let old = SystemTime::now() - Duration::from_secs(3 * 86_400);
     text["finished_at"] = json!(humantime::format_rfc3339_millis(old).to_string());
     std::fs::write(&entry, serde_json::to_vec(&text).unwrap()).unwrap();
     std::fs::File::options().write(true).open(&entry).unwrap().set_modified(old).unwrap();
-    proxy.cut();
-    a.f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
-    assert!(entry.exists() && kept("k2").exists(), "an entry whose end is kept was pruned");
-    proxy.heal();
+    c.proxy.cut();
+    c.recover(&["--retain-days", "1"]).expect_success().run();
+    assert!(entry.exists() && c.kept("k2").exists(), "an entry whose end is kept was pruned");
+    c.proxy.heal();
     // Positive control: handed on, the end is no longer kept, and the entry goes by its age.
-    a.f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).env("JOBENV_CLUSTER_DSN_FILE", a.dsn_file.as_ref().unwrap()).expect_success().run();
-    assert!(ended("k2") && !kept("k2").exists() && !entry.exists());
+    c.recover(&["--retain-days", "1"]).expect_success().run();
+    assert!(c.ended("k2").is_some() && !c.kept("k2").exists() && !entry.exists());
 }

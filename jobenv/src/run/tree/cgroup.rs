@@ -84,8 +84,7 @@ impl Cgroup {
     /// them.
     fn limit_nesting(&self) {
         for (name, limit) in [("cgroup.max.depth", MAX_DEPTH), ("cgroup.max.descendants", MAX_CGROUPS - 1)] {
-            let set = self.open_file(name, OFlag::O_WRONLY).map_err(std::io::Error::from).and_then(|fd| std::io::Write::write_all(&mut std::fs::File::from(fd), limit.to_string().as_bytes()));
-            if let Err(error) = set {
+            if let Err(error) = write_at(&self.fd, name, limit.to_string().as_bytes()) {
                 tracing::debug!("cannot set {name} of the program tree's cgroup: {error}");
             }
         }
@@ -144,17 +143,15 @@ impl Cgroup {
     }
 
     fn open_file(&self, name: &str, flags: OFlag) -> nix::Result<OwnedFd> {
-        nix::fcntl::openat(&self.fd, name, flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+        open_at(&self.fd, name, flags)
     }
 
     /// `populated 1` in `cgroup.events`: a process is left in the cgroup or below it. A cgroup
     /// that cannot be read for another reason than its removal counts as populated: a stop
     /// then ends by its bound rather than by a guess that nothing runs.
     fn populated(&self) -> bool {
-        let mut events = String::new();
-        let read = self.open_file("cgroup.events", OFlag::O_RDONLY).map_err(std::io::Error::from).and_then(|fd| std::fs::File::from(fd).read_to_string(&mut events));
-        match read {
-            Ok(_) => events.lines().any(|line| line == "populated 1"),
+        match read_at(&self.fd, "cgroup.events") {
+            Ok(events) => events.lines().any(|line| line == "populated 1"),
             // A removed cgroup's directory stays open but empty; its files are gone.
             Err(e) => e.kind() != std::io::ErrorKind::NotFound,
         }
@@ -177,8 +174,7 @@ impl ProgramTree for Cgroup {
     }
 
     fn kill(&self) {
-        let all = self.open_file("cgroup.kill", OFlag::O_WRONLY).map_err(std::io::Error::from).and_then(|fd| std::io::Write::write_all(&mut std::fs::File::from(fd), b"1"));
-        if all.is_err() {
+        if write_at(&self.fd, "cgroup.kill", b"1").is_err() {
             // Before Linux 5.14: each process, as often as the stop repeats this (one that forks
             // meanwhile has its child killed in the next round).
             for process in self.members() {
@@ -203,6 +199,23 @@ impl Drop for Cgroup {
             }
         }
     }
+}
+
+/// The interface file `name` of the cgroup `dir`, never through a link.
+fn open_at(dir: &OwnedFd, name: &str, flags: OFlag) -> nix::Result<OwnedFd> {
+    nix::fcntl::openat(dir, name, flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+}
+
+/// What the interface file `name` of the cgroup `dir` says.
+fn read_at(dir: &OwnedFd, name: &str) -> std::io::Result<String> {
+    let mut text = String::new();
+    std::fs::File::from(open_at(dir, name, OFlag::O_RDONLY)?).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Writes `bytes` to the interface file `name` of the cgroup `dir`.
+fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    std::io::Write::write_all(&mut std::fs::File::from(open_at(dir, name, OFlag::O_WRONLY)?), bytes)
 }
 
 /// How far below a deploy's cgroup jobenv looks for processes and cgroups to remove: a
@@ -278,9 +291,7 @@ fn pids_below(dir: &OwnedFd, pids: &mut Vec<i32>) {
     let whole = walk(
         dir,
         |cgroup| {
-            let procs = nix::fcntl::openat(cgroup, "cgroup.procs", OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty());
-            let mut text = String::new();
-            if procs.map_err(std::io::Error::from).and_then(|fd| std::fs::File::from(fd).read_to_string(&mut text)).is_ok() {
+            if let Ok(text) = read_at(cgroup, "cgroup.procs") {
                 pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|&pid| pid > 0));
             }
         },

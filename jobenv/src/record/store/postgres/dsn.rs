@@ -106,8 +106,7 @@ pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> 
 /// The TLS of the connection: the server's certificate verified against the CAs of `ca_file`,
 /// or without one the system's trust store.
 fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Problem> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider)).with_safe_default_protocol_versions().map_err(|e| Problem::ClusterTls(e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider())).with_safe_default_protocol_versions().map_err(|e| Problem::ClusterTls(e.to_string()))?;
     let Some(path) = ca_file else {
         use rustls_platform_verifier::BuilderVerifierExt;
         let builder = builder.with_platform_verifier().map_err(|e| Problem::ClusterTls(format!("the system's trust store cannot be used: {e}")))?;

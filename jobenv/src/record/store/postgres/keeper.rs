@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, NoTls, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::dsn::Dsn;
@@ -152,22 +153,28 @@ impl Shared {
     }
 
     async fn connect(&self) -> Result<Client, Trouble> {
-        let hide = Arc::clone(&self.dsn);
-        let ended = move |error: tokio_postgres::Error| tracing::debug!("the connection to the cluster journal ended: {}", hide.hide(&error.to_string()));
-        // The connection's task drives it; its type depends on the transport.
         let mut client = match &self.dsn.tls {
-            Some(tls) => {
-                let (client, connection) = self.dsn.config.connect(MakeRustlsConnect::new((**tls).clone())).await.map_err(|e| self.trouble(Failed::Db(e)))?;
-                tokio::spawn(async move { connection.await.map_err(ended) });
-                client
-            }
-            None => {
-                let (client, connection) = self.dsn.config.connect(NoTls).await.map_err(|e| self.trouble(Failed::Db(e)))?;
-                tokio::spawn(async move { connection.await.map_err(ended) });
-                client
-            }
-        };
+            Some(tls) => self.connect_with(MakeRustlsConnect::new((**tls).clone())).await,
+            None => self.connect_with(NoTls).await,
+        }
+        .map_err(|e| self.trouble(Failed::Db(e)))?;
         tables::ensure_schema(&mut client).await.map_err(|e| self.trouble(e))?;
+        Ok(client)
+    }
+
+    /// A connection over `tls` (or none); a task of its own drives it.
+    async fn connect_with<T>(&self, tls: T) -> Result<Client, tokio_postgres::Error>
+    where
+        T: MakeTlsConnect<Socket>,
+        T::Stream: Send + 'static,
+    {
+        let (client, connection) = self.dsn.config.connect(tls).await?;
+        let hide = Arc::clone(&self.dsn);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!("the connection to the cluster journal ended: {}", hide.hide(&error.to_string()));
+            }
+        });
         Ok(client)
     }
 

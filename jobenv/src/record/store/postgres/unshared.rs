@@ -54,10 +54,11 @@ pub struct Handed {
 }
 
 /// Hands on up to `limit` kept ends within `budget` all told, each statement within `each` (a
-/// database that does not answer ends it: the rest wait for the next time). A kept end is read under its job's lock, and only
-/// if this node's entry still holds that attempt's end; the write itself, fenced, is made after
-/// the lock is let go (a re-run of the job meanwhile is replayed from this node's entry). What
-/// goes wrong with one kept file is said, and the others go on.
+/// database that does not answer ends it: the rest wait for the next time). A kept end is read
+/// under its job's lock, and only if this node's entry still holds that attempt's end; the
+/// write itself, fenced, is made after the lock is let go (a re-run of the job meanwhile is
+/// replayed from this node's entry). What goes wrong with one kept file is said, and the others
+/// go on.
 pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: Duration, each: Duration) -> Handed {
     let mut handed = Handed::default();
     let dir = match journal.state.subdir(DIR, None) {
