@@ -20,13 +20,19 @@ use crate::stats::{Samples, ms};
 
 /// Scripts the node starts with (its tree also holds a README the bootstrap ignores).
 fn base_scripts() -> usize {
-    SCRIPTS.iter().filter(|(path, _)| path.ends_with(".py") || path.ends_with(".sh")).count()
+    SCRIPTS
+        .iter()
+        .filter(|(path, _)| path.ends_with(".py") || path.ends_with(".sh"))
+        .count()
 }
 
 fn node_with_scripts(total: usize) -> Node {
     let node = Node::new();
     for i in base_scripts()..total {
-        node.write_script(&format!("f/fediversity/bench_{i:04}.py"), &format!("def main():\n    return {i}\n"));
+        node.write_script(
+            &format!("f/fediversity/bench_{i:04}.py"),
+            &format!("def main():\n    return {i}\n"),
+        );
     }
     node
 }
@@ -59,7 +65,12 @@ fn rerun(tools: &Tools, scripts: usize, runs: usize) -> anyhow::Result<Rerun> {
     let node = node_with_scripts(scripts);
     let first = node.run(&tools.bootstrap, &[]);
     anyhow::ensure!(first.code == 0, "the first run did not converge: {first:?}");
-    let mut result = Rerun { times: Samples::default(), requests: 0, script_gets: 0, writes: 0 };
+    let mut result = Rerun {
+        times: Samples::default(),
+        requests: 0,
+        script_gets: 0,
+        writes: 0,
+    };
     for _ in 0..runs {
         let mark = node.windmill.requests().len();
         let start = Instant::now();
@@ -70,7 +81,13 @@ fn rerun(tools: &Tools, scripts: usize, runs: usize) -> anyhow::Result<Rerun> {
         // The same every run; the last run's counts are reported.
         result.requests = sent.len();
         result.script_gets = sent.iter().filter(|r| is_script_get(r)).count();
-        let scoped: Vec<String> = node.windmill.tokens().into_iter().filter(|t| t.scopes.as_ref().is_some_and(|s| !s.is_empty())).map(|t| t.token).collect();
+        let scoped: Vec<String> = node
+            .windmill
+            .tokens()
+            .into_iter()
+            .filter(|t| t.scopes.as_ref().is_some_and(|s| !s.is_empty()))
+            .map(|t| t.token)
+            .collect();
         result.writes = sent.iter().filter(|r| is_write(r, &scoped)).count();
     }
     Ok(result)
@@ -97,20 +114,47 @@ pub fn noop_rerun(tools: &Tools, counts: [usize; 2], runs: usize) -> anyhow::Res
             "A node converged by a first run, then {runs} reruns each, medians of the whole process's wall time. Requests are counted by the Windmill fake during one rerun; \"writes\" are calls that would change a script, workspace, folder or setting (the token every run mints, stores and revokes by design is not one). The {}-script figures are the baseline.",
             counts[0]
         ),
-        header: ["node", "median", "min", "max", "requests", "script GETs", "writes"].map(String::from).to_vec(),
+        header: ["node", "median", "min", "max", "requests", "script GETs", "writes"]
+            .map(String::from)
+            .to_vec(),
         rows: vec![row(counts[0], &small), row(counts[1], &large)],
         targets: vec![
-            Target { text: format!("{}-script rerun / {}-script rerun: {ratio:.2}× (target ≤ 5×)", counts[1], counts[0]), met: ratio <= 5.0 },
             Target {
-                text: format!("one GET per script: {} and {} GETs for {} and {} scripts", small.script_gets, large.script_gets, counts[0], counts[1]),
+                text: format!(
+                    "{}-script rerun / {}-script rerun: {ratio:.2}× (target ≤ 5×)",
+                    counts[1], counts[0]
+                ),
+                met: ratio <= 5.0,
+            },
+            Target {
+                text: format!(
+                    "one GET per script: {} and {} GETs for {} and {} scripts",
+                    small.script_gets, large.script_gets, counts[0], counts[1]
+                ),
                 met: small.script_gets == counts[0] && large.script_gets == counts[1],
             },
-            Target { text: format!("writes on a converged node: {} and {} (target 0)", small.writes, large.writes), met: small.writes == 0 && large.writes == 0 },
+            Target {
+                text: format!(
+                    "writes on a converged node: {} and {} (target 0)",
+                    small.writes, large.writes
+                ),
+                met: small.writes == 0 && large.writes == 0,
+            },
         ],
     })
 }
 
-const STEPS: [&str; 9] = ["ready", "login", "token", "workspace", "scripts", "settings", "openbao", "ui_auth", "revoke"];
+const STEPS: [&str; 9] = [
+    "ready",
+    "login",
+    "token",
+    "workspace",
+    "scripts",
+    "settings",
+    "openbao",
+    "ui_auth",
+    "revoke",
+];
 
 /// One cold run on a fresh node: the time from start to each step's line.
 fn cold_once(tools: &Tools, scripts: usize) -> anyhow::Result<Vec<Duration>> {
@@ -130,7 +174,11 @@ fn cold_once(tools: &Tools, scripts: usize) -> anyhow::Result<Vec<Duration>> {
         lines.push(line);
     }
     let status = child.wait()?;
-    anyhow::ensure!(status.success() && at.len() == 9, "the cold run failed ({status}):\n{}", lines.join("\n"));
+    anyhow::ensure!(
+        status.success() && at.len() == 9,
+        "the cold run failed ({status}):\n{}",
+        lines.join("\n")
+    );
     Ok(at)
 }
 
@@ -148,15 +196,31 @@ pub fn cold(tools: &Tools, scripts: usize, runs: usize) -> anyhow::Result<Table>
     let mut rows: Vec<Vec<String>> = per_step
         .iter()
         .enumerate()
-        .map(|(i, s)| vec![format!("{} {}", i + 1, STEPS[i]), ms(s.median()), ms(s.min()), ms(s.max()), format!("{:.0}%", 100.0 * s.median().as_secs_f64() / whole)])
+        .map(|(i, s)| {
+            vec![
+                format!("{} {}", i + 1, STEPS[i]),
+                ms(s.median()),
+                ms(s.min()),
+                ms(s.max()),
+                format!("{:.0}%", 100.0 * s.median().as_secs_f64() / whole),
+            ]
+        })
         .collect();
-    rows.push(vec!["whole run (to the last step line)".into(), ms(total.median()), ms(total.min()), ms(total.max()), "100%".into()]);
+    rows.push(vec![
+        "whole run (to the last step line)".into(),
+        ms(total.median()),
+        ms(total.min()),
+        ms(total.max()),
+        "100%".into(),
+    ]);
     Ok(Table {
         title: "4. Cold bootstrap, per step".into(),
         method: format!(
             "A fresh node ({scripts} scripts, the seed admin with password `changeme`, a real OpenBao dev server, a throwaway PostgreSQL) converged from scratch, {runs} run(s), medians. Step 2 includes the argon2id hash of the node password and its write in one PostgreSQL transaction, and the login retried with it. Each step's time runs from the previous step's log line to its own (step 1 from the process start)."
         ),
-        header: ["step", "median", "min", "max", "share of the run"].map(String::from).to_vec(),
+        header: ["step", "median", "min", "max", "share of the run"]
+            .map(String::from)
+            .to_vec(),
         rows,
         targets: vec![],
     })

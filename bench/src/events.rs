@@ -36,7 +36,8 @@ fn node(tools: &Tools, events_url: Option<&str>) -> anyhow::Result<Node> {
 }
 
 fn once(node: &Node, bytes: usize) -> anyhow::Result<(Duration, Duration)> {
-    let mut command = node.jobenv_run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "BENCH_BYTES": bytes, "BENCH_LINE": 100}))?;
+    let mut command =
+        node.jobenv_run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "BENCH_BYTES": bytes, "BENCH_LINE": 100}))?;
     command.stdout(Stdio::piped()).stderr(Stdio::null());
     let start = Instant::now();
     let mut child = command.spawn()?;
@@ -72,7 +73,12 @@ pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {
         ("slow receiver, 5 s per request", node(tools, Some(&slow.url()))?),
         ("fast receiver", node(tools, Some(&fast.url()))?),
     ];
-    let mut times: Vec<Times> = (0..nodes.len()).map(|_| Times { output: Samples::default(), exit: Samples::default() }).collect();
+    let mut times: Vec<Times> = (0..nodes.len())
+        .map(|_| Times {
+            output: Samples::default(),
+            exit: Samples::default(),
+        })
+        .collect();
     // Alternating, so a change in the machine's load hits every node alike.
     for _ in 0..runs {
         for (i, (_, node)) in nodes.iter().enumerate() {
@@ -89,7 +95,12 @@ pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {
         .map(|((name, _), t)| {
             vec![
                 (*name).to_owned(),
-                format!("{} ({} – {})", ms(t.output.median()), ms(t.output.min()), ms(t.output.max())),
+                format!(
+                    "{} ({} – {})",
+                    ms(t.output.median()),
+                    ms(t.output.min()),
+                    ms(t.output.max())
+                ),
                 format!("{:.2}", ratio(&t.output, &base.output)),
                 ms(t.exit.median()),
                 format!("{:.2}", ratio(&t.exit, &base.exit)),
@@ -104,15 +115,28 @@ pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {
             "{} MB of program output in lines of 100 bytes per run, {runs} runs per node, the nodes interleaved, medians (min – max). A secret is configured on every node (with events there always is one, `EVENTS_SECRET`). The receivers are the test harness's (axum on 127.0.0.1, in the benchmark's process), which check the `x-action-secret` header against a SHA-256.",
             bytes / 1_000_000
         ),
-        header: ["node", "to the last byte of output", "output ratio", "to jobenv's exit", "exit ratio"].map(String::from).to_vec(),
+        header: [
+            "node",
+            "to the last byte of output",
+            "output ratio",
+            "to jobenv's exit",
+            "exit ratio",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows,
         targets: vec![
             Target {
-                text: format!("a slow receiver does not slow the program: output ratio {slow_output:.2} (we hold it to ≤ 1.3)"),
+                text: format!(
+                    "a slow receiver does not slow the program: output ratio {slow_output:.2} (we hold it to ≤ 1.3)"
+                ),
                 met: slow_output <= 1.3,
             },
             Target {
-                text: format!("the final status waits at most 2 s: exit minus output with the slow receiver {} (target ≤ 2.2 s)", ms(slow_exit)),
+                text: format!(
+                    "the final status waits at most 2 s: exit minus output with the slow receiver {} (target ≤ 2.2 s)",
+                    ms(slow_exit)
+                ),
                 met: slow_exit <= Duration::from_millis(2200),
             },
         ],

@@ -54,9 +54,19 @@ pub fn run(tools: &Tools, sizes: &[usize], rounds: usize) -> anyhow::Result<Tabl
             time(command)
         };
         let (recover, status) = (upkeep("recover")?, upkeep("status")?);
-        rows.push(vec![size.to_string(), ms(runs[i].median()), ms(runs[i].min()), ms(runs[i].max()), ms(recover), ms(status)]);
+        rows.push(vec![
+            size.to_string(),
+            ms(runs[i].median()),
+            ms(runs[i].min()),
+            ms(runs[i].max()),
+            ms(recover),
+            ms(status),
+        ]);
     }
-    let (first, last) = (runs.first().context("a size")?.median(), runs.last().context("a size")?.median());
+    let (first, last) = (
+        runs.first().context("a size")?.median(),
+        runs.last().context("a size")?.median(),
+    );
     let ratio = last.as_secs_f64() / first.as_secs_f64().max(1e-6);
     let largest = *sizes.last().context("a size")?;
     Ok(Table {
@@ -64,10 +74,17 @@ pub fn run(tools: &Tools, sizes: &[usize], rounds: usize) -> anyhow::Result<Tabl
         method: format!(
             "Wall time of `fediversity-jobenv run --verb apply --payload -` with a job id of its own (`WM_JOB_ID`, so the run is journaled: job lock, entry read, `running` entry, end entry), the program `/bin/true` through the nix-shell stand-in, on nodes whose journals hold {sizes:?} finished entries (written as jobenv writes them, all within the retention, so none is pruned); {rounds} rounds after {WARM_UP} warm-up rounds, the sizes in a rotating order. `recover` and `status` (every entry) once per size, after the runs."
         ),
-        header: ["entries", "run: median", "min", "max", "recover", "status (all)"].map(String::from).to_vec(),
+        header: ["entries", "run: median", "min", "max", "recover", "status (all)"]
+            .map(String::from)
+            .to_vec(),
         rows,
         targets: vec![Target {
-            text: format!("a run with {largest} entries / with {} entries: {ratio:.2}× (target ≤ {RATIO_TARGET:.1}×): {} against {}", sizes[0], ms(last), ms(first)),
+            text: format!(
+                "a run with {largest} entries / with {} entries: {ratio:.2}× (target ≤ {RATIO_TARGET:.1}×): {} against {}",
+                sizes[0],
+                ms(last),
+                ms(first)
+            ),
             met: ratio <= RATIO_TARGET,
         }],
     })

@@ -15,5 +15,9 @@ pub fn describe() -> String {
         .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{model}, {cores} cores, {} GiB RAM, Linux {}", mem_kib / (1024 * 1024), kernel.trim())
+    format!(
+        "{model}, {cores} cores, {} GiB RAM, Linux {}",
+        mem_kib / (1024 * 1024),
+        kernel.trim()
+    )
 }

@@ -30,7 +30,10 @@ enum Bench {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "fediversity-bench", about = "Benchmarks of jobenv and the bootstrap, with same-run baselines")]
+#[command(
+    name = "fediversity-bench",
+    about = "Benchmarks of jobenv and the bootstrap, with same-run baselines"
+)]
 struct Cli {
     /// Which benchmarks to run (default: all)
     #[arg(value_enum)]
@@ -53,7 +56,14 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let tools = node::Tools::find(cli.jobenv, cli.bootstrap)?;
     let benches = if cli.benches.is_empty() {
-        vec![Bench::Startup, Bench::Redaction, Bench::BootstrapRerun, Bench::BootstrapCold, Bench::Events, Bench::Journal]
+        vec![
+            Bench::Startup,
+            Bench::Redaction,
+            Bench::BootstrapRerun,
+            Bench::BootstrapCold,
+            Bench::Events,
+            Bench::Journal,
+        ]
     } else {
         cli.benches
     };
@@ -62,11 +72,31 @@ fn main() -> anyhow::Result<()> {
         eprintln!("fediversity-bench: running {bench:?}");
         tables.push(match bench {
             Bench::Startup => startup::run(&tools, if cli.quick { 3 } else { 300 })?,
-            Bench::Redaction => redaction::run(&tools, if cli.quick { 4 << 20 } else { 1 << 30 }, if cli.quick { 1 } else { 5 })?,
-            Bench::BootstrapRerun => bootstrap::noop_rerun(&tools, if cli.quick { [5, 12] } else { [5, 500] }, if cli.quick { 1 } else { 7 })?,
+            Bench::Redaction => redaction::run(
+                &tools,
+                if cli.quick { 4 << 20 } else { 1 << 30 },
+                if cli.quick { 1 } else { 5 },
+            )?,
+            Bench::BootstrapRerun => bootstrap::noop_rerun(
+                &tools,
+                if cli.quick { [5, 12] } else { [5, 500] },
+                if cli.quick { 1 } else { 7 },
+            )?,
             Bench::BootstrapCold => bootstrap::cold(&tools, 5, if cli.quick { 1 } else { 5 })?,
-            Bench::Events => events::run(&tools, if cli.quick { 2_000_000 } else { 100_000_000 }, if cli.quick { 1 } else { 11 })?,
-            Bench::Journal => journal::run(&tools, if cli.quick { &[0, 100] } else { &[0, 1_000, 10_000, 100_000] }, if cli.quick { 1 } else { 21 })?,
+            Bench::Events => events::run(
+                &tools,
+                if cli.quick { 2_000_000 } else { 100_000_000 },
+                if cli.quick { 1 } else { 11 },
+            )?,
+            Bench::Journal => journal::run(
+                &tools,
+                if cli.quick {
+                    &[0, 100]
+                } else {
+                    &[0, 1_000, 10_000, 100_000]
+                },
+                if cli.quick { 1 } else { 21 },
+            )?,
         });
     }
     let when = humantime_date();

@@ -29,15 +29,30 @@ impl Node {
             std::fs::write(dir.path().join("secrets").join(key), format!("{value}\n"))?;
         }
         let root = dir.path().display().to_string();
-        std::fs::write(dir.path().join("deploy-env.json"), json!({"DEPLOYMENT_ROOT": root, "NIXPKGS": root}).to_string())?;
+        std::fs::write(
+            dir.path().join("deploy-env.json"),
+            json!({"DEPLOYMENT_ROOT": root, "NIXPKGS": root}).to_string(),
+        )?;
         let mut keys = serde_json::Map::new();
         // Control keys (EVENTS_SECRET) are the node's own, not keys a program declares.
-        for key in declared.iter().copied().chain(secrets.iter().map(|(k, _)| k.as_str()).filter(|k| !k.starts_with("EVENTS_"))) {
+        for key in declared.iter().copied().chain(
+            secrets
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .filter(|k| !k.starts_with("EVENTS_")),
+        ) {
             keys.insert(key.to_owned(), json!({"description": "benchmark key"}));
         }
-        std::fs::write(dir.path().join("keys.json"), serde_json::Value::Object(keys).to_string())?;
+        std::fs::write(
+            dir.path().join("keys.json"),
+            serde_json::Value::Object(keys).to_string(),
+        )?;
         std::fs::write(dir.path().join("attributes.json"), r#"["web"]"#)?;
-        Ok(Node { dir, jobenv: tools.jobenv.clone(), stand_in: tools.stand_in.clone() })
+        Ok(Node {
+            dir,
+            jobenv: tools.jobenv.clone(),
+            stand_in: tools.stand_in.clone(),
+        })
     }
 
     /// Adds a key to deploy-env.json.
@@ -106,7 +121,10 @@ pub struct Tools {
 
 impl Tools {
     pub fn find(jobenv: Option<PathBuf>, bootstrap: Option<PathBuf>) -> anyhow::Result<Self> {
-        let here = std::env::current_exe()?.parent().context("the benchmark binary has a directory")?.to_owned();
+        let here = std::env::current_exe()?
+            .parent()
+            .context("the benchmark binary has a directory")?
+            .to_owned();
         let tools = Tools {
             jobenv: jobenv.unwrap_or_else(|| here.join("fediversity-jobenv")),
             bootstrap: bootstrap.unwrap_or_else(|| here.join("fediversity-windmill-bootstrap")),
@@ -114,7 +132,11 @@ impl Tools {
             generate: here.join("bench-generate"),
         };
         for tool in [&tools.jobenv, &tools.bootstrap, &tools.stand_in, &tools.generate] {
-            anyhow::ensure!(tool.exists(), "{} is missing: build the workspace first (cargo build --release --workspace)", tool.display());
+            anyhow::ensure!(
+                tool.exists(),
+                "{} is missing: build the workspace first (cargo build --release --workspace)",
+                tool.display()
+            );
         }
         Ok(tools)
     }

@@ -18,5 +18,8 @@ pub fn printed_forms(secret: &str, one_line: bool) -> Vec<String> {
     forms.extend(tool_forms(secret));
     forms.sort();
     forms.dedup();
-    forms.into_iter().filter(|form| !(one_line && form.contains('\n'))).collect()
+    forms
+        .into_iter()
+        .filter(|form| !(one_line && form.contains('\n')))
+        .collect()
 }

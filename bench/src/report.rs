@@ -29,7 +29,11 @@ impl Table {
         }
         out.push('\n');
         for target in &self.targets {
-            out.push_str(&format!("- {} **{}**\n", target.text, if target.met { "met" } else { "MISSED" }));
+            out.push_str(&format!(
+                "- {} **{}**\n",
+                target.text,
+                if target.met { "met" } else { "MISSED" }
+            ));
         }
         out.push('\n');
         out
@@ -37,7 +41,9 @@ impl Table {
 }
 
 pub fn generated(machine: &str, when: &str, tables: &[Table]) -> String {
-    let mut out = format!("{START}\n\nMeasured on {machine}, {when}. Each figure is compared with a baseline measured in the same run (ratios, not absolute times: machines are noisy).\n\n");
+    let mut out = format!(
+        "{START}\n\nMeasured on {machine}, {when}. Each figure is compared with a baseline measured in the same run (ratios, not absolute times: machines are noisy).\n\n"
+    );
     for table in tables {
         out.push_str(&table.render());
     }
@@ -48,7 +54,9 @@ pub fn generated(machine: &str, when: &str, tables: &[Table]) -> String {
 /// Replaces the generated part of `existing` (or appends it when the markers are missing).
 pub fn splice(existing: &str, generated: &str) -> String {
     match (existing.find(START), existing.find(END)) {
-        (Some(start), Some(end)) if start < end => format!("{}{generated}{}", &existing[..start], &existing[end + END.len()..]),
+        (Some(start), Some(end)) if start < end => {
+            format!("{}{generated}{}", &existing[..start], &existing[end + END.len()..])
+        }
         _ => format!("{}\n\n{generated}\n", existing.trim_end()),
     }
 }

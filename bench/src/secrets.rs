@@ -7,9 +7,9 @@
 //! redaction benchmark marks each printed secret with tabs to check it was redacted whole.
 
 const TOKEN: &[char] = &[
-    'A', 'B', 'C', 'D', 'E', 'F', 'G', 'H', 'I', 'J', 'K', 'L', 'M', 'N', 'O', 'P', 'Q', 'R', 'S', 'T', 'U', 'V', 'W', 'X', 'Y', 'Z', 'a',
-    'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o', 'p', 'q', 'r', 's', 't', 'u', 'v', 'w', 'x', 'y', 'z', '0', '1',
-    '2', '3', '4', '5', '6', '7', '8', '9', '-', '_',
+    'A', 'B', 'C', 'D', 'E', 'F', 'G', 'H', 'I', 'J', 'K', 'L', 'M', 'N', 'O', 'P', 'Q', 'R', 'S', 'T', 'U', 'V', 'W',
+    'X', 'Y', 'Z', 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o', 'p', 'q', 'r', 's', 't',
+    'u', 'v', 'w', 'x', 'y', 'z', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '-', '_',
 ];
 const NON_ASCII: &[char] = &['ä', 'ö', 'ü', 'ß', 'é', 'ñ', 'ø', 'å', '€', '🔑'];
 const URL: &[char] = &['/', '&', '?', '=', ':', '@', '.'];
@@ -20,7 +20,9 @@ const BASE64: &[char] = &['+', '/', '='];
 /// URLs and keys somewhat longer.
 pub fn node_secrets(count: usize) -> Vec<(String, String)> {
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-    (0..count).map(|i| (format!("BENCH_SECRET_{i}"), secret(i, &mut rng))).collect()
+    (0..count)
+        .map(|i| (format!("BENCH_SECRET_{i}"), secret(i, &mut rng)))
+        .collect()
 }
 
 /// Six in ten are tokens; one in ten of each other kind.
@@ -28,7 +30,11 @@ fn secret(i: usize, rng: &mut XorShift) -> String {
     let len = 8 + rng.below(57);
     match i % 10 {
         6 => rng.text(len, &[TOKEN, NON_ASCII], 4),
-        7 => format!("https://deploy:{}@state.example.org/{}", rng.text(len / 2, &[TOKEN], 0), rng.text(len / 2, &[TOKEN, URL], 3)),
+        7 => format!(
+            "https://deploy:{}@state.example.org/{}",
+            rng.text(len / 2, &[TOKEN], 0),
+            rng.text(len / 2, &[TOKEN, URL], 3)
+        ),
         8 => rng.text(len, &[TOKEN, MARKUP], 4),
         // A key of several lines (PEM-like base64), each long enough to be a needle of its own.
         9 => (0..2 + len / 24)
@@ -61,7 +67,11 @@ impl XorShift {
     /// there are other sets, so every secret of a kind has the characters of its kind.
     fn text(&mut self, len: usize, sets: &[&[char]], one_in: usize) -> String {
         let special: Vec<char> = sets[1..].iter().flat_map(|s| s.iter().copied()).collect();
-        let forced = if special.is_empty() { usize::MAX } else { self.below(len) };
+        let forced = if special.is_empty() {
+            usize::MAX
+        } else {
+            self.below(len)
+        };
         (0..len)
             .map(|k| {
                 if k == forced || (one_in > 0 && !special.is_empty() && self.below(one_in) == 0) {
@@ -91,9 +101,16 @@ mod tests {
             ("a quote", &|v: &str| v.contains('"')),
             ("a newline", &|v: &str| v.contains('\n')),
         ] {
-            assert!(values.iter().filter(|v| test(v)).count() >= 5, "fewer than 5 secrets with {what}: {values:?}");
+            assert!(
+                values.iter().filter(|v| test(v)).count() >= 5,
+                "fewer than 5 secrets with {what}: {values:?}"
+            );
         }
-        assert!(values.iter().all(|v| !v.contains('\t') && v.chars().count() >= 8 && !v.ends_with('\n')));
+        assert!(
+            values
+                .iter()
+                .all(|v| !v.contains('\t') && v.chars().count() >= 8 && !v.ends_with('\n'))
+        );
         assert_eq!(node_secrets(100), secrets, "not deterministic");
     }
 }

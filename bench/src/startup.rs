@@ -42,7 +42,10 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
     // stand-in's), measured alone so jobenv's own share shows.
     let stand_in = || {
         let mut c = Command::new("/usr/bin/env");
-        c.arg("-i").arg(format!("PATH={}", node.path("bin").display())).arg(&node.stand_in).args(["--run", "exec web-apply"]);
+        c.arg("-i")
+            .arg(format!("PATH={}", node.path("bin").display()))
+            .arg(&node.stand_in)
+            .args(["--run", "exec web-apply"]);
         c
     };
     let jobenv = |containment: &str| -> anyhow::Result<Command> {
@@ -58,7 +61,13 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
         Ok(c)
     };
 
-    let mut samples = [Samples::default(), Samples::default(), Samples::default(), Samples::default(), Samples::default()];
+    let mut samples = [
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+    ];
     for round in 0..rounds + WARM_UP {
         // Rotate the order each round so drift on a busy machine hits all five alike.
         for k in 0..5 {
@@ -79,11 +88,14 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
     let [direct, stand_in, jobenv, walk, python_samples] = samples;
     let base = direct.median();
     let over = |s: &Samples| s.median().saturating_sub(base);
-    let (jobenv_over, walk_over, python_over, stand_in_over) = (over(&jobenv), over(&walk), over(&python_samples), over(&stand_in));
+    let (jobenv_over, walk_over, python_over, stand_in_over) =
+        (over(&jobenv), over(&walk), over(&python_samples), over(&stand_in));
     let jobenv_own = jobenv.median().saturating_sub(stand_in.median());
     let factor = python_over.as_secs_f64() / jobenv_over.as_secs_f64().max(1e-6);
     let cgroup_factor = jobenv_over.as_secs_f64() / walk_over.as_secs_f64().max(1e-6);
-    let row = |name: &str, s: &Samples, overhead: String| vec![name.to_owned(), ms(s.median()), ms(s.min()), ms(s.max()), overhead];
+    let row = |name: &str, s: &Samples, overhead: String| {
+        vec![name.to_owned(), ms(s.median()), ms(s.min()), ms(s.max()), overhead]
+    };
     Ok(Table {
         title: "1. Start-up overhead of jobenv".into(),
         method: format!(
@@ -91,13 +103,37 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
             declared = secrets.len() + 2,
             version = python.version,
         ),
-        header: ["command", "median", "min", "max", "overhead over the direct exec (median)"].map(String::from).to_vec(),
+        header: [
+            "command",
+            "median",
+            "min",
+            "max",
+            "overhead over the direct exec (median)",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: vec![
             row("`env -i PROG` (baseline)", &direct, "—".into()),
-            row("`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)", &stand_in, format!("+{}", ms(stand_in_over))),
-            row("`fediversity-jobenv run`, the program in a cgroup", &jobenv, format!("+{}", ms(jobenv_over))),
-            row("`fediversity-jobenv run`, the /proc walk (`JOBENV_CONTAINMENT=proc`)", &walk, format!("+{}", ms(walk_over))),
-            row("Python runner (`bench/reference_runner.py`)", &python_samples, format!("+{}", ms(python_over))),
+            row(
+                "`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)",
+                &stand_in,
+                format!("+{}", ms(stand_in_over)),
+            ),
+            row(
+                "`fediversity-jobenv run`, the program in a cgroup",
+                &jobenv,
+                format!("+{}", ms(jobenv_over)),
+            ),
+            row(
+                "`fediversity-jobenv run`, the /proc walk (`JOBENV_CONTAINMENT=proc`)",
+                &walk,
+                format!("+{}", ms(walk_over)),
+            ),
+            row(
+                "Python runner (`bench/reference_runner.py`)",
+                &python_samples,
+                format!("+{}", ms(python_over)),
+            ),
         ],
         targets: vec![
             Target {
@@ -141,13 +177,26 @@ struct Python {
 impl Python {
     fn find() -> anyhow::Result<Self> {
         let out = Command::new("python3")
-            .args(["-S", "-c", "import platform, sys; print(sys.executable); print(platform.python_version())"])
+            .args([
+                "-S",
+                "-c",
+                "import platform, sys; print(sys.executable); print(platform.python_version())",
+            ])
             .output()
             .context("python3 is needed for the start-up benchmark's Python runner")?;
-        anyhow::ensure!(out.status.success(), "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success(),
+            "python3 failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout)?;
         let mut lines = text.lines();
-        let (Some(path), Some(version)) = (lines.next(), lines.next()) else { anyhow::bail!("python3 did not name itself: {text}") };
-        Ok(Python { path: path.into(), version: format!("Python {version}") })
+        let (Some(path), Some(version)) = (lines.next(), lines.next()) else {
+            anyhow::bail!("python3 did not name itself: {text}")
+        };
+        Ok(Python {
+            path: path.into(),
+            version: format!("Python {version}"),
+        })
     }
 }

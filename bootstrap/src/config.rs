@@ -193,7 +193,11 @@ mod tests {
     fn setup(config: serde_json::Value) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("pw"), "a-long-password\n").unwrap();
-        std::fs::write(dir.path().join("dsn"), "host=127.0.0.1 user=windmill password=dbsecret dbname=windmill\n").unwrap();
+        std::fs::write(
+            dir.path().join("dsn"),
+            "host=127.0.0.1 user=windmill password=dbsecret dbname=windmill\n",
+        )
+        .unwrap();
         std::fs::create_dir(dir.path().join("scripts")).unwrap();
         let mut base = serde_json::json!({
             "windmill": {
@@ -230,9 +234,19 @@ mod tests {
         assert_eq!(c.windmill.admin_password.expose(), "a-long-password");
         assert_eq!(c.windmill.default_password.expose(), "changeme");
         assert_eq!(c.database.role, "windmill_admin");
-        assert_eq!((c.workspace.id.as_str(), c.workspace.name.as_str(), c.workspace.folder.as_str()), ("fediversity", "fediversity", "fediversity"));
+        assert_eq!(
+            (
+                c.workspace.id.as_str(),
+                c.workspace.name.as_str(),
+                c.workspace.folder.as_str()
+            ),
+            ("fediversity", "fediversity", "fediversity")
+        );
         assert_eq!(c.token.label, "fediversity");
-        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"]);
+        assert_eq!(
+            c.token.scopes,
+            ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"]
+        );
         assert!(c.token.bind_to_workspace);
         assert!(c.token.revoke_previous);
         assert_eq!(c.ui_auth.label, "fediversity-ui");
@@ -254,15 +268,22 @@ mod tests {
         assert_eq!(c.secrets().len(), 4);
         // The Debug of the whole configuration shows no secret.
         let debug = format!("{c:?}");
-        assert!(!debug.contains("a-long-password") && !debug.contains("dbsecret"), "{debug}");
+        assert!(
+            !debug.contains("a-long-password") && !debug.contains("dbsecret"),
+            "{debug}"
+        );
     }
 
     #[test]
     fn the_default_scopes_follow_the_folder_and_null_is_the_default() {
-        let (_dir, path) = setup(serde_json::json!({"openbao": {"addr": "http://x:1"}, "workspace": {"folder": "ops"}, "token": {"scopes": null}}));
+        let (_dir, path) = setup(
+            serde_json::json!({"openbao": {"addr": "http://x:1"}, "workspace": {"folder": "ops"}, "token": {"scopes": null}}),
+        );
         let c = load_with(&path, &NoEnv).unwrap();
         assert_eq!(c.token.scopes, ["jobs:run:scripts:f/ops/deploy,f/ops/destroy"]);
-        let (_dir, path) = setup(serde_json::json!({"openbao": {"addr": "http://x:1"}, "token": {"scopes": [], "bind_to_workspace": false}}));
+        let (_dir, path) = setup(
+            serde_json::json!({"openbao": {"addr": "http://x:1"}, "token": {"scopes": [], "bind_to_workspace": false}}),
+        );
         let c = load_with(&path, &NoEnv).unwrap();
         assert!(c.token.scopes.is_empty() && !c.token.bind_to_workspace);
     }
@@ -270,10 +291,18 @@ mod tests {
     #[test]
     fn openbao_env_fallback_like_the_cli() {
         let (_dir, path) = setup(serde_json::json!({}));
-        let c = load_with(&path, &MapEnv(vec![("VAULT_ADDR", "http://v:1"), ("VAULT_TOKEN", "vt")])).unwrap();
+        let c = load_with(
+            &path,
+            &MapEnv(vec![("VAULT_ADDR", "http://v:1"), ("VAULT_TOKEN", "vt")]),
+        )
+        .unwrap();
         assert_eq!(c.openbao.addr, "http://v:1");
         assert_eq!(c.openbao.token.unwrap().expose(), "vt");
-        let c = load_with(&path, &MapEnv(vec![("BAO_ADDR", "http://b:1"), ("VAULT_ADDR", "http://v:1")])).unwrap();
+        let c = load_with(
+            &path,
+            &MapEnv(vec![("BAO_ADDR", "http://b:1"), ("VAULT_ADDR", "http://v:1")]),
+        )
+        .unwrap();
         assert_eq!(c.openbao.addr, "http://b:1");
         let err = load_with(&path, &NoEnv).unwrap_err().to_string();
         assert!(err.contains("openbao.addr is required"), "{err}");
@@ -314,7 +343,12 @@ mod tests {
         assert!(err.contains("unknown field `windmil`"), "{err}");
         std::fs::write(&path, "{}").unwrap();
         let err = load_with(&path, &NoEnv).unwrap_err().to_string();
-        for needle in ["windmill.admin_password_file is required", "windmill.database_url_file is required", "scripts.dir is required", "openbao.path is required"] {
+        for needle in [
+            "windmill.admin_password_file is required",
+            "windmill.database_url_file is required",
+            "scripts.dir is required",
+            "openbao.path is required",
+        ] {
             assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
         }
     }

@@ -23,22 +23,46 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     #[error("{what} {} cannot be read: {source}", path.display())]
-    ReadFile { what: &'static str, path: PathBuf, source: io::Error },
+    ReadFile {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     /// The request never got an answer (connect, reset, timeout), after `tries` tries;
     /// `reached`: whether a try may have reached the server (any failure but a connect's).
     #[error("{service} {call}: {detail} (after {tries} tries)")]
-    Transport { service: &'static str, call: String, detail: String, tries: usize, reached: bool },
+    Transport {
+        service: &'static str,
+        call: String,
+        detail: String,
+        tries: usize,
+        reached: bool,
+    },
     /// An answer the bootstrap cannot go on with. `message` is the server's own error text
     /// (Windmill's `<Kind>: <message>`, OpenBao's `errors`), shortened.
     #[error("{service} {call} answered {status}{}: {message}", tries_suffix(*.tries))]
-    Status { service: &'static str, call: String, status: u16, message: String, tries: usize },
+    Status {
+        service: &'static str,
+        call: String,
+        status: u16,
+        message: String,
+        tries: usize,
+    },
     /// An answer longer than the bound on what is read (`http::MAX_BODY`): not read further,
     /// not retried.
     #[error("{service} {call}: the answer is larger than {limit_mib} MiB, the most that is read")]
-    TooLarge { service: &'static str, call: String, limit_mib: usize },
+    TooLarge {
+        service: &'static str,
+        call: String,
+        limit_mib: usize,
+    },
     /// A 2xx answer whose body is not what the API documents.
     #[error("{service} {call}: unexpected answer: {detail}")]
-    Unexpected { service: &'static str, call: String, detail: String },
+    Unexpected {
+        service: &'static str,
+        call: String,
+        detail: String,
+    },
     /// reqwest could not set up its client (TLS backend, resolver): nothing was sent.
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(String),
@@ -56,7 +80,9 @@ pub enum Error {
     HashTooLong { len: usize },
     #[error("argon2 could not hash the password: {0}")]
     Hash(String),
-    #[error("the password hash of {email} was written, but Windmill still rejects the node password after {attempts} logins")]
+    #[error(
+        "the password hash of {email} was written, but Windmill still rejects the node password after {attempts} logins"
+    )]
     LoginStillRejected { email: String, attempts: u32 },
     /// The proof of step 7: Windmill granted the new front-end token a read its scopes do not
     /// cover (a server that stores scopes without enforcing them on every route).
@@ -65,14 +91,24 @@ pub enum Error {
          this server does not enforce token scopes (they hold on every route since Windmill 1.509); \
          the token was not stored"
     )]
-    ScopesNotEnforced { version: String, label: String, call: String, status: u16 },
+    ScopesNotEnforced {
+        version: String,
+        label: String,
+        call: String,
+        status: u16,
+    },
     /// The proof of step 7: Windmill answered a call the new token must be refused with
     /// something else than 403 (`why`: the status and what it means).
     #[error(
         "Windmill {version} answered the new token labeled {label} {call} with {why}, where its scopes must refuse it with 403; \
          the token was not stored"
     )]
-    LimitNotShown { version: String, label: String, call: String, why: String },
+    LimitNotShown {
+        version: String,
+        label: String,
+        call: String,
+        why: String,
+    },
     /// The state file (`state.rs`) cannot be read, is not one the bootstrap wrote, or cannot be
     /// written.
     #[error("state file {}: {detail}", path.display())]
@@ -108,7 +144,11 @@ pub enum Error {
 }
 
 fn tries_suffix(tries: usize) -> String {
-    if tries > 1 { format!(" after {tries} tries") } else { String::new() }
+    if tries > 1 {
+        format!(" after {tries} tries")
+    } else {
+        String::new()
+    }
 }
 
 impl Error {
@@ -120,11 +160,17 @@ impl Error {
     }
 
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub fn sys(context: impl Into<String>, source: nix::Error) -> Self {
-        Error::Sys { context: context.into(), source }
+        Error::Sys {
+            context: context.into(),
+            source,
+        }
     }
 }
 
@@ -167,8 +213,14 @@ mod tests {
 
     #[test]
     fn causes_follow_the_text_without_repeats() {
-        let error = Layer("error connecting", Some(Box::new(Layer("refused", Some(Box::new(Layer("refused", None)))))));
-        assert_eq!(with_causes("cannot connect", Some(&error)), "cannot connect: error connecting: refused");
+        let error = Layer(
+            "error connecting",
+            Some(Box::new(Layer("refused", Some(Box::new(Layer("refused", None)))))),
+        );
+        assert_eq!(
+            with_causes("cannot connect", Some(&error)),
+            "cannot connect: error connecting: refused"
+        );
         assert_eq!(with_causes("alone", None), "alone");
     }
 }

@@ -76,7 +76,10 @@ pub struct Policy {
 
 impl Policy {
     pub fn new(retry: &Retry) -> Self {
-        Policy { attempts: retry.call_attempts.max(1), first_delay: retry.call_delay }
+        Policy {
+            attempts: retry.call_attempts.max(1),
+            first_delay: retry.call_delay,
+        }
     }
 
     fn backoff(&self) -> ExponentialBuilder {
@@ -99,7 +102,11 @@ struct Transient {
 
 impl Transient {
     fn no_answer(detail: String) -> Self {
-        Transient { detail, answer: None, too_large: false }
+        Transient {
+            detail,
+            answer: None,
+            too_large: false,
+        }
     }
 }
 
@@ -130,7 +137,10 @@ pub async fn read_body(mut response: reqwest::Response) -> std::result::Result<S
 
 /// The message for a body over the bound: names the bound, never the body.
 pub fn too_large() -> String {
-    format!("the answer is larger than {} MiB, the most that is read", MAX_BODY >> 20)
+    format!(
+        "the answer is larger than {} MiB, the most that is read",
+        MAX_BODY >> 20
+    )
 }
 
 /// Sends the request `build` makes, retrying transient failures; `service` and `call` (e.g.
@@ -163,13 +173,26 @@ pub async fn send(
             reached.store(true, Ordering::Relaxed);
             let status = response.status();
             let body = read_body(response).await.map_err(|e| match e {
-                BodyError::TooLarge => Transient { detail: too_large(), answer: None, too_large: true },
+                BodyError::TooLarge => Transient {
+                    detail: too_large(),
+                    answer: None,
+                    too_large: true,
+                },
                 BodyError::Read(e) => Transient::no_answer(describe(&e)),
             })?;
             // `tries` is set once the retries are over.
-            let answer = Answer { status, body, tries: 0, carried };
+            let answer = Answer {
+                status,
+                body,
+                tries: 0,
+                carried,
+            };
             if is_transient(status) {
-                return Err(Transient { detail: format!("answered {}", status.as_u16()), answer: Some(answer), too_large: false });
+                return Err(Transient {
+                    detail: format!("answered {}", status.as_u16()),
+                    answer: Some(answer),
+                    too_large: false,
+                });
             }
             Ok(answer)
         }
@@ -178,20 +201,38 @@ pub async fn send(
         .retry(policy.backoff())
         .when(|failure: &Transient| !failure.too_large)
         .notify(|failure: &Transient, delay: Duration| {
-            tracing::debug!("{service} {call}: {}; retrying in {:.2} s", failure.detail, delay.as_secs_f64());
+            tracing::debug!(
+                "{service} {call}: {}; retrying in {:.2} s",
+                failure.detail,
+                delay.as_secs_f64()
+            );
         })
         .await;
     match result {
         Ok(answer) => Ok(Answer { tries, ..answer }),
-        Err(Transient { too_large: true, .. }) => Err(Error::TooLarge { service, call: call.to_owned(), limit_mib: MAX_BODY >> 20 }),
-        Err(Transient { answer: Some(answer), .. }) => Err(Error::Status {
+        Err(Transient { too_large: true, .. }) => Err(Error::TooLarge {
+            service,
+            call: call.to_owned(),
+            limit_mib: MAX_BODY >> 20,
+        }),
+        Err(Transient {
+            answer: Some(answer), ..
+        }) => Err(Error::Status {
             service,
             call: call.to_owned(),
             status: answer.status.as_u16(),
             message: answer.shown(),
             tries,
         }),
-        Err(Transient { detail, answer: None, .. }) => Err(Error::Transport { service, call: call.to_owned(), detail, tries, reached: reached.load(Ordering::Relaxed) }),
+        Err(Transient {
+            detail, answer: None, ..
+        }) => Err(Error::Transport {
+            service,
+            call: call.to_owned(),
+            detail,
+            tries,
+            reached: reached.load(Ordering::Relaxed),
+        }),
     }
 }
 
@@ -218,10 +259,18 @@ pub fn describe(error: &reqwest::Error) -> String {
 
 /// A server's error text, on one line and at most 300 characters.
 pub fn short(body: &str) -> String {
-    let one_line: String = body.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let one_line: String = body
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let mut text: String = one_line.chars().take(300).collect();
     if one_line.chars().count() > 300 {
         text.push('…');
     }
-    if text.is_empty() { "(empty body)".to_owned() } else { text }
+    if text.is_empty() {
+        "(empty body)".to_owned()
+    } else {
+        text
+    }
 }

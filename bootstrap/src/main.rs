@@ -16,7 +16,11 @@ fn main() -> ExitCode {
     // Only our own crate's events: reqwest, hyper and tokio-postgres stay silent, so nothing
     // they might format (a URL, a connection string) reaches the log. (The library's events
     // have target `bootstrap`, the binary's `fediversity_windmill_bootstrap`.)
-    let logging = safe_io::log::init(LOG_PREFIX, "BOOTSTRAP_LOG", &["bootstrap", "fediversity_windmill_bootstrap"]);
+    let logging = safe_io::log::init(
+        LOG_PREFIX,
+        "BOOTSTRAP_LOG",
+        &["bootstrap", "fediversity_windmill_bootstrap"],
+    );
     let cli = Cli::parse();
     if let Err(bad_level) = logging {
         return ExitCode::from(report(&Error::from(bad_level), &[]));
@@ -95,5 +99,8 @@ fn report(error: &Error, secrets: &[&Secret]) -> u8 {
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     // One thread: the work is waiting on the network; scripts run concurrently as tasks.
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }

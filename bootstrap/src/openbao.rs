@@ -49,16 +49,31 @@ impl OpenBao {
     /// Without a token, no token header is sent: an agent's API proxy with auto-auth adds its own
     /// (OpenBao agent's `api_proxy` with `use_auto_auth_token`).
     pub fn new(http: Client, addr: &str, token: Option<Secret>, policy: Policy) -> Self {
-        OpenBao { http, addr: addr.to_owned(), token, policy }
+        OpenBao {
+            http,
+            addr: addr.to_owned(),
+            token,
+            policy,
+        }
     }
 
     /// `secret` is one the body holds, besides the token.
-    async fn request(&self, method: Method, api_path: &str, call: &str, body: Option<&Value>, secret: Option<&Secret>) -> Result<Answer> {
+    async fn request(
+        &self,
+        method: Method,
+        api_path: &str,
+        call: &str,
+        body: Option<&Value>,
+        secret: Option<&Secret>,
+    ) -> Result<Answer> {
         let url = format!("{}/v1/{api_path}", self.addr);
         let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
         http::send(&self.policy, SERVICE, call, &carried, || {
             // The CLI and SDK always send X-Vault-Request; agent listeners may require it (`api/client.go`).
-            let mut request = self.http.request(method.clone(), &url).header("X-Vault-Request", "true");
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .header("X-Vault-Request", "true");
             if let Some(token) = &self.token {
                 request = request.header("X-Vault-Token", token.expose());
             }
@@ -73,7 +88,15 @@ impl OpenBao {
     /// The preflight of `bao kv put`: `(mount, version)`, or `None` on 404.
     pub async fn mount_of(&self, path: &str) -> Result<Option<(String, u8)>> {
         let call = format!("GET /v1/sys/internal/ui/mounts/{path}");
-        let answer = self.request(Method::GET, &format!("sys/internal/ui/mounts/{path}"), &call, None, None).await?;
+        let answer = self
+            .request(
+                Method::GET,
+                &format!("sys/internal/ui/mounts/{path}"),
+                &call,
+                None,
+                None,
+            )
+            .await?;
         match answer.status {
             StatusCode::OK => {
                 let body: Value = serde_json::from_str(&answer.body).map_err(|_| Error::Unexpected {
@@ -82,7 +105,11 @@ impl OpenBao {
                     detail: "the preflight answer is not JSON".into(),
                 })?;
                 let Some(mount) = body.pointer("/data/path").and_then(Value::as_str) else {
-                    return Err(Error::Unexpected { service: SERVICE, call, detail: "the preflight answer has no data.path".into() });
+                    return Err(Error::Unexpected {
+                        service: SERVICE,
+                        call,
+                        detail: "the preflight answer has no data.path".into(),
+                    });
                 };
                 // A missing or null version means KV v1, as in the CLI.
                 let version = match body.pointer("/data/options/version").and_then(Value::as_str) {
@@ -113,16 +140,36 @@ impl OpenBao {
         let api_path = data_path(path, mount.as_deref(), version)?;
         // KV v1 says nothing about the secret in its answer to the write: read it first. A token
         // that may only write (a 403 here) leaves it unknown.
-        let existed_v1 = if version == 2 { None } else { self.exists_v1(&api_path).await? };
-        Ok(Target { mount, version, api_path, existed_v1 })
+        let existed_v1 = if version == 2 {
+            None
+        } else {
+            self.exists_v1(&api_path).await?
+        };
+        Ok(Target {
+            mount,
+            version,
+            api_path,
+            existed_v1,
+        })
     }
 
     /// The write of `kv put` to `target`: the secret becomes exactly `{field: value}`.
     pub async fn write(&self, target: &Target, field: &str, value: &Secret) -> Result<Written> {
-        let Target { mount, version, api_path, existed_v1 } = target;
-        let body = if *version == 2 { json!({"data": {field: value.expose()}, "options": {}}) } else { json!({field: value.expose()}) };
+        let Target {
+            mount,
+            version,
+            api_path,
+            existed_v1,
+        } = target;
+        let body = if *version == 2 {
+            json!({"data": {field: value.expose()}, "options": {}})
+        } else {
+            json!({field: value.expose()})
+        };
         let call = format!("PUT /v1/{api_path}");
-        let answer = self.request(Method::PUT, api_path, &call, Some(&body), Some(value)).await?;
+        let answer = self
+            .request(Method::PUT, api_path, &call, Some(&body), Some(value))
+            .await?;
         // 200 (KV v2, with version metadata) and 204 (KV v1, empty) both mean written.
         if !answer.status.is_success() {
             return Err(status_error(&call, &answer));
@@ -134,7 +181,11 @@ impl OpenBao {
         } else {
             *existed_v1
         };
-        Ok(Written { mount: mount.clone(), version: *version, existed })
+        Ok(Written {
+            mount: mount.clone(),
+            version: *version,
+            existed,
+        })
     }
 
     /// `kv get`: the value of `field` in the secret at `path` (its newest version on KV v2), or
@@ -152,13 +203,24 @@ impl OpenBao {
             StatusCode::NOT_FOUND => Ok(None),
             StatusCode::OK => {
                 // The body holds the secret: a message never shows it.
-                let body: Value = serde_json::from_str(&answer.body)
-                    .map_err(|_| Error::Unexpected { service: SERVICE, call: call.clone(), detail: "the answer is not JSON (not shown)".into() })?;
-                let data = if version == 2 { body.pointer("/data/data") } else { body.pointer("/data") };
+                let body: Value = serde_json::from_str(&answer.body).map_err(|_| Error::Unexpected {
+                    service: SERVICE,
+                    call: call.clone(),
+                    detail: "the answer is not JSON (not shown)".into(),
+                })?;
+                let data = if version == 2 {
+                    body.pointer("/data/data")
+                } else {
+                    body.pointer("/data")
+                };
                 match data.and_then(|d| d.get(field)) {
                     None | Some(Value::Null) => Ok(None),
                     Some(Value::String(value)) => Ok(Some(Secret::token(value.as_str()))),
-                    Some(_) => Err(Error::Unexpected { service: SERVICE, call, detail: format!("the field {field} is not a string (not shown)") }),
+                    Some(_) => Err(Error::Unexpected {
+                        service: SERVICE,
+                        call,
+                        detail: format!("the field {field} is not a string (not shown)"),
+                    }),
                 }
             }
             _ => Err(status_error(&call, &answer)),
@@ -184,10 +246,16 @@ impl OpenBao {
 fn data_path(path: &str, mount: Option<&str>, version: u8) -> Result<String> {
     match (mount, version) {
         (Some(mount), 2) => {
-            let rest = path.strip_prefix(mount).or_else(|| path.strip_prefix(mount.trim_end_matches('/'))).unwrap_or("");
+            let rest = path
+                .strip_prefix(mount)
+                .or_else(|| path.strip_prefix(mount.trim_end_matches('/')))
+                .unwrap_or("");
             let rest = rest.trim_start_matches('/');
             if rest.is_empty() {
-                return Err(Error::PathIsMount { path: path.to_owned(), mount: mount.to_owned() });
+                return Err(Error::PathIsMount {
+                    path: path.to_owned(),
+                    mount: mount.to_owned(),
+                });
             }
             Ok(format!("{}data/{rest}", ensure_slash(mount)))
         }
@@ -196,7 +264,11 @@ fn data_path(path: &str, mount: Option<&str>, version: u8) -> Result<String> {
 }
 
 fn ensure_slash(mount: &str) -> String {
-    if mount.ends_with('/') { mount.to_owned() } else { format!("{mount}/") }
+    if mount.ends_with('/') {
+        mount.to_owned()
+    } else {
+        format!("{mount}/")
+    }
 }
 
 /// `{"errors": [...]}` joined, or the `warnings` (a v2 path without `data/` answers 404 with
@@ -206,14 +278,23 @@ fn status_error(call: &str, answer: &Answer) -> Error {
     let texts = |key: &str| -> Vec<String> {
         body.get(key)
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mut parts = texts("errors");
     if parts.iter().all(|p| p.is_empty()) {
         parts = texts("warnings");
     }
-    let mut message = parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("; ");
+    let mut message = parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
     if message.is_empty() {
         message = answer.shown();
     }
@@ -222,5 +303,11 @@ fn status_error(call: &str, answer: &Answer) -> Error {
         503 => " (OpenBao is sealed or in maintenance)",
         _ => "",
     };
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: format!("{message}{hint}"), tries: answer.tries }
+    Error::Status {
+        service: SERVICE,
+        call: call.into(),
+        status: answer.status.as_u16(),
+        message: format!("{message}{hint}"),
+        tries: answer.tries,
+    }
 }

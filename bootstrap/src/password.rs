@@ -8,9 +8,9 @@
 //! `PasswordHash::new` and verifies with `Argon2::default()` (`users.rs`, `login`). The column is
 //! VARCHAR(100).
 
+use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHasher, SaltString};
-use argon2::Argon2;
 use tokio_postgres::NoTls;
 
 use crate::config::Database;
@@ -41,13 +41,19 @@ pub async fn write_hash(database: &Database, email: &str, hash: &Secret) -> Resu
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(std::time::Duration::from_secs(10));
     }
-    let (mut client, connection) = config.connect(NoTls).await.map_err(|e| db_error("cannot connect", &e, database))?;
+    let (mut client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| db_error("cannot connect", &e, database))?;
     let driver = tokio::spawn(async move {
         // Errors surface through the client calls; this only drives the socket.
         let _ = connection.await;
     });
     let result = async {
-        let tx = client.transaction().await.map_err(|e| db_error("cannot begin a transaction", &e, database))?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| db_error("cannot begin a transaction", &e, database))?;
         tx.batch_execute(&format!("SET LOCAL ROLE {}", quote_ident(&database.role)))
             .await
             .map_err(|e| db_error(&format!("SET ROLE {}", database.role), &e, database))?;
@@ -60,7 +66,9 @@ pub async fn write_hash(database: &Database, email: &str, hash: &Secret) -> Resu
             .map_err(|e| db_error("UPDATE password", &e, database))?;
         if rows != 1 {
             // Dropping the transaction rolls it back.
-            return Err(Error::NoPasswordRow { email: email.to_owned() });
+            return Err(Error::NoPasswordRow {
+                email: email.to_owned(),
+            });
         }
         tx.commit().await.map_err(|e| db_error("COMMIT", &e, database))
     }
@@ -95,10 +103,18 @@ mod tests {
     fn the_hash_is_a_default_argon2id_phc_string_that_fits_the_column() {
         let pw = Secret::new("correct horse battery staple");
         let phc = hash(&pw).unwrap();
-        assert!(phc.expose().starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{}", phc.expose());
+        assert!(
+            phc.expose().starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{}",
+            phc.expose()
+        );
         assert!(phc.expose().len() <= MAX_HASH_LEN);
         let parsed = PasswordHash::new(phc.expose()).unwrap();
-        assert!(Argon2::default().verify_password(pw.expose().as_bytes(), &parsed).is_ok());
+        assert!(
+            Argon2::default()
+                .verify_password(pw.expose().as_bytes(), &parsed)
+                .is_ok()
+        );
         assert!(Argon2::default().verify_password(b"wrong", &parsed).is_err());
         // A fresh salt every time.
         assert_ne!(hash(&pw).unwrap().expose(), phc.expose());

@@ -46,7 +46,10 @@ fn random_script(folder: &str) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut bytes = [0u8; 12];
     OsRng.fill_bytes(&mut bytes);
-    let name: String = bytes.iter().map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char).collect();
+    let name: String = bytes
+        .iter()
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect();
     format!("f/{folder}/probe_{name}")
 }
 
@@ -55,15 +58,26 @@ fn random_script(folder: &str) -> String {
 fn calls(spec: &TokenSpec, workspace: &str, folder: &str) -> Result<Vec<(Method, String, Option<Value>)>> {
     // The configuration leaves at least one read uncovered (checked when it is loaded).
     let Some(read) = scope::probe(&spec.scopes) else {
-        return Err(Error::Config(format!("token.scopes name every domain the run proves the token's limit with ({})", scope::probe_domains().join(", "))));
+        return Err(Error::Config(format!(
+            "token.scopes name every domain the run proves the token's limit with ({})",
+            scope::probe_domains().join(", ")
+        )));
     };
     let w = format!("/api/w/{workspace}");
     Ok(vec![
         (Method::GET, format!("{w}/{read}"), None),
         (Method::POST, format!("{w}/jobs/run/preview"), Some(json!({}))),
         (Method::POST, format!("{w}/scripts/create"), Some(json!({}))),
-        (Method::POST, format!("{w}/jobs/run/p/{}", random_script(folder)), Some(json!({}))),
-        (Method::POST, format!("{w}/jobs/add_batch_jobs/0"), Some(json!({"kind": "noop"}))),
+        (
+            Method::POST,
+            format!("{w}/jobs/run/p/{}", random_script(folder)),
+            Some(json!({})),
+        ),
+        (
+            Method::POST,
+            format!("{w}/jobs/add_batch_jobs/0"),
+            Some(json!({"kind": "noop"})),
+        ),
     ])
 }
 
@@ -79,14 +93,34 @@ pub async fn prove(api: &Windmill, spec: &TokenSpec, workspace: &str, folder: &s
         let (version, label) = (version.to_owned(), spec.label.clone());
         match answer.status.as_u16() {
             403 => refused.push(call),
-            status @ 200..=299 => return Err(Error::ScopesNotEnforced { version, label, call, status }),
+            status @ 200..=299 => {
+                return Err(Error::ScopesNotEnforced {
+                    version,
+                    label,
+                    call,
+                    status,
+                });
+            }
             401 => {
                 let why = "401: the token was not authenticated, which shows nothing of its scopes".to_owned();
-                return Err(Error::LimitNotShown { version, label, call, why });
+                return Err(Error::LimitNotShown {
+                    version,
+                    label,
+                    call,
+                    why,
+                });
             }
             status => {
-                let why = format!("{status} (the route let the token through to the request itself): {}", answer.shown());
-                return Err(Error::LimitNotShown { version, label, call, why });
+                let why = format!(
+                    "{status} (the route let the token through to the request itself): {}",
+                    answer.shown()
+                );
+                return Err(Error::LimitNotShown {
+                    version,
+                    label,
+                    call,
+                    why,
+                });
             }
         }
     }
@@ -113,14 +147,23 @@ pub async fn works(api: &Windmill, spec: &TokenSpec, workspace: &str) -> Result<
     } else {
         // The workspace's probe, as in step 7 (any read for an unscoped one).
         let read = scope::probe(&spec.scopes).unwrap_or("variables/list");
-        (format!("/api/w/{workspace}/{read}"), if spec.scopes.is_empty() { 200 } else { 403 })
+        (
+            format!("/api/w/{workspace}/{read}"),
+            if spec.scopes.is_empty() { 200 } else { 403 },
+        )
     };
     let (call, answer) = api.answer_to(Method::GET, &path, None).await?;
     match answer.status.as_u16() {
         status if status == expected => Ok(Works::Yes { call, status }),
         401 => Ok(Works::NotAuthenticated { call }),
         200 => Ok(Works::Granted { call }),
-        status => Err(Error::Status { service: "Windmill", call, status, message: answer.shown(), tries: answer.tries }),
+        status => Err(Error::Status {
+            service: "Windmill",
+            call,
+            status,
+            message: answer.shown(),
+            tries: answer.tries,
+        }),
     }
 }
 
@@ -133,17 +176,32 @@ mod tests {
         let (a, b) = (random_script("fediversity"), random_script("fediversity"));
         assert_ne!(a, b);
         let name = a.strip_prefix("f/fediversity/probe_").unwrap();
-        assert!(name.len() == 12 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()), "{a}");
+        assert!(
+            name.len() == 12 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()),
+            "{a}"
+        );
     }
 
     #[test]
     fn the_read_comes_first_then_the_four_that_would_run_or_change_code() {
-        let spec = TokenSpec { label: "f".into(), scopes: scope::defaults("fediversity"), workspace: Some("w".into()) };
-        let calls: Vec<String> = calls(&spec, "w", "fediversity").unwrap().into_iter().map(|(m, p, b)| format!("{m} {p} {}", b.unwrap_or_default())).collect();
+        let spec = TokenSpec {
+            label: "f".into(),
+            scopes: scope::defaults("fediversity"),
+            workspace: Some("w".into()),
+        };
+        let calls: Vec<String> = calls(&spec, "w", "fediversity")
+            .unwrap()
+            .into_iter()
+            .map(|(m, p, b)| format!("{m} {p} {}", b.unwrap_or_default()))
+            .collect();
         assert_eq!(calls[0], "GET /api/w/w/variables/list null");
         assert_eq!(calls[1], "POST /api/w/w/jobs/run/preview {}");
         assert_eq!(calls[2], "POST /api/w/w/scripts/create {}");
-        assert!(calls[3].starts_with("POST /api/w/w/jobs/run/p/f/fediversity/probe_") && calls[3].ends_with(" {}"), "{}", calls[3]);
+        assert!(
+            calls[3].starts_with("POST /api/w/w/jobs/run/p/f/fediversity/probe_") && calls[3].ends_with(" {}"),
+            "{}",
+            calls[3]
+        );
         assert_eq!(calls[4], r#"POST /api/w/w/jobs/add_batch_jobs/0 {"kind":"noop"}"#);
     }
 }

@@ -81,7 +81,11 @@ pub struct Noted<T> {
 }
 
 pub fn noted<T>(what: impl Into<String>, outcome: Outcome, value: T) -> Noted<T> {
-    Noted { what: what.into(), outcome, value }
+    Noted {
+        what: what.into(),
+        outcome,
+        value,
+    }
 }
 
 /// The steps' log lines, and the steps that changed something (or, with `--check`, would).
@@ -92,7 +96,10 @@ pub struct Notes {
 
 impl Notes {
     pub fn new(check: bool) -> Self {
-        Notes { check, drift: Vec::new() }
+        Notes {
+            check,
+            drift: Vec::new(),
+        }
     }
 
     pub fn check(&self) -> bool {
@@ -102,7 +109,10 @@ impl Notes {
     /// Runs one step: a failure is wrapped with the step's name; otherwise its line is logged
     /// and a change recorded.
     pub async fn step<T>(&mut self, step: Step, work: impl Future<Output = Result<Noted<T>>>) -> Result<T> {
-        let noted = work.await.map_err(|error| Error::Step { step: step.to_string(), source: Box::new(error) })?;
+        let noted = work.await.map_err(|error| Error::Step {
+            step: step.to_string(),
+            source: Box::new(error),
+        })?;
         line(step, &noted.what, noted.outcome, self.check);
         if noted.outcome != Outcome::Unchanged {
             self.drift.push(step);

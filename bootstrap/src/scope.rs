@@ -26,14 +26,57 @@ pub const MAX_SCOPES: usize = 64;
 /// Windmill's scope domains (`ScopeDomain::from_str` of the version matching CE 1.743.0, its
 /// aliases left out: they are refused with the name to use instead).
 const DOMAINS: &[&str] = &[
-    "jobs", "scripts", "flows", "apps", "variables", "resources", "schedules", "folders", "users", "groups", "workspaces",
-    "http_triggers", "websocket_triggers", "kafka_triggers", "nats_triggers", "mqtt_triggers", "sqs_triggers", "gcp_triggers",
-    "postgres_triggers", "email_triggers", "native_triggers", "audit", "settings", "workers", "service_logs", "configs", "oauth",
-    "ai", "indexer", "teams", "git_sync", "capture", "drafts", "favorites", "inputs", "job_helpers", "concurrency_groups", "oidc",
-    "openapi", "acls", "raw_apps", "agent_workers", "mcp",
+    "jobs",
+    "scripts",
+    "flows",
+    "apps",
+    "variables",
+    "resources",
+    "schedules",
+    "folders",
+    "users",
+    "groups",
+    "workspaces",
+    "http_triggers",
+    "websocket_triggers",
+    "kafka_triggers",
+    "nats_triggers",
+    "mqtt_triggers",
+    "sqs_triggers",
+    "gcp_triggers",
+    "postgres_triggers",
+    "email_triggers",
+    "native_triggers",
+    "audit",
+    "settings",
+    "workers",
+    "service_logs",
+    "configs",
+    "oauth",
+    "ai",
+    "indexer",
+    "teams",
+    "git_sync",
+    "capture",
+    "drafts",
+    "favorites",
+    "inputs",
+    "job_helpers",
+    "concurrency_groups",
+    "oidc",
+    "openapi",
+    "acls",
+    "raw_apps",
+    "agent_workers",
+    "mcp",
 ];
 /// Windmill's aliases of domains, and what they stand for.
-const ALIASES: &[(&str, &str)] = &[("jobs_u", "jobs"), ("apps_u", "apps"), ("srch", "indexer"), ("github_app", "git_sync")];
+const ALIASES: &[(&str, &str)] = &[
+    ("jobs_u", "jobs"),
+    ("apps_u", "apps"),
+    ("srch", "indexer"),
+    ("github_app", "git_sync"),
+];
 /// `ScopeAction::from_str`; `delete` is Windmill's other name for `write`.
 const ACTIONS: &[&str] = &["read", "write", "delete", "run"];
 /// The kinds of `jobs:run:<kind>` (`determine_kind_from_route`).
@@ -71,24 +114,45 @@ fn parse(scope: &str) -> Result<Parsed<'_>, String> {
     }
     let (domain, action) = (parts[0], parts[1]);
     if let Some((_, canonical)) = ALIASES.iter().find(|(alias, _)| *alias == domain) {
-        return Err(format!("uses {domain}, Windmill's other name for the domain {canonical}: write {canonical}"));
+        return Err(format!(
+            "uses {domain}, Windmill's other name for the domain {canonical}: write {canonical}"
+        ));
     }
     if !DOMAINS.contains(&domain) {
-        return Err(format!("has the domain {domain:?}, which is none of Windmill's ({})", DOMAINS.join(", ")));
+        return Err(format!(
+            "has the domain {domain:?}, which is none of Windmill's ({})",
+            DOMAINS.join(", ")
+        ));
     }
     if !ACTIONS.contains(&action) {
-        return Err(format!("has the action {action:?}, which is none of Windmill's ({})", ACTIONS.join(", ")));
+        return Err(format!(
+            "has the action {action:?}, which is none of Windmill's ({})",
+            ACTIONS.join(", ")
+        ));
     }
     let kind = runs.then(|| parts[2]);
     if kind.is_some_and(|kind| !RUN_KINDS.contains(&kind)) {
-        return Err(format!("has a run kind that is none of Windmill's ({})", RUN_KINDS.join(", ")));
+        return Err(format!(
+            "has a run kind that is none of Windmill's ({})",
+            RUN_KINDS.join(", ")
+        ));
     }
     let resources = if runs { parts.get(3) } else { parts.get(2) };
-    if resources.is_some_and(|r| r.split(',').any(|item| item.is_empty() || !item.chars().all(|c| c.is_ascii_graphic()))) {
-        return Err("has an empty or non-ASCII resource (resources are comma-separated, e.g. f/folder/script)".to_owned());
+    if resources.is_some_and(|r| {
+        r.split(',')
+            .any(|item| item.is_empty() || !item.chars().all(|c| c.is_ascii_graphic()))
+    }) {
+        return Err(
+            "has an empty or non-ASCII resource (resources are comma-separated, e.g. f/folder/script)".to_owned(),
+        );
     }
     let action = if action == "delete" { "write" } else { action };
-    Ok(Parsed { domain, action, kind, resources: resources.map(|r| r.split(',').collect()) })
+    Ok(Parsed {
+        domain,
+        action,
+        kind,
+        resources: resources.map(|r| r.split(',').collect()),
+    })
 }
 
 /// What is wrong with `scope`, or `None` when Windmill would parse it and knows its words.
@@ -104,7 +168,9 @@ pub fn problem(scope: &str) -> Option<String> {
 /// route check ignores resources (a handler narrows only some routes).
 pub fn danger(scope: &str) -> Option<String> {
     if scope == "*" {
-        return Some("\"*\" is Windmill's scope for everything: previews, script uploads and every other route".to_owned());
+        return Some(
+            "\"*\" is Windmill's scope for everything: previews, script uploads and every other route".to_owned(),
+        );
     }
     let Ok(p) = parse(scope) else { return None };
     let owner = "with a token owned by the superadmin, that runs any code on the worker";
@@ -113,16 +179,24 @@ pub fn danger(scope: &str) -> Option<String> {
             "it grants POST jobs/add_batch_jobs (a flow sent with the request) and jobs/queue/import (jobs with any code and any owner's rights): {owner}"
         )),
         ("jobs", "run") => match (p.kind, p.resources) {
-            (None, _) => Some(format!("a run scope without a kind runs previews (code sent with the request): {owner}")),
-            (Some(kind), None) => Some(format!("it runs every one of the workspace's {kind}, whoever deploys them: list their paths")),
+            (None, _) => Some(format!(
+                "a run scope without a kind runs previews (code sent with the request): {owner}"
+            )),
+            (Some(kind), None) => Some(format!(
+                "it runs every one of the workspace's {kind}, whoever deploys them: list their paths"
+            )),
             (Some(_), Some(paths)) if paths.iter().any(|p| p.contains('*')) => {
                 Some("a wildcard path covers whatever anyone deploys there later: list the paths".to_owned())
             }
             _ => None,
         },
-        ("scripts", "write") => Some(format!("it creates and replaces scripts, the deploy script included, whose code the next deploy runs: {owner}")),
+        ("scripts", "write") => Some(format!(
+            "it creates and replaces scripts, the deploy script included, whose code the next deploy runs: {owner}"
+        )),
         ("flows", "write") => Some(format!("it creates flows, whose inline steps are any code: {owner}")),
-        ("apps", "write") => Some(format!("it writes apps and runs their components, whose inline scripts are any code: {owner}")),
+        ("apps", "write") => Some(format!(
+            "it writes apps and runs their components, whose inline scripts are any code: {owner}"
+        )),
         _ => None,
     }
 }
@@ -184,10 +258,19 @@ mod tests {
             ("jobs: read", "whitespace"),
             ("jobs:read\n", "whitespace or a control"),
             ("jobs:\u{7f}read", "control"),
-            ("Jobs:read", "the domain \"Jobs\", which is none of Windmill's (jobs, scripts"),
+            (
+                "Jobs:read",
+                "the domain \"Jobs\", which is none of Windmill's (jobs, scripts",
+            ),
             ("varibles:read", "the domain \"varibles\""),
-            ("jobs:reed", "the action \"reed\", which is none of Windmill's (read, write, delete, run)"),
-            ("jobs_u:run:x", "uses jobs_u, Windmill's other name for the domain jobs: write jobs"),
+            (
+                "jobs:reed",
+                "the action \"reed\", which is none of Windmill's (read, write, delete, run)",
+            ),
+            (
+                "jobs_u:run:x",
+                "uses jobs_u, Windmill's other name for the domain jobs: write jobs",
+            ),
             ("jobs:run:Scripts:x", "run kind"),
             ("jobs:run:scripts:", "empty or non-ASCII resource"),
             ("jobs:run:scripts:a,,b", "empty or non-ASCII resource"),
@@ -197,7 +280,10 @@ mod tests {
             assert!(found.contains(why), "{bad:?}: {found}");
         }
         let long = format!("jobs:run:scripts:{}", "f/x/y,".repeat(50));
-        assert_eq!(problem(&long), Some(format!("is {} characters, more than 256", long.len())));
+        assert_eq!(
+            problem(&long),
+            Some(format!("is {} characters, more than 256", long.len()))
+        );
     }
 
     #[test]
@@ -225,7 +311,10 @@ mod tests {
     #[test]
     fn the_probe_is_a_domain_no_scope_names() {
         assert_eq!(probe(&defaults("fediversity")), Some("variables/list"));
-        assert_eq!(probe(&["variables:read".to_owned(), "jobs:read".to_owned()]), Some("users/list"));
+        assert_eq!(
+            probe(&["variables:read".to_owned(), "jobs:read".to_owned()]),
+            Some("users/list")
+        );
         let all: Vec<String> = probe_domains().iter().map(|d| format!("{d}:read")).collect();
         assert_eq!(probe(&all), None);
     }

@@ -47,12 +47,13 @@ pub struct LocalScript {
 /// `script` table).
 fn is_windmill_path(path: &str) -> bool {
     let mut parts = path.split('/');
-    matches!(parts.next(), Some("u" | "f" | "g"))
-        && {
-            let rest: Vec<&str> = parts.collect();
-            rest.len() >= 2
-                && rest.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
-        }
+    matches!(parts.next(), Some("u" | "f" | "g")) && {
+        let rest: Vec<&str> = parts.collect();
+        rest.len() >= 2
+            && rest
+                .iter()
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
+    }
 }
 
 fn language_of(extension: &str) -> Option<&'static str> {
@@ -78,7 +79,10 @@ pub fn scan(dir: &Path) -> Result<Vec<LocalScript>> {
             tracing::debug!("ignoring {} (not .py or .sh)", file.display());
             continue;
         };
-        let relative = file.strip_prefix(dir).expect("walkdir stays under its root").with_extension("");
+        let relative = file
+            .strip_prefix(dir)
+            .expect("walkdir stays under its root")
+            .with_extension("");
         let Some(path) = relative.to_str().map(str::to_owned) else {
             problems.push(format!("{}: the path is not UTF-8", file.display()));
             continue;
@@ -105,15 +109,32 @@ pub fn scan(dir: &Path) -> Result<Vec<LocalScript>> {
         };
         let summary = path.rsplit('/').next().unwrap_or_default().to_owned();
         let sha256 = Sha256::digest(content.as_bytes()).into();
-        scripts.push(LocalScript { path, file: file.to_owned(), language, summary, description: String::new(), content, sha256 });
+        scripts.push(LocalScript {
+            path,
+            file: file.to_owned(),
+            language,
+            summary,
+            description: String::new(),
+            content,
+            sha256,
+        });
     }
     let mut seen = BTreeMap::new();
     for script in &scripts {
         if let Some(other) = seen.insert(script.path.clone(), script.file.clone()) {
-            problems.push(format!("{} and {} are both the Windmill path {}", other.display(), script.file.display(), script.path));
+            problems.push(format!(
+                "{} and {} are both the Windmill path {}",
+                other.display(),
+                script.file.display(),
+                script.path
+            ));
         }
     }
-    if problems.is_empty() { Ok(scripts) } else { Err(Error::Config(problems.join("\n"))) }
+    if problems.is_empty() {
+        Ok(scripts)
+    } else {
+        Err(Error::Config(problems.join("\n")))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,11 +206,20 @@ pub fn decide(local: &LocalScript, remote: Option<&RemoteScript>, ours: Option<&
         }
     };
     differs(r.archived, "archived");
-    differs(r.lock_error_logs.as_deref().is_some_and(|logs| !logs.is_empty()), "its dependency job failed");
+    differs(
+        r.lock_error_logs.as_deref().is_some_and(|logs| !logs.is_empty()),
+        "its dependency job failed",
+    );
     differs(r.language != local.language, "language");
     differs(r.summary.as_deref().unwrap_or("") != local.summary, "summary");
-    differs(r.description.as_deref().unwrap_or("") != local.description, "description");
-    differs(<[u8; 32]>::from(Sha256::digest(r.content.as_bytes())) != local.sha256, "content");
+    differs(
+        r.description.as_deref().unwrap_or("") != local.description,
+        "description",
+    );
+    differs(
+        <[u8; 32]>::from(Sha256::digest(r.content.as_bytes())) != local.sha256,
+        "content",
+    );
     for (field, value) in &r.other {
         let runtime = RUNTIME_FIELDS.contains(&field.as_str()) || field.starts_with("debounce_");
         differs(runtime && !is_default(field, value), field);
@@ -197,12 +227,22 @@ pub fn decide(local: &LocalScript, remote: Option<&RemoteScript>, ours: Option<&
     let lock = r.other.get("lock").filter(|lock| !is_default("lock", lock));
     let servers_own = local.language == "python3" && ours == Some(r.hash.as_str());
     differs(lock.is_some() && !servers_own, "lock");
-    if why.is_empty() { Change::Unchanged } else { Change::Updated(why) }
+    if why.is_empty() {
+        Change::Unchanged
+    } else {
+        Change::Updated(why)
+    }
 }
 
 /// Converges one script; with `check`, only says what it would do. Also the hash of the version
 /// it created, when it did and knows it.
-async fn converge_one(client: &Windmill, workspace: &str, local: &LocalScript, ours: Option<&str>, check: bool) -> Result<(Change, Option<String>)> {
+async fn converge_one(
+    client: &Windmill,
+    workspace: &str,
+    local: &LocalScript,
+    ours: Option<&str>,
+    check: bool,
+) -> Result<(Change, Option<String>)> {
     let mut reread = false;
     loop {
         let remote = client.get_script(workspace, &local.path).await?;
@@ -227,14 +267,20 @@ async fn converge_one(client: &Windmill, workspace: &str, local: &LocalScript, o
             // version we wanted exists, and is the head unless someone wrote since.
             Created::SameHashExists => {
                 let head = client.get_script(workspace, &local.path).await?;
-                let ours = head.filter(|h| decide(local, Some(h), Some(&h.hash)) == Change::Unchanged).map(|h| h.hash);
+                let ours = head
+                    .filter(|h| decide(local, Some(h), Some(&h.hash)) == Change::Unchanged)
+                    .map(|h| h.hash);
                 return Ok((change, ours));
             }
             Created::Conflict(message) if !reread => {
                 tracing::debug!("{}: {message}; re-reading once", local.path);
                 reread = true;
             }
-            Created::Conflict(_) => return Err(Error::ScriptConflict { path: local.path.clone() }),
+            Created::Conflict(_) => {
+                return Err(Error::ScriptConflict {
+                    path: local.path.clone(),
+                });
+            }
         }
     }
 }
@@ -292,7 +338,10 @@ fn with_path(path: &str, error: Error) -> Error {
     match error {
         // Already names the path.
         Error::ScriptConflict { .. } => error,
-        other => Error::Script { path: path.to_owned(), source: Box::new(other) },
+        other => Error::Script {
+            path: path.to_owned(),
+            source: Box::new(other),
+        },
     }
 }
 
@@ -321,9 +370,21 @@ mod tests {
         std::fs::write(sub.join("hello.sh"), "echo hi\n").unwrap();
         std::fs::write(sub.join("README.md"), "notes").unwrap();
         let found = scan(dir.path()).unwrap();
-        let summary: Vec<_> = found.iter().map(|s| (s.path.as_str(), s.language, s.summary.as_str())).collect();
-        assert_eq!(summary, vec![("f/fediversity/deploy", "python3", "deploy"), ("f/fediversity/hello", "bash", "hello")]);
-        assert_eq!(found[0].sha256, <[u8; 32]>::from(Sha256::digest(b"def main():\n    return 1\n")));
+        let summary: Vec<_> = found
+            .iter()
+            .map(|s| (s.path.as_str(), s.language, s.summary.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("f/fediversity/deploy", "python3", "deploy"),
+                ("f/fediversity/hello", "bash", "hello")
+            ]
+        );
+        assert_eq!(
+            found[0].sha256,
+            <[u8; 32]>::from(Sha256::digest(b"def main():\n    return 1\n"))
+        );
     }
 
     #[test]
@@ -376,13 +437,69 @@ mod tests {
         assert_eq!(decide(&local, None, None), Change::Created);
         assert_eq!(decide(&local, Some(&remote("a")), None), Change::Unchanged);
         assert_eq!(decide(&local, Some(&remote("b")), None), updated(&["content"]));
-        assert_eq!(decide(&local, Some(&RemoteScript { archived: true, ..remote("a") }), None), updated(&["archived"]));
-        assert_eq!(decide(&local, Some(&RemoteScript { language: "bash".into(), ..remote("a") }), None), updated(&["language"]));
-        assert_eq!(decide(&local, Some(&RemoteScript { summary: Some("x".into()), ..remote("a") }), None), updated(&["summary"]));
-        assert_eq!(decide(&local, Some(&RemoteScript { description: Some("x".into()), ..remote("a") }), None), updated(&["description"]));
-        let failed = RemoteScript { lock_error_logs: Some("no matching distribution".into()), ..remote("a") };
-        assert_eq!(decide(&local, Some(&failed), None), updated(&["its dependency job failed"]));
-        assert_eq!(decide(&local, Some(&RemoteScript { lock_error_logs: Some(String::new()), ..remote("a") }), None), Change::Unchanged);
+        assert_eq!(
+            decide(
+                &local,
+                Some(&RemoteScript {
+                    archived: true,
+                    ..remote("a")
+                }),
+                None
+            ),
+            updated(&["archived"])
+        );
+        assert_eq!(
+            decide(
+                &local,
+                Some(&RemoteScript {
+                    language: "bash".into(),
+                    ..remote("a")
+                }),
+                None
+            ),
+            updated(&["language"])
+        );
+        assert_eq!(
+            decide(
+                &local,
+                Some(&RemoteScript {
+                    summary: Some("x".into()),
+                    ..remote("a")
+                }),
+                None
+            ),
+            updated(&["summary"])
+        );
+        assert_eq!(
+            decide(
+                &local,
+                Some(&RemoteScript {
+                    description: Some("x".into()),
+                    ..remote("a")
+                }),
+                None
+            ),
+            updated(&["description"])
+        );
+        let failed = RemoteScript {
+            lock_error_logs: Some("no matching distribution".into()),
+            ..remote("a")
+        };
+        assert_eq!(
+            decide(&local, Some(&failed), None),
+            updated(&["its dependency job failed"])
+        );
+        assert_eq!(
+            decide(
+                &local,
+                Some(&RemoteScript {
+                    lock_error_logs: Some(String::new()),
+                    ..remote("a")
+                }),
+                None
+            ),
+            Change::Unchanged
+        );
         // Runtime settings: drift when set, not when at the server's default or not runtime.
         for (field, value) in [
             ("tag", json!("other-worker")),
@@ -395,15 +512,36 @@ mod tests {
             ("debounce_delay_s", json!(3)),
             ("codebase", json!("abc")),
         ] {
-            assert_eq!(decide(&local, Some(&with(field, value)), None), updated(&[field]), "{field}");
+            assert_eq!(
+                decide(&local, Some(&with(field, value)), None),
+                updated(&[field]),
+                "{field}"
+            );
         }
-        for (field, value) in [("tag", json!(null)), ("envs", json!([])), ("kind", json!("script")), ("delete_after_use", json!(false)), ("is_template", json!(true)), ("assets", json!([{"path": "x"}]))] {
-            assert_eq!(decide(&local, Some(&with(field, value)), None), Change::Unchanged, "{field}");
+        for (field, value) in [
+            ("tag", json!(null)),
+            ("envs", json!([])),
+            ("kind", json!("script")),
+            ("delete_after_use", json!(false)),
+            ("is_template", json!(true)),
+            ("assets", json!([{"path": "x"}])),
+        ] {
+            assert_eq!(
+                decide(&local, Some(&with(field, value)), None),
+                Change::Unchanged,
+                "{field}"
+            );
         }
         // A lock: the server's own on a version the bootstrap created; anyone else's is drift.
         let locked = with("lock", json!("# py: 3.12\n"));
-        assert_eq!(decide(&local, Some(&locked), Some("0123456789abcdef")), Change::Unchanged);
-        assert_eq!(decide(&local, Some(&locked), Some("fedcba9876543210")), updated(&["lock"]));
+        assert_eq!(
+            decide(&local, Some(&locked), Some("0123456789abcdef")),
+            Change::Unchanged
+        );
+        assert_eq!(
+            decide(&local, Some(&locked), Some("fedcba9876543210")),
+            updated(&["lock"])
+        );
         assert_eq!(decide(&local, Some(&locked), None), updated(&["lock"]));
         assert_eq!(decide(&local, Some(&with("lock", json!(""))), None), Change::Unchanged);
     }

@@ -43,18 +43,34 @@ impl State {
     /// The state at `path`; none yet (a first run) is an empty one. A file that cannot be read or
     /// is not one this program wrote is an error: guessing would lose the labels to revoke.
     pub fn load(path: &Path) -> Result<State> {
-        let fail = |detail: String| Error::StateFile { path: path.to_owned(), detail };
+        let fail = |detail: String| Error::StateFile {
+            path: path.to_owned(),
+            detail,
+        };
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(State { path: path.to_owned(), stored: Stored::default(), on_disk: None }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(State {
+                    path: path.to_owned(),
+                    stored: Stored::default(),
+                    on_disk: None,
+                });
+            }
             Err(e) => return Err(fail(format!("cannot be read: {e}"))),
         };
-        let stored: Stored = serde_json::from_str(&text).map_err(|e| fail(format!("is not the bootstrap's state ({e}); remove it to start afresh")))?;
+        let stored: Stored = serde_json::from_str(&text)
+            .map_err(|e| fail(format!("is not the bootstrap's state ({e}); remove it to start afresh")))?;
         // Step 9 revokes by these labels: one of Windmill's own would log out every session.
         if let Some(label) = stored.labels.iter().find(|l| l.is_empty() || is_reserved_label(l)) {
-            return Err(fail(format!("lists the label {label:?}, which the bootstrap never mints under; remove it from the file")));
+            return Err(fail(format!(
+                "lists the label {label:?}, which the bootstrap never mints under; remove it from the file"
+            )));
         }
-        Ok(State { path: path.to_owned(), stored, on_disk: Some(text) })
+        Ok(State {
+            path: path.to_owned(),
+            stored,
+            on_disk: Some(text),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -78,11 +94,19 @@ impl State {
 
     /// The hash of the last version of `path` the bootstrap created in `workspace`.
     pub fn created(&self, workspace: &str, path: &str) -> Option<&str> {
-        self.stored.scripts.get(workspace).and_then(|paths| paths.get(path)).map(String::as_str)
+        self.stored
+            .scripts
+            .get(workspace)
+            .and_then(|paths| paths.get(path))
+            .map(String::as_str)
     }
 
     pub fn record_created(&mut self, workspace: &str, path: &str, hash: &str) {
-        self.stored.scripts.entry(workspace.to_owned()).or_default().insert(path.to_owned(), hash.to_owned());
+        self.stored
+            .scripts
+            .entry(workspace.to_owned())
+            .or_default()
+            .insert(path.to_owned(), hash.to_owned());
     }
 
     /// Writes the file if it would change; `true` when written. Its directory (and any missing
@@ -92,11 +116,26 @@ impl State {
         if self.on_disk.as_deref() == Some(text.as_str()) {
             return Ok(false);
         }
-        let fail = |doing: &str, e: std::io::Error| Error::StateFile { path: self.path.clone(), detail: format!("{doing}: {e}") };
+        let fail = |doing: &str, e: std::io::Error| Error::StateFile {
+            path: self.path.clone(),
+            detail: format!("{doing}: {e}"),
+        };
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-            DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| fail("cannot create its directory", e))?;
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| fail("cannot create its directory", e))?;
         }
-        atomic::write(&self.path, text.as_bytes(), Options { mode: Some(0o600), uid: None, gid: None })?;
+        atomic::write(
+            &self.path,
+            text.as_bytes(),
+            Options {
+                mode: Some(0o600),
+                uid: None,
+                gid: None,
+            },
+        )?;
         self.on_disk = Some(text);
         Ok(true)
     }
@@ -119,9 +158,15 @@ mod tests {
         assert!(state.save().unwrap());
         assert!(!state.save().unwrap(), "unchanged: not written again");
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o600);
-        assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(
+            std::fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o7777,
+            0o700
+        );
         let mut again = State::load(&path).unwrap();
-        assert_eq!(again.labels().iter().map(String::as_str).collect::<Vec<_>>(), ["front", "old", "ui"]);
+        assert_eq!(
+            again.labels().iter().map(String::as_str).collect::<Vec<_>>(),
+            ["front", "old", "ui"]
+        );
         assert_eq!(again.created("w", "f/a/b"), Some("0123456789abcdef"));
         again.keep_labels(["front", "ui"]);
         assert!(again.save().unwrap());
@@ -140,7 +185,10 @@ mod tests {
         ] {
             std::fs::write(&path, text).unwrap();
             let err = State::load(&path).unwrap_err().to_string();
-            assert!(err.starts_with(&format!("state file {}", path.display())) && err.contains(why), "{text}: {err}");
+            assert!(
+                err.starts_with(&format!("state file {}", path.display())) && err.contains(why),
+                "{text}: {err}"
+            );
         }
     }
 }

@@ -33,14 +33,22 @@ pub struct TokenSpec {
 impl TokenSpec {
     /// The UI's token: full rights, bound to nothing.
     pub fn ui(config: &Config) -> Self {
-        TokenSpec { label: config.ui_auth.label.clone(), scopes: Vec::new(), workspace: None }
+        TokenSpec {
+            label: config.ui_auth.label.clone(),
+            scopes: Vec::new(),
+            workspace: None,
+        }
     }
 
     /// The front-end's token, as `token.*` configures it.
     pub fn front_end(config: &Config) -> Self {
         let t = &config.token;
         let workspace = t.bind_to_workspace.then(|| config.workspace.id.clone());
-        TokenSpec { label: t.label.clone(), scopes: t.scopes.clone(), workspace }
+        TokenSpec {
+            label: t.label.clone(),
+            scopes: t.scopes.clone(),
+            workspace,
+        }
     }
 
     /// Both, in the order a run stores them (the front-end's in step 7, the UI's in step 8).
@@ -50,7 +58,11 @@ impl TokenSpec {
 
     /// `labeled <label> (<rights>)`, for log lines (scopes and labels are no secrets).
     pub fn describe(&self) -> String {
-        let rights = if self.scopes.is_empty() { "the superadmin's full rights".to_owned() } else { format!("scopes {}", self.scopes.join(" ")) };
+        let rights = if self.scopes.is_empty() {
+            "the superadmin's full rights".to_owned()
+        } else {
+            format!("scopes {}", self.scopes.join(" "))
+        };
         match &self.workspace {
             Some(workspace) => format!("labeled {} ({rights}; bound to workspace {workspace})", self.label),
             None => format!("labeled {} ({rights})", self.label),
@@ -105,12 +117,17 @@ pub async fn store_in_openbao(bao: &OpenBao, config: &Config, minted: &mut Minte
     match bao.get(path, field).await {
         Ok(Some(held)) if held.expose() == minted.token.expose() => {
             minted.stored = true;
-            Ok(InOpenBao::ReadBack { lost: error.to_string() })
+            Ok(InOpenBao::ReadBack {
+                lost: error.to_string(),
+            })
         }
         Ok(_) => Err(error),
         Err(read) => {
             minted.stored = true;
-            Err(Error::MaybeStored { write: Box::new(error), read: Box::new(read) })
+            Err(Error::MaybeStored {
+                write: Box::new(error),
+                read: Box::new(read),
+            })
         }
     }
 }
@@ -136,10 +153,18 @@ pub fn store_in_include(config: &Config, minted: &mut Minted) -> Result<ui_auth_
 /// `tokens/create` for `spec`, with the caller's (the superadmin's) token. The new token joins
 /// `secrets` at once, so that any later message is scrubbed of it.
 pub async fn mint(api: &Windmill, spec: TokenSpec, secrets: &mut Vec<Secret>) -> Result<Minted> {
-    let new = NewToken { label: &spec.label, scopes: &spec.scopes, workspace_id: spec.workspace.as_deref() };
+    let new = NewToken {
+        label: &spec.label,
+        scopes: &spec.scopes,
+        workspace_id: spec.workspace.as_deref(),
+    };
     let token = api.create_token(&new).await?;
     secrets.push(token.clone());
-    Ok(Minted { spec, token, stored: false })
+    Ok(Minted {
+        spec,
+        token,
+        stored: false,
+    })
 }
 
 /// Deletes, best effort, the tokens of `minted` that no sink holds, after a failure: one line
@@ -150,9 +175,14 @@ pub async fn discard(api: &Windmill, minted: &[&Minted], warn: impl Fn(&Error) -
     for token in minted.iter().filter(|m| !m.stored) {
         let label = &token.spec.label;
         match api.delete_token(&token.token.prefix()).await {
-            Ok(()) => tracing::info!("deleted the token labeled {label} that this run minted, as the run failed before storing it"),
+            Ok(()) => tracing::info!(
+                "deleted the token labeled {label} that this run minted, as the run failed before storing it"
+            ),
             Err(error) => {
-                tracing::warn!("could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}", warn(&error))
+                tracing::warn!(
+                    "could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): {}",
+                    warn(&error)
+                )
             }
         }
     }
@@ -162,10 +192,18 @@ pub async fn discard(api: &Windmill, minted: &[&Minted], warn: impl Fn(&Error) -
 /// `former` label (labels the bootstrap minted under before, no longer configured); how many,
 /// per label, the current ones first. Their prefixes join `secrets`: Windmill's answers to a
 /// delete quote the prefix.
-pub async fn revoke(api: &Windmill, minted: &[&Minted], former: &[String], secrets: &mut Vec<Secret>) -> Result<Vec<(String, usize)>> {
+pub async fn revoke(
+    api: &Windmill,
+    minted: &[&Minted],
+    former: &[String],
+    secrets: &mut Vec<Secret>,
+) -> Result<Vec<(String, usize)>> {
     let listed = api.list_tokens().await?;
     let ours: Vec<Secret> = minted.iter().map(|m| m.token.prefix()).collect();
-    let labels = minted.iter().map(|m| m.spec.label.as_str()).chain(former.iter().map(String::as_str));
+    let labels = minted
+        .iter()
+        .map(|m| m.spec.label.as_str())
+        .chain(former.iter().map(String::as_str));
     let mut deleted = Vec::new();
     for label in labels {
         let older: Vec<Secret> = listed
@@ -198,7 +236,10 @@ pub enum Compared {
 /// are the same: the owner's full rights.
 pub fn compare(listed: &[TokenInfo], stored: &Secret, spec: &TokenSpec) -> Compared {
     let prefix = stored.prefix();
-    let Some(live) = listed.iter().find(|t| t.token_prefix == prefix.expose() && t.label.as_deref() == Some(spec.label.as_str())) else {
+    let Some(live) = listed
+        .iter()
+        .find(|t| t.token_prefix == prefix.expose() && t.label.as_deref() == Some(spec.label.as_str()))
+    else {
         return Compared::NotLive;
     };
     let sorted = |scopes: &[String]| {
@@ -214,10 +255,21 @@ pub fn compare(listed: &[TokenInfo], stored: &Secret, spec: &TokenSpec) -> Compa
         differs.push(format!("scopes {} where {} are configured", shown(&have), shown(&want)));
     }
     if live.workspace_id != spec.workspace {
-        let shown = |w: &Option<String>| w.as_ref().map_or("no workspace".to_owned(), |w| format!("workspace {w}"));
-        differs.push(format!("bound to {} where {} is configured", shown(&live.workspace_id), shown(&spec.workspace)));
+        let shown = |w: &Option<String>| {
+            w.as_ref()
+                .map_or("no workspace".to_owned(), |w| format!("workspace {w}"))
+        };
+        differs.push(format!(
+            "bound to {} where {} is configured",
+            shown(&live.workspace_id),
+            shown(&spec.workspace)
+        ));
     }
-    if differs.is_empty() { Compared::Same } else { Compared::Differs(differs.join(", ")) }
+    if differs.is_empty() {
+        Compared::Same
+    } else {
+        Compared::Differs(differs.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -225,7 +277,11 @@ mod tests {
     use super::*;
 
     fn spec(scopes: &[&str], workspace: Option<&str>) -> TokenSpec {
-        TokenSpec { label: "fediversity".into(), scopes: scopes.iter().map(|s| s.to_string()).collect(), workspace: workspace.map(Into::into) }
+        TokenSpec {
+            label: "fediversity".into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            workspace: workspace.map(Into::into),
+        }
     }
 
     fn listed(label: &str, prefix: &str, scopes: Option<&[&str]>, workspace: Option<&str>) -> TokenInfo {
@@ -241,11 +297,31 @@ mod tests {
     fn a_stored_token_is_compared_by_its_prefix_label_scopes_and_workspace() {
         let stored = Secret::token("ABCDEFGHIJrest-of-the-token-xyz0");
         let want = spec(&["jobs:read", "jobs:write"], Some("fediversity"));
-        let same = listed("fediversity", "ABCDEFGHIJ", Some(&["jobs:write", "jobs:read"]), Some("fediversity"));
+        let same = listed(
+            "fediversity",
+            "ABCDEFGHIJ",
+            Some(&["jobs:write", "jobs:read"]),
+            Some("fediversity"),
+        );
         assert_eq!(compare(&[same], &stored, &want), Compared::Same);
         // Not listed, or listed under another label: not live.
-        assert_eq!(compare(&[listed("fediversity", "ZZZZZZZZZZ", None, None)], &stored, &want), Compared::NotLive);
-        assert_eq!(compare(&[listed("other", "ABCDEFGHIJ", Some(&["jobs:read", "jobs:write"]), Some("fediversity"))], &stored, &want), Compared::NotLive);
+        assert_eq!(
+            compare(&[listed("fediversity", "ZZZZZZZZZZ", None, None)], &stored, &want),
+            Compared::NotLive
+        );
+        assert_eq!(
+            compare(
+                &[listed(
+                    "other",
+                    "ABCDEFGHIJ",
+                    Some(&["jobs:read", "jobs:write"]),
+                    Some("fediversity")
+                )],
+                &stored,
+                &want
+            ),
+            Compared::NotLive
+        );
         // Other scopes, no binding.
         let wide = listed("fediversity", "ABCDEFGHIJ", None, None);
         assert_eq!(
@@ -259,7 +335,13 @@ mod tests {
 
     #[test]
     fn descriptions_name_rights_and_binding() {
-        assert_eq!(spec(&["jobs:read"], Some("w")).describe(), "labeled fediversity (scopes jobs:read; bound to workspace w)");
-        assert_eq!(spec(&[], None).describe(), "labeled fediversity (the superadmin's full rights)");
+        assert_eq!(
+            spec(&["jobs:read"], Some("w")).describe(),
+            "labeled fediversity (scopes jobs:read; bound to workspace w)"
+        );
+        assert_eq!(
+            spec(&[], None).describe(),
+            "labeled fediversity (the superadmin's full rights)"
+        );
     }
 }

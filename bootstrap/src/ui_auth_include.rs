@@ -29,7 +29,10 @@ pub enum Written {
 /// Writes the include for `token`, unless its directory is writable by others.
 pub fn write(ui: &UiAuth, token: &Secret) -> Result<Written> {
     if let Some(why) = unsafe_directory(&ui.file)? {
-        return Err(Error::UnsafeDirectory { file: ui.file.clone(), why });
+        return Err(Error::UnsafeDirectory {
+            file: ui.file.clone(),
+            why,
+        });
     }
     write_file(&ui.file, line(token).as_bytes(), ui.uid, ui.gid, ui.mode)
 }
@@ -41,7 +44,10 @@ pub fn write(ui: &UiAuth, token: &Secret) -> Result<Written> {
 /// requests with a header of their choosing. The bootstrap does not change the mode of a
 /// directory it did not make (it may be shared, like /tmp): it refuses, and `--check` says so.
 pub fn unsafe_directory(file: &Path) -> Result<Option<String>> {
-    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() && meta.mode() & 0o002 != 0 => Ok(Some(format!(
             "is in {}, a directory others may write (mode {:04o}): any local user could replace the include",
@@ -86,11 +92,19 @@ pub fn read(ui: &UiAuth) -> Result<Option<Found>> {
     } else {
         None
     };
-    Ok(Some(Found { token, uid: meta.uid(), gid: meta.gid(), mode: meta.mode() & 0o7777 }))
+    Ok(Some(Found {
+        token,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        mode: meta.mode() & 0o7777,
+    }))
 }
 
 fn write_file(path: &Path, contents: &[u8], uid: u32, gid: u32, mode: u32) -> Result<Written> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !dir.exists() {
         create_dirs(dir, gid)?;
     }
@@ -105,8 +119,20 @@ fn write_file(path: &Path, contents: &[u8], uid: u32, gid: u32, mode: u32) -> Re
             return Ok(Written::Unchanged);
         }
     }
-    atomic::write(path, contents, Options { mode: Some(mode), uid: Some(uid), gid: Some(gid) })?;
-    Ok(if existing.is_some() { Written::Updated } else { Written::Created })
+    atomic::write(
+        path,
+        contents,
+        Options {
+            mode: Some(mode),
+            uid: Some(uid),
+            gid: Some(gid),
+        },
+    )?;
+    Ok(if existing.is_some() {
+        Written::Updated
+    } else {
+        Written::Created
+    })
 }
 
 /// Creates `dir` and its missing parents. /run is a tmpfs: after a reboot the directory is gone
@@ -132,8 +158,10 @@ fn create_dirs(dir: &Path, gid: u32) -> Result<()> {
             Err(e) => return Err(Error::io(format!("cannot create the directory {shown}"), e)),
         }
         // The group before the mode opens it up, so that no other group ever gets in.
-        std::os::unix::fs::chown(d, Some(uid), Some(gid)).map_err(|e| Error::io(format!("cannot set the group of {shown}"), e))?;
-        std::fs::set_permissions(d, Permissions::from_mode(0o750)).map_err(|e| Error::io(format!("cannot set the mode of {shown}"), e))?;
+        std::os::unix::fs::chown(d, Some(uid), Some(gid))
+            .map_err(|e| Error::io(format!("cannot set the group of {shown}"), e))?;
+        std::fs::set_permissions(d, Permissions::from_mode(0o750))
+            .map_err(|e| Error::io(format!("cannot set the mode of {shown}"), e))?;
     }
     Ok(())
 }
@@ -152,14 +180,22 @@ mod tests {
         assert_eq!(meta.mode() & 0o7777, 0o440);
         // Every directory made is 0750, whatever the umask.
         for made in [dir.path().join("sub"), dir.path().join("sub/deeper")] {
-            assert_eq!(std::fs::metadata(&made).unwrap().mode() & 0o777, 0o750, "{}", made.display());
+            assert_eq!(
+                std::fs::metadata(&made).unwrap().mode() & 0o777,
+                0o750,
+                "{}",
+                made.display()
+            );
         }
         assert_eq!(write_file(&path, b"one", uid, gid, 0o440).unwrap(), Written::Unchanged);
         assert_eq!(write_file(&path, b"two", uid, gid, 0o440).unwrap(), Written::Updated);
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         // Replaced by rename: a new inode, not the old file rewritten in place.
         assert_ne!(std::fs::metadata(&path).unwrap().ino(), meta.ino());
-        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("token.conf")]);
     }
 
@@ -167,11 +203,27 @@ mod tests {
     fn the_include_is_read_back_as_written() {
         let dir = tempfile::tempdir().unwrap();
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        let ui = UiAuth { label: "ui".into(), file: dir.path().join("t.conf"), owner: String::new(), uid, group: String::new(), gid, mode: 0o440 };
+        let ui = UiAuth {
+            label: "ui".into(),
+            file: dir.path().join("t.conf"),
+            owner: String::new(),
+            uid,
+            group: String::new(),
+            gid,
+            mode: 0o440,
+        };
         assert!(read(&ui).unwrap().is_none());
         write(&ui, &Secret::token("Abc123")).unwrap();
         let found = read(&ui).unwrap().unwrap();
-        assert_eq!((found.token.as_ref().map(Secret::expose), found.uid, found.gid, found.mode), (Some("Abc123"), uid, gid, 0o440));
+        assert_eq!(
+            (
+                found.token.as_ref().map(Secret::expose),
+                found.uid,
+                found.gid,
+                found.mode
+            ),
+            (Some("Abc123"), uid, gid, 0o440)
+        );
         // Another line: no token.
         std::fs::write(&ui.file, "proxy_set_header Authorization \"Bearer a;b\";\n").unwrap();
         assert!(read(&ui).unwrap().unwrap().token.is_none());
@@ -184,7 +236,15 @@ mod tests {
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, Permissions::from_mode(0o1777)).unwrap();
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        let ui = UiAuth { label: "ui".into(), file: open.join("t.conf"), owner: String::new(), uid, group: String::new(), gid, mode: 0o440 };
+        let ui = UiAuth {
+            label: "ui".into(),
+            file: open.join("t.conf"),
+            owner: String::new(),
+            uid,
+            group: String::new(),
+            gid,
+            mode: 0o440,
+        };
         let err = write(&ui, &Secret::token("Abc123")).unwrap_err().to_string();
         assert!(err.contains("a directory others may write (mode 1777)"), "{err}");
         assert!(!ui.file.exists());

@@ -60,7 +60,6 @@ pub struct NewToken<'a> {
     pub workspace_id: Option<&'a str>,
 }
 
-
 /// The page size asked of `tokens/list`: the most every version answers in one page.
 pub const TOKEN_PAGE: usize = 1000;
 /// The most pages of `tokens/list` read (a million tokens): a bound, not a limit any node nears.
@@ -72,18 +71,33 @@ fn no_scopes(scopes: &&[String]) -> bool {
 
 impl Windmill {
     pub fn new(http: Client, base: &str, policy: Policy) -> Self {
-        Windmill { http, base: base.to_owned(), policy, token: None }
+        Windmill {
+            http,
+            base: base.to_owned(),
+            policy,
+            token: None,
+        }
     }
 
     /// The same client, authenticated with `token` (sent as `Authorization: Bearer`).
     pub fn with_token(&self, token: &Secret) -> Self {
-        Windmill { token: Some(token.clone()), ..self.clone() }
+        Windmill {
+            token: Some(token.clone()),
+            ..self.clone()
+        }
     }
 
     /// `call` names the request in messages: method and path, with `{…}` for parts that
     /// could hold anything secret.
     /// `secret` is one the path or body holds, besides the token.
-    async fn request(&self, method: Method, path: &str, call: &str, body: Option<&Value>, secret: Option<&Secret>) -> Result<Answer> {
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        call: &str,
+        body: Option<&Value>,
+        secret: Option<&Secret>,
+    ) -> Result<Answer> {
         let url = format!("{}{path}", self.base);
         let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
         http::send(&self.policy, SERVICE, call, &carried, || {
@@ -113,14 +127,20 @@ impl Windmill {
             http::BodyError::TooLarge => http::too_large(),
             http::BodyError::Read(e) => http::describe(&e),
         })?;
-        if status == StatusCode::OK { Ok(body.trim().to_owned()) } else { Err(format!("answered {}: {}", status.as_u16(), http::short(&body))) }
+        if status == StatusCode::OK {
+            Ok(body.trim().to_owned())
+        } else {
+            Err(format!("answered {}: {}", status.as_u16(), http::short(&body)))
+        }
     }
 
     /// `POST /api/auth/login`: 200 with the session token as plain text, or 400 `Invalid login`.
     pub async fn login(&self, email: &str, password: &Secret) -> Result<Login> {
         let call = "POST /api/auth/login";
         let body = json!({"email": email, "password": password.expose()});
-        let answer = self.request(Method::POST, "/api/auth/login", call, Some(&body), Some(password)).await?;
+        let answer = self
+            .request(Method::POST, "/api/auth/login", call, Some(&body), Some(password))
+            .await?;
         match answer.status {
             StatusCode::OK => Ok(Login::Token(raw_token(call, answer)?)),
             StatusCode::BAD_REQUEST if answer.body.contains("Invalid login") => Ok(Login::Invalid),
@@ -140,7 +160,9 @@ impl Windmill {
     pub async fn create_token(&self, new: &NewToken<'_>) -> Result<Secret> {
         let call = "POST /api/users/tokens/create";
         let body = serde_json::to_value(new).expect("a NewToken serializes");
-        let answer = self.request(Method::POST, "/api/users/tokens/create", call, Some(&body), None).await?;
+        let answer = self
+            .request(Method::POST, "/api/users/tokens/create", call, Some(&body), None)
+            .await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => raw_token(call, answer),
             _ => Err(unexpected_status(call, answer)),
@@ -213,24 +235,38 @@ fn raw_token(call: &str, answer: Answer) -> Result<Secret> {
         return Err(Error::Unexpected {
             service: SERVICE,
             call: call.into(),
-            detail: "the answer is not a Windmill token, which is letters and digits only (the answer is not shown)".into(),
+            detail: "the answer is not a Windmill token, which is letters and digits only (the answer is not shown)"
+                .into(),
         });
     }
     Ok(Secret::token(token))
 }
 
 fn expect_ok(call: &str, answer: Answer) -> Result<()> {
-    if answer.status.is_success() { Ok(()) } else { Err(unexpected_status(call, answer)) }
+    if answer.status.is_success() {
+        Ok(())
+    } else {
+        Err(unexpected_status(call, answer))
+    }
 }
 
 fn expect_json<T: serde::de::DeserializeOwned>(call: &str, answer: Answer) -> Result<T> {
     if answer.status != StatusCode::OK {
         return Err(unexpected_status(call, answer));
     }
-    serde_json::from_str(&answer.body)
-        .map_err(|e| Error::Unexpected { service: SERVICE, call: call.into(), detail: format!("not the JSON the API documents: {e}") })
+    serde_json::from_str(&answer.body).map_err(|e| Error::Unexpected {
+        service: SERVICE,
+        call: call.into(),
+        detail: format!("not the JSON the API documents: {e}"),
+    })
 }
 
 fn unexpected_status(call: &str, answer: Answer) -> Error {
-    Error::Status { service: SERVICE, call: call.into(), status: answer.status.as_u16(), message: answer.shown(), tries: answer.tries }
+    Error::Status {
+        service: SERVICE,
+        call: call.into(),
+        status: answer.status.as_u16(),
+        message: answer.shown(),
+        tries: answer.tries,
+    }
 }

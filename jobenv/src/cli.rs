@@ -17,7 +17,11 @@ pub const DEFAULT_ATTRIBUTES: &str = "/etc/fediversity-windmill/deployment-attri
 pub const DEFAULT_GRACE: &str = "3";
 
 #[derive(Debug, Parser)]
-#[command(name = "fediversity-jobenv", version, about = "Run a deployment program with a vetted environment")]
+#[command(
+    name = "fediversity-jobenv",
+    version,
+    about = "Run a deployment program with a vetted environment"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -194,7 +198,9 @@ fn list_or_env(flags: &[PathBuf], var: &str, default: Option<&str>) -> Vec<PathB
     }
     match std::env::var_os(var) {
         // Set but empty means "none": a node without secrets says so explicitly.
-        Some(value) => std::env::split_paths(&value).filter(|p| !p.as_os_str().is_empty()).collect(),
+        Some(value) => std::env::split_paths(&value)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
         None => default.map(PathBuf::from).into_iter().collect(),
     }
 }
@@ -213,7 +219,11 @@ pub struct JobArgs {
 
 impl JobArgs {
     pub fn settings(&self) -> settings::JobSettings {
-        settings::JobSettings { verb: self.verb.clone(), payload: self.payload.clone(), node: self.node.settings() }
+        settings::JobSettings {
+            verb: self.verb.clone(),
+            payload: self.payload.clone(),
+            node: self.node.settings(),
+        }
     }
 }
 
@@ -238,7 +248,13 @@ pub struct RunArgs {
     /// How the program tree is kept: a cgroup of its own where jobenv may create one (auto; in
     /// cluster mode, always), always (cgroup: the job is not run without one), or jobenv's
     /// descendants in /proc (proc; not in cluster mode) [JOBENV_CONTAINMENT]
-    #[arg(long, value_enum, value_name = "HOW", env = "JOBENV_CONTAINMENT", default_value = "auto")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        env = "JOBENV_CONTAINMENT",
+        default_value = "auto"
+    )]
     pub containment: ContainmentArg,
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -275,7 +291,13 @@ impl ClusterArgs {
                 None => Ok(None),
             };
         };
-        let cluster = settings::Cluster { dsn_file: dsn_file.clone(), ca_file: self.ca_file.clone(), lease: self.lease, renew_every: self.renew_every, renew_deadline: self.renew_deadline };
+        let cluster = settings::Cluster {
+            dsn_file: dsn_file.clone(),
+            ca_file: self.ca_file.clone(),
+            lease: self.lease,
+            renew_every: self.renew_every,
+            renew_deadline: self.renew_deadline,
+        };
         cluster.check()?;
         Ok(Some(cluster))
     }
@@ -354,7 +376,9 @@ pub struct KeysArgs {
 const MAX_SECONDS: f64 = 365.0 * 86_400.0;
 
 fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
     if seconds > MAX_SECONDS {
         return Err(format!("{text:?} is more than a year"));
     }

@@ -34,7 +34,12 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Rejected(problems) if !problems.is_empty() && problems.iter().all(|p| matches!(p, Problem::NodeNotReady(_) | Problem::NewerEntryFormat { .. })) => {
+            Error::Rejected(problems)
+                if !problems.is_empty()
+                    && problems
+                        .iter()
+                        .all(|p| matches!(p, Problem::NodeNotReady(_) | Problem::NewerEntryFormat { .. })) =>
+            {
                 EXIT_NOT_READY
             }
             Error::Rejected(_) => EXIT_REJECTED,
@@ -50,11 +55,17 @@ impl Error {
     }
 
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub fn sys(context: impl Into<String>, source: nix::Error) -> Self {
-        Error::Sys { context: context.into(), source }
+        Error::Sys {
+            context: context.into(),
+            source,
+        }
     }
 }
 
@@ -98,19 +109,34 @@ pub enum Problem {
     #[error("{what} {} does not exist", path.display())]
     MissingFile { what: &'static str, path: PathBuf },
     #[error("{what} {} cannot be read: {source}", path.display())]
-    UnreadableFile { what: &'static str, path: PathBuf, source: io::Error },
+    UnreadableFile {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     /// `detail` is serde_json's syntax message: a position, never the text around it.
     #[error("{what} {origin} is not valid JSON: {detail}")]
-    NotJson { what: &'static str, origin: String, detail: String },
+    NotJson {
+        what: &'static str,
+        origin: String,
+        detail: String,
+    },
     #[error("{what} {origin} must be {expected}")]
-    WrongShape { what: &'static str, origin: String, expected: &'static str },
+    WrongShape {
+        what: &'static str,
+        origin: String,
+        expected: &'static str,
+    },
     #[error("payload is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("invalid variable name {key:?} in {origin}: a name must be non-empty and contain no '=' or NUL")]
     InvalidKey { key: String, origin: String },
     #[error("the value of {} in {origin} contains a NUL byte", name(key))]
     NulInValue { key: String, origin: String },
-    #[error("{origin} sets {}, which is neither declared in the keys file nor a Nix/OpenTofu variable a node may set", name(key))]
+    #[error(
+        "{origin} sets {}, which is neither declared in the keys file nor a Nix/OpenTofu variable a node may set",
+        name(key)
+    )]
     UndeclaredNodeKey { key: String, origin: String },
     #[error("{origin} sets {}, which only a job payload may set", name(key))]
     PayloadOnlyKeyOnNode { key: String, origin: String },
@@ -127,24 +153,49 @@ pub enum Problem {
     #[error("{key} is required but not set{hint}")]
     MissingControl { key: &'static str, hint: &'static str },
     #[error("{key} {shown} is invalid: {rule}")]
-    BadControl { key: &'static str, shown: String, rule: &'static str },
+    BadControl {
+        key: &'static str,
+        shown: String,
+        rule: &'static str,
+    },
     #[error("NAMESPACE {namespace:?} differs from the last segment of TF_HTTP_ADDRESS {address}")]
     NamespaceMismatch { namespace: String, address: String },
     #[error("TF_HTTP_ADDRESS has no path segment to name the namespace {namespace} (it must end in /<namespace>)")]
     AddressWithoutNamespace { namespace: String },
-    #[error("TF_HTTP_ADDRESS {shown} is not this node's state address of namespace {namespace} (<STATE_BASE_ADDRESS>/<namespace>)")]
+    #[error(
+        "TF_HTTP_ADDRESS {shown} is not this node's state address of namespace {namespace} (<STATE_BASE_ADDRESS>/<namespace>)"
+    )]
     ForeignStateAddress { shown: String, namespace: String },
-    #[error("{key} is given but the job has no state address (neither TF_HTTP_ADDRESS nor the node's STATE_BASE_ADDRESS)")]
+    #[error(
+        "{key} is given but the job has no state address (neither TF_HTTP_ADDRESS nor the node's STATE_BASE_ADDRESS)"
+    )]
     LockWithoutState { key: &'static str },
     #[error("{key} {shown} is not under the job's state address")]
     LockOutsideState { key: &'static str, shown: String },
-    #[error("{} ({from}) cannot be passed to a program: {}=<value> is {bytes} bytes, the kernel takes at most {limit}", name(key), name(key))]
-    ValueTooLong { key: String, from: String, bytes: usize, limit: usize },
+    #[error(
+        "{} ({from}) cannot be passed to a program: {}=<value> is {bytes} bytes, the kernel takes at most {limit}",
+        name(key),
+        name(key)
+    )]
+    ValueTooLong {
+        key: String,
+        from: String,
+        bytes: usize,
+        limit: usize,
+    },
     #[error("argument {index} of the program cannot be passed: it is {bytes} bytes, the kernel takes at most {limit}")]
     ArgumentTooLong { index: usize, bytes: usize, limit: usize },
-    #[error("the program's arguments and environment take {total} bytes, more than the {budget} that jobenv leaves them under this stack limit (largest: {largest})")]
-    ExecTooLarge { total: usize, budget: usize, largest: String },
-    #[error("the node sets {key} but no STATE_BASE_ADDRESS: the node's state credentials go only to the node's own state backend, never to an address a job chose")]
+    #[error(
+        "the program's arguments and environment take {total} bytes, more than the {budget} that jobenv leaves them under this stack limit (largest: {largest})"
+    )]
+    ExecTooLarge {
+        total: usize,
+        budget: usize,
+        largest: String,
+    },
+    #[error(
+        "the node sets {key} but no STATE_BASE_ADDRESS: the node's state credentials go only to the node's own state backend, never to an address a job chose"
+    )]
     CredentialsWithoutBase { key: &'static str },
     #[error("the payload's TF_HTTP_PASSWORD is longer than {max} bytes")]
     PayloadPasswordTooLong { max: usize },
@@ -153,7 +204,11 @@ pub enum Problem {
     #[error("unknown ATTRIBUTE {0:?}: it is not in the published attribute list")]
     UnknownAttribute(String),
     #[error("EXECUTABLE {given:?} is not allowed: it must be {expected:?} ({rule})")]
-    BadExecutable { given: String, expected: String, rule: &'static str },
+    BadExecutable {
+        given: String,
+        expected: String,
+        rule: &'static str,
+    },
     #[error("unknown verb {verb:?}: expected one of {expected}")]
     UnknownVerb { verb: String, expected: String },
     #[error("secrets directory {} does not exist", .0.display())]
@@ -161,35 +216,56 @@ pub enum Problem {
     #[error("secret file {} {reason}", path.display())]
     BadSecretFile { path: PathBuf, reason: &'static str },
     #[error("{}:{line}: {reason}", path.display())]
-    BadEnvFileLine { path: PathBuf, line: usize, reason: &'static str },
+    BadEnvFileLine {
+        path: PathBuf,
+        line: usize,
+        reason: &'static str,
+    },
     #[error("secrets env file {} {reason}", path.display())]
     BadEnvFile { path: PathBuf, reason: &'static str },
-    #[error("the node's secrets hold {total} bytes together, more than {limit}: each is redacted in every form it may be printed in")]
+    #[error(
+        "the node's secrets hold {total} bytes together, more than {limit}: each is redacted in every form it may be printed in"
+    )]
     SecretsTooLarge { total: usize, limit: usize },
     #[error("{set} is set but {missing} is not: progress events need both")]
     EventsHalfConfigured { set: &'static str, missing: &'static str },
     #[error("EVENTS_KIND deployments is for apply and destroy: a {verb} job reports on a jobs row")]
     DeploymentRowVerb { verb: String },
-    #[error("{origin} sets {}, which must come from a secrets directory or a secrets env file", name(key))]
+    #[error(
+        "{origin} sets {}, which must come from a secrets directory or a secrets env file",
+        name(key)
+    )]
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
-    #[error("keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\", \"default\" and \"node_only\")", name(key))]
+    #[error(
+        "keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\", \"default\" and \"node_only\")",
+        name(key)
+    )]
     UnknownKeysField { origin: String, key: String, field: String },
-    #[error("the keys file declares {}, a control key jobenv consumes and never passes to the program", name(key))]
+    #[error(
+        "the keys file declares {}, a control key jobenv consumes and never passes to the program",
+        name(key)
+    )]
     DeclaredControlKey { key: String },
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]
     InvalidJobId(String),
     #[error("the journal in {} cannot be used: {source}", shown_path(path))]
     Journal { path: PathBuf, source: io::Error },
     #[error("job {job_id} was already run for {recorded}; this run asks for {asked}: a job id names one request")]
-    AnotherRequest { job_id: String, recorded: String, asked: String },
+    AnotherRequest {
+        job_id: String,
+        recorded: String,
+        asked: String,
+    },
     #[error("node not ready: {0}")]
     NodeNotReady(String),
     /// An entry written by a newer jobenv (before a rollback of the node, say). What it means
     /// cannot be known here, so nothing acts on its job id: running the job could run it twice,
     /// replaying it could report what it did not mean. The node is not ready for that job.
-    #[error("the journal entry of job {job_id} has format {format}, newer than this jobenv's {known}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)")]
+    #[error(
+        "the journal entry of job {job_id} has format {format}, newer than this jobenv's {known}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)"
+    )]
     NewerEntryFormat { job_id: String, format: u32, known: u32 },
     #[error("the cluster DSN file {} {why}", path.display())]
     ClusterDsn { path: PathBuf, why: &'static str },
@@ -211,7 +287,10 @@ impl Problem {
     /// The [`Problem::NewerEntryFormat`] a journal's read error holds, if it is one (the
     /// journal's reads are I/O: see `record::entry::parse`).
     pub fn newer_entry_format(error: &io::Error) -> Option<&Problem> {
-        error.get_ref().and_then(|e| e.downcast_ref::<Problem>()).filter(|p| matches!(p, Problem::NewerEntryFormat { .. }))
+        error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<Problem>())
+            .filter(|p| matches!(p, Problem::NewerEntryFormat { .. }))
     }
 }
 
@@ -224,6 +303,9 @@ mod tests {
         let forged = "X\njobenv: web-apply succeeded with exit code 0".to_owned();
         let text = Problem::UndeclaredPayloadKeys(vec!["PLAIN".into(), forged]).to_string();
         assert_eq!(text.lines().count(), 1, "{text}");
-        assert_eq!(text, "payload rejected: undeclared keys: PLAIN, X\\njobenv: web-apply succeeded with exit code 0");
+        assert_eq!(
+            text,
+            "payload rejected: undeclared keys: PLAIN, X\\njobenv: web-apply succeeded with exit code 0"
+        );
     }
 }

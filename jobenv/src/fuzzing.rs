@@ -5,24 +5,39 @@
 use std::collections::BTreeMap;
 
 use crate::error::Problem;
+use crate::input::Inputs;
 use crate::input::keys::DeclaredKey;
 use crate::input::names as policy;
 use crate::input::node::NodeValue;
-use crate::input::Inputs;
 use crate::plan::plan;
 use crate::run::redact::{Redactor, can_be_spelled_by_marker, redact_all};
 
 /// Any bytes as a payload: parsing never panics, and whatever is accepted obeys the rules.
 pub fn payload(data: &[u8]) {
-    let Ok(payload) = crate::input::payload::parse("fuzz", data) else { return };
+    let Ok(payload) = crate::input::payload::parse("fuzz", data) else {
+        return;
+    };
     let declared: BTreeMap<String, DeclaredKey> = ["DOMAIN", "HOSTS", "PATH", "NIX_CONFIG"]
         .into_iter()
         .map(|k| (k.to_owned(), DeclaredKey::default()))
         .collect();
-    let node: BTreeMap<String, NodeValue> = [("DEPLOYMENT_ROOT", "/"), ("NIXPKGS", "/nixpkgs"), ("DOMAIN", "node.example")]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), NodeValue { value: safe_io::secret::Text::Plain(v.to_owned()), origin: "node".into(), hidden_key: false }))
-        .collect();
+    let node: BTreeMap<String, NodeValue> = [
+        ("DEPLOYMENT_ROOT", "/"),
+        ("NIXPKGS", "/nixpkgs"),
+        ("DOMAIN", "node.example"),
+    ]
+    .into_iter()
+    .map(|(k, v)| {
+        (
+            k.to_owned(),
+            NodeValue {
+                value: safe_io::secret::Text::Plain(v.to_owned()),
+                origin: "node".into(),
+                hidden_key: false,
+            },
+        )
+    })
+    .collect();
     let inputs = Inputs {
         verb: "apply".into(),
         node,
@@ -35,13 +50,27 @@ pub fn payload(data: &[u8]) {
         exec_budget: crate::input::exec_budget(8 << 20),
     };
     let Ok(plan) = plan(&inputs) else { return };
-    assert!(["web", "db-1"].contains(&plan.attribute.as_str()), "an unpublished attribute was accepted");
-    assert_eq!(plan.argv[7], format!("exec {}-apply", plan.attribute), "the shell text is not exec <ATTRIBUTE>-<VERB>");
+    assert!(
+        ["web", "db-1"].contains(&plan.attribute.as_str()),
+        "an unpublished attribute was accepted"
+    );
+    assert_eq!(
+        plan.argv[7],
+        format!("exec {}-apply", plan.attribute),
+        "the shell text is not exec <ATTRIBUTE>-<VERB>"
+    );
     assert!(policy::is_valid_namespace(&plan.namespace));
     assert!(policy::is_valid_system(&plan.system));
-    assert_eq!(plan.env["DOMAIN"].value.expose(), "node.example", "the payload overrode the node");
+    assert_eq!(
+        plan.env["DOMAIN"].value.expose(),
+        "node.example",
+        "the payload overrode the node"
+    );
     for (key, var) in &plan.env {
-        assert!(policy::is_valid_key(key) && !var.value.expose().contains('\0'), "an invalid variable reached the plan");
+        assert!(
+            policy::is_valid_key(key) && !var.value.expose().contains('\0'),
+            "an invalid variable reached the plan"
+        );
         if payload.contains_key(key) && var.source == crate::plan::Source::Payload {
             assert!(!policy::is_reserved(key), "the payload set reserved {key}");
         }
@@ -66,7 +95,10 @@ pub fn env_file(data: &[u8]) {
                 if !value.bytes().all(|b| b == b'=') {
                     ordinary.insert(key);
                 }
-                assert!(crate::input::env_file::is_variable_name(key), "a key that is not a variable name was accepted");
+                assert!(
+                    crate::input::env_file::is_variable_name(key),
+                    "a key that is not a variable name was accepted"
+                );
                 assert!(!value.contains('\n'), "a value spans lines");
                 line
             }
@@ -81,15 +113,25 @@ pub fn env_file(data: &[u8]) {
     crate::input::admit::check_node(&values, &BTreeMap::new(), &mut problems);
     let lines = text.split('\n').count();
     let is_origin = |origin: &str| {
-        origin.split(" and ").all(|one| one.strip_prefix(PATH).and_then(|l| l.strip_prefix(':')).and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| (1..=lines).contains(&l)))
+        origin.split(" and ").all(|one| {
+            one.strip_prefix(PATH)
+                .and_then(|l| l.strip_prefix(':'))
+                .and_then(|l| l.parse::<usize>().ok())
+                .is_some_and(|l| (1..=lines).contains(&l))
+        })
     };
     let named = |key: &str| {
-        assert!(crate::input::env_file::is_variable_name(key), "a problem names a key that is not a variable name");
+        assert!(
+            crate::input::env_file::is_variable_name(key),
+            "a problem names a key that is not a variable name"
+        );
         assert!(ordinary.contains(key), "a problem names a key that may be secret text");
     };
     for problem in &problems {
         match problem {
-            Problem::BadEnvFileLine { path, line, .. } => assert!(path.to_str() == Some(PATH) && (1..=lines).contains(line), "{problem}"),
+            Problem::BadEnvFileLine { path, line, .. } => {
+                assert!(path.to_str() == Some(PATH) && (1..=lines).contains(line), "{problem}")
+            }
             Problem::HiddenNodeKey { origin, .. } => assert!(is_origin(origin), "{problem}"),
             Problem::UndeclaredNodeKey { key, origin } | Problem::NulInValue { key, origin } => {
                 named(key);
@@ -98,7 +140,13 @@ pub fn env_file(data: &[u8]) {
             // These name one of jobenv's own names, whatever the line's value.
             Problem::DerivedKeyOnNode { key, origin } | Problem::PayloadOnlyKeyOnNode { key, origin } => {
                 let none = BTreeMap::new();
-                assert!(matches!(policy::class(key, &none), policy::KeyClass::Derived { .. } | policy::KeyClass::PayloadControl { .. }), "{problem}");
+                assert!(
+                    matches!(
+                        policy::class(key, &none),
+                        policy::KeyClass::Derived { .. } | policy::KeyClass::PayloadControl { .. }
+                    ),
+                    "{problem}"
+                );
                 assert!(is_origin(origin), "{problem}");
             }
             Problem::DuplicateNodeKey { key, first, second } => {
@@ -117,16 +165,22 @@ pub fn env_file(data: &[u8]) {
 /// tool's spelling ([`tool_spelling`]), bit 64 Rust's `Debug`, and otherwise a JSON one.
 pub fn escaped_redaction(data: &[u8]) {
     let Some((&how, rest)) = data.split_first() else { return };
-    let Some((&split, rest)) = rest.split_first() else { return };
+    let Some((&split, rest)) = rest.split_first() else {
+        return;
+    };
     let split = usize::from(split).min(rest.len());
     let (secret, around) = rest.split_at(split);
-    let Ok(secret) = std::str::from_utf8(secret) else { return };
+    let Ok(secret) = std::str::from_utf8(secret) else {
+        return;
+    };
     if secret.len() < crate::plan::MIN_SECRET_LEN {
         return;
     }
     let debug = format!("{secret:?}");
     let (spelled, must_go) = if how & 128 != 0 {
-        let Some(spelled) = tool_spelling(secret, how, around.len() % 6) else { return };
+        let Some(spelled) = tool_spelling(secret, how, around.len() % 6) else {
+            return;
+        };
         spelled
     } else if how & 64 != 0 {
         let inside = debug[1..debug.len() - 1].to_owned();
@@ -148,7 +202,11 @@ pub fn escaped_redaction(data: &[u8]) {
         redactor.push(piece, &mut out);
     }
     redactor.finish(&mut out);
-    assert_eq!(out, redact_all(&needles, &input), "streamed redaction differs from the reference");
+    assert_eq!(
+        out,
+        redact_all(&needles, &input),
+        "streamed redaction differs from the reference"
+    );
     // Every byte of the spelling that holds something of the secret is one that a needle
     // covers: none of it reaches the output, not even in part.
     let must_go = before.len() + must_go.start..before.len() + must_go.end;
@@ -158,7 +216,11 @@ pub fn escaped_redaction(data: &[u8]) {
             covered[start..start + needle.len()].fill(true);
         }
     }
-    assert!(covered[must_go.clone()].iter().all(|&c| c), "a spelling of the secret survived in part: {:?}", String::from_utf8_lossy(&input[must_go]));
+    assert!(
+        covered[must_go.clone()].iter().all(|&c| c),
+        "a spelling of the secret survived in part: {:?}",
+        String::from_utf8_lossy(&input[must_go])
+    );
 }
 
 /// What a tool prints for `text`, chosen by bits of `how`, and the part of it that must not
@@ -167,7 +229,9 @@ pub fn escaped_redaction(data: &[u8]) {
 /// tool would not print that (base64 of fewer than 8 bytes is not redacted).
 fn tool_spelling(text: &str, how: u8, lead: usize) -> Option<(String, std::ops::Range<usize>)> {
     let per_char = |escape: &dyn Fn(char) -> Option<String>| -> String {
-        text.chars().map(|c| escape(c).unwrap_or_else(|| c.to_string())).collect()
+        text.chars()
+            .map(|c| escape(c).unwrap_or_else(|| c.to_string()))
+            .collect()
     };
     let spelled = match how % 8 {
         // bash's set -x, Python's shlex.quote, SQL.
@@ -183,10 +247,26 @@ fn tool_spelling(text: &str, how: u8, lead: usize) -> Option<(String, std::ops::
             c => Some(c.to_string().bytes().map(|b| format!("\\{b:03o}")).collect()),
         }),
         // RFC 3986 percent-encoding.
-        4 => text.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { char::from(b).to_string() } else { format!("%{b:02X}") }).collect(),
+        4 => text
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect(),
         // XML.
         5 => per_char(&|c| {
-            let entity = match c { '&' => "&amp;", '<' => "&lt;", '>' => "&gt;", '"' => "&quot;", '\'' => "&apos;", _ => return None };
+            let entity = match c {
+                '&' => "&amp;",
+                '<' => "&lt;",
+                '>' => "&gt;",
+                '"' => "&quot;",
+                '\'' => "&apos;",
+                _ => return None,
+            };
             Some(entity.into())
         }),
         // base64 after `lead` (0 to 5) bytes of `user:`, URL-safe with bit 8, padded with bit
@@ -209,7 +289,11 @@ fn tool_spelling(text: &str, how: u8, lead: usize) -> Option<(String, std::ops::
             // 6 bits per character: from the first without a bit of `lead`, to the last
             // without a bit of `trail` (or to the end, padding and all, when there is none).
             let first = (8 * lead.len()).div_ceil(6);
-            let end = if trail.is_empty() { encoded.len() } else { 8 * (lead.len() + text.len()) / 6 };
+            let end = if trail.is_empty() {
+                encoded.len()
+            } else {
+                8 * (lead.len() + text.len()) / 6
+            };
             return Some((encoded, first..end));
         }
     };
@@ -228,11 +312,20 @@ fn json_spelling(text: &str, how: u8) -> String {
     let (ascii, html, slash, upper) = if gson {
         (false, true, false, false)
     } else {
-        (dotnet || how & 1 != 0, dotnet || how & 2 != 0, !dotnet && how & 4 != 0, dotnet || how & 8 != 0)
+        (
+            dotnet || how & 1 != 0,
+            dotnet || how & 2 != 0,
+            !dotnet && how & 4 != 0,
+            dotnet || how & 8 != 0,
+        )
     };
     let mut out = String::new();
     let unit = |out: &mut String, unit: u16| {
-        out.push_str(&if upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
+        out.push_str(&if upper {
+            format!("\\u{unit:04X}")
+        } else {
+            format!("\\u{unit:04x}")
+        });
     };
     for c in text.chars() {
         match c {
@@ -261,7 +354,9 @@ fn json_spelling(text: &str, how: u8) -> String {
 /// Bytes split into secrets, cut points and a stream: the streamed redaction equals the
 /// whole-buffer reference and no secret survives.
 pub fn redactor(data: &[u8]) {
-    let Some((&count, mut rest)) = data.split_first() else { return };
+    let Some((&count, mut rest)) = data.split_first() else {
+        return;
+    };
     let mut secrets: Vec<&[u8]> = Vec::new();
     for _ in 0..(count % 4 + 1) {
         let Some((&len, tail)) = rest.split_first() else { return };
@@ -272,7 +367,9 @@ pub fn redactor(data: &[u8]) {
         secrets.push(&tail[..len]);
         rest = &tail[len..];
     }
-    let Some((&cut_count, rest)) = rest.split_first() else { return };
+    let Some((&cut_count, rest)) = rest.split_first() else {
+        return;
+    };
     let cuts_len = usize::from(cut_count % 8).min(rest.len());
     let (cut_bytes, input) = rest.split_at(cuts_len);
     let mut cuts: Vec<usize> = cut_bytes.iter().map(|&b| usize::from(b) * input.len() / 255).collect();
@@ -281,7 +378,11 @@ pub fn redactor(data: &[u8]) {
     // One to four beginnings per searcher: the merge across searchers is fuzzed too; with bit
     // 128, every secret is searched by its beginning, none by the sampled search.
     let group = usize::from(count / 4 % 4) + 1;
-    let mut redactor = if count & 128 != 0 { Redactor::tuned(&secrets, group, |_| false) } else { Redactor::with_group_size(&secrets, group) };
+    let mut redactor = if count & 128 != 0 {
+        Redactor::tuned(&secrets, group, |_| false)
+    } else {
+        Redactor::with_group_size(&secrets, group)
+    };
     let mut out = Vec::new();
     let mut start = 0;
     for cut in cuts {
@@ -290,7 +391,11 @@ pub fn redactor(data: &[u8]) {
     }
     redactor.push(&input[start..], &mut out);
     redactor.finish(&mut out);
-    assert_eq!(out, redact_all(&secrets, input), "streamed redaction differs from the reference");
+    assert_eq!(
+        out,
+        redact_all(&secrets, input),
+        "streamed redaction differs from the reference"
+    );
     for secret in secrets.iter().filter(|s| !can_be_spelled_by_marker(s)) {
         assert!(!out.windows(secret.len()).any(|w| w == *secret), "a secret survived");
     }

@@ -1,7 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use jobenv::cli::{Cli, Command, DrainArgs, EnvArgs, KeysArgs, PruneArgs, RecoverArgs, RunArgs, SchemaArgs, SchemaName, StatusArgs};
+use jobenv::cli::{
+    Cli, Command, DrainArgs, EnvArgs, KeysArgs, PruneArgs, RecoverArgs, RunArgs, SchemaArgs, SchemaName, StatusArgs,
+};
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
 use jobenv::record::journal::{self, Journal};
@@ -25,7 +27,9 @@ fn seal() {
 fn main() -> ExitCode {
     if !matches!(nix::sys::prctl::get_dumpable(), Ok(false)) {
         // A build whose constructor did not run (a linker that dropped it) must not run jobs.
-        eprintln!("jobenv: error: cannot make this process non-dumpable: its environment and memory would be readable by the program it runs");
+        eprintln!(
+            "jobenv: error: cannot make this process non-dumpable: its environment and memory would be readable by the program it runs"
+        );
         return exit(EXIT_INTERNAL);
     }
     drop_empty_options();
@@ -60,8 +64,10 @@ fn exit(code: i32) -> ExitCode {
 /// An empty `JOBENV_*` variable means "unset", for every option alike (a unit or a whitelist
 /// that passes a variable it does not set gives it empty: clap would take "" as a value).
 fn drop_empty_options() {
-    let empty: Vec<_> =
-        std::env::vars_os().filter(|(key, value)| value.is_empty() && key.to_str().is_some_and(|k| k.starts_with("JOBENV_"))).map(|(k, _)| k).collect();
+    let empty: Vec<_> = std::env::vars_os()
+        .filter(|(key, value)| value.is_empty() && key.to_str().is_some_and(|k| k.starts_with("JOBENV_")))
+        .map(|(k, _)| k)
+        .collect();
     for key in empty {
         // SAFETY: the first thing main does, while jobenv has no other thread that could read
         // the environment concurrently.
@@ -73,7 +79,12 @@ fn drop_empty_options() {
 fn clap_lines(error: &clap::Error) -> Vec<String> {
     let text = error.render().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
-    text.split("\n\n").next().unwrap_or_default().lines().map(str::to_owned).collect()
+    text.split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The command line or jobenv's own environment is wrong: every problem on its own
@@ -82,7 +93,10 @@ fn rejected_before_start(errors: &[String]) -> i32 {
     for error in errors {
         tracing::error!("{error}");
     }
-    let verb = std::env::args().skip_while(|arg| arg != "--verb").nth(1).unwrap_or_default();
+    let verb = std::env::args()
+        .skip_while(|arg| arg != "--verb")
+        .nth(1)
+        .unwrap_or_default();
     jobenv::record::result_file::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
     EXIT_REJECTED
 }
@@ -95,7 +109,11 @@ fn run(args: RunArgs) -> i32 {
 }
 
 fn env(args: EnvArgs) -> i32 {
-    match jobenv::input::gather(&args.job.settings()).inputs.and_then(|inputs| jobenv::plan::plan(&inputs)).map_err(Error::Rejected) {
+    match jobenv::input::gather(&args.job.settings())
+        .inputs
+        .and_then(|inputs| jobenv::plan::plan(&inputs))
+        .map_err(Error::Rejected)
+    {
         Err(error) => {
             error.log();
             error.exit_code()
@@ -138,7 +156,13 @@ fn schema(args: SchemaArgs) -> i32 {
 }
 
 fn open_journal(dir: &std::path::Path) -> Result<Journal, Error> {
-    Journal::open(dir).map_err(|source| Problem::Journal { path: dir.to_owned(), source }.into())
+    Journal::open(dir).map_err(|source| {
+        Problem::Journal {
+            path: dir.to_owned(),
+            source,
+        }
+        .into()
+    })
 }
 
 fn recover(args: RecoverArgs) -> i32 {
@@ -146,7 +170,12 @@ fn recover(args: RecoverArgs) -> i32 {
         return error;
     }
     let dir = args.state.dir();
-    let journal_problem = |source| Error::from(Problem::Journal { path: dir.clone(), source });
+    let journal_problem = |source| {
+        Error::from(Problem::Journal {
+            path: dir.clone(),
+            source,
+        })
+    };
     // `recover` runs when the worker starts again: programs may start from now on. First, and
     // whatever becomes of the rest: a drain mark left by a recover that failed would refuse every
     // job of this boot.
@@ -155,7 +184,11 @@ fn recover(args: RecoverArgs) -> i32 {
     let recovered = open_journal(&dir).and_then(|journal| {
         journal
             .recover(|entry| {
-                tracing::warn!("job {} (attempt {}) was interrupted: its jobenv is gone; marked failed", entry.job_id, entry.attempt);
+                tracing::warn!(
+                    "job {} (attempt {}) was interrupted: its jobenv is gone; marked failed",
+                    entry.job_id,
+                    entry.attempt
+                );
                 printed.push(entry)
             })
             .map_err(journal_problem)?;
@@ -163,7 +196,9 @@ fn recover(args: RecoverArgs) -> i32 {
         // answer now (and their entries are not pruned): the node's next job or `prune` hands
         // them on.
         if let Some(dsn) = &args.cluster_dsn_file {
-            if let Err(problem) = jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref()) {
+            if let Err(problem) =
+                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref())
+            {
                 tracing::warn!("{problem}");
             }
         }
@@ -203,21 +238,37 @@ fn prune(args: PruneArgs) -> i32 {
         // Cluster mode: first the ends the shared journal did not take (its rows are pruned
         // below; a failure to reach it fails that too).
         if let Some(dsn) = &args.cluster_dsn_file {
-            if let Err(problem) = jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref()) {
+            if let Err(problem) =
+                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref())
+            {
                 tracing::warn!("{problem}");
             }
         }
-        journal.prune(retain).map_err(|source| Problem::Journal { path: dir.clone(), source }.into())
+        journal.prune(retain).map_err(|source| {
+            Problem::Journal {
+                path: dir.clone(),
+                source,
+            }
+            .into()
+        })
     });
     // Cluster mode: the shared journal's ended rows by the same retention.
-    let shared = args.cluster_dsn_file.as_deref().map(|dsn| jobenv::record::store::postgres::prune(dsn, args.cluster_ca_file.as_deref(), retain).map_err(Error::from));
+    let shared = args.cluster_dsn_file.as_deref().map(|dsn| {
+        jobenv::record::store::postgres::prune(dsn, args.cluster_ca_file.as_deref(), retain).map_err(Error::from)
+    });
     match (pruned, shared) {
         (Err(error), _) | (_, Some(Err(error))) => {
             error.log();
             error.exit_code()
         }
         (Ok(pruned), None) => print(format!("{}\n", serde_json::json!({ "pruned": pruned })).as_bytes()),
-        (Ok(pruned), Some(Ok(shared))) => print(format!("{}\n", serde_json::json!({ "pruned": pruned, "cluster_pruned": shared })).as_bytes()),
+        (Ok(pruned), Some(Ok(shared))) => print(
+            format!(
+                "{}\n",
+                serde_json::json!({ "pruned": pruned, "cluster_pruned": shared })
+            )
+            .as_bytes(),
+        ),
     }
 }
 
@@ -232,7 +283,13 @@ fn drain(args: DrainArgs) -> i32 {
             }
             printed.push(entry)
         };
-        journal.drain(args.wait, each).map_err(|source| Problem::Journal { path: dir.clone(), source }.into())
+        journal.drain(args.wait, each).map_err(|source| {
+            Problem::Journal {
+                path: dir.clone(),
+                source,
+            }
+            .into()
+        })
     });
     if let Err(error) = drained {
         printed.finish();
@@ -308,7 +365,11 @@ struct JsonArray {
 
 impl JsonArray {
     fn new() -> Self {
-        JsonArray { out: std::io::stdout().lock(), count: 0, failed: false }
+        JsonArray {
+            out: std::io::stdout().lock(),
+            count: 0,
+            failed: false,
+        }
     }
 
     /// Prints `value`. Stdout gone (a closed pipe, a full disk) never stops the journal's work:

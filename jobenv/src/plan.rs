@@ -54,7 +54,10 @@ pub struct Var {
 
 impl Var {
     fn plain(value: String, source: Source) -> Self {
-        Var { value: Text::Plain(value), source }
+        Var {
+            value: Text::Plain(value),
+            source,
+        }
     }
 }
 
@@ -99,31 +102,51 @@ fn exec_problems(plan: &Plan, budget: usize) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (index, arg) in plan.argv.iter().enumerate() {
         if arg.len() + 1 > MAX_ARG_STRLEN {
-            problems.push(Problem::ArgumentTooLong { index, bytes: arg.len(), limit: MAX_ARG_STRLEN - 1 });
+            problems.push(Problem::ArgumentTooLong {
+                index,
+                bytes: arg.len(),
+                limit: MAX_ARG_STRLEN - 1,
+            });
         }
     }
     let mut sizes: Vec<(usize, &str)> = Vec::new();
     for (key, var) in &plan.env {
         let bytes = key.len() + 1 + var.value.expose().len();
         if bytes + 1 > MAX_ARG_STRLEN {
-            problems.push(Problem::ValueTooLong { key: key.clone(), from: var.source.to_string(), bytes, limit: MAX_ARG_STRLEN - 1 });
+            problems.push(Problem::ValueTooLong {
+                key: key.clone(),
+                from: var.source.to_string(),
+                bytes,
+                limit: MAX_ARG_STRLEN - 1,
+            });
         }
         sizes.push((bytes + 1 + POINTER, key));
     }
     // The NULL that ends each list takes a pointer too.
-    let total = plan.argv.iter().map(|arg| arg.len() + 1 + POINTER).sum::<usize>() + sizes.iter().map(|(size, _)| size).sum::<usize>() + 2 * POINTER;
+    let total = plan.argv.iter().map(|arg| arg.len() + 1 + POINTER).sum::<usize>()
+        + sizes.iter().map(|(size, _)| size).sum::<usize>()
+        + 2 * POINTER;
     if total > budget {
         sizes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
         let mut largest: Vec<&str> = sizes.iter().take(3).map(|(_, key)| *key).collect();
         largest.sort_unstable();
-        problems.push(Problem::ExecTooLarge { total, budget, largest: largest.join(", ") });
+        problems.push(Problem::ExecTooLarge {
+            total,
+            budget,
+            largest: largest.join(", "),
+        });
     }
     problems
 }
 
 /// The merge of checked inputs. Lowest layer first; each layer overwrites what the one below set.
 pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
-    let Checked { controls, payload, ignored, mut warnings } = checked;
+    let Checked {
+        controls,
+        payload,
+        ignored,
+        mut warnings,
+    } = checked;
     let mut env: BTreeMap<String, Var> = BTreeMap::new();
     for (key, value) in inputs.environ.iter() {
         if admit::environ_admits(&inputs.declared, key) {
@@ -133,15 +156,35 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     // Keys the node owns never got here (see `admit::payload`).
     for (key, value) in payload {
         // The state backend's password a front-end sends is redacted like a node secret.
-        let value = if key == "TF_HTTP_PASSWORD" { Text::Secret(Secret::new(value)) } else { Text::Plain(value) };
-        env.insert(key, Var { value, source: Source::Payload });
+        let value = if key == "TF_HTTP_PASSWORD" {
+            Text::Secret(Secret::new(value))
+        } else {
+            Text::Plain(value)
+        };
+        env.insert(
+            key,
+            Var {
+                value,
+                source: Source::Payload,
+            },
+        );
     }
     for (key, node_value) in &inputs.node {
         if input::names::class(key, &inputs.declared).is_consumed() {
             continue;
         }
-        let source = if node_value.value.is_secret() { Source::Secret } else { Source::Node };
-        env.insert(key.clone(), Var { value: node_value.value.clone(), source });
+        let source = if node_value.value.is_secret() {
+            Source::Secret
+        } else {
+            Source::Node
+        };
+        env.insert(
+            key.clone(),
+            Var {
+                value: node_value.value.clone(),
+                source,
+            },
+        );
     }
     for (key, declared) in &inputs.declared {
         if let (false, Some(default)) = (env.contains_key(key), &declared.default) {
@@ -154,7 +197,11 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     env.insert("DEPLOYMENT_NAMESPACE".into(), derived(controls.namespace.clone()));
     if let Some(state) = &controls.state {
         let keys = ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"];
-        for ((key, value), from_payload) in keys.into_iter().zip([&state.address, &state.lock, &state.unlock]).zip(state.from_payload) {
+        for ((key, value), from_payload) in keys
+            .into_iter()
+            .zip([&state.address, &state.lock, &state.unlock])
+            .zip(state.from_payload)
+        {
             let source = if from_payload { Source::Payload } else { Source::Derived };
             env.insert(key.into(), Var::plain(value.clone(), source));
         }
@@ -181,10 +228,21 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
     // Every secret of the node (also those the program does not get: `EVENTS_SECRET`), and the
     // payload's (its `TF_HTTP_PASSWORD`, and a DD-0012 row's `EVENTS_SECRET`, which the program
     // never gets either).
-    let payload_secrets = env.iter().filter(|(_, var)| var.source == Source::Payload && var.value.is_secret());
-    let node_secrets = inputs.node.iter().filter(|(_, v)| v.value.is_secret()).map(|(k, v)| (k, &v.value));
-    let secrets = node_secrets.chain(payload_secrets.map(|(k, v)| (k, &v.value))).map(|(k, v)| (k.as_str(), v.expose()));
-    let row_secret = controls.row_secret.as_ref().map(|secret| ("EVENTS_SECRET", secret.expose()));
+    let payload_secrets = env
+        .iter()
+        .filter(|(_, var)| var.source == Source::Payload && var.value.is_secret());
+    let node_secrets = inputs
+        .node
+        .iter()
+        .filter(|(_, v)| v.value.is_secret())
+        .map(|(k, v)| (k, &v.value));
+    let secrets = node_secrets
+        .chain(payload_secrets.map(|(k, v)| (k, &v.value)))
+        .map(|(k, v)| (k.as_str(), v.expose()));
+    let row_secret = controls
+        .row_secret
+        .as_ref()
+        .map(|secret| ("EVENTS_SECRET", secret.expose()));
     let secrets = Hidden(redaction_needles(secrets.chain(row_secret), &mut warnings));
 
     Plan {
@@ -198,7 +256,12 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         env,
         secrets,
         ignored,
-        node_only: inputs.declared.iter().filter(|(_, d)| d.node_only).map(|(key, _)| key.clone()).collect(),
+        node_only: inputs
+            .declared
+            .iter()
+            .filter(|(_, d)| d.node_only)
+            .map(|(key, _)| key.clone())
+            .collect(),
         warnings,
     }
 }
@@ -208,22 +271,38 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
 /// first writes one byte to fd 3 (the ready pipe, see [`crate::events`]) and closes it for the
 /// program.
 pub fn run_string(executable: &str, events: bool) -> String {
-    if events { format!("printf x 2>/dev/null >&3; exec {executable} 3>&-") } else { format!("exec {executable}") }
+    if events {
+        format!("printf x 2>/dev/null >&3; exec {executable} 3>&-")
+    } else {
+        format!("exec {executable}")
+    }
 }
 
 /// Every secret value and each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
 /// secret, each in every form a program may print it ([`safe_io::secret::forms`]): as it is,
 /// inside JSON strings, URLs, markup and shell quoting, and in base64 at any byte offset. Longest
 /// first is not needed: the redactor merges overlapping matches.
-pub(crate) fn redaction_needles<'a>(secrets: impl Iterator<Item = (&'a str, &'a str)>, warnings: &mut Vec<String>) -> Vec<Vec<u8>> {
+pub(crate) fn redaction_needles<'a>(
+    secrets: impl Iterator<Item = (&'a str, &'a str)>,
+    warnings: &mut Vec<String>,
+) -> Vec<Vec<u8>> {
     let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (key, text) in secrets {
         if text.len() < MIN_SECRET_LEN {
-            warnings.push(format!("secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"));
+            warnings.push(format!(
+                "secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"
+            ));
             continue;
         }
-        let lines = text.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line)).filter(|line| line.len() >= MIN_SECRET_LINE_LEN);
-        let lines = if text.contains('\n') { lines.collect() } else { Vec::new() };
+        let lines = text
+            .split('\n')
+            .map(|line| line.strip_suffix('\r').unwrap_or(line))
+            .filter(|line| line.len() >= MIN_SECRET_LINE_LEN);
+        let lines = if text.contains('\n') {
+            lines.collect()
+        } else {
+            Vec::new()
+        };
         for part in std::iter::once(text).chain(lines) {
             needles.extend(safe_io::secret::forms(part).into_iter().map(String::into_bytes));
         }
@@ -242,7 +321,16 @@ mod tests {
         let plan = plan(&inputs()).unwrap();
         assert_eq!(
             plan.argv,
-            ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"]
+            [
+                "/bin/nix-shell",
+                "/",
+                "-I",
+                "nixpkgs=/nixpkgs",
+                "-A",
+                "devShells.x86_64-linux.web",
+                "--run",
+                "exec web-apply"
+            ]
         );
     }
 
@@ -264,10 +352,16 @@ mod tests {
     #[test]
     fn environ_admits_only_passthrough_and_declared() {
         let mut i = inputs();
-        i.environ.0 = [("PATH", "/bin"), ("WM_TOKEN", "x"), ("PYTHONPATH", "/p"), ("C", "c"), ("RANDOM_VAR", "r")]
-            .iter()
-            .map(|(k, v)| ((*k).into(), (*v).into()))
-            .collect();
+        i.environ.0 = [
+            ("PATH", "/bin"),
+            ("WM_TOKEN", "x"),
+            ("PYTHONPATH", "/p"),
+            ("C", "c"),
+            ("RANDOM_VAR", "r"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
         let plan = plan(&i).unwrap();
         assert_eq!(plan.env["PATH"].source, Source::Environ);
         assert_eq!(plan.env["C"].value.expose(), "c");
@@ -279,11 +373,21 @@ mod tests {
     #[test]
     fn state_address_is_scoped_to_the_namespace() {
         let mut i = inputs();
-        i.node.extend(node(&[("STATE_BASE_ADDRESS", "https://state.example/tf/", false)]));
+        i.node
+            .extend(node(&[("STATE_BASE_ADDRESS", "https://state.example/tf/", false)]));
         let plan = plan(&i).unwrap();
-        assert_eq!(plan.env["TF_HTTP_ADDRESS"].value.expose(), "https://state.example/tf/ns1");
-        assert_eq!(plan.env["TF_HTTP_LOCK_ADDRESS"].value.expose(), "https://state.example/tf/ns1/lock");
-        assert_eq!(plan.env["TF_HTTP_UNLOCK_ADDRESS"].value.expose(), "https://state.example/tf/ns1/lock");
+        assert_eq!(
+            plan.env["TF_HTTP_ADDRESS"].value.expose(),
+            "https://state.example/tf/ns1"
+        );
+        assert_eq!(
+            plan.env["TF_HTTP_LOCK_ADDRESS"].value.expose(),
+            "https://state.example/tf/ns1/lock"
+        );
+        assert_eq!(
+            plan.env["TF_HTTP_UNLOCK_ADDRESS"].value.expose(),
+            "https://state.example/tf/ns1/lock"
+        );
         assert_eq!(plan.env["DEPLOYMENT_NAMESPACE"].value.expose(), "ns1");
         assert_eq!(plan.env["NIX_PATH"].value.expose(), "nixpkgs=/nixpkgs");
     }
@@ -291,14 +395,20 @@ mod tests {
     #[test]
     fn event_keys_are_the_nodes_and_never_reach_the_program() {
         let mut i = inputs();
-        i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false), ("EVENTS_SECRET", "events-secret-0123456789", true)]));
+        i.node.extend(node(&[
+            ("EVENTS_URL", "http://events.example/hook", false),
+            ("EVENTS_SECRET", "events-secret-0123456789", true),
+        ]));
         i.set_payload("BUILD_ID", json!("build-7"));
         let plan = plan(&i).unwrap();
         assert!(plan.events.is_some());
         for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
             assert!(!plan.env.contains_key(key), "{key} reached the program");
         }
-        assert!(plan.secrets.contains(&b"events-secret-0123456789".to_vec()), "the event secret is redacted like any secret");
+        assert!(
+            plan.secrets.contains(&b"events-secret-0123456789".to_vec()),
+            "the event secret is redacted like any secret"
+        );
     }
 
     #[test]
@@ -314,15 +424,22 @@ mod tests {
     #[test]
     fn the_nixpkgs_pin_comes_first_in_nix_path() {
         let mut i = inputs();
-        i.node.extend(node(&[("NIX_PATH", "nixpkgs=/elsewhere:other=/o", false)]));
+        i.node
+            .extend(node(&[("NIX_PATH", "nixpkgs=/elsewhere:other=/o", false)]));
         let plan = plan(&i).unwrap();
-        assert_eq!(plan.env["NIX_PATH"], Var::plain("nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), Source::Derived));
+        assert_eq!(
+            plan.env["NIX_PATH"],
+            Var::plain("nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), Source::Derived)
+        );
     }
 
     #[test]
     fn debug_output_holds_no_secret_value() {
         let mut i = inputs();
-        i.node.extend(node(&[("TF_VAR_token", "debug-secret-value", true), ("A", "plain-node-value", false)]));
+        i.node.extend(node(&[
+            ("TF_VAR_token", "debug-secret-value", true),
+            ("A", "plain-node-value", false),
+        ]));
         i.set_payload("TF_HTTP_ADDRESS", json!("https://state.example/tf/ns1"));
         i.set_payload("TF_HTTP_PASSWORD", json!("payload-password-value"));
         i.set_payload("DEPLOYMENT_ROOT", json!("/elsewhere"));
@@ -330,7 +447,10 @@ mod tests {
         let shown = format!("{plan:?}");
         let inputs_shown = format!("{i:?}");
         for secret in ["debug-secret-value", "payload-password-value"] {
-            assert!(!shown.contains(secret) && !inputs_shown.contains(secret), "{secret}: {shown}\n{inputs_shown}");
+            assert!(
+                !shown.contains(secret) && !inputs_shown.contains(secret),
+                "{secret}: {shown}\n{inputs_shown}"
+            );
         }
         // What it does show, field by field.
         let var = |value: &str, source: &str| format!("Var {{ value: {value}, source: {source} }}");
@@ -339,7 +459,10 @@ mod tests {
             r#"argv: ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"], "#,
             &format!(r#""A": {}"#, var(r#"Plain("plain-node-value")"#, "Node")),
             &format!(r#""TF_VAR_token": {}"#, var("Secret(Secret([REDACTED]))", "Secret")),
-            &format!(r#""TF_HTTP_PASSWORD": {}"#, var("Secret(Secret([REDACTED]))", "Payload")),
+            &format!(
+                r#""TF_HTTP_PASSWORD": {}"#,
+                var("Secret(Secret([REDACTED]))", "Payload")
+            ),
             r#"secrets: (not shown), ignored: ["DEPLOYMENT_ROOT"], node_only: [], warnings: ["payload value for DEPLOYMENT_ROOT ignored: the node sets it"] }"#,
         ] {
             assert!(shown.contains(part), "{part}\nnot in\n{shown}");
@@ -347,7 +470,11 @@ mod tests {
         assert!(plan.secrets.len() >= 2, "both secrets are needles");
         // The inputs show neither the payload nor jobenv's environment, but the node's plain
         // values.
-        assert!(inputs_shown.contains("payload: (not shown), environ: (not shown)") && inputs_shown.contains("plain-node-value"), "{inputs_shown}");
+        assert!(
+            inputs_shown.contains("payload: (not shown), environ: (not shown)")
+                && inputs_shown.contains("plain-node-value"),
+            "{inputs_shown}"
+        );
         // Positive control: the secrets are in the plan.
         assert_eq!(plan.env["TF_VAR_token"].value.expose(), "debug-secret-value");
         assert_eq!(plan.env["TF_HTTP_PASSWORD"].value.expose(), "payload-password-value");
@@ -362,14 +489,21 @@ mod tests {
             ("A", "not-a-secret", false),
         ]));
         let plan = plan(&i).unwrap();
-        let needles: Vec<String> = plan.secrets.iter().map(|n| String::from_utf8(n.clone()).unwrap()).collect();
+        let needles: Vec<String> = plan
+            .secrets
+            .iter()
+            .map(|n| String::from_utf8(n.clone()).unwrap())
+            .collect();
         assert!(needles.contains(&"first-line-xx\nshort\nthird-line-yy".to_owned()));
         assert!(needles.contains(&"first-line-xx".to_owned()));
         assert!(needles.contains(&"third-line-yy".to_owned()));
         assert!(needles.contains(&r"first-line-xx\nshort\nthird-line-yy".to_owned()));
         assert!(!needles.contains(&"short".to_owned()));
         assert!(!needles.iter().any(|n| n.contains("not-a-secret") || n == "abc"));
-        assert_eq!(plan.warnings, ["secret TF_VAR_tiny is shorter than 4 bytes and will not be redacted"]);
+        assert_eq!(
+            plan.warnings,
+            ["secret TF_VAR_tiny is shorter than 4 bytes and will not be redacted"]
+        );
     }
 
     #[test]
@@ -383,17 +517,40 @@ mod tests {
     #[test]
     fn what_exec_could_not_pass_is_a_problem_naming_the_key_never_the_value() {
         let mut i = inputs();
-        i.node.extend(node(&[("TF_VAR_big", &"s".repeat(MAX_ARG_STRLEN), true), ("A", &"a".repeat(200_000), false)]));
+        i.node.extend(node(&[
+            ("TF_VAR_big", &"s".repeat(MAX_ARG_STRLEN), true),
+            ("A", &"a".repeat(200_000), false),
+        ]));
         i.exec_budget = 300_000;
         let problems: Vec<String> = plan(&i).unwrap_err().iter().map(ToString::to_string).collect();
         assert_eq!(problems.len(), 3, "{problems:?}");
-        assert_eq!(problems[0], "A (node) cannot be passed to a program: A=<value> is 200002 bytes, the kernel takes at most 131071");
-        assert_eq!(problems[1], "TF_VAR_big (secret) cannot be passed to a program: TF_VAR_big=<value> is 131083 bytes, the kernel takes at most 131071");
-        assert!(problems[2].starts_with("the program's arguments and environment take 331"), "{}", problems[2]);
-        assert!(problems[2].ends_with("more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_PATH, TF_VAR_big)"), "{}", problems[2]);
+        assert_eq!(
+            problems[0],
+            "A (node) cannot be passed to a program: A=<value> is 200002 bytes, the kernel takes at most 131071"
+        );
+        assert_eq!(
+            problems[1],
+            "TF_VAR_big (secret) cannot be passed to a program: TF_VAR_big=<value> is 131083 bytes, the kernel takes at most 131071"
+        );
+        assert!(
+            problems[2].starts_with("the program's arguments and environment take 331"),
+            "{}",
+            problems[2]
+        );
+        assert!(
+            problems[2].ends_with(
+                "more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_PATH, TF_VAR_big)"
+            ),
+            "{}",
+            problems[2]
+        );
         // Positive control: the same node with values that fit.
         let mut i = inputs();
-        i.node.extend(node(&[("TF_VAR_big", &"s".repeat(MAX_ARG_STRLEN - "TF_VAR_big=".len() - 1), true)]));
+        i.node.extend(node(&[(
+            "TF_VAR_big",
+            &"s".repeat(MAX_ARG_STRLEN - "TF_VAR_big=".len() - 1),
+            true,
+        )]));
         assert!(plan(&i).is_ok());
     }
 }

@@ -22,13 +22,23 @@ pub(crate) fn read_stat(pid: i32) -> Option<Stat> {
     let ppid = fields.next()?.parse().ok()?;
     // Field 22 of stat; `fields` now stands at field 5.
     let start = fields.nth(17)?.parse().ok()?;
-    Some(Stat { ppid, zombie: state == "Z" || state == "X", start })
+    Some(Stat {
+        ppid,
+        zombie: state == "Z" || state == "X",
+        start,
+    })
 }
 
 /// This boot's id: a pid and its start time name one process only within one boot.
 pub fn boot_id() -> Option<&'static str> {
     static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    BOOT_ID.get_or_init(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_owned())).as_deref()
+    BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|id| id.trim().to_owned())
+        })
+        .as_deref()
 }
 
 /// The parent of `pid`; `None` if there is no such process.
@@ -61,11 +71,17 @@ pub fn is_jobenv(pid: i32, start: u64) -> bool {
 /// `/proc/locks` (a flock's pid is the process that took it). What ties a process to a lock file
 /// of a state directory, which a pid, a start time and a name in a planted entry cannot.
 pub fn holds_flock(flocks: &str, pid: i32, dev: u64, ino: u64) -> bool {
-    let file = format!("{:02x}:{:02x}:{ino}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let file = format!(
+        "{:02x}:{:02x}:{ino}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
     flocks.lines().any(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`; a waiter's line starts `1: -> FLOCK`.
-        fields.get(1) == Some(&"FLOCK") && fields.get(4) == Some(&pid.to_string().as_str()) && fields.get(5) == Some(&file.as_str())
+        fields.get(1) == Some(&"FLOCK")
+            && fields.get(4) == Some(&pid.to_string().as_str())
+            && fields.get(5) == Some(&file.as_str())
     })
 }
 
@@ -85,4 +101,3 @@ impl Process {
         }
     }
 }
-

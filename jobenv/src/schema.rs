@@ -13,10 +13,10 @@ use serde_json::{Value, json};
 
 use crate::events::dd0012::AnyNotification;
 use crate::events::envelope::Event;
+use crate::input::NodeValues;
 use crate::input::controls::takes_row_secrets;
 use crate::input::keys::DeclaredKey;
 use crate::input::names::{self, KeyClass};
-use crate::input::NodeValues;
 use crate::record::journal::Entry;
 use crate::record::result_file::JobResult;
 
@@ -41,13 +41,19 @@ pub fn text(schema: &Value) -> String {
 
 /// What jobenv reads (the payload), with no definitions: [`node_payload`] edits it in place.
 fn read<T: JsonSchema>() -> Value {
-    let settings = SchemaSettings::draft2020_12().for_deserialize().with(|settings| settings.inline_subschemas = true);
+    let settings = SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .with(|settings| settings.inline_subschemas = true);
     settings.into_generator().into_root_schema_for::<T>().to_value()
 }
 
 /// What jobenv writes: a field it leaves out when empty is optional, every other is there.
 fn written<T: JsonSchema>() -> Value {
-    SchemaSettings::draft2020_12().for_serialize().into_generator().into_root_schema_for::<T>().to_value()
+    SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
 }
 
 pub fn payload() -> Value {
@@ -179,8 +185,12 @@ impl JsonSchema for Declared {
 /// nothing of a value is shown).
 pub fn of_node(files: &crate::settings::NodeFiles) -> Result<Value, Vec<crate::error::Problem>> {
     let mut problems = Vec::new();
-    let declared = crate::input::keys::read_keys(&files.keys).map_err(|p| problems.extend(p)).ok();
-    let attributes = crate::input::keys::read_attributes(&files.attributes).map_err(|p| problems.push(p)).ok();
+    let declared = crate::input::keys::read_keys(&files.keys)
+        .map_err(|p| problems.extend(p))
+        .ok();
+    let attributes = crate::input::keys::read_attributes(&files.attributes)
+        .map_err(|p| problems.push(p))
+        .ok();
     let node = crate::input::node::load(files).map_err(|p| problems.extend(p)).ok();
     match (declared, attributes, node) {
         (Some(declared), Some(attributes), Some(node)) => Ok(node_payload(&declared, &attributes, &node)),
@@ -198,10 +208,21 @@ pub fn node_payload(declared: &BTreeMap<String, DeclaredKey>, attributes: &[Stri
     object.insert("title".into(), json!("fediversity-jobenv job payload of this node"));
     object.insert("additionalProperties".into(), json!(false));
     object.remove("propertyNames");
-    let properties = object.get_mut("properties").and_then(Value::as_object_mut).expect("the payload's properties");
+    let properties = object
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+        .expect("the payload's properties");
     properties["ATTRIBUTE"]["enum"] = json!(attributes);
-    let mut gone: Vec<&str> = names::PAYLOAD_CONTROL_KEYS.iter().chain(names::STATE_KEYS).copied().filter(|key| node.contains_key(*key)).collect();
-    if ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].iter().any(|key| node.contains_key(*key)) {
+    let mut gone: Vec<&str> = names::PAYLOAD_CONTROL_KEYS
+        .iter()
+        .chain(names::STATE_KEYS)
+        .copied()
+        .filter(|key| node.contains_key(*key))
+        .collect();
+    if ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"]
+        .iter()
+        .any(|key| node.contains_key(*key))
+    {
         gone.extend(["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"]);
     }
     if !takes_row_secrets(node) {
@@ -211,7 +232,9 @@ pub fn node_payload(declared: &BTreeMap<String, DeclaredKey>, attributes: &[Stri
         properties.remove(key);
     }
     for (key, entry) in declared {
-        if !matches!(names::class(key, declared), KeyClass::Declared(entry) if !entry.node_only) || node.contains_key(key) {
+        if !matches!(names::class(key, declared), KeyClass::Declared(entry) if !entry.node_only)
+            || node.contains_key(key)
+        {
             continue;
         }
         let mut property = json!({"description": entry.description, "type": ["string", "number", "boolean", "array", "object", "null"]});
@@ -237,7 +260,10 @@ mod tests {
     fn every_schema_is_a_valid_draft_2020_12_schema() {
         for (path, generate) in FILES {
             let schema = generate();
-            assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema", "{path}");
+            assert_eq!(
+                schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+                "{path}"
+            );
             jsonschema::meta::validate(&schema).unwrap_or_else(|e| panic!("{path}: {e}"));
             validator(&schema);
         }
@@ -259,24 +285,83 @@ mod tests {
     #[test]
     fn the_payload_grammars_are_jobenvs() {
         let schema = validator(&payload());
-        let fits = |key: &str, value: Value| schema.is_valid(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", key: value}));
-        let samples = ["web", "web-apply", "A_1", "-web", "", "web;id", "web.x", "x86_64-linux", "X86-linux", "x86_64", "team-1", "a/b", "0192f3a4-5b6c", "build:7.1_a", "-x", "a b"];
+        let fits =
+            |key: &str, value: Value| schema.is_valid(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", key: value}));
+        let samples = [
+            "web",
+            "web-apply",
+            "A_1",
+            "-web",
+            "",
+            "web;id",
+            "web.x",
+            "x86_64-linux",
+            "X86-linux",
+            "x86_64",
+            "team-1",
+            "a/b",
+            "0192f3a4-5b6c",
+            "build:7.1_a",
+            "-x",
+            "a b",
+        ];
         for sample in samples {
-            assert_eq!(fits("EXECUTABLE", json!(sample)), names::is_valid_attribute(sample), "EXECUTABLE {sample:?}");
-            assert_eq!(fits("SYSTEM", json!(sample)), names::is_valid_system(sample), "SYSTEM {sample:?}");
-            assert_eq!(fits("NAMESPACE", json!(sample)), names::is_valid_namespace(sample), "NAMESPACE {sample:?}");
-            assert_eq!(fits("BUILD_ID", json!(sample)), names::is_valid_build_id(sample), "BUILD_ID {sample:?}");
+            assert_eq!(
+                fits("EXECUTABLE", json!(sample)),
+                names::is_valid_attribute(sample),
+                "EXECUTABLE {sample:?}"
+            );
+            assert_eq!(
+                fits("SYSTEM", json!(sample)),
+                names::is_valid_system(sample),
+                "SYSTEM {sample:?}"
+            );
+            assert_eq!(
+                fits("NAMESPACE", json!(sample)),
+                names::is_valid_namespace(sample),
+                "NAMESPACE {sample:?}"
+            );
+            assert_eq!(
+                fits("BUILD_ID", json!(sample)),
+                names::is_valid_build_id(sample),
+                "BUILD_ID {sample:?}"
+            );
         }
-        for (row, good) in [(json!(1), true), (json!("42"), true), (json!(0), false), (json!("007"), false), (json!(-1), false), (json!("1/2"), false), (json!(10_u64.pow(18)), false)] {
+        for (row, good) in [
+            (json!(1), true),
+            (json!("42"), true),
+            (json!(0), false),
+            (json!("007"), false),
+            (json!(-1), false),
+            (json!("1/2"), false),
+            (json!(10_u64.pow(18)), false),
+        ] {
             assert_eq!(fits("EVENTS_ROW_ID", row.clone()), good, "{row}");
         }
         assert!(fits("EVENTS_KIND", json!("deployments")) && !fits("EVENTS_KIND", json!("rows")));
         assert!(!fits("A=B", json!("x")), "a key with = is refused");
-        assert!(fits("ENVIRONMENTS", json!({"production": {"replicas": 2}})), "declared keys take any JSON");
-        assert!(!schema.is_valid(&json!({"ATTRIBUTE": "web"})), "NAMESPACE or TF_HTTP_ADDRESS is required");
+        assert!(
+            fits("ENVIRONMENTS", json!({"production": {"replicas": 2}})),
+            "declared keys take any JSON"
+        );
+        assert!(
+            !schema.is_valid(&json!({"ATTRIBUTE": "web"})),
+            "NAMESPACE or TF_HTTP_ADDRESS is required"
+        );
         assert!(schema.is_valid(&json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": "https://state.example/tf/site-1"})));
-        for bad in ["https://state.example/tf/../b", "https://state.example/tf/./b", "https://state.example/tf/..", "https://u:p@state.example/tf/b", "https://state.example/tf/b?x", "https://state.example/tf/%2e%2e", "ftp://state.example/tf/b"] {
-            assert!(!schema.is_valid(&json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": bad})), "{bad}");
+        for bad in [
+            "https://state.example/tf/../b",
+            "https://state.example/tf/./b",
+            "https://state.example/tf/..",
+            "https://u:p@state.example/tf/b",
+            "https://state.example/tf/b?x",
+            "https://state.example/tf/%2e%2e",
+            "ftp://state.example/tf/b",
+        ] {
+            assert!(
+                !schema.is_valid(&json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": bad})),
+                "{bad}"
+            );
         }
         assert!(schema.is_valid(&json!({"ATTRIBUTE": "web", "TF_HTTP_ADDRESS": "https://state.example/tf/..b"})));
     }
@@ -284,26 +369,56 @@ mod tests {
     #[test]
     fn a_nodes_schema_is_what_it_accepts() {
         let mut i = inputs();
-        i.declared.insert("PIN".into(), DeclaredKey { description: "a pin".into(), default: None, node_only: true });
-        i.node.extend(node(&[("A", "node's", false), ("TF_HTTP_PASSWORD", "node-password", true)]));
+        i.declared.insert(
+            "PIN".into(),
+            DeclaredKey {
+                description: "a pin".into(),
+                default: None,
+                node_only: true,
+            },
+        );
+        i.node.extend(node(&[
+            ("A", "node's", false),
+            ("TF_HTTP_PASSWORD", "node-password", true),
+        ]));
         let schema = node_payload(&i.declared, &i.attributes, &i.node);
         let properties = schema["properties"].as_object().unwrap();
         assert_eq!(schema["properties"]["ATTRIBUTE"]["enum"], json!(["web"]));
         assert_eq!(schema["properties"]["B"]["description"], "B key");
         assert_eq!(schema["properties"]["B"]["default"], "b-default");
-        for gone in ["A", "PIN", "TF_HTTP_USERNAME", "TF_HTTP_PASSWORD", "EVENTS_KIND", "EVENTS_ROW_ID", "EVENTS_SECRET", "DEPLOYMENT_ROOT"] {
+        for gone in [
+            "A",
+            "PIN",
+            "TF_HTTP_USERNAME",
+            "TF_HTTP_PASSWORD",
+            "EVENTS_KIND",
+            "EVENTS_ROW_ID",
+            "EVENTS_SECRET",
+            "DEPLOYMENT_ROOT",
+        ] {
             assert!(!properties.contains_key(gone), "{gone}");
         }
         let schema = validator(&schema);
         assert!(schema.is_valid(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "B": 3, "C": ["x"]})));
-        for refused in [json!({"ATTRIBUTE": "other", "NAMESPACE": "ns"}), json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "PIN": "x"}), json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "NOPE": 1})] {
+        for refused in [
+            json!({"ATTRIBUTE": "other", "NAMESPACE": "ns"}),
+            json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "PIN": "x"}),
+            json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "NOPE": 1}),
+        ] {
             assert!(!schema.is_valid(&refused), "{refused}");
         }
         // A DD-0012 node without a secret of its own takes a row and its secret.
         let mut i = inputs();
-        i.node.extend(node(&[("EVENTS_URL", "https://web.example/api", false), ("EVENTS_FORMAT", "dd-0012", false)]));
+        i.node.extend(node(&[
+            ("EVENTS_URL", "https://web.example/api", false),
+            ("EVENTS_FORMAT", "dd-0012", false),
+        ]));
         let schema = validator(&node_payload(&i.declared, &i.attributes, &i.node));
         assert!(schema.is_valid(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "EVENTS_KIND": "jobs", "EVENTS_ROW_ID": 7, "EVENTS_SECRET": "row-secret-abcdef0123456"})));
-        assert!(!schema.is_valid(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "EVENTS_KIND": "jobs", "EVENTS_ROW_ID": "07"})));
+        assert!(
+            !schema.is_valid(
+                &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "EVENTS_KIND": "jobs", "EVENTS_ROW_ID": "07"})
+            )
+        );
     }
 }

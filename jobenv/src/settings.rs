@@ -43,7 +43,10 @@ impl Runner {
     /// From jobenv's own environment, at its start: under Windmill, its parent is the worker.
     pub fn from_environment() -> Self {
         match std::env::var("WM_JOB_ID") {
-            Ok(job_id) => Runner::Windmill { job_id, worker: nix::unistd::getppid() },
+            Ok(job_id) => Runner::Windmill {
+                job_id,
+                worker: nix::unistd::getppid(),
+            },
             Err(_) => Runner::Standalone,
         }
     }
@@ -116,7 +119,10 @@ impl Cluster {
     /// leaves time to stop the program before the lease expires.
     pub fn check(&self) -> Result<(), String> {
         if self.renew_every >= self.renew_deadline {
-            return Err(format!("--cluster-renew-every ({:?}) must be shorter than --cluster-renew-deadline ({:?})", self.renew_every, self.renew_deadline));
+            return Err(format!(
+                "--cluster-renew-every ({:?}) must be shorter than --cluster-renew-deadline ({:?})",
+                self.renew_every, self.renew_deadline
+            ));
         }
         if self.renew_deadline + LEASE_STOP_MARGIN >= self.lease {
             return Err(format!(
@@ -153,18 +159,37 @@ mod tests {
 
     fn cluster(lease: u64, renew_every: u64, renew_deadline: u64) -> Cluster {
         let s = Duration::from_secs;
-        Cluster { dsn_file: PathBuf::from("/dsn"), ca_file: None, lease: s(lease), renew_every: s(renew_every), renew_deadline: s(renew_deadline) }
+        Cluster {
+            dsn_file: PathBuf::from("/dsn"),
+            ca_file: None,
+            lease: s(lease),
+            renew_every: s(renew_every),
+            renew_deadline: s(renew_deadline),
+        }
     }
 
     #[test]
     fn the_lease_times_must_nest_and_the_stop_fits_before_the_expiry() {
         assert!(cluster(15, 5, 10).check().is_ok(), "the defaults");
-        assert!(cluster(15, 10, 10).check().unwrap_err().contains("--cluster-renew-every"));
-        assert!(cluster(11, 5, 10).check().unwrap_err().contains("more than 1s shorter than --cluster-lease"));
+        assert!(
+            cluster(15, 10, 10)
+                .check()
+                .unwrap_err()
+                .contains("--cluster-renew-every")
+        );
+        assert!(
+            cluster(11, 5, 10)
+                .check()
+                .unwrap_err()
+                .contains("more than 1s shorter than --cluster-lease")
+        );
         // The grace of a stop on a lost lease: the node's, shortened to what is left of the lease.
         let defaults = cluster(15, 5, 10);
         assert_eq!(defaults.stop_grace(Duration::from_secs(3)), Duration::from_secs(3));
         assert_eq!(defaults.stop_grace(Duration::from_secs(10)), Duration::from_secs(4));
-        assert!(defaults.renew_deadline + defaults.stop_grace(Duration::from_secs(60)) + LEASE_STOP_MARGIN <= defaults.lease);
+        assert!(
+            defaults.renew_deadline + defaults.stop_grace(Duration::from_secs(60)) + LEASE_STOP_MARGIN
+                <= defaults.lease
+        );
     }
 }

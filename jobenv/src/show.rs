@@ -22,7 +22,11 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
     };
     let shown = |key: &str| {
         let var = &plan.env[key];
-        if var.value.is_secret() { "[REDACTED]".to_owned() } else { redacted(var.value.expose()) }
+        if var.value.is_secret() {
+            "[REDACTED]".to_owned()
+        } else {
+            redacted(var.value.expose())
+        }
     };
     let argv: Vec<String> = plan.argv.iter().map(|arg| redacted(arg)).collect();
     let text = match format {
@@ -53,7 +57,10 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
                 text.push_str(&format!("# payload keys ignored, the node wins: {}\n", keys.join(", ")));
             }
             if !plan.node_only.is_empty() {
-                text.push_str(&format!("# node-only keys, never taken from a payload: {}\n", plan.node_only.join(", ")));
+                text.push_str(&format!(
+                    "# node-only keys, never taken from a payload: {}\n",
+                    plan.node_only.join(", ")
+                ));
             }
             text
         }

@@ -29,8 +29,14 @@ pub struct Options {
 
 /// Replaces `path` (in an existing directory) with `contents`, see the module comment.
 pub fn write(path: &Path, contents: &[u8], options: Options) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     // Dropped on any early return: the temporary file is removed.
     let mut temp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
@@ -39,16 +45,24 @@ pub fn write(path: &Path, contents: &[u8], options: Options) -> Result<()> {
         .tempfile_in(dir)
         .map_err(fail("create a temporary file beside", path))?;
     let file: &mut File = temp.as_file_mut();
-    file.write_all(contents).map_err(fail("write a temporary file beside", path))?;
+    file.write_all(contents)
+        .map_err(fail("write a temporary file beside", path))?;
     if let Some(mode) = options.mode {
-        file.set_permissions(Permissions::from_mode(mode)).map_err(fail("set the mode of the new", path))?;
+        file.set_permissions(Permissions::from_mode(mode))
+            .map_err(fail("set the mode of the new", path))?;
     }
     if options.uid.is_some() || options.gid.is_some() {
         std::os::unix::fs::fchown(&*file, options.uid, options.gid).map_err(fail("set the owner of the new", path))?;
     }
     file.sync_all().map_err(fail("sync the new", path))?;
-    temp.persist(path).map_err(|e| Error::Write { doing: "rename the new file to", path: path.to_owned(), source: e.error })?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(fail("sync the directory", dir))
+    temp.persist(path).map_err(|e| Error::Write {
+        doing: "rename the new file to",
+        path: path.to_owned(),
+        source: e.error,
+    })?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail("sync the directory", dir))
 }
 
 /// The error of one step of [`write`].
@@ -64,7 +78,10 @@ mod tests {
     use super::*;
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
         names.sort();
         names
     }
@@ -88,11 +105,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token.conf");
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        write(&path, b"x", Options { mode: Some(0o440), uid: Some(uid), gid: Some(gid) }).unwrap();
+        write(
+            &path,
+            b"x",
+            Options {
+                mode: Some(0o440),
+                uid: Some(uid),
+                gid: Some(gid),
+            },
+        )
+        .unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!((meta.mode() & 0o7777, meta.uid(), meta.gid()), (0o440, uid, gid));
         // A 0440 file is replaced all the same: the rename does not need to write it.
-        write(&path, b"y", Options { mode: Some(0o440), ..Options::default() }).unwrap();
+        write(
+            &path,
+            b"y",
+            Options {
+                mode: Some(0o440),
+                ..Options::default()
+            },
+        )
+        .unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"y");
     }
 
@@ -106,11 +140,19 @@ mod tests {
         std::fs::create_dir(&blocked).unwrap();
         std::fs::write(blocked.join("inside"), "x").unwrap();
         let error = write(&blocked, b"new", Options::default()).unwrap_err().to_string();
-        assert!(error.starts_with("cannot rename the new file to ") && error.contains("a-directory"), "{error}");
+        assert!(
+            error.starts_with("cannot rename the new file to ") && error.contains("a-directory"),
+            "{error}"
+        );
         assert_eq!(names(dir.path()), ["a-directory", "token.conf"]);
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
         // A missing directory is named too.
-        let error = write(&dir.path().join("missing/x"), b"new", Options::default()).unwrap_err().to_string();
-        assert!(error.starts_with("cannot create a temporary file beside ") && error.contains("missing/x"), "{error}");
+        let error = write(&dir.path().join("missing/x"), b"new", Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("cannot create a temporary file beside ") && error.contains("missing/x"),
+            "{error}"
+        );
     }
 }

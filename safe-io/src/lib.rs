@@ -28,10 +28,18 @@ pub enum Error {
     BadLevel { var: String, value: String },
     /// A step of [`atomic::write`] failed; the old file, if any, is as it was.
     #[error("cannot {doing} {}: {source}", path.display())]
-    Write { doing: &'static str, path: PathBuf, source: std::io::Error },
+    Write {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A step of [`lock`] failed (not: the lock is busy, which is not an error).
     #[error("cannot {doing} {}: {source}", path.display())]
-    Lock { doing: &'static str, path: PathBuf, source: std::io::Error },
+    Lock {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -43,8 +43,15 @@ impl LockFile {
             .truncate(false)
             .mode(0o600)
             .open(path)
-            .map_err(|source| Error::Lock { doing: "open the lock file", path: path.to_owned(), source })?;
-        Ok(LockFile { file, path: path.to_owned() })
+            .map_err(|source| Error::Lock {
+                doing: "open the lock file",
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(LockFile {
+            file,
+            path: path.to_owned(),
+        })
     }
 
     /// A lock file the caller opened itself, in a way [`LockFile::open`] does not: relative to a
@@ -87,11 +94,19 @@ impl LockFile {
     /// A second descriptor of the same open file description: the lock taken through it is the
     /// description's, and dropping [`Held`] releases it, whether or not this `LockFile` lives on.
     fn handle(&self) -> Result<File> {
-        self.file.try_clone().map_err(|source| Error::Lock { doing: "duplicate the descriptor of", path: self.path.clone(), source })
+        self.file.try_clone().map_err(|source| Error::Lock {
+            doing: "duplicate the descriptor of",
+            path: self.path.clone(),
+            source,
+        })
     }
 
     fn error(&self, errno: Errno) -> Error {
-        Error::Lock { doing: "lock", path: self.path.clone(), source: errno.into() }
+        Error::Lock {
+            doing: "lock",
+            path: self.path.clone(),
+            source: errno.into(),
+        }
     }
 }
 
@@ -156,7 +171,13 @@ mod tests {
     #[test]
     fn a_missing_directory_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let error = LockFile::open(&dir.path().join("no-such-dir/x.lock")).unwrap_err().to_string();
-        assert!(error.starts_with("cannot open the lock file ") && error.contains("no-such-dir/x.lock: No such file or directory"), "{error}");
+        let error = LockFile::open(&dir.path().join("no-such-dir/x.lock"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("cannot open the lock file ")
+                && error.contains("no-such-dir/x.lock: No such file or directory"),
+            "{error}"
+        );
     }
 }

@@ -35,7 +35,13 @@ pub fn init(prefix: &'static str, level_var: &str, targets: &[&'static str]) -> 
     let value = std::env::var(level_var).unwrap_or_default();
     let (level, result) = match parse_level(&value) {
         Some(level) => (level, Ok(())),
-        None => (Level::INFO, Err(Error::BadLevel { var: level_var.to_owned(), value })),
+        None => (
+            Level::INFO,
+            Err(Error::BadLevel {
+                var: level_var.to_owned(),
+                value,
+            }),
+        ),
     };
     // Already set (a second call, or a test harness): the first one stays.
     let _ = tracing::subscriber::set_global_default(subscriber(prefix, level, targets, std::io::stderr));
@@ -54,13 +60,25 @@ pub fn parse_level(value: &str) -> Option<Level> {
 }
 
 /// The subscriber [`init`] installs, writing to `writer`.
-pub fn subscriber<W>(prefix: &'static str, level: Level, targets: &[&'static str], writer: W) -> impl Subscriber + Send + Sync
+pub fn subscriber<W>(
+    prefix: &'static str,
+    level: Level,
+    targets: &[&'static str],
+    writer: W,
+) -> impl Subscriber + Send + Sync
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = targets.iter().fold(Targets::new(), |filter, target| filter.with_target(*target, level));
+    let filter = targets
+        .iter()
+        .fold(Targets::new(), |filter, target| filter.with_target(*target, level));
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().event_format(Prefixed(prefix)).with_writer(writer).log_internal_errors(false))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .event_format(Prefixed(prefix))
+                .with_writer(writer)
+                .log_internal_errors(false),
+        )
         .with(filter)
 }
 
@@ -136,10 +154,16 @@ mod tests {
         // Positive control: the same library event with its target listed is shown.
         let buffer = Buffer::default();
         let sink = buffer.clone();
-        tracing::subscriber::with_default(subscriber("tool: ", Level::INFO, &["safe_io", "hyper"], move || sink.clone()), || {
-            tracing::error!(target: "hyper", "closed");
-        });
-        assert_eq!(String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap(), "tool: error: closed\n");
+        tracing::subscriber::with_default(
+            subscriber("tool: ", Level::INFO, &["safe_io", "hyper"], move || sink.clone()),
+            || {
+                tracing::error!(target: "hyper", "closed");
+            },
+        );
+        assert_eq!(
+            String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap(),
+            "tool: error: closed\n"
+        );
     }
 
     #[test]
@@ -151,7 +175,13 @@ mod tests {
         for bad in ["verbose", "DEBUG", "trace", " info", "warning"] {
             assert_eq!(parse_level(bad), None, "{bad:?}");
         }
-        let error = Error::BadLevel { var: "JOBENV_LOG".into(), value: "verbose".into() };
-        assert_eq!(error.to_string(), "JOBENV_LOG is \"verbose\", not a log level: use debug, info, warn or error (empty means info)");
+        let error = Error::BadLevel {
+            var: "JOBENV_LOG".into(),
+            value: "verbose".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "JOBENV_LOG is \"verbose\", not a log level: use debug, info, warn or error (empty means info)"
+        );
     }
 }

@@ -51,13 +51,19 @@ pub struct Secret {
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Secret { value: value.into(), token: false }
+        Secret {
+            value: value.into(),
+            token: false,
+        }
     }
 
     /// A Windmill API token (or login session): [`scrub`] also replaces its list prefix, which
     /// Windmill's answers quote (`deleted 1 tokens ["QedeJtIbdx*****"] with prefix QedeJtIbdx`).
     pub fn token(value: impl Into<String>) -> Self {
-        Secret { value: value.into(), token: true }
+        Secret {
+            value: value.into(),
+            token: true,
+        }
     }
 
     /// The value, for the one place that must send or write it.
@@ -67,7 +73,11 @@ impl Secret {
 
     /// The first [`TOKEN_PREFIX_LEN`] characters: a token's list prefix, a secret of its own.
     pub fn prefix(&self) -> Secret {
-        let end = self.value.char_indices().nth(TOKEN_PREFIX_LEN).map_or(self.value.len(), |(i, _)| i);
+        let end = self
+            .value
+            .char_indices()
+            .nth(TOKEN_PREFIX_LEN)
+            .map_or(self.value.len(), |(i, _)| i);
         Secret::new(&self.value[..end])
     }
 }
@@ -126,7 +136,11 @@ pub fn forms(text: &str) -> Vec<String> {
     let mut forms = escaped_forms(text);
     // A value configured in double quotes may be used without them (the runner's
     // `TrimDoubleQuotes`, from 9 bytes): the text between them, and each of its forms.
-    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).filter(|_| text.len() > 8) {
+    if let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .filter(|_| text.len() > 8)
+    {
         forms.extend(self::forms(inner));
     }
     if text.len() >= BASE64_MIN_LEN {
@@ -140,7 +154,10 @@ pub fn forms(text: &str) -> Vec<String> {
 /// The forms made by escaping characters: just the text when it holds nothing that any of them
 /// escapes, which is most tokens and keys.
 fn escaped_forms(text: &str) -> Vec<String> {
-    if text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+    if text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
         return vec![text.to_owned()];
     }
     every_escaped_form(text)
@@ -199,7 +216,10 @@ mod tests {
 
     #[test]
     fn the_one_form_shortcut_is_taken_only_where_every_form_is_the_text() {
-        for c in (0u8..=0x7f).map(char::from).chain(['\u{e4}', '\u{2028}', '\u{1F600}', '\u{301}', '\u{200b}']) {
+        for c in (0u8..=0x7f)
+            .map(char::from)
+            .chain(['\u{e4}', '\u{2028}', '\u{1F600}', '\u{301}', '\u{200b}'])
+        {
             let text = format!("ab{c}cd");
             assert_eq!(escaped_forms(&text), every_escaped_form(&text), "{c:?}");
         }
@@ -219,14 +239,20 @@ mod tests {
         // A text that may be secret, and anything hidden: the plain one shows (the positive
         // control), the others do not.
         let (plain, secret) = (Text::Plain("plain-text".into()), Text::Secret(s.clone()));
-        assert_eq!(format!("{plain:?} {secret:?}"), r#"Plain("plain-text") Secret(Secret([REDACTED]))"#);
+        assert_eq!(
+            format!("{plain:?} {secret:?}"),
+            r#"Plain("plain-text") Secret(Secret([REDACTED]))"#
+        );
         assert_eq!(secret.expose(), "hunter2-very-secret");
         assert_eq!(format!("{:?}", Hidden(vec!["hunter2-very-secret"])), "(not shown)");
     }
 
     #[test]
     fn a_raw_secret_is_replaced_and_other_text_kept() {
-        assert_eq!(scrubbed("x hunter22 y hunter22", "hunter22"), "x [REDACTED] y [REDACTED]");
+        assert_eq!(
+            scrubbed("x hunter22 y hunter22", "hunter22"),
+            "x [REDACTED] y [REDACTED]"
+        );
         // Negative control: nothing to replace, nothing changed.
         assert_eq!(scrubbed("nothing here", "hunter22"), "nothing here");
     }
@@ -245,7 +271,10 @@ mod tests {
         let python = r#""p\u00e4\"ss\ud83d\ude00-word""#;
         assert_eq!(scrubbed(python, "p\u{e4}\"ss\u{1F600}-word"), "\"[REDACTED]\"");
         // Upper-case hex digits (.NET, Jackson) too.
-        assert_eq!(scrubbed(r#""p\u00E4\"ss\uD83D\uDE00-word""#, "p\u{e4}\"ss\u{1F600}-word"), "\"[REDACTED]\"");
+        assert_eq!(
+            scrubbed(r#""p\u00E4\"ss\uD83D\uDE00-word""#, "p\u{e4}\"ss\u{1F600}-word"),
+            "\"[REDACTED]\""
+        );
         // Python escapes DEL; an encoder that does not leaves it raw.
         assert_eq!(scrubbed(r"pass\u007fword", "pass\u{7f}word"), "[REDACTED]");
         assert_eq!(scrubbed("pass\u{7f}word", "pass\u{7f}word"), "[REDACTED]");
@@ -256,13 +285,22 @@ mod tests {
         // What Go's encoding/json writes for `a<b>c&d` + U+2028 + U+2029 + "ä".
         let go = r"a\u003cb\u003ec\u0026d\u2028\u2029ä";
         assert_eq!(scrubbed(go, "a<b>c&d\u{2028}\u{2029}\u{e4}"), "[REDACTED]");
-        assert_eq!(scrubbed(r"a\u003Cb\u003Ec\u0026d\u2028\u2029\u00E4", "a<b>c&d\u{2028}\u{2029}\u{e4}"), "[REDACTED]");
+        assert_eq!(
+            scrubbed(
+                r"a\u003Cb\u003Ec\u0026d\u2028\u2029\u00E4",
+                "a<b>c&d\u{2028}\u{2029}\u{e4}"
+            ),
+            "[REDACTED]"
+        );
     }
 
     #[test]
     fn the_escaped_slash_form() {
         // PHP's json_encode default: `\/`, and non-ASCII as \u.
-        assert_eq!(scrubbed(r"https:\/\/u:p\u00e4ss@h\/x", "https://u:p\u{e4}ss@h/x"), "[REDACTED]");
+        assert_eq!(
+            scrubbed(r"https:\/\/u:p\u00e4ss@h\/x", "https://u:p\u{e4}ss@h/x"),
+            "[REDACTED]"
+        );
         assert_eq!(scrubbed(r"a\/b\/secret", "a/b/secret"), "[REDACTED]");
     }
 
@@ -274,21 +312,34 @@ mod tests {
         // anywhere where `escape_debug` does so only at the start: both spellings are found.
         for secret in ["it's-a\u{1}secret", "cafe\u{301}-password", "love\u{2764}\u{fe0f}-pass"] {
             assert_eq!(scrubbed(&format!("{secret:?}"), secret), "\"[REDACTED]\"", "{secret:?}");
-            assert_eq!(scrubbed(&secret.escape_debug().to_string(), secret), "[REDACTED]", "{secret:?}");
+            assert_eq!(
+                scrubbed(&secret.escape_debug().to_string(), secret),
+                "[REDACTED]",
+                "{secret:?}"
+            );
         }
     }
 
     #[test]
     fn dotnet_and_gson_default_forms() {
         // System.Text.Json's default encoder: `"` `'` `+` as \u, upper-case hex, non-ASCII escaped.
-        assert_eq!(scrubbed(r"k\u0022ey\u0027\u002B\u00E4==", "k\"ey'+\u{e4}=="), "[REDACTED]");
+        assert_eq!(
+            scrubbed(r"k\u0022ey\u0027\u002B\u00E4==", "k\"ey'+\u{e4}=="),
+            "[REDACTED]"
+        );
         // Gson's default: `=` and `'` (and `<` `>` `&`) as \u, lower-case hex, non-ASCII raw.
-        assert_eq!(scrubbed(r"QUJD+\u003d\u003d\u0027\u003cä", "QUJD+=='<\u{e4}"), "[REDACTED]");
+        assert_eq!(
+            scrubbed(r"QUJD+\u003d\u003d\u0027\u003cä", "QUJD+=='<\u{e4}"),
+            "[REDACTED]"
+        );
         // Json.NET's default escapes only U+0085, U+2028 and U+2029; Gson without HTML escaping
         // only the last two.
         assert_eq!(scrubbed(r"p\u00e4\u0085ssword", "p\u{e4}\u{85}ssword"), "[REDACTED]");
         assert_eq!(scrubbed("p\u{e4}\\u0085ssword", "p\u{e4}\u{85}ssword"), "[REDACTED]");
-        assert_eq!(scrubbed("pass<\\u2028w\u{e4}rd", "pass<\u{2028}w\u{e4}rd"), "[REDACTED]");
+        assert_eq!(
+            scrubbed("pass<\\u2028w\u{e4}rd", "pass<\u{2028}w\u{e4}rd"),
+            "[REDACTED]"
+        );
         // Control: a base64 key's padding makes it take the slow path.
         assert!(escaped_forms("QUJDRA==").len() > 1);
     }
@@ -307,7 +358,14 @@ mod tests {
         assert_eq!(forms("plain-a"), ["plain-a"]);
         let all = forms("\u{e4}</");
         assert_eq!(all[0], "\u{e4}</");
-        for expected in ["\\u00e4</", "\\u00E4</", "\u{e4}\\u003c/", "\u{e4}\\u003C/", "\u{e4}<\\/", "\\u00e4\\u003c\\/"] {
+        for expected in [
+            "\\u00e4</",
+            "\\u00E4</",
+            "\u{e4}\\u003c/",
+            "\u{e4}\\u003C/",
+            "\u{e4}<\\/",
+            "\\u00e4\\u003c\\/",
+        ] {
             assert!(all.iter().any(|f| f == expected), "{expected} missing from {all:?}");
         }
     }
@@ -326,7 +384,10 @@ mod tests {
     fn a_tokens_prefix_and_only_a_tokens() {
         let token = Secret::token("QedeJtIbdxABCDEFGHIJKLMNOPQRSTUV");
         let answer = "deleted 1 tokens [\"QedeJtIbdx*****\"] with prefix QedeJtIbdx";
-        assert_eq!(scrub(answer, &[&token]), "deleted 1 tokens [\"[REDACTED]*****\"] with prefix [REDACTED]");
+        assert_eq!(
+            scrub(answer, &[&token]),
+            "deleted 1 tokens [\"[REDACTED]*****\"] with prefix [REDACTED]"
+        );
         assert_eq!(scrub("QedeJtIbdxABCDEFGHIJKLMNOPQRSTUV", &[&token]), "[REDACTED]");
         // A password's first ten characters are not a secret of their own.
         let password = Secret::new("QedeJtIbdx-a-password");

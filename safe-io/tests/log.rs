@@ -40,7 +40,10 @@ fn run_with_broken_stderr(mode: &str) -> (bool, std::process::ExitStatus) {
     drop(child.stderr.take());
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
-    (String::from_utf8_lossy(&out.stdout).contains("child finished"), out.status)
+    (
+        String::from_utf8_lossy(&out.stdout).contains("child finished"),
+        out.status,
+    )
 }
 
 #[test]

@@ -15,7 +15,11 @@ use serde_json::{Value, json};
 pub fn workspace_binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<Vec<(String, PathBuf)>> = OnceLock::new();
     let built = BUILT.get_or_init(build);
-    built.iter().find(|(n, _)| n == name).map(|(_, path)| path.clone()).unwrap_or_else(|| panic!("cargo reports no binary {name}"))
+    built
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, path)| path.clone())
+        .unwrap_or_else(|| panic!("cargo reports no binary {name}"))
 }
 
 fn build() -> Vec<(String, PathBuf)> {
@@ -25,11 +29,18 @@ fn build() -> Vec<(String, PathBuf)> {
     // see a changed environment and rebuild.
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy().into_owned();
-        if name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_MANIFEST_") || name.starts_with("CARGO_CRATE_") || name == "LD_LIBRARY_PATH" {
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || name.starts_with("CARGO_CRATE_")
+            || name == "LD_LIBRARY_PATH"
+        {
             cargo.env_remove(name);
         }
     }
-    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf();
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf();
     let out = cargo
         .args(["test", "--workspace", "--locked", "--no-run", "--message-format=json"])
         .current_dir(workspace)
@@ -41,7 +52,14 @@ fn build() -> Vec<(String, PathBuf)> {
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         // The programs themselves, not their unit tests (also "bin" artifacts, with profile.test).
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["kind"] == json!(["bin"]) && m["profile"]["test"] == false)
-        .filter_map(|m| Some((m["target"]["name"].as_str()?.to_owned(), PathBuf::from(m["executable"].as_str()?))))
+        .filter(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["kind"] == json!(["bin"]) && m["profile"]["test"] == false
+        })
+        .filter_map(|m| {
+            Some((
+                m["target"]["name"].as_str()?.to_owned(),
+                PathBuf::from(m["executable"].as_str()?),
+            ))
+        })
         .collect()
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 /// The cgroup (v2) `pid` is in, as `/proc/<pid>/cgroup` names it (`/a/b`).
 pub fn cgroup_of(pid: i32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines().find_map(|line| line.strip_prefix("0::")).map(str::to_owned)
+    text.lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .map(str::to_owned)
 }
 
 /// Where the cgroup v2 hierarchy is mounted (its root mount).
@@ -18,7 +20,8 @@ pub fn v2_mount() -> Option<PathBuf> {
     mountinfo.lines().find_map(|line| {
         let (mine, theirs) = line.split_once(" - ")?;
         let fields: Vec<&str> = mine.split(' ').collect();
-        (theirs.starts_with("cgroup2 ") && fields.get(3) == Some(&"/")).then(|| PathBuf::from(fields[4].replace("\\040", " ")))
+        (theirs.starts_with("cgroup2 ") && fields.get(3) == Some(&"/"))
+            .then(|| PathBuf::from(fields[4].replace("\\040", " ")))
     })
 }
 
@@ -34,7 +37,9 @@ pub fn populated(dir: &Path) -> bool {
 
 /// The cgroup each of the state directory's tree records names (`locks/*.tree.json`).
 pub fn recorded(state_dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(state_dir.join("locks")) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(state_dir.join("locks")) else {
+        return Vec::new();
+    };
     entries
         .flatten()
         .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".tree.json")))
@@ -51,13 +56,22 @@ pub fn recorded(state_dir: &Path) -> Vec<PathBuf> {
 /// Starts `argv` in the cgroup at `dir` (placed before it execs, as jobenv places a program).
 pub fn spawn_in(dir: &Path, argv: &[&str]) -> std::process::Child {
     use std::os::unix::process::CommandExt;
-    let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).expect("open cgroup.procs");
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))
+        .expect("open cgroup.procs");
     let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
     let mut command = std::process::Command::new(argv[0]);
     command.args(&argv[1..]);
     // SAFETY: one write(2) between fork and exec, on a descriptor opened before the fork.
     unsafe {
-        command.pre_exec(move || if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
+        command.pre_exec(move || {
+            if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
     }
     let child = command.spawn().expect("spawn in the cgroup");
     drop(procs);
@@ -68,7 +82,12 @@ pub fn spawn_in(dir: &Path, argv: &[&str]) -> std::process::Child {
 pub fn sweep(state_dir: &Path) {
     for dir in recorded(state_dir) {
         // Only a deploy's cgroup: a test must never kill anything else.
-        if !dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("jobenv-")) || !dir.join("cgroup.events").exists() {
+        if !dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("jobenv-"))
+            || !dir.join("cgroup.events").exists()
+        {
             continue;
         }
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");

@@ -25,7 +25,15 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// The statuses of a jobs row.
-pub const JOB_STATUSES: &[&str] = &["pending", "preparing", "queued", "running", "succeeded", "failed", "destroyed"];
+pub const JOB_STATUSES: &[&str] = &[
+    "pending",
+    "preparing",
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "destroyed",
+];
 /// The statuses of a deployments row.
 pub const DEPLOYMENT_STATUSES: &[&str] = &["pending", "preparing", "running", "stopped", "destroyed", "failed"];
 
@@ -96,7 +104,10 @@ impl Dd0012Receiver {
     pub fn start() -> Self {
         let inner = Arc::new(Inner::default());
         let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&inner));
-        Dd0012Receiver { served: crate::http::serve("dd0012-receiver", app), inner }
+        Dd0012Receiver {
+            served: crate::http::serve("dd0012-receiver", app),
+            inner,
+        }
     }
 
     /// The base of the API, as a node's `EVENTS_URL` names it.
@@ -129,8 +140,19 @@ impl Dd0012Receiver {
     /// The row as it is now; panics if an accepted body did not fit the published schema.
     pub fn row(&self, kind: Kind, id: u64) -> Row {
         let misfits = self.inner.misfits.lock().unwrap().clone();
-        assert!(misfits.is_empty(), "notifications that do not fit schemas/event-dd-0012.schema.json:\n{}", misfits.join("\n"));
-        self.inner.rows.lock().unwrap().iter().find(|row| row.kind == kind && row.id == id).cloned().expect("a row of the receiver")
+        assert!(
+            misfits.is_empty(),
+            "notifications that do not fit schemas/event-dd-0012.schema.json:\n{}",
+            misfits.join("\n")
+        );
+        self.inner
+            .rows
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|row| row.kind == kind && row.id == id)
+            .cloned()
+            .expect("a row of the receiver")
     }
 
     /// Every request so far, in arrival order.
@@ -139,7 +161,13 @@ impl Dd0012Receiver {
     }
 }
 
-async fn receive(State(inner): State<Arc<Inner>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
+async fn receive(
+    State(inner): State<Arc<Inner>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
     let (code, answer) = answer(&inner, &method, uri.path(), &headers, &body);
     inner.requests.lock().unwrap().push(Request {
         method: method.to_string(),
@@ -153,35 +181,52 @@ async fn receive(State(inner): State<Arc<Inner>>, method: Method, uri: Uri, head
 
 fn answer(inner: &Inner, method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) -> (StatusCode, Value) {
     let detail = |code, text: &str| (code, json!({"detail": text}));
-    let Some((kind, id)) = route(path) else { return detail(StatusCode::NOT_FOUND, "not found") };
+    let Some((kind, id)) = route(path) else {
+        return detail(StatusCode::NOT_FOUND, "not found");
+    };
     if method != Method::POST {
         return detail(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
     let mut rows = inner.rows.lock().unwrap();
-    let Some(row) = rows.iter_mut().find(|row| row.kind == kind && row.id == id) else { return detail(StatusCode::NOT_FOUND, "no such row") };
-    let Some(given) = headers.get("x-action-secret") else { return detail(StatusCode::UNAUTHORIZED, "x-action-secret is required") };
+    let Some(row) = rows.iter_mut().find(|row| row.kind == kind && row.id == id) else {
+        return detail(StatusCode::NOT_FOUND, "no such row");
+    };
+    let Some(given) = headers.get("x-action-secret") else {
+        return detail(StatusCode::UNAUTHORIZED, "x-action-secret is required");
+    };
     if <[u8; 32]>::from(Sha256::digest(given.as_bytes())) != row.secret_sha256 {
         return detail(StatusCode::FORBIDDEN, "wrong secret");
     }
-    let Ok(Value::Object(notification)) = serde_json::from_slice::<Value>(body) else { return detail(StatusCode::UNPROCESSABLE_ENTITY, "not a JSON object") };
+    let Ok(Value::Object(notification)) = serde_json::from_slice::<Value>(body) else {
+        return detail(StatusCode::UNPROCESSABLE_ENTITY, "not a JSON object");
+    };
     let status = notification.get("status");
     let log = notification.get("log");
     let status_ok = status.is_none_or(|s| s.as_str().is_some_and(|s| kind.statuses().contains(&s)));
     let log_ok = log.is_none_or(|log| {
-        matches!(log["level"].as_str(), Some("info" | "warning" | "error")) && log["message"].is_string() && log.as_object().is_some_and(|o| o.len() == 2)
+        matches!(log["level"].as_str(), Some("info" | "warning" | "error"))
+            && log["message"].is_string()
+            && log.as_object().is_some_and(|o| o.len() == 2)
     });
     let known = notification.keys().all(|key| key == "status" || key == "log");
     if !status_ok || !log_ok || !known || (status.is_none() && log.is_none()) {
         return detail(StatusCode::UNPROCESSABLE_ENTITY, "not a notification of this row");
     }
     let value = Value::Object(notification.clone());
-    inner.misfits.lock().unwrap().extend(crate::schemas::Contract::EventDd0012.errors(&value));
+    inner
+        .misfits
+        .lock()
+        .unwrap()
+        .extend(crate::schemas::Contract::EventDd0012.errors(&value));
     if let Some(status) = status.and_then(Value::as_str) {
         row.status = status.to_owned();
         row.statuses.push(status.to_owned());
     }
     if let Some(log) = log {
-        row.log.push((log["level"].as_str().unwrap().to_owned(), log["message"].as_str().unwrap().to_owned()));
+        row.log.push((
+            log["level"].as_str().unwrap().to_owned(),
+            log["message"].as_str().unwrap().to_owned(),
+        ));
     }
     row.notifications.push(value);
     (StatusCode::OK, json!({"success": true}))
@@ -231,21 +276,79 @@ mod tests {
         let job_path = format!("/api/jobs/{job}/notifications");
         let deployment_path = format!("/api/deployments/{deployment}/notifications");
         let body = r#"{"status": "running", "log": {"level": "info", "message": "one\ntwo"}}"#;
-        assert_eq!(post(&receiver, &job_path, Some("job-row-secret-0123456789"), body), (200, r#"{"success":true}"#.into()));
+        assert_eq!(
+            post(&receiver, &job_path, Some("job-row-secret-0123456789"), body),
+            (200, r#"{"success":true}"#.into())
+        );
         assert_eq!(post(&receiver, &job_path, None, body).0, 401);
-        assert_eq!(post(&receiver, &job_path, Some("deployment-secret-0123456"), body).0, 403, "another row's secret");
+        assert_eq!(
+            post(&receiver, &job_path, Some("deployment-secret-0123456"), body).0,
+            403,
+            "another row's secret"
+        );
         // Each kind has its own set of statuses.
-        assert_eq!(post(&receiver, &job_path, Some("job-row-secret-0123456789"), r#"{"status": "stopped"}"#).0, 422);
-        assert_eq!(post(&receiver, &deployment_path, Some("deployment-secret-0123456"), r#"{"status": "stopped"}"#).0, 200);
-        assert_eq!(post(&receiver, &deployment_path, Some("deployment-secret-0123456"), r#"{"status": "succeeded"}"#).0, 422);
-        assert_eq!(post(&receiver, &deployment_path, Some("deployment-secret-0123456"), r#"{"log": {"level": "debug", "message": "x"}}"#).0, 422);
-        assert_eq!(post(&receiver, &deployment_path, Some("deployment-secret-0123456"), "{}").0, 422);
+        assert_eq!(
+            post(
+                &receiver,
+                &job_path,
+                Some("job-row-secret-0123456789"),
+                r#"{"status": "stopped"}"#
+            )
+            .0,
+            422
+        );
+        assert_eq!(
+            post(
+                &receiver,
+                &deployment_path,
+                Some("deployment-secret-0123456"),
+                r#"{"status": "stopped"}"#
+            )
+            .0,
+            200
+        );
+        assert_eq!(
+            post(
+                &receiver,
+                &deployment_path,
+                Some("deployment-secret-0123456"),
+                r#"{"status": "succeeded"}"#
+            )
+            .0,
+            422
+        );
+        assert_eq!(
+            post(
+                &receiver,
+                &deployment_path,
+                Some("deployment-secret-0123456"),
+                r#"{"log": {"level": "debug", "message": "x"}}"#
+            )
+            .0,
+            422
+        );
+        assert_eq!(
+            post(&receiver, &deployment_path, Some("deployment-secret-0123456"), "{}").0,
+            422
+        );
         // A row of the other kind, one that does not exist, another path: not found.
-        for path in [format!("/api/deployments/{job}/notifications"), "/api/jobs/999/notifications".into(), format!("/api/jobs/0{job}/notifications"), "/elsewhere".into()] {
-            assert_eq!(post(&receiver, &path, Some("job-row-secret-0123456789"), body).0, 404, "{path}");
+        for path in [
+            format!("/api/deployments/{job}/notifications"),
+            "/api/jobs/999/notifications".into(),
+            format!("/api/jobs/0{job}/notifications"),
+            "/elsewhere".into(),
+        ] {
+            assert_eq!(
+                post(&receiver, &path, Some("job-row-secret-0123456789"), body).0,
+                404,
+                "{path}"
+            );
         }
         let row = receiver.row(Kind::Jobs, job);
-        assert_eq!((row.status.as_str(), row.log.clone()), ("running", vec![("info".to_owned(), "one\ntwo".to_owned())]));
+        assert_eq!(
+            (row.status.as_str(), row.log.clone()),
+            ("running", vec![("info".to_owned(), "one\ntwo".to_owned())])
+        );
         assert_eq!(receiver.row(Kind::Deployments, deployment).statuses, ["stopped"]);
         assert_eq!(receiver.requests().len(), 12, "every request is recorded");
     }

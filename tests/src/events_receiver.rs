@@ -57,8 +57,13 @@ impl Receiver {
             delay,
             recorded: Mutex::new(Recorded::default()),
         });
-        let app = axum::Router::new().route("/events", post(receive)).with_state(Arc::clone(&inner));
-        Receiver { served: crate::http::serve("events-receiver", app), inner }
+        let app = axum::Router::new()
+            .route("/events", post(receive))
+            .with_state(Arc::clone(&inner));
+        Receiver {
+            served: crate::http::serve("events-receiver", app),
+            inner,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -68,7 +73,11 @@ impl Receiver {
     /// What was recorded; panics if an accepted event does not fit the published schema.
     pub fn recorded(&self) -> Recorded {
         let recorded = self.inner.recorded.lock().unwrap().clone();
-        assert!(recorded.misfits.is_empty(), "events that do not fit schemas/event-jobenv.schema.json:\n{}", recorded.misfits.join("\n"));
+        assert!(
+            recorded.misfits.is_empty(),
+            "events that do not fit schemas/event-jobenv.schema.json:\n{}",
+            recorded.misfits.join("\n")
+        );
         recorded
     }
 
@@ -85,7 +94,9 @@ impl Receiver {
 async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let verdict = match headers.get("x-action-secret") {
         None => StatusCode::UNAUTHORIZED,
-        Some(given) if <[u8; 32]>::from(Sha256::digest(given.as_bytes())) != inner.secret_sha256 => StatusCode::FORBIDDEN,
+        Some(given) if <[u8; 32]>::from(Sha256::digest(given.as_bytes())) != inner.secret_sha256 => {
+            StatusCode::FORBIDDEN
+        }
         Some(_) => StatusCode::OK,
     };
     {
@@ -145,8 +156,14 @@ mod tests {
         let event = serde_json::json!({"deployment": "ns", "build": null, "verb": "apply", "seq": 1,
             "timestamp": "2026-05-04T10:11:12.345Z", "dropped": 0, "type": "status", "status": "preparing"});
         assert_eq!(post_raw(&receiver.url(), None, r#"{"n":1}"#), 401);
-        assert_eq!(post_raw(&receiver.url(), Some("a-wrong-secret-4567"), r#"{"n":2}"#), 403);
-        assert_eq!(post_raw(&receiver.url(), Some("the-right-secret-123"), &event.to_string()), 200);
+        assert_eq!(
+            post_raw(&receiver.url(), Some("a-wrong-secret-4567"), r#"{"n":2}"#),
+            403
+        );
+        assert_eq!(
+            post_raw(&receiver.url(), Some("the-right-secret-123"), &event.to_string()),
+            200
+        );
         let recorded = receiver.recorded();
         assert_eq!((recorded.unauthorized, recorded.forbidden), (1, 1));
         assert_eq!(recorded.events, vec![event]);
@@ -157,7 +174,10 @@ mod tests {
     #[should_panic(expected = "do not fit schemas/event-jobenv.schema.json")]
     fn an_event_that_does_not_fit_the_schema_cannot_be_read() {
         let receiver = Receiver::start("the-right-secret-123");
-        assert_eq!(post_raw(&receiver.url(), Some("the-right-secret-123"), r#"{"n":3}"#), 200);
+        assert_eq!(
+            post_raw(&receiver.url(), Some("the-right-secret-123"), r#"{"n":3}"#),
+            200
+        );
         receiver.recorded();
     }
 

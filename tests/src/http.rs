@@ -16,9 +16,15 @@ impl Reply {
 
 pub fn request(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Reply {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime.block_on(async {
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("client");
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("client");
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut request = client.request(method, url);
         for (name, value) in headers {
@@ -48,7 +54,10 @@ pub fn serve(name: &str, app: axum::Router) -> Served {
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("server runtime");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
                 tokio::select! {
@@ -58,7 +67,10 @@ pub fn serve(name: &str, app: axum::Router) -> Served {
             });
         })
         .expect("start the server thread");
-    Served { addr, shutdown: Some(shutdown) }
+    Served {
+        addr,
+        shutdown: Some(shutdown),
+    }
 }
 
 impl Drop for Served {

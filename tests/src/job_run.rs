@@ -44,7 +44,11 @@ pub struct Done {
 
 impl std::fmt::Debug for Done {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {:?}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -66,7 +70,15 @@ impl Done {
 
 impl JobRun {
     pub fn new(command: Command) -> Self {
-        JobRun { command, stdin: Vec::new(), code: None, stderr_contains: Vec::new(), stdout: None, stderr: None, nowhere: Vec::new() }
+        JobRun {
+            command,
+            stdin: Vec::new(),
+            code: None,
+            stderr_contains: Vec::new(),
+            stdout: None,
+            stderr: None,
+            nowhere: Vec::new(),
+        }
     }
 
     /// `run --verb <verb>`.
@@ -135,7 +147,13 @@ impl JobRun {
 
     /// Runs to completion and checks every expectation.
     pub fn run(mut self) -> Done {
-        let mut child = self.command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start jobenv");
+        let mut child = self
+            .command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start jobenv");
         // jobenv may refuse a job before it reads its payload: a closed pipe is not an error here.
         match child.stdin.take().expect("stdin").write_all(&self.stdin) {
             Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("write the payload: {e}"),
@@ -156,7 +174,10 @@ impl JobRun {
             assert_eq!(done.code, code, "exit code\n{done:?}");
         }
         for text in &self.stderr_contains {
-            assert!(done.stderr.contains(text.as_str()), "expected {text:?} on stderr\n{done:?}");
+            assert!(
+                done.stderr.contains(text.as_str()),
+                "expected {text:?} on stderr\n{done:?}"
+            );
         }
         if let Some(stdout) = &self.stdout {
             assert_eq!(&done.stdout, stdout, "stdout\n{done:?}");
@@ -168,7 +189,8 @@ impl JobRun {
         // published schema.
         let command = self.command.get_args().next().and_then(|arg| arg.to_str());
         if matches!(command, Some("status" | "recover" | "drain")) && done.success() {
-            let printed: Value = serde_json::from_str(&done.stdout).unwrap_or_else(|e| panic!("{command:?} printed no JSON ({e})\n{done:?}"));
+            let printed: Value = serde_json::from_str(&done.stdout)
+                .unwrap_or_else(|e| panic!("{command:?} printed no JSON ({e})\n{done:?}"));
             crate::schemas::Contract::JournalEntry.check_each(&printed);
         }
         done
@@ -177,7 +199,13 @@ impl JobRun {
     /// Starts it with stdout and stderr piped and the input written; a [`Running`] stops it
     /// (SIGTERM, then waits) if the test fails before it ended. Expectations are not checked.
     pub fn spawn(mut self) -> Running {
-        let mut child = self.command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start jobenv");
+        let mut child = self
+            .command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start jobenv");
         let _ = child.stdin.take().expect("stdin").write_all(&self.stdin);
         Running(child)
     }
@@ -194,7 +222,9 @@ impl JobRun {
 fn without_nix_retry_notices(stderr: &str) -> String {
     stderr
         .split_inclusive('\n')
-        .filter(|line| !(line.starts_with("warning: error: SQLite database '") && line.trim_end().ends_with("' is busy")))
+        .filter(|line| {
+            !(line.starts_with("warning: error: SQLite database '") && line.trim_end().ends_with("' is busy"))
+        })
         .collect()
 }
 
@@ -203,6 +233,9 @@ mod tests {
     #[test]
     fn only_nixs_busy_database_notice_is_left_out() {
         let stderr = "jobenv: running a\nwarning: error: SQLite database '/nix/var/nix/db/db.sqlite' is busy\nwarning: error: something else is busy\njobenv: a succeeded\n";
-        assert_eq!(super::without_nix_retry_notices(stderr), "jobenv: running a\nwarning: error: something else is busy\njobenv: a succeeded\n");
+        assert_eq!(
+            super::without_nix_retry_notices(stderr),
+            "jobenv: running a\nwarning: error: something else is busy\njobenv: a succeeded\n"
+        );
     }
 }

@@ -38,15 +38,76 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    pub const SERDE: Encoder = Encoder { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
-    pub const PYTHON: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
-    pub const PHP: Encoder = Encoder { ascii_only: true, html_safe: false, escape_slash: true, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
-    pub const GO: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: false, line_separators: false, next_line: false };
-    pub const DOTNET: Encoder = Encoder { ascii_only: true, html_safe: true, escape_slash: false, upper_hex: true, quotes_and_plus: true, equals_and_apostrophe: false, line_separators: false, next_line: false };
-    pub const GSON: Encoder = Encoder { ascii_only: false, html_safe: true, escape_slash: false, upper_hex: false, quotes_and_plus: false, equals_and_apostrophe: true, line_separators: false, next_line: false };
+    pub const SERDE: Encoder = Encoder {
+        ascii_only: false,
+        html_safe: false,
+        escape_slash: false,
+        upper_hex: false,
+        quotes_and_plus: false,
+        equals_and_apostrophe: false,
+        line_separators: false,
+        next_line: false,
+    };
+    pub const PYTHON: Encoder = Encoder {
+        ascii_only: true,
+        html_safe: false,
+        escape_slash: false,
+        upper_hex: false,
+        quotes_and_plus: false,
+        equals_and_apostrophe: false,
+        line_separators: false,
+        next_line: false,
+    };
+    pub const PHP: Encoder = Encoder {
+        ascii_only: true,
+        html_safe: false,
+        escape_slash: true,
+        upper_hex: false,
+        quotes_and_plus: false,
+        equals_and_apostrophe: false,
+        line_separators: false,
+        next_line: false,
+    };
+    pub const GO: Encoder = Encoder {
+        ascii_only: false,
+        html_safe: true,
+        escape_slash: false,
+        upper_hex: false,
+        quotes_and_plus: false,
+        equals_and_apostrophe: false,
+        line_separators: false,
+        next_line: false,
+    };
+    pub const DOTNET: Encoder = Encoder {
+        ascii_only: true,
+        html_safe: true,
+        escape_slash: false,
+        upper_hex: true,
+        quotes_and_plus: true,
+        equals_and_apostrophe: false,
+        line_separators: false,
+        next_line: false,
+    };
+    pub const GSON: Encoder = Encoder {
+        ascii_only: false,
+        html_safe: true,
+        escape_slash: false,
+        upper_hex: false,
+        quotes_and_plus: false,
+        equals_and_apostrophe: true,
+        line_separators: false,
+        next_line: false,
+    };
 
-    pub const JSON_NET: Encoder = Encoder { line_separators: true, next_line: true, ..Encoder::SERDE };
-    pub const GSON_NO_HTML: Encoder = Encoder { line_separators: true, ..Encoder::SERDE };
+    pub const JSON_NET: Encoder = Encoder {
+        line_separators: true,
+        next_line: true,
+        ..Encoder::SERDE
+    };
+    pub const GSON_NO_HTML: Encoder = Encoder {
+        line_separators: true,
+        ..Encoder::SERDE
+    };
 
     /// Every encoder the scans know, with a name for messages.
     pub const ALL: [(&'static str, Encoder); 10] = [
@@ -58,8 +119,20 @@ impl Encoder {
         ("gson", Encoder::GSON),
         ("json.net", Encoder::JSON_NET),
         ("gson without html escaping", Encoder::GSON_NO_HTML),
-        ("python, upper-case hex", Encoder { upper_hex: true, ..Encoder::PYTHON }),
-        ("go, upper-case hex", Encoder { upper_hex: true, ..Encoder::GO }),
+        (
+            "python, upper-case hex",
+            Encoder {
+                upper_hex: true,
+                ..Encoder::PYTHON
+            },
+        ),
+        (
+            "go, upper-case hex",
+            Encoder {
+                upper_hex: true,
+                ..Encoder::GO
+            },
+        ),
     ];
 
     /// `text` as this encoder writes it inside a JSON string.
@@ -107,10 +180,20 @@ pub fn encode_value(encoder: Encoder, value: &serde_json::Value) -> String {
     use serde_json::Value;
     match value {
         Value::String(s) => format!("\"{}\"", encoder.encode(s)),
-        Value::Array(items) => format!("[{}]", items.iter().map(|v| encode_value(encoder, v)).collect::<Vec<_>>().join(", ")),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|v| encode_value(encoder, v))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Value::Object(map) => format!(
             "{{{}}}",
-            map.iter().map(|(k, v)| format!("\"{}\": {}", encoder.encode(k), encode_value(encoder, v))).collect::<Vec<_>>().join(", ")
+            map.iter()
+                .map(|(k, v)| format!("\"{}\": {}", encoder.encode(k), encode_value(encoder, v)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         other => other.to_string(),
     }
@@ -120,7 +203,11 @@ pub fn encode_value(encoder: Encoder, value: &serde_json::Value) -> String {
 /// included, without duplicates.
 pub fn every_form(text: &str) -> Vec<String> {
     let debug = format!("{text:?}");
-    let mut forms = vec![text.to_owned(), debug[1..debug.len() - 1].to_owned(), text.escape_debug().to_string()];
+    let mut forms = vec![
+        text.to_owned(),
+        debug[1..debug.len() - 1].to_owned(),
+        text.escape_debug().to_string(),
+    ];
     for (_, encoder) in Encoder::ALL {
         forms.push(encoder.encode(text));
     }
@@ -155,10 +242,21 @@ pub fn printed_forms(text: &str) -> Vec<String> {
         forms.push(backslashed(text, " !\"$&'()*,;<>?[\\]^`{|}", true));
     }
     const UNRESERVED: &str = "-._~";
-    for (keep, plus) in [(UNRESERVED, false), (UNRESERVED, true), ("-._~/", false), ("-._~!'()*", false), ("-._~$&+,;=", false)] {
+    for (keep, plus) in [
+        (UNRESERVED, false),
+        (UNRESERVED, true),
+        ("-._~/", false),
+        ("-._~!'()*", false),
+        ("-._~$&+,;=", false),
+    ] {
         forms.push(percent(text, keep, plus));
     }
-    for (quote, apostrophe) in [(Some("&quot;"), Some("&apos;")), (None, None), (Some("&quot;"), Some("&#x27;")), (Some("&#34;"), Some("&#39;"))] {
+    for (quote, apostrophe) in [
+        (Some("&quot;"), Some("&apos;")),
+        (None, None),
+        (Some("&quot;"), Some("&#x27;")),
+        (Some("&#34;"), Some("&#39;")),
+    ] {
         forms.push(markup(text, quote, apostrophe));
     }
     if text.len() >= 8 {
@@ -174,7 +272,11 @@ pub fn printed_forms(text: &str) -> Vec<String> {
         }
         let encoded = base64(text.as_bytes(), false, true);
         for width in [76, 64].into_iter().filter(|&width| encoded.len() > width) {
-            let lines: Vec<&str> = encoded.as_bytes().chunks(width).map(|line| std::str::from_utf8(line).unwrap()).collect();
+            let lines: Vec<&str> = encoded
+                .as_bytes()
+                .chunks(width)
+                .map(|line| std::str::from_utf8(line).unwrap())
+                .collect();
             forms.push(lines.join("\n"));
         }
     }
@@ -218,7 +320,12 @@ fn ansi_c(text: &str, c_locale: bool) -> String {
             '\u{1b}' => Some("\\E"),
             _ => None,
         };
-        let printable = (' '..='~').contains(&c) || (!c.is_ascii() && !c_locale && !('\u{80}'..='\u{9f}').contains(&c) && c != '\u{2028}' && c != '\u{2029}');
+        let printable = (' '..='~').contains(&c)
+            || (!c.is_ascii()
+                && !c_locale
+                && !('\u{80}'..='\u{9f}').contains(&c)
+                && c != '\u{2028}'
+                && c != '\u{2029}');
         match named {
             Some(escape) => out.push_str(escape),
             None if printable => out.push(c),
@@ -270,7 +377,10 @@ pub fn base64(data: &[u8], url_safe: bool, padded: bool) -> String {
     };
     let mut out = String::new();
     for group in data.chunks(3) {
-        let bits = group.iter().enumerate().fold(0u32, |bits, (i, &b)| bits | u32::from(b) << (16 - 8 * i));
+        let bits = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |bits, (i, &b)| bits | u32::from(b) << (16 - 8 * i));
         let chars = group.len() + 1;
         for k in 0..4 {
             if k < chars {
@@ -290,7 +400,10 @@ mod tests {
     #[test]
     fn serde_form_is_serde_json_s() {
         let text = "a\"b\\c\u{1}d\u{e4}e/f<g\u{1F600}";
-        assert_eq!(format!("\"{}\"", Encoder::SERDE.encode(text)), serde_json::to_string(text).unwrap());
+        assert_eq!(
+            format!("\"{}\"", Encoder::SERDE.encode(text)),
+            serde_json::to_string(text).unwrap()
+        );
     }
 
     #[test]
@@ -300,9 +413,15 @@ mod tests {
         assert_eq!(Encoder::PHP.encode(text), "\\u00e4<\\/\\ud83d\\ude00");
         assert_eq!(Encoder::GO.encode(text), "\u{e4}\\u003c/\u{1F600}");
         assert_eq!(Encoder::DOTNET.encode(text), "\\u00E4\\u003C/\\uD83D\\uDE00");
-        assert_eq!(Encoder::DOTNET.encode("a\"b'c+d`e\\f"), "a\\u0022b\\u0027c\\u002Bd\\u0060e\\\\f");
+        assert_eq!(
+            Encoder::DOTNET.encode("a\"b'c+d`e\\f"),
+            "a\\u0022b\\u0027c\\u002Bd\\u0060e\\\\f"
+        );
         assert_eq!(Encoder::GSON.encode("a=b'c<\u{e4}"), "a\\u003db\\u0027c\\u003c\u{e4}");
-        assert_eq!(Encoder::JSON_NET.encode("<\u{e4}\u{85}\u{2028}"), "<\u{e4}\\u0085\\u2028");
+        assert_eq!(
+            Encoder::JSON_NET.encode("<\u{e4}\u{85}\u{2028}"),
+            "<\u{e4}\\u0085\\u2028"
+        );
         assert_eq!(Encoder::GSON_NO_HTML.encode("<\u{85}\u{2029}"), "<\u{85}\\u2029");
         assert_eq!(every_form("plain").len(), 1);
     }
@@ -325,6 +444,9 @@ mod tests {
         ] {
             assert!(all.iter().any(|f| f == expected), "{expected} missing from {all:?}");
         }
-        assert!(printed_forms("plain-token").iter().all(|f| f.len() > 11), "only base64 forms of a plain token");
+        assert!(
+            printed_forms("plain-token").iter().all(|f| f.len() > 11),
+            "only base64 forms of a plain token"
+        );
     }
 }

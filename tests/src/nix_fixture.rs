@@ -39,7 +39,10 @@ impl Default for Fixture {
 impl Fixture {
     /// A node whose deploy-env.json already sets the required control keys.
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("jobenv-fixture-").tempdir().expect("temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix("jobenv-fixture-")
+            .tempdir()
+            .expect("temp dir");
         for sub in ["root/bin", "secrets", "job", "state"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("fixture dirs");
         }
@@ -49,7 +52,13 @@ impl Fixture {
         deploy_env.insert("NIXPKGS".into(), json!(root));
         // Skips nix-shell's evaluation of <nixpkgs>.bashInteractive, which needs nixpkgs.
         deploy_env.insert("NIX_BUILD_SHELL".into(), json!("/bin/bash"));
-        Fixture { dir, deploy_env, keys: Map::new(), attributes: Vec::new(), containment: None }
+        Fixture {
+            dir,
+            deploy_env,
+            keys: Map::new(),
+            attributes: Vec::new(),
+            containment: None,
+        }
     }
 
     /// A node whose jobenv keeps its program trees as `containment` says (`JOBENV_CONTAINMENT`:
@@ -298,7 +307,9 @@ fn write_atomically(path: &Path, bytes: &[u8]) {
     let mut file = tempfile::NamedTempFile::new_in(path.parent().expect("a parent")).expect("temp file");
     file.write_all(bytes).expect("write");
     // As a node renders them (and readable by the worker's user of [`Fixture::hand_to`]).
-    file.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .expect("chmod");
     file.persist(path).expect("rename into place");
 }
 

@@ -18,9 +18,18 @@ pub const UI_GROUP: &str = "postgres";
 
 /// The scripts every node starts with; `README.md` must be ignored.
 pub const SCRIPTS: &[(&str, &str)] = &[
-    ("f/fediversity/deploy.py", "from f.fediversity._runner import run\n\ndef main(**payload):\n    return run('apply', payload)\n"),
-    ("f/fediversity/destroy.py", "from f.fediversity._runner import run\n\ndef main(**payload):\n    return run('destroy', payload)\n"),
-    ("f/fediversity/_runner.py", "import os\n\ndef run(verb, payload):\n    os.execv('/run/current-system/sw/bin/fediversity-jobenv', ['jobenv', 'run', '--verb', verb])\n"),
+    (
+        "f/fediversity/deploy.py",
+        "from f.fediversity._runner import run\n\ndef main(**payload):\n    return run('apply', payload)\n",
+    ),
+    (
+        "f/fediversity/destroy.py",
+        "from f.fediversity._runner import run\n\ndef main(**payload):\n    return run('destroy', payload)\n",
+    ),
+    (
+        "f/fediversity/_runner.py",
+        "import os\n\ndef run(verb, payload):\n    os.execv('/run/current-system/sw/bin/fediversity-jobenv', ['jobenv', 'run', '--verb', verb])\n",
+    ),
     ("f/fediversity/hello.sh", "name=\"$1\"\necho \"hello $name\"\n"),
     ("README.md", "Not a script: ignored.\n"),
 ];
@@ -55,7 +64,10 @@ impl Run {
     /// The `step N/9 <name>: ...` line of a step.
     pub fn step_line(&self, number: usize) -> &str {
         let needle = format!("step {number}/9 ");
-        self.stderr.lines().find(|l| l.contains(&needle)).unwrap_or_else(|| panic!("no line for step {number}:\n{}", self.stderr))
+        self.stderr
+            .lines()
+            .find(|l| l.contains(&needle))
+            .unwrap_or_else(|| panic!("no line for step {number}:\n{}", self.stderr))
     }
 
     pub fn step_lines(&self) -> Vec<&str> {
@@ -65,7 +77,11 @@ impl Run {
 
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -101,7 +117,10 @@ impl Node {
     }
 
     fn assemble(db: WindmillDb, windmill: WindmillFake, bao_addr: &str, bao_path: &str, bao_token: &str) -> Node {
-        let dir = tempfile::Builder::new().prefix("bootstrap-node-").tempdir().expect("temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix("bootstrap-node-")
+            .tempdir()
+            .expect("temp dir");
         let password = format!("node-pw-{}", crate::servers::random_string(20));
         std::fs::write(dir.path().join("admin-password"), format!("{password}\n")).unwrap();
         std::fs::write(dir.path().join("database-url"), format!("{}\n", db.app_dsn())).unwrap();
@@ -164,7 +183,9 @@ impl Node {
     /// The token in the nginx include, parsed from its one line.
     pub fn include_token(&self) -> Option<String> {
         let text = std::fs::read_to_string(self.include_path()).ok()?;
-        let token = text.strip_prefix("proxy_set_header Authorization \"Bearer ")?.strip_suffix("\";\n")?;
+        let token = text
+            .strip_prefix("proxy_set_header Authorization \"Bearer ")?
+            .strip_suffix("\";\n")?;
         Some(token.to_owned())
     }
 
@@ -195,14 +216,22 @@ impl Node {
     /// Runs the binary with `--config` and `extra` arguments and a clean environment.
     pub fn run(&self, binary: &Path, extra: &[&str]) -> Run {
         let config = self.write_config();
-        let out = Self::command(binary, &config, extra).output().expect("run the bootstrap");
+        let out = Self::command(binary, &config, extra)
+            .output()
+            .expect("run the bootstrap");
         self.finish(out)
     }
 
     /// The command [`run`](Self::run) runs, for tests that start it themselves.
     pub fn command(binary: &Path, config: &Path, extra: &[&str]) -> Command {
         let mut command = Command::new(binary);
-        command.arg("--config").arg(config).args(extra).env_clear().env("PATH", "/usr/bin:/bin").stdin(Stdio::null());
+        command
+            .arg("--config")
+            .arg(config)
+            .args(extra)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null());
         command
     }
 
@@ -241,7 +270,11 @@ impl Node {
 
     pub fn assert_no_secrets(&self, output: &str) {
         let found = find_secrets(output, &self.secrets());
-        assert!(found.is_empty(), "the bootstrap printed {}:\n(output withheld: it holds a secret)", found.join(", "));
+        assert!(
+            found.is_empty(),
+            "the bootstrap printed {}:\n(output withheld: it holds a secret)",
+            found.join(", ")
+        );
     }
 
     /// Whether `token` authenticates against the fake, over HTTP (`GET /api/users/whoami`).
@@ -249,7 +282,12 @@ impl Node {
     /// auth cache, see [`crate::windmill_fake`]): whether a token was revoked is
     /// [`WindmillFake::has_token`], which is what the bootstrap controls.
     pub fn token_works(&self, token: &str) -> bool {
-        let reply = crate::http::request("GET", &format!("{}/api/users/whoami", self.windmill.url), &[("Authorization", &format!("Bearer {token}"))], None);
+        let reply = crate::http::request(
+            "GET",
+            &format!("{}/api/users/whoami", self.windmill.url),
+            &[("Authorization", &format!("Bearer {token}"))],
+            None,
+        );
         reply.status == 200
     }
 
@@ -257,7 +295,12 @@ impl Node {
     /// would: the session token, or `None` on "Invalid login".
     pub fn login(&self, password: &str) -> Option<String> {
         let body = json!({"email": crate::postgres::ADMIN_EMAIL, "password": password}).to_string();
-        let reply = crate::http::request("POST", &format!("{}/api/auth/login", self.windmill.url), &[], Some(&body));
+        let reply = crate::http::request(
+            "POST",
+            &format!("{}/api/auth/login", self.windmill.url),
+            &[],
+            Some(&body),
+        );
         match reply.status {
             200 => Some(reply.body),
             400 => None,
@@ -267,7 +310,12 @@ impl Node {
 
     /// The session tokens (label `session`) in the fake's `token` table.
     pub fn sessions(&self) -> Vec<String> {
-        self.windmill.tokens().into_iter().filter(|t| t.label == "session").map(|t| t.token).collect()
+        self.windmill
+            .tokens()
+            .into_iter()
+            .filter(|t| t.label == "session")
+            .map(|t| t.token)
+            .collect()
     }
 
     /// Owner, group and mode of the include.
@@ -291,7 +339,10 @@ pub fn find_secrets(output: &str, secrets: &[(String, String)]) -> Vec<String> {
         if value.is_empty() {
             continue;
         }
-        if crate::json_forms::every_form(value).iter().any(|form| output.contains(form.as_str())) {
+        if crate::json_forms::every_form(value)
+            .iter()
+            .any(|form| output.contains(form.as_str()))
+        {
             found.push(name.clone());
         }
     }
@@ -300,5 +351,10 @@ pub fn find_secrets(output: &str, secrets: &[(String, String)]) -> Vec<String> {
 
 /// The group id of [`UI_GROUP`].
 pub fn ui_gid() -> u32 {
-    nix::unistd::Group::from_name(UI_GROUP).ok().flatten().unwrap_or_else(|| panic!("group {UI_GROUP} is missing: run .ci/run")).gid.as_raw()
+    nix::unistd::Group::from_name(UI_GROUP)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("group {UI_GROUP} is missing: run .ci/run"))
+        .gid
+        .as_raw()
 }

@@ -46,7 +46,10 @@ impl OpenBao {
         let mut last_log = String::new();
         // The dev server also takes port+1 (cluster); a taken one makes it exit: try again.
         for _ in 0..5 {
-            let home = tempfile::Builder::new().prefix("testkit-bao-").tempdir().expect("temp dir");
+            let home = tempfile::Builder::new()
+                .prefix("testkit-bao-")
+                .tempdir()
+                .expect("temp dir");
             let port = servers::free_port();
             let root_token = format!("root-{}", servers::random_string(20));
             let log = home.path().join("server.log");
@@ -60,7 +63,11 @@ impl OpenBao {
                 .env("PATH", "/usr/bin:/bin")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
+                .stderr(
+                    std::fs::File::create(&log)
+                        .map(Stdio::from)
+                        .unwrap_or_else(|_| Stdio::null()),
+                );
             let mut child = servers::spawn_tied(command, None, libc::SIGKILL).expect("start bao server -dev");
             let addr = format!("http://127.0.0.1:{port}");
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -72,7 +79,12 @@ impl OpenBao {
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
                     && crate::http::request("GET", &format!("{addr}/v1/sys/health"), &[], None).status == 200
                 {
-                    return OpenBao { addr, root_token, home, server: Mutex::new(Some(child)) };
+                    return OpenBao {
+                        addr,
+                        root_token,
+                        home,
+                        server: Mutex::new(Some(child)),
+                    };
                 }
                 assert!(Instant::now() < deadline, "bao server -dev did not answer on {addr}");
                 std::thread::sleep(Duration::from_millis(30));
@@ -95,29 +107,58 @@ impl OpenBao {
 
     /// A name no other test of this binary uses, for mounts and secret paths.
     pub fn unique(prefix: &str) -> String {
-        format!("{prefix}{}x{}", std::process::id(), NEXT_NAME.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "{prefix}{}x{}",
+            std::process::id(),
+            NEXT_NAME.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// A call to the HTTP API with the root token; panics unless it answers 2xx. (The HTTP API
     /// rather than the `bao` CLI: a CLI run costs 0.2 s, a request a millisecond.)
     pub fn api(&self, method: &str, api_path: &str, body: Option<&Value>) -> Value {
         let body = body.map(Value::to_string);
-        let reply = crate::http::request(method, &format!("{}/v1/{api_path}", self.addr), &[("X-Vault-Token", &self.root_token)], body.as_deref());
-        assert!((200..300).contains(&reply.status), "OpenBao {method} {api_path}: {} {}", reply.status, reply.body);
+        let reply = crate::http::request(
+            method,
+            &format!("{}/v1/{api_path}", self.addr),
+            &[("X-Vault-Token", &self.root_token)],
+            body.as_deref(),
+        );
+        assert!(
+            (200..300).contains(&reply.status),
+            "OpenBao {method} {api_path}: {} {}",
+            reply.status,
+            reply.body
+        );
         serde_json::from_str(&reply.body).unwrap_or(Value::Null)
     }
 
     /// `bao secrets enable -path=<path> -version=<version> kv`.
     pub fn enable_kv(&self, path: &str, version: u8) {
-        self.api("POST", &format!("sys/mounts/{path}"), Some(&serde_json::json!({"type": "kv", "options": {"version": version.to_string()}})));
+        self.api(
+            "POST",
+            &format!("sys/mounts/{path}"),
+            Some(&serde_json::json!({"type": "kv", "options": {"version": version.to_string()}})),
+        );
     }
 
     /// A token whose only policy is `hcl` (named `name`), like `bao policy write` then
     /// `bao token create -policy=<name>`.
     pub fn token_with_policy(&self, name: &str, hcl: &str) -> String {
-        self.api("PUT", &format!("sys/policies/acl/{name}"), Some(&serde_json::json!({"policy": hcl})));
-        let created = self.api("POST", "auth/token/create", Some(&serde_json::json!({"policies": [name]})));
-        created["auth"]["client_token"].as_str().expect("a client token").to_owned()
+        self.api(
+            "PUT",
+            &format!("sys/policies/acl/{name}"),
+            Some(&serde_json::json!({"policy": hcl})),
+        );
+        let created = self.api(
+            "POST",
+            "auth/token/create",
+            Some(&serde_json::json!({"policies": [name]})),
+        );
+        created["auth"]["client_token"]
+            .as_str()
+            .expect("a client token")
+            .to_owned()
     }
 
     /// `bao operator seal`: every request then answers 503.
@@ -127,7 +168,12 @@ impl OpenBao {
 
     /// `GET /v1/<api_path>` with the root token, over HTTP.
     pub fn get(&self, api_path: &str) -> (u16, Value) {
-        let reply = crate::http::request("GET", &format!("{}/v1/{api_path}", self.addr), &[("X-Vault-Token", &self.root_token)], None);
+        let reply = crate::http::request(
+            "GET",
+            &format!("{}/v1/{api_path}", self.addr),
+            &[("X-Vault-Token", &self.root_token)],
+            None,
+        );
         let value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
         (reply.status, value)
     }

@@ -23,7 +23,8 @@ pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The seed row's hash: Windmill's migration `20220508150023_changeme_passwords` sets exactly
 /// this string, the argon2id hash of `changeme` (m=4096, t=3, p=1); `is_first_time_setup`
 /// compares against it.
-pub const SEED_HASH: &str = "$argon2id$v=19$m=4096,t=3,p=1$oLJo/lPn/gezXCuFOEyaNw$i0T2tCkw3xUFsrBIKZwr8jVNHlIfoxQe+HfDnLtd12I";
+pub const SEED_HASH: &str =
+    "$argon2id$v=19$m=4096,t=3,p=1$oLJo/lPn/gezXCuFOEyaNw$i0T2tCkw3xUFsrBIKZwr8jVNHlIfoxQe+HfDnLtd12I";
 pub const ADMIN_EMAIL: &str = "admin@windmill.dev";
 
 /// The login role the bootstrap connects as, like Windmill's own database user on NixOS: a
@@ -72,8 +73,16 @@ fn template(bin: &Path, run_as: Option<RunAs>) -> PathBuf {
     let target = crate::venv::workspace_root().join("target");
     std::fs::create_dir_all(&target).expect("target dir");
     let template = target.join("testkit-pg15-template");
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(target.join("testkit-pg15-template.lock")).expect("lock file");
-    let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("lock the template");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(target.join("testkit-pg15-template.lock"))
+        .expect("lock file");
+    let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("lock the template");
     let data = template.join("data");
     if data.join("PG_VERSION").is_file() {
         return data;
@@ -85,10 +94,17 @@ fn template(bin: &Path, run_as: Option<RunAs>) -> PathBuf {
     }
     let partial = template.join("partial");
     run(
-        Command::new(bin.join("initdb"))
-            .arg("-D")
-            .arg(&partial)
-            .args(["-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--no-instructions"]),
+        Command::new(bin.join("initdb")).arg("-D").arg(&partial).args([
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+            "--no-instructions",
+        ]),
         run_as,
         "initdb",
     );
@@ -103,7 +119,12 @@ fn run(command: &mut Command, run_as: Option<RunAs>, what: &str) {
         command.uid(uid).gid(gid);
     }
     let out = command.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(out.status.success(), "{what} failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Cluster {
@@ -114,19 +135,38 @@ impl Cluster {
             "PostgreSQL 15 is not installed ({PG_BIN}/initdb is missing): run .ci/run, which installs postgresql-15"
         );
         let run_as = if nix::unistd::getuid().is_root() {
-            let user = nix::unistd::User::from_name("postgres").ok().flatten().expect("running as root needs the `postgres` user (package postgresql-15)");
-            Some(RunAs { uid: user.uid.as_raw(), gid: user.gid.as_raw() })
+            let user = nix::unistd::User::from_name("postgres")
+                .ok()
+                .flatten()
+                .expect("running as root needs the `postgres` user (package postgresql-15)");
+            Some(RunAs {
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+            })
         } else {
             None
         };
-        let dir = tempfile::Builder::new().prefix("testkit-pg-").tempdir().expect("temp dir").keep();
+        let dir = tempfile::Builder::new()
+            .prefix("testkit-pg-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
         if let Some(RunAs { uid, gid }) = run_as {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown the cluster dir");
         }
         let data = dir.join("data");
         // A copy of a cluster made once by initdb (about 1.4 s; the copy takes a tenth of that).
-        let out = Command::new("cp").arg("-a").arg(template(bin, run_as)).arg(&data).output().expect("cp");
-        assert!(out.status.success(), "cannot copy the template cluster: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("cp")
+            .arg("-a")
+            .arg(template(bin, run_as))
+            .arg(&data)
+            .output()
+            .expect("cp");
+        assert!(
+            out.status.success(),
+            "cannot copy the template cluster: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         // TLS: the server's certificate and key (which PostgreSQL wants its own, mode 0600), the
         // CA's certificate for the clients, and the TLS-only role's rule first in pg_hba.conf.
         let ca = crate::tls::Ca::new("testkit PostgreSQL CA");
@@ -142,7 +182,8 @@ impl Cluster {
         }
         let hba = data.join("pg_hba.conf");
         let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-        std::fs::write(&hba, format!("hostnossl all {JOBENV_TLS_ROLE} all reject\n{rules}")).expect("write pg_hba.conf");
+        std::fs::write(&hba, format!("hostnossl all {JOBENV_TLS_ROLE} all reject\n{rules}"))
+            .expect("write pg_hba.conf");
         let cluster = Cluster {
             port: servers::free_port(),
             dir,
@@ -164,14 +205,30 @@ impl Cluster {
             .arg(self.dir.join("data"))
             .args(["-c", "listen_addresses=127.0.0.1", "-p", &self.port.to_string(), "-k"])
             .arg(&self.dir)
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "ssl=on"])
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "ssl=on",
+            ])
             .arg("-c")
             .arg(format!("ssl_cert_file={}", self.dir.join("server.crt").display()))
             .arg("-c")
             .arg(format!("ssl_key_file={}", self.dir.join("server.key").display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.join("server.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            );
         // SIGINT is PostgreSQL's fast shutdown.
         let child = servers::spawn_tied(command, self.run_as, libc::SIGINT).expect("start postgres");
         *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
@@ -195,14 +252,22 @@ impl Cluster {
         self.spawn_server();
         let deadline = Instant::now() + Duration::from_secs(30);
         while postgres::Client::connect(&self.socket_dsn(), postgres::NoTls).is_err() {
-            assert!(Instant::now() < deadline, "PostgreSQL did not come up again on port {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL did not come up again on port {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// The local socket, where the template's `trust` lets the superuser in without a password.
     fn socket_dsn(&self) -> String {
-        format!("host={} port={} user=postgres dbname=postgres connect_timeout=5", self.dir.display(), self.port)
+        format!(
+            "host={} port={} user=postgres dbname=postgres connect_timeout=5",
+            self.dir.display(),
+            self.port
+        )
     }
 
     fn wait_ready(&self) {
@@ -211,7 +276,9 @@ impl Cluster {
             match postgres::Client::connect(&self.socket_dsn(), postgres::NoTls) {
                 Ok(mut client) => {
                     // TCP asks for a password (scram-sha-256): give the superuser one.
-                    client.batch_execute(&format!("ALTER ROLE postgres PASSWORD '{}'", self.superuser_password)).expect("set the password");
+                    client
+                        .batch_execute(&format!("ALTER ROLE postgres PASSWORD '{}'", self.superuser_password))
+                        .expect("set the password");
                     return;
                 }
                 Err(e) if Instant::now() > deadline => {
@@ -254,7 +321,10 @@ impl Cluster {
     }
 
     pub fn superuser_dsn(&self, db: &str) -> String {
-        format!("host=127.0.0.1 port={} user=postgres password={} dbname={db} connect_timeout=5", self.port, self.superuser_password)
+        format!(
+            "host=127.0.0.1 port={} user=postgres password={} dbname={db} connect_timeout=5",
+            self.port, self.superuser_password
+        )
     }
 
     pub fn superuser_client(&self, db: &str) -> postgres::Client {
@@ -264,16 +334,30 @@ impl Cluster {
     /// A new database for jobenv's cluster mode: its schema owned by [`JOBENV_ROLE`], which has
     /// no other right there (jobenv makes its tables itself).
     pub fn jobenv_database(&self) -> JobenvDb<'_> {
-        let name = format!("jobenv_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::Relaxed));
-        self.superuser_client("postgres").batch_execute(&format!("CREATE DATABASE {name} STRATEGY = FILE_COPY")).expect("create database");
-        self.superuser_client(&name).batch_execute(&format!("CREATE SCHEMA {JOBENV_SCHEMA} AUTHORIZATION {JOBENV_ROLE}")).expect("create the schema");
+        let name = format!(
+            "jobenv_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        );
+        self.superuser_client("postgres")
+            .batch_execute(&format!("CREATE DATABASE {name} STRATEGY = FILE_COPY"))
+            .expect("create database");
+        self.superuser_client(&name)
+            .batch_execute(&format!("CREATE SCHEMA {JOBENV_SCHEMA} AUTHORIZATION {JOBENV_ROLE}"))
+            .expect("create the schema");
         JobenvDb { cluster: self, name }
     }
 
     /// A new database with Windmill's `password` table and the seed admin row.
     pub fn windmill_database(&'static self) -> WindmillDb {
-        let name = format!("windmill_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::Relaxed));
-        self.superuser_client("postgres").batch_execute(&format!("CREATE DATABASE {name} STRATEGY = FILE_COPY")).expect("create database");
+        let name = format!(
+            "windmill_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        );
+        self.superuser_client("postgres")
+            .batch_execute(&format!("CREATE DATABASE {name} STRATEGY = FILE_COPY"))
+            .expect("create database");
         let mut client = self.superuser_client(&name);
         // Column types as observed on Windmill 1.743.0 (`\d password`); password_hash is still
         // VARCHAR(100). The grant is what Windmill's default privileges give windmill_user.
@@ -316,13 +400,22 @@ impl JobenvDb<'_> {
 
     /// The same DSN through another port (a proxy in front of the cluster).
     pub fn dsn_on(&self, port: u16) -> String {
-        format!("host=127.0.0.1 port={port} user={JOBENV_ROLE} password={} dbname={} connect_timeout=5", self.password(), self.name)
+        format!(
+            "host=127.0.0.1 port={port} user={JOBENV_ROLE} password={} dbname={} connect_timeout=5",
+            self.password(),
+            self.name
+        )
     }
 
     /// The DSN of the TLS-only role ([`JOBENV_TLS_ROLE`]) to `host` (where the server's
     /// certificate is for `127.0.0.1`), with `sslmode=require`.
     pub fn tls_dsn(&self, host: &str) -> String {
-        format!("host={host} port={} user={JOBENV_TLS_ROLE} password={} dbname={} connect_timeout=5 sslmode=require", self.cluster.port, self.password(), self.name)
+        format!(
+            "host={host} port={} user={JOBENV_TLS_ROLE} password={} dbname={} connect_timeout=5 sslmode=require",
+            self.cluster.port,
+            self.password(),
+            self.name
+        )
     }
 
     /// The CA that issued the server's certificate.
@@ -368,7 +461,10 @@ impl WindmillDb {
     /// The DSN the bootstrap gets (`windmill.database_url_file`): the NOINHERIT login role,
     /// with its password.
     pub fn app_dsn(&self) -> String {
-        format!("host=127.0.0.1 port={} user={APP_ROLE} password={} dbname={}", self.cluster.port, self.cluster.app_password, self.name)
+        format!(
+            "host=127.0.0.1 port={} user={APP_ROLE} password={} dbname={}",
+            self.cluster.port, self.cluster.app_password, self.name
+        )
     }
 
     /// The login role's password, for the secret scans.
@@ -393,7 +489,12 @@ impl WindmillDb {
     }
 
     pub fn set_password_hash(&self, email: &str, hash: &str) {
-        self.client().execute("UPDATE password SET password_hash = $1 WHERE email = $2", &[&hash, &email]).expect("set password_hash");
+        self.client()
+            .execute(
+                "UPDATE password SET password_hash = $1 WHERE email = $2",
+                &[&hash, &email],
+            )
+            .expect("set password_hash");
     }
 
     pub fn execute(&self, sql: &str) {
@@ -420,11 +521,18 @@ mod tests {
         let mut app = postgres::Client::connect(&db.app_dsn(), postgres::NoTls).unwrap();
         // NOINHERIT: no privilege on the table without SET ROLE ...
         let denied = app.execute("UPDATE password SET verified = true", &[]).unwrap_err();
-        assert!(denied.to_string().contains("permission denied") || format!("{denied:?}").contains("permission denied"), "{denied:?}");
+        assert!(
+            denied.to_string().contains("permission denied") || format!("{denied:?}").contains("permission denied"),
+            "{denied:?}"
+        );
         // ... and with it, the update works.
         let mut tx = app.transaction().unwrap();
         tx.batch_execute("SET LOCAL ROLE windmill_admin").unwrap();
-        assert_eq!(tx.execute("UPDATE password SET verified = true WHERE email = $1", &[&ADMIN_EMAIL]).unwrap(), 1);
+        assert_eq!(
+            tx.execute("UPDATE password SET verified = true WHERE email = $1", &[&ADMIN_EMAIL])
+                .unwrap(),
+            1
+        );
         tx.rollback().unwrap();
         // A wrong password is refused: TCP connections really authenticate.
         let wrong = db.app_dsn().replace(&db.app_password(), "wrong-password");

@@ -11,7 +11,10 @@ use nix::unistd::Pid;
 /// Alive and not a zombie.
 pub fn is_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)).is_some_and(|state| state != "Z" && state != "X"),
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
 }

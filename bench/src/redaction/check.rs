@@ -24,7 +24,13 @@ pub struct Verdict {
 }
 
 /// Runs the program once directly and once through jobenv, `bytes` of output each.
-pub fn run(tools: &Tools, node: &Node, secrets: &[(String, String)], bytes: usize, line: usize) -> anyhow::Result<Verdict> {
+pub fn run(
+    tools: &Tools,
+    node: &Node,
+    secrets: &[(String, String)],
+    bytes: usize,
+    line: usize,
+) -> anyhow::Result<Verdict> {
     let raw = Command::new(&tools.generate)
         .env_clear()
         .envs(secrets.iter().map(|(k, v)| (k, v)))
@@ -32,8 +38,13 @@ pub fn run(tools: &Tools, node: &Node, secrets: &[(String, String)], bytes: usiz
         .env("BENCH_LINE", line.to_string())
         .stderr(Stdio::null())
         .output()?;
-    anyhow::ensure!(raw.status.success() && raw.stdout.len() == bytes, "the program alone failed: {}", raw.status);
-    let mut command = node.jobenv_run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "BENCH_BYTES": bytes, "BENCH_LINE": line}))?;
+    anyhow::ensure!(
+        raw.status.success() && raw.stdout.len() == bytes,
+        "the program alone failed: {}",
+        raw.status
+    );
+    let mut command =
+        node.jobenv_run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "BENCH_BYTES": bytes, "BENCH_LINE": line}))?;
     let redacted = command.stderr(Stdio::null()).output()?;
     anyhow::ensure!(redacted.status.success(), "jobenv failed: {}", redacted.status);
     Ok(compare(&raw.stdout, &redacted.stdout))
@@ -44,9 +55,19 @@ pub fn run(tools: &Tools, node: &Node, secrets: &[(String, String)], bytes: usiz
 pub fn compare(raw: &[u8], redacted: &[u8]) -> Verdict {
     let raw: Vec<&[u8]> = raw.split(|&b| b == b'\t').collect();
     let out: Vec<&[u8]> = redacted.split(|&b| b == b'\t').collect();
-    let whole = out.iter().skip(1).step_by(2).take(raw.len() / 2).filter(|field| **field == MARKER).count();
+    let whole = out
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .take(raw.len() / 2)
+        .filter(|field| **field == MARKER)
+        .count();
     let rest_unchanged = raw.len() == out.len() && raw.iter().zip(&out).step_by(2).all(|(a, b)| a == b);
-    Verdict { whole, printed: raw.len() / 2, rest_unchanged }
+    Verdict {
+        whole,
+        printed: raw.len() / 2,
+        rest_unchanged,
+    }
 }
 
 #[cfg(test)]
@@ -57,11 +78,32 @@ mod tests {
     fn a_secret_redacted_in_part_is_not_whole() {
         let raw = b"aa\tsecret-one\tbb\tline-one\\nline-two\tcc";
         let all = compare(raw, b"aa\t[REDACTED]\tbb\t[REDACTED]\tcc");
-        assert_eq!(all, Verdict { whole: 2, printed: 2, rest_unchanged: true });
+        assert_eq!(
+            all,
+            Verdict {
+                whole: 2,
+                printed: 2,
+                rest_unchanged: true
+            }
+        );
         let part = compare(raw, b"aa\t[REDACTED]\tbb\t[REDACTED]\\nline-two\tcc");
-        assert_eq!(part, Verdict { whole: 1, printed: 2, rest_unchanged: true });
+        assert_eq!(
+            part,
+            Verdict {
+                whole: 1,
+                printed: 2,
+                rest_unchanged: true
+            }
+        );
         let leaked = compare(raw, raw);
-        assert_eq!(leaked, Verdict { whole: 0, printed: 2, rest_unchanged: true });
+        assert_eq!(
+            leaked,
+            Verdict {
+                whole: 0,
+                printed: 2,
+                rest_unchanged: true
+            }
+        );
     }
 
     #[test]

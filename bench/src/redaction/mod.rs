@@ -41,14 +41,28 @@ const SEGMENT: usize = 64 << 10;
 pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {
     anyhow::ensure!(bytes % SEGMENT == 0, "{bytes} bytes is not a multiple of 64 KiB");
     let secrets = node_secrets(100);
-    let node = Node::new(tools, &tools.generate, &secrets, &["BENCH_BYTES", "BENCH_LINE", "BENCH_NEAR"])?;
+    let node = Node::new(
+        tools,
+        &tools.generate,
+        &secrets,
+        &["BENCH_BYTES", "BENCH_LINE", "BENCH_NEAR"],
+    )?;
     // As many segments as the program prints forms (`bench/src/bin/generate.rs`).
-    let printed = |line: usize| secrets.iter().map(|(_, v)| printed_forms(v, line == 0).len()).sum::<usize>();
+    let printed = |line: usize| {
+        secrets
+            .iter()
+            .map(|(_, v)| printed_forms(v, line == 0).len())
+            .sum::<usize>()
+    };
     let mut rows = Vec::new();
     let mut targets = Vec::new();
     for (shape, line, near) in SHAPES {
         // Every printed form once, in one segment each (near misses have no secret to check).
-        let verdict = if near { None } else { Some(check::run(tools, &node, &secrets, printed(line) * SEGMENT, line)?) };
+        let verdict = if near {
+            None
+        } else {
+            Some(check::run(tools, &node, &secrets, printed(line) * SEGMENT, line)?)
+        };
         let (mut cat, mut jobenv, mut peak_kib) = (Samples::default(), Samples::default(), 0u64);
         // Each jobenv run is paired with the `cat` run just before it: the ratio is the median
         // of the pairs' ratios, so a drift of the machine between pairs moves both sides.
@@ -73,7 +87,12 @@ pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {
             format!("{ratio:.2}"),
             format!("{:.1} MiB", peak_kib as f64 / 1024.0),
             match &verdict {
-                Some(v) => format!("{} / {}{}", v.whole, v.printed, if v.rest_unchanged { "" } else { ", other output changed" }),
+                Some(v) => format!(
+                    "{} / {}{}",
+                    v.whole,
+                    v.printed,
+                    if v.rest_unchanged { "" } else { ", other output changed" }
+                ),
                 None => "—".to_owned(),
             },
         ]);
@@ -85,9 +104,16 @@ pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {
         }
         // The slowest run, not the median: no output may be slower than the floor.
         let slowest = mb_s(jobenv.max());
-        targets.push(Target { text: format!("{shape}: jobenv's slowest run {slowest:.0} MB/s (target ≥ {FLOOR_MB_S:.0} MB/s)"), met: slowest >= FLOOR_MB_S });
         targets.push(Target {
-            text: format!("{shape}: jobenv peak RSS {:.1} MiB (target < {} MiB)", peak_kib as f64 / 1024.0, RSS_LIMIT_KIB / 1024),
+            text: format!("{shape}: jobenv's slowest run {slowest:.0} MB/s (target ≥ {FLOOR_MB_S:.0} MB/s)"),
+            met: slowest >= FLOOR_MB_S,
+        });
+        targets.push(Target {
+            text: format!(
+                "{shape}: jobenv peak RSS {:.1} MiB (target < {} MiB)",
+                peak_kib as f64 / 1024.0,
+                RSS_LIMIT_KIB / 1024
+            ),
             met: peak_kib < RSS_LIMIT_KIB,
         });
         if let Some(verdict) = verdict {
@@ -140,7 +166,13 @@ fn drain(child: &mut Child) -> anyhow::Result<u64> {
     }
 }
 
-fn through_cat(tools: &Tools, secrets: &[(String, String)], bytes: usize, line: usize, near: bool) -> anyhow::Result<Duration> {
+fn through_cat(
+    tools: &Tools,
+    secrets: &[(String, String)],
+    bytes: usize,
+    line: usize,
+    near: bool,
+) -> anyhow::Result<Duration> {
     let start = Instant::now();
     let mut generator = Command::new(&tools.generate)
         .env_clear()
@@ -150,9 +182,15 @@ fn through_cat(tools: &Tools, secrets: &[(String, String)], bytes: usize, line: 
         .env("BENCH_NEAR", if near { "1" } else { "0" })
         .stdout(Stdio::piped())
         .spawn()?;
-    let mut cat = Command::new("cat").stdin(generator.stdout.take().expect("piped")).stdout(Stdio::piped()).spawn()?;
+    let mut cat = Command::new("cat")
+        .stdin(generator.stdout.take().expect("piped"))
+        .stdout(Stdio::piped())
+        .spawn()?;
     let got = drain(&mut cat)?;
-    anyhow::ensure!(generator.wait()?.success() && cat.wait()?.success(), "the cat pipeline failed");
+    anyhow::ensure!(
+        generator.wait()?.success() && cat.wait()?.success(),
+        "the cat pipeline failed"
+    );
     let took = start.elapsed();
     anyhow::ensure!(got == bytes as u64, "cat passed {got} of {bytes} bytes");
     Ok(took)

@@ -12,7 +12,10 @@ use crate::scope;
 /// Windmill's check constraint on `workspace.id`: `^\w+(-\w+)*$` (ASCII here; the constraint
 /// `proper_id` of Windmill's `workspace` table). Also keeps the id safe in a URL path.
 pub fn is_workspace_id(id: &str) -> bool {
-    !id.is_empty() && id.split('-').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    !id.is_empty()
+        && id
+            .split('-')
+            .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
 /// Windmill's folder names: letters, digits and underscores (the folder name check of
@@ -26,7 +29,8 @@ pub fn is_folder_name(name: &str) -> bool {
 /// (`instance_python_version`, `retention_period_secs`). Nothing that could leave the path.
 pub fn is_setting_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_lowercase()) && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Labels Windmill gives tokens of its own: `session` to every login, `ephemeral-script` to the
@@ -50,7 +54,9 @@ pub fn token_label(field: &str, label: &str, problems: &mut Problems) {
             "{field} must not be {label:?}: Windmill labels its login sessions \"session\" and the tokens of jobs \"ephemeral-script\""
         ));
     } else if label.chars().count() > 255 || label.chars().any(char::is_control) {
-        problems.add(format!("{field} must be at most 255 characters without control characters"));
+        problems.add(format!(
+            "{field} must be at most 255 characters without control characters"
+        ));
     }
 }
 
@@ -59,12 +65,20 @@ pub fn token_label(field: &str, label: &str, problems: &mut Problems) {
 /// and at least one harmless read left that they must refuse (the proof of step 7).
 pub fn scopes(field: &str, scopes: &[String], problems: &mut Problems) {
     if scopes.len() > scope::MAX_SCOPES {
-        problems.add(format!("{field} has {} scopes, more than {}", scopes.len(), scope::MAX_SCOPES));
+        problems.add(format!(
+            "{field} has {} scopes, more than {}",
+            scopes.len(),
+            scope::MAX_SCOPES
+        ));
         return;
     }
     for (i, s) in scopes.iter().enumerate() {
         // The scope is shown escaped, unless it is too long to be one.
-        let shown = if s.chars().count() > scope::MAX_LEN { String::new() } else { format!(" {s:?}") };
+        let shown = if s.chars().count() > scope::MAX_LEN {
+            String::new()
+        } else {
+            format!(" {s:?}")
+        };
         if let Some(why) = scope::danger(s) {
             problems.add(format!("{field}[{i}]{shown} is refused: {why}"));
         } else if let Some(why) = scope::problem(s) {
@@ -84,12 +98,18 @@ pub fn scopes(field: &str, scopes: &[String], problems: &mut Problems) {
 pub fn kv_path(field: &str, path: &str, problems: &mut Problems) -> Option<String> {
     let trimmed = path.trim_matches('/');
     let segment_ok = |s: &str| {
-        !s.is_empty() && s != "." && s != ".." && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     };
     if !trimmed.is_empty() && trimmed.split('/').all(segment_ok) {
         Some(trimmed.to_owned())
     } else {
-        problems.add(format!("{field} {path:?} is invalid: a KV path like <mount>/<secret>, of letters, digits, _, - and ."));
+        problems.add(format!(
+            "{field} {path:?} is invalid: a KV path like <mount>/<secret>, of letters, digits, _, - and ."
+        ));
         None
     }
 }
@@ -101,8 +121,14 @@ pub fn http_url(field: &str, value: &str, problems: &mut Problems) -> Option<Str
     const NOT_SHOWN: &str = "(its text is not shown: it may hold a credential; secrets go in the *_file fields)";
     match reqwest::Url::parse(value) {
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
-            if !url.username().is_empty() || url.password().is_some() || url.query().is_some() || url.fragment().is_some() {
-                problems.add(format!("{field} must not have userinfo, a query or a fragment {NOT_SHOWN}"));
+            if !url.username().is_empty()
+                || url.password().is_some()
+                || url.query().is_some()
+                || url.fragment().is_some()
+            {
+                problems.add(format!(
+                    "{field} must not have userinfo, a query or a fragment {NOT_SHOWN}"
+                ));
                 return None;
             }
             Some(url.as_str().trim_end_matches('/').to_owned())
@@ -159,11 +185,23 @@ pub fn file_mode(field: &str, mode: &str, problems: &mut Problems) -> Option<u32
 }
 
 pub fn user_id(field: &str, name: &str, problems: &mut Problems) -> Option<u32> {
-    lookup_id(field, "user", name, |n| nix::unistd::User::from_name(n).map(|u| u.map(|u| u.uid.as_raw())), problems)
+    lookup_id(
+        field,
+        "user",
+        name,
+        |n| nix::unistd::User::from_name(n).map(|u| u.map(|u| u.uid.as_raw())),
+        problems,
+    )
 }
 
 pub fn group_id(field: &str, name: &str, problems: &mut Problems) -> Option<u32> {
-    lookup_id(field, "group", name, |n| nix::unistd::Group::from_name(n).map(|g| g.map(|g| g.gid.as_raw())), problems)
+    lookup_id(
+        field,
+        "group",
+        name,
+        |n| nix::unistd::Group::from_name(n).map(|g| g.map(|g| g.gid.as_raw())),
+        problems,
+    )
 }
 
 /// A numeric id as is, else the id of the user or group of that name.
@@ -199,24 +237,48 @@ mod tests {
         for good in ["instance_python_version", "retention_period_secs", "a", "a1_"] {
             assert!(is_setting_name(good), "{good}");
         }
-        for bad in ["", "_a", "1a", "A", "a-b", "a/b", "a.b", "../x", "a?x=", "a b", "\u{e4}", "a%2f"] {
+        for bad in [
+            "", "_a", "1a", "A", "a-b", "a/b", "a.b", "../x", "a?x=", "a b", "\u{e4}", "a%2f",
+        ] {
             assert!(!is_setting_name(bad), "{bad}");
         }
     }
 
     #[test]
     fn workspace_ids_and_folders() {
-        assert!(is_workspace_id("fediversity") && is_workspace_id("a-b_c") && !is_workspace_id("a--b") && !is_workspace_id("a/b"));
+        assert!(
+            is_workspace_id("fediversity")
+                && is_workspace_id("a-b_c")
+                && !is_workspace_id("a--b")
+                && !is_workspace_id("a/b")
+        );
         assert!(is_folder_name("fedi_versity") && !is_folder_name("a-b") && !is_folder_name(""));
     }
 
     #[test]
     fn kv_paths() {
         let mut problems = Problems::default();
-        assert_eq!(kv_path("p", "/secret/windmill/apiToken/", &mut problems).as_deref(), Some("secret/windmill/apiToken"));
-        assert_eq!(kv_path("p", "prefix.d/secret/x-y_z", &mut problems).as_deref(), Some("prefix.d/secret/x-y_z"));
+        assert_eq!(
+            kv_path("p", "/secret/windmill/apiToken/", &mut problems).as_deref(),
+            Some("secret/windmill/apiToken")
+        );
+        assert_eq!(
+            kv_path("p", "prefix.d/secret/x-y_z", &mut problems).as_deref(),
+            Some("prefix.d/secret/x-y_z")
+        );
         assert!(problems.0.is_empty());
-        for bad in ["", "/", "a//b", "a/../b", "a/./b", "a/b?x=1", "a/b#f", "a/%2e%2e/b", "a b/c", "a/\u{e4}"] {
+        for bad in [
+            "",
+            "/",
+            "a//b",
+            "a/../b",
+            "a/./b",
+            "a/b?x=1",
+            "a/b#f",
+            "a/%2e%2e/b",
+            "a b/c",
+            "a/\u{e4}",
+        ] {
             assert_eq!(kv_path("openbao.path", bad, &mut problems), None, "{bad}");
         }
         assert!(problems.0.iter().all(|p| p.starts_with("openbao.path ")));
@@ -225,13 +287,35 @@ mod tests {
     #[test]
     fn urls_are_refused_without_their_text() {
         let mut problems = Problems::default();
-        assert_eq!(http_url("u", "http://127.0.0.1:8001/", &mut problems).as_deref(), Some("http://127.0.0.1:8001"));
-        assert_eq!(http_url("u", "https://w.example/base/", &mut problems).as_deref(), Some("https://w.example/base"));
+        assert_eq!(
+            http_url("u", "http://127.0.0.1:8001/", &mut problems).as_deref(),
+            Some("http://127.0.0.1:8001")
+        );
+        assert_eq!(
+            http_url("u", "https://w.example/base/", &mut problems).as_deref(),
+            Some("https://w.example/base")
+        );
         assert!(problems.0.is_empty());
-        for bad in ["http://h/?t=s3cr3t", "http://h/#s3cr3t", "http://u:s3cr3t@h", "http://s3cr3t@h", "ftp://s3cr3t", "http//s3cr3t", "http://[s3cr3t", ""] {
+        for bad in [
+            "http://h/?t=s3cr3t",
+            "http://h/#s3cr3t",
+            "http://u:s3cr3t@h",
+            "http://s3cr3t@h",
+            "ftp://s3cr3t",
+            "http//s3cr3t",
+            "http://[s3cr3t",
+            "",
+        ] {
             assert_eq!(http_url("windmill.url", bad, &mut problems), None, "{bad}");
         }
         assert_eq!(problems.0.len(), 8);
-        assert!(problems.0.iter().all(|p| p.starts_with("windmill.url ") && !p.contains("s3cr3t")), "{:?}", problems.0);
+        assert!(
+            problems
+                .0
+                .iter()
+                .all(|p| p.starts_with("windmill.url ") && !p.contains("s3cr3t")),
+            "{:?}",
+            problems.0
+        );
     }
 }

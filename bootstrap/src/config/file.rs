@@ -220,7 +220,11 @@ fn request_timeout_seconds() -> f64 {
 
 /// Reads and parses the file at `path`.
 pub fn read(path: &Path) -> Result<File> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile { what: "configuration file", path: path.into(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile {
+        what: "configuration file",
+        path: path.into(),
+        source,
+    })?;
     parse(&text).map_err(|detail| Error::Config(format!("configuration file {} is invalid: {detail}", path.display())))
 }
 
@@ -249,13 +253,25 @@ fn describe(path: &serde_path_to_error::Path, error: &serde_json::Error) -> Stri
         Some(expected) if message.starts_with("invalid type: ") => format!("invalid type, expected {expected}"),
         Some(expected) if message.starts_with("invalid value: ") => format!("invalid value, expected {expected}"),
         // These quote a field name from the schema or the file's own key, or a count.
-        _ if ["unknown field `", "missing field `", "duplicate field `", "invalid length "].iter().any(|p| message.starts_with(p)) => {
+        _ if [
+            "unknown field `",
+            "missing field `",
+            "duplicate field `",
+            "invalid length ",
+        ]
+        .iter()
+        .any(|p| message.starts_with(p)) =>
+        {
             message.to_owned()
         }
         _ => "invalid value (not shown)".to_owned(),
     };
     let path = path.to_string();
-    if path == "." { format!("{message}{position}") } else { format!("{path}: {message}{position}") }
+    if path == "." {
+        format!("{message}{position}")
+    } else {
+        format!("{path}: {message}{position}")
+    }
 }
 
 #[cfg(test)]
@@ -283,30 +299,48 @@ mod tests {
         assert_eq!(file.state_file, PathBuf::from(DEFAULT_STATE_FILE));
         // A section given in part keeps the defaults of the rest.
         let file = parse(r#"{"windmill": {"admin_email": "a@b"}, "retry": {"call_attempts": 2}}"#).unwrap();
-        assert_eq!((file.windmill.url.as_str(), file.windmill.admin_email.as_str()), ("http://127.0.0.1:8001", "a@b"));
+        assert_eq!(
+            (file.windmill.url.as_str(), file.windmill.admin_email.as_str()),
+            ("http://127.0.0.1:8001", "a@b")
+        );
         assert_eq!((file.retry.call_attempts, file.retry.login_attempts), (2, 12));
     }
 
     #[test]
     fn data_errors_name_the_field_and_never_the_value() {
         let e = error(r#"{"windmill": {"default_password": 87654321}}"#);
-        assert_eq!(e, "windmill.default_password: invalid type, expected a string at line 1 column 42");
+        assert_eq!(
+            e,
+            "windmill.default_password: invalid type, expected a string at line 1 column 42"
+        );
         let e = error(r#"{"retry": {"login_attempts": "a, expected secret"}}"#);
-        assert_eq!(e, "retry.login_attempts: invalid type, expected u32 at line 1 column 49");
+        assert_eq!(
+            e,
+            "retry.login_attempts: invalid type, expected u32 at line 1 column 49"
+        );
         let e = error(r#"{"retry": {"login_attempts": -1}}"#);
-        assert!(e.starts_with("retry.login_attempts: invalid value, expected u32"), "{e}");
+        assert!(
+            e.starts_with("retry.login_attempts: invalid value, expected u32"),
+            "{e}"
+        );
         let e = error(r#""just-a-string""#);
         assert!(e.starts_with("invalid type, expected struct File at line 1"), "{e}");
         // Keys are shown: they are the schema's or the file's own names.
         let e = error(r#"{"windmill": {"admin_password": "inline"}}"#);
-        assert!(e.contains("unknown field `admin_password`, expected one of") && !e.contains("inline"), "{e}");
+        assert!(
+            e.contains("unknown field `admin_password`, expected one of") && !e.contains("inline"),
+            "{e}"
+        );
         let e = error(r#"{"token": {"label": "a", "label": "b"}}"#);
         assert!(e.contains("duplicate field `label`"), "{e}");
     }
 
     #[test]
     fn syntax_errors_name_a_position() {
-        assert_eq!(error(r#"{"windmill": {"url": "x",}}"#), "trailing comma at line 1 column 26");
+        assert_eq!(
+            error(r#"{"windmill": {"url": "x",}}"#),
+            "trailing comma at line 1 column 26"
+        );
         assert_eq!(error("{} x"), "trailing characters at line 1 column 4");
         assert!(error(r#"{"lock_file": "unterminated-secret"#).starts_with("EOF while parsing a string"));
     }

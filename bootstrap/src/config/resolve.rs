@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::checks;
 use super::file::{self, File};
-use crate::scope;
 use super::{Config, Database, Env, OpenBao, Problems, Retry, Scripts, Token, UiAuth, Windmill, Workspace};
+use crate::scope;
 
 pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Config> {
     let windmill = windmill(&raw.windmill, problems);
@@ -25,11 +25,17 @@ pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Confi
     if ui_auth.as_ref().is_some_and(|ui| ui.label == token.label) {
         // Step 9 deletes the older tokens of each label: with one label for both, each token
         // would be revoked as an "older" token of the other.
-        problems.add(format!("token.label and ui_auth.label are both {:?}: the two tokens need labels of their own", token.label));
+        problems.add(format!(
+            "token.label and ui_auth.label are both {:?}: the two tokens need labels of their own",
+            token.label
+        ));
     }
     let retry = retry(&raw.retry, problems);
     if raw.state_file.file_name().is_none() || !raw.state_file.is_absolute() {
-        problems.add(format!("state_file {} must be an absolute file path", raw.state_file.display()));
+        problems.add(format!(
+            "state_file {} must be an absolute file path",
+            raw.state_file.display()
+        ));
     }
     Some(Config {
         windmill: windmill?,
@@ -59,13 +65,21 @@ fn windmill(raw: &file::Windmill, problems: &mut Problems) -> Option<Windmill> {
         }
         Some(file) => checks::secret_file("windmill.admin_password_file", file, problems),
     };
-    if admin_password.as_ref().is_some_and(|pw| pw.expose().chars().count() < 8) {
+    if admin_password
+        .as_ref()
+        .is_some_and(|pw| pw.expose().chars().count() < 8)
+    {
         problems.add("the password in windmill.admin_password_file is shorter than 8 characters");
     }
     if raw.default_password.is_empty() {
         problems.add("windmill.default_password is empty");
     }
-    Some(Windmill { url: url?, admin_email, admin_password: admin_password?, default_password: Secret::new(&raw.default_password) })
+    Some(Windmill {
+        url: url?,
+        admin_email,
+        admin_password: admin_password?,
+        default_password: Secret::new(&raw.default_password),
+    })
 }
 
 fn database(raw: &file::Windmill, problems: &mut Problems) -> Option<Database> {
@@ -86,21 +100,36 @@ fn database(raw: &file::Windmill, problems: &mut Problems) -> Option<Database> {
         return None;
     };
     let password = config.get_password().map(|p| Secret::new(String::from_utf8_lossy(p)));
-    Some(Database { dsn, password, config, role: raw.database_role.clone() })
+    Some(Database {
+        dsn,
+        password,
+        config,
+        role: raw.database_role.clone(),
+    })
 }
 
 fn workspace(raw: file::Workspace, problems: &mut Problems) -> Workspace {
     // Windmill's own rules; they also keep both safe to put in a URL path.
     if !checks::is_workspace_id(&raw.id) {
-        problems.add(format!("workspace.id {:?} is invalid: word characters, single hyphens between them", raw.id));
+        problems.add(format!(
+            "workspace.id {:?} is invalid: word characters, single hyphens between them",
+            raw.id
+        ));
     }
     if raw.name.trim().is_empty() {
         problems.add("workspace.name is empty");
     }
     if !checks::is_folder_name(&raw.folder) {
-        problems.add(format!("workspace.folder {:?} is invalid: letters, digits and underscores only", raw.folder));
+        problems.add(format!(
+            "workspace.folder {:?} is invalid: letters, digits and underscores only",
+            raw.folder
+        ));
     }
-    Workspace { id: raw.id, name: raw.name, folder: raw.folder }
+    Workspace {
+        id: raw.id,
+        name: raw.name,
+        folder: raw.folder,
+    }
 }
 
 fn scripts(raw: file::Scripts, problems: &mut Problems) -> Option<Scripts> {
@@ -116,7 +145,10 @@ fn scripts(raw: file::Scripts, problems: &mut Problems) -> Option<Scripts> {
             problems.add(format!("scripts.dir {} is not a directory", dir.display()));
             None
         }
-        Some(dir) => Some(Scripts { dir, concurrency: raw.concurrency }),
+        Some(dir) => Some(Scripts {
+            dir,
+            concurrency: raw.concurrency,
+        }),
     }
 }
 
@@ -127,12 +159,19 @@ fn token(raw: file::Token, folder: &str, problems: &mut Problems) -> Token {
         Some(scopes) => scopes,
     };
     checks::scopes("token.scopes", &scopes, problems);
-    Token { label: raw.label, scopes, bind_to_workspace: raw.bind_to_workspace, revoke_previous: raw.revoke_previous }
+    Token {
+        label: raw.label,
+        scopes,
+        bind_to_workspace: raw.bind_to_workspace,
+        revoke_previous: raw.revoke_previous,
+    }
 }
 
 fn settings(raw: BTreeMap<String, Value>, problems: &mut Problems) -> BTreeMap<String, Value> {
     for name in raw.keys().filter(|name| !checks::is_setting_name(name)) {
-        problems.add(format!("settings: the name {name:?} is invalid: a lower-case letter, then lower-case letters, digits and _"));
+        problems.add(format!(
+            "settings: the name {name:?} is invalid: a lower-case letter, then lower-case letters, digits and _"
+        ));
     }
     raw
 }
@@ -141,7 +180,9 @@ fn openbao(raw: file::OpenBao, env: &dyn Env, problems: &mut Problems) -> Option
     // Like the OpenBao CLI: BAO_X, else VAULT_X when BAO_X is unset (OpenBao's
     // `api/client.go`, which reads both names).
     let bao_env = |name: &str| {
-        [format!("BAO_{name}"), format!("VAULT_{name}")].into_iter().find_map(|var| env.var(&var).map(|value| (var, value)))
+        [format!("BAO_{name}"), format!("VAULT_{name}")]
+            .into_iter()
+            .find_map(|var| env.var(&var).map(|value| (var, value)))
     };
     let addr = match (raw.addr, bao_env("ADDR")) {
         (Some(addr), _) => checks::http_url("openbao.addr", &addr, problems),
@@ -153,7 +194,10 @@ fn openbao(raw: file::OpenBao, env: &dyn Env, problems: &mut Problems) -> Option
     };
     let token = match &raw.token_file {
         Some(file) => checks::secret_file("openbao.token_file", file, problems).map(|t| Secret::new(t.expose().trim())),
-        None => bao_env("TOKEN").map(|(_, t)| t).filter(|t| !t.trim().is_empty()).map(|t| Secret::new(t.trim())),
+        None => bao_env("TOKEN")
+            .map(|(_, t)| t)
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| Secret::new(t.trim())),
     };
     let path = match raw.path {
         None => {
@@ -165,18 +209,34 @@ fn openbao(raw: file::OpenBao, env: &dyn Env, problems: &mut Problems) -> Option
     if raw.field.is_empty() {
         problems.add("openbao.field is empty");
     }
-    Some(OpenBao { addr: addr?, token, path: path?, field: raw.field })
+    Some(OpenBao {
+        addr: addr?,
+        token,
+        path: path?,
+        field: raw.field,
+    })
 }
 
 fn ui_auth(raw: file::UiAuth, problems: &mut Problems) -> Option<UiAuth> {
     if raw.file.file_name().is_none() || !raw.file.is_absolute() {
-        problems.add(format!("ui_auth.file {} must be an absolute file path", raw.file.display()));
+        problems.add(format!(
+            "ui_auth.file {} must be an absolute file path",
+            raw.file.display()
+        ));
     }
     let uid = checks::user_id("ui_auth.owner", &raw.owner, problems);
     let gid = checks::group_id("ui_auth.group", &raw.group, problems);
     let mode = checks::file_mode("ui_auth.mode", &raw.mode, problems);
     checks::token_label("ui_auth.label", &raw.label, problems);
-    Some(UiAuth { label: raw.label, file: raw.file, owner: raw.owner, uid: uid?, group: raw.group, gid: gid?, mode: mode? })
+    Some(UiAuth {
+        label: raw.label,
+        file: raw.file,
+        owner: raw.owner,
+        uid: uid?,
+        group: raw.group,
+        gid: gid?,
+        mode: mode?,
+    })
 }
 
 fn retry(raw: &file::Retry, problems: &mut Problems) -> Option<Retry> {

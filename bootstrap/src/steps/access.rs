@@ -33,15 +33,25 @@ pub(super) async fn ready(client: &Windmill, config: &Config) -> Result<Noted<St
     // `with_total_delay` bounds only the sleeps between tries: a Windmill that accepts
     // connections and never answers would hold every try for the whole request timeout. The
     // timeout bounds the whole wait.
-    let not_ready = |last: String| Error::NotReady { seconds: timeout.as_secs_f64(), last };
+    let not_ready = |last: String| Error::NotReady {
+        seconds: timeout.as_secs_f64(),
+        last,
+    };
     let version = match tokio::time::timeout(timeout, waiting).await {
         Ok(result) => result.map_err(not_ready)?,
         Err(_) => {
             let last = last.borrow_mut().take();
-            return Err(not_ready(last.unwrap_or_else(|| "the request got no answer".to_owned())));
+            return Err(not_ready(
+                last.unwrap_or_else(|| "the request got no answer".to_owned()),
+            ));
         }
     };
-    let what = format!("{} answered GET /api/version ({}) after {:.1} s", config.windmill.url, http::short(&version), started.elapsed().as_secs_f64());
+    let what = format!(
+        "{} answered GET /api/version ({}) after {:.1} s",
+        config.windmill.url,
+        http::short(&version),
+        started.elapsed().as_secs_f64()
+    );
     Ok(noted(what, Outcome::Unchanged, http::short(&version)))
 }
 
@@ -50,7 +60,11 @@ pub(super) async fn login(client: &Windmill, config: &Config, check: bool) -> Re
     let w = &config.windmill;
     let email = &w.admin_email;
     if let Login::Token(session) = client.login(email, &w.admin_password).await? {
-        return Ok(noted(format!("{email} logs in with the node password"), Outcome::Unchanged, Some(session)));
+        return Ok(noted(
+            format!("{email} logs in with the node password"),
+            Outcome::Unchanged,
+            Some(session),
+        ));
     }
     if check {
         // Only --check tries the default password: to report whether the node is still fresh
@@ -60,20 +74,33 @@ pub(super) async fn login(client: &Windmill, config: &Config, check: bool) -> Re
             Login::Token(session) => Some(session),
             Login::Invalid => None,
         };
-        let was = if default.is_some() { "the default password" } else { "another password" };
-        return Ok(noted(format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"), Outcome::Updated, default));
+        let was = if default.is_some() {
+            "the default password"
+        } else {
+            "another password"
+        };
+        return Ok(noted(
+            format!("{email} does not log in with the node password (it has {was}); its hash would be rewritten"),
+            Outcome::Updated,
+            default,
+        ));
     }
     let hash = password::hash(&w.admin_password)?;
     password::write_hash(&config.database, email, &hash).await?;
     let attempts = config.retry.login_attempts;
     for attempt in 1..=attempts {
         if let Login::Token(session) = client.login(email, &w.admin_password).await? {
-            let what = format!("{email} did not log in with the node password; its hash was written to the password table and it logs in now");
+            let what = format!(
+                "{email} did not log in with the node password; its hash was written to the password table and it logs in now"
+            );
             return Ok(noted(what, Outcome::Updated, Some(session)));
         }
         if attempt < attempts {
             tokio::time::sleep(config.retry.delay).await;
         }
     }
-    Err(Error::LoginStillRejected { email: email.clone(), attempts })
+    Err(Error::LoginStillRejected {
+        email: email.clone(),
+        attempts,
+    })
 }

@@ -18,18 +18,32 @@ use crate::windmill::{TokenInfo, Windmill};
 
 /// A stored token against the live ones and, when live, against Windmill itself: what differs,
 /// or `None` when it is as configured and authenticates.
-async fn judge(session: &Windmill, config: &Config, listed: &[TokenInfo], stored: &Secret, spec: &TokenSpec) -> Result<Option<String>> {
+async fn judge(
+    session: &Windmill,
+    config: &Config,
+    listed: &[TokenInfo],
+    stored: &Secret,
+    spec: &TokenSpec,
+) -> Result<Option<String>> {
     match token::compare(listed, stored, spec) {
         Compared::NotLive => return Ok(Some(format!("no live token labeled {}", spec.label))),
         Compared::Differs(what) => return Ok(Some(format!("the token labeled {}, minted with {what}", spec.label))),
         Compared::Same => {}
     }
     // Listed is not enough: a token can be listed and refused (expired, its owner's rights gone).
-    Ok(match proof::works(&session.with_token(stored), spec, &config.workspace.id).await? {
-        Works::Yes { .. } => None,
-        Works::NotAuthenticated { call } => Some(format!("the token labeled {}, which no longer authenticates ({call} answered 401)", spec.label)),
-        Works::Granted { call } => Some(format!("the token labeled {}, which Windmill granted {call}, a read its scopes do not cover", spec.label)),
-    })
+    Ok(
+        match proof::works(&session.with_token(stored), spec, &config.workspace.id).await? {
+            Works::Yes { .. } => None,
+            Works::NotAuthenticated { call } => Some(format!(
+                "the token labeled {}, which no longer authenticates ({call} answered 401)",
+                spec.label
+            )),
+            Works::Granted { call } => Some(format!(
+                "the token labeled {}, which Windmill granted {call}, a read its scopes do not cover",
+                spec.label
+            )),
+        },
+    )
 }
 
 /// Step 7: the token OpenBao holds must be a live token of the front-end's label, with the
@@ -47,10 +61,17 @@ pub(super) async fn openbao(
     secrets.extend(stored.clone());
     let listed = session.list_tokens().await?;
     let Some(stored) = stored else {
-        return Ok(noted(format!("{place} holds no token"), Outcome::Created, (None, listed)));
+        return Ok(noted(
+            format!("{place} holds no token"),
+            Outcome::Created,
+            (None, listed),
+        ));
     };
     let (what, outcome) = match judge(session, config, &listed, &stored, &spec).await? {
-        None => (format!("{place} holds a live token {} that authenticates", spec.describe()), Outcome::Unchanged),
+        None => (
+            format!("{place} holds a live token {} that authenticates", spec.describe()),
+            Outcome::Unchanged,
+        ),
         Some(what) => (format!("{place} holds {what}"), Outcome::Updated),
     };
     Ok(noted(what, outcome, (Some(stored), listed)))
@@ -59,7 +80,12 @@ pub(super) async fn openbao(
 /// Step 8: the include must be the line with a live token of the UI's label (full rights, bound
 /// to nothing) that authenticates, with the configured owner, group and mode, in a directory
 /// others cannot write. Its value: that token, which joins `secrets`.
-pub(super) async fn include(session: &Windmill, config: &Config, listed: &[TokenInfo], secrets: &mut Vec<Secret>) -> Result<Noted<Option<Secret>>> {
+pub(super) async fn include(
+    session: &Windmill,
+    config: &Config,
+    listed: &[TokenInfo],
+    secrets: &mut Vec<Secret>,
+) -> Result<Noted<Option<Secret>>> {
     let (ui, spec) = (&config.ui_auth, TokenSpec::ui(config));
     let file = ui.file.display();
     let mut differs = Vec::new();
@@ -67,11 +93,18 @@ pub(super) async fn include(session: &Windmill, config: &Config, listed: &[Token
         differs.push(why);
     }
     let Some(found) = ui_auth_include::read(ui)? else {
-        let what = if differs.is_empty() { format!("{file} does not exist") } else { format!("{file} does not exist, {}", differs.join(", ")) };
+        let what = if differs.is_empty() {
+            format!("{file} does not exist")
+        } else {
+            format!("{file} does not exist, {}", differs.join(", "))
+        };
         return Ok(noted(what, Outcome::Created, None));
     };
     if (found.uid, found.gid, found.mode) != (ui.uid, ui.gid, ui.mode) {
-        differs.push(format!("is {}:{} {:04o} where {}:{} {:04o} is configured", found.uid, found.gid, found.mode, ui.uid, ui.gid, ui.mode));
+        differs.push(format!(
+            "is {}:{} {:04o} where {}:{} {:04o} is configured",
+            found.uid, found.gid, found.mode, ui.uid, ui.gid, ui.mode
+        ));
     }
     match &found.token {
         None => differs.push("holds no token line".to_owned()),
@@ -83,36 +116,74 @@ pub(super) async fn include(session: &Windmill, config: &Config, listed: &[Token
         }
     }
     if differs.is_empty() {
-        let what = format!("{file} ({}:{} {:04o}) holds a live token {} that authenticates", ui.owner, ui.group, ui.mode, spec.describe());
+        let what = format!(
+            "{file} ({}:{} {:04o}) holds a live token {} that authenticates",
+            ui.owner,
+            ui.group,
+            ui.mode,
+            spec.describe()
+        );
         Ok(noted(what, Outcome::Unchanged, found.token))
     } else {
-        Ok(noted(format!("{file} {}", differs.join(", ")), Outcome::Updated, found.token))
+        Ok(noted(
+            format!("{file} {}", differs.join(", ")),
+            Outcome::Updated,
+            found.token,
+        ))
     }
 }
 
 /// Step 9: with `token.revoke_previous`, tokens of either label besides the stored ones
 /// (`stored`: OpenBao's, the include's), and every token of a label the state file lists that is
 /// no longer configured, are what a run would delete.
-pub(super) fn revoke(config: &Config, listed: &[TokenInfo], state: &State, stored: [Option<Secret>; 2]) -> Result<Noted<()>> {
+pub(super) fn revoke(
+    config: &Config,
+    listed: &[TokenInfo],
+    state: &State,
+    stored: [Option<Secret>; 2],
+) -> Result<Noted<()>> {
     let specs = TokenSpec::both(config);
     let current: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
-    let former: Vec<&str> = state.labels().iter().map(String::as_str).filter(|l| !current.contains(l)).collect();
+    let former: Vec<&str> = state
+        .labels()
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !current.contains(l))
+        .collect();
     if !config.token.revoke_previous {
         let all: Vec<&str> = current.iter().chain(&former).copied().collect();
-        return Ok(noted(format!("token.revoke_previous is false; older tokens labeled {} are kept", all.join(" and ")), Outcome::Unchanged, ()));
+        return Ok(noted(
+            format!(
+                "token.revoke_previous is false; older tokens labeled {} are kept",
+                all.join(" and ")
+            ),
+            Outcome::Unchanged,
+            (),
+        ));
     }
     // A stored token is kept for its own label; a run revokes every token of a former label.
     let count = |label: &str, kept: Option<&Secret>| {
         let kept = kept.map(Secret::prefix);
-        listed.iter().filter(|t| t.label.as_deref() == Some(label) && kept.as_ref().is_none_or(|k| k.expose() != t.token_prefix)).count()
+        listed
+            .iter()
+            .filter(|t| t.label.as_deref() == Some(label) && kept.as_ref().is_none_or(|k| k.expose() != t.token_prefix))
+            .count()
     };
     let counts: Vec<(String, usize)> = current
         .iter()
         .zip(&stored)
         .map(|(l, kept)| (format!("labeled {l}"), count(l, kept.as_ref())))
-        .chain(former.iter().map(|l| (format!("labeled {l} (a former label)"), count(l, None))))
+        .chain(
+            former
+                .iter()
+                .map(|l| (format!("labeled {l} (a former label)"), count(l, None))),
+        )
         .collect();
     let shown: Vec<String> = counts.iter().map(|(what, n)| format!("{n} {what}")).collect();
     let any = counts.iter().any(|(_, n)| *n > 0);
-    Ok(noted(format!("tokens besides the stored ones: {}", shown.join(", ")), if any { Outcome::Updated } else { Outcome::Unchanged }, ()))
+    Ok(noted(
+        format!("tokens besides the stored ones: {}", shown.join(", ")),
+        if any { Outcome::Updated } else { Outcome::Unchanged },
+        (),
+    ))
 }

@@ -26,7 +26,11 @@ pub(super) async fn workspace(client: &Windmill, config: &Config, check: bool) -
         // Archived, it still exists (`workspaces/exists` counts it) but is gone from the UI and
         // its users' lists: the bootstrap's workspace is there to be used, so it is brought back.
         outcome = Outcome::Updated;
-        archived = if check { " (archived)" } else { " (was archived, unarchived)" };
+        archived = if check {
+            " (archived)"
+        } else {
+            " (was archived, unarchived)"
+        };
         if !check {
             client.unarchive_workspace(&ws.id).await?;
         }
@@ -38,7 +42,11 @@ pub(super) async fn workspace(client: &Windmill, config: &Config, check: bool) -
             client.create_folder(&ws.id, &ws.folder).await?;
         }
     }
-    Ok(noted(format!("workspace {}{archived} and folder {}", ws.id, ws.folder), outcome, exists))
+    Ok(noted(
+        format!("workspace {}{archived} and folder {}", ws.id, ws.folder),
+        outcome,
+        exists,
+    ))
 }
 
 /// Step 5. The versions it creates are recorded in the state file (see [`crate::state`]).
@@ -80,7 +88,11 @@ pub(super) async fn scripts(
         state.save()?;
     }
     let unchanged = total - created.len() - updated.len();
-    let (create_word, update_word) = if check { ("would create", "would update") } else { ("created", "updated") };
+    let (create_word, update_word) = if check {
+        ("would create", "would update")
+    } else {
+        ("created", "updated")
+    };
     let mut what = format!("{total} scripts in {}", config.scripts.dir.display());
     if !created.is_empty() {
         what.push_str(&format!(", {create_word} {}", created.join(" ")));
@@ -93,7 +105,11 @@ pub(super) async fn scripts(
 }
 
 /// Step 6.
-pub(super) async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_json::Value>, check: bool) -> Result<Noted<()>> {
+pub(super) async fn settings(
+    client: &Windmill,
+    wanted: &BTreeMap<String, serde_json::Value>,
+    check: bool,
+) -> Result<Noted<()>> {
     let mut outcome = Outcome::Unchanged;
     let mut changed = Vec::new();
     for (key, value) in wanted {
@@ -107,7 +123,14 @@ pub(super) async fn settings(client: &Windmill, wanted: &BTreeMap<String, serde_
         }
     }
     let keys: Vec<&str> = wanted.keys().map(String::as_str).collect();
-    let mut what = format!("global settings {}", if keys.is_empty() { "(none configured)".to_owned() } else { keys.join(", ") });
+    let mut what = format!(
+        "global settings {}",
+        if keys.is_empty() {
+            "(none configured)".to_owned()
+        } else {
+            keys.join(", ")
+        }
+    );
     if !changed.is_empty() {
         what.push_str(&format!(" (differed: {})", changed.join(", ")));
     }

@@ -50,7 +50,9 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     // 1. Wait for GET /api/version.
     let version = notes.step(Step::Ready, access::ready(&anonymous, config)).await?;
     // 2. Log in with the node password; write the hash only when that fails.
-    let session = notes.step(Step::Login, access::login(&anonymous, config, check)).await?;
+    let session = notes
+        .step(Step::Login, access::login(&anonymous, config, check))
+        .await?;
     secrets.extend(session.clone());
     let Some(session) = session else {
         // --check on a node whose password is neither the node's nor the default one: nothing
@@ -64,9 +66,17 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
         // --check: steps 4 to 9 read-only, with the login session, which is then logged out.
         let compared = async {
             compare(&session, config, local, &mut state, &mut notes).await?;
-            let (front, listed) = notes.step(Step::OpenBao, check_tokens::openbao(&session, &bao, config, secrets)).await?;
-            let ui = notes.step(Step::UiAuth, check_tokens::include(&session, config, &listed, secrets)).await?;
-            notes.step(Step::Revoke, async { check_tokens::revoke(config, &listed, &state, [front, ui]) }).await
+            let (front, listed) = notes
+                .step(Step::OpenBao, check_tokens::openbao(&session, &bao, config, secrets))
+                .await?;
+            let ui = notes
+                .step(Step::UiAuth, check_tokens::include(&session, config, &listed, secrets))
+                .await?;
+            notes
+                .step(Step::Revoke, async {
+                    check_tokens::revoke(config, &listed, &state, [front, ui])
+                })
+                .await
         }
         .await;
         log_out(&session, config, secrets).await;
@@ -76,7 +86,9 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
 
     // 3. The UI's token, which the rest of the run uses. The login session is then no longer
     // needed: it is logged out rather than left to live its three days.
-    let ui = notes.step(Step::Token, tokens::mint_ui(&session, config, &mut state, secrets)).await;
+    let ui = notes
+        .step(Step::Token, tokens::mint_ui(&session, config, &mut state, secrets))
+        .await;
     log_out(&session, config, secrets).await;
     let mut ui = ui?;
     let api = anonymous.with_token(ui.secret());
@@ -87,8 +99,15 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     let mut front: Option<Minted> = None;
     let stored = async {
         compare(&api, config, local, &mut state, &mut notes).await?;
-        notes.step(Step::OpenBao, tokens::openbao(&api, &bao, config, &version, &mut front, secrets)).await?;
-        notes.step(Step::UiAuth, async { tokens::ui_auth(config, &mut ui) }).await
+        notes
+            .step(
+                Step::OpenBao,
+                tokens::openbao(&api, &bao, config, &version, &mut front, secrets),
+            )
+            .await?;
+        notes
+            .step(Step::UiAuth, async { tokens::ui_auth(config, &mut ui) })
+            .await
     }
     .await;
     let minted: Vec<&Minted> = front.iter().chain([&ui]).collect();
@@ -98,21 +117,42 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     }
 
     // 9. Revoke the older tokens of both labels.
-    notes.step(Step::Revoke, tokens::revoke(&api, config, &minted, &mut state, secrets)).await?;
+    notes
+        .step(Step::Revoke, tokens::revoke(&api, config, &minted, &mut state, secrets))
+        .await?;
     Ok(Finish::Converged)
 }
 
 fn finish(notes: Notes) -> Finish {
     let drift = notes.drift();
-    if drift.is_empty() { Finish::Converged } else { Finish::Drift(drift) }
+    if drift.is_empty() {
+        Finish::Converged
+    } else {
+        Finish::Drift(drift)
+    }
 }
 
 /// Steps 4, 5 and 6: what `--check` compares and a run converges.
-async fn compare(api: &Windmill, config: &Config, local: Vec<LocalScript>, state: &mut State, notes: &mut Notes) -> Result<()> {
+async fn compare(
+    api: &Windmill,
+    config: &Config,
+    local: Vec<LocalScript>,
+    state: &mut State,
+    notes: &mut Notes,
+) -> Result<()> {
     let check = notes.check();
-    let workspace_exists = notes.step(Step::Workspace, converge::workspace(api, config, check)).await?;
-    notes.step(Step::Scripts, converge::scripts(api, config, local, state, check, workspace_exists)).await?;
-    notes.step(Step::Settings, converge::settings(api, &config.settings, check)).await
+    let workspace_exists = notes
+        .step(Step::Workspace, converge::workspace(api, config, check))
+        .await?;
+    notes
+        .step(
+            Step::Scripts,
+            converge::scripts(api, config, local, state, check, workspace_exists),
+        )
+        .await?;
+    notes
+        .step(Step::Settings, converge::settings(api, &config.settings, check))
+        .await
 }
 
 /// Logs out a login session of this run, best effort: a session that stays behind expires by
@@ -120,7 +160,10 @@ async fn compare(api: &Windmill, config: &Config, local: Vec<LocalScript>, state
 async fn log_out(session: &Windmill, config: &Config, found: &[Secret]) {
     match session.logout().await {
         Ok(()) => tracing::debug!("logged out the login session"),
-        Err(error) => tracing::warn!("could not log out the login session (it expires by itself): {}", scrubbed(&error, config, found)),
+        Err(error) => tracing::warn!(
+            "could not log out the login session (it expires by itself): {}",
+            scrubbed(&error, config, found)
+        ),
     }
 }
 

@@ -19,7 +19,11 @@ use crate::windmill::Windmill;
 pub(super) fn warn_if_unscoped(config: &Config) {
     let t = &config.token;
     if t.scopes.is_empty() {
-        let bound = if t.bind_to_workspace { format!(", within workspace {}", config.workspace.id) } else { String::new() };
+        let bound = if t.bind_to_workspace {
+            format!(", within workspace {}", config.workspace.id)
+        } else {
+            String::new()
+        };
         tracing::warn!(
             "token.scopes is []: the token labeled {} that OpenBao holds is unscoped, with the superadmin's full rights{bound}: whoever holds it can run any code on the worker",
             t.label
@@ -30,11 +34,19 @@ pub(super) fn warn_if_unscoped(config: &Config) {
 /// Step 3: the UI's token, with the login session. Every later call of the run uses it, so a
 /// run that gets further proves it works. Both labels are written to the state file first, so
 /// that a later run knows to revoke their tokens even if this one dies right after minting.
-pub(super) async fn mint_ui(session: &Windmill, config: &Config, state: &mut State, secrets: &mut Vec<Secret>) -> Result<Noted<Minted>> {
+pub(super) async fn mint_ui(
+    session: &Windmill,
+    config: &Config,
+    state: &mut State,
+    secrets: &mut Vec<Secret>,
+) -> Result<Noted<Minted>> {
     state.add_labels([config.token.label.as_str(), config.ui_auth.label.as_str()]);
     state.save()?;
     let minted = token::mint(session, TokenSpec::ui(config), secrets).await?;
-    let what = format!("minted a new token {} for the nginx include and the rest of this run", minted.spec.describe());
+    let what = format!(
+        "minted a new token {} for the nginx include and the rest of this run",
+        minted.spec.describe()
+    );
     Ok(noted(what, Outcome::Created, minted))
 }
 
@@ -50,7 +62,14 @@ pub(super) async fn openbao(
     secrets: &mut Vec<Secret>,
 ) -> Result<Noted<()>> {
     let minted = front.insert(token::mint(api, TokenSpec::front_end(config), secrets).await?);
-    let proof = proof::prove(&api.with_token(minted.secret()), &minted.spec, &config.workspace.id, &config.workspace.folder, version).await?;
+    let proof = proof::prove(
+        &api.with_token(minted.secret()),
+        &minted.spec,
+        &config.workspace.id,
+        &config.workspace.folder,
+        version,
+    )
+    .await?;
     let (how, outcome, unknown) = match token::store_in_openbao(bao, config, minted).await? {
         InOpenBao::Written(written) => {
             let mount = match &written.mount {
@@ -60,10 +79,18 @@ pub(super) async fn openbao(
             match written.existed {
                 Some(false) => (mount, Outcome::Created, ""),
                 Some(true) => (mount, Outcome::Updated, ""),
-                None => (mount, Outcome::Updated, "; whether it existed before is unknown: the token may not read it"),
+                None => (
+                    mount,
+                    Outcome::Updated,
+                    "; whether it existed before is unknown: the token may not read it",
+                ),
             }
         }
-        InOpenBao::ReadBack { lost } => (format!("the write failed: {lost}; read back, the secret holds the new token"), Outcome::Updated, ""),
+        InOpenBao::ReadBack { lost } => (
+            format!("the write failed: {lost}; read back, the secret holds the new token"),
+            Outcome::Updated,
+            "",
+        ),
     };
     let what = format!(
         "{} field {} ({how}) holds the new token {}, {}{unknown}",
@@ -83,19 +110,40 @@ pub(super) fn ui_auth(config: &Config, ui: &mut Minted) -> Result<Noted<()>> {
         Written::Updated => Outcome::Updated,
         Written::Unchanged => Outcome::Unchanged,
     };
-    let what = format!("{} ({}:{} {:04o}) holds the new token labeled {}", file.file.display(), file.owner, file.group, file.mode, ui.spec.label);
+    let what = format!(
+        "{} ({}:{} {:04o}) holds the new token labeled {}",
+        file.file.display(),
+        file.owner,
+        file.group,
+        file.mode,
+        ui.spec.label
+    );
     Ok(noted(what, outcome, ()))
 }
 
 /// Step 9: the older tokens of both labels deleted, and every token of the labels the state file
 /// lists that are no longer configured; then the state file lists only the two.
-pub(super) async fn revoke(api: &Windmill, config: &Config, minted: &[&Minted], state: &mut State, secrets: &mut Vec<Secret>) -> Result<Noted<()>> {
+pub(super) async fn revoke(
+    api: &Windmill,
+    config: &Config,
+    minted: &[&Minted],
+    state: &mut State,
+    secrets: &mut Vec<Secret>,
+) -> Result<Noted<()>> {
     let labels: Vec<&str> = minted.iter().map(|m| m.spec.label.as_str()).collect();
-    let former: Vec<String> = state.labels().iter().filter(|l| !labels.contains(&l.as_str())).cloned().collect();
+    let former: Vec<String> = state
+        .labels()
+        .iter()
+        .filter(|l| !labels.contains(&l.as_str()))
+        .cloned()
+        .collect();
     if !config.token.revoke_previous {
         let mut all = labels.clone();
         all.extend(former.iter().map(String::as_str));
-        let what = format!("token.revoke_previous is false; older tokens labeled {} kept", all.join(" and "));
+        let what = format!(
+            "token.revoke_previous is false; older tokens labeled {} kept",
+            all.join(" and ")
+        );
         return Ok(noted(what, Outcome::Unchanged, ()));
     }
     let deleted = token::revoke(api, minted, &former, secrets).await?;
@@ -103,8 +151,22 @@ pub(super) async fn revoke(api: &Windmill, config: &Config, minted: &[&Minted], 
     state.save()?;
     let counts: Vec<String> = deleted
         .iter()
-        .map(|(label, n)| if former.contains(label) { format!("{n} labeled {label} (a former label)") } else { format!("{n} labeled {label}") })
+        .map(|(label, n)| {
+            if former.contains(label) {
+                format!("{n} labeled {label} (a former label)")
+            } else {
+                format!("{n} labeled {label}")
+            }
+        })
         .collect();
-    let outcome = if deleted.iter().any(|(_, n)| *n > 0) { Outcome::Updated } else { Outcome::Unchanged };
-    Ok(noted(format!("older tokens deleted: {}", counts.join(", ")), outcome, ()))
+    let outcome = if deleted.iter().any(|(_, n)| *n > 0) {
+        Outcome::Updated
+    } else {
+        Outcome::Unchanged
+    };
+    Ok(noted(
+        format!("older tokens deleted: {}", counts.join(", ")),
+        outcome,
+        (),
+    ))
 }

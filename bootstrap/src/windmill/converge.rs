@@ -7,7 +7,7 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::{Windmill, expect_json, expect_ok, unexpected_status, SERVICE};
+use super::{SERVICE, Windmill, expect_json, expect_ok, unexpected_status};
 use crate::error::{Error, Result};
 
 /// What `GET /api/w/{w}/scripts/get/p/{path}` answers: the newest row, archived or not.
@@ -62,7 +62,15 @@ impl Windmill {
     /// `POST /api/workspaces/exists {"id"}`: a JSON bool (archived workspaces count).
     pub async fn workspace_exists(&self, id: &str) -> Result<bool> {
         let call = "POST /api/workspaces/exists";
-        let answer = self.request(Method::POST, "/api/workspaces/exists", call, Some(&json!({"id": id})), None).await?;
+        let answer = self
+            .request(
+                Method::POST,
+                "/api/workspaces/exists",
+                call,
+                Some(&json!({"id": id})),
+                None,
+            )
+            .await?;
         expect_json(call, answer)
     }
 
@@ -72,7 +80,15 @@ impl Windmill {
     /// try of this call did and its answer was lost; the two cannot be told apart.
     pub async fn create_workspace(&self, id: &str, name: &str) -> Result<()> {
         let call = "POST /api/workspaces/create";
-        let answer = self.request(Method::POST, "/api/workspaces/create", call, Some(&json!({"id": id, "name": name})), None).await?;
+        let answer = self
+            .request(
+                Method::POST,
+                "/api/workspaces/create",
+                call,
+                Some(&json!({"id": id, "name": name})),
+                None,
+            )
+            .await?;
         match answer.status {
             StatusCode::OK | StatusCode::CREATED => Ok(()),
             StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
@@ -88,21 +104,45 @@ impl Windmill {
             deleted: bool,
         }
         let call = format!("GET /api/w/{id}/workspaces/get_as_superadmin");
-        let answer = self.request(Method::GET, &format!("/api/w/{id}/workspaces/get_as_superadmin"), &call, None, None).await?;
+        let answer = self
+            .request(
+                Method::GET,
+                &format!("/api/w/{id}/workspaces/get_as_superadmin"),
+                &call,
+                None,
+                None,
+            )
+            .await?;
         expect_json::<Row>(&call, answer).map(|row| row.deleted)
     }
 
     /// `POST /api/workspaces/unarchive/{id}`: 200 `Unarchived workspace <id>` (`unarchive_workspace`).
     pub async fn unarchive_workspace(&self, id: &str) -> Result<()> {
         let call = format!("POST /api/workspaces/unarchive/{id}");
-        let answer = self.request(Method::POST, &format!("/api/workspaces/unarchive/{id}"), &call, Some(&json!({})), None).await?;
+        let answer = self
+            .request(
+                Method::POST,
+                &format!("/api/workspaces/unarchive/{id}"),
+                &call,
+                Some(&json!({})),
+                None,
+            )
+            .await?;
         expect_ok(&call, answer)
     }
 
     /// `GET /api/w/{w}/folders/get/{name}`: 200 or 404.
     pub async fn folder_exists(&self, workspace: &str, name: &str) -> Result<bool> {
         let call = "GET /api/w/{workspace}/folders/get/{name}";
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/folders/get/{name}"), call, None, None).await?;
+        let answer = self
+            .request(
+                Method::GET,
+                &format!("/api/w/{workspace}/folders/get/{name}"),
+                call,
+                None,
+                None,
+            )
+            .await?;
         match answer.status {
             StatusCode::OK => Ok(true),
             StatusCode::NOT_FOUND => Ok(false),
@@ -114,7 +154,15 @@ impl Windmill {
     /// exists" is success too, as for the workspace.
     pub async fn create_folder(&self, workspace: &str, name: &str) -> Result<()> {
         let call = "POST /api/w/{workspace}/folders/create";
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/folders/create"), call, Some(&json!({"name": name})), None).await?;
+        let answer = self
+            .request(
+                Method::POST,
+                &format!("/api/w/{workspace}/folders/create"),
+                call,
+                Some(&json!({"name": name})),
+                None,
+            )
+            .await?;
         match answer.status {
             StatusCode::OK | StatusCode::CREATED => Ok(()),
             StatusCode::BAD_REQUEST if answer.body.contains("already exists") => Ok(()),
@@ -126,7 +174,15 @@ impl Windmill {
     /// (`Not found: Script not found at path …`).
     pub async fn get_script(&self, workspace: &str, path: &str) -> Result<Option<RemoteScript>> {
         let call = format!("GET /api/w/{workspace}/scripts/get/p/{path}");
-        let answer = self.request(Method::GET, &format!("/api/w/{workspace}/scripts/get/p/{path}"), &call, None, None).await?;
+        let answer = self
+            .request(
+                Method::GET,
+                &format!("/api/w/{workspace}/scripts/get/p/{path}"),
+                &call,
+                None,
+                None,
+            )
+            .await?;
         match answer.status {
             StatusCode::NOT_FOUND => Ok(None),
             _ => expect_json(&call, answer).map(Some),
@@ -136,17 +192,31 @@ impl Windmill {
     pub async fn create_script(&self, workspace: &str, script: &NewScript<'_>) -> Result<Created> {
         let call = format!("POST /api/w/{workspace}/scripts/create ({})", script.path);
         let body = serde_json::to_value(script).expect("a NewScript serializes");
-        let answer = self.request(Method::POST, &format!("/api/w/{workspace}/scripts/create"), &call, Some(&body), None).await?;
+        let answer = self
+            .request(
+                Method::POST,
+                &format!("/api/w/{workspace}/scripts/create"),
+                &call,
+                Some(&body),
+                None,
+            )
+            .await?;
         match answer.status {
             StatusCode::CREATED | StatusCode::OK => {
                 let hash = answer.body.trim().to_owned();
                 if hash.is_empty() || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(Error::Unexpected { service: SERVICE, call, detail: "the answer is not a script hash".into() });
+                    return Err(Error::Unexpected {
+                        service: SERVICE,
+                        call,
+                        detail: "the answer is not a script hash".into(),
+                    });
                 }
                 Ok(Created::Hash(hash))
             }
             StatusCode::BAD_REQUEST if answer.body.contains("same hash") => Ok(Created::SameHashExists),
-            StatusCode::BAD_REQUEST if answer.body.contains("lineage must be linear") || answer.body.contains("Path conflict") => {
+            StatusCode::BAD_REQUEST
+                if answer.body.contains("lineage must be linear") || answer.body.contains("Path conflict") =>
+            {
                 Ok(Created::Conflict(answer.shown()))
             }
             _ => Err(unexpected_status(&call, answer)),
@@ -156,14 +226,24 @@ impl Windmill {
     /// `GET /api/settings/global/{key}`: the stored JSON value, `null` when unset.
     pub async fn get_setting(&self, key: &str) -> Result<Value> {
         let call = format!("GET /api/settings/global/{key}");
-        let answer = self.request(Method::GET, &format!("/api/settings/global/{key}"), &call, None, None).await?;
+        let answer = self
+            .request(Method::GET, &format!("/api/settings/global/{key}"), &call, None, None)
+            .await?;
         expect_json(&call, answer)
     }
 
     /// `POST /api/settings/global/{key} {"value": …}`: 200 with an empty body.
     pub async fn set_setting(&self, key: &str, value: &Value) -> Result<()> {
         let call = format!("POST /api/settings/global/{key}");
-        let answer = self.request(Method::POST, &format!("/api/settings/global/{key}"), &call, Some(&json!({"value": value})), None).await?;
+        let answer = self
+            .request(
+                Method::POST,
+                &format!("/api/settings/global/{key}"),
+                &call,
+                Some(&json!({"value": value})),
+                None,
+            )
+            .await?;
         expect_ok(&call, answer)
     }
 }

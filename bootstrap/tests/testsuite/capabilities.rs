@@ -17,13 +17,22 @@ const UNIT_CAPABILITIES: &str = "--bounding-set=-all,+chown,+dac_read_search";
 
 fn setpriv() -> Command {
     let mut command = Command::new("setpriv");
-    command.arg(UNIT_CAPABILITIES).arg("--").env_clear().env("PATH", "/usr/bin:/bin");
+    command
+        .arg(UNIT_CAPABILITIES)
+        .arg("--")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin");
     command
 }
 
 fn run_with_unit_capabilities(node: &Node) -> fediversity_testkit::node::Run {
     let config = node.write_config();
-    let out = setpriv().arg(bootstrap_bin!()).arg("--config").arg(&config).output().expect("setpriv (util-linux)");
+    let out = setpriv()
+        .arg(bootstrap_bin!())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("setpriv (util-linux)");
     node.finish(out)
 }
 
@@ -38,7 +47,11 @@ fn positive_control_the_bounding_set_takes_cap_fowner_away() {
     std::os::unix::fs::chown(&file, Some(nobody), None).unwrap();
     let out = setpriv().args(["chmod", "0440"]).arg(&file).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Without the bounding set, root may.
     assert!(Command::new("chmod").arg("0440").arg(&file).status().unwrap().success());
 }
@@ -56,7 +69,13 @@ fn the_include_gets_another_owner_under_the_units_capabilities() {
 
     let run = run_with_unit_capabilities(&node);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(8), &format!("fediversity-windmill-bootstrap: step 8/9 ui-auth: {} (nobody:postgres 0440) holds the new token labeled fediversity-ui: created", node.include_path().display()));
+    support::assert_line(
+        run.step_line(8),
+        &format!(
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} (nobody:postgres 0440) holds the new token labeled fediversity-ui: created",
+            node.include_path().display()
+        ),
+    );
     assert_eq!(node.include_owner_group_mode(), Some((nobody, ui_gid(), 0o440)));
 
     // A second run replaces the include (a new token) with the same caps.
@@ -82,9 +101,17 @@ fn a_missing_include_directory_is_made_so_that_the_bootstrap_can_still_write_in_
     assert_eq!(node.include_owner_group_mode(), Some((nobody, ui_gid(), 0o440)));
     // The directories it made (`run/` and `run/windmill-ui-auth/`): the bootstrap's own
     // (root), the include's group, 0750.
-    for dir in [node.path().join("run"), node.include_path().parent().unwrap().to_owned()] {
+    for dir in [
+        node.path().join("run"),
+        node.include_path().parent().unwrap().to_owned(),
+    ] {
         let meta = std::fs::metadata(&dir).unwrap();
-        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (0, ui_gid(), 0o750), "{}", dir.display());
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o777),
+            (0, ui_gid(), 0o750),
+            "{}",
+            dir.display()
+        );
     }
     let run = run_with_unit_capabilities(&node);
     assert_eq!(run.code, 0, "{run:?}");

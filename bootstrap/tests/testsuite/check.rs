@@ -28,7 +28,9 @@ struct Snapshot {
 fn snapshot(node: &Node) -> Snapshot {
     Snapshot {
         hash: node.db.password_hash(ADMIN_EMAIL),
-        include: node.include_meta().map(|m| (m.ino(), std::fs::read_to_string(node.include_path()).unwrap())),
+        include: node
+            .include_meta()
+            .map(|m| (m.ino(), std::fs::read_to_string(node.include_path()).unwrap())),
         bao: openbao::shared().read_kv2("secret", node.bao_path.strip_prefix("secret/").unwrap()),
         scripts: node.windmill.script_count(),
         workspaces: node.windmill.workspaces(),
@@ -60,7 +62,12 @@ fn positive_control_writes_flags_what_a_converging_run_sends() {
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     // Besides step 7's proof, made with the front-end's new token (each call refused).
     let front = support::stored_token(&node).unwrap();
-    let requests: Vec<Recorded> = node.windmill.requests().into_iter().filter(|r| r.token.as_deref() != Some(front.as_str())).collect();
+    let requests: Vec<Recorded> = node
+        .windmill
+        .requests()
+        .into_iter()
+        .filter(|r| r.token.as_deref() != Some(front.as_str()))
+        .collect();
     let mut first = writes(&requests);
     first.sort();
     assert_eq!(
@@ -81,8 +88,14 @@ fn positive_control_writes_flags_what_a_converging_run_sends() {
     let mark = node.windmill.requests().len();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let second = writes(&node.windmill.requests_since(mark));
-    assert!(second.contains(&"POST /api/w/fediversity/scripts/create".to_owned()), "{second:?}");
-    assert!(second.iter().any(|w| w.starts_with("DELETE /api/users/tokens/delete/")), "{second:?}");
+    assert!(
+        second.contains(&"POST /api/w/fediversity/scripts/create".to_owned()),
+        "{second:?}"
+    );
+    assert!(
+        second.iter().any(|w| w.starts_with("DELETE /api/users/tokens/delete/")),
+        "{second:?}"
+    );
 }
 
 #[test]
@@ -117,7 +130,10 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
         run.step_line(9),
         "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged",
     );
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: the node is converged");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: check: the node is converged",
+    );
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
     // Its login session was logged out.
@@ -130,11 +146,17 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.step_line(5).contains("would update f/fediversity/destroy"), "{run:?}");
+    assert!(
+        run.step_line(5).contains("would update f/fediversity/destroy"),
+        "{run:?}"
+    );
     assert!(run.step_line(5).ends_with(": would update"), "{run:?}");
     assert!(run.step_line(6).ends_with(": would update"), "{run:?}");
     assert!(run.step_line(4).ends_with(": unchanged"), "{run:?}");
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: a run would change: 5/9 scripts, 6/9 settings");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: check: a run would change: 5/9 scripts, 6/9 settings",
+    );
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
 
@@ -148,19 +170,43 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
     let node = support::node();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.step_line(2).contains("does not log in with the node password (it has the default password)"), "{run:?}");
+    assert!(
+        run.step_line(2)
+            .contains("does not log in with the node password (it has the default password)"),
+        "{run:?}"
+    );
     for step in [2, 6] {
         assert!(run.step_line(step).ends_with(": would update"), "{run:?}");
     }
     for step in [4, 5] {
         assert!(run.step_line(step).ends_with(": would create"), "{run:?}");
     }
-    support::assert_line(run.step_line(7), &format!("fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no token: would create", node.bao_path));
-    support::assert_line(run.step_line(8), &format!("fediversity-windmill-bootstrap: step 8/9 ui-auth: {} does not exist: would create", node.include_path().display()));
-    support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged");
+    support::assert_line(
+        run.step_line(7),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no token: would create",
+            node.bao_path
+        ),
+    );
+    support::assert_line(
+        run.step_line(8),
+        &format!(
+            "fediversity-windmill-bootstrap: step 8/9 ui-auth: {} does not exist: would create",
+            node.include_path().display()
+        ),
+    );
+    support::assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged",
+    );
     assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
     // The session of the default password it compared with was logged out.
-    assert!(node.windmill.requests().iter().any(|r| r.is("POST", "/api/auth/login") && r.body.contains("\"changeme\"")));
+    assert!(
+        node.windmill
+            .requests()
+            .iter()
+            .any(|r| r.is("POST", "/api/auth/login") && r.body.contains("\"changeme\""))
+    );
     assert_eq!(node.sessions(), Vec::<String>::new());
     // Positive control: a session that is left behind shows.
     let someone = node.login("changeme").unwrap();
@@ -173,7 +219,10 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
 #[test]
 fn an_unknown_password_stops_the_check_at_the_login() {
     let node = support::node();
-    node.db.set_password_hash(ADMIN_EMAIL, "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$8VRpVmUuZZx8GOmJ2S2KjNBZUxbD9PbqWkGiD3fIxRo");
+    node.db.set_password_hash(
+        ADMIN_EMAIL,
+        "$argon2id$v=19$m=4096,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$8VRpVmUuZZx8GOmJ2S2KjNBZUxbD9PbqWkGiD3fIxRo",
+    );
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.step_line(2).contains("(it has another password)"), "{run:?}");
@@ -204,18 +253,33 @@ fn a_stored_token_with_other_scopes_or_binding_is_drift() {
             node.bao_path
         ),
     );
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: a run would change: 7/9 openbao");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: check: a run would change: 7/9 openbao",
+    );
     assert_eq!(snapshot(&node), before);
 
     // Unbound, as a front-end that uses the wmill CLI needs it: the binding differs.
     node.config["token"] = json!({"bind_to_workspace": false});
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.step_line(7).ends_with("minted with bound to workspace fediversity where no workspace is configured: would update"), "{run:?}");
+    assert!(
+        run.step_line(7)
+            .ends_with("minted with bound to workspace fediversity where no workspace is configured: would update"),
+        "{run:?}"
+    );
 
     // A run mints it as now configured, and the check agrees.
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    assert_eq!(node.windmill.tokens().iter().find(|t| t.label == support::FRONT_END).unwrap().workspace_id, None);
+    assert_eq!(
+        node.windmill
+            .tokens()
+            .iter()
+            .find(|t| t.label == support::FRONT_END)
+            .unwrap()
+            .workspace_id,
+        None
+    );
     assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 }
 
@@ -227,19 +291,34 @@ fn a_stored_token_that_is_no_live_token_of_its_label_is_drift() {
     // Someone revoked it in the UI.
     let session = node.login(&node.password).unwrap();
     let url = format!("{}/api/users/tokens/delete/{}", node.windmill.url, &stored[..10]);
-    assert_eq!(fediversity_testkit::http::request("DELETE", &url, &[("Authorization", &format!("Bearer {session}"))], None).status, 200);
+    assert_eq!(
+        fediversity_testkit::http::request("DELETE", &url, &[("Authorization", &format!("Bearer {session}"))], None)
+            .status,
+        200
+    );
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     support::assert_line(
         run.step_line(7),
-        &format!("fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no live token labeled fediversity: would update", node.bao_path),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no live token labeled fediversity: would update",
+            node.bao_path
+        ),
     );
     // A token of another label in its place is no better: the UI's token, say.
     let rest = node.bao_path.strip_prefix("secret/").unwrap();
-    openbao::shared().api("POST", &format!("secret/data/{rest}"), Some(&json!({"data": {"value": node.include_token().unwrap()}})));
+    openbao::shared().api(
+        "POST",
+        &format!("secret/data/{rest}"),
+        Some(&json!({"data": {"value": node.include_token().unwrap()}})),
+    );
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.step_line(7).ends_with("holds no live token labeled fediversity: would update"), "{run:?}");
+    assert!(
+        run.step_line(7)
+            .ends_with("holds no live token labeled fediversity: would update"),
+        "{run:?}"
+    );
 }
 
 #[test]
@@ -262,12 +341,18 @@ fn an_openbao_token_that_may_not_read_fails_the_check_by_step() {
 
     // OpenBao down: the same, exit 3 naming the step.
     let mut node = node;
-    node.config["openbao"]["addr"] = json!(format!("http://127.0.0.1:{}", fediversity_testkit::servers::free_port()));
+    node.config["openbao"]["addr"] = json!(format!(
+        "http://127.0.0.1:{}",
+        fediversity_testkit::servers::free_port()
+    ));
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 3, "{run:?}");
     support::assert_line(
         run.stderr.lines().last().unwrap(),
-        &format!("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{}: cannot connect[..] (after 3 tries)", node.bao_path),
+        &format!(
+            "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{}: cannot connect[..] (after 3 tries)",
+            node.bao_path
+        ),
     );
 }
 
@@ -276,7 +361,9 @@ fn the_include_and_tokens_beside_the_stored_ones_are_compared_too() {
     let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let ui = node.include_token().unwrap();
-    let mode = |m: u32| std::fs::set_permissions(node.include_path(), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    let mode = |m: u32| {
+        std::fs::set_permissions(node.include_path(), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
 
     // Another mode: drift, named.
     mode(0o640);
@@ -296,15 +383,37 @@ fn the_include_and_tokens_beside_the_stored_ones_are_compared_too() {
     std::fs::write(node.include_path(), "# emptied by hand\n").unwrap();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.step_line(8).ends_with(" holds no token line: would update"), "{run:?}");
+    assert!(
+        run.step_line(8).ends_with(" holds no token line: would update"),
+        "{run:?}"
+    );
 
     // The include holds the front-end's token instead: no live token of the UI's label.
-    std::fs::write(node.include_path(), format!("proxy_set_header Authorization \"Bearer {}\";\n", support::stored_token(&node).unwrap())).unwrap();
+    std::fs::write(
+        node.include_path(),
+        format!(
+            "proxy_set_header Authorization \"Bearer {}\";\n",
+            support::stored_token(&node).unwrap()
+        ),
+    )
+    .unwrap();
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.step_line(8).ends_with(" holds no live token labeled fediversity-ui: would update"), "{run:?}");
-    std::fs::write(node.include_path(), format!("proxy_set_header Authorization \"Bearer {ui}\";\n")).unwrap();
-    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0, "positive control: restored, converged");
+    assert!(
+        run.step_line(8)
+            .ends_with(" holds no live token labeled fediversity-ui: would update"),
+        "{run:?}"
+    );
+    std::fs::write(
+        node.include_path(),
+        format!("proxy_set_header Authorization \"Bearer {ui}\";\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        node.run(bootstrap_bin!(), &["--check"]).code,
+        0,
+        "positive control: restored, converged"
+    );
 
     // A token of the UI's label besides the stored one: a run would delete it.
     let session = node.login(&node.password).unwrap();
@@ -321,7 +430,10 @@ fn the_include_and_tokens_beside_the_stored_ones_are_compared_too() {
         run.step_line(9),
         "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 1 labeled fediversity-ui: would update",
     );
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: check: a run would change: 9/9 revoke");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: check: a run would change: 9/9 revoke",
+    );
 }
 
 #[test]
@@ -335,7 +447,10 @@ fn an_include_that_cannot_be_looked_at_fails_the_check_by_step() {
     assert_eq!(run.code, 3, "{run:?}");
     support::assert_line(
         run.stderr.lines().last().unwrap(),
-        &format!("fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: cannot look at {}/not-a-dir/token.conf: Not a directory (os error 20)", node.path().display()),
+        &format!(
+            "fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: cannot look at {}/not-a-dir/token.conf: Not a directory (os error 20)",
+            node.path().display()
+        ),
     );
     // Its login session was logged out all the same.
     assert_eq!(node.sessions(), Vec::<String>::new());
@@ -356,7 +471,10 @@ fn a_stored_token_that_is_listed_but_no_longer_authenticates_is_drift() {
         .filter(|r| [Some(front.as_str()), Some(ui.as_str())].contains(&r.token.as_deref()))
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
-    assert_eq!(probes, ["GET /api/w/fediversity/variables/list", "GET /api/users/whoami"]);
+    assert_eq!(
+        probes,
+        ["GET /api/w/fediversity/variables/list", "GET /api/users/whoami"]
+    );
 
     // Both expire: still listed, but refused.
     node.windmill.expire_token(&front);
@@ -388,7 +506,9 @@ fn a_stored_token_that_is_listed_but_no_longer_authenticates_is_drift() {
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(
-        run.step_line(7).ends_with("which Windmill granted GET /api/w/fediversity/variables/list, a read its scopes do not cover: would update"),
+        run.step_line(7).ends_with(
+            "which Windmill granted GET /api/w/fediversity/variables/list, a read its scopes do not cover: would update"
+        ),
         "{run:?}"
     );
 }

@@ -38,7 +38,10 @@ fn a_fresh_node_converges() {
     for (line, pattern) in lines.iter().zip(&expected) {
         assert_line(line, &format!("fediversity-windmill-bootstrap: {pattern}"));
     }
-    assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: converged");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: converged",
+    );
 
     // Windmill: workspace, folder, scripts (README.md ignored), setting.
     let w = &node.windmill;
@@ -47,46 +50,76 @@ fn a_fresh_node_converges() {
     assert_eq!(w.script_count(), 4);
     let deploy = w.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(deploy.len(), 1);
-    assert_eq!(deploy[0].content, std::fs::read_to_string(node.scripts_dir().join("f/fediversity/deploy.py")).unwrap());
-    assert_eq!((deploy[0].language.as_str(), deploy[0].summary.as_str(), deploy[0].description.as_str()), ("python3", "deploy", ""));
+    assert_eq!(
+        deploy[0].content,
+        std::fs::read_to_string(node.scripts_dir().join("f/fediversity/deploy.py")).unwrap()
+    );
+    assert_eq!(
+        (
+            deploy[0].language.as_str(),
+            deploy[0].summary.as_str(),
+            deploy[0].description.as_str()
+        ),
+        ("python3", "deploy", "")
+    );
     assert_eq!(w.versions("fediversity", "f/fediversity/hello")[0].language, "bash");
     assert!(w.versions("fediversity", "README").is_empty());
     assert_eq!(w.setting("instance_python_version"), Some(json!("3.12")));
 
     // The tokens: one of each label; OpenBao holds the front-end's, scoped and bound as
     // configured; the include holds the UI's, unscoped; both work.
-    let (front, ui) = (support::labeled(&node, support::FRONT_END), support::labeled(&node, support::UI));
+    let (front, ui) = (
+        support::labeled(&node, support::FRONT_END),
+        support::labeled(&node, support::UI),
+    );
     assert_eq!((front.len(), ui.len()), (1, 1));
     assert_eq!(support::stored_token(&node).as_ref(), Some(&front[0]));
     assert_eq!(node.include_token().as_ref(), Some(&ui[0]));
     let rows = w.tokens();
     let row = |token: &str| rows.iter().find(|t| t.token == token).unwrap().clone();
     let scopes = vec![support::DEFAULT_SCOPES.to_owned()];
-    assert_eq!((row(&front[0]).scopes, row(&front[0]).workspace_id.as_deref()), (Some(scopes), Some("fediversity")));
+    assert_eq!(
+        (row(&front[0]).scopes, row(&front[0]).workspace_id.as_deref()),
+        (Some(scopes), Some("fediversity"))
+    );
     assert_eq!((row(&ui[0]).scopes, row(&ui[0]).workspace_id), (None, None));
     assert!(node.token_works(&ui[0]));
     // The token of step 3 made every call after the logout of the login session, but the proof
     // of step 7: five calls with the front-end's new token, each refused, nothing queued.
     let requests = w.requests();
-    let minted_at = requests.iter().position(|r| r.is("POST", "/api/users/tokens/create")).unwrap();
+    let minted_at = requests
+        .iter()
+        .position(|r| r.is("POST", "/api/users/tokens/create"))
+        .unwrap();
     assert!(requests[minted_at + 1].is("POST", "/api/auth/logout"));
     assert_ne!(requests[minted_at + 1].token.as_deref(), Some(ui[0].as_str()));
     assert_eq!(support::proof_calls(&requests, &front[0]), support::PROOF);
-    assert!(requests[minted_at + 2..].iter().all(|r| [Some(front[0].as_str()), Some(ui[0].as_str())].contains(&r.token.as_deref())));
+    assert!(
+        requests[minted_at + 2..]
+            .iter()
+            .all(|r| [Some(front[0].as_str()), Some(ui[0].as_str())].contains(&r.token.as_deref()))
+    );
     assert!(w.jobs().is_empty());
 
     // Two logins, both with the node password (before and after the hash was written): the
     // default password is only for --check. No login session is left behind.
     let logins: Vec<_> = requests.iter().filter(|r| r.is("POST", "/api/auth/login")).collect();
     assert_eq!(logins.len(), 2);
-    assert!(logins.iter().all(|r| r.body.contains(&format!("\"{}\"", node.password))));
+    assert!(
+        logins
+            .iter()
+            .all(|r| r.body.contains(&format!("\"{}\"", node.password)))
+    );
     assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/auth/logout")).count(), 1);
     assert_eq!(node.sessions(), Vec::<String>::new());
 
     // The include: root, the configured group, 0440, and no temp file left beside it.
     assert_eq!(node.include_owner_group_mode(), Some((0, ui_gid(), 0o440)));
     let dir = node.include_path().parent().unwrap().to_owned();
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names, vec!["token.conf".to_owned()]);
     let dir_meta = std::fs::metadata(&dir).unwrap();
     assert_eq!((dir_meta.gid(), dir_meta.mode() & 0o777), (ui_gid(), 0o750));
@@ -94,10 +127,17 @@ fn a_fresh_node_converges() {
     // The password: an argon2id PHC string that fits VARCHAR(100), verified by both argon2s,
     // and the fake (which reads the table) lets the admin in with it.
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
-    assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$") && hash.len() <= 100, "{hash}");
+    assert!(
+        hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$") && hash.len() <= 100,
+        "{hash}"
+    );
     use argon2::{Argon2, PasswordHash, PasswordVerifier};
     let parsed = PasswordHash::new(&hash).unwrap();
-    assert!(Argon2::default().verify_password(node.password.as_bytes(), &parsed).is_ok());
+    assert!(
+        Argon2::default()
+            .verify_password(node.password.as_bytes(), &parsed)
+            .is_ok()
+    );
     assert!(Argon2::default().verify_password(b"changeme", &parsed).is_err());
     assert!(venv::argon2_cffi_verifies(&hash, &node.password));
     assert!(!venv::argon2_cffi_verifies(&hash, "changeme"));
@@ -105,10 +145,20 @@ fn a_fresh_node_converges() {
 
 #[test]
 fn help_documents_the_exit_codes() {
-    let out = std::process::Command::new(bootstrap_bin!()).arg("--help").output().unwrap();
+    let out = std::process::Command::new(bootstrap_bin!())
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    for needle in ["--config", "--check", "0  every step held", "1  --check found", "2  configuration error", "3  a step failed"] {
+    for needle in [
+        "--config",
+        "--check",
+        "0  every step held",
+        "1  --check found",
+        "2  configuration error",
+        "3  a step failed",
+    ] {
         assert!(help.contains(needle), "missing {needle:?} in:\n{help}");
     }
 }
@@ -120,11 +170,20 @@ fn an_archived_workspace_is_drift_and_a_run_unarchives_it() {
     node.windmill.archive_workspace("fediversity");
     let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
-    assert_line(check.step_line(4), "fediversity-windmill-bootstrap: step 4/9 workspace: workspace fediversity (archived) and folder fediversity: would update");
-    assert!(node.windmill.workspace_archived("fediversity"), "--check changes nothing");
+    assert_line(
+        check.step_line(4),
+        "fediversity-windmill-bootstrap: step 4/9 workspace: workspace fediversity (archived) and folder fediversity: would update",
+    );
+    assert!(
+        node.windmill.workspace_archived("fediversity"),
+        "--check changes nothing"
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_line(run.step_line(4), "fediversity-windmill-bootstrap: step 4/9 workspace: workspace fediversity (was archived, unarchived) and folder fediversity: updated");
+    assert_line(
+        run.step_line(4),
+        "fediversity-windmill-bootstrap: step 4/9 workspace: workspace fediversity (was archived, unarchived) and folder fediversity: updated",
+    );
     assert!(!node.windmill.workspace_archived("fediversity"));
     // Positive control: live, it is left alone.
     let run = node.run(bootstrap_bin!(), &[]);

@@ -28,15 +28,25 @@ fn windmill_not_listening_at_first_is_waited_for() {
         .unwrap();
     let mut stderr = process::StreamWatch::new(child.stderr.take().unwrap());
     let refused = stderr.wait_for(b"debug: GET /api/version: cannot connect", Duration::from_secs(30));
-    assert!(node.windmill.requests().is_empty(), "nothing got through while it refused");
+    assert!(
+        node.windmill.requests().is_empty(),
+        "nothing got through while it refused"
+    );
     node.windmill.listen_now();
     let status = child.wait().unwrap();
     let mut stdout = Vec::new();
     std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
-    let run = node.finish(std::process::Output { status, stdout, stderr: stderr.finish() });
+    let run = node.finish(std::process::Output {
+        status,
+        stdout,
+        stderr: stderr.finish(),
+    });
     assert!(refused, "no refused try was retried: {run:?}");
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(1).contains("answered GET /api/version (CE v1.587.0)"), "{run:?}");
+    assert!(
+        run.step_line(1).contains("answered GET /api/version (CE v1.587.0)"),
+        "{run:?}"
+    );
     assert_eq!(node.windmill.script_count(), 4);
 }
 
@@ -46,7 +56,10 @@ fn windmill_never_up_fails_step_1_after_the_timeout() {
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect[..]");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: cannot connect[..]",
+    );
 }
 
 #[test]
@@ -67,7 +80,11 @@ fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
     node.config["retry"]["ready_timeout_seconds"] = json!(1);
     node.config["retry"]["request_timeout_seconds"] = json!(600);
     let config = node.write_config();
-    let mut child = Node::command(bootstrap_bin!(), &config, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Node::command(bootstrap_bin!(), &config, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // Not a speed target: a watchdog far below the 600 s a try could hang, far above the 1 s
     // the wait is bounded by.
     let exited = process::wait_until(Duration::from_secs(60), || child.try_wait().unwrap().is_some());
@@ -75,9 +92,15 @@ fn windmill_accepting_but_never_answering_fails_step_1_at_the_ready_timeout() {
         let _ = child.kill();
     }
     let run = node.finish(child.wait_with_output().unwrap());
-    assert!(exited, "the wait for Windmill was not bounded by retry.ready_timeout_seconds: {run:?}");
+    assert!(
+        exited,
+        "the wait for Windmill was not bounded by retry.ready_timeout_seconds: {run:?}"
+    );
     assert_eq!(run.code, 3, "{run:?}");
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 1/9 ready failed: Windmill did not answer GET /api/version within 1 s: the request got no answer",
+    );
     // It did connect: the listener holds the connection it never answered.
     assert!(!held.lock().unwrap().is_empty());
 }
@@ -87,29 +110,62 @@ fn server_errors_are_retried_then_converge() {
     let node = support::node();
     // Two failures, three tries allowed: the third succeeds.
     node.windmill.fail("POST", CREATE, Fault::Status(500), 2);
-    node.windmill.fail("POST", "/api/users/tokens/create", Fault::Status(502), 2);
+    node.windmill
+        .fail("POST", "/api/users/tokens/create", Fault::Status(502), 2);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(node.windmill.script_count(), 4);
-    let creates = node.windmill.requests().iter().filter(|r| support::is_upload(r)).count();
+    let creates = node
+        .windmill
+        .requests()
+        .iter()
+        .filter(|r| support::is_upload(r))
+        .count();
     assert_eq!(creates, 6, "4 scripts, 2 of the tries failed");
     // Each of the two failed token mints was answered 502 without minting: one token.
-    assert_eq!(node.windmill.tokens().iter().filter(|t| t.label == "fediversity").count(), 1);
+    assert_eq!(
+        node.windmill
+            .tokens()
+            .iter()
+            .filter(|t| t.label == "fediversity")
+            .count(),
+        1
+    );
 }
 
 #[test]
 fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_present() {
     // The server creates them and the answer is lost: the retry gets 400 "already exists".
     let node = support::node();
-    node.windmill.fail("POST", "/api/workspaces/create", Fault::DropAfterHandling, 1);
-    node.windmill.fail("POST", "/api/w/fediversity/folders/create", Fault::DropAfterHandling, 1);
+    node.windmill
+        .fail("POST", "/api/workspaces/create", Fault::DropAfterHandling, 1);
+    node.windmill
+        .fail("POST", "/api/w/fediversity/folders/create", Fault::DropAfterHandling, 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let requests = node.windmill.requests();
-    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/workspaces/create")).count(), 2);
-    assert_eq!(requests.iter().filter(|r| r.is("POST", "/api/w/fediversity/folders/create")).count(), 2);
-    assert_eq!(node.windmill.workspaces(), vec!["admins".to_owned(), "fediversity".to_owned()]);
-    assert_eq!(node.windmill.folders(), vec![("fediversity".to_owned(), "fediversity".to_owned())]);
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.is("POST", "/api/workspaces/create"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.is("POST", "/api/w/fediversity/folders/create"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        node.windmill.workspaces(),
+        vec!["admins".to_owned(), "fediversity".to_owned()]
+    );
+    assert_eq!(
+        node.windmill.folders(),
+        vec![("fediversity".to_owned(), "fediversity".to_owned())]
+    );
     assert_eq!(node.windmill.script_count(), 4);
 }
 
@@ -117,8 +173,18 @@ fn a_workspace_and_folder_created_by_a_try_whose_answer_was_lost_count_as_presen
 fn an_error_after_retried_failures_reports_every_try() {
     // A 502 is retried; the second try gets a 401, which is not: two tries, both counted.
     let node = support::node();
-    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 1);
-    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
+    node.windmill.fail(
+        "POST",
+        "/api/settings/global/instance_python_version",
+        Fault::Status(502),
+        1,
+    );
+    node.windmill.fail(
+        "POST",
+        "/api/settings/global/instance_python_version",
+        Fault::Status(401),
+        1,
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert_has_line(
@@ -126,16 +192,29 @@ fn an_error_after_retried_failures_reports_every_try() {
         "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401 after 2 tries: Unauthorized",
     );
     // Control: an error on the first try says nothing about tries.
-    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(401), 1);
+    node.windmill.fail(
+        "POST",
+        "/api/settings/global/instance_python_version",
+        Fault::Status(401),
+        1,
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401: Unauthorized");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 6/9 settings failed: Windmill POST /api/settings/global/instance_python_version answered 401: Unauthorized",
+    );
 }
 
 #[test]
 fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     let node = support::node();
-    node.windmill.fail("POST", "/api/settings/global/instance_python_version", Fault::Status(502), 3);
+    node.windmill.fail(
+        "POST",
+        "/api/settings/global/instance_python_version",
+        Fault::Status(502),
+        3,
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert_has_line(
@@ -147,9 +226,19 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     assert!(node.include_meta().is_none());
     assert_eq!(support::stored_token(&node), None);
     assert_eq!(node.windmill.setting("instance_python_version"), None);
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: deleted the token labeled fediversity-ui that this run minted, as the run failed before storing it");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: deleted the token labeled fediversity-ui that this run minted, as the run failed before storing it",
+    );
     assert_eq!(support::labeled(&node, support::UI), Vec::<String>::new());
-    assert!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/users/tokens/create")).count() == 1);
+    assert!(
+        node.windmill
+            .requests()
+            .iter()
+            .filter(|r| r.is("POST", "/api/users/tokens/create"))
+            .count()
+            == 1
+    );
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -157,9 +246,24 @@ fn persistent_server_errors_fail_the_step_by_name_and_a_rerun_converges() {
     assert_eq!(node.windmill.setting("instance_python_version"), Some(json!("3.12")));
     assert_eq!(node.windmill.script_count(), 4);
     // The failed run left no token for this one to revoke.
-    assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged");
-    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (1, 1));
-    assert!(!node.windmill.requests_since(mark).iter().any(|r| r.path.contains("create") && r.path.contains("workspaces")));
+    assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged",
+    );
+    assert_eq!(
+        (
+            support::labeled(&node, support::FRONT_END).len(),
+            support::labeled(&node, support::UI).len()
+        ),
+        (1, 1)
+    );
+    assert!(
+        !node
+            .windmill
+            .requests_since(mark)
+            .iter()
+            .any(|r| r.path.contains("create") && r.path.contains("workspaces"))
+    );
 }
 
 #[test]
@@ -180,7 +284,12 @@ fn a_token_that_is_not_letters_and_digits_is_refused_and_never_shown() {
     assert!(node.windmill.ever_minted().iter().any(|t| t == token));
     // Nothing was written with it.
     assert!(node.include_meta().is_none());
-    assert!(node.windmill.requests().iter().all(|r| r.token.as_deref() != Some(token)));
+    assert!(
+        node.windmill
+            .requests()
+            .iter()
+            .all(|r| r.token.as_deref() != Some(token))
+    );
 
     // A real token next time: the rerun converges.
     let run = node.run(bootstrap_bin!(), &[]);
@@ -191,7 +300,9 @@ fn a_token_that_is_not_letters_and_digits_is_refused_and_never_shown() {
 fn converge_then_edit_deploy(node: &Node) -> String {
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     node.write_script("f/fediversity/deploy.py", "def main():\n    return 'v2'\n");
-    node.windmill.versions("fediversity", "f/fediversity/deploy")[0].hash.clone()
+    node.windmill.versions("fediversity", "f/fediversity/deploy")[0]
+        .hash
+        .clone()
 }
 
 #[test]
@@ -205,7 +316,14 @@ fn a_connection_dropped_after_the_upload_took_effect_still_gives_one_version() {
     let versions = node.windmill.versions("fediversity", "f/fediversity/deploy");
     assert_eq!(versions.len(), 2);
     assert_eq!(versions[1].parent_hashes.first(), Some(&first));
-    assert_eq!(node.windmill.requests().iter().filter(|r| support::is_upload(r)).count(), 4 + 2);
+    assert_eq!(
+        node.windmill
+            .requests()
+            .iter()
+            .filter(|r| support::is_upload(r))
+            .count(),
+        4 + 2
+    );
 }
 
 #[test]
@@ -227,7 +345,10 @@ fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
     node.windmill.fail("POST", CREATE, Fault::DropAfterHandling, 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy): [..]");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 5/9 scripts failed: f/fediversity/deploy: Windmill POST /api/w/fediversity/scripts/create (f/fediversity/deploy): [..]",
+    );
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/deploy").len(), 2);
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -241,7 +362,8 @@ fn a_dropped_upload_that_fails_the_run_converges_on_rerun_with_one_version() {
 fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
     let node = support::node();
     converge_then_edit_deploy(&node);
-    node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs')\n");
+    node.windmill
+        .concurrent_write_before_create("f/fediversity/deploy", "print('theirs')\n");
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -254,7 +376,9 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
         .windmill
         .requests_since(mark)
         .into_iter()
-        .filter(|r| r.path.ends_with("/f/fediversity/deploy") || (r.path == CREATE && r.body.contains("f/fediversity/deploy")))
+        .filter(|r| {
+            r.path.ends_with("/f/fediversity/deploy") || (r.path == CREATE && r.body.contains("f/fediversity/deploy"))
+        })
         .map(|r| r.method)
         .collect();
     assert_eq!(for_deploy, vec!["GET", "POST", "GET", "POST"]);
@@ -263,7 +387,8 @@ fn a_concurrent_writer_breaking_the_lineage_is_reread_and_retried_once() {
 #[test]
 fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
     let node = support::node();
-    node.windmill.concurrent_write_before_create("f/fediversity/hello", "print('theirs')\n");
+    node.windmill
+        .concurrent_write_before_create("f/fediversity/hello", "print('theirs')\n");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let versions = node.windmill.versions("fediversity", "f/fediversity/hello");
@@ -276,8 +401,10 @@ fn a_concurrent_writer_on_a_new_path_is_a_path_conflict_reread_once() {
 fn a_writer_that_strikes_twice_is_not_retried_a_second_time() {
     let node = support::node();
     converge_then_edit_deploy(&node);
-    node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 1')\n");
-    node.windmill.concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
+    node.windmill
+        .concurrent_write_before_create("f/fediversity/deploy", "print('theirs 1')\n");
+    node.windmill
+        .concurrent_write_before_create("f/fediversity/deploy", "print('theirs 2')\n");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert_has_line(
@@ -300,12 +427,18 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     node.config["ui_auth"]["file"] = json!(node.path().join("blocked/token.conf"));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: [..]");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: error: step 8/9 ui-auth failed: [..]",
+    );
     // OpenBao holds the front-end's new token B, which stays; the UI's new token, stored
     // nowhere, was deleted.
     let front_b = support::stored_token(&node).unwrap();
     assert_ne!(front_a, front_b);
-    assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: deleted the token labeled fediversity-ui that this run minted, as the run failed before storing it");
+    assert_has_line(
+        &run.stderr,
+        "fediversity-windmill-bootstrap: deleted the token labeled fediversity-ui that this run minted, as the run failed before storing it",
+    );
     assert_eq!(support::labeled(&node, support::UI), vec![ui_a.clone()]);
     // The include still holds A, and nothing is revoked: step 9 did not run.
     node.config["ui_auth"]["file"] = good_include;
@@ -324,7 +457,10 @@ fn a_crash_between_openbao_and_the_include_is_repaired_by_the_rerun() {
     for gone in [&ui_a, &front_a, &front_b] {
         assert!(!node.windmill.has_token(gone));
     }
-    assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 2 labeled fediversity, 1 labeled fediversity-ui: updated");
+    assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 2 labeled fediversity, 1 labeled fediversity-ui: updated",
+    );
 }
 
 #[test]
@@ -350,28 +486,47 @@ fn a_listed_token_prefix_stays_one_path_segment() {
     assert_eq!(run.code, 0, "{run:?}");
     // The odd token was deleted like any other, through the delete endpoint.
     assert!(!node.windmill.has_token(odd));
-    let deletes: Vec<String> = node.windmill.requests_since(mark).into_iter().filter(|r| r.method == "DELETE").map(|r| r.path).collect();
+    let deletes: Vec<String> = node
+        .windmill
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.path)
+        .collect();
     // The odd one, the first run's front-end token and its UI token.
     assert_eq!(deletes.len(), 3, "{deletes:?}");
     for path in &deletes {
-        assert!(path.starts_with("/api/users/tokens/delete/") && path.matches('/').count() == 5, "{path}");
+        assert!(
+            path.starts_with("/api/users/tokens/delete/") && path.matches('/').count() == 5,
+            "{path}"
+        );
     }
 }
 
 #[test]
 fn an_answer_over_the_bound_fails_the_call_naming_the_bound_and_is_not_retried() {
     let node = support::node();
-    node.windmill.fail("POST", "/api/auth/login", Fault::Oversized(5 << 20), 1);
+    node.windmill
+        .fail("POST", "/api/auth/login", Fault::Oversized(5 << 20), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert_line(
         run.stderr.lines().last().unwrap(),
         "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login: the answer is larger than 4 MiB, the most that is read",
     );
-    assert_eq!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/auth/login")).count(), 1, "not retried");
+    assert_eq!(
+        node.windmill
+            .requests()
+            .iter()
+            .filter(|r| r.is("POST", "/api/auth/login"))
+            .count(),
+        1,
+        "not retried"
+    );
     // Positive control: an answer just under the bound is read whole (and then refused as the
     // token it is not).
-    node.windmill.fail("POST", "/api/auth/login", Fault::Oversized((4 << 20) - 1), 1);
+    node.windmill
+        .fail("POST", "/api/auth/login", Fault::Oversized((4 << 20) - 1), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert_line(
@@ -400,8 +555,14 @@ fn an_endless_answer_without_a_length_is_read_only_up_to_the_bound() {
                 }
                 let chunk = [b'v'; 65536];
                 let mut total = 0;
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n");
-                while stream.write_all(b"10000\r\n").and_then(|()| stream.write_all(&chunk)).and_then(|()| stream.write_all(b"\r\n")).is_ok() {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n");
+                while stream
+                    .write_all(b"10000\r\n")
+                    .and_then(|()| stream.write_all(&chunk))
+                    .and_then(|()| stream.write_all(b"\r\n"))
+                    .is_ok()
+                {
                     total += chunk.len();
                     if total > 1 << 30 {
                         break;

@@ -30,7 +30,11 @@ fn a_second_run_writes_nothing_but_a_new_token() {
 
     // Someone's login session: the bootstrap logs out only its own.
     let someone = node.login(&node.password).unwrap();
-    assert_eq!(node.sessions(), vec![someone.clone()], "the first run left no session of its own");
+    assert_eq!(
+        node.sessions(),
+        vec![someone.clone()],
+        "the first run left no session of its own"
+    );
 
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
@@ -61,13 +65,31 @@ fn a_second_run_writes_nothing_but_a_new_token() {
         ]
     );
     // One GET per script, no more.
-    assert_eq!(requests.iter().filter(|r| r.method == "GET" && r.path.contains("/scripts/get/p/")).count(), 4);
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.contains("/scripts/get/p/"))
+            .count(),
+        4
+    );
     for step in [1, 2, 4, 5, 6] {
         assert!(run.step_line(step).ends_with(": unchanged"), "{run:?}");
     }
-    support::assert_line(run.step_line(7), &format!("fediversity-windmill-bootstrap: step 7/9 openbao: [..] holds the new token labeled fediversity ([..]), {}: updated", support::refused("variables/list")));
-    support::assert_line(run.step_line(8), "fediversity-windmill-bootstrap: step 8/9 ui-auth: [..] holds the new token labeled fediversity-ui: updated");
-    support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated");
+    support::assert_line(
+        run.step_line(7),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: [..] holds the new token labeled fediversity ([..]), {}: updated",
+            support::refused("variables/list")
+        ),
+    );
+    support::assert_line(
+        run.step_line(8),
+        "fediversity-windmill-bootstrap: step 8/9 ui-auth: [..] holds the new token labeled fediversity-ui: updated",
+    );
+    support::assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated",
+    );
     assert_eq!(node.windmill.script_count(), 4, "no script version created");
     // The password was not rewritten.
     assert_eq!(node.db.password_hash(ADMIN_EMAIL), hash);
@@ -103,5 +125,11 @@ fn revoke_previous_false_keeps_the_older_tokens() {
     );
     assert!(!node.windmill.requests().iter().any(|r| r.method == "DELETE"));
     assert!(node.windmill.has_token(&first) && node.windmill.has_token(&first_front));
-    assert_eq!((support::labeled(&node, "fedi-ops").len(), support::labeled(&node, support::UI).len()), (2, 2));
+    assert_eq!(
+        (
+            support::labeled(&node, "fedi-ops").len(),
+            support::labeled(&node, support::UI).len()
+        ),
+        (2, 2)
+    );
 }

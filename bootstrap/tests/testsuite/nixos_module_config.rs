@@ -54,7 +54,10 @@ fn render_with(node: &Node, patch: &str) -> (Value, Value) {
         lib = json!(lib.display().to_string()),
         scripts = json!(node.scripts_dir().display().to_string()),
     );
-    let out = Command::new("nix-instantiate").args(["--eval", "--strict", "--json", "--expr", &expr]).output().expect("nix-instantiate (apt-get install nix-bin)");
+    let out = Command::new("nix-instantiate")
+        .args(["--eval", "--strict", "--json", "--expr", &expr])
+        .output()
+        .expect("nix-instantiate (apt-get install nix-bin)");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut both: Value = serde_json::from_slice(&out.stdout).expect("the renderer prints JSON");
     (both["config"].take(), both["problems"].take())
@@ -71,7 +74,10 @@ fn the_config_the_module_renders_converges_a_node_and_checks_clean() {
     rendered["state_file"] = node.config["state_file"].clone();
     // Positive control: this is the module's file, not the test node's (its retry settings are
     // the module defaults, which the test node shortens).
-    assert_eq!(rendered["retry"], json!({"login_attempts": 12, "delay_seconds": 5, "ready_timeout_seconds": 300}));
+    assert_eq!(
+        rendered["retry"],
+        json!({"login_attempts": 12, "delay_seconds": 5, "ready_timeout_seconds": 300})
+    );
     node.config = rendered;
 
     let run = node.run(bootstrap_bin!(), &[]);
@@ -92,19 +98,56 @@ fn what_the_modules_checks_refuse_the_bootstrap_refuses() {
     let (_, problems) = render_with(&support::node(), "b: b");
     assert_eq!(problems, json!([]));
     for (patch, problem, refusal) in [
-        (r#"b: b // { uiAuth = b.uiAuth // { mode = "0444"; }; }"#, "bootstrap.uiAuth.mode 0444 gives others access", "ui_auth.mode 0444 gives access to others"),
-        (r#"b: b // { openbao = b.openbao // { addr = null; }; }"#, "bootstrap.openbao.addr is null", "openbao.addr is required"),
-        (r#"b: b // { token = b.token // { label = "session"; }; }"#, "bootstrap.token.label \"session\" is a label Windmill gives its own tokens", "token.label"),
-        (r#"b: b // { token = b.token // { label = " Ephemeral-Script"; }; }"#, "bootstrap.token.label \" Ephemeral-Script\" is a label Windmill gives its own tokens", "token.label"),
-        (r#"b: b // { workspace = b.workspace // { id = "two words"; }; }"#, "bootstrap.workspace.id \"two words\"", "workspace.id \"two words\" is invalid"),
-        (r#"b: b // { workspace = b.workspace // { folder = "with-hyphen"; }; }"#, "bootstrap.workspace.folder \"with-hyphen\"", "workspace.folder \"with-hyphen\" is invalid"),
+        (
+            r#"b: b // { uiAuth = b.uiAuth // { mode = "0444"; }; }"#,
+            "bootstrap.uiAuth.mode 0444 gives others access",
+            "ui_auth.mode 0444 gives access to others",
+        ),
+        (
+            r#"b: b // { openbao = b.openbao // { addr = null; }; }"#,
+            "bootstrap.openbao.addr is null",
+            "openbao.addr is required",
+        ),
+        (
+            r#"b: b // { token = b.token // { label = "session"; }; }"#,
+            "bootstrap.token.label \"session\" is a label Windmill gives its own tokens",
+            "token.label",
+        ),
+        (
+            r#"b: b // { token = b.token // { label = " Ephemeral-Script"; }; }"#,
+            "bootstrap.token.label \" Ephemeral-Script\" is a label Windmill gives its own tokens",
+            "token.label",
+        ),
+        (
+            r#"b: b // { workspace = b.workspace // { id = "two words"; }; }"#,
+            "bootstrap.workspace.id \"two words\"",
+            "workspace.id \"two words\" is invalid",
+        ),
+        (
+            r#"b: b // { workspace = b.workspace // { folder = "with-hyphen"; }; }"#,
+            "bootstrap.workspace.folder \"with-hyphen\"",
+            "workspace.folder \"with-hyphen\" is invalid",
+        ),
         // The UI include's own token label (the bootstrap's `ui_auth.label`).
-        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#, "bootstrap.uiAuth.tokenLabel \"session\" is a label Windmill gives its own tokens", "ui_auth.label"),
-        (r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = b.token.label; }; }"#, "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both", "ui_auth.label"),
+        (
+            r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = "session"; }; }"#,
+            "bootstrap.uiAuth.tokenLabel \"session\" is a label Windmill gives its own tokens",
+            "ui_auth.label",
+        ),
+        (
+            r#"b: b // { uiAuth = b.uiAuth // { tokenLabel = b.token.label; }; }"#,
+            "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both",
+            "ui_auth.label",
+        ),
     ] {
         let mut node = support::node();
         let (config, problems) = render_with(&node, patch);
-        let problems: Vec<&str> = problems.as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+        let problems: Vec<&str> = problems
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
         assert_eq!(problems.len(), 1, "{patch}: {problems:?}");
         assert!(problems[0].starts_with(problem), "{patch}: {problems:?}");
         let mut config = config;

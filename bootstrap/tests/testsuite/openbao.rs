@@ -10,7 +10,10 @@ use serde_json::json;
 use crate::support;
 
 fn writer_token(bao: &OpenBao, api_path: &str) -> String {
-    bao.token_with_policy(&OpenBao::unique("writer"), &format!("path \"{api_path}\" {{ capabilities = [\"create\", \"update\"] }}\n"))
+    bao.token_with_policy(
+        &OpenBao::unique("writer"),
+        &format!("path \"{api_path}\" {{ capabilities = [\"create\", \"update\"] }}\n"),
+    )
 }
 
 #[test]
@@ -31,7 +34,10 @@ fn kv_v2_under_a_prefix_like_bao_kv_put() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     support::assert_line(run.step_line(7), &support::openbao_line(&place, ": updated"));
-    assert_eq!(bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(), json!({"value": support::front_token(&node)}));
+    assert_eq!(
+        bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(),
+        json!({"value": support::front_token(&node)})
+    );
     let (_, meta) = bao.get(&format!("{prefix}/metadata/secret/windmill/apiToken"));
     assert_eq!(meta["data"]["current_version"], json!(2));
 }
@@ -49,7 +55,13 @@ fn kv_v1_mount_gets_the_flat_map_at_the_path() {
     assert_eq!(bao.read_kv1(&path), Some(json!({"token": support::front_token(&node)})));
     // The token may only write: whether the secret was there before is unknown, and said so.
     let place = format!("{path} field token (mount {mount}/, KV v1)");
-    support::assert_line(run.step_line(7), &support::openbao_line(&place, "; whether it existed before is unknown: the token may not read it: updated"));
+    support::assert_line(
+        run.step_line(7),
+        &support::openbao_line(
+            &place,
+            "; whether it existed before is unknown: the token may not read it: updated",
+        ),
+    );
 }
 
 #[test]
@@ -58,7 +70,10 @@ fn kv_v1_with_a_token_that_may_read_tells_created_from_updated() {
     let mount = OpenBao::unique("kv1");
     bao.enable_kv(&mount, 1);
     let path = format!("{mount}/windmill/apiToken");
-    let token = bao.token_with_policy(&OpenBao::unique("rw"), &format!("path \"{path}\" {{ capabilities = [\"read\", \"create\", \"update\"] }}\n"));
+    let token = bao.token_with_policy(
+        &OpenBao::unique("rw"),
+        &format!("path \"{path}\" {{ capabilities = [\"read\", \"create\", \"update\"] }}\n"),
+    );
     let node = Node::with_openbao(&bao.addr, &path, &token);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -79,31 +94,55 @@ fn a_bad_token_is_a_403_named_without_the_token_and_the_rerun_converges() {
     assert_eq!(run.code, 3, "{run:?}");
     support::assert_line(
         run.stderr.lines().last().unwrap(),
-        &format!("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{path} answered 403: permission denied (the token is missing, invalid or lacks a policy for this path)"),
+        &format!(
+            "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/{path} answered 403: permission denied (the token is missing, invalid or lacks a policy for this path)"
+        ),
     );
     // Nothing after step 7 ran: no include.
     assert!(node.include_meta().is_none());
 
     // The tokens it minted were deleted again: none is left.
     assert_discarded(&run);
-    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (0, 0));
+    assert_eq!(
+        (
+            support::labeled(&node, support::FRONT_END).len(),
+            support::labeled(&node, support::UI).len()
+        ),
+        (0, 0)
+    );
 
     // With a working token the rerun converges.
-    std::fs::write(node.path().join("bao-token"), writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")))).unwrap();
+    std::fs::write(
+        node.path().join("bao-token"),
+        writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/"))),
+    )
+    .unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (1, 1));
+    assert_eq!(
+        (
+            support::labeled(&node, support::FRONT_END).len(),
+            support::labeled(&node, support::UI).len()
+        ),
+        (1, 1)
+    );
 }
 
 /// The run deleted both tokens it minted, the front-end's first, each with its line.
 #[track_caller]
 fn assert_discarded(run: &fediversity_testkit::node::Run) {
-    let deleted: Vec<&str> = run.stderr.lines().filter(|l| l.contains("deleted the token labeled")).collect();
+    let deleted: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("deleted the token labeled"))
+        .collect();
     assert_eq!(deleted.len(), 2, "{run:?}");
     for (line, label) in deleted.iter().zip([support::FRONT_END, support::UI]) {
         support::assert_line(
             line,
-            &format!("fediversity-windmill-bootstrap: deleted the token labeled {label} that this run minted, as the run failed before storing it"),
+            &format!(
+                "fediversity-windmill-bootstrap: deleted the token labeled {label} that this run minted, as the run failed before storing it"
+            ),
         );
     }
 }
@@ -115,7 +154,10 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     let good = writer_token(bao, &format!("secret/data/{}", path.trim_start_matches("secret/")));
     let node = Node::with_openbao(&bao.addr, &path, &good);
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    let (before, ui) = (support::labeled(&node, support::FRONT_END), node.include_token().unwrap());
+    let (before, ui) = (
+        support::labeled(&node, support::FRONT_END),
+        node.include_token().unwrap(),
+    );
     assert_eq!(before.len(), 1);
 
     // OpenBao refuses the token now: three runs, as systemd's restarts would make them.
@@ -124,7 +166,10 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     for _ in 0..3 {
         let run = node.run(bootstrap_bin!(), &[]);
         assert_eq!(run.code, 3, "{run:?}");
-        support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: [..]");
+        support::assert_line(
+            run.stderr.lines().last().unwrap(),
+            "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: [..]",
+        );
         assert_discarded(&run);
     }
     // Positive control: each run did mint both (and logged in once: one session each).
@@ -138,11 +183,17 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     std::fs::write(node.path().join("bao-token"), &good).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated");
+    support::assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated",
+    );
     let after = support::labeled(&node, support::FRONT_END);
     assert_eq!(after.len(), 1);
     assert_ne!(after, before);
-    assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": after[0]})));
+    assert_eq!(
+        bao.read_kv2("secret", path.trim_start_matches("secret/")),
+        Some(json!({"value": after[0]}))
+    );
 }
 
 #[test]
@@ -151,18 +202,30 @@ fn a_cleanup_that_fails_is_a_warning_and_the_run_still_names_its_step() {
     let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
     let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
     // Every try of both deletes fails (the test node allows three each).
-    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 6);
+    node.windmill
+        .fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 6);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     for label in [support::FRONT_END, support::UI] {
         support::assert_has_line(
             &run.stderr,
-            &format!("fediversity-windmill-bootstrap: warning: could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{{prefix}} answered 500 after 3 tries: Internal: injected fault"),
+            &format!(
+                "fediversity-windmill-bootstrap: warning: could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{{prefix}} answered 500 after 3 tries: Internal: injected fault"
+            ),
         );
     }
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: [..]");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: [..]",
+    );
     // The tokens stay, for a later run's step 9.
-    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (1, 1));
+    assert_eq!(
+        (
+            support::labeled(&node, support::FRONT_END).len(),
+            support::labeled(&node, support::UI).len()
+        ),
+        (1, 1)
+    );
 }
 
 #[test]
@@ -176,7 +239,10 @@ fn a_token_without_a_policy_for_the_path_is_refused_at_the_write() {
     assert_eq!(run.code, 3, "{run:?}");
     support::assert_line(
         run.stderr.lines().last().unwrap(),
-        &format!("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao PUT /v1/secret/data/{} answered 403: [..]permission denied (the token is missing, invalid or lacks a policy for this path)", path.trim_start_matches("secret/")),
+        &format!(
+            "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao PUT /v1/secret/data/{} answered 403: [..]permission denied (the token is missing, invalid or lacks a policy for this path)",
+            path.trim_start_matches("secret/")
+        ),
     );
 }
 
@@ -186,17 +252,27 @@ fn a_path_that_is_the_mount_itself_is_named() {
     let node = Node::with_openbao(&bao.addr, "secret", bao.root_token());
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: openbao.path \"secret\" names the KV v2 mount \"secret/\" itself, not a secret in it");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: openbao.path \"secret\" names the KV v2 mount \"secret/\" itself, not a secret in it",
+    );
     assert!(node.include_meta().is_none());
 }
 
 #[test]
 fn a_path_without_a_mount_is_refused_like_the_cli() {
     let bao = openbao::shared();
-    let node = Node::with_openbao(&bao.addr, &format!("{}/windmill/apiToken", OpenBao::unique("nomount")), bao.root_token());
+    let node = Node::with_openbao(
+        &bao.addr,
+        &format!("{}/windmill/apiToken", OpenBao::unique("nomount")),
+        bao.root_token(),
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/[..] answered 403: [..]");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/[..] answered 403: [..]",
+    );
 }
 
 #[test]
@@ -204,20 +280,37 @@ fn a_sealed_server_is_a_503_after_retries() {
     // Sealing is global: this test has a server of its own.
     let bao = OpenBao::start();
     let mut node = Node::with_openbao(&bao.addr, "secret/windmill/apiToken", bao.root_token());
-    node.extra_secrets.push(("the sealed server's root token".into(), bao.root_token().to_owned()));
+    node.extra_secrets
+        .push(("the sealed server's root token".into(), bao.root_token().to_owned()));
     bao.seal();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
-        support::matches("fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/secret/windmill/apiToken answered 503 after 3 tries: [..]Vault is sealed[..]", run.stderr.lines().last().unwrap()),
+        support::matches(
+            "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: OpenBao GET /v1/sys/internal/ui/mounts/secret/windmill/apiToken answered 503 after 3 tries: [..]Vault is sealed[..]",
+            run.stderr.lines().last().unwrap()
+        ),
         "{run:?}"
     );
     assert!(run.stderr.contains("Vault is sealed"), "{run:?}");
     assert!(node.include_meta().is_none());
     // The tokens it minted are gone again.
-    assert_eq!(node.windmill.requests().iter().filter(|r| r.is("POST", "/api/users/tokens/create")).count(), 2);
+    assert_eq!(
+        node.windmill
+            .requests()
+            .iter()
+            .filter(|r| r.is("POST", "/api/users/tokens/create"))
+            .count(),
+        2
+    );
     assert_discarded(&run);
-    assert_eq!((support::labeled(&node, support::FRONT_END).len(), support::labeled(&node, support::UI).len()), (0, 0));
+    assert_eq!(
+        (
+            support::labeled(&node, support::FRONT_END).len(),
+            support::labeled(&node, support::UI).len()
+        ),
+        (0, 0)
+    );
 }
 
 #[test]
@@ -231,8 +324,15 @@ fn the_address_and_token_can_come_from_the_environment() {
     openbao.remove("token_file");
     let config = node.write_config();
     // BAO_* unset: the VAULT_* fallback of the CLI.
-    let out = Node::command(bootstrap_bin!(), &config, &[]).env("VAULT_ADDR", &bao.addr).env("VAULT_TOKEN", &token).output().unwrap();
+    let out = Node::command(bootstrap_bin!(), &config, &[])
+        .env("VAULT_ADDR", &bao.addr)
+        .env("VAULT_TOKEN", &token)
+        .output()
+        .unwrap();
     let run = node.finish(out);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(bao.read_kv2("secret", path.trim_start_matches("secret/")), Some(json!({"value": support::front_token(&node)})));
+    assert_eq!(
+        bao.read_kv2("secret", path.trim_start_matches("secret/")),
+        Some(json!({"value": support::front_token(&node)}))
+    );
 }

@@ -12,7 +12,11 @@ use serde_json::json;
 use crate::support;
 
 fn no_token_minted(node: &Node) -> bool {
-    !node.windmill.requests().iter().any(|r| r.is("POST", "/api/users/tokens/create"))
+    !node
+        .windmill
+        .requests()
+        .iter()
+        .any(|r| r.is("POST", "/api/users/tokens/create"))
 }
 
 #[test]
@@ -22,21 +26,31 @@ fn the_hash_is_written_once_and_verifies_with_both_argon2_implementations() {
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
     assert!(hash.len() <= 100);
-    assert!(Argon2::default().verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap()).is_ok());
+    assert!(
+        Argon2::default()
+            .verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap())
+            .is_ok()
+    );
     assert!(venv::argon2_cffi_verifies(&hash, &node.password));
     // Positive control for the cffi check: it does reject a wrong password.
     assert!(!venv::argon2_cffi_verifies(&hash, &format!("{}x", node.password)));
     // Login worked with the node password: no further write on the next run.
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(2), "fediversity-windmill-bootstrap: step 2/9 login: admin@windmill.dev logs in with the node password: unchanged");
+    support::assert_line(
+        run.step_line(2),
+        "fediversity-windmill-bootstrap: step 2/9 login: admin@windmill.dev logs in with the node password: unchanged",
+    );
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).unwrap(), hash);
 }
 
 #[test]
 fn another_password_is_replaced() {
     let node = support::node();
-    let other = Argon2::default().hash_password(b"someone-changed-it", &SaltString::generate(&mut OsRng)).unwrap().to_string();
+    let other = Argon2::default()
+        .hash_password(b"someone-changed-it", &SaltString::generate(&mut OsRng))
+        .unwrap()
+        .to_string();
     node.db.set_password_hash(ADMIN_EMAIL, &other);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -45,18 +59,27 @@ fn another_password_is_replaced() {
         "fediversity-windmill-bootstrap: step 2/9 login: admin@windmill.dev did not log in with the node password; its hash was written to the password table and it logs in now: updated",
     );
     let hash = node.db.password_hash(ADMIN_EMAIL).unwrap();
-    assert!(Argon2::default().verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap()).is_ok());
+    assert!(
+        Argon2::default()
+            .verify_password(node.password.as_bytes(), &PasswordHash::new(&hash).unwrap())
+            .is_ok()
+    );
 }
 
 #[test]
 fn zero_rows_updated_is_a_clear_error_and_nothing_else_happens() {
     let node = support::node();
     // The admin exists but does not log in with a password: the UPDATE matches no row.
-    node.db.execute(&format!("UPDATE password SET login_type = 'github' WHERE email = '{ADMIN_EMAIL}'"));
+    node.db.execute(&format!(
+        "UPDATE password SET login_type = 'github' WHERE email = '{ADMIN_EMAIL}'"
+    ));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
-        run.stderr.lines().last() == Some("fediversity-windmill-bootstrap: error: step 2/9 login failed: no row in Windmill's password table for admin@windmill.dev with login_type 'password' (zero rows updated)"),
+        run.stderr.lines().last()
+            == Some(
+                "fediversity-windmill-bootstrap: error: step 2/9 login failed: no row in Windmill's password table for admin@windmill.dev with login_type 'password' (zero rows updated)"
+            ),
         "{run:?}"
     );
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
@@ -68,11 +91,17 @@ fn zero_rows_updated_is_a_clear_error_and_nothing_else_happens() {
 fn postgresql_unreachable_is_a_clear_error_and_nothing_else_changes() {
     let node = support::node();
     let closed = fediversity_testkit::servers::free_port();
-    let dsn = node.db.app_dsn().replace(&format!("port={}", cluster().port), &format!("port={closed}"));
+    let dsn = node
+        .db
+        .app_dsn()
+        .replace(&format!("port={}", cluster().port), &format!("port={closed}"));
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: cannot connect: error connecting to server[..]");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: cannot connect: error connecting to server[..]",
+    );
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
     assert!(no_token_minted(&node));
     assert!(node.windmill.workspaces() == vec!["admins".to_owned()]);
@@ -81,13 +110,20 @@ fn postgresql_unreachable_is_a_clear_error_and_nothing_else_changes() {
 #[test]
 fn a_wrong_database_password_is_reported_without_the_password() {
     let node = support::node();
-    let dsn = node.db.app_dsn().replace(&node.db.app_password(), "not-the-db-password");
+    let dsn = node
+        .db
+        .app_dsn()
+        .replace(&node.db.app_password(), "not-the-db-password");
     std::fs::write(node.path().join("database-url"), dsn).unwrap();
     let mut node = node;
-    node.extra_secrets.push(("the wrong database password".into(), "not-the-db-password".into()));
+    node.extra_secrets
+        .push(("the wrong database password".into(), "not-the-db-password".into()));
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: cannot connect[..]password authentication failed[..]");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: PostgreSQL: cannot connect[..]password authentication failed[..]",
+    );
 }
 
 #[test]
@@ -115,7 +151,10 @@ fn a_login_that_still_fails_after_the_write_is_reported() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(
-        run.stderr.lines().last() == Some("fediversity-windmill-bootstrap: error: step 2/9 login failed: the password hash of admin@windmill.dev was written, but Windmill still rejects the node password after 3 logins"),
+        run.stderr.lines().last()
+            == Some(
+                "fediversity-windmill-bootstrap: error: step 2/9 login failed: the password hash of admin@windmill.dev was written, but Windmill still rejects the node password after 3 logins"
+            ),
         "{run:?}"
     );
     assert_ne!(elsewhere.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
@@ -131,6 +170,9 @@ fn a_malformed_stored_hash_is_reported_not_overwritten() {
     node.db.set_password_hash(ADMIN_EMAIL, "garbage");
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    support::assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login answered 500 after 3 tries: Internal: password hash string[..]");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 2/9 login failed: Windmill POST /api/auth/login answered 500 after 3 tries: Internal: password hash string[..]",
+    );
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some("garbage"));
 }

@@ -51,7 +51,12 @@ impl Proxy {
 
     /// The next `times` requests with `method` whose path contains `path_contains` are lost as `lose` says.
     pub fn lose(&self, method: &str, path_contains: &str, lose: Lose, times: usize) {
-        self.rules.lock().unwrap().push(Rule { method: method.into(), path_contains: path_contains.into(), lose, remaining: times });
+        self.rules.lock().unwrap().push(Rule {
+            method: method.into(),
+            path_contains: path_contains.into(),
+            lose,
+            remaining: times,
+        });
     }
 
     pub fn seen(&self) -> Vec<(String, bool)> {
@@ -79,18 +84,27 @@ fn serve(mut client: TcpStream, upstream: &str, rules: &Mutex<Vec<Rule>>, seen: 
         let (method, path) = (request_line[0].to_owned(), request_line[1].to_owned());
         let length: usize = head
             .iter()
-            .find_map(|h| h.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim().parse().unwrap()))
+            .find_map(|h| {
+                h.split_once(':')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                    .map(|(_, v)| v.trim().parse().unwrap())
+            })
             .unwrap_or(0);
         let mut body = vec![0; length];
         reader.read_exact(&mut body).unwrap();
         let lose = {
             let mut rules = rules.lock().unwrap();
-            rules.iter_mut().find(|r| r.remaining > 0 && r.method == method && path.contains(&r.path_contains)).map(|r| {
-                r.remaining -= 1;
-                r.lose
-            })
+            rules
+                .iter_mut()
+                .find(|r| r.remaining > 0 && r.method == method && path.contains(&r.path_contains))
+                .map(|r| {
+                    r.remaining -= 1;
+                    r.lose
+                })
         };
-        seen.lock().unwrap().push((format!("{method} {path}"), lose != Some(Lose::Request)));
+        seen.lock()
+            .unwrap()
+            .push((format!("{method} {path}"), lose != Some(Lose::Request)));
         if lose == Some(Lose::Request) {
             return;
         }

@@ -47,7 +47,10 @@ fn a_label_that_changes_leaves_no_token_of_the_old_one() {
     for gone in [&front_a, &ui_a] {
         assert!(!node.windmill.has_token(gone));
     }
-    assert_eq!(support::labeled(&node, "front-b"), vec![support::stored_token(&node).unwrap()]);
+    assert_eq!(
+        support::labeled(&node, "front-b"),
+        vec![support::stored_token(&node).unwrap()]
+    );
     assert_eq!(support::labeled(&node, "ui-b"), vec![node.include_token().unwrap()]);
     assert_eq!(support::labeled(&node, "someone-else").len(), 1);
     // Revoked, the former labels leave the state file; the node checks clean.
@@ -74,17 +77,28 @@ fn a_run_that_dies_after_minting_under_a_new_label_still_has_it_revoked_later() 
     // fails too: its tokens stay behind.
     node.config["token"]["label"] = json!("front-b");
     std::fs::write(node.path().join("bao-token"), "s.wrong").unwrap();
-    node.windmill.fail("DELETE", "/api/users/tokens/delete/", fediversity_testkit::windmill_fake::Fault::Status(500), 6);
+    node.windmill.fail(
+        "DELETE",
+        "/api/users/tokens/delete/",
+        fediversity_testkit::windmill_fake::Fault::Status(500),
+        6,
+    );
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 3);
     assert_eq!(support::labeled(&node, "front-b").len(), 1);
     // The label was recorded before the mint.
-    assert_eq!(node.state().unwrap()["labels"], json!(["fediversity", "fediversity-ui", "front-b"]));
+    assert_eq!(
+        node.state().unwrap()["labels"],
+        json!(["fediversity", "fediversity-ui", "front-b"])
+    );
     // The label goes back; a good run revokes the token the failed run left under front-b.
     node.config["token"]["label"] = json!(FRONT_END);
     std::fs::write(node.path().join("bao-token"), &node.bao_token).unwrap();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.step_line(9).contains("1 labeled front-b (a former label)"), "{run:?}");
+    assert!(
+        run.step_line(9).contains("1 labeled front-b (a former label)"),
+        "{run:?}"
+    );
     assert!(support::labeled(&node, "front-b").is_empty());
 }
 
@@ -97,10 +111,28 @@ fn every_page_of_the_token_list_is_revoked() {
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1101 labeled fediversity, 1 labeled fediversity-ui: updated");
-    assert_eq!(support::labeled(&node, FRONT_END), vec![support::stored_token(&node).unwrap()]);
+    assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1101 labeled fediversity, 1 labeled fediversity-ui: updated",
+    );
+    assert_eq!(
+        support::labeled(&node, FRONT_END),
+        vec![support::stored_token(&node).unwrap()]
+    );
     // Read by pages of 1000, without the tokens of jobs: two pages, the second short.
-    let lists: Vec<String> = node.windmill.requests_since(mark).into_iter().filter(|r| r.is("GET", "/api/users/tokens/list")).map(|r| r.query).collect();
-    assert_eq!(lists, ["page=1&per_page=1000&exclude_ephemeral=true", "page=2&per_page=1000&exclude_ephemeral=true"]);
+    let lists: Vec<String> = node
+        .windmill
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.is("GET", "/api/users/tokens/list"))
+        .map(|r| r.query)
+        .collect();
+    assert_eq!(
+        lists,
+        [
+            "page=1&per_page=1000&exclude_ephemeral=true",
+            "page=2&per_page=1000&exclude_ephemeral=true"
+        ]
+    );
     assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 }

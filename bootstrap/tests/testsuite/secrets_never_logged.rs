@@ -14,7 +14,10 @@ use crate::support;
 
 #[test]
 fn the_scan_finds_secrets_as_they_are_and_escaped() {
-    let secrets = vec![("pw".to_owned(), "p\"w\\x-1234567890".to_owned()), ("token".to_owned(), "abcdefghij1234567890".to_owned())];
+    let secrets = vec![
+        ("pw".to_owned(), "p\"w\\x-1234567890".to_owned()),
+        ("token".to_owned(), "abcdefghij1234567890".to_owned()),
+    ];
     assert_eq!(find_secrets("nothing here", &secrets), Vec::<String>::new());
     assert_eq!(find_secrets("raw p\"w\\x-1234567890 raw", &secrets), vec!["pw"]);
     assert_eq!(find_secrets(r#"json "p\"w\\x-1234567890""#, &secrets), vec!["pw"]);
@@ -30,10 +33,19 @@ fn positive_control_a_secret_the_bootstrap_prints_is_caught() {
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password.clone();
     node.config["workspace"] = json!({"folder": password});
-    let out = Node::command(bootstrap_bin!(), &node.write_config(), &[]).output().unwrap();
-    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Node::command(bootstrap_bin!(), &node.write_config(), &[])
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "{printed}");
-    assert_eq!(find_secrets(&printed, &node.secrets()), vec!["the node password".to_owned()]);
+    assert_eq!(
+        find_secrets(&printed, &node.secrets()),
+        vec!["the node password".to_owned()]
+    );
     // And the node's own assertion fails on it.
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| node.assert_no_secrets(&printed)));
     assert!(caught.is_err());
@@ -51,11 +63,20 @@ fn positive_control_tokens_and_prefixes_are_scanned() {
     let names = find_secrets(&format!("x {front} y"), &node.secrets());
     assert!(names.iter().any(|n| n.starts_with("Windmill token #")), "{names:?}");
     let names = find_secrets(&format!("x {} y", &front[..10]), &node.secrets());
-    assert!(names.iter().any(|n| n.starts_with("the prefix of Windmill token #")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("the prefix of Windmill token #")),
+        "{names:?}"
+    );
     let names = find_secrets(&format!("deleted prefix {}", &token[..10]), &node.secrets());
-    assert!(names.iter().any(|n| n.starts_with("the prefix of Windmill token #")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("the prefix of Windmill token #")),
+        "{names:?}"
+    );
     let names = find_secrets(&node.db.app_dsn(), &node.secrets());
-    assert!(names.contains(&"the DSN".to_owned()) && names.contains(&"the database password".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&"the DSN".to_owned()) && names.contains(&"the database password".to_owned()),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -63,18 +84,38 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
     let node = support::node();
     let config = node.write_config();
     node.windmill.fail("POST", "/api/auth/login", Fault::Status(502), 1);
-    node.windmill.fail("POST", "/api/users/tokens/create", Fault::DropAfterHandling, 1);
-    node.windmill.fail("POST", "/api/w/fediversity/scripts/create", Fault::DropBeforeHandling, 2);
-    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 1);
+    node.windmill
+        .fail("POST", "/api/users/tokens/create", Fault::DropAfterHandling, 1);
+    node.windmill.fail(
+        "POST",
+        "/api/w/fediversity/scripts/create",
+        Fault::DropBeforeHandling,
+        2,
+    );
+    node.windmill
+        .fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 1);
     let debug = |extra: &[&str]| {
-        let out = Node::command(bootstrap_bin!(), &config, extra).env("BOOTSTRAP_LOG", "debug").output().unwrap();
+        let out = Node::command(bootstrap_bin!(), &config, extra)
+            .env("BOOTSTRAP_LOG", "debug")
+            .output()
+            .unwrap();
         node.finish(out)
     };
     let first = debug(&[]);
     assert_eq!(first.code, 0, "{first:?}");
     // Debug is really on: the retries are logged.
-    assert!(first.stderr.contains("debug: Windmill POST /api/auth/login: answered 502; retrying"), "{first:?}");
-    assert!(first.stderr.contains("debug: Windmill POST /api/users/tokens/create: the request failed"), "{first:?}");
+    assert!(
+        first
+            .stderr
+            .contains("debug: Windmill POST /api/auth/login: answered 502; retrying"),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .stderr
+            .contains("debug: Windmill POST /api/users/tokens/create: the request failed"),
+        "{first:?}"
+    );
     let second = debug(&[]);
     assert_eq!(second.code, 0, "{second:?}");
     let check = debug(&["--check"]);
@@ -84,7 +125,12 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
     node.db.execute("REVOKE ALL ON password FROM windmill_user");
     let failed = debug(&[]);
     assert_eq!(failed.code, 3, "{failed:?}");
-    assert!(failed.stderr.contains("step 2/9 login failed: PostgreSQL: UPDATE password: ERROR 42501: permission denied for table password"), "{failed:?}");
+    assert!(
+        failed.stderr.contains(
+            "step 2/9 login failed: PostgreSQL: UPDATE password: ERROR 42501: permission denied for table password"
+        ),
+        "{failed:?}"
+    );
     // Every line of every run was scanned in `finish`; the lines were there to scan.
     assert!(node.printed.lock().unwrap().len() > 30);
 }
@@ -97,7 +143,8 @@ fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     // Step 9 deletes the front-end's older token first.
     let first = support::stored_token(&node).unwrap();
-    node.windmill.fail("DELETE", "/api/users/tokens/delete/", Fault::StatusQuotingPath(400), 1);
+    node.windmill
+        .fail("DELETE", "/api/users/tokens/delete/", Fault::StatusQuotingPath(400), 1);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     // The answer reached the message, with the prefix replaced (and `finish` scanned the output
@@ -107,15 +154,22 @@ fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
         "fediversity-windmill-bootstrap: error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]",
     );
     // Positive control: the call was about the first token, whose prefix the answer quoted.
-    assert!(node.windmill.requests().iter().any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10])));
+    assert!(
+        node.windmill
+            .requests()
+            .iter()
+            .any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10]))
+    );
 }
-
 
 /// A node whose password holds what JSON encoders escape differently: a quote, a slash, `<>&`,
 /// a non-ASCII letter and an astral character.
 fn node_with_an_escapable_password() -> Node {
     let mut node = support::node();
-    let password = format!("pw-\u{e4}\"</&>-\u{1F600}-{}", fediversity_testkit::servers::random_string(12));
+    let password = format!(
+        "pw-\u{e4}\"</&>-\u{1F600}-{}",
+        fediversity_testkit::servers::random_string(12)
+    );
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password;
     node
@@ -133,11 +187,18 @@ fn the_scan_finds_secrets_in_every_json_form_a_server_may_echo() {
         .unwrap();
     assert!(out.status.success());
     let python = String::from_utf8(out.stdout).unwrap();
-    assert!(python.contains("\\u00e4") && python.contains("\\ud83d\\ude00"), "{python}");
+    assert!(
+        python.contains("\\u00e4") && python.contains("\\ud83d\\ude00"),
+        "{python}"
+    );
     assert_eq!(find_secrets(&python, &secrets), vec!["pw"]);
     for (name, encoder) in Encoder::ALL {
         let printed = format!("answered 400: {{\"password\": \"{}\"}}", encoder.encode(secret));
-        assert_eq!(find_secrets(&printed, &secrets), vec!["pw"], "the {name} form: {printed}");
+        assert_eq!(
+            find_secrets(&printed, &secrets),
+            vec!["pw"],
+            "the {name} form: {printed}"
+        );
     }
     // Negative control: the secret with one character changed is not flagged.
     assert!(find_secrets(&Encoder::PYTHON.encode(&secret.replace('t', "T")), &secrets).is_empty());
@@ -149,14 +210,19 @@ fn an_admin_password_echoed_json_escaped_by_a_server_is_scrubbed() {
     // .NET: each escapes the password differently, and none may reach the error line.
     let node = node_with_an_escapable_password();
     for (name, encoder) in Encoder::ALL {
-        node.windmill.fail("POST", "/api/auth/login", Fault::StatusEchoingBody(422, encoder), 1);
+        node.windmill
+            .fail("POST", "/api/auth/login", Fault::StatusEchoingBody(422, encoder), 1);
         // `finish` (inside `run`) fails the test if any form of the password is printed.
         let run = node.run(bootstrap_bin!(), &[]);
         assert_eq!(run.code, 3, "{name}: {run:?}");
         // Positive control: the echo reached the error line (the email beside the password is
         // quoted), with the password replaced.
         assert!(run.stderr.contains("error: step 2/9 login failed: Windmill POST /api/auth/login answered 422: Bad request: cannot process {"), "{name}: {run:?}");
-        assert!(run.stderr.contains("\"email\": \"admin@windmill.dev\", \"password\": \"[REDACTED]\"}"), "{name}: {run:?}");
+        assert!(
+            run.stderr
+                .contains("\"email\": \"admin@windmill.dev\", \"password\": \"[REDACTED]\"}"),
+            "{name}: {run:?}"
+        );
     }
 }
 
@@ -168,12 +234,23 @@ fn the_default_password_is_scrubbed_like_the_node_password() {
     let default = format!("default-pw-{}", fediversity_testkit::servers::random_string(16));
     node.config["windmill"]["default_password"] = json!(default);
     node.extra_secrets.push(("the default password".into(), default));
-    node.windmill.fail_after("POST", "/api/auth/login", 1, Fault::StatusEchoingBody(422, Encoder::SERDE), 1);
+    node.windmill.fail_after(
+        "POST",
+        "/api/auth/login",
+        1,
+        Fault::StatusEchoingBody(422, Encoder::SERDE),
+        1,
+    );
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("\"password\": \"[REDACTED]\"}"), "{run:?}");
     // Positive control: it was the second login, with the default password, that was echoed.
-    let logins: Vec<_> = node.windmill.requests().into_iter().filter(|r| r.is("POST", "/api/auth/login")).collect();
+    let logins: Vec<_> = node
+        .windmill
+        .requests()
+        .into_iter()
+        .filter(|r| r.is("POST", "/api/auth/login"))
+        .collect();
     assert_eq!(logins.len(), 2);
     assert!(logins[1].body.contains("default-pw-"));
 }
@@ -186,11 +263,23 @@ fn an_echoed_secret_is_scrubbed_before_a_long_answer_is_cut() {
     let password = format!("pw-{}", fediversity_testkit::servers::random_string(400));
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password.clone();
-    node.windmill.fail("POST", "/api/auth/login", Fault::StatusEchoingBody(422, Encoder::SERDE), 1);
+    node.windmill.fail(
+        "POST",
+        "/api/auth/login",
+        Fault::StatusEchoingBody(422, Encoder::SERDE),
+        1,
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    let piece = password.as_bytes().windows(12).map(|w| std::str::from_utf8(w).unwrap()).find(|w| run.stderr.contains(w));
-    assert!(piece.is_none(), "a piece of the password was printed:\n(output withheld: it holds a secret)");
+    let piece = password
+        .as_bytes()
+        .windows(12)
+        .map(|w| std::str::from_utf8(w).unwrap())
+        .find(|w| run.stderr.contains(w));
+    assert!(
+        piece.is_none(),
+        "a piece of the password was printed:\n(output withheld: it holds a secret)"
+    );
     // Positive control: the echo reached the message, the password replaced before the cut.
     assert!(run.stderr.contains("\"password\": \"[REDACTED]\"}"), "{run:?}");
 }

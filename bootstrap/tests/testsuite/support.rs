@@ -6,7 +6,9 @@
 pub fn matches(pattern: &str, line: &str) -> bool {
     let mut parts = pattern.split("[..]");
     let first = parts.next().unwrap_or_default();
-    let Some(mut rest) = line.strip_prefix(first) else { return false };
+    let Some(mut rest) = line.strip_prefix(first) else {
+        return false;
+    };
     let parts: Vec<&str> = parts.collect();
     for (i, part) in parts.iter().enumerate() {
         if i + 1 == parts.len() {
@@ -29,7 +31,10 @@ pub fn assert_line(line: &str, pattern: &str) {
 /// Asserts that one line of `output` is `pattern` as a whole.
 #[track_caller]
 pub fn assert_has_line(output: &str, pattern: &str) {
-    assert!(output.lines().any(|l| matches(pattern, l)), "no line is\n  {pattern}\nin:\n{output}");
+    assert!(
+        output.lines().any(|l| matches(pattern, l)),
+        "no line is\n  {pattern}\nin:\n{output}"
+    );
 }
 
 #[test]
@@ -66,14 +71,22 @@ pub fn node() -> Node {
 
 /// The token the node's OpenBao secret holds (KV v2 at the shared server's `secret/`).
 pub fn stored_token(node: &Node) -> Option<String> {
-    let rest = node.bao_path.strip_prefix("secret/").expect("a path on the shared server's secret/ mount");
+    let rest = node
+        .bao_path
+        .strip_prefix("secret/")
+        .expect("a path on the shared server's secret/ mount");
     let secret = openbao::shared().read_kv2("secret", rest)?;
     Some(secret["value"].as_str().expect("a string field `value`").to_owned())
 }
 
 /// The tokens of `label` in the fake's token table.
 pub fn labeled(node: &Node, label: &str) -> Vec<String> {
-    node.windmill.tokens().into_iter().filter(|t| t.label == label).map(|t| t.token).collect()
+    node.windmill
+        .tokens()
+        .into_iter()
+        .filter(|t| t.label == label)
+        .map(|t| t.token)
+        .collect()
 }
 
 /// The one front-end token of the node (the one a run stores in OpenBao).

@@ -16,20 +16,29 @@ use crate::support::{self, FRONT_END, UI, assert_has_line, assert_line};
 /// `method path` with `token`, a JSON body for every POST: status and body.
 fn call(node: &Node, token: &str, method: &str, path: &str) -> (u16, String) {
     let body = match path {
-        p if p.ends_with("/preview") => Some(json!({"content": "import os\ndef main():\n    return os.environ\n", "language": "python3"})),
-        p if p.ends_with("/scripts/create") => {
-            Some(json!({"path": "f/fediversity/evil", "summary": "", "description": "", "content": "def main():\n    pass\n", "language": "python3"}))
+        p if p.ends_with("/preview") => {
+            Some(json!({"content": "import os\ndef main():\n    return os.environ\n", "language": "python3"}))
         }
+        p if p.ends_with("/scripts/create") => Some(
+            json!({"path": "f/fediversity/evil", "summary": "", "description": "", "content": "def main():\n    pass\n", "language": "python3"}),
+        ),
         p if p.ends_with("/tokens/create") => Some(json!({"label": "more"})),
-        p if p.contains("/add_batch_jobs/") => Some(json!({"kind": "flow", "flow_value": {"modules": [{"value": {"type": "rawscript", "content": "import os"}}]}})),
-        p if p.ends_with("/queue/import") => {
-            Some(json!([{"id": "0190aaaa-0000-4000-a000-000000000002", "kind": "preview", "raw_code": "import os", "created_by": "x", "permissioned_as": "u/admin"}]))
-        }
+        p if p.contains("/add_batch_jobs/") => Some(
+            json!({"kind": "flow", "flow_value": {"modules": [{"value": {"type": "rawscript", "content": "import os"}}]}}),
+        ),
+        p if p.ends_with("/queue/import") => Some(
+            json!([{"id": "0190aaaa-0000-4000-a000-000000000002", "kind": "preview", "raw_code": "import os", "created_by": "x", "permissioned_as": "u/admin"}]),
+        ),
         _ if method == "POST" => Some(json!({})),
         _ => None,
     };
     let auth = format!("Bearer {token}");
-    let reply = http::request(method, &format!("{}{path}", node.windmill.url), &[("Authorization", &auth)], body.map(|b| b.to_string()).as_deref());
+    let reply = http::request(
+        method,
+        &format!("{}{path}", node.windmill.url),
+        &[("Authorization", &auth)],
+        body.map(|b| b.to_string()).as_deref(),
+    );
     (reply.status, reply.body)
 }
 
@@ -59,14 +68,39 @@ fn the_token_openbao_holds_runs_deploy_and_destroy_and_is_refused_everything_els
     // It runs the two scripts (201 and a job id, the job created by its label) and reads the
     // job; it cannot cancel it (that needs `jobs:write`: an anonymous caller's 400).
     for script in ["deploy", "destroy"] {
-        let (status, id) = call(&node, &front, "POST", &format!("/api/w/fediversity/jobs/run/p/f/fediversity/{script}"));
+        let (status, id) = call(
+            &node,
+            &front,
+            "POST",
+            &format!("/api/w/fediversity/jobs/run/p/f/fediversity/{script}"),
+        );
         assert_eq!(status, 201, "{script}: {id}");
         let job = node.windmill.jobs().into_iter().find(|j| j.id == id).unwrap();
         assert_eq!(job.created_by, "label-fediversity");
-        assert_eq!(call(&node, &front, "GET", &format!("/api/w/fediversity/jobs_u/get/{id}")).0, 200);
-        assert_eq!(call(&node, &front, "POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")).0, 400);
+        assert_eq!(
+            call(&node, &front, "GET", &format!("/api/w/fediversity/jobs_u/get/{id}")).0,
+            200
+        );
+        assert_eq!(
+            call(
+                &node,
+                &front,
+                "POST",
+                &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")
+            )
+            .0,
+            400
+        );
         // Positive control: the include's token cancels it.
-        assert_eq!(call(&node, &ui, "POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")), (200, id));
+        assert_eq!(
+            call(
+                &node,
+                &ui,
+                "POST",
+                &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}")
+            ),
+            (200, id)
+        );
     }
     // Everything else is refused, and nothing of it happened.
     for (method, path, status) in NOT_FOR_THE_FRONT_END {
@@ -81,7 +115,14 @@ fn the_token_openbao_holds_runs_deploy_and_destroy_and_is_refused_everything_els
         assert!(![401, 403].contains(&status), "{method} {path}: {status} {body}");
     }
     // A preview, two runs, a batch of one; and the imported job (as it said, not as the UI).
-    assert_eq!(node.windmill.jobs().iter().filter(|j| j.created_by == "label-fediversity-ui").count(), 4);
+    assert_eq!(
+        node.windmill
+            .jobs()
+            .iter()
+            .filter(|j| j.created_by == "label-fediversity-ui")
+            .count(),
+        4
+    );
     assert_eq!(node.windmill.jobs().len(), 2 + 4 + 1);
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/evil").len(), 1);
 }
@@ -107,7 +148,12 @@ fn a_windmill_that_does_not_enforce_scopes_fails_step_7_naming_its_version_and_s
          (they hold on every route since Windmill 1.509); the token was not stored",
     );
     // The proof was the call that was granted, made with the new token.
-    let proofs: Vec<_> = node.windmill.requests_since(mark).into_iter().filter(|r| r.is("GET", "/api/w/fediversity/variables/list")).collect();
+    let proofs: Vec<_> = node
+        .windmill
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.is("GET", "/api/w/fediversity/variables/list"))
+        .collect();
     assert_eq!(proofs.len(), 1);
     assert!(proofs[0].token.as_deref() != Some(front.as_str()) && proofs[0].token.as_deref() != Some(ui.as_str()));
     // OpenBao and the include hold what they held; both new tokens were deleted, the old ones live.
@@ -115,7 +161,12 @@ fn a_windmill_that_does_not_enforce_scopes_fails_step_7_naming_its_version_and_s
     assert_eq!(node.include_token(), Some(ui.clone()));
     assert_eq!(node.include_meta().unwrap().ino(), inode);
     for label in [FRONT_END, UI] {
-        assert_has_line(&run.stderr, &format!("fediversity-windmill-bootstrap: deleted the token labeled {label} that this run minted, as the run failed before storing it"));
+        assert_has_line(
+            &run.stderr,
+            &format!(
+                "fediversity-windmill-bootstrap: deleted the token labeled {label} that this run minted, as the run failed before storing it"
+            ),
+        );
     }
     assert_eq!(support::labeled(&node, FRONT_END), vec![front]);
     assert_eq!(support::labeled(&node, UI), vec![ui]);
@@ -127,10 +178,19 @@ fn a_fresh_node_on_a_windmill_that_does_not_enforce_scopes_gets_no_token_anywher
     node.windmill.set_enforce_scopes(false);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    assert_line(run.stderr.lines().last().unwrap(), "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: Windmill CE v1.587.0 granted [..]");
+    assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: Windmill CE v1.587.0 granted [..]",
+    );
     assert_eq!(support::stored_token(&node), None);
     assert!(node.include_meta().is_none());
-    assert_eq!((support::labeled(&node, FRONT_END).len(), support::labeled(&node, UI).len()), (0, 0));
+    assert_eq!(
+        (
+            support::labeled(&node, FRONT_END).len(),
+            support::labeled(&node, UI).len()
+        ),
+        (0, 0)
+    );
 }
 
 #[test]
@@ -151,7 +211,16 @@ fn the_proof_is_a_read_the_configured_scopes_do_not_cover() {
     );
     // Each script listed runs; variables are readable as configured.
     let front = support::stored_token(&node).unwrap();
-    assert_eq!(call(&node, &front, "POST", "/api/w/fediversity/jobs/run/p/f/fediversity/hello").0, 201);
+    assert_eq!(
+        call(
+            &node,
+            &front,
+            "POST",
+            "/api/w/fediversity/jobs/run/p/f/fediversity/hello"
+        )
+        .0,
+        201
+    );
     assert_eq!(call(&node, &front, "GET", "/api/w/fediversity/variables/list").0, 200);
     assert_eq!(call(&node, &front, "GET", "/api/w/fediversity/users/list").0, 403);
 }
@@ -164,10 +233,30 @@ fn a_call_of_the_proof_answered_other_than_403_fails_step_7_naming_it_and_stores
     // Each call in turn answered otherwise (a fault for that call only): a 401, which shows
     // nothing of the scopes, or a 200 as a server that granted it would.
     for (method, path, fault, why) in [
-        ("POST", "/api/w/fediversity/jobs/run/preview", Fault::Status(401), "401: the token was not authenticated, which shows nothing of its scopes"),
-        ("POST", "/api/w/fediversity/scripts/create", Fault::Status(422), "422 (the route let the token through to the request itself): Unprocessable Entity"),
-        ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/probe_", Fault::Status(404), "404 (the route let the token through to the request itself): Not Found"),
-        ("POST", "/api/w/fediversity/jobs/add_batch_jobs/0", Fault::Status(401), "401: the token was not authenticated, which shows nothing of its scopes"),
+        (
+            "POST",
+            "/api/w/fediversity/jobs/run/preview",
+            Fault::Status(401),
+            "401: the token was not authenticated, which shows nothing of its scopes",
+        ),
+        (
+            "POST",
+            "/api/w/fediversity/scripts/create",
+            Fault::Status(422),
+            "422 (the route let the token through to the request itself): Unprocessable Entity",
+        ),
+        (
+            "POST",
+            "/api/w/fediversity/jobs/run/p/f/fediversity/probe_",
+            Fault::Status(404),
+            "404 (the route let the token through to the request itself): Not Found",
+        ),
+        (
+            "POST",
+            "/api/w/fediversity/jobs/add_batch_jobs/0",
+            Fault::Status(401),
+            "401: the token was not authenticated, which shows nothing of its scopes",
+        ),
     ] {
         node.windmill.fail(method, path, fault, 1);
         let run = node.run(bootstrap_bin!(), &[]);
@@ -179,13 +268,21 @@ fn a_call_of_the_proof_answered_other_than_403_fails_step_7_naming_it_and_stores
                  {method} {path}[..] with {why}, where its scopes must refuse it with 403; the token was not stored"
             ),
         );
-        assert_has_line(&run.stderr, "fediversity-windmill-bootstrap: deleted the token labeled fediversity that this run minted, as the run failed before storing it");
+        assert_has_line(
+            &run.stderr,
+            "fediversity-windmill-bootstrap: deleted the token labeled fediversity that this run minted, as the run failed before storing it",
+        );
         assert_eq!(support::stored_token(&node), Some(front.clone()));
         assert_eq!(support::labeled(&node, FRONT_END), vec![front.clone()]);
         assert_eq!(node.include_token(), Some(ui.clone()));
     }
     // A Windmill that grants the batch (as one would that maps scopes otherwise).
-    node.windmill.fail("POST", "/api/w/fediversity/jobs/add_batch_jobs/0", Fault::Status(200), 1);
+    node.windmill.fail(
+        "POST",
+        "/api/w/fediversity/jobs/add_batch_jobs/0",
+        Fault::Status(200),
+        1,
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
     assert_line(
@@ -218,7 +315,10 @@ fn empty_scopes_give_an_unscoped_token_with_a_warning_on_every_run() {
     node.config["token"]["scopes"] = json!([]);
     for args in [&[][..], &["--check"][..], &[][..]] {
         let run = node.run(bootstrap_bin!(), args);
-        assert_line(run.stderr.lines().next().unwrap(), &unscoped_warning(", within workspace fediversity"));
+        assert_line(
+            run.stderr.lines().next().unwrap(),
+            &unscoped_warning(", within workspace fediversity"),
+        );
     }
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -234,7 +334,10 @@ fn empty_scopes_give_an_unscoped_token_with_a_warning_on_every_run() {
     let front = support::stored_token(&node).unwrap();
     let row = node.windmill.tokens().into_iter().find(|t| t.token == front).unwrap();
     assert_eq!((row.scopes, row.workspace_id.as_deref()), (None, Some("fediversity")));
-    assert_eq!(call(&node, &front, "POST", "/api/w/fediversity/jobs/run/preview").0, 201);
+    assert_eq!(
+        call(&node, &front, "POST", "/api/w/fediversity/jobs/run/preview").0,
+        201
+    );
     assert_eq!(call(&node, &front, "GET", "/api/users/whoami").0, 401);
 
     // Unbound as well: the seed's token, full rights everywhere.
@@ -253,15 +356,38 @@ fn an_unbound_scoped_token_is_for_a_front_end_that_uses_the_wmill_cli() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(
-        run.step_line(7).contains(&format!("labeled fediversity (scopes {} users:read), refused GET /api/w/fediversity/variables/list, ", support::DEFAULT_SCOPES)),
+        run.step_line(7).contains(&format!(
+            "labeled fediversity (scopes {} users:read), refused GET /api/w/fediversity/variables/list, ",
+            support::DEFAULT_SCOPES
+        )),
         "{run:?}"
     );
     let front = support::stored_token(&node).unwrap();
-    assert_eq!(node.windmill.tokens().into_iter().find(|t| t.token == front).unwrap().workspace_id, None);
+    assert_eq!(
+        node.windmill
+            .tokens()
+            .into_iter()
+            .find(|t| t.token == front)
+            .unwrap()
+            .workspace_id,
+        None
+    );
     // The CLI's first call works; the rest stays refused.
     assert_eq!(call(&node, &front, "GET", "/api/users/whoami").0, 200);
-    assert_eq!(call(&node, &front, "POST", "/api/w/fediversity/jobs/run/preview").0, 403);
-    assert_eq!(call(&node, &front, "POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy").0, 201);
+    assert_eq!(
+        call(&node, &front, "POST", "/api/w/fediversity/jobs/run/preview").0,
+        403
+    );
+    assert_eq!(
+        call(
+            &node,
+            &front,
+            "POST",
+            "/api/w/fediversity/jobs/run/p/f/fediversity/deploy"
+        )
+        .0,
+        201
+    );
 }
 
 #[test]
@@ -272,8 +398,20 @@ fn the_two_labels_are_configurable_and_each_is_revoked_on_its_own() {
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_line(run.step_line(9), "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled front, 1 labeled admins: updated");
-    assert_eq!(support::labeled(&node, "front"), vec![support::stored_token(&node).unwrap()]);
+    assert_line(
+        run.step_line(9),
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled front, 1 labeled admins: updated",
+    );
+    assert_eq!(
+        support::labeled(&node, "front"),
+        vec![support::stored_token(&node).unwrap()]
+    );
     assert_eq!(support::labeled(&node, "admins"), vec![node.include_token().unwrap()]);
-    assert_eq!((support::labeled(&node, FRONT_END).len(), support::labeled(&node, UI).len()), (0, 0));
+    assert_eq!(
+        (
+            support::labeled(&node, FRONT_END).len(),
+            support::labeled(&node, UI).len()
+        ),
+        (0, 0)
+    );
 }

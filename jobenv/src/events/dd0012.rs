@@ -110,7 +110,10 @@ pub fn row_id(text: &str) -> Option<u64> {
 /// (an http(s) URL with a host, checked before).
 pub fn notifications_url(base: &Url, kind: RowKind, row: u64) -> Url {
     let mut url = base.clone();
-    url.path_segments_mut().expect("an http(s) URL with a host has a path").pop_if_empty().extend([kind.as_str(), &row.to_string(), "notifications"]);
+    url.path_segments_mut()
+        .expect("an http(s) URL with a host has a path")
+        .pop_if_empty()
+        .extend([kind.as_str(), &row.to_string(), "notifications"]);
     url
 }
 
@@ -133,7 +136,10 @@ pub struct Log {
 
 /// What a DD-0012 back-end takes: a notification of a jobs row or of a deployments row.
 #[derive(JsonSchema)]
-#[schemars(title = "DD-0012 notification", description = "The body of POST <EVENTS_URL>/<EVENTS_KIND>/<EVENTS_ROW_ID>/notifications (EVENTS_FORMAT=dd-0012)")]
+#[schemars(
+    title = "DD-0012 notification",
+    description = "The body of POST <EVENTS_URL>/<EVENTS_KIND>/<EVENTS_ROW_ID>/notifications (EVENTS_FORMAT=dd-0012)"
+)]
 #[serde(untagged)]
 #[allow(dead_code)] // the schema's type only: what is sent is a `Notification`
 pub enum AnyNotification {
@@ -144,11 +150,27 @@ pub enum AnyNotification {
 pub(super) fn encode(kind: RowKind, event: &Envelope) -> Option<Vec<u8>> {
     let (status, log) = match event.item {
         Item::Status { status, .. } => (kind.changed(*status)?, None),
-        Item::End { end, .. } => (kind.ended(end), Some(Log { level: end.level, message: last_message(&event.ids.verb, end, event.dropped) })),
+        Item::End { end, .. } => (
+            kind.ended(end),
+            Some(Log {
+                level: end.level,
+                message: last_message(&event.ids.verb, end, event.dropped),
+            }),
+        ),
         Item::Logs { lines } => {
             let first = lines.first()?;
-            let message = lines.iter().map(|line| line.line.as_str()).collect::<Vec<_>>().join("\n");
-            (kind.standing(first.source_status), Some(Log { level: first.level, message }))
+            let message = lines
+                .iter()
+                .map(|line| line.line.as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
+            (
+                kind.standing(first.source_status),
+                Some(Log {
+                    level: first.level,
+                    message,
+                }),
+            )
         }
     };
     Some(serde_json::to_vec(&Notification { status, log }).expect("a notification serializes"))
@@ -178,8 +200,26 @@ mod tests {
         assert_eq!(row_id("42"), Some(42));
         assert_eq!(row_id(&"9".repeat(ROW_ID_DIGITS)), Some(999_999_999_999_999_999));
         for bad in [
-            "", "0", "007", "+7", "-7", " 7", "7 ", "7.0", "1e3", "0x10", "٣", "7/../8", "7%2F8", "7/", "/7", "..", "7?x", "7#x",
-            "99999999999999999999999999", "1234567890123456789",
+            "",
+            "0",
+            "007",
+            "+7",
+            "-7",
+            " 7",
+            "7 ",
+            "7.0",
+            "1e3",
+            "0x10",
+            "٣",
+            "7/../8",
+            "7%2F8",
+            "7/",
+            "/7",
+            "..",
+            "7?x",
+            "7#x",
+            "99999999999999999999999999",
+            "1234567890123456789",
         ] {
             assert_eq!(row_id(bad), None, "{bad:?}");
         }
@@ -188,46 +228,111 @@ mod tests {
     #[test]
     fn the_address_is_made_of_the_parts_only() {
         let url = |base: &str, kind, row| notifications_url(&Url::parse(base).unwrap(), kind, row).to_string();
-        assert_eq!(url("https://web.example/api", RowKind::Jobs, 7), "https://web.example/api/jobs/7/notifications");
-        assert_eq!(url("https://web.example/api/", RowKind::Deployments, 12), "https://web.example/api/deployments/12/notifications");
-        assert_eq!(url("http://127.0.0.1:8000", RowKind::Jobs, 1), "http://127.0.0.1:8000/jobs/1/notifications");
+        assert_eq!(
+            url("https://web.example/api", RowKind::Jobs, 7),
+            "https://web.example/api/jobs/7/notifications"
+        );
+        assert_eq!(
+            url("https://web.example/api/", RowKind::Deployments, 12),
+            "https://web.example/api/deployments/12/notifications"
+        );
+        assert_eq!(
+            url("http://127.0.0.1:8000", RowKind::Jobs, 1),
+            "http://127.0.0.1:8000/jobs/1/notifications"
+        );
         // Whatever the row, host and port stay the base's.
         let base = Url::parse("https://web.example:8443/api").unwrap();
         for row in [1, 42, 999_999_999_999_999_999] {
             let made = notifications_url(&base, RowKind::Deployments, row);
-            assert_eq!((made.host_str(), made.port(), made.query(), made.fragment()), (Some("web.example"), Some(8443), None, None));
+            assert_eq!(
+                (made.host_str(), made.port(), made.query(), made.fragment()),
+                (Some("web.example"), Some(8443), None, None)
+            );
             assert!(made.path().starts_with("/api/deployments/"), "{made}");
         }
     }
 
     fn notification(kind: RowKind, item: &Item, dropped: u64) -> Option<Value> {
-        let ids = Ids { deployment: "ns".into(), build: None, verb: "apply".into() };
-        encode(kind, &Envelope { ids: &ids, seq: 1, dropped, item }).map(|body| serde_json::from_slice(&body).unwrap())
+        let ids = Ids {
+            deployment: "ns".into(),
+            build: None,
+            verb: "apply".into(),
+        };
+        encode(
+            kind,
+            &Envelope {
+                ids: &ids,
+                seq: 1,
+                dropped,
+                item,
+            },
+        )
+        .map(|body| serde_json::from_slice(&body).unwrap())
     }
 
     #[test]
     fn statuses_and_lines_become_notifications() {
         let at = SystemTime::UNIX_EPOCH;
         let status = |status| Item::Status { status, at };
-        assert_eq!(notification(RowKind::Jobs, &status(Progress::Preparing), 0), Some(json!({"status": "preparing"})));
-        assert_eq!(notification(RowKind::Jobs, &status(Progress::Running), 0), Some(json!({"status": "running"})));
-        assert_eq!(notification(RowKind::Deployments, &status(Progress::Preparing), 0), Some(json!({"status": "preparing"})));
-        assert_eq!(notification(RowKind::Deployments, &status(Progress::Running), 0), None, "a deployment stays preparing");
+        assert_eq!(
+            notification(RowKind::Jobs, &status(Progress::Preparing), 0),
+            Some(json!({"status": "preparing"}))
+        );
+        assert_eq!(
+            notification(RowKind::Jobs, &status(Progress::Running), 0),
+            Some(json!({"status": "running"}))
+        );
+        assert_eq!(
+            notification(RowKind::Deployments, &status(Progress::Preparing), 0),
+            Some(json!({"status": "preparing"}))
+        );
+        assert_eq!(
+            notification(RowKind::Deployments, &status(Progress::Running), 0),
+            None,
+            "a deployment stays preparing"
+        );
 
-        let line = |level, text: &str| Line { level, line: text.into(), source_status: Progress::Running, at };
-        let logs = Item::Logs { lines: vec![line(Level::Warning, "one"), line(Level::Warning, "two")] };
-        assert_eq!(notification(RowKind::Jobs, &logs, 0), Some(json!({"status": "running", "log": {"level": "warning", "message": "one\ntwo"}})));
-        assert_eq!(notification(RowKind::Deployments, &logs, 0).unwrap()["status"], "preparing");
+        let line = |level, text: &str| Line {
+            level,
+            line: text.into(),
+            source_status: Progress::Running,
+            at,
+        };
+        let logs = Item::Logs {
+            lines: vec![line(Level::Warning, "one"), line(Level::Warning, "two")],
+        };
+        assert_eq!(
+            notification(RowKind::Jobs, &logs, 0),
+            Some(json!({"status": "running", "log": {"level": "warning", "message": "one\ntwo"}}))
+        );
+        assert_eq!(
+            notification(RowKind::Deployments, &logs, 0).unwrap()["status"],
+            "preparing"
+        );
 
-        let end = End { exit_code: 143, job: JobStatus::Failed, deployment: DeploymentStatus::Stopped, level: Level::Warning, said: "was canceled" };
-        let item = Item::End { status: Progress::Canceled, end, at };
+        let end = End {
+            exit_code: 143,
+            job: JobStatus::Failed,
+            deployment: DeploymentStatus::Stopped,
+            level: Level::Warning,
+            said: "was canceled",
+        };
+        let item = Item::End {
+            status: Progress::Canceled,
+            end,
+            at,
+        };
         assert_eq!(
             notification(RowKind::Jobs, &item, 0),
-            Some(json!({"status": "failed", "log": {"level": "warning", "message": "apply was canceled with exit code 143"}}))
+            Some(
+                json!({"status": "failed", "log": {"level": "warning", "message": "apply was canceled with exit code 143"}})
+            )
         );
         assert_eq!(
             notification(RowKind::Deployments, &item, 3),
-            Some(json!({"status": "stopped", "log": {"level": "warning", "message": "apply was canceled with exit code 143 (3 log line(s) were dropped)"}}))
+            Some(
+                json!({"status": "stopped", "log": {"level": "warning", "message": "apply was canceled with exit code 143 (3 log line(s) were dropped)"}})
+            )
         );
     }
 }

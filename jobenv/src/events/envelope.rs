@@ -11,7 +11,10 @@ use super::model::{Envelope, Item, Line, Progress};
 
 /// One event on jobenv's wire.
 #[derive(Serialize, JsonSchema)]
-#[schemars(title = "fediversity-jobenv progress event", description = "One POST of jobenv's own events format (EVENTS_FORMAT=jobenv)")]
+#[schemars(
+    title = "fediversity-jobenv progress event",
+    description = "One POST of jobenv's own events format (EVENTS_FORMAT=jobenv)"
+)]
 pub struct Event<'a> {
     #[serde(flatten)]
     pub ids: &'a Ids,
@@ -47,12 +50,24 @@ pub enum Body<'a> {
 
 pub(super) fn encode(event: &Envelope) -> Vec<u8> {
     let body = match event.item {
-        Item::Status { status, .. } => Body::Status { status: *status, exit_code: None },
-        Item::End { status, end, .. } => Body::Status { status: *status, exit_code: Some(end.exit_code) },
+        Item::Status { status, .. } => Body::Status {
+            status: *status,
+            exit_code: None,
+        },
+        Item::End { status, end, .. } => Body::Status {
+            status: *status,
+            exit_code: Some(end.exit_code),
+        },
         Item::Logs { lines } => Body::Logs { lines },
     };
     let timestamp = humantime::format_rfc3339_millis(event.item.at()).to_string();
-    let event = Event { ids: event.ids, seq: event.seq, timestamp, dropped: event.dropped, body };
+    let event = Event {
+        ids: event.ids,
+        seq: event.seq,
+        timestamp,
+        dropped: event.dropped,
+        body,
+    };
     serde_json::to_vec(&event).expect("an event serializes")
 }
 
@@ -65,32 +80,66 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     fn ids() -> Ids {
-        Ids { deployment: "ns".into(), build: Some("b-1".into()), verb: "apply".into() }
+        Ids {
+            deployment: "ns".into(),
+            build: Some("b-1".into()),
+            verb: "apply".into(),
+        }
     }
 
     fn encoded(ids: &Ids, seq: u64, dropped: u64, item: &Item) -> Value {
-        serde_json::from_slice(&encode(&Envelope { ids, seq, dropped, item })).unwrap()
+        serde_json::from_slice(&encode(&Envelope {
+            ids,
+            seq,
+            dropped,
+            item,
+        }))
+        .unwrap()
     }
 
     #[test]
     fn a_status_event() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let end = End { exit_code: 124, job: JobStatus::Failed, deployment: DeploymentStatus::Failed, level: Level::Warning, said: "timed out" };
-        let item = Item::End { status: Progress::TimedOut, end, at };
+        let end = End {
+            exit_code: 124,
+            job: JobStatus::Failed,
+            deployment: DeploymentStatus::Failed,
+            level: Level::Warning,
+            said: "timed out",
+        };
+        let item = Item::End {
+            status: Progress::TimedOut,
+            end,
+            at,
+        };
         assert_eq!(
             encoded(&ids(), 3, 5, &item),
             json!({"deployment": "ns", "build": "b-1", "verb": "apply", "seq": 3, "timestamp": "2023-11-14T22:13:20.123Z",
                    "dropped": 5, "type": "status", "status": "timed_out", "exit_code": 124})
         );
-        let item = Item::Status { status: Progress::Running, at };
-        assert_eq!(encoded(&ids(), 2, 0, &item)["exit_code"], Value::Null, "only terminal statuses carry an exit code");
+        let item = Item::Status {
+            status: Progress::Running,
+            at,
+        };
+        assert_eq!(
+            encoded(&ids(), 2, 0, &item)["exit_code"],
+            Value::Null,
+            "only terminal statuses carry an exit code"
+        );
     }
 
     #[test]
     fn a_logs_event_without_a_build() {
         let at = SystemTime::UNIX_EPOCH;
-        let line = |level, text: &str| Line { level, line: text.into(), source_status: Progress::Running, at };
-        let item = Item::Logs { lines: vec![line(Level::Info, "out"), line(Level::Warning, "err")] };
+        let line = |level, text: &str| Line {
+            level,
+            line: text.into(),
+            source_status: Progress::Running,
+            at,
+        };
+        let item = Item::Logs {
+            lines: vec![line(Level::Info, "out"), line(Level::Warning, "err")],
+        };
         let ids = Ids { build: None, ..ids() };
         assert_eq!(
             encoded(&ids, 1, 0, &item),

@@ -106,7 +106,11 @@ mod tests {
     fn lines_beyond_the_room_are_counted_never_kept() {
         let mut s = LineSplitter::default();
         let mut out = Vec::new();
-        assert_eq!(s.push(b"a\nb\nc\nd", &mut out, 2), 1, "c is dropped; d is not complete yet");
+        assert_eq!(
+            s.push(b"a\nb\nc\nd", &mut out, 2),
+            1,
+            "c is dropped; d is not complete yet"
+        );
         assert_eq!(out, ["a", "b"]);
         // d did not fit either: it is skipped to its newline and counted there.
         assert_eq!(s.push(b"dd\ne\n", &mut out, 10), 1);
@@ -129,17 +133,27 @@ mod tests {
     fn every_split_point_gives_the_same_lines() {
         let input: &[u8] = b"one\ntwo \xff\xfe\r\n\nthree [REDACTED] four\nfive";
         let whole = split(&[input]);
-        assert_eq!(whole, ["one", "two \u{fffd}\u{fffd}", "", "three [REDACTED] four", "five"]);
+        assert_eq!(
+            whole,
+            ["one", "two \u{fffd}\u{fffd}", "", "three [REDACTED] four", "five"]
+        );
         for i in 0..=input.len() {
             for j in i..=input.len() {
-                assert_eq!(split(&[&input[..i], &input[i..j], &input[j..]]), whole, "split at {i},{j}");
+                assert_eq!(
+                    split(&[&input[..i], &input[i..j], &input[j..]]),
+                    whole,
+                    "split at {i},{j}"
+                );
             }
         }
     }
 
     #[test]
     fn a_utf8_character_split_over_chunks_survives() {
-        assert_eq!(split(&["é\n".as_bytes()[..1].as_ref(), "é\n".as_bytes()[1..].as_ref()]), ["é"]);
+        assert_eq!(
+            split(&["é\n".as_bytes()[..1].as_ref(), "é\n".as_bytes()[1..].as_ref()]),
+            ["é"]
+        );
     }
 
     #[test]
@@ -154,7 +168,11 @@ mod tests {
         // Exactly at the cap is not cut, however it arrives, and neither is cap + "\r".
         let exact = [vec![b'b'; LINE_MAX], b"\n".to_vec()].concat();
         let full = "b".repeat(LINE_MAX);
-        for chunks in [&[&exact[..]][..], &[&exact[..LINE_MAX], b"\n"], &[&exact[..LINE_MAX], b"\r\n"]] {
+        for chunks in [
+            &[&exact[..]][..],
+            &[&exact[..LINE_MAX], b"\n"],
+            &[&exact[..LINE_MAX], b"\r\n"],
+        ] {
             assert_eq!(split(chunks), [full.as_str()]);
         }
         assert_eq!(split(&[&exact[..LINE_MAX], b"b\n"])[0].len(), LINE_MAX);
@@ -187,7 +205,10 @@ mod tests {
 
     #[test]
     fn jobenv_lines_are_capped_too() {
-        assert_eq!(capped("payload rejected: undeclared keys: NOPE".into(), false), "payload rejected: undeclared keys: NOPE");
+        assert_eq!(
+            capped("payload rejected: undeclared keys: NOPE".into(), false),
+            "payload rejected: undeclared keys: NOPE"
+        );
         assert_eq!(capped("x".repeat(LINE_MAX + 1), false).len(), LINE_MAX);
     }
 }

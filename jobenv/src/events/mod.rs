@@ -105,8 +105,16 @@ impl Events {
     pub fn start(target: &Target, ids: Ids) -> Self {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::sync_channel(1);
-        let shared = Arc::new(Shared { tx, state: Mutex::default(), ready: Mutex::new(None), done: Mutex::new(Some(done_rx)) });
-        shared.status(Item::Status { status: Progress::Preparing, at: SystemTime::now() });
+        let shared = Arc::new(Shared {
+            tx,
+            state: Mutex::default(),
+            ready: Mutex::new(None),
+            done: Mutex::new(Some(done_rx)),
+        });
+        shared.status(Item::Status {
+            status: Progress::Preparing,
+            at: SystemTime::now(),
+        });
         sender::spawn(Arc::clone(&shared), target.clone(), ids, rx, done_tx);
         Events(Some(shared))
     }
@@ -121,7 +129,9 @@ impl Events {
         let Some(shared) = &self.0 else { return };
         let watched = pipe.try_clone();
         *lock(&shared.ready) = Some(pipe);
-        let (Ok(watched), shared) = (watched, Arc::clone(shared)) else { return };
+        let (Ok(watched), shared) = (watched, Arc::clone(shared)) else {
+            return;
+        };
         let _ = std::thread::Builder::new().name("events-ready".into()).spawn(move || {
             let mut fds = [PollFd::new(watched.as_fd(), PollFlags::POLLIN)];
             while lock(&shared.ready).is_some() {
@@ -134,7 +144,12 @@ impl Events {
     /// A tap for one output stream of the program: give it the redacted bytes as they come.
     pub fn tap(&self, level: Level) -> Option<Tap> {
         let shared = Arc::clone(self.0.as_ref()?);
-        Some(Tap { shared, level, splitter: LineSplitter::default(), lines: Vec::new() })
+        Some(Tap {
+            shared,
+            level,
+            splitter: LineSplitter::default(),
+            lines: Vec::new(),
+        })
     }
 
     /// The job ended: its terminal status, how each format says the end (with jobenv's exit
@@ -142,8 +157,15 @@ impl Events {
     pub fn finish(&self, (status, end): (Progress, End), errors: &[String]) {
         let Some(shared) = &self.0 else { return };
         shared.check_ready();
-        shared.push_lines(Level::Error, errors.iter().map(|e| lines::capped(e.clone(), false)).collect());
-        shared.status(Item::End { status, end, at: SystemTime::now() });
+        shared.push_lines(
+            Level::Error,
+            errors.iter().map(|e| lines::capped(e.clone(), false)).collect(),
+        );
+        shared.status(Item::End {
+            status,
+            end,
+            at: SystemTime::now(),
+        });
     }
 
     /// Waits at most [`FINAL_WAIT`] for the final status to be delivered; if it was not, one
@@ -154,8 +176,14 @@ impl Events {
         let delivered = done.recv_timeout(FINAL_WAIT).unwrap_or(false);
         let state = lock(&shared.state);
         if !delivered && !state.reported {
-            let (statuses, lines) = (state.statuses - state.delivered, state.queued_lines as u64 + state.dropped);
-            let why = state.last_error.clone().unwrap_or_else(|| format!("no answer from the receiver within {}s", FINAL_WAIT.as_secs()));
+            let (statuses, lines) = (
+                state.statuses - state.delivered,
+                state.queued_lines as u64 + state.dropped,
+            );
+            let why = state
+                .last_error
+                .clone()
+                .unwrap_or_else(|| format!("no answer from the receiver within {}s", FINAL_WAIT.as_secs()));
             tracing::warn!(
                 "progress events: the final status was not delivered ({why}); undelivered: {statuses} status event(s), {lines} log line(s)"
             );
@@ -176,7 +204,13 @@ impl Shared {
             return;
         }
         state.closed = item.is_end();
-        state.running |= matches!(item, Item::Status { status: Progress::Running, .. });
+        state.running |= matches!(
+            item,
+            Item::Status {
+                status: Progress::Running,
+                ..
+            }
+        );
         state.statuses += 1;
         // Sent under the lock: no line labelled `running` can overtake the `running` status.
         let _ = self.tx.send(Msg::Status(item, Instant::now()));
@@ -185,7 +219,11 @@ impl Shared {
     /// How many more lines the budget takes now.
     fn room(&self) -> usize {
         let state = lock(&self.state);
-        if state.closed { 0 } else { QUEUE_LINES.saturating_sub(state.queued_lines) }
+        if state.closed {
+            0
+        } else {
+            QUEUE_LINES.saturating_sub(state.queued_lines)
+        }
     }
 
     /// Queues lines within the budget; the rest are dropped and counted. Never waits.
@@ -194,14 +232,23 @@ impl Shared {
         if texts.is_empty() || state.closed {
             return;
         }
-        let source_status = if state.running { Progress::Running } else { Progress::Preparing };
+        let source_status = if state.running {
+            Progress::Running
+        } else {
+            Progress::Preparing
+        };
         let at = SystemTime::now();
         let mut kept = Vec::with_capacity(texts.len());
         for line in texts {
             if state.queued_lines < QUEUE_LINES && state.queued_bytes + line.len() <= QUEUE_BYTES {
                 state.queued_lines += 1;
                 state.queued_bytes += line.len();
-                kept.push(Line { level, line, source_status, at });
+                kept.push(Line {
+                    level,
+                    line,
+                    source_status,
+                    at,
+                });
             } else {
                 state.dropped += 1;
             }
@@ -224,7 +271,10 @@ impl Shared {
         match pipe.read(&mut byte) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
             // The byte: the program is being exec'd. End of file: it never was.
-            Ok(1) => self.status(Item::Status { status: Progress::Running, at: SystemTime::now() }),
+            Ok(1) => self.status(Item::Status {
+                status: Progress::Running,
+                at: SystemTime::now(),
+            }),
             _ => {}
         }
         *ready = None;

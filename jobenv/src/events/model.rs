@@ -73,10 +73,19 @@ pub struct End {
 #[derive(Debug)]
 pub enum Item {
     /// `preparing` or `running`.
-    Status { status: Progress, at: SystemTime },
+    Status {
+        status: Progress,
+        at: SystemTime,
+    },
     /// The terminal status.
-    End { status: Progress, end: End, at: SystemTime },
-    Logs { lines: Vec<Line> },
+    End {
+        status: Progress,
+        end: End,
+        at: SystemTime,
+    },
+    Logs {
+        lines: Vec<Line>,
+    },
 }
 
 impl Item {

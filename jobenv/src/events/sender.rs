@@ -31,7 +31,10 @@ const ANSWER_LIMIT: usize = 64 * 1024; // enough of an answer to reuse the conne
 /// Starts the events thread.
 pub(super) fn spawn(shared: Arc<Shared>, target: Target, ids: Ids, rx: UnboundedReceiver<Msg>, done: SyncSender<bool>) {
     let run = move || done.send(run(&shared, &target, ids, rx));
-    std::thread::Builder::new().name("events".into()).spawn(run).expect("spawning the events thread");
+    std::thread::Builder::new()
+        .name("events".into())
+        .spawn(run)
+        .expect("spawning the events thread");
 }
 
 /// Events cannot be sent at all for this job: one line says why.
@@ -141,7 +144,10 @@ impl Sender<'_> {
         let mut size = 0;
         while let Some((line, _)) = self.pending.front() {
             let full = batch.len() == BATCH_LINES || size + line.line.len() > BATCH_BYTES;
-            if batch.first().is_some_and(|first| full || !model::joins(self.wire, first, line)) {
+            if batch
+                .first()
+                .is_some_and(|first| full || !model::joins(self.wire, first, line))
+            {
                 break;
             }
             size += line.line.len();
@@ -168,12 +174,27 @@ impl Sender<'_> {
     /// when the receiver refused jobenv for good.
     async fn send(&mut self, item: Item, is_status: bool) -> Result<bool, Refused> {
         let dropped = lock(&self.shared.state).dropped;
-        let Some(body) = model::encode(self.wire, &Envelope { ids: &self.ids, seq: self.seq + 1, dropped, item: &item }) else {
+        let Some(body) = model::encode(
+            self.wire,
+            &Envelope {
+                ids: &self.ids,
+                seq: self.seq + 1,
+                dropped,
+                item: &item,
+            },
+        ) else {
             return Ok(true);
         };
         self.seq += 1;
-        let backoff = ExponentialBuilder::default().with_min_delay(Duration::from_millis(100)).with_max_delay(Duration::from_secs(2)).with_jitter();
-        let backoff = if is_status { backoff.without_max_times() } else { backoff.with_max_times(LOG_RETRIES) };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(2))
+            .with_jitter();
+        let backoff = if is_status {
+            backoff.without_max_times()
+        } else {
+            backoff.with_max_times(LOG_RETRIES)
+        };
         let result = (|| post(&self.client, self.url, body.clone()))
             .retry(backoff)
             .when(Failure::is_transient)
@@ -225,8 +246,13 @@ fn client(secret: &Secret) -> Option<Client> {
 }
 
 async fn post(client: &Client, url: &Url, body: Vec<u8>) -> Result<(), Failure> {
-    let mut response =
-        client.post(url.clone()).header(CONTENT_TYPE, "application/json").body(body).send().await.map_err(|e| Failure::from_reqwest(&e))?;
+    let mut response = client
+        .post(url.clone())
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| Failure::from_reqwest(&e))?;
     let code = response.status();
     let mut read = 0;
     while let Ok(Some(chunk)) = response.chunk().await {
@@ -235,7 +261,11 @@ async fn post(client: &Client, url: &Url, body: Vec<u8>) -> Result<(), Failure> 
             break;
         }
     }
-    if code.is_success() { Ok(()) } else { Err(Failure::http(code)) }
+    if code.is_success() {
+        Ok(())
+    } else {
+        Err(Failure::http(code))
+    }
 }
 
 /// Why an attempt failed, in words of our own (reqwest's message holds the URL, which may carry
@@ -261,7 +291,8 @@ impl Failure {
 
     /// What a later attempt may fix: no answer, 408, 429, 5xx.
     fn is_transient(&self) -> bool {
-        self.1.is_none_or(|code| code.as_u16() == 408 || code.as_u16() == 429 || code.is_server_error())
+        self.1
+            .is_none_or(|code| code.as_u16() == 408 || code.as_u16() == 429 || code.is_server_error())
     }
 }
 
@@ -278,13 +309,25 @@ mod tests {
 
     #[test]
     fn failures_never_name_the_url_and_retry_what_may_pass() {
-        for failure in [Failure("no answer".into(), None), Failure::http(StatusCode::SERVICE_UNAVAILABLE), Failure::http(StatusCode::REQUEST_TIMEOUT)] {
+        for failure in [
+            Failure("no answer".into(), None),
+            Failure::http(StatusCode::SERVICE_UNAVAILABLE),
+            Failure::http(StatusCode::REQUEST_TIMEOUT),
+        ] {
             assert!(failure.is_transient(), "{failure:?}");
         }
-        for code in [StatusCode::BAD_REQUEST, StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN, StatusCode::MOVED_PERMANENTLY] {
+        for code in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+            StatusCode::MOVED_PERMANENTLY,
+        ] {
             assert!(!Failure::http(code).is_transient(), "{code}");
         }
         assert!(Failure::http(StatusCode::TOO_MANY_REQUESTS).is_transient());
-        assert_eq!(Failure::http(StatusCode::FORBIDDEN).0, "the receiver answered HTTP 403 Forbidden");
+        assert_eq!(
+            Failure::http(StatusCode::FORBIDDEN).0,
+            "the receiver answered HTTP 403 Forbidden"
+        );
     }
 }

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use super::keys::DeclaredKey;
-use super::node::NodeValue;
-use super::names::{self, KeyClass};
 use super::json::text as env_text;
+use super::keys::DeclaredKey;
+use super::names::{self, KeyClass};
+use super::node::NodeValue;
 use super::{Inputs, NodeValues};
 use crate::error::Problem;
 
@@ -40,14 +40,23 @@ pub fn check_node(node: &NodeValues, declared: &BTreeMap<String, DeclaredKey>, p
     for (key, value) in node {
         let origin = value.origin.clone();
         match names::class(key, declared) {
-            KeyClass::Derived { .. } => problems.push(Problem::DerivedKeyOnNode { key: key.clone(), origin }),
-            KeyClass::PayloadControl { node_may_set: false } => problems.push(Problem::PayloadOnlyKeyOnNode { key: key.clone(), origin }),
+            KeyClass::Derived { .. } => problems.push(Problem::DerivedKeyOnNode {
+                key: key.clone(),
+                origin,
+            }),
+            KeyClass::PayloadControl { node_may_set: false } => problems.push(Problem::PayloadOnlyKeyOnNode {
+                key: key.clone(),
+                origin,
+            }),
             class if class.node_may_set() => {}
             _ if value.hidden_key => problems.push(Problem::HiddenNodeKey {
                 origin,
                 what: "sets a key that is neither declared in the keys file nor a Nix/OpenTofu variable a node may set",
             }),
-            _ => problems.push(Problem::UndeclaredNodeKey { key: key.clone(), origin }),
+            _ => problems.push(Problem::UndeclaredNodeKey {
+                key: key.clone(),
+                origin,
+            }),
         }
     }
 }
@@ -64,10 +73,15 @@ pub fn check_declared(declared: &BTreeMap<String, DeclaredKey>, problems: &mut V
 pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<String>) -> Payload {
     let mut admitted = Payload::default();
     let (mut undeclared, mut reserved) = (Vec::new(), Vec::new());
-    let node_has_credentials = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].iter().any(|key| inputs.node.contains_key(*key));
+    let node_has_credentials = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"]
+        .iter()
+        .any(|key| inputs.node.contains_key(*key));
     for (key, value) in inputs.payload.iter() {
         if !names::is_valid_key(key) {
-            problems.push(Problem::InvalidKey { key: super::cut(key, super::SHOWN_CHARS), origin: "payload".into() });
+            problems.push(Problem::InvalidKey {
+                key: super::cut(key, super::SHOWN_CHARS),
+                origin: "payload".into(),
+            });
             continue;
         }
         let Some(text) = env_text(value) else { continue };
@@ -75,9 +89,14 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
         let credential = matches!(class, KeyClass::StateCredential { .. });
         // A payload-only or derived key on the node is the node's error (`check_node`), not a
         // reason to drop the payload's value.
-        let node_sets = inputs.node.contains_key(key) && !matches!(class, KeyClass::Derived { .. } | KeyClass::PayloadControl { node_may_set: false });
+        let node_sets = inputs.node.contains_key(key)
+            && !matches!(
+                class,
+                KeyClass::Derived { .. } | KeyClass::PayloadControl { node_may_set: false }
+            );
         // A row's secret only where events are DD-0012's: elsewhere it is the node's alone.
-        let node_only = class.is_node_only() || (key == "EVENTS_SECRET" && !super::controls::takes_row_secrets(&inputs.node));
+        let node_only =
+            class.is_node_only() || (key == "EVENTS_SECRET" && !super::controls::takes_row_secrets(&inputs.node));
         if node_sets || node_only || (credential && node_has_credentials) {
             // Silent only for an equal value the job could know anyway: for a secret, silence
             // would tell the job whether its guess was right.
@@ -94,7 +113,10 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             continue;
         }
         let control = match class {
-            KeyClass::Reserved { .. } | KeyClass::Derived { payload_may_propose: false } => {
+            KeyClass::Reserved { .. }
+            | KeyClass::Derived {
+                payload_may_propose: false,
+            } => {
                 reserved.push(super::cut(key, super::SHOWN_CHARS));
                 continue;
             }
@@ -106,16 +128,25 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             KeyClass::StateCredential { .. } | KeyClass::Declared(_) => false,
         };
         if text.contains('\0') {
-            problems.push(Problem::NulInValue { key: key.clone(), origin: "payload".into() });
+            problems.push(Problem::NulInValue {
+                key: key.clone(),
+                origin: "payload".into(),
+            });
             continue;
         }
         // The password becomes a redaction needle in every escaped form: a bound keeps that
         // small whatever a payload sends.
         if key == "TF_HTTP_PASSWORD" && text.len() > MAX_PAYLOAD_PASSWORD {
-            problems.push(Problem::PayloadPasswordTooLong { max: MAX_PAYLOAD_PASSWORD });
+            problems.push(Problem::PayloadPasswordTooLong {
+                max: MAX_PAYLOAD_PASSWORD,
+            });
             continue;
         }
-        match names::PAYLOAD_CONTROL_KEYS.iter().chain(names::STATE_KEYS).find(|c| **c == key) {
+        match names::PAYLOAD_CONTROL_KEYS
+            .iter()
+            .chain(names::STATE_KEYS)
+            .find(|c| **c == key)
+        {
             Some(name) if control => {
                 admitted.controls.insert(*name, text);
             }
@@ -149,19 +180,34 @@ mod tests {
     #[test]
     fn payload_offences_are_listed_together() {
         let mut i = inputs();
-        for k in ["NOPE", "ALSO_NOPE", "TF_HTTP_RETRY_MAX", "PATH", "LD_PRELOAD", "BASH_ENV"] {
+        for k in [
+            "NOPE",
+            "ALSO_NOPE",
+            "TF_HTTP_RETRY_MAX",
+            "PATH",
+            "LD_PRELOAD",
+            "BASH_ENV",
+        ] {
             i.set_payload(k, json!("x"));
         }
         assert_eq!(
             problems(&i),
-            ["payload rejected: undeclared keys: ALSO_NOPE, NOPE", "payload rejected: reserved keys: BASH_ENV, LD_PRELOAD, PATH, TF_HTTP_RETRY_MAX"]
+            [
+                "payload rejected: undeclared keys: ALSO_NOPE, NOPE",
+                "payload rejected: reserved keys: BASH_ENV, LD_PRELOAD, PATH, TF_HTTP_RETRY_MAX"
+            ]
         );
     }
 
     #[test]
     fn node_keys_must_be_declared_or_tool_variables() {
         let mut i = inputs();
-        i.node.extend(node(&[("TF_VAR_x", "1", true), ("NIX_CONFIG", "x", false), ("SURPRISE", "s", false), ("NAMESPACE", "n", false)]));
+        i.node.extend(node(&[
+            ("TF_VAR_x", "1", true),
+            ("NIX_CONFIG", "x", false),
+            ("SURPRISE", "s", false),
+            ("NAMESPACE", "n", false),
+        ]));
         assert_eq!(
             problems(&i),
             [
@@ -175,10 +221,17 @@ mod tests {
     fn a_keys_file_that_declares_a_control_key_is_refused() {
         let mut i = inputs();
         for key in ["SYSTEM", "BUILD_ID", "DEPLOYMENT_ROOT"] {
-            i.declared.insert(key.into(), super::DeclaredKey { default: Some("x".into()), ..Default::default() });
+            i.declared.insert(
+                key.into(),
+                super::DeclaredKey {
+                    default: Some("x".into()),
+                    ..Default::default()
+                },
+            );
         }
         // Derived keys may be declared: the program reads them, jobenv sets them.
-        i.declared.insert("DEPLOYMENT_NAMESPACE".into(), super::DeclaredKey::default());
+        i.declared
+            .insert("DEPLOYMENT_NAMESPACE".into(), super::DeclaredKey::default());
         assert_eq!(
             problems(&i),
             [
@@ -192,13 +245,19 @@ mod tests {
     #[test]
     fn a_payload_equal_to_a_node_secret_still_draws_its_warning() {
         let mut i = inputs();
-        i.node.extend(node(&[("EVENTS_URL", "http://events.example/e", false), ("EVENTS_SECRET", "events-secret-0123456789", true)]));
+        i.node.extend(node(&[
+            ("EVENTS_URL", "http://events.example/e", false),
+            ("EVENTS_SECRET", "events-secret-0123456789", true),
+        ]));
         i.node.extend(node(&[("A", "plain", false)]));
         i.set_payload("EVENTS_SECRET", json!("events-secret-0123456789"));
         i.set_payload("EVENTS_URL", json!("http://events.example/e"));
         i.set_payload("A", json!("plain"));
         let plan = crate::plan::plan(&i).unwrap();
-        assert_eq!(plan.warnings, ["payload value for EVENTS_SECRET ignored: the node sets it"]);
+        assert_eq!(
+            plan.warnings,
+            ["payload value for EVENTS_SECRET ignored: the node sets it"]
+        );
         assert_eq!(plan.ignored, ["A", "EVENTS_SECRET", "EVENTS_URL"]);
     }
 
@@ -212,7 +271,10 @@ mod tests {
         assert!(p.len() < 600, "{p}");
         assert!(p.contains(&format!("undeclared keys: {}...", "U".repeat(64))), "{p}");
         assert!(p.contains(&format!("reserved keys: LD_{}...", "R".repeat(61))), "{p}");
-        assert!(p.contains(&format!("invalid variable name \"{}...\" in payload", "E".repeat(64))), "{p}");
+        assert!(
+            p.contains(&format!("invalid variable name \"{}...\" in payload", "E".repeat(64))),
+            "{p}"
+        );
     }
 
     #[test]
@@ -237,6 +299,9 @@ mod tests {
                 "payload value for TF_HTTP_PASSWORD ignored: the node sets the state backend's credentials",
             ]
         );
-        assert!(!plan.env.contains_key("TF_HTTP_PASSWORD"), "the payload's password passed beside the node's user");
+        assert!(
+            !plan.env.contains_key("TF_HTTP_PASSWORD"),
+            "the payload's password passed beside the node's user"
+        );
     }
 }

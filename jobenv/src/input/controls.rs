@@ -58,11 +58,19 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
             None
         }
         Some(root) if !Path::new(&root).is_absolute() => {
-            problems.push(Problem::BadControl { key: "DEPLOYMENT_ROOT", shown: shown_node("DEPLOYMENT_ROOT", &root), rule: "must be an absolute path" });
+            problems.push(Problem::BadControl {
+                key: "DEPLOYMENT_ROOT",
+                shown: shown_node("DEPLOYMENT_ROOT", &root),
+                rule: "must be an absolute path",
+            });
             None
         }
         Some(root) if !Path::new(&root).exists() => {
-            problems.push(Problem::BadControl { key: "DEPLOYMENT_ROOT", shown: shown_node("DEPLOYMENT_ROOT", &root), rule: "does not exist" });
+            problems.push(Problem::BadControl {
+                key: "DEPLOYMENT_ROOT",
+                shown: shown_node("DEPLOYMENT_ROOT", &root),
+                rule: "does not exist",
+            });
             None
         }
         Some(root) => Some(root),
@@ -74,29 +82,48 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
             None
         }
         (Some(path), _) | (None, Some(path)) if !Path::new(&path).is_absolute() => {
-            let source = if inputs.node.contains_key("NIXPKGS") { "NIXPKGS" } else { "DEPLOYMENT_NIXPKGS" };
-            problems.push(Problem::BadControl { key: "NIXPKGS", shown: shown_node(source, &path), rule: "must be an absolute path" });
+            let source = if inputs.node.contains_key("NIXPKGS") {
+                "NIXPKGS"
+            } else {
+                "DEPLOYMENT_NIXPKGS"
+            };
+            problems.push(Problem::BadControl {
+                key: "NIXPKGS",
+                shown: shown_node(source, &path),
+                rule: "must be an absolute path",
+            });
             None
         }
         (Some(path), _) | (None, Some(path)) => Some(path),
         (None, None) => {
-            problems.push(missing("NIXPKGS", " (the node's deploy-env.json must set NIXPKGS or DEPLOYMENT_NIXPKGS)"));
+            problems.push(missing(
+                "NIXPKGS",
+                " (the node's deploy-env.json must set NIXPKGS or DEPLOYMENT_NIXPKGS)",
+            ));
             None
         }
     };
 
     // A payload SYSTEM the node also sets was dropped with the other keys the node owns.
-    let system = node("SYSTEM").or_else(|| payload.get("SYSTEM").cloned()).unwrap_or_else(|| inputs.running_system.clone());
+    let system = node("SYSTEM")
+        .or_else(|| payload.get("SYSTEM").cloned())
+        .unwrap_or_else(|| inputs.running_system.clone());
     if !names::is_valid_system(&system) {
-        problems.push(Problem::BadControl { key: "SYSTEM", shown: shown_node("SYSTEM", &system), rule: "must match ^[a-z0-9_]+-[a-z0-9_]+$" });
+        problems.push(Problem::BadControl {
+            key: "SYSTEM",
+            shown: shown_node("SYSTEM", &system),
+            rule: "must match ^[a-z0-9_]+-[a-z0-9_]+$",
+        });
     }
 
     let attribute = payload.get("ATTRIBUTE").cloned();
     match &attribute {
         None => problems.push(missing("ATTRIBUTE", " (the job payload must name the deployment)")),
-        Some(a) if !names::is_valid_attribute(a) => {
-            problems.push(Problem::BadControl { key: "ATTRIBUTE", shown: shown(a), rule: "must match ^[A-Za-z0-9][A-Za-z0-9_-]*$" })
-        }
+        Some(a) if !names::is_valid_attribute(a) => problems.push(Problem::BadControl {
+            key: "ATTRIBUTE",
+            shown: shown(a),
+            rule: "must match ^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        }),
         Some(a) if !inputs.attributes.iter().any(|known| known == a) => {
             problems.push(Problem::UnknownAttribute(super::cut(a, super::SHOWN_CHARS)))
         }
@@ -110,8 +137,15 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     if let (Some(given), Some(expected), Some(attribute)) = (payload.get("EXECUTABLE"), &expected, &attribute) {
         let verbless = inputs.verb == "apply" && given == attribute;
         if given != expected && !verbless {
-            let rule = if inputs.verb == "apply" { "<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply" } else { "<ATTRIBUTE>-<VERB>" };
-            let (given, expected) = (super::cut(given, super::SHOWN_CHARS), super::cut(expected, super::SHOWN_CHARS));
+            let rule = if inputs.verb == "apply" {
+                "<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply"
+            } else {
+                "<ATTRIBUTE>-<VERB>"
+            };
+            let (given, expected) = (
+                super::cut(given, super::SHOWN_CHARS),
+                super::cut(expected, super::SHOWN_CHARS),
+            );
             problems.push(Problem::BadExecutable { given, expected, rule });
         }
     }
@@ -120,7 +154,11 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     let namespace = state::namespace(payload, problems);
 
     if let Some(id) = payload.get("BUILD_ID").filter(|id| !names::is_valid_build_id(id)) {
-        problems.push(Problem::BadControl { key: "BUILD_ID", shown: shown(id), rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$" });
+        problems.push(Problem::BadControl {
+            key: "BUILD_ID",
+            shown: shown(id),
+            rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+        });
     }
 
     let base = node("STATE_BASE_ADDRESS");
@@ -128,16 +166,31 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
     // let two namespaces address the same state, so the rules of a state address hold for it.
     // Credentials in it only where they are redacted (a secrets source); and state credentials
     // of the node only with a base of the node: they must never go to an address a job chose.
-    let base_secret = inputs.node.get("STATE_BASE_ADDRESS").is_some_and(|v| v.value.is_secret());
-    let base_rule = base.as_deref().and_then(|base| state::url_problem(base, true)).or_else(|| {
-        let userinfo = base.as_deref().is_some_and(state::has_userinfo);
-        (userinfo && !base_secret).then_some("carries credentials outside a secrets source: put them in TF_HTTP_USERNAME and TF_HTTP_PASSWORD")
-    });
+    let base_secret = inputs
+        .node
+        .get("STATE_BASE_ADDRESS")
+        .is_some_and(|v| v.value.is_secret());
+    let base_rule = base
+        .as_deref()
+        .and_then(|base| state::url_problem(base, true))
+        .or_else(|| {
+            let userinfo = base.as_deref().is_some_and(state::has_userinfo);
+            (userinfo && !base_secret).then_some(
+                "carries credentials outside a secrets source: put them in TF_HTTP_USERNAME and TF_HTTP_PASSWORD",
+            )
+        });
     if let Some(rule) = base_rule {
-        problems.push(Problem::BadControl { key: "STATE_BASE_ADDRESS", shown: "(value not shown)".into(), rule });
+        problems.push(Problem::BadControl {
+            key: "STATE_BASE_ADDRESS",
+            shown: "(value not shown)".into(),
+            rule,
+        });
     }
     if base.is_none() {
-        if let Some(key) = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"].into_iter().find(|key| inputs.node.contains_key(*key)) {
+        if let Some(key) = ["TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"]
+            .into_iter()
+            .find(|key| inputs.node.contains_key(*key))
+        {
             problems.push(Problem::CredentialsWithoutBase { key });
         }
     }
@@ -146,9 +199,15 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         _ => None,
     };
 
-    let row = payload_row(|key| payload.get(key).cloned()).map_err(|p| problems.extend(p)).ok().flatten();
+    let row = payload_row(|key| payload.get(key).cloned())
+        .map_err(|p| problems.extend(p))
+        .ok()
+        .flatten();
     let row_secret = payload.get("EVENTS_SECRET");
-    let events = events_target(&inputs.node, row, row_secret.map(String::as_str), &inputs.verb).map_err(|p| problems.extend(p)).ok().flatten();
+    let events = events_target(&inputs.node, row, row_secret.map(String::as_str), &inputs.verb)
+        .map_err(|p| problems.extend(p))
+        .ok()
+        .flatten();
 
     if problems.len() > before {
         return None;
@@ -184,19 +243,37 @@ pub struct Row {
 pub fn payload_row(get: impl Fn(&str) -> Option<String>) -> Result<Option<Row>, Vec<Problem>> {
     let (kind, id) = match (get("EVENTS_KIND"), get("EVENTS_ROW_ID")) {
         (None, None) => return Ok(None),
-        (Some(_), None) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_KIND", missing: "EVENTS_ROW_ID" }]),
-        (None, Some(_)) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_ROW_ID", missing: "EVENTS_KIND" }]),
+        (Some(_), None) => {
+            return Err(vec![Problem::EventsHalfConfigured {
+                set: "EVENTS_KIND",
+                missing: "EVENTS_ROW_ID",
+            }]);
+        }
+        (None, Some(_)) => {
+            return Err(vec![Problem::EventsHalfConfigured {
+                set: "EVENTS_ROW_ID",
+                missing: "EVENTS_KIND",
+            }]);
+        }
         (Some(kind), Some(id)) => (kind, id),
     };
     let mut problems = Vec::new();
     let parsed_kind = RowKind::parse(&kind);
     if parsed_kind.is_none() {
-        problems.push(Problem::BadControl { key: "EVENTS_KIND", shown: shown(&kind), rule: "must be jobs or deployments" });
+        problems.push(Problem::BadControl {
+            key: "EVENTS_KIND",
+            shown: shown(&kind),
+            rule: "must be jobs or deployments",
+        });
     }
     let parsed_id = dd0012::row_id(&id);
     if parsed_id.is_none() {
         let rule = "must be a positive integer of at most 18 digits, without a sign or a leading zero";
-        problems.push(Problem::BadControl { key: "EVENTS_ROW_ID", shown: shown(&id), rule });
+        problems.push(Problem::BadControl {
+            key: "EVENTS_ROW_ID",
+            shown: shown(&id),
+            rule,
+        });
     }
     match (parsed_kind, parsed_id) {
         (Some(kind), Some(id)) => Ok(Some(Row { kind, id })),
@@ -207,7 +284,8 @@ pub fn payload_row(get: impl Fn(&str) -> Option<String>) -> Result<Option<Row>, 
 /// Whether the node's events are DD-0012's, whose rows have secrets of their own: only then is
 /// a payload's `EVENTS_SECRET` taken (and a node's still wins).
 pub fn takes_row_secrets(node: &NodeValues) -> bool {
-    node.get("EVENTS_FORMAT").is_some_and(|format| format.value.expose() == "dd-0012")
+    node.get("EVENTS_FORMAT")
+        .is_some_and(|format| format.value.expose() == "dd-0012")
 }
 
 /// The event target of a job, if the node configures events: `EVENTS_URL` (deploy-env.json or
@@ -215,21 +293,53 @@ pub fn takes_row_secrets(node: &NodeValues) -> bool {
 /// format both keys or neither, and the events go to `EVENTS_URL`; in DD-0012's, `EVENTS_URL`
 /// is the base of the `row`'s address and the secret the node's, else the payload's
 /// (`row_secret`). Every problem is a configuration or input error (exit 2, nothing runs).
-pub fn events_target(node: &NodeValues, row: Option<Row>, row_secret: Option<&str>, verb: &str) -> Result<Option<Target>, Vec<Problem>> {
-    let (url, secret, format) = (node.get("EVENTS_URL"), node.get("EVENTS_SECRET"), node.get("EVENTS_FORMAT"));
+pub fn events_target(
+    node: &NodeValues,
+    row: Option<Row>,
+    row_secret: Option<&str>,
+    verb: &str,
+) -> Result<Option<Target>, Vec<Problem>> {
+    let (url, secret, format) = (
+        node.get("EVENTS_URL"),
+        node.get("EVENTS_SECRET"),
+        node.get("EVENTS_FORMAT"),
+    );
     let dd0012 = match format.map(|f| f.value.expose()) {
         None | Some("jobenv") => false,
         Some("dd-0012") => true,
         Some(other) => {
-            let shown = if format.is_some_and(|f| f.value.is_secret()) { "(value not shown: it comes from a secret)".into() } else { shown(other) };
-            return Err(vec![Problem::BadControl { key: "EVENTS_FORMAT", shown, rule: "must be jobenv or dd-0012" }]);
+            let shown = if format.is_some_and(|f| f.value.is_secret()) {
+                "(value not shown: it comes from a secret)".into()
+            } else {
+                shown(other)
+            };
+            return Err(vec![Problem::BadControl {
+                key: "EVENTS_FORMAT",
+                shown,
+                rule: "must be jobenv or dd-0012",
+            }]);
         }
     };
     let url = match (url, secret, format) {
         (None, None, None) => return Ok(None),
-        (None, _, Some(_)) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_FORMAT", missing: "EVENTS_URL" }]),
-        (None, Some(_), None) => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_SECRET", missing: "EVENTS_URL" }]),
-        (Some(_), None, _) if !dd0012 => return Err(vec![Problem::EventsHalfConfigured { set: "EVENTS_URL", missing: "EVENTS_SECRET" }]),
+        (None, _, Some(_)) => {
+            return Err(vec![Problem::EventsHalfConfigured {
+                set: "EVENTS_FORMAT",
+                missing: "EVENTS_URL",
+            }]);
+        }
+        (None, Some(_), None) => {
+            return Err(vec![Problem::EventsHalfConfigured {
+                set: "EVENTS_SECRET",
+                missing: "EVENTS_URL",
+            }]);
+        }
+        (Some(_), None, _) if !dd0012 => {
+            return Err(vec![Problem::EventsHalfConfigured {
+                set: "EVENTS_URL",
+                missing: "EVENTS_SECRET",
+            }]);
+        }
         (Some(url), _, _) => url,
     };
     let mut problems = Vec::new();
@@ -238,12 +348,20 @@ pub fn events_target(node: &NodeValues, row: Option<Row>, row_secret: Option<&st
     let url = match Url::parse(url.value.expose()) {
         Ok(url) if dd0012 && (url.query().is_some() || url.fragment().is_some()) => {
             let rule = "must be an http:// or https:// URL without a query or a fragment: the base of <kind>/<row>/notifications";
-            problems.push(Problem::BadControl { key: "EVENTS_URL", shown: hidden(), rule });
+            problems.push(Problem::BadControl {
+                key: "EVENTS_URL",
+                shown: hidden(),
+                rule,
+            });
             None
         }
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => Some(url),
         _ => {
-            problems.push(Problem::BadControl { key: "EVENTS_URL", shown: hidden(), rule: "must be an http:// or https:// URL" });
+            problems.push(Problem::BadControl {
+                key: "EVENTS_URL",
+                shown: hidden(),
+                rule: "must be an http:// or https:// URL",
+            });
             None
         }
     };
@@ -251,19 +369,32 @@ pub fn events_target(node: &NodeValues, row: Option<Row>, row_secret: Option<&st
         None => None,
         // A secret in deploy-env.json would be neither protected on disk nor redacted.
         Some((Text::Plain(_), secret)) => {
-            problems.push(Problem::SecretOutsideSecrets { key: "EVENTS_SECRET", origin: secret.origin.clone() });
+            problems.push(Problem::SecretOutsideSecrets {
+                key: "EVENTS_SECRET",
+                origin: secret.origin.clone(),
+            });
             None
         }
         Some((Text::Secret(value), _)) if !is_valid_events_secret(value.expose()) => {
-            problems.push(Problem::BadControl { key: "EVENTS_SECRET", shown: hidden(), rule: EVENTS_SECRET_RULE });
+            problems.push(Problem::BadControl {
+                key: "EVENTS_SECRET",
+                shown: hidden(),
+                rule: EVENTS_SECRET_RULE,
+            });
             None
         }
         Some((Text::Secret(value), _)) => Some(value.clone()),
     };
-    let Some(url) = url.filter(|_| problems.is_empty()) else { return Err(problems) };
+    let Some(url) = url.filter(|_| problems.is_empty()) else {
+        return Err(problems);
+    };
     let (Some(row), true) = (row, dd0012) else {
         // jobenv's format (which has a node secret, checked above), or a job that names no row.
-        return Ok(node_secret.filter(|_| !dd0012).map(|secret| Target { url: Hidden(url), secret, wire: Wire::Jobenv }));
+        return Ok(node_secret.filter(|_| !dd0012).map(|secret| Target {
+            url: Hidden(url),
+            secret,
+            wire: Wire::Jobenv,
+        }));
     };
     if row.kind == RowKind::Deployments && !matches!(verb, "apply" | "destroy") {
         return Err(vec![Problem::DeploymentRowVerb { verb: verb.to_owned() }]);
@@ -272,14 +403,27 @@ pub fn events_target(node: &NodeValues, row: Option<Row>, row_secret: Option<&st
     let secret = match (node_secret, row_secret) {
         (Some(secret), _) => secret,
         (None, Some(secret)) if is_valid_events_secret(secret) => Secret::new(secret),
-        (None, Some(_)) => return Err(vec![Problem::BadControl { key: "EVENTS_SECRET", shown: hidden(), rule: EVENTS_SECRET_RULE }]),
+        (None, Some(_)) => {
+            return Err(vec![Problem::BadControl {
+                key: "EVENTS_SECRET",
+                shown: hidden(),
+                rule: EVENTS_SECRET_RULE,
+            }]);
+        }
         (None, None) => {
             let hint = " (a dd-0012 node without a secret of its own takes the row's secret from the payload)";
-            return Err(vec![Problem::MissingControl { key: "EVENTS_SECRET", hint }]);
+            return Err(vec![Problem::MissingControl {
+                key: "EVENTS_SECRET",
+                hint,
+            }]);
         }
     };
     let url = dd0012::notifications_url(&url, row.kind, row.id);
-    Ok(Some(Target { url: Hidden(url), secret, wire: Wire::Dd0012(row.kind) }))
+    Ok(Some(Target {
+        url: Hidden(url),
+        secret,
+        wire: Wire::Dd0012(row.kind),
+    }))
 }
 
 /// The event target of a job that is rejected, so its front-end still sees why: the node's
@@ -294,7 +438,8 @@ pub fn target_of_rejected(node: &NodeValues, payload: &Members, verb: &str) -> O
 
 /// Fits an HTTP header value as is (no control characters, nothing to trim).
 fn is_valid_events_secret(value: &str) -> bool {
-    (MIN_EVENTS_SECRET_LEN..=MAX_EVENTS_SECRET_LEN).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_graphic())
+    (MIN_EVENTS_SECRET_LEN..=MAX_EVENTS_SECRET_LEN).contains(&value.len())
+        && value.bytes().all(|b| b.is_ascii_graphic())
 }
 
 #[cfg(test)]
@@ -311,7 +456,9 @@ mod tests {
         i.set_payload("EXECUTABLE", json!("web-apply; rm -rf /"));
         assert_eq!(
             problems(&i),
-            [r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply)"#]
+            [
+                r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply)"#
+            ]
         );
         i.set_payload("EXECUTABLE", json!("web-apply"));
         assert!(super::super::check(&i).is_ok());
@@ -319,7 +466,10 @@ mod tests {
         i.set_payload("EXECUTABLE", json!("web"));
         assert_eq!(crate::plan::plan(&i).unwrap().argv[7], "exec web");
         i.verb = "destroy".into();
-        assert_eq!(problems(&i), [r#"EXECUTABLE "web" is not allowed: it must be "web-destroy" (<ATTRIBUTE>-<VERB>)"#]);
+        assert_eq!(
+            problems(&i),
+            [r#"EXECUTABLE "web" is not allowed: it must be "web-destroy" (<ATTRIBUTE>-<VERB>)"#]
+        );
     }
 
     #[test]
@@ -330,7 +480,10 @@ mod tests {
         i.set_payload("SYSTEM", json!("x86_64"));
         let p = problems(&i);
         assert!(p.iter().any(|l| l.starts_with("unknown ATTRIBUTE \"other\"")), "{p:?}");
-        assert!(p.iter().any(|l| l.starts_with("NAMESPACE \"Bad NS\" is invalid")), "{p:?}");
+        assert!(
+            p.iter().any(|l| l.starts_with("NAMESPACE \"Bad NS\" is invalid")),
+            "{p:?}"
+        );
         assert!(p.iter().any(|l| l.starts_with("SYSTEM \"x86_64\" is invalid")), "{p:?}");
     }
 
@@ -338,28 +491,60 @@ mod tests {
     fn a_control_value_from_a_secret_is_not_shown_in_errors() {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "x86_64-SECRETSYS", true)]));
-        i.node.insert("DEPLOYMENT_ROOT".into(), super::super::node::NodeValue { value: Text::Secret(safe_io::secret::Secret::new("relative-SECRETROOT")), origin: "secret".into(), hidden_key: false });
+        i.node.insert(
+            "DEPLOYMENT_ROOT".into(),
+            super::super::node::NodeValue {
+                value: Text::Secret(safe_io::secret::Secret::new("relative-SECRETROOT")),
+                origin: "secret".into(),
+                hidden_key: false,
+            },
+        );
         let p = problems(&i).join("\n");
         assert!(!p.contains("SECRETSYS") && !p.contains("SECRETROOT"), "{p}");
         // Positive control: the same values from deploy-env.json are shown.
-        assert!(p.contains("SYSTEM (value not shown: it comes from a secret) is invalid"), "{p}");
+        assert!(
+            p.contains("SYSTEM (value not shown: it comes from a secret) is invalid"),
+            "{p}"
+        );
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "x86_64-PLAINSYS", false)]));
-        assert!(problems(&i).join("\n").contains("SYSTEM \"x86_64-PLAINSYS\" is invalid"));
+        assert!(
+            problems(&i)
+                .join("\n")
+                .contains("SYSTEM \"x86_64-PLAINSYS\" is invalid")
+        );
     }
 
     fn event_problems(pairs: &[(&str, &str, bool)]) -> Vec<String> {
-        events_target(&node(pairs), None, None, "apply").unwrap_err().iter().map(ToString::to_string).collect()
+        events_target(&node(pairs), None, None, "apply")
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
     fn neither_event_key_means_no_events() {
-        assert!(events_target(&node(&[("A", "x", false)]), None, None, "apply").unwrap().is_none());
+        assert!(
+            events_target(&node(&[("A", "x", false)]), None, None, "apply")
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
     fn both_event_keys_make_a_target_whose_debug_shows_nothing() {
-        let target = events_target(&node(&[("EVENTS_URL", "http://127.0.0.1:9/e?k=v", false), ("EVENTS_SECRET", SECRET, true)]), None, None, "apply").unwrap().unwrap();
+        let target = events_target(
+            &node(&[
+                ("EVENTS_URL", "http://127.0.0.1:9/e?k=v", false),
+                ("EVENTS_SECRET", SECRET, true),
+            ]),
+            None,
+            None,
+            "apply",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(target.url.as_str(), "http://127.0.0.1:9/e?k=v");
         assert_eq!(target.secret.expose(), SECRET);
         let shown = format!("{target:?}");
@@ -368,13 +553,22 @@ mod tests {
 
     #[test]
     fn one_event_key_alone_names_the_missing_one() {
-        assert_eq!(event_problems(&[("EVENTS_URL", "http://x/", false)]), ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]);
-        assert_eq!(event_problems(&[("EVENTS_SECRET", SECRET, true)]), ["EVENTS_SECRET is set but EVENTS_URL is not: progress events need both"]);
+        assert_eq!(
+            event_problems(&[("EVENTS_URL", "http://x/", false)]),
+            ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]
+        );
+        assert_eq!(
+            event_problems(&[("EVENTS_SECRET", SECRET, true)]),
+            ["EVENTS_SECRET is set but EVENTS_URL is not: progress events need both"]
+        );
     }
 
     #[test]
     fn bad_event_values_are_named_but_never_shown() {
-        let p = event_problems(&[("EVENTS_URL", "ftp://user:pw@x/", false), ("EVENTS_SECRET", "short-pw", true)]);
+        let p = event_problems(&[
+            ("EVENTS_URL", "ftp://user:pw@x/", false),
+            ("EVENTS_SECRET", "short-pw", true),
+        ]);
         assert_eq!(
             p,
             [
@@ -383,7 +577,10 @@ mod tests {
             ]
         );
         assert!(!p.concat().contains("pw@") && !p.concat().contains("short-pw"));
-        let p = event_problems(&[("EVENTS_URL", "http://x/", false), ("EVENTS_SECRET", "with a space in it, long", true)]);
+        let p = event_problems(&[
+            ("EVENTS_URL", "http://x/", false),
+            ("EVENTS_SECRET", "with a space in it, long", true),
+        ]);
         assert_eq!(p.len(), 1, "{p:?}");
     }
 
@@ -405,13 +602,23 @@ mod tests {
         assert_eq!(plan.ignored, ["EVENTS_SECRET", "EVENTS_URL"]);
         assert_eq!(
             plan.warnings,
-            ["payload value for EVENTS_SECRET ignored: only the node may set it", "payload value for EVENTS_URL ignored: only the node may set it"]
+            [
+                "payload value for EVENTS_SECRET ignored: only the node may set it",
+                "payload value for EVENTS_URL ignored: only the node may set it"
+            ]
         );
         i.set_payload("BUILD_ID", json!("../x"));
-        assert_eq!(problems(&i), [r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#]);
+        assert_eq!(
+            problems(&i),
+            [r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#]
+        );
         let mut i = inputs();
-        i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));
-        assert_eq!(problems(&i), ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]);
+        i.node
+            .extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]
+        );
     }
 
     const ROW_SECRET: &str = "row-secret-abcdef0123456";
@@ -419,7 +626,10 @@ mod tests {
     /// A node whose events are DD-0012's, at `https://web.example/api`, with `pairs` added.
     fn dd0012_inputs(pairs: &[(&str, &str, bool)]) -> super::super::Inputs {
         let mut i = inputs();
-        i.node.extend(node(&[("EVENTS_URL", "https://web.example/api", false), ("EVENTS_FORMAT", "dd-0012", false)]));
+        i.node.extend(node(&[
+            ("EVENTS_URL", "https://web.example/api", false),
+            ("EVENTS_FORMAT", "dd-0012", false),
+        ]));
         i.node.extend(node(pairs));
         i
     }
@@ -432,18 +642,37 @@ mod tests {
         i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
         let plan = crate::plan::plan(&i).unwrap();
         let target = plan.events.as_ref().unwrap();
-        assert_eq!(target.url.as_str(), "https://web.example/api/deployments/42/notifications");
-        assert_eq!((target.secret.expose(), target.wire), (ROW_SECRET, Wire::Dd0012(RowKind::Deployments)));
-        assert!(plan.warnings.is_empty() && plan.ignored.is_empty(), "{:?}", plan.warnings);
+        assert_eq!(
+            target.url.as_str(),
+            "https://web.example/api/deployments/42/notifications"
+        );
+        assert_eq!(
+            (target.secret.expose(), target.wire),
+            (ROW_SECRET, Wire::Dd0012(RowKind::Deployments))
+        );
+        assert!(
+            plan.warnings.is_empty() && plan.ignored.is_empty(),
+            "{:?}",
+            plan.warnings
+        );
         // Redacted like any secret, and never given to the program.
         assert!(plan.secrets.contains(&ROW_SECRET.as_bytes().to_vec()));
         assert!(plan.env.values().all(|var| !var.value.expose().contains(ROW_SECRET)));
-        for key in ["EVENTS_KIND", "EVENTS_ROW_ID", "EVENTS_SECRET", "EVENTS_URL", "EVENTS_FORMAT"] {
+        for key in [
+            "EVENTS_KIND",
+            "EVENTS_ROW_ID",
+            "EVENTS_SECRET",
+            "EVENTS_URL",
+            "EVENTS_FORMAT",
+        ] {
             assert!(!plan.env.contains_key(key), "{key} reached the program");
         }
         // A row id given as a string is the same row.
         i.set_payload("EVENTS_ROW_ID", json!("42"));
-        assert_eq!(crate::plan::plan(&i).unwrap().events.unwrap().url.as_str(), "https://web.example/api/deployments/42/notifications");
+        assert_eq!(
+            crate::plan::plan(&i).unwrap().events.unwrap().url.as_str(),
+            "https://web.example/api/deployments/42/notifications"
+        );
     }
 
     #[test]
@@ -454,14 +683,19 @@ mod tests {
         i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
         let plan = crate::plan::plan(&i).unwrap();
         assert_eq!(plan.events.as_ref().unwrap().secret.expose(), SECRET);
-        assert_eq!(plan.warnings, ["payload value for EVENTS_SECRET ignored: the node sets it"]);
+        assert_eq!(
+            plan.warnings,
+            ["payload value for EVENTS_SECRET ignored: the node sets it"]
+        );
         // Without a secret anywhere, the row cannot be written to.
         let mut i = dd0012_inputs(&[]);
         i.set_payload("EVENTS_KIND", json!("jobs"));
         i.set_payload("EVENTS_ROW_ID", json!(7));
         assert_eq!(
             problems(&i),
-            ["EVENTS_SECRET is required but not set (a dd-0012 node without a secret of its own takes the row's secret from the payload)"]
+            [
+                "EVENTS_SECRET is required but not set (a dd-0012 node without a secret of its own takes the row's secret from the payload)"
+            ]
         );
         // Positive control: a dd-0012 node without a secret and a payload without a row: no events.
         let plan = crate::plan::plan(&dd0012_inputs(&[])).unwrap();
@@ -471,18 +705,31 @@ mod tests {
     #[test]
     fn a_payloads_events_secret_is_taken_only_in_the_dd0012_format() {
         let mut i = inputs();
-        i.node.extend(node(&[("EVENTS_URL", "http://events.example/hook", false), ("EVENTS_SECRET", SECRET, true), ("EVENTS_FORMAT", "jobenv", false)]));
+        i.node.extend(node(&[
+            ("EVENTS_URL", "http://events.example/hook", false),
+            ("EVENTS_SECRET", SECRET, true),
+            ("EVENTS_FORMAT", "jobenv", false),
+        ]));
         i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
         i.set_payload("EVENTS_KIND", json!("jobs"));
         i.set_payload("EVENTS_ROW_ID", json!(7));
         let plan = crate::plan::plan(&i).unwrap();
         let target = plan.events.unwrap();
-        assert_eq!((target.url.as_str(), target.secret.expose(), target.wire), ("http://events.example/hook", SECRET, Wire::Jobenv));
-        assert_eq!(plan.warnings, ["payload value for EVENTS_SECRET ignored: the node sets it"]);
+        assert_eq!(
+            (target.url.as_str(), target.secret.expose(), target.wire),
+            ("http://events.example/hook", SECRET, Wire::Jobenv)
+        );
+        assert_eq!(
+            plan.warnings,
+            ["payload value for EVENTS_SECRET ignored: the node sets it"]
+        );
         // On a node without events it is the node's key alone, as before.
         let mut i = inputs();
         i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
-        assert_eq!(crate::plan::plan(&i).unwrap().warnings, ["payload value for EVENTS_SECRET ignored: only the node may set it"]);
+        assert_eq!(
+            crate::plan::plan(&i).unwrap().warnings,
+            ["payload value for EVENTS_SECRET ignored: only the node may set it"]
+        );
     }
 
     #[test]
@@ -514,9 +761,17 @@ mod tests {
             i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
             i.set_payload("EVENTS_URL", json!("https://evil.example/"));
             let p = problems(&i);
-            assert!(!p.is_empty() && p.iter().all(|l| l.starts_with("EVENTS_KIND ") || l.starts_with("EVENTS_ROW_ID ")), "{kind} {row}: {p:?}");
+            assert!(
+                !p.is_empty()
+                    && p.iter()
+                        .all(|l| l.starts_with("EVENTS_KIND ") || l.starts_with("EVENTS_ROW_ID ")),
+                "{kind} {row}: {p:?}"
+            );
             let payload = i.payload.0.clone();
-            assert!(target_of_rejected(&i.node, &payload, "apply").is_none(), "{kind} {row}: a rejected job's events went somewhere");
+            assert!(
+                target_of_rejected(&i.node, &payload, "apply").is_none(),
+                "{kind} {row}: a rejected job's events went somewhere"
+            );
         }
         // Positive control: the same payload with a good row reaches the node's host only, even
         // with the payload's own EVENTS_URL (dropped: the node sets it).
@@ -526,10 +781,19 @@ mod tests {
         i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
         i.set_payload("EVENTS_URL", json!("https://evil.example/"));
         let plan = crate::plan::plan(&i).unwrap();
-        assert_eq!(plan.events.unwrap().url.as_str(), "https://web.example/api/jobs/7/notifications");
-        assert_eq!(plan.warnings, ["payload value for EVENTS_URL ignored: the node sets it"]);
+        assert_eq!(
+            plan.events.unwrap().url.as_str(),
+            "https://web.example/api/jobs/7/notifications"
+        );
+        assert_eq!(
+            plan.warnings,
+            ["payload value for EVENTS_URL ignored: the node sets it"]
+        );
         let payload = i.payload.0.clone();
-        assert_eq!(target_of_rejected(&i.node, &payload, "apply").unwrap().url.as_str(), "https://web.example/api/jobs/7/notifications");
+        assert_eq!(
+            target_of_rejected(&i.node, &payload, "apply").unwrap().url.as_str(),
+            "https://web.example/api/jobs/7/notifications"
+        );
     }
 
     #[test]
@@ -542,29 +806,52 @@ mod tests {
         let mut i = dd0012_inputs(&[]);
         row(&mut i);
         i.verb = "plan".into();
-        assert_eq!(problems(&i), ["EVENTS_KIND deployments is for apply and destroy: a plan job reports on a jobs row"]);
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_KIND deployments is for apply and destroy: a plan job reports on a jobs row"]
+        );
         i.verb = "destroy".into();
         assert!(crate::plan::plan(&i).is_ok());
         let mut i = dd0012_inputs(&[]);
         i.set_payload("EVENTS_ROW_ID", json!(3));
-        assert_eq!(problems(&i), ["EVENTS_ROW_ID is set but EVENTS_KIND is not: progress events need both"]);
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_ROW_ID is set but EVENTS_KIND is not: progress events need both"]
+        );
         let mut i = dd0012_inputs(&[]);
         row(&mut i);
         i.set_payload("EVENTS_SECRET", json!("short"));
-        assert_eq!(problems(&i), ["EVENTS_SECRET (value not shown) is invalid: must be 16 to 1024 printable ASCII characters without spaces"]);
-        let mut i = dd0012_inputs(&[]);
-        i.node.extend(node(&[("EVENTS_URL", "https://web.example/api?token=x", false)]));
         assert_eq!(
             problems(&i),
-            ["EVENTS_URL (value not shown) is invalid: must be an http:// or https:// URL without a query or a fragment: the base of <kind>/<row>/notifications"]
+            [
+                "EVENTS_SECRET (value not shown) is invalid: must be 16 to 1024 printable ASCII characters without spaces"
+            ]
+        );
+        let mut i = dd0012_inputs(&[]);
+        i.node
+            .extend(node(&[("EVENTS_URL", "https://web.example/api?token=x", false)]));
+        assert_eq!(
+            problems(&i),
+            [
+                "EVENTS_URL (value not shown) is invalid: must be an http:// or https:// URL without a query or a fragment: the base of <kind>/<row>/notifications"
+            ]
         );
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_FORMAT", "dd-0012", false)]));
-        assert_eq!(problems(&i), ["EVENTS_FORMAT is set but EVENTS_URL is not: progress events need both"]);
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_FORMAT is set but EVENTS_URL is not: progress events need both"]
+        );
         let mut i = dd0012_inputs(&[("EVENTS_FORMAT", "webhook", false)]);
-        assert_eq!(problems(&i), [r#"EVENTS_FORMAT "webhook" is invalid: must be jobenv or dd-0012"#]);
+        assert_eq!(
+            problems(&i),
+            [r#"EVENTS_FORMAT "webhook" is invalid: must be jobenv or dd-0012"#]
+        );
         i.node.extend(node(&[("EVENTS_FORMAT", "DD-0012", true)]));
-        assert_eq!(problems(&i), ["EVENTS_FORMAT (value not shown: it comes from a secret) is invalid: must be jobenv or dd-0012"]);
+        assert_eq!(
+            problems(&i),
+            ["EVENTS_FORMAT (value not shown: it comes from a secret) is invalid: must be jobenv or dd-0012"]
+        );
         // The row keys are payload keys, checked on every node.
         let mut i = inputs();
         i.node.extend(node(&[("EVENTS_KIND", "jobs", false)]));
@@ -572,7 +859,10 @@ mod tests {
         i.set_payload("EVENTS_ROW_ID", json!(1));
         assert_eq!(
             problems(&i),
-            ["test:EVENTS_KIND sets EVENTS_KIND, which only a job payload may set", r#"EVENTS_KIND "rows" is invalid: must be jobs or deployments"#]
+            [
+                "test:EVENTS_KIND sets EVENTS_KIND, which only a job payload may set",
+                r#"EVENTS_KIND "rows" is invalid: must be jobs or deployments"#
+            ]
         );
     }
 }

@@ -23,7 +23,10 @@ pub fn parse_env_file(text: &str) -> Vec<EnvLine<'_>> {
             Some((key, value)) => {
                 let key = key.trim_end();
                 if value.len() >= super::MAX_ARG_STRLEN {
-                    out.push(Err((line_no, "has a value of 128 KiB or more, more than a program can be given")));
+                    out.push(Err((
+                        line_no,
+                        "has a value of 128 KiB or more, more than a program can be given",
+                    )));
                 } else if is_variable_name(key) {
                     out.push(Ok((key, value, line_no)));
                 } else {
@@ -49,7 +52,8 @@ mod tests {
 
     #[test]
     fn env_file_lines() {
-        let parsed = parse_env_file("# c\n\nA=1\nexport B = x=y \r\n  C=\nnoequals\n=v\nMIIB+/x=\nMY PASSWORD x=\n1X=y\n");
+        let parsed =
+            parse_env_file("# c\n\nA=1\nexport B = x=y \r\n  C=\nnoequals\n=v\nMIIB+/x=\nMY PASSWORD x=\n1X=y\n");
         assert_eq!(parsed[0], Ok(("A", "1", 3)));
         assert_eq!(parsed[1], Ok(("B", " x=y ", 4)));
         assert_eq!(parsed[2], Ok(("C", "", 5)));

@@ -31,8 +31,15 @@ pub fn read_object(what: &'static str, path: &Path, expected: &'static str) -> R
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, Problem> {
     std::fs::read(path).map_err(|source| match source.kind() {
-        ErrorKind::NotFound => Problem::MissingFile { what, path: path.to_owned() },
-        _ => Problem::UnreadableFile { what, path: path.to_owned(), source },
+        ErrorKind::NotFound => Problem::MissingFile {
+            what,
+            path: path.to_owned(),
+        },
+        _ => Problem::UnreadableFile {
+            what,
+            path: path.to_owned(),
+            source,
+        },
     })
 }
 
@@ -46,15 +53,26 @@ pub fn parse_json(what: &'static str, origin: &str, bytes: &[u8]) -> Result<Valu
 
 /// A JSON object's members, each value kept as its text; anything but an object is a
 /// [`Problem::WrongShape`] saying it must be `expected`.
-pub fn parse_object(what: &'static str, origin: &str, bytes: &[u8], expected: &'static str) -> Result<Members, Problem> {
+pub fn parse_object(
+    what: &'static str,
+    origin: &str,
+    bytes: &[u8],
+    expected: &'static str,
+) -> Result<Members, Problem> {
     no_repeated_key(what, origin, bytes)?;
     let whole: Box<RawValue> = serde_json::from_slice(bytes).map_err(not_json(what, origin))?;
-    object(&whole).ok_or_else(|| Problem::WrongShape { what, origin: origin.to_owned(), expected })
+    object(&whole).ok_or_else(|| Problem::WrongShape {
+        what,
+        origin: origin.to_owned(),
+        expected,
+    })
 }
 
 /// The members of `raw` when it is a JSON object (one that was parsed here: no repeated key).
 pub fn object(raw: &RawValue) -> Option<Members> {
-    raw.get().starts_with('{').then(|| serde_json::from_str(raw.get()).expect("an object that parsed before parses again"))
+    raw.get()
+        .starts_with('{')
+        .then(|| serde_json::from_str(raw.get()).expect("an object that parsed before parses again"))
 }
 
 /// The text of a variable for a JSON value: a string as is; a number or boolean as its JSON text
@@ -77,7 +95,12 @@ pub fn raw(value: &Value) -> Box<RawValue> {
 
 /// The members of an object built in code (see [`raw`]).
 pub fn members(value: &Value) -> Members {
-    value.as_object().expect("an object").iter().map(|(key, value)| (key.clone(), raw(value))).collect()
+    value
+        .as_object()
+        .expect("an object")
+        .iter()
+        .map(|(key, value)| (key.clone(), raw(value)))
+        .collect()
 }
 
 /// Compact JSON text of JSON text that parsed: whitespace between tokens dropped, each string
@@ -92,7 +115,8 @@ fn compact(raw: &str) -> String {
             b' ' | b'\t' | b'\n' | b'\r' => at += 1,
             b'"' => {
                 let end = string_end(bytes, at);
-                let string: String = serde_json::from_str(&raw[at..end]).expect("a string that parsed before parses again");
+                let string: String =
+                    serde_json::from_str(&raw[at..end]).expect("a string that parsed before parses again");
                 out.push_str(&serde_json::to_string(&string).expect("a string serializes"));
                 at = end;
             }
@@ -119,7 +143,11 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
 }
 
 fn not_json<'a>(what: &'static str, origin: &'a str) -> impl Fn(serde_json::Error) -> Problem + 'a {
-    move |e| Problem::NotJson { what, origin: origin.to_owned(), detail: detail(&e) }
+    move |e| Problem::NotJson {
+        what,
+        origin: origin.to_owned(),
+        detail: detail(&e),
+    }
 }
 
 /// serde_json's message, but where it speaks of a `\u` escape that is no whole character: what
@@ -127,7 +155,11 @@ fn not_json<'a>(what: &'static str, origin: &'a str) -> impl Fn(serde_json::Erro
 /// lone surrogate, which no variable can hold (its text is UTF-8).
 fn detail(error: &serde_json::Error) -> String {
     let message = error.to_string();
-    let surrogate = ["unexpected end of hex escape", "lone leading surrogate in hex escape", "invalid unicode code point"];
+    let surrogate = [
+        "unexpected end of hex escape",
+        "lone leading surrogate in hex escape",
+        "invalid unicode code point",
+    ];
     match surrogate.iter().find(|start| message.starts_with(*start)) {
         Some(start) => message.replacen(
             start,
@@ -144,7 +176,13 @@ fn detail(error: &serde_json::Error) -> String {
 /// being out of a float's range.
 fn no_repeated_key(what: &'static str, origin: &str, bytes: &[u8]) -> Result<(), Problem> {
     let whole: &RawValue = serde_json::from_slice(bytes).map_err(not_json(what, origin))?;
-    bad_value(bytes, whole).map_or(Ok(()), |detail| Err(Problem::NotJson { what, origin: origin.to_owned(), detail }))
+    bad_value(bytes, whole).map_or(Ok(()), |detail| {
+        Err(Problem::NotJson {
+            what,
+            origin: origin.to_owned(),
+            detail,
+        })
+    })
 }
 
 /// What is wrong in `raw`, a value inside `document`, with its position in `document`: the
@@ -171,11 +209,20 @@ fn in_document(document: &[u8], part: &str, error: &serde_json::Error) -> String
     let message = detail(error);
     let message = message.split(" at line ").next().unwrap_or_default().to_owned();
     // The byte the error points at: its line and column (bytes, from 1) within `part`.
-    let line_start: usize = part.split_inclusive('\n').take(error.line().saturating_sub(1)).map(str::len).sum();
+    let line_start: usize = part
+        .split_inclusive('\n')
+        .take(error.line().saturating_sub(1))
+        .map(str::len)
+        .sum();
     let at = (part.as_ptr() as usize - document.as_ptr() as usize) + line_start + error.column().saturating_sub(1);
     let before = &document[..at.min(document.len())];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let column = at - before.iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1) + 1;
+    let column = at
+        - before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |newline| newline + 1)
+        + 1;
     format!("{message} at line {line} column {column}")
 }
 
@@ -209,7 +256,9 @@ impl<'de> Visitor<'de> for KeysVisitor {
                 if shown.len() < key.len() {
                     shown.push_str("...");
                 }
-                return Err(serde::de::Error::custom(format_args!("the key {shown:?} appears twice")));
+                return Err(serde::de::Error::custom(format_args!(
+                    "the key {shown:?} appears twice"
+                )));
             }
             values.push(map.next_value::<&RawValue>()?);
             seen.insert(key);
@@ -225,14 +274,33 @@ mod tests {
 
     #[test]
     fn a_repeated_key_is_refused_at_any_depth_and_named() {
-        let error = parse_json("payload", "on stdin", br#"{"ATTRIBUTE": "a", "ATTRIBUTE": "b"}"#).unwrap_err().to_string();
-        assert!(error.starts_with(r#"payload on stdin is not valid JSON: the key "ATTRIBUTE" appears twice"#), "{error}");
-        assert!(!error.contains("\"a\"") && !error.contains("\"b\""), "values are not shown: {error}");
+        let error = parse_json("payload", "on stdin", br#"{"ATTRIBUTE": "a", "ATTRIBUTE": "b"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(r#"payload on stdin is not valid JSON: the key "ATTRIBUTE" appears twice"#),
+            "{error}"
+        );
+        assert!(
+            !error.contains("\"a\"") && !error.contains("\"b\""),
+            "values are not shown: {error}"
+        );
         assert!(parse_json("payload", "x", br#"{"H": [{"k": 1, "k": 2}]}"#).is_err());
-        assert!(parse_object("payload", "x", br#"{"H": {"n": {"k": 1e2, "k": 2}}}"#, "an object").is_err(), "in members too");
+        assert!(
+            parse_object("payload", "x", br#"{"H": {"n": {"k": 1e2, "k": 2}}}"#, "an object").is_err(),
+            "in members too"
+        );
         // Positive control: the same shapes without a repeat parse as serde_json would.
-        let ok = parse_json("payload", "x", br#"{"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}"#).unwrap();
-        assert_eq!(ok, json!({"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}));
+        let ok = parse_json(
+            "payload",
+            "x",
+            br#"{"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            json!({"A": "a", "H": [{"k": 1, "j": 2.5, "n": null, "t": true}], "N": -3})
+        );
     }
 
     #[test]
@@ -240,16 +308,26 @@ mod tests {
         let doc = b"{\"A\": 1,\n \"H\": [2, {\"k\": 1,\n  \"k\": 2}]}";
         let error = parse_object("payload", "x", doc, "an object").unwrap_err().to_string();
         // serde_json points at the repeated key's closing quote: line 3, column 5.
-        assert_eq!(error, r#"payload x is not valid JSON: the key "k" appears twice at line 3 column 5"#);
+        assert_eq!(
+            error,
+            r#"payload x is not valid JSON: the key "k" appears twice at line 3 column 5"#
+        );
         // The same repeat at the top level, as serde_json itself counts.
-        let error = parse_object("payload", "x", b"{\"k\": 1,\n  \"k\": 2}", "an object").unwrap_err().to_string();
-        assert_eq!(error, r#"payload x is not valid JSON: the key "k" appears twice at line 2 column 5"#);
+        let error = parse_object("payload", "x", b"{\"k\": 1,\n  \"k\": 2}", "an object")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            r#"payload x is not valid JSON: the key "k" appears twice at line 2 column 5"#
+        );
     }
 
     #[test]
     fn a_lone_surrogate_is_refused_by_its_name() {
         for doc in [r#"{"S": "\ud800"}"#, r#"{"S": "\udc00x"}"#, r#"{"S": "\ud800\u0041"}"#] {
-            let error = parse_object("payload", "x", doc.as_bytes(), "an object").unwrap_err().to_string();
+            let error = parse_object("payload", "x", doc.as_bytes(), "an object")
+                .unwrap_err()
+                .to_string();
             assert!(error.starts_with(r"payload x is not valid JSON: a \u escape that is no whole Unicode character (a lone surrogate such as \ud800"), "{doc}: {error}");
             assert!(error.contains(" at line 1 column "), "{error}");
         }
@@ -267,14 +345,27 @@ mod tests {
         assert_eq!(super::text(&members["b"]), Some(format!(r#"[-1E-400,{{"c":{big}}}]"#)));
         assert_eq!(super::text(&members["d"]), Some(big));
         // Positive control: a repeated key beside them is still found.
-        assert!(parse_object("payload", "x", br#"{"a": 1e400, "n": {"k": 1e999, "k": 2}}"#, "an object").is_err());
+        assert!(
+            parse_object(
+                "payload",
+                "x",
+                br#"{"a": 1e400, "n": {"k": 1e999, "k": 2}}"#,
+                "an object"
+            )
+            .is_err()
+        );
     }
 
     #[test]
     fn a_long_repeated_key_is_cut() {
         let key = "K".repeat(10_000);
-        let error = parse_json("payload", "x", format!(r#"{{"{key}": 1, "{key}": 2}}"#).as_bytes()).unwrap_err().to_string();
-        assert!(error.contains(&format!("\"{}...\"", "K".repeat(64))) && error.len() < 300, "{error}");
+        let error = parse_json("payload", "x", format!(r#"{{"{key}": 1, "{key}": 2}}"#).as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!("\"{}...\"", "K".repeat(64))) && error.len() < 300,
+            "{error}"
+        );
     }
 
     #[test]
@@ -302,7 +393,9 @@ mod tests {
 
     #[test]
     fn the_shape_of_an_object_file() {
-        let error = parse_object("keys file", "k.json", b"[1]", "a JSON object of keys").unwrap_err().to_string();
+        let error = parse_object("keys file", "k.json", b"[1]", "a JSON object of keys")
+            .unwrap_err()
+            .to_string();
         assert_eq!(error, "keys file k.json must be a JSON object of keys");
         assert!(object(&raw(&json!("x"))).is_none());
         assert_eq!(object(&raw(&json!({"a": 1}))).unwrap().len(), 1);

@@ -36,26 +36,42 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
     let mut keys = BTreeMap::new();
     for (key, entry) in entries {
         if !super::names::is_valid_key(&key) {
-            problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin: origin.clone() });
+            problems.push(Problem::InvalidKey {
+                key: super::cut(&key, super::SHOWN_CHARS),
+                origin: origin.clone(),
+            });
             continue;
         }
-        let shape = |expected| Problem::WrongShape { what: WHAT, origin: format!("{origin} entry {key}"), expected };
+        let shape = |expected| Problem::WrongShape {
+            what: WHAT,
+            origin: format!("{origin} entry {key}"),
+            expected,
+        };
         let Some(fields) = object(&entry) else {
             problems.push(shape("an object with \"description\" and an optional \"default\""));
             continue;
         };
         // Strict like the bootstrap's config: a misspelt "default" would silently leave the key
         // without one.
-        let unknown: Vec<&String> = fields.keys().filter(|field| !FIELDS.contains(&field.as_str())).collect();
+        let unknown: Vec<&String> = fields
+            .keys()
+            .filter(|field| !FIELDS.contains(&field.as_str()))
+            .collect();
         if !unknown.is_empty() {
             for field in unknown {
-                problems.push(Problem::UnknownKeysField { origin: origin.clone(), key: key.clone(), field: super::cut(field, super::SHOWN_CHARS) });
+                problems.push(Problem::UnknownKeysField {
+                    origin: origin.clone(),
+                    key: key.clone(),
+                    field: super::cut(field, super::SHOWN_CHARS),
+                });
             }
             continue;
         }
         let description = match fields.get("description").map(|raw| raw.get()) {
             None | Some("null") => String::new(),
-            Some(raw) if raw.starts_with('"') => serde_json::from_str(raw).expect("a string that parsed before parses again"),
+            Some(raw) if raw.starts_with('"') => {
+                serde_json::from_str(raw).expect("a string that parsed before parses again")
+            }
             Some(_) => {
                 problems.push(shape("a string \"description\""));
                 continue;
@@ -63,7 +79,10 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
         };
         let default = fields.get("default").and_then(|raw| text(raw));
         if default.as_deref().is_some_and(|d| d.contains('\0')) {
-            problems.push(Problem::NulInValue { key, origin: origin.clone() });
+            problems.push(Problem::NulInValue {
+                key,
+                origin: origin.clone(),
+            });
             continue;
         }
         let node_only = match fields.get("node_only").map(|raw| raw.get()) {
@@ -74,7 +93,14 @@ pub fn read_keys(path: &Path) -> Result<BTreeMap<String, DeclaredKey>, Vec<Probl
                 continue;
             }
         };
-        keys.insert(key, DeclaredKey { description, default, node_only });
+        keys.insert(
+            key,
+            DeclaredKey {
+                description,
+                default,
+                node_only,
+            },
+        );
     }
     if problems.is_empty() { Ok(keys) } else { Err(problems) }
 }

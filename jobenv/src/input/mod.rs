@@ -102,7 +102,11 @@ pub const MAX_ARG_STRLEN: usize = 32 * 4096;
 /// of payload is not repeated there.
 pub fn shown(value: &str, max: usize) -> String {
     let cut: String = value.chars().take(max).collect();
-    if cut.len() < value.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+    if cut.len() < value.len() {
+        format!("{cut:?}...")
+    } else {
+        format!("{cut:?}")
+    }
 }
 
 /// A value for a message that quotes it itself: at most `max` characters, `...` at the end when
@@ -140,17 +144,38 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
     if let Some(payload) = &payload {
         identity = identity_of(payload);
     }
-    let required = job.node.required_secrets.as_deref().map(readiness::read).transpose().map_err(|p| problems.push(p)).ok().flatten();
+    let required = job
+        .node
+        .required_secrets
+        .as_deref()
+        .map(readiness::read)
+        .transpose()
+        .map_err(|p| problems.push(p))
+        .ok()
+        .flatten();
     let node = node::load(&job.node)
-        .map_err(|p| problems.extend(p.into_iter().map(|p| if required.is_some() { readiness::reclassify(p) } else { p })))
+        .map_err(|p| {
+            problems.extend(p.into_iter().map(|p| {
+                if required.is_some() {
+                    readiness::reclassify(p)
+                } else {
+                    p
+                }
+            }))
+        })
         .ok();
     if let (Some(required), Some(node)) = (&required, &node) {
         problems.extend(readiness::missing(required, node));
     }
     let declared = keys::read_keys(&job.node.keys).map_err(|p| problems.extend(p)).ok();
-    let attributes = keys::read_attributes(&job.node.attributes).map_err(|p| problems.push(p)).ok();
+    let attributes = keys::read_attributes(&job.node.attributes)
+        .map_err(|p| problems.push(p))
+        .ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
-    let events = node.as_ref().zip(payload.as_ref()).and_then(|(node, payload)| controls::target_of_rejected(node, payload, &job.verb));
+    let events = node
+        .as_ref()
+        .zip(payload.as_ref())
+        .and_then(|(node, payload)| controls::target_of_rejected(node, payload, &job.verb));
 
     let inputs = match (payload, node, declared, attributes, nix_shell) {
         (Some(payload), Some(node), Some(declared), Some(attributes), Some(nix_shell)) if problems.is_empty() => {
@@ -174,7 +199,11 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
         }
         _ => Err(problems),
     };
-    Gathered { identity, inputs, events }
+    Gathered {
+        identity,
+        inputs,
+        events,
+    }
 }
 
 /// What a payload says the job is about, before any check. Each only when it fits its grammar:
@@ -194,14 +223,22 @@ pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     if !names::VERBS.contains(&inputs.verb.as_str()) {
-        problems.push(Problem::UnknownVerb { verb: inputs.verb.clone(), expected: names::VERBS.join(", ") });
+        problems.push(Problem::UnknownVerb {
+            verb: inputs.verb.clone(),
+            expected: names::VERBS.join(", "),
+        });
     }
     admit::check_node(&inputs.node, &inputs.declared, &mut problems);
     admit::check_declared(&inputs.declared, &mut problems);
     let payload = admit::payload(inputs, &mut problems, &mut warnings);
     let controls = controls::resolve(inputs, &payload, &mut problems);
     match controls {
-        Some(controls) if problems.is_empty() => Ok(Checked { controls, payload: payload.values, ignored: payload.ignored, warnings }),
+        Some(controls) if problems.is_empty() => Ok(Checked {
+            controls,
+            payload: payload.values,
+            ignored: payload.ignored,
+            warnings,
+        }),
         _ => Err(problems),
     }
 }
@@ -215,14 +252,20 @@ fn stack_limit() -> u64 {
 /// own PATH (the node's), never in the program's.
 fn resolve_program(name: &str) -> Result<PathBuf, Problem> {
     use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     let not_found = || Problem::NixShellNotFound(name.to_owned());
     if name.contains('/') {
         let path = PathBuf::from(name);
         return if executable(&path) { Ok(path) } else { Err(not_found()) };
     }
     let search = std::env::var_os("PATH").ok_or_else(not_found)?;
-    std::env::split_paths(&search).map(|dir| dir.join(name)).find(|p| executable(p)).ok_or_else(not_found)
+    std::env::split_paths(&search)
+        .map(|dir| dir.join(name))
+        .find(|p| executable(p))
+        .ok_or_else(not_found)
 }
 
 /// Inputs for the unit tests of the validators and the merge.
@@ -234,17 +277,44 @@ pub(crate) mod test_support {
     pub fn node(pairs: &[(&str, &str, bool)]) -> NodeValues {
         pairs
             .iter()
-            .map(|(k, v, secret)| ((*k).into(), NodeValue { value: if *secret { safe_io::secret::Text::Secret(safe_io::secret::Secret::new(*v)) } else { safe_io::secret::Text::Plain((*v).into()) }, origin: format!("test:{k}"), hidden_key: false }))
+            .map(|(k, v, secret)| {
+                (
+                    (*k).into(),
+                    NodeValue {
+                        value: if *secret {
+                            safe_io::secret::Text::Secret(safe_io::secret::Secret::new(*v))
+                        } else {
+                            safe_io::secret::Text::Plain((*v).into())
+                        },
+                        origin: format!("test:{k}"),
+                        hidden_key: false,
+                    },
+                )
+            })
             .collect()
     }
 
     /// A node with the required control keys, keys A, B (default `b-default`), C and
     /// HOSTING_CONFIG declared, attribute `web`, and a payload for `web` in namespace `ns1`.
     pub fn inputs() -> Inputs {
-        let declared = [("A", None), ("B", Some("b-default")), ("C", None), ("HOSTING_CONFIG", None)]
-            .into_iter()
-            .map(|(k, d): (&str, Option<&str>)| (k.to_owned(), DeclaredKey { description: format!("{k} key"), default: d.map(Into::into), node_only: false }))
-            .collect();
+        let declared = [
+            ("A", None),
+            ("B", Some("b-default")),
+            ("C", None),
+            ("HOSTING_CONFIG", None),
+        ]
+        .into_iter()
+        .map(|(k, d): (&str, Option<&str>)| {
+            (
+                k.to_owned(),
+                DeclaredKey {
+                    description: format!("{k} key"),
+                    default: d.map(Into::into),
+                    node_only: false,
+                },
+            )
+        })
+        .collect();
         Inputs {
             verb: "apply".into(),
             node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),

@@ -23,14 +23,28 @@ pub const VERBS: &[&str] = &[
 
 /// Control keys only the node may set; jobenv consumes them and does not pass them on.
 /// `EVENTS_URL` and `EVENTS_FORMAT` configure progress events (see [`crate::events`]).
-pub const NODE_CONTROL_KEYS: &[&str] =
-    &["DEPLOYMENT_ROOT", "NIXPKGS", "DEPLOYMENT_NIXPKGS", "STATE_BASE_ADDRESS", "EVENTS_URL", "EVENTS_FORMAT"];
+pub const NODE_CONTROL_KEYS: &[&str] = &[
+    "DEPLOYMENT_ROOT",
+    "NIXPKGS",
+    "DEPLOYMENT_NIXPKGS",
+    "STATE_BASE_ADDRESS",
+    "EVENTS_URL",
+    "EVENTS_FORMAT",
+];
 
 /// Control keys a job payload may set; jobenv consumes them and does not pass them on.
 /// `BUILD_ID` names the build in progress events, `EVENTS_KIND` and `EVENTS_ROW_ID` the DD-0012
 /// row they go to, `EVENTS_SECRET` that row's secret; the program needs none of them.
-pub const PAYLOAD_CONTROL_KEYS: &[&str] =
-    &["SYSTEM", "ATTRIBUTE", "EXECUTABLE", "NAMESPACE", "BUILD_ID", "EVENTS_KIND", "EVENTS_ROW_ID", "EVENTS_SECRET"];
+pub const PAYLOAD_CONTROL_KEYS: &[&str] = &[
+    "SYSTEM",
+    "ATTRIBUTE",
+    "EXECUTABLE",
+    "NAMESPACE",
+    "BUILD_ID",
+    "EVENTS_KIND",
+    "EVENTS_ROW_ID",
+    "EVENTS_SECRET",
+];
 
 /// Control keys that the node may also set (node wins, like any key). A payload's
 /// `EVENTS_SECRET` is taken only by a node whose events are DD-0012's (see
@@ -38,8 +52,12 @@ pub const PAYLOAD_CONTROL_KEYS: &[&str] =
 pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM", "EVENTS_SECRET"];
 
 /// Variables jobenv computes itself; no layer may set them.
-pub const DERIVED_KEYS: &[&str] =
-    &["DEPLOYMENT_NAMESPACE", "TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"];
+pub const DERIVED_KEYS: &[&str] = &[
+    "DEPLOYMENT_NAMESPACE",
+    "TF_HTTP_ADDRESS",
+    "TF_HTTP_LOCK_ADDRESS",
+    "TF_HTTP_UNLOCK_ADDRESS",
+];
 
 /// Names that pass from jobenv's own environment besides the declared keys.
 pub const ENVIRON_PASSTHROUGH: &[&str] = &[
@@ -83,8 +101,13 @@ pub const NODE_TOOL_PREFIXES: &[&str] = &["TF_VAR_"];
 /// The state-backend keys a payload may carry: the seeds' front-end scopes the state address
 /// itself and sends it, with the backend's credentials when the node has none (see
 /// [`super::state`] for their rules).
-pub const STATE_KEYS: &[&str] =
-    &["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS", "TF_HTTP_USERNAME", "TF_HTTP_PASSWORD"];
+pub const STATE_KEYS: &[&str] = &[
+    "TF_HTTP_ADDRESS",
+    "TF_HTTP_LOCK_ADDRESS",
+    "TF_HTTP_UNLOCK_ADDRESS",
+    "TF_HTTP_USERNAME",
+    "TF_HTTP_PASSWORD",
+];
 
 /// Exact names no payload may set, even when declared, and that never pass from jobenv's own
 /// environment: each makes bash, an interpreter, git, ssh, the loader or OpenTofu run code or
@@ -138,8 +161,20 @@ pub const RESERVED: &[&str] = &[
 /// Reserved prefixes: the loader (`LD_`, `DYLD_`), Nix, bash's exported functions, Python, Perl,
 /// Ruby, Lua (`LUA_INIT` runs code), git, ssh's askpass, OpenTofu's extra arguments and its
 /// state backend (but for [`STATE_KEYS`]).
-pub const RESERVED_PREFIXES: &[&str] =
-    &["NIX_", "LD_", "DYLD_", "BASH_FUNC_", "PYTHON", "PERL5", "RUBY", "LUA_", "GIT_", "SSH_ASKPASS", "TF_CLI_ARGS", "TF_HTTP_"];
+pub const RESERVED_PREFIXES: &[&str] = &[
+    "NIX_",
+    "LD_",
+    "DYLD_",
+    "BASH_FUNC_",
+    "PYTHON",
+    "PERL5",
+    "RUBY",
+    "LUA_",
+    "GIT_",
+    "SSH_ASKPASS",
+    "TF_CLI_ARGS",
+    "TF_HTTP_",
+];
 
 /// Names a payload may never set, even when declared: they would let a job steer the
 /// interpreter, the loader, Nix, git, ssh or OpenTofu of the node.
@@ -152,7 +187,9 @@ pub fn is_reserved(key: &str) -> bool {
 /// it and the derivation does not set it: `shellHook`, `preHook`, `postHook`, any `*Hook(s)`
 /// or `*Phase(s)`.
 fn is_stdenv_code(key: &str) -> bool {
-    STDENV_CODE_SUFFIXES.iter().any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
+    STDENV_CODE_SUFFIXES
+        .iter()
+        .any(|suffix| key.len() > suffix.len() && key.ends_with(suffix))
 }
 
 pub const STDENV_CODE_SUFFIXES: &[&str] = &["Hook", "Hooks", "Phase", "Phases"];
@@ -167,16 +204,24 @@ pub enum KeyClass<'a> {
     NodeControl,
     /// jobenv's own input, set by a payload, never passed to the program (`ATTRIBUTE`,
     /// `NAMESPACE`, `EVENTS_ROW_ID`, ...); `SYSTEM` and `EVENTS_SECRET` the node may set too.
-    PayloadControl { node_may_set: bool },
+    PayloadControl {
+        node_may_set: bool,
+    },
     /// jobenv derives it (`DEPLOYMENT_NAMESPACE`, the state addresses): no node source sets it; a
     /// payload may propose a state address, checked against its rules.
-    Derived { payload_may_propose: bool },
+    Derived {
+        payload_may_propose: bool,
+    },
     /// The state backend's credentials: the node's, or a payload's where the node has none.
-    StateCredential { declared: bool },
+    StateCredential {
+        declared: bool,
+    },
     /// Steers a shell, an interpreter, the loader, Nix, git, ssh or OpenTofu: no payload sets it
     /// and jobenv's environment never passes it, declared or not; the node may, when it declares
     /// it or it is a Nix/OpenTofu variable of the node.
-    Reserved { node_may_set: bool },
+    Reserved {
+        node_may_set: bool,
+    },
     /// Declared in the keys file.
     Declared(&'a DeclaredKey),
     /// An undeclared Nix/OpenTofu variable a node may set (`NIX_CONFIG`, `TF_VAR_*`, ...).
@@ -189,13 +234,21 @@ pub fn class<'a>(key: &str, declared: &'a BTreeMap<String, DeclaredKey>) -> KeyC
     if NODE_CONTROL_KEYS.contains(&key) {
         KeyClass::NodeControl
     } else if PAYLOAD_CONTROL_KEYS.contains(&key) {
-        KeyClass::PayloadControl { node_may_set: SHARED_CONTROL_KEYS.contains(&key) }
+        KeyClass::PayloadControl {
+            node_may_set: SHARED_CONTROL_KEYS.contains(&key),
+        }
     } else if DERIVED_KEYS.contains(&key) {
-        KeyClass::Derived { payload_may_propose: STATE_KEYS.contains(&key) }
+        KeyClass::Derived {
+            payload_may_propose: STATE_KEYS.contains(&key),
+        }
     } else if STATE_KEYS.contains(&key) {
-        KeyClass::StateCredential { declared: declared.contains_key(key) }
+        KeyClass::StateCredential {
+            declared: declared.contains_key(key),
+        }
     } else if is_reserved(key) {
-        KeyClass::Reserved { node_may_set: declared.contains_key(key) || is_node_tool_key(key) }
+        KeyClass::Reserved {
+            node_may_set: declared.contains_key(key) || is_node_tool_key(key),
+        }
     } else if let Some(entry) = declared.get(key) {
         KeyClass::Declared(entry)
     } else if is_node_tool_key(key) {
@@ -228,7 +281,9 @@ impl KeyClass<'_> {
     /// A node source may set it.
     pub fn node_may_set(self) -> bool {
         match self {
-            KeyClass::NodeControl | KeyClass::StateCredential { .. } | KeyClass::Declared(_) | KeyClass::NodeTool => true,
+            KeyClass::NodeControl | KeyClass::StateCredential { .. } | KeyClass::Declared(_) | KeyClass::NodeTool => {
+                true
+            }
             KeyClass::PayloadControl { node_may_set } | KeyClass::Reserved { node_may_set } => node_may_set,
             KeyClass::Derived { .. } | KeyClass::Undeclared => false,
         }
@@ -252,7 +307,11 @@ pub fn is_valid_key(key: &str) -> bool {
 
 /// `^[a-z0-9_]+-[a-z0-9_]+$`
 pub fn is_valid_system(s: &str) -> bool {
-    let part = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
     match s.split_once('-') {
         Some((arch, os)) => part(arch) && part(os),
         None => false,
@@ -342,22 +401,82 @@ mod tests {
     #[test]
     fn reserved_names() {
         for k in [
-            "PATH", "HOME", "NIX_PATH", "NIX_CONFIG", "TF_HTTP_RETRY_MAX", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV",
-            "BASH_FUNC_ls%%", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH", "GLOBIGNORE", "PYTHONPATH",
-            "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH", "GIT_SSH_COMMAND",
-            "GIT_CONFIG_GLOBAL", "SSH_AUTH_SOCK", "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "TF_CLI_ARGS", "TF_CLI_ARGS_init",
-            "TF_CLI_CONFIG_FILE", "TF_DATA_DIR", "TF_PLUGIN_CACHE_DIR", "DEPLOYMENT_NAMESPACE", "shellHook", "preHook",
-            "postHook", "preConfigurePhases", "buildPhase", "PERLLIB", "JAVA_TOOL_OPTIONS",
-            "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "XDG_CONFIG_HOME",
-            "XDG_CONFIG_DIRS", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "TF_LOG_PATH", "TF_REATTACH_PROVIDERS", "TF_WORKSPACE",
-            "LUA_INIT", "LUA_PATH_5_4",
+            "PATH",
+            "HOME",
+            "NIX_PATH",
+            "NIX_CONFIG",
+            "TF_HTTP_RETRY_MAX",
+            "LD_PRELOAD",
+            "DYLD_INSERT_LIBRARIES",
+            "BASH_ENV",
+            "ENV",
+            "BASH_FUNC_ls%%",
+            "SHELLOPTS",
+            "BASHOPTS",
+            "PS4",
+            "PROMPT_COMMAND",
+            "IFS",
+            "CDPATH",
+            "GLOBIGNORE",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "PERL5LIB",
+            "PERL5OPT",
+            "RUBYOPT",
+            "RUBYLIB",
+            "NODE_OPTIONS",
+            "NODE_PATH",
+            "GCONV_PATH",
+            "GIT_SSH_COMMAND",
+            "GIT_CONFIG_GLOBAL",
+            "SSH_AUTH_SOCK",
+            "SSH_ASKPASS",
+            "SSH_ASKPASS_REQUIRE",
+            "TF_CLI_ARGS",
+            "TF_CLI_ARGS_init",
+            "TF_CLI_CONFIG_FILE",
+            "TF_DATA_DIR",
+            "TF_PLUGIN_CACHE_DIR",
+            "DEPLOYMENT_NAMESPACE",
+            "shellHook",
+            "preHook",
+            "postHook",
+            "preConfigurePhases",
+            "buildPhase",
+            "PERLLIB",
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "OPENSSL_CONF",
+            "OPENSSL_ENGINES",
+            "OPENSSL_MODULES",
+            "XDG_CONFIG_HOME",
+            "XDG_CONFIG_DIRS",
+            "HOSTALIASES",
+            "LOCALDOMAIN",
+            "RES_OPTIONS",
+            "TF_LOG_PATH",
+            "TF_REATTACH_PROVIDERS",
+            "TF_WORKSPACE",
+            "LUA_INIT",
+            "LUA_PATH_5_4",
         ] {
             assert!(is_reserved(k), "{k}");
         }
         // Positive controls: near names, the state-backend keys and the usual declared keys.
         for k in [
-            "PATHX", "HOSTING_CONFIG", "TF_VAR_x", "NIXOS", "ENVIRONMENTS", "SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "TF_LOG", "TF_IN_AUTOMATION",
-            "PUBLISHED_HOSTS", "LUA", "XDG_DATA_HOME",
+            "PATHX",
+            "HOSTING_CONFIG",
+            "TF_VAR_x",
+            "NIXOS",
+            "ENVIRONMENTS",
+            "SSH_PRIVATE_KEY_FILE",
+            "INTERNAL_HOSTS",
+            "TF_LOG",
+            "TF_IN_AUTOMATION",
+            "PUBLISHED_HOSTS",
+            "LUA",
+            "XDG_DATA_HOME",
         ] {
             assert!(!is_reserved(k), "{k}");
         }
@@ -369,8 +488,21 @@ mod tests {
     #[test]
     fn every_key_has_one_class_and_the_first_that_fits_wins() {
         let mut declared = BTreeMap::new();
-        for key in ["DOMAIN", "PIN", "PATH", "TF_HTTP_PASSWORD", "DEPLOYMENT_NAMESPACE", "SYSTEM"] {
-            declared.insert(key.to_owned(), DeclaredKey { node_only: key == "PIN", ..Default::default() });
+        for key in [
+            "DOMAIN",
+            "PIN",
+            "PATH",
+            "TF_HTTP_PASSWORD",
+            "DEPLOYMENT_NAMESPACE",
+            "SYSTEM",
+        ] {
+            declared.insert(
+                key.to_owned(),
+                DeclaredKey {
+                    node_only: key == "PIN",
+                    ..Default::default()
+                },
+            );
         }
         let class = |key| class(key, &declared);
         assert_eq!(class("DEPLOYMENT_ROOT"), KeyClass::NodeControl);
@@ -380,8 +512,18 @@ mod tests {
         assert_eq!(class("EVENTS_FORMAT"), KeyClass::NodeControl);
         // A control key stays one when a keys file declares it (which is refused on its own).
         assert_eq!(class("SYSTEM"), KeyClass::PayloadControl { node_may_set: true });
-        assert_eq!(class("DEPLOYMENT_NAMESPACE"), KeyClass::Derived { payload_may_propose: false });
-        assert_eq!(class("TF_HTTP_LOCK_ADDRESS"), KeyClass::Derived { payload_may_propose: true });
+        assert_eq!(
+            class("DEPLOYMENT_NAMESPACE"),
+            KeyClass::Derived {
+                payload_may_propose: false
+            }
+        );
+        assert_eq!(
+            class("TF_HTTP_LOCK_ADDRESS"),
+            KeyClass::Derived {
+                payload_may_propose: true
+            }
+        );
         assert_eq!(class("TF_HTTP_USERNAME"), KeyClass::StateCredential { declared: false });
         assert_eq!(class("TF_HTTP_PASSWORD"), KeyClass::StateCredential { declared: true });
         assert_eq!(class("PATH"), KeyClass::Reserved { node_may_set: true });
@@ -393,8 +535,14 @@ mod tests {
         assert_eq!(class("TF_LOG"), KeyClass::NodeTool);
         assert_eq!(class("ANYTHING"), KeyClass::Undeclared);
         // Who may set what.
-        assert!(class("DOMAIN").environ_may_set() && !class("PIN").environ_may_set() && !class("PATH").environ_may_set());
-        assert!(class("TF_VAR_token").node_may_set() && !class("LD_PRELOAD").node_may_set() && !class("ATTRIBUTE").node_may_set());
+        assert!(
+            class("DOMAIN").environ_may_set() && !class("PIN").environ_may_set() && !class("PATH").environ_may_set()
+        );
+        assert!(
+            class("TF_VAR_token").node_may_set()
+                && !class("LD_PRELOAD").node_may_set()
+                && !class("ATTRIBUTE").node_may_set()
+        );
     }
 
     #[test]

@@ -44,11 +44,23 @@ pub fn load(files: &NodeFiles) -> Result<BTreeMap<String, NodeValue>, Vec<Proble
     }
     // Each secret becomes redaction needles in every form it may be printed in: the total is
     // bounded, not only each value (24 values of 127 KiB would be gigabytes of automaton).
-    let total: usize = layer.values.values().filter(|v| v.value.is_secret()).map(|v| v.value.expose().len()).sum();
+    let total: usize = layer
+        .values
+        .values()
+        .filter(|v| v.value.is_secret())
+        .map(|v| v.value.expose().len())
+        .sum();
     if total > SECRETS_LIMIT {
-        layer.problems.push(Problem::SecretsTooLarge { total, limit: SECRETS_LIMIT });
+        layer.problems.push(Problem::SecretsTooLarge {
+            total,
+            limit: SECRETS_LIMIT,
+        });
     }
-    if layer.problems.is_empty() { Ok(layer.values) } else { Err(layer.problems) }
+    if layer.problems.is_empty() {
+        Ok(layer.values)
+    } else {
+        Err(layer.problems)
+    }
 }
 
 /// A secrets env file of this size or more is refused (like a payload).
@@ -65,14 +77,24 @@ struct Layer {
 
 impl Layer {
     fn insert(&mut self, key: String, value: Text, origin: String) {
-        self.insert_value(key, NodeValue { value, origin, hidden_key: false });
+        self.insert_value(
+            key,
+            NodeValue {
+                value,
+                origin,
+                hidden_key: false,
+            },
+        );
     }
 
     fn insert_value(&mut self, key: String, node_value: NodeValue) {
         let NodeValue { value, origin, .. } = &node_value;
         let origin = origin.clone();
         if !is_valid_key(&key) {
-            self.problems.push(Problem::InvalidKey { key: super::cut(&key, super::SHOWN_CHARS), origin });
+            self.problems.push(Problem::InvalidKey {
+                key: super::cut(&key, super::SHOWN_CHARS),
+                origin,
+            });
             return;
         }
         if value.expose().contains('\0') {
@@ -81,9 +103,16 @@ impl Layer {
         }
         if let Some(existing) = self.values.get(&key) {
             self.problems.push(if existing.hidden_key || node_value.hidden_key {
-                Problem::HiddenNodeKey { origin: format!("{} and {origin}", existing.origin), what: "set the same key" }
+                Problem::HiddenNodeKey {
+                    origin: format!("{} and {origin}", existing.origin),
+                    what: "set the same key",
+                }
             } else {
-                Problem::DuplicateNodeKey { key, first: existing.origin.clone(), second: origin }
+                Problem::DuplicateNodeKey {
+                    key,
+                    first: existing.origin.clone(),
+                    second: origin,
+                }
             });
             return;
         }
@@ -116,7 +145,11 @@ impl Layer {
                 return;
             }
             Err(source) => {
-                self.problems.push(Problem::UnreadableFile { what: "secrets directory", path: dir.to_owned(), source });
+                self.problems.push(Problem::UnreadableFile {
+                    what: "secrets directory",
+                    path: dir.to_owned(),
+                    source,
+                });
                 return;
             }
         };
@@ -126,7 +159,11 @@ impl Layer {
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(source) => {
-                    self.problems.push(Problem::UnreadableFile { what: "secrets directory", path: dir.to_owned(), source });
+                    self.problems.push(Problem::UnreadableFile {
+                        what: "secrets directory",
+                        path: dir.to_owned(),
+                        source,
+                    });
                     return;
                 }
             };
@@ -138,7 +175,10 @@ impl Layer {
                 Ok(name) if is_variable_name(&name) => match entry.file_type() {
                     Ok(kind) if kind.is_dir() => {}
                     Ok(kind) if !kind.is_file() && !kind.is_symlink() => {
-                        self.problems.push(Problem::BadSecretFile { path: entry.path(), reason: NOT_REGULAR });
+                        self.problems.push(Problem::BadSecretFile {
+                            path: entry.path(),
+                            reason: NOT_REGULAR,
+                        });
                     }
                     kind => names.push((name, entry.path(), !kind.is_ok_and(|kind| kind.is_file()))),
                 },
@@ -161,8 +201,15 @@ impl Layer {
     fn read_secret_file(&mut self, path: &Path, link_dir: Option<&Path>) -> Option<String> {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
-        let bad = |reason| Problem::BadSecretFile { path: path.to_owned(), reason };
-        let unreadable = |source| Problem::UnreadableFile { what: "secret file", path: path.to_owned(), source };
+        let bad = |reason| Problem::BadSecretFile {
+            path: path.to_owned(),
+            reason,
+        };
+        let unreadable = |source| Problem::UnreadableFile {
+            what: "secret file",
+            path: path.to_owned(),
+            source,
+        };
         let mut open = path.to_owned();
         if let Some(dir) = link_dir {
             match path.canonicalize() {
@@ -219,7 +266,8 @@ impl Layer {
             return None;
         }
         if bytes.len() >= limit {
-            self.problems.push(bad("is 128 KiB or larger, more than a program can be given"));
+            self.problems
+                .push(bad("is 128 KiB or larger, more than a program can be given"));
             return None;
         }
         let mut text = match String::from_utf8(bytes) {
@@ -242,7 +290,10 @@ impl Layer {
         use std::os::unix::fs::OpenOptionsExt;
         // Non-blocking and a regular file only, like a secret file (a FIFO must not hang the
         // job); bounded, like the payload: a file this large is no list of secrets.
-        let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path);
         let read = file.and_then(|file| {
             let regular = file.metadata()?.is_file();
             let mut bytes = Vec::new();
@@ -253,26 +304,42 @@ impl Layer {
         });
         let text = match read {
             Ok((false, _)) => {
-                self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: NOT_REGULAR });
+                self.problems.push(Problem::BadEnvFile {
+                    path: path.to_owned(),
+                    reason: NOT_REGULAR,
+                });
                 return;
             }
             Ok((true, bytes)) if bytes.len() >= ENV_FILE_LIMIT => {
-                self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: "is 1 MiB or larger" });
+                self.problems.push(Problem::BadEnvFile {
+                    path: path.to_owned(),
+                    reason: "is 1 MiB or larger",
+                });
                 return;
             }
             Ok((true, bytes)) => match String::from_utf8(bytes) {
                 Ok(text) => text,
                 Err(_) => {
-                    self.problems.push(Problem::BadEnvFile { path: path.to_owned(), reason: "is not UTF-8" });
+                    self.problems.push(Problem::BadEnvFile {
+                        path: path.to_owned(),
+                        reason: "is not UTF-8",
+                    });
                     return;
                 }
             },
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                self.problems.push(Problem::MissingFile { what: "secrets env file", path: path.to_owned() });
+                self.problems.push(Problem::MissingFile {
+                    what: "secrets env file",
+                    path: path.to_owned(),
+                });
                 return;
             }
             Err(source) => {
-                self.problems.push(Problem::UnreadableFile { what: "secrets env file", path: path.to_owned(), source });
+                self.problems.push(Problem::UnreadableFile {
+                    what: "secrets env file",
+                    path: path.to_owned(),
+                    source,
+                });
                 return;
             }
         };
@@ -285,16 +352,24 @@ impl Layer {
                 Ok((key, value, line)) => {
                     let origin = format!("{}:{line}", path.display());
                     let hidden_key = value.bytes().all(|b| b == b'=');
-                    self.insert_value(key.to_owned(), NodeValue { value: Text::Secret(Secret::new(value)), origin, hidden_key })
+                    self.insert_value(
+                        key.to_owned(),
+                        NodeValue {
+                            value: Text::Secret(Secret::new(value)),
+                            origin,
+                            hidden_key,
+                        },
+                    )
                 }
-                Err((line, reason)) => {
-                    self.problems.push(Problem::BadEnvFileLine { path: path.to_owned(), line, reason })
-                }
+                Err((line, reason)) => self.problems.push(Problem::BadEnvFileLine {
+                    path: path.to_owned(),
+                    line,
+                    reason,
+                }),
             }
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -323,12 +398,20 @@ mod tests {
         let (path, loaded) = load_env_file("QUJDREVGR0hJSktM==\nQUJDREVGR0hJSktM=\n");
         let problems: Vec<String> = loaded.unwrap_err().iter().map(ToString::to_string).collect();
         let path = path.display();
-        assert_eq!(problems, [format!("{path}:1 and {path}:2 set the same key (the key is not shown: its line may be part of a wrapped secret)")]);
+        assert_eq!(
+            problems,
+            [format!(
+                "{path}:1 and {path}:2 set the same key (the key is not shown: its line may be part of a wrapped secret)"
+            )]
+        );
         // Positive control: an ordinary repeated key is named.
         let (path, loaded) = load_env_file("TF_VAR_a=1\nTF_VAR_a=2\n");
         let problems: Vec<String> = loaded.unwrap_err().iter().map(ToString::to_string).collect();
         let path = path.display();
-        assert_eq!(problems, [format!("TF_VAR_a is set by two node sources: {path}:1 and {path}:2")]);
+        assert_eq!(
+            problems,
+            [format!("TF_VAR_a is set by two node sources: {path}:1 and {path}:2")]
+        );
         let (_, loaded) = load_env_file("TF_VAR_a=\nTF_VAR_b==\nTF_VAR_c=x=\n");
         let hidden: Vec<bool> = loaded.unwrap().values().map(|v| v.hidden_key).collect();
         assert_eq!(hidden, [true, true, false]);

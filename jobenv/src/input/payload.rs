@@ -24,10 +24,21 @@ pub fn read(path: &Path) -> Result<Members, Problem> {
 /// memfd is read at once.
 pub fn read_until<S>(path: &Path, mut stop: impl FnMut() -> Option<S>) -> Result<Result<Members, Problem>, S> {
     let what = "payload";
-    let origin = if path == Path::new("-") { "on stdin".to_owned() } else { path.display().to_string() };
+    let origin = if path == Path::new("-") {
+        "on stdin".to_owned()
+    } else {
+        path.display().to_string()
+    };
     let unreadable = |source: std::io::Error| match source.kind() {
-        std::io::ErrorKind::NotFound => Problem::MissingFile { what, path: path.to_owned() },
-        _ => Problem::UnreadableFile { what, path: path.to_owned(), source },
+        std::io::ErrorKind::NotFound => Problem::MissingFile {
+            what,
+            path: path.to_owned(),
+        },
+        _ => Problem::UnreadableFile {
+            what,
+            path: path.to_owned(),
+            source,
+        },
     };
     let (stdin, file);
     let fd = if path == Path::new("-") {
@@ -36,7 +47,11 @@ pub fn read_until<S>(path: &Path, mut stop: impl FnMut() -> Option<S>) -> Result
     } else {
         // Non-blocking open: a FIFO without a writer yet must not block the open itself.
         use std::os::unix::fs::OpenOptionsExt;
-        match std::fs::OpenOptions::new().read(true).custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits()).open(path) {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(path)
+        {
             Ok(opened) => file = opened,
             Err(source) => return Ok(Err(unreadable(source))),
         }
@@ -70,7 +85,6 @@ pub fn read_until<S>(path: &Path, mut stop: impl FnMut() -> Option<S>) -> Result
 /// How long one wait for payload bytes lasts before a cancel is looked for again.
 const POLL_MS: u16 = 50;
 
-
 pub fn parse(origin: &str, bytes: &[u8]) -> Result<Members, Problem> {
     if bytes.len() > PAYLOAD_LIMIT {
         return Err(Problem::PayloadTooLarge { limit: PAYLOAD_LIMIT });
@@ -84,9 +98,15 @@ mod tests {
 
     #[test]
     fn a_payload_is_an_object_of_at_most_one_mebibyte() {
-        assert_eq!(parse("x", b"[]").unwrap_err().to_string(), "payload x must be a JSON object");
+        assert_eq!(
+            parse("x", b"[]").unwrap_err().to_string(),
+            "payload x must be a JSON object"
+        );
         let big = format!(r#"{{"A": "{}"}}"#, "a".repeat(PAYLOAD_LIMIT));
-        assert_eq!(parse("x", big.as_bytes()).unwrap_err().to_string(), "payload is larger than 1048576 bytes");
+        assert_eq!(
+            parse("x", big.as_bytes()).unwrap_err().to_string(),
+            "payload is larger than 1048576 bytes"
+        );
         assert_eq!(parse("x", br#"{"A": 1e2}"#).unwrap()["A"].get(), "1e2");
     }
 }

@@ -13,7 +13,11 @@ use crate::error::Problem;
 /// The secret names in `path`: a JSON array of variable names.
 pub fn read(path: &Path) -> Result<Vec<String>, Problem> {
     const WHAT: &str = "required secrets file";
-    let shape = || Problem::WrongShape { what: WHAT, origin: path.display().to_string(), expected: "a JSON array of variable names" };
+    let shape = || Problem::WrongShape {
+        what: WHAT,
+        origin: path.display().to_string(),
+        expected: "a JSON array of variable names",
+    };
     match read_json(WHAT, path)? {
         serde_json::Value::Array(items) => items
             .into_iter()
@@ -30,10 +34,13 @@ pub fn read(path: &Path) -> Result<Vec<String>, Problem> {
 /// agent has not rendered it yet: not ready, rather than misconfigured.
 pub fn reclassify(problem: Problem) -> Problem {
     match problem {
-        Problem::MissingSecretsDir(dir) => Problem::NodeNotReady(format!("the secrets directory {} does not exist yet", dir.display())),
-        Problem::MissingFile { what: "secrets env file", path } => {
-            Problem::NodeNotReady(format!("the secrets env file {} does not exist yet", path.display()))
+        Problem::MissingSecretsDir(dir) => {
+            Problem::NodeNotReady(format!("the secrets directory {} does not exist yet", dir.display()))
         }
+        Problem::MissingFile {
+            what: "secrets env file",
+            path,
+        } => Problem::NodeNotReady(format!("the secrets env file {} does not exist yet", path.display())),
         other => other,
     }
 }
@@ -42,7 +49,11 @@ pub fn reclassify(problem: Problem) -> Problem {
 pub fn missing(required: &[String], node: &NodeValues) -> Vec<Problem> {
     required
         .iter()
-        .filter(|name| !node.get(name.as_str()).is_some_and(|value| value.value.is_secret() && !value.value.expose().is_empty()))
+        .filter(|name| {
+            !node
+                .get(name.as_str())
+                .is_some_and(|value| value.value.is_secret() && !value.value.expose().is_empty())
+        })
         .map(|name| Problem::NodeNotReady(format!("the secret {name} is missing or empty (not rendered yet?)")))
         .collect()
 }

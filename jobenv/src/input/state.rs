@@ -31,14 +31,21 @@ pub struct StateAddress {
 pub fn last_segment(address: &str) -> Option<&str> {
     let rest = address.split_once("://")?.1;
     let path = &rest[rest.find('/')?..];
-    path.strip_suffix('/').unwrap_or(path).rsplit('/').next().filter(|segment| !segment.is_empty())
+    path.strip_suffix('/')
+        .unwrap_or(path)
+        .rsplit('/')
+        .next()
+        .filter(|segment| !segment.is_empty())
 }
 
 /// The namespace a payload names, for the job's identity before it is checked: `NAMESPACE`, or
 /// else the last path segment of `TF_HTTP_ADDRESS`; only one that fits the namespace grammar
 /// (an unchecked one could be anything: a query's token, a megabyte of text).
 pub fn namespace_of(namespace: Option<&str>, address: Option<&str>) -> Option<String> {
-    namespace.or_else(|| address.and_then(last_segment)).filter(|ns| names::is_valid_namespace(ns)).map(str::to_owned)
+    namespace
+        .or_else(|| address.and_then(last_segment))
+        .filter(|ns| names::is_valid_namespace(ns))
+        .map(str::to_owned)
 }
 
 /// At most this many characters of an address appear in an error.
@@ -51,7 +58,10 @@ fn shown(address: &str) -> String {
         return "(value not shown: it carries credentials)".to_owned();
     }
     match address.find(['?', '#']) {
-        Some(at) => format!("{} (its query or fragment not shown)", super::shown(&address[..at], SHOWN_ADDRESS_CHARS)),
+        Some(at) => format!(
+            "{} (its query or fragment not shown)",
+            super::shown(&address[..at], SHOWN_ADDRESS_CHARS)
+        ),
         None => super::shown(address, SHOWN_ADDRESS_CHARS),
     }
 }
@@ -73,7 +83,10 @@ pub fn has_userinfo(address: &str) -> bool {
 /// URL standard reads as `/`); userinfo only if allowed.
 pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
     let allow_userinfo = node;
-    let Some(rest) = address.strip_prefix("https://").or_else(|| address.strip_prefix("http://")) else {
+    let Some(rest) = address
+        .strip_prefix("https://")
+        .or_else(|| address.strip_prefix("http://"))
+    else {
         return Some("must be an http:// or https:// URL");
     };
     if address.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -94,7 +107,12 @@ pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
     if segments.iter().any(|segment| segment.is_empty()) {
         return Some("must not have empty path segments");
     }
-    let dot = |s: &str| matches!(s.to_ascii_lowercase().as_str(), "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e.");
+    let dot = |s: &str| {
+        matches!(
+            s.to_ascii_lowercase().as_str(),
+            "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e."
+        )
+    };
     if segments.iter().any(|segment| dot(segment)) {
         return Some("must not have . or .. path segments");
     }
@@ -113,8 +131,12 @@ pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
     // read the one address that was checked. An empty path is the parser's `/`.
     match reqwest::Url::parse(address) {
         // An IP address is the parser's own (`Host::Ipv4`, `Host::Ipv6`): only a domain is checked.
-        Ok(url) if url.domain().is_some_and(|domain| host_problem(domain).is_some()) => url.domain().and_then(host_problem),
-        Ok(url) if url.as_str() == address || (path.is_empty() && url.as_str().strip_suffix('/') == Some(address)) => None,
+        Ok(url) if url.domain().is_some_and(|domain| host_problem(domain).is_some()) => {
+            url.domain().and_then(host_problem)
+        }
+        Ok(url) if url.as_str() == address || (path.is_empty() && url.as_str().strip_suffix('/') == Some(address)) => {
+            None
+        }
         _ => Some("must be a URL that no parser rewrites"),
     }
 }
@@ -123,8 +145,15 @@ pub fn url_problem(address: &str, node: bool) -> Option<&'static str> {
 pub fn check_addresses(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> bool {
     let before = problems.len();
     for key in ["TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"] {
-        if let Some((address, rule)) = payload.get(key).and_then(|address| Some((address, url_problem(address, false)?))) {
-            problems.push(Problem::BadControl { key, shown: shown(address), rule });
+        if let Some((address, rule)) = payload
+            .get(key)
+            .and_then(|address| Some((address, url_problem(address, false)?)))
+        {
+            problems.push(Problem::BadControl {
+                key,
+                shown: shown(address),
+                rule,
+            });
         }
     }
     problems.len() == before
@@ -134,19 +163,26 @@ pub fn check_addresses(payload: &BTreeMap<&'static str, String>, problems: &mut 
 /// that is not strict names no namespace ([`check_addresses`] reports it).
 pub fn namespace(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Problem>) -> Option<String> {
     let given = payload.get("NAMESPACE");
-    let address = payload.get("TF_HTTP_ADDRESS").filter(|address| url_problem(address, false).is_none());
+    let address = payload
+        .get("TF_HTTP_ADDRESS")
+        .filter(|address| url_problem(address, false).is_none());
     if given.is_none() && address.is_none() && payload.contains_key("TF_HTTP_ADDRESS") {
         return None;
     }
     let namespace = match (given, address.map(|a| (a, last_segment(a)))) {
         // Without a segment to compare, every namespace sent with this address would share it.
         (Some(given), Some((_, None))) => {
-            problems.push(Problem::AddressWithoutNamespace { namespace: super::shown(given, SHOWN_NAMESPACE_CHARS) });
+            problems.push(Problem::AddressWithoutNamespace {
+                namespace: super::shown(given, SHOWN_NAMESPACE_CHARS),
+            });
             return None;
         }
         (Some(given), Some((address, Some(from_address)))) if given != from_address => {
             let namespace = super::cut(given, SHOWN_NAMESPACE_CHARS);
-            problems.push(Problem::NamespaceMismatch { namespace, address: shown(address) });
+            problems.push(Problem::NamespaceMismatch {
+                namespace,
+                address: shown(address),
+            });
             return None;
         }
         (Some(namespace), _) => namespace.clone(),
@@ -161,7 +197,11 @@ pub fn namespace(payload: &BTreeMap<&'static str, String>, problems: &mut Vec<Pr
     };
     if !names::is_valid_namespace(&namespace) {
         let shown = super::shown(&namespace, SHOWN_NAMESPACE_CHARS);
-        problems.push(Problem::BadControl { key: "NAMESPACE", shown, rule: "must match ^[a-z0-9][a-z0-9-]{0,62}$" });
+        problems.push(Problem::BadControl {
+            key: "NAMESPACE",
+            shown,
+            rule: "must match ^[a-z0-9][a-z0-9-]{0,62}$",
+        });
         return None;
     }
     Some(namespace)
@@ -186,14 +226,20 @@ pub fn address(
             // A payload's address never carries credentials (`url_problem`), the node's base may:
             // compared without them, so that a seed's `<base>/<namespace>` matches.
             if given.is_some_and(|given| trimmed(given) != without_userinfo(&scoped)) {
-                problems.push(Problem::ForeignStateAddress { shown: shown(given.expect("given")), namespace: namespace.to_owned() });
+                problems.push(Problem::ForeignStateAddress {
+                    shown: shown(given.expect("given")),
+                    namespace: namespace.to_owned(),
+                });
                 return None;
             }
             (scoped, false)
         }
         (None, Some(given)) => (trimmed(given), true),
         (None, None) => {
-            if let Some(key) = ["TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"].into_iter().find(|key| payload.contains_key(key)) {
+            if let Some(key) = ["TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"]
+                .into_iter()
+                .find(|key| payload.contains_key(key))
+            {
                 problems.push(Problem::LockWithoutState { key });
             }
             return None;
@@ -207,21 +253,36 @@ pub fn address(
         None => Some((format!("{address}/lock"), false)),
         Some(lock) if trimmed(lock) == bare || lock.starts_with(&format!("{bare}/")) => {
             let credentialed = bare != address;
-            Some(if credentialed { (format!("{address}{}", &lock[bare.len()..]), false) } else { (lock.to_owned(), true) })
+            Some(if credentialed {
+                (format!("{address}{}", &lock[bare.len()..]), false)
+            } else {
+                (lock.to_owned(), true)
+            })
         }
         Some(lock) => {
-            problems.push(Problem::LockOutsideState { key, shown: shown(lock) });
+            problems.push(Problem::LockOutsideState {
+                key,
+                shown: shown(lock),
+            });
             None
         }
     };
     let (lock, unlock) = (under("TF_HTTP_LOCK_ADDRESS"), under("TF_HTTP_UNLOCK_ADDRESS"));
     let ((lock, lock_given), (unlock, unlock_given)) = (lock?, unlock?);
-    Some(StateAddress { address, lock, unlock, from_payload: [from_payload, lock_given, unlock_given] })
+    Some(StateAddress {
+        address,
+        lock,
+        unlock,
+        from_payload: [from_payload, lock_given, unlock_given],
+    })
 }
 
 /// `address` without its userinfo (`https://user:pw@host/x` is `https://host/x`).
 fn without_userinfo(address: &str) -> String {
-    let (Some((scheme, rest)), Some((_, host))) = (address.split_once("://"), authority(address).rsplit_once('@')) else { return address.to_owned() };
+    let (Some((scheme, rest)), Some((_, host))) = (address.split_once("://"), authority(address).rsplit_once('@'))
+    else {
+        return address.to_owned();
+    };
     format!("{scheme}://{host}{}", &rest[authority(address).len()..])
 }
 
@@ -229,8 +290,15 @@ fn without_userinfo(address: &str) -> String {
 /// and `-` (not first or last), 1 to 63 of them each, 253 in all. The URL standard takes much
 /// more as a domain (`s{x}`, `a_b`, `*`): a state backend's address names a real host.
 fn host_problem(host: &str) -> Option<&'static str> {
-    let label = |l: &str| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-') && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    (host.len() > 253 || !host.split('.').all(label)).then_some("must name a valid host: a host name (letters, digits, - and .) or an IP address")
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    (host.len() > 253 || !host.split('.').all(label))
+        .then_some("must name a valid host: a host name (letters, digits, - and .) or an IP address")
 }
 
 #[cfg(test)]
@@ -239,7 +307,14 @@ mod tests {
 
     #[test]
     fn strict_urls() {
-        for good in ["https://state.example/tf/ns", "http://10.0.0.1:8080/tf/ns/", "https://state.example", "http://[::1]:8080/tf", "https://xn--bcher-kva.example/tf", "http://state-1/tf"] {
+        for good in [
+            "https://state.example/tf/ns",
+            "http://10.0.0.1:8080/tf/ns/",
+            "https://state.example",
+            "http://[::1]:8080/tf",
+            "https://xn--bcher-kva.example/tf",
+            "http://state-1/tf",
+        ] {
             assert_eq!(url_problem(good, false), None, "{good}");
         }
         for (bad, why) in [
@@ -271,9 +346,17 @@ mod tests {
             ("https://state..example/tf/ns", "valid host"),
             ("https://*.example/tf/ns", "valid host"),
         ] {
-            assert!(url_problem(bad, false).is_some_and(|rule| rule.contains(why)), "{bad}: {:?}", url_problem(bad, false));
+            assert!(
+                url_problem(bad, false).is_some_and(|rule| rule.contains(why)),
+                "{bad}: {:?}",
+                url_problem(bad, false)
+            );
         }
-        assert_eq!(url_problem("https://user:pw@state.example/tf", true), None, "the node's base may carry credentials");
+        assert_eq!(
+            url_problem("https://user:pw@state.example/tf", true),
+            None,
+            "the node's base may carry credentials"
+        );
         assert!(url_problem("https://user:pw@s{x}/tf", true).is_some_and(|rule| rule.contains("valid host")));
     }
 
@@ -281,7 +364,10 @@ mod tests {
     fn a_base_with_credentials_scopes_a_seeds_address_without_them() {
         let base = Some("https://tfuser:pw-123@state.example/tf/");
         let mut problems = Vec::new();
-        let p = payload(&[("TF_HTTP_ADDRESS", "https://state.example/tf/team-a"), ("TF_HTTP_LOCK_ADDRESS", "https://state.example/tf/team-a/locks/x")]);
+        let p = payload(&[
+            ("TF_HTTP_ADDRESS", "https://state.example/tf/team-a"),
+            ("TF_HTTP_LOCK_ADDRESS", "https://state.example/tf/team-a/locks/x"),
+        ]);
         let state = address("team-a", base, &p, &mut problems).unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         // The program uses the node's own address, credentials and all, for its locks too.
@@ -293,7 +379,12 @@ mod tests {
         let p = payload(&[("TF_HTTP_ADDRESS", "https://state.example/tf/team-b")]);
         assert!(address("team-a", base, &p, &mut problems).is_none());
         let shown = problems.iter().map(ToString::to_string).collect::<String>();
-        assert!(shown.contains("is not this node's state address of namespace team-a") && !shown.contains("pw-123") && !shown.contains("tfuser"), "{shown}");
+        assert!(
+            shown.contains("is not this node's state address of namespace team-a")
+                && !shown.contains("pw-123")
+                && !shown.contains("tfuser"),
+            "{shown}"
+        );
         assert_eq!(without_userinfo("https://a:b@c@h:1/x"), "https://h:1/x");
         assert_eq!(without_userinfo("https://h/x@y"), "https://h/x@y");
     }
@@ -322,10 +413,16 @@ mod tests {
         assert!(check_addresses(&p, &mut problems));
         assert_eq!(namespace(&p, &mut problems).as_deref(), Some("team-a"));
         let state = address("team-a", None, &p, &mut problems).unwrap();
-        assert_eq!((state.address.as_str(), state.lock.as_str()), ("https://s/tf/team-a", "https://s/tf/team-a/lock"));
+        assert_eq!(
+            (state.address.as_str(), state.lock.as_str()),
+            ("https://s/tf/team-a", "https://s/tf/team-a/lock")
+        );
         assert_eq!(state.from_payload, [true, false, false]);
         let state = address("team-a", Some("https://s/tf/"), &p, &mut problems).unwrap();
-        assert_eq!((state.address.as_str(), state.from_payload), ("https://s/tf/team-a", [false, false, false]));
+        assert_eq!(
+            (state.address.as_str(), state.from_payload),
+            ("https://s/tf/team-a", [false, false, false])
+        );
         assert!(problems.is_empty(), "{problems:?}");
     }
 
@@ -341,28 +438,90 @@ mod tests {
             problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
         };
         let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/tf/b")], None);
-        assert!(e.contains("NAMESPACE \"a\" differs from the last segment of TF_HTTP_ADDRESS"), "{e}");
+        assert!(
+            e.contains("NAMESPACE \"a\" differs from the last segment of TF_HTTP_ADDRESS"),
+            "{e}"
+        );
         let e = check(&[("TF_HTTP_ADDRESS", "https://s/other/a")], Some("https://s/tf"));
         assert!(e.contains("is not this node's state address of namespace a"), "{e}");
-        let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/lock")], None);
-        assert!(e.contains("TF_HTTP_LOCK_ADDRESS \"https://s/tf/b/lock\" is not under the job's state address"), "{e}");
-        let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/ab")], None);
-        assert!(e.contains("is not under the job's state address"), "a prefix of the name is not under it: {e}");
+        let e = check(
+            &[
+                ("TF_HTTP_ADDRESS", "https://s/tf/a"),
+                ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/lock"),
+            ],
+            None,
+        );
+        assert!(
+            e.contains("TF_HTTP_LOCK_ADDRESS \"https://s/tf/b/lock\" is not under the job's state address"),
+            "{e}"
+        );
+        let e = check(
+            &[
+                ("TF_HTTP_ADDRESS", "https://s/tf/a"),
+                ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/ab"),
+            ],
+            None,
+        );
+        assert!(
+            e.contains("is not under the job's state address"),
+            "a prefix of the name is not under it: {e}"
+        );
         let e = check(&[("TF_HTTP_ADDRESS", "https://u:hunter2@s/tf/a")], None);
-        assert!(e.contains("must not carry credentials") && !e.contains("hunter2"), "{e}");
+        assert!(
+            e.contains("must not carry credentials") && !e.contains("hunter2"),
+            "{e}"
+        );
         let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/x")], None);
-        assert!(e.contains("TF_HTTP_LOCK_ADDRESS is given but the job has no state address"), "{e}");
-        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/tf/b"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/../a")], None);
-        assert!(e.contains("TF_HTTP_LOCK_ADDRESS") && e.contains("NAMESPACE \"a\" differs"), "every problem at once: {e}");
+        assert!(
+            e.contains("TF_HTTP_LOCK_ADDRESS is given but the job has no state address"),
+            "{e}"
+        );
+        let e = check(
+            &[
+                ("NAMESPACE", "a"),
+                ("TF_HTTP_ADDRESS", "https://s/tf/b"),
+                ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/b/../a"),
+            ],
+            None,
+        );
+        assert!(
+            e.contains("TF_HTTP_LOCK_ADDRESS") && e.contains("NAMESPACE \"a\" differs"),
+            "every problem at once: {e}"
+        );
         let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", "https://s/")], None);
-        assert!(e.contains("TF_HTTP_ADDRESS has no path segment to name the namespace \"a\""), "{e}");
+        assert!(
+            e.contains("TF_HTTP_ADDRESS has no path segment to name the namespace \"a\""),
+            "{e}"
+        );
         let e = check(&[("TF_HTTP_ADDRESS", "https://s/tf/a?token=qtoken")], None);
-        assert!(e.contains("TF_HTTP_ADDRESS \"https://s/tf/a\" (its query or fragment not shown) is invalid") && !e.contains("qtoken"), "{e}");
-        let e = check(&[("NAMESPACE", "a"), ("TF_HTTP_ADDRESS", &format!("https://s/tf/{}", "b".repeat(300)))], None);
-        assert!(e.contains(&format!("\"https://s/tf/{}\"...", "b".repeat(115))) && e.len() < 300, "a long address is cut: {e}");
+        assert!(
+            e.contains("TF_HTTP_ADDRESS \"https://s/tf/a\" (its query or fragment not shown) is invalid")
+                && !e.contains("qtoken"),
+            "{e}"
+        );
+        let e = check(
+            &[
+                ("NAMESPACE", "a"),
+                ("TF_HTTP_ADDRESS", &format!("https://s/tf/{}", "b".repeat(300))),
+            ],
+            None,
+        );
+        assert!(
+            e.contains(&format!("\"https://s/tf/{}\"...", "b".repeat(115))) && e.len() < 300,
+            "a long address is cut: {e}"
+        );
         let e = check(&[], None);
         assert!(e.contains("NAMESPACE is required but not set"), "{e}");
         // Positive control: a lock address under the state address passes.
-        assert_eq!(check(&[("TF_HTTP_ADDRESS", "https://s/tf/a"), ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/a/locks/x")], None), "");
+        assert_eq!(
+            check(
+                &[
+                    ("TF_HTTP_ADDRESS", "https://s/tf/a"),
+                    ("TF_HTTP_LOCK_ADDRESS", "https://s/tf/a/locks/x")
+                ],
+                None
+            ),
+            ""
+        );
     }
 }

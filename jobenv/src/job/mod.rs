@@ -30,13 +30,13 @@ use crate::error::{EXIT_INTERNAL, Error, Problem};
 use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
 use crate::plan::Plan;
+use crate::process;
 use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
 use crate::record::locks;
-use crate::record::store::{self, Refused, Store};
 use crate::record::result_file::{self, JobResult};
+use crate::record::store::{self, Refused, Store};
 use crate::record::upkeep::StopRequest;
 use crate::record::{Ending, Status};
-use crate::process;
 use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
@@ -115,7 +115,8 @@ impl<'a> Run<'a> {
         let store = self.store()?;
         // The payload is read once, now: the decision compares what it asks for with the journal.
         // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
-        let payload = input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
+        let payload =
+            input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
         let _job_lock = self.job_lock(store.local(), &mut cancel)?;
         let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
         let mut plan = self.plan(payload)?;
@@ -151,7 +152,9 @@ impl<'a> Run<'a> {
             Refused::Busy { holder } => busy(holder).into(),
             Refused::Cancelled(cancelled) => Stop::Cancelled(cancelled),
             Refused::Journal(source) => self.journal_problem(source).into(),
-            Refused::Unreachable(why) => Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}")).into(),
+            Refused::Unreachable(why) => {
+                Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}")).into()
+            }
             // Not this job's fault: a jobenv that reads the entry can act on it.
             Refused::NotReady(why) => Problem::NodeNotReady(why).into(),
             Refused::Shared(why) => Problem::ClusterJournal(why).into(),
@@ -159,7 +162,10 @@ impl<'a> Run<'a> {
     }
 
     fn journal_problem(&self, source: std::io::Error) -> Problem {
-        Problem::Journal { path: self.settings.state_dir.clone(), source }
+        Problem::Journal {
+            path: self.settings.state_dir.clone(),
+            source,
+        }
     }
 
     /// Step 2: first, so that a replay does not depend on today's node files being valid.
@@ -186,8 +192,12 @@ impl<'a> Run<'a> {
     /// node that stops.
     fn job_lock(&self, journal: &Journal, cancel: &mut Cancel) -> Result<Option<locks::Held>, Stop> {
         let Some(id) = &self.job_id else { return Ok(None) };
-        let held = journal.lock_job(id, &self.holder, cancel)
-            .map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
+        let held = journal.lock_job(id, &self.holder, cancel).map_err(|refused| {
+            self.refused(refused, |holder| Problem::JobRunning {
+                job_id: id.clone(),
+                holder,
+            })
+        })?;
         if let Some(request) = &self.stop_request {
             request.remove();
         }
@@ -195,23 +205,46 @@ impl<'a> Run<'a> {
     }
 
     /// Step 4: which attempt this is, and the earlier ones.
-    fn decide(&mut self, store: &dyn Store, payload: &Result<Members, Problem>, cancel: &mut Cancel) -> Result<(Option<u32>, Vec<Attempt>), Stop> {
-        let Some(id) = self.job_id.clone() else { return Ok((None, Vec::new())) };
-        let known = store.claim_job(&id, cancel).map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
+    fn decide(
+        &mut self,
+        store: &dyn Store,
+        payload: &Result<Members, Problem>,
+        cancel: &mut Cancel,
+    ) -> Result<(Option<u32>, Vec<Attempt>), Stop> {
+        let Some(id) = self.job_id.clone() else {
+            return Ok((None, Vec::new()));
+        };
+        let known = store.claim_job(&id, cancel).map_err(|refused| {
+            self.refused(refused, |holder| Problem::JobRunning {
+                job_id: id.clone(),
+                holder,
+            })
+        })?;
         let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
         // Whatever became of it: a job id names one request.
         let verb = &self.settings.job.verb;
-        if let Some(error) = known.entry.as_ref().and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref())) {
+        if let Some(error) = known
+            .entry
+            .as_ref()
+            .and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref()))
+        {
             self.identity = asked;
             return Err(error.into());
         }
         let holder = known.live.clone();
         match journal::decide_known(known) {
             Decision::Replay(entry) => Err(Stop::Replayed(Box::new(entry))),
-            Decision::Refuse(_) => Err(Problem::JobRunning { job_id: id.clone(), holder: holder.unwrap_or_default() }.into()),
+            Decision::Refuse(_) => Err(Problem::JobRunning {
+                job_id: id.clone(),
+                holder: holder.unwrap_or_default(),
+            }
+            .into()),
             Decision::Run { attempt, earlier } => {
                 if attempt > 1 {
-                    tracing::warn!("job {id}: attempt {} was interrupted; running it again as attempt {attempt}", attempt - 1);
+                    tracing::warn!(
+                        "job {id}: attempt {} was interrupted; running it again as attempt {attempt}",
+                        attempt - 1
+                    );
                 }
                 Ok((Some(attempt), earlier))
             }
@@ -224,7 +257,10 @@ impl<'a> Run<'a> {
     fn plan(&mut self, payload: Result<Members, Problem>) -> Result<Plan, Stop> {
         let gathered = input::gather_with(&self.settings.job, payload);
         self.identity = gathered.identity;
-        let plan = gathered.inputs.and_then(|inputs| crate::plan::plan(&inputs)).map_err(Error::Rejected);
+        let plan = gathered
+            .inputs
+            .and_then(|inputs| crate::plan::plan(&inputs))
+            .map_err(Error::Rejected);
         let target = match &plan {
             Ok(plan) => plan.events.as_ref(),
             Err(_) => gathered.events.as_ref(),
@@ -238,19 +274,55 @@ impl<'a> Run<'a> {
     }
 
     /// Step 7: if it cannot be written, nothing runs.
-    fn running_entry(&mut self, store: &dyn Store, plan: &Plan, attempt: Option<u32>, earlier: Vec<Attempt>, cancel: &Cancel) -> Result<Option<Entry>, Stop> {
-        let (Some(id), Some(number)) = (&self.job_id, attempt) else { return Ok(None) };
-        let worker = cancel.worker().and_then(|worker| Some((worker.as_raw(), process::start_time(worker.as_raw())?)));
-        let entry = Entry::running(id, number, earlier, [&plan.verb, &plan.attribute, &plan.namespace], worker, self.settings.grace);
-        store.write_running(&entry).map_err(|refused| self.refused(refused, |holder| Problem::JobRunning { job_id: id.clone(), holder }))?;
+    fn running_entry(
+        &mut self,
+        store: &dyn Store,
+        plan: &Plan,
+        attempt: Option<u32>,
+        earlier: Vec<Attempt>,
+        cancel: &Cancel,
+    ) -> Result<Option<Entry>, Stop> {
+        let (Some(id), Some(number)) = (&self.job_id, attempt) else {
+            return Ok(None);
+        };
+        let worker = cancel
+            .worker()
+            .and_then(|worker| Some((worker.as_raw(), process::start_time(worker.as_raw())?)));
+        let entry = Entry::running(
+            id,
+            number,
+            earlier,
+            [&plan.verb, &plan.attribute, &plan.namespace],
+            worker,
+            self.settings.grace,
+        );
+        store.write_running(&entry).map_err(|refused| {
+            self.refused(refused, |holder| Problem::JobRunning {
+                job_id: id.clone(),
+                holder,
+            })
+        })?;
         // From here on the job's records name this attempt.
         self.attempt = attempt;
         Ok(Some(entry))
     }
 
     /// Step 8.
-    fn program(&self, plan: &Plan, tree_lock: OwnedFd, tree: Tree, cancel: Cancel, lease: Option<crate::run::lease::LeaseWatch>) -> Ending {
-        tracing::info!("running {} in namespace {} (system {}, verb {})", plan.executable, plan.namespace, plan.system, plan.verb);
+    fn program(
+        &self,
+        plan: &Plan,
+        tree_lock: OwnedFd,
+        tree: Tree,
+        cancel: Cancel,
+        lease: Option<crate::run::lease::LeaseWatch>,
+    ) -> Ending {
+        tracing::info!(
+            "running {} in namespace {} (system {}, verb {})",
+            plan.executable,
+            plan.namespace,
+            plan.system,
+            plan.verb
+        );
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
@@ -263,7 +335,12 @@ impl<'a> Run<'a> {
             Ok(outcome) => {
                 let ending = Ending::from(outcome);
                 let took = self.started.elapsed().as_secs_f64();
-                tracing::info!("{} {} with exit code {} after {took:.1}s", plan.executable, ending.status, ending.exit_code);
+                tracing::info!(
+                    "{} {} with exit code {} after {took:.1}s",
+                    plan.executable,
+                    ending.status,
+                    ending.exit_code
+                );
                 if ending.interrupted_by.is_some() {
                     ending.errors.iter().for_each(|line| tracing::warn!("{line}"));
                 }
@@ -290,7 +367,12 @@ impl<'a> Run<'a> {
                     entry.job_id, ending.status, ending.exit_code
                 );
                 tracing::error!("{line}");
-                Ending { status: Status::Failed, exit_code: EXIT_INTERNAL, errors: vec![line], interrupted_by: None }
+                Ending {
+                    status: Status::Failed,
+                    exit_code: EXIT_INTERNAL,
+                    errors: vec![line],
+                    interrupted_by: None,
+                }
             }
         };
         if let Some(request) = &self.stop_request {
@@ -311,7 +393,11 @@ impl<'a> Run<'a> {
             entry.finished_at.as_deref().unwrap_or("an unknown time"),
         );
         ending.errors.iter().for_each(|line| tracing::error!("{line}"));
-        self.identity = Identity { attribute: Some(entry.attribute.clone()), namespace: Some(entry.namespace.clone()), build_id: None };
+        self.identity = Identity {
+            attribute: Some(entry.attribute.clone()),
+            namespace: Some(entry.namespace.clone()),
+            build_id: None,
+        };
         self.attempt = Some(entry.attempt);
         self.replayed = true;
         ending
@@ -372,7 +458,8 @@ fn redact_store_secrets(plan: &mut Plan, store: &dyn Store) {
         return;
     }
     let mut warnings = Vec::new();
-    let needles = crate::plan::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
+    let needles =
+        crate::plan::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
     plan.secrets.0.extend(needles);
 }
 
@@ -384,14 +471,31 @@ fn catch_cancels(runner: &Runner) -> Result<Cancel, Stop> {
 
 /// The events of a job, if the node configures them and the job names where they go: its row in
 /// DD-0012's format, in jobenv's its deployment (a job without a valid NAMESPACE has no channel).
-fn start_events(target: Option<&crate::events::Target>, identity: &Identity, verb: &str, job_id: Option<&str>) -> Events {
+fn start_events(
+    target: Option<&crate::events::Target>,
+    identity: &Identity,
+    verb: &str,
+    job_id: Option<&str>,
+) -> Events {
     let Some(target) = target else { return Events::default() };
     let dd0012 = target.wire != crate::events::Wire::Jobenv;
-    let Some(deployment) = identity.namespace.clone().filter(|ns| input::names::is_valid_namespace(ns)).or(dd0012.then(String::new)) else {
+    let Some(deployment) = identity
+        .namespace
+        .clone()
+        .filter(|ns| input::names::is_valid_namespace(ns))
+        .or(dd0012.then(String::new))
+    else {
         tracing::debug!("progress events are not sent: the job names no valid NAMESPACE");
         return Events::default();
     };
     // BUILD_ID from the payload, else the job id.
     let build = identity.build_id.clone().or_else(|| job_id.map(str::to_owned));
-    Events::start(target, Ids { deployment, build, verb: verb.to_owned() })
+    Events::start(
+        target,
+        Ids {
+            deployment,
+            build,
+            verb: verb.to_owned(),
+        },
+    )
 }

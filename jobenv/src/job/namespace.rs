@@ -40,17 +40,33 @@ impl Run<'_> {
     /// `earlier` (step 7 writes it). The program tree keeps a lock of its own (see
     /// `run::spawn::Passed::lock`): held, it means the tree of an earlier deploy whose jobenv
     /// was killed still runs, where no cgroup shows it.
-    pub(super) fn namespace_locks(&self, store: &dyn Store, plan: &Plan, attempt: Option<u32>, earlier: &mut [Attempt], cancel: &mut Cancel) -> Result<NamespaceLocks, Stop> {
+    pub(super) fn namespace_locks(
+        &self,
+        store: &dyn Store,
+        plan: &Plan,
+        attempt: Option<u32>,
+        earlier: &mut [Attempt],
+        cancel: &mut Cancel,
+    ) -> Result<NamespaceLocks, Stop> {
         let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
         let deadline = std::time::Instant::now() + wait;
         let journal = store.local();
-        let locked = |holder| Problem::NamespaceLocked { namespace: namespace.clone(), holder };
-        let own = journal.acquire(&locks::namespace_name(namespace), wait, &self.holder, Some(cancel))
+        let locked = |holder| Problem::NamespaceLocked {
+            namespace: namespace.clone(),
+            holder,
+        };
+        let own = journal
+            .acquire(&locks::namespace_name(namespace), wait, &self.holder, Some(cancel))
             .map_err(|refused| self.refused(refused, locked))?;
-        let left = orphans::stop_left(journal, namespace, &self.holder, self.job_id.as_deref()).map_err(|e| self.journal_problem(e))?;
+        let left = orphans::stop_left(journal, namespace, &self.holder, self.job_id.as_deref())
+            .map_err(|e| self.journal_problem(e))?;
         if let Some(left) = left {
             if left.survived {
-                return Err(locked(format!("{} process(es) of an earlier deploy, whose jobenv is gone, survived SIGKILL", left.orphans.killed)).into());
+                return Err(locked(format!(
+                    "{} process(es) of an earlier deploy, whose jobenv is gone, survived SIGKILL",
+                    left.orphans.killed
+                ))
+                .into());
             }
             // An earlier attempt of this very job: its entry is this run's to write (step 7).
             if let (Some(id), Some(number)) = (&left.job_id, left.attempt) {
@@ -59,39 +75,79 @@ impl Run<'_> {
                 }
             }
         }
-        let tree = journal.acquire(&locks::tree_name(namespace), wait, &self.holder, Some(cancel)).map_err(|refused| {
-            self.refused(refused, |_| locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into()))
-        })?;
-        let for_tree = tree.file().try_clone().map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
+        let tree = journal
+            .acquire(&locks::tree_name(namespace), wait, &self.holder, Some(cancel))
+            .map_err(|refused| {
+                self.refused(refused, |_| {
+                    locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into())
+                })
+            })?;
+        let for_tree = tree
+            .file()
+            .try_clone()
+            .map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
         // Other nodes' deploys of the namespace: this node's are behind the locks above.
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let shared = store.claim_namespace(namespace, self.job_id.as_deref(), left, cancel).map_err(|refused| self.refused(refused, locked))?;
+        let shared = store
+            .claim_namespace(namespace, self.job_id.as_deref(), left, cancel)
+            .map_err(|refused| self.refused(refused, locked))?;
         let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
         // A lease that a dead jobenv no longer renews must not be outlived by its tree.
         let guard = match (&program_tree, store.leases()) {
-            (Tree::Cgroup(cgroup), Some(_)) => match guard::start(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))? {
-                Some(guard) => Some(guard),
-                None => {
-                    let why = "the kernel has no cgroup.kill (Linux 5.14 and later), which the program tree's guard needs".into();
-                    return Err(Problem::NoCgroup { because: "cluster mode", why }.into());
+            (Tree::Cgroup(cgroup), Some(_)) => {
+                match guard::start(cgroup.dir())
+                    .map_err(|e| Error::io("cannot start the guard of the program tree", e))?
+                {
+                    Some(guard) => Some(guard),
+                    None => {
+                        let why = "the kernel has no cgroup.kill (Linux 5.14 and later), which the program tree's guard needs".into();
+                        return Err(Problem::NoCgroup {
+                            because: "cluster mode",
+                            why,
+                        }
+                        .into());
+                    }
                 }
-            },
+            }
             _ => None,
         };
-        Ok(NamespaceLocks { tree: program_tree, _guard: guard, _recorded: recorded, _shared: shared, _own: own, _tree: tree, for_tree: for_tree.into() })
+        Ok(NamespaceLocks {
+            tree: program_tree,
+            _guard: guard,
+            _recorded: recorded,
+            _shared: shared,
+            _own: own,
+            _tree: tree,
+            for_tree: for_tree.into(),
+        })
     }
 
     /// Step 6, the program tree, chosen once: a cgroup of its own, recorded before it is made
     /// (so that a later run finds it whenever this jobenv dies); or the /proc walk.
-    fn program_tree(&self, journal: &Journal, namespace: &str, attempt: Option<u32>) -> Result<(Tree, Option<Recorded>), Stop> {
+    fn program_tree(
+        &self,
+        journal: &Journal,
+        namespace: &str,
+        attempt: Option<u32>,
+    ) -> Result<(Tree, Option<Recorded>), Stop> {
         let me = std::process::id() as i32;
         let name = hierarchy::deploy_name(namespace, me, process::start_time(me).unwrap_or_default());
-        let because = if self.settings.cluster.is_some() { "cluster mode" } else { "JOBENV_CONTAINMENT=cgroup" };
+        let because = if self.settings.cluster.is_some() {
+            "cluster mode"
+        } else {
+            "JOBENV_CONTAINMENT=cgroup"
+        };
         let no_cgroup = |why| Problem::NoCgroup { because, why };
         let site = tree::site(self.settings.containment, &name).map_err(no_cgroup)?;
         let recorded = match site.location() {
             Some(dir) => {
-                let record = TreeRecord { cgroup: dir.to_owned(), job_id: self.job_id.clone(), attempt, jobenv_pid: me, grace_ms: self.settings.grace.as_millis() as u64 };
+                let record = TreeRecord {
+                    cgroup: dir.to_owned(),
+                    job_id: self.job_id.clone(),
+                    attempt,
+                    jobenv_pid: me,
+                    grace_ms: self.settings.grace.as_millis() as u64,
+                };
                 Some(Recorded::write(journal, namespace, &record).map_err(|source| self.journal_problem(source))?)
             }
             None => None,

@@ -54,9 +54,16 @@ impl Dir {
     /// worker's user's (it lies in a directory of root's), and it may be a link: systemd's
     /// `StateDirectory=` with `DynamicUser=` makes it one.
     pub fn open(path: &Path) -> io::Result<Dir> {
-        let fd = nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|errno| failed("open", path, errno))?;
-        Ok(Dir { fd, path: path.to_owned() })
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| failed("open", path, errno))?;
+        Ok(Dir {
+            fd,
+            path: path.to_owned(),
+        })
     }
 
     /// The subdirectory `name`, never through a link. With `create`, made with that mode when
@@ -69,11 +76,20 @@ impl Dir {
                 Err(errno) => return Err(failed("create", &path, errno)),
             }
         }
-        match nix::fcntl::openat(&self.fd, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+        match nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
             Ok(fd) => Ok(Some(Dir { fd, path })),
             Err(Errno::ENOENT) if create.is_none() => Ok(None),
             Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                let link = self.stat(name).ok().flatten().is_some_and(|stat| not_plain(&stat) == Some(LINK));
+                let link = self
+                    .stat(name)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|stat| not_plain(&stat) == Some(LINK));
                 Err(refused(&path, if link { LINK } else { "it is not a directory" }))
             }
             Err(errno) => Err(failed("open", &path, errno)),
@@ -82,7 +98,10 @@ impl Dir {
 
     /// A second descriptor of the same directory, for what outlives its borrower.
     pub fn try_clone(&self) -> io::Result<Dir> {
-        Ok(Dir { fd: self.fd.try_clone()?, path: self.path.clone() })
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+            path: self.path.clone(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -93,7 +112,10 @@ impl Dir {
     /// path component.
     pub fn path_of(&self, name: &str) -> io::Result<PathBuf> {
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a file name", crate::error::name(name))));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a file name", crate::error::name(name)),
+            ));
         }
         Ok(self.path.join(name))
     }
@@ -101,14 +123,24 @@ impl Dir {
     /// `name`'s whole content, or `None` if it is missing. Refused: a link, anything but a
     /// regular file of one link, and more than [`MAX_READ`] bytes.
     pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        let Some((file, stat)) = self.open_file(name, OFlag::O_RDONLY)? else { return Ok(None) };
-        let too_large = || refused(&self.path.join(name), &format!("it is larger than {} KiB", MAX_READ / 1024));
+        let Some((file, stat)) = self.open_file(name, OFlag::O_RDONLY)? else {
+            return Ok(None);
+        };
+        let too_large = || {
+            refused(
+                &self.path.join(name),
+                &format!("it is larger than {} KiB", MAX_READ / 1024),
+            )
+        };
         if stat.st_size as u64 > MAX_READ {
             return Err(too_large());
         }
         let mut bytes = Vec::with_capacity(stat.st_size as usize);
         // Bounded again: the file may grow while it is read.
-        (&file).take(MAX_READ + 1).read_to_end(&mut bytes).map_err(|e| failed_io("read", &self.path.join(name), e))?;
+        (&file)
+            .take(MAX_READ + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| failed_io("read", &self.path.join(name), e))?;
         if bytes.len() as u64 > MAX_READ {
             return Err(too_large());
         }
@@ -118,7 +150,11 @@ impl Dir {
     /// `name` open for reading and writing, as [`Dir::read`] checks it; created (mode 0600) if
     /// missing and `create`, else `None`.
     pub fn open_rw(&self, name: &str, create: bool) -> io::Result<Option<File>> {
-        let flags = if create { OFlag::O_RDWR | OFlag::O_CREAT } else { OFlag::O_RDWR };
+        let flags = if create {
+            OFlag::O_RDWR | OFlag::O_CREAT
+        } else {
+            OFlag::O_RDWR
+        };
         Ok(self.open_file(name, flags)?.map(|(file, _)| file))
     }
 
@@ -129,7 +165,9 @@ impl Dir {
             Ok(fd) => File::from(fd),
             Err(Errno::ENOENT) => return Ok(None),
             // A link; or a FIFO without a reader (opened for writing), a directory (for writing).
-            Err(Errno::ELOOP | Errno::ENXIO | Errno::EISDIR) => return Err(refused(&path, self.what_is(name).unwrap_or("not a regular file"))),
+            Err(Errno::ELOOP | Errno::ENXIO | Errno::EISDIR) => {
+                return Err(refused(&path, self.what_is(name).unwrap_or("not a regular file")));
+            }
             Err(errno) => return Err(failed("open", &path, errno)),
         };
         let stat = nix::sys::stat::fstat(&file).map_err(|errno| failed("inspect", &path, errno))?;
@@ -195,7 +233,11 @@ impl Dir {
     fn create_temp(&self, name: &str) -> io::Result<(String, File)> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         loop {
-            let temp = format!(".{name}.{}.{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+            let temp = format!(
+                ".{name}.{}.{}.tmp",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            );
             let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             match nix::fcntl::openat(&self.fd, temp.as_str(), flags, Mode::from_bits_truncate(0o600)) {
                 Ok(fd) => return Ok((temp, File::from(fd))),
@@ -208,13 +250,19 @@ impl Dir {
 
     /// Gives this directory itself to `owner`.
     pub fn chown(&self, (uid, gid): (u32, u32)) -> io::Result<()> {
-        nix::unistd::fchown(&self.fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))).map_err(|errno| failed("give away", &self.path, errno))
+        nix::unistd::fchown(&self.fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+            .map_err(|errno| failed("give away", &self.path, errno))
     }
 
     /// The names in this directory (`.` and `..` aside), read through a descriptor of its own.
     pub fn names(&self) -> io::Result<Vec<OsString>> {
-        let mut dir = nix::dir::Dir::openat(&self.fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|errno| failed("list", &self.path, errno))?;
+        let mut dir = nix::dir::Dir::openat(
+            &self.fd,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| failed("list", &self.path, errno))?;
         let mut names = Vec::new();
         for entry in dir.iter() {
             let entry = entry.map_err(|errno| failed("list", &self.path, errno))?;
@@ -246,7 +294,9 @@ fn not_plain(stat: &FileStat) -> Option<&'static str> {
     match kind {
         SFlag::S_IFLNK => Some(LINK),
         SFlag::S_IFDIR => Some("it is a directory"),
-        SFlag::S_IFREG if stat.st_nlink > 1 => Some("it has more than one link (a hard link can lead to a file outside the state directory)"),
+        SFlag::S_IFREG if stat.st_nlink > 1 => {
+            Some("it has more than one link (a hard link can lead to a file outside the state directory)")
+        }
         SFlag::S_IFREG => None,
         _ => Some("it is not a regular file"),
     }
@@ -254,12 +304,18 @@ fn not_plain(stat: &FileStat) -> Option<&'static str> {
 
 /// The status time `mtime` of a file, as a time.
 pub fn modified(stat: &FileStat) -> std::time::SystemTime {
-    let since = std::time::Duration::new(stat.st_mtime.max(0) as u64, stat.st_mtime_nsec.clamp(0, 999_999_999) as u32);
+    let since = std::time::Duration::new(
+        stat.st_mtime.max(0) as u64,
+        stat.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+    );
     std::time::UNIX_EPOCH + since
 }
 
 fn refused(path: &Path, why: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("{} is refused: {why}", shown_path(path)))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is refused: {why}", shown_path(path)),
+    )
 }
 
 fn failed(doing: &str, path: &Path, errno: Errno) -> io::Error {
@@ -290,7 +346,10 @@ pub(crate) mod tests {
         dir.write_atomically("x", b"one", None, true).unwrap();
         dir.write_atomically("x", b"two", None, false).unwrap();
         assert_eq!(dir.read("x").unwrap().as_deref(), Some(&b"two"[..]));
-        let names: Vec<_> = std::fs::read_dir(temp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(temp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, ["x"], "no temporary file is left");
         assert!(dir.remove("x").unwrap() && !dir.remove("x").unwrap());
     }
@@ -305,10 +364,23 @@ pub(crate) mod tests {
         nix::unistd::mkfifo(&temp.path().join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
         std::fs::create_dir(temp.path().join("sub")).unwrap();
         std::fs::hard_link(&outside, temp.path().join("hard")).unwrap();
-        std::fs::File::create(temp.path().join("huge")).unwrap().set_len(MAX_READ + 1).unwrap();
-        for (name, why) in [("link", "symbolic link"), ("zero", "symbolic link"), ("fifo", "not a regular file"), ("sub", "directory"), ("hard", "more than one link"), ("huge", "larger than 1024 KiB")] {
+        std::fs::File::create(temp.path().join("huge"))
+            .unwrap()
+            .set_len(MAX_READ + 1)
+            .unwrap();
+        for (name, why) in [
+            ("link", "symbolic link"),
+            ("zero", "symbolic link"),
+            ("fifo", "not a regular file"),
+            ("sub", "directory"),
+            ("hard", "more than one link"),
+            ("huge", "larger than 1024 KiB"),
+        ] {
             let error = dir.read(name).unwrap_err().to_string();
-            assert!(error.contains(&format!("/{name} is refused: it ")) && error.contains(why), "{name}: {error}");
+            assert!(
+                error.contains(&format!("/{name} is refused: it ")) && error.contains(why),
+                "{name}: {error}"
+            );
             if name != "huge" {
                 assert!(dir.open_rw(name, true).is_err(), "{name} opened for writing");
             }
@@ -320,7 +392,10 @@ pub(crate) mod tests {
         std::os::unix::fs::symlink(&outside, temp.path().join("link2")).unwrap();
         assert!(dir.remove("link2").unwrap() && outside.exists());
         // Positive control: a plain file of the same size as `huge` less one byte is read.
-        std::fs::File::create(temp.path().join("huge")).unwrap().set_len(MAX_READ).unwrap();
+        std::fs::File::create(temp.path().join("huge"))
+            .unwrap()
+            .set_len(MAX_READ)
+            .unwrap();
         assert_eq!(dir.read("huge").unwrap().map(|b| b.len() as u64), Some(MAX_READ));
     }
 

@@ -25,7 +25,13 @@ pub enum Status {
 
 impl Status {
     /// Every status but `running`: how a job can end.
-    pub const ENDED: [Status; 5] = [Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected];
+    pub const ENDED: [Status; 5] = [
+        Status::Succeeded,
+        Status::Failed,
+        Status::Canceled,
+        Status::TimedOut,
+        Status::Rejected,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -89,12 +95,22 @@ pub struct Ending {
 impl Ending {
     /// The job was refused before its program ran.
     pub fn rejected(error: &Error) -> Self {
-        Ending { status: Status::Rejected, exit_code: error.exit_code(), errors: lines(error), interrupted_by: None }
+        Ending {
+            status: Status::Rejected,
+            exit_code: error.exit_code(),
+            errors: lines(error),
+            interrupted_by: None,
+        }
     }
 
     /// jobenv itself failed after validation (exit 125).
     pub fn failed(error: &Error) -> Self {
-        Ending { status: Status::Failed, exit_code: EXIT_INTERNAL, errors: lines(error), interrupted_by: None }
+        Ending {
+            status: Status::Failed,
+            exit_code: EXIT_INTERNAL,
+            errors: lines(error),
+            interrupted_by: None,
+        }
     }
 }
 
@@ -113,8 +129,16 @@ impl From<Outcome> for Ending {
             Outcome::NodeStopped(_) => (Status::Failed, Some(InterruptedBy::NodeStopped)),
             Outcome::LeaseLost => (Status::Failed, Some(InterruptedBy::LeaseLost)),
         };
-        let errors = who(interrupted_by).map(|who| format!("{who}: the program tree was stopped; the job did not complete and a retry is safe")).into_iter().collect();
-        Ending { status, exit_code: outcome.exit_code(), errors, interrupted_by }
+        let errors = who(interrupted_by)
+            .map(|who| format!("{who}: the program tree was stopped; the job did not complete and a retry is safe"))
+            .into_iter()
+            .collect();
+        Ending {
+            status,
+            exit_code: outcome.exit_code(),
+            errors,
+            interrupted_by,
+        }
     }
 }
 
@@ -123,7 +147,9 @@ fn who(interrupted_by: Option<InterruptedBy>) -> Option<&'static str> {
     match interrupted_by {
         Some(InterruptedBy::WorkerLost) => Some("the Windmill worker that started this job is gone"),
         Some(InterruptedBy::NodeStopped) => Some("the node stopped"),
-        Some(InterruptedBy::LeaseLost) => Some("this node could not renew the job's lease on the cluster journal in time"),
+        Some(InterruptedBy::LeaseLost) => {
+            Some("this node could not renew the job's lease on the cluster journal in time")
+        }
         Some(InterruptedBy::JobenvGone) | None => None,
     }
 }
@@ -133,7 +159,10 @@ impl Ending {
     /// as [`Ending::from`] the outcome, but its line says that the program never started.
     pub fn not_started(outcome: Outcome) -> Self {
         let mut ending = Ending::from(outcome);
-        ending.errors = who(ending.interrupted_by).map(|who| format!("{who}: the program was not started; a retry is safe")).into_iter().collect();
+        ending.errors = who(ending.interrupted_by)
+            .map(|who| format!("{who}: the program was not started; a retry is safe"))
+            .into_iter()
+            .collect();
         ending
     }
 
@@ -167,7 +196,16 @@ impl Ending {
             // A job is never `Running` when it ends.
             (Status::Running, _) => (Progress::Failed, J::Failed, D::Failed, Error, "failed"),
         };
-        (progress, End { exit_code: self.exit_code, job, deployment, level, said })
+        (
+            progress,
+            End {
+                exit_code: self.exit_code,
+                job,
+                deployment,
+                level,
+                said,
+            },
+        )
     }
 }
 
@@ -181,8 +219,18 @@ mod tests {
 
     #[test]
     fn serde_and_display_agree() {
-        for status in [Status::Running, Status::Succeeded, Status::Failed, Status::Canceled, Status::TimedOut, Status::Rejected] {
-            assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
+        for status in [
+            Status::Running,
+            Status::Succeeded,
+            Status::Failed,
+            Status::Canceled,
+            Status::TimedOut,
+            Status::Rejected,
+        ] {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(status.as_str())
+            );
         }
     }
 
@@ -190,21 +238,93 @@ mod tests {
     fn every_ending_has_one_status_per_format() {
         use DeploymentStatus as D;
         use JobStatus as J;
-        let ending = |status, interrupted_by| Ending { status, exit_code: 9, errors: Vec::new(), interrupted_by };
+        let ending = |status, interrupted_by| Ending {
+            status,
+            exit_code: 9,
+            errors: Vec::new(),
+            interrupted_by,
+        };
         let table = [
-            (ending(Status::Succeeded, None), "apply", Progress::Succeeded, J::Succeeded, D::Running, "succeeded"),
-            (ending(Status::Succeeded, None), "destroy", Progress::Destroyed, J::Destroyed, D::Destroyed, "succeeded"),
-            (ending(Status::Failed, None), "destroy", Progress::Failed, J::Failed, D::Failed, "failed"),
-            (ending(Status::Rejected, None), "apply", Progress::Failed, J::Failed, D::Failed, "was rejected"),
-            (ending(Status::Canceled, None), "apply", Progress::Canceled, J::Failed, D::Stopped, "was canceled"),
-            (ending(Status::TimedOut, None), "apply", Progress::TimedOut, J::Failed, D::Failed, "timed out"),
-            (ending(Status::Failed, Some(InterruptedBy::WorkerLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
-            (ending(Status::Failed, Some(InterruptedBy::NodeStopped)), "destroy", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
-            (ending(Status::Failed, Some(InterruptedBy::LeaseLost)), "apply", Progress::Failed, J::Failed, D::Stopped, "was interrupted"),
+            (
+                ending(Status::Succeeded, None),
+                "apply",
+                Progress::Succeeded,
+                J::Succeeded,
+                D::Running,
+                "succeeded",
+            ),
+            (
+                ending(Status::Succeeded, None),
+                "destroy",
+                Progress::Destroyed,
+                J::Destroyed,
+                D::Destroyed,
+                "succeeded",
+            ),
+            (
+                ending(Status::Failed, None),
+                "destroy",
+                Progress::Failed,
+                J::Failed,
+                D::Failed,
+                "failed",
+            ),
+            (
+                ending(Status::Rejected, None),
+                "apply",
+                Progress::Failed,
+                J::Failed,
+                D::Failed,
+                "was rejected",
+            ),
+            (
+                ending(Status::Canceled, None),
+                "apply",
+                Progress::Canceled,
+                J::Failed,
+                D::Stopped,
+                "was canceled",
+            ),
+            (
+                ending(Status::TimedOut, None),
+                "apply",
+                Progress::TimedOut,
+                J::Failed,
+                D::Failed,
+                "timed out",
+            ),
+            (
+                ending(Status::Failed, Some(InterruptedBy::WorkerLost)),
+                "apply",
+                Progress::Failed,
+                J::Failed,
+                D::Stopped,
+                "was interrupted",
+            ),
+            (
+                ending(Status::Failed, Some(InterruptedBy::NodeStopped)),
+                "destroy",
+                Progress::Failed,
+                J::Failed,
+                D::Stopped,
+                "was interrupted",
+            ),
+            (
+                ending(Status::Failed, Some(InterruptedBy::LeaseLost)),
+                "apply",
+                Progress::Failed,
+                J::Failed,
+                D::Stopped,
+                "was interrupted",
+            ),
         ];
         for (ending, verb, progress, job, deployment, said) in table {
             let (shown, end) = ending.progress(verb);
-            assert_eq!((shown, end.job, end.deployment, end.said, end.exit_code), (progress, job, deployment, said, 9), "{ending:?} {verb}");
+            assert_eq!(
+                (shown, end.job, end.deployment, end.said, end.exit_code),
+                (progress, job, deployment, said, 9),
+                "{ending:?} {verb}"
+            );
         }
         // Canceled and timed out are both `failed` on a jobs row: the message tells them apart.
         let (_, canceled) = ending(Status::Canceled, None).progress("apply");
@@ -216,18 +336,48 @@ mod tests {
     #[test]
     fn outcomes_become_endings() {
         let ending = |o| Ending::from(o);
-        assert_eq!((ending(Outcome::Exited(0)).status, ending(Outcome::Exited(0)).exit_code), (Status::Succeeded, 0));
-        assert_eq!((ending(Outcome::Exited(3)).status, ending(Outcome::Exited(3)).exit_code), (Status::Failed, 3));
-        assert_eq!((ending(Outcome::Killed(9)).status, ending(Outcome::Killed(9)).exit_code), (Status::Failed, 137));
-        assert_eq!((ending(Outcome::Cancelled(2)).status, ending(Outcome::Cancelled(2)).exit_code), (Status::Canceled, 130));
-        assert_eq!((ending(Outcome::TimedOut).status, ending(Outcome::TimedOut).exit_code), (Status::TimedOut, 124));
+        assert_eq!(
+            (ending(Outcome::Exited(0)).status, ending(Outcome::Exited(0)).exit_code),
+            (Status::Succeeded, 0)
+        );
+        assert_eq!(
+            (ending(Outcome::Exited(3)).status, ending(Outcome::Exited(3)).exit_code),
+            (Status::Failed, 3)
+        );
+        assert_eq!(
+            (ending(Outcome::Killed(9)).status, ending(Outcome::Killed(9)).exit_code),
+            (Status::Failed, 137)
+        );
+        assert_eq!(
+            (
+                ending(Outcome::Cancelled(2)).status,
+                ending(Outcome::Cancelled(2)).exit_code
+            ),
+            (Status::Canceled, 130)
+        );
+        assert_eq!(
+            (ending(Outcome::TimedOut).status, ending(Outcome::TimedOut).exit_code),
+            (Status::TimedOut, 124)
+        );
         let lost = ending(Outcome::LeaseLost);
-        assert_eq!((lost.status, lost.exit_code, lost.interrupted_by), (Status::Failed, 75, Some(InterruptedBy::LeaseLost)));
+        assert_eq!(
+            (lost.status, lost.exit_code, lost.interrupted_by),
+            (Status::Failed, 75, Some(InterruptedBy::LeaseLost))
+        );
         // Stopped, or never started: the same ending, each line saying which.
         let stopped = Ending::from(Outcome::NodeStopped(15));
         let not_started = Ending::not_started(Outcome::NodeStopped(15));
-        assert_eq!((not_started.status, not_started.exit_code, not_started.interrupted_by), (stopped.status, stopped.exit_code, stopped.interrupted_by));
-        assert_eq!(stopped.errors, ["the node stopped: the program tree was stopped; the job did not complete and a retry is safe"]);
-        assert_eq!(not_started.errors, ["the node stopped: the program was not started; a retry is safe"]);
+        assert_eq!(
+            (not_started.status, not_started.exit_code, not_started.interrupted_by),
+            (stopped.status, stopped.exit_code, stopped.interrupted_by)
+        );
+        assert_eq!(
+            stopped.errors,
+            ["the node stopped: the program tree was stopped; the job did not complete and a retry is safe"]
+        );
+        assert_eq!(
+            not_started.errors,
+            ["the node stopped: the program was not started; a retry is safe"]
+        );
     }
 }

@@ -63,7 +63,10 @@ pub struct Orphans {
 
 /// The journal entry of one job id: its latest attempt, plus the earlier ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(title = "fediversity-jobenv journal entry", description = "One job's entry, as `fediversity-jobenv status JOB_ID` prints it")]
+#[schemars(
+    title = "fediversity-jobenv journal entry",
+    description = "One job's entry, as `fediversity-jobenv status JOB_ID` prints it"
+)]
 pub struct Entry {
     /// The entry's format ([`FORMAT`] when this jobenv wrote it; an entry without one is of
     /// format 1, before formats were numbered).
@@ -127,7 +130,9 @@ impl Entry {
     /// Live, but the process that started its jobenv is gone (a dead Windmill worker): the
     /// attempt is stopping its program tree and will record itself interrupted.
     pub fn is_stopping(&self) -> bool {
-        let Some((parent, parent_start)) = self.parent else { return false };
+        let Some((parent, parent_start)) = self.parent else {
+            return false;
+        };
         self.is_live() && (process::parent_of(self.pid) != Some(parent) || !process::is_running(parent, parent_start))
     }
 
@@ -179,9 +184,16 @@ impl Entry {
 
     /// How the recorded attempt ended, for a replay.
     pub fn ending(&self) -> Ending {
-        let mut ending = Ending { status: self.status, exit_code: self.exit_code.unwrap_or(EXIT_INTERNAL), errors: Vec::new(), interrupted_by: None };
+        let mut ending = Ending {
+            status: self.status,
+            exit_code: self.exit_code.unwrap_or(EXIT_INTERNAL),
+            errors: Vec::new(),
+            interrupted_by: None,
+        };
         if self.reason == Some(Reason::ResultUnknown) {
-            let code = self.program_exit_code.map_or("an unknown code".to_owned(), |code| format!("exit code {code}"));
+            let code = self
+                .program_exit_code
+                .map_or("an unknown code".to_owned(), |code| format!("exit code {code}"));
             ending.errors.push(format!("the program of this job ran (attempt {}, {code}) but its end could not be recorded: the result is unknown", self.attempt));
             ending.exit_code = EXIT_INTERNAL;
         }
@@ -216,7 +228,14 @@ pub fn note_orphans(earlier: &mut [Attempt], attempt: u32, orphans: Orphans) -> 
 impl Entry {
     /// The `running` entry of a new attempt of the job `[verb, attribute, namespace]`, by this
     /// jobenv, started by `parent` (pid and start time) under a job runner.
-    pub fn running(job_id: &str, attempt: u32, earlier: Vec<Attempt>, [verb, attribute, namespace]: [&String; 3], parent: Option<(i32, u64)>, grace: Duration) -> Entry {
+    pub fn running(
+        job_id: &str,
+        attempt: u32,
+        earlier: Vec<Attempt>,
+        [verb, attribute, namespace]: [&String; 3],
+        parent: Option<(i32, u64)>,
+        grace: Duration,
+    ) -> Entry {
         let pid = std::process::id() as i32;
         Entry {
             format: FORMAT,
@@ -268,8 +287,15 @@ pub struct Known {
 impl Known {
     /// As the node's own journal knows it: an attempt is live while its jobenv runs.
     pub fn local(entry: Option<Entry>) -> Known {
-        let live = entry.as_ref().filter(|e| e.is_live()).map(|e| format!("journal entry of attempt {} under live jobenv pid {}", e.attempt, e.pid));
-        Known { entry, live, gone: InterruptedBy::JobenvGone }
+        let live = entry
+            .as_ref()
+            .filter(|e| e.is_live())
+            .map(|e| format!("journal entry of attempt {} under live jobenv pid {}", e.attempt, e.pid));
+        Known {
+            entry,
+            live,
+            gone: InterruptedBy::JobenvGone,
+        }
     }
 }
 
@@ -282,7 +308,10 @@ pub fn decide(existing: Option<Entry>) -> Decision {
 /// interrupted).
 pub fn decide_known(known: Known) -> Decision {
     match known.entry {
-        None => Decision::Run { attempt: 1, earlier: Vec::new() },
+        None => Decision::Run {
+            attempt: 1,
+            earlier: Vec::new(),
+        },
         Some(entry) if entry.is_result() => Decision::Replay(entry),
         Some(entry) if known.live.is_some() => Decision::Refuse(entry),
         Some(mut entry) => {
@@ -291,7 +320,10 @@ pub fn decide_known(known: Known) -> Decision {
             }
             let mut earlier = std::mem::take(&mut entry.earlier);
             earlier.push(entry.as_attempt());
-            Decision::Run { attempt: entry.attempt + 1, earlier }
+            Decision::Run {
+                attempt: entry.attempt + 1,
+                earlier,
+            }
         }
     }
 }
@@ -322,7 +354,8 @@ fn first_format() -> u32 {
 /// `job_id` must be a valid id and its file's name, and its format one this jobenv reads (else
 /// the error holds a [`Problem::NewerEntryFormat`], see [`Problem::newer_entry_format`]).
 pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<Entry> {
-    let corrupt = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is corrupt: {why}"));
+    let corrupt =
+        |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is corrupt: {why}"));
     // The format first: a newer entry is not parsed as this one, whatever its fields say.
     #[derive(serde::Deserialize)]
     struct Format {
@@ -331,8 +364,18 @@ pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<
     }
     if let Ok(Format { format }) = serde_json::from_slice::<Format>(bytes) {
         if format > FORMAT {
-            let job_id = Some(job_id).filter(|id| is_valid_job_id(id)).unwrap_or("(unnamed)").to_owned();
-            return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, Problem::NewerEntryFormat { job_id, format, known: FORMAT }));
+            let job_id = Some(job_id)
+                .filter(|id| is_valid_job_id(id))
+                .unwrap_or("(unnamed)")
+                .to_owned();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                Problem::NewerEntryFormat {
+                    job_id,
+                    format,
+                    known: FORMAT,
+                },
+            ));
         }
     }
     // serde's message may quote the file's text: escaped, it cannot start a line of its own.
@@ -346,9 +389,16 @@ pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<
     let names = crate::input::names::VERBS.contains(&entry.verb.as_str())
         && crate::input::names::is_valid_attribute(&entry.attribute)
         && crate::input::names::is_valid_namespace(&entry.namespace);
-    let times = time(&entry.started_at) && entry.finished_at.as_deref().is_none_or(time) && entry.earlier.iter().all(|a| time(&a.started_at) && a.finished_at.as_deref().is_none_or(time));
+    let times = time(&entry.started_at)
+        && entry.finished_at.as_deref().is_none_or(time)
+        && entry
+            .earlier
+            .iter()
+            .all(|a| time(&a.started_at) && a.finished_at.as_deref().is_none_or(time));
     if !names || !times {
-        return Err(corrupt("its verb, attribute, namespace or times are not as jobenv writes them".into()));
+        return Err(corrupt(
+            "its verb, attribute, namespace or times are not as jobenv writes them".into(),
+        ));
     }
     Ok(entry)
 }

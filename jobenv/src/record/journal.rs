@@ -15,7 +15,10 @@ use std::time::Duration;
 use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
-pub use super::entry::{Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, STOP_MARGIN, decide, decide_known, is_valid_job_id, note_orphans, now};
+pub use super::entry::{
+    Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, STOP_MARGIN, decide, decide_known, is_valid_job_id,
+    note_orphans, now,
+};
 use super::locks;
 use crate::error::EXIT_INTERNAL;
 use crate::run::cancel::Cancel;
@@ -49,7 +52,10 @@ impl Journal {
     /// needs to read them), given to the state directory's owner (see [`Journal::owner`]).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(state_dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(state_dir)?;
         let state = Dir::open(state_dir)?;
         let owner = owner_of(&state)?;
         let [jobs, locks] = ["jobs", "locks"].map(|name| -> std::io::Result<Dir> {
@@ -59,7 +65,12 @@ impl Journal {
             }
             Ok(dir)
         });
-        Ok(Journal { state, jobs: jobs?, locks: locks?, owner })
+        Ok(Journal {
+            state,
+            jobs: jobs?,
+            locks: locks?,
+            owner,
+        })
     }
 
     /// The journal of `state_dir` as it is, creating nothing: for what only reads it (`status`).
@@ -70,9 +81,16 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             other => other?,
         };
-        let (Some(jobs), Some(locks)) = (state.subdir("jobs", None)?, state.subdir("locks", None)?) else { return Ok(None) };
+        let (Some(jobs), Some(locks)) = (state.subdir("jobs", None)?, state.subdir("locks", None)?) else {
+            return Ok(None);
+        };
         let owner = owner_of(&state)?;
-        Ok(Some(Journal { state, jobs, locks, owner }))
+        Ok(Some(Journal {
+            state,
+            jobs,
+            locks,
+            owner,
+        }))
     }
 
     /// Gives `file` (created by this jobenv) to the state directory's owner, when it has one of
@@ -87,7 +105,13 @@ impl Journal {
 
     /// A lock of this state directory (`name` in `locks/`, [`locks::acquire`]), its file given
     /// to the directory's owner.
-    pub fn acquire(&self, name: &str, wait: Duration, holder: &str, cancel: Option<&mut Cancel>) -> Result<locks::Held, locks::Refused> {
+    pub fn acquire(
+        &self,
+        name: &str,
+        wait: Duration,
+        holder: &str,
+        cancel: Option<&mut Cancel>,
+    ) -> Result<locks::Held, locks::Refused> {
         let held = locks::acquire(&self.locks, name, wait, holder, cancel)?;
         self.own(held.file()).map_err(locks::Refused::Io)?;
         Ok(held)
@@ -103,7 +127,11 @@ impl Journal {
             Err(locks::Refused::Busy { .. }) => match self.read(id) {
                 Ok(Some(entry)) if entry.is_stopping() => {
                     let wait = entry.stop_wait();
-                    tracing::warn!("job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}", entry.attempt, entry.pid);
+                    tracing::warn!(
+                        "job {id}: attempt {} lost its worker and is stopping (jobenv pid {}): waiting up to {wait:?}",
+                        entry.attempt,
+                        entry.pid
+                    );
                     self.acquire(&name, wait, holder, Some(cancel))
                 }
                 _ => self.acquire(&name, JOB_LOCK_WAIT, holder, Some(cancel)),
@@ -146,7 +174,8 @@ impl Journal {
     /// A crash leaves either the old entry or the new one, never a torn file. A `running` entry
     /// is padded (see [`PADDING`]).
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
-        self.jobs.write_atomically(&Self::entry_name(&entry.job_id), &text(entry), self.owner, true)
+        self.jobs
+            .write_atomically(&Self::entry_name(&entry.job_id), &text(entry), self.owner, true)
     }
 
     /// The end of an attempt. If the new file cannot be written, the padded `running` entry is
@@ -164,7 +193,10 @@ impl Journal {
         unknown.exit_code = Some(EXIT_INTERNAL);
         unknown.reason = Some(Reason::ResultUnknown);
         let bytes = serde_json::to_vec(&unknown)?;
-        let opened = self.jobs.open_rw(&Self::entry_name(&entry.job_id), false).and_then(|file| file.ok_or_else(|| std::io::Error::other("the running entry is gone")));
+        let opened = self
+            .jobs
+            .open_rw(&Self::entry_name(&entry.job_id), false)
+            .and_then(|file| file.ok_or_else(|| std::io::Error::other("the running entry is gone")));
         let in_place = opened.and_then(|file| {
             use std::os::unix::fs::FileExt;
             let old_len = file.metadata()?.len() as usize;
@@ -178,8 +210,14 @@ impl Journal {
             file.sync_all()
         });
         match in_place {
-            Ok(()) => tracing::error!("the end of job {} was recorded in place as result_unknown", entry.job_id),
-            Err(also) => tracing::error!("the end of job {} could not be recorded in place either: {also}", entry.job_id),
+            Ok(()) => tracing::error!(
+                "the end of job {} was recorded in place as result_unknown",
+                entry.job_id
+            ),
+            Err(also) => tracing::error!(
+                "the end of job {} could not be recorded in place either: {also}",
+                entry.job_id
+            ),
         }
         Err(error)
     }
@@ -217,8 +255,16 @@ impl Journal {
                 // wrote: the file's own text is never kept); what is wrong with a file is said
                 // once, below.
                 let bytes = self.jobs.read(&Self::entry_name(&id)).ok().flatten();
-                let start = bytes.as_deref().and_then(|b| serde_json::from_slice::<Start>(b).ok()).and_then(|s| s.started_at);
-                (start.filter(|t| t.len() <= 64).and_then(|t| humantime::parse_rfc3339(&t).ok()), id)
+                let start = bytes
+                    .as_deref()
+                    .and_then(|b| serde_json::from_slice::<Start>(b).ok())
+                    .and_then(|s| s.started_at);
+                (
+                    start
+                        .filter(|t| t.len() <= 64)
+                        .and_then(|t| humantime::parse_rfc3339(&t).ok()),
+                    id,
+                )
             })
             .collect();
         order.sort();
@@ -238,7 +284,10 @@ impl Journal {
             let Some(job_id) = entry_of(&name) else { continue };
             match job_id.filter(|id| is_valid_job_id(id)) {
                 Some(id) => ids.push(id.to_owned()),
-                None => tracing::warn!("skipping {}: its name is not that of a journal entry (<job id>.json)", self.jobs.shown(&name)),
+                None => tracing::warn!(
+                    "skipping {}: its name is not that of a journal entry (<job id>.json)",
+                    self.jobs.shown(&name)
+                ),
             }
         }
         Ok(ids)
@@ -342,12 +391,19 @@ pub(crate) mod tests {
         }
         let mut command = std::process::Command::new(&program);
         command.arg("30");
-        let file = lock.map(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap());
+        let file = lock.map(|path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap()
+        });
         if let Some(fd) = file.as_ref().map(|f| f.as_raw_fd()) {
             // SAFETY: only async-signal-safe calls between fork and exec.
             unsafe {
                 command.pre_exec(move || {
-                    if nix::libc::flock(fd, nix::libc::LOCK_EX) != 0 || nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0 {
+                    if nix::libc::flock(fd, nix::libc::LOCK_EX) != 0 || nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())
@@ -358,7 +414,11 @@ pub(crate) mod tests {
         drop(file);
         let pid = child.id() as i32;
         // The kernel names the process after its file once it has exec'd.
-        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != "fediversity-job" {
+        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap_or_default()
+            .trim()
+            != "fediversity-job"
+        {
             std::thread::sleep(Duration::from_millis(1));
         }
         (child, entry(Status::Running, pid, process::start_time(pid).unwrap()))
@@ -385,12 +445,20 @@ pub(crate) mod tests {
         let mut e = entry(Status::Succeeded, 1, 0);
         journal.write(&e).unwrap();
         assert!(journal.read("j1").is_ok(), "positive control: as jobenv writes it");
-        for (field, value) in [("namespace", "ns\njobenv: forged"), ("verb", "apply\n"), ("attribute", "web x"), ("started_at", "yesterday\n")] {
+        for (field, value) in [
+            ("namespace", "ns\njobenv: forged"),
+            ("verb", "apply\n"),
+            ("attribute", "web x"),
+            ("started_at", "yesterday\n"),
+        ] {
             let mut forged = serde_json::to_value(&e).unwrap();
             forged[field] = serde_json::Value::from(value);
             std::fs::write(entry_path(&journal, "j1"), forged.to_string()).unwrap();
             let error = journal.read("j1").unwrap_err().to_string();
-            assert!(error.ends_with("is corrupt: its verb, attribute, namespace or times are not as jobenv writes them"), "{field}: {error}");
+            assert!(
+                error.ends_with("is corrupt: its verb, attribute, namespace or times are not as jobenv writes them"),
+                "{field}: {error}"
+            );
         }
         let mut forged = serde_json::to_value(&e).unwrap();
         forged["status"] = serde_json::Value::from("running\njobenv: web-apply succeeded");
@@ -424,12 +492,16 @@ pub(crate) mod tests {
         interrupted.mark_interrupted(InterruptedBy::WorkerLost);
         assert!(matches!(decide(Some(interrupted)), Decision::Run { attempt: 2, .. }));
         let mut unknown = entry(Status::Failed, 1, 0);
-        (unknown.reason, unknown.exit_code, unknown.program_exit_code) = (Some(Reason::ResultUnknown), Some(125), Some(0));
+        (unknown.reason, unknown.exit_code, unknown.program_exit_code) =
+            (Some(Reason::ResultUnknown), Some(125), Some(0));
         match decide(Some(unknown)) {
             Decision::Replay(entry) => {
                 let ending = entry.ending();
                 assert_eq!(ending.exit_code, 125);
-                assert!(ending.errors[0].contains("exit code 0") && ending.errors[0].contains("the result is unknown"), "{ending:?}");
+                assert!(
+                    ending.errors[0].contains("exit code 0") && ending.errors[0].contains("the result is unknown"),
+                    "{ending:?}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -455,7 +527,10 @@ pub(crate) mod tests {
         // A copy under another name, and a forged id: corrupt, named by path.
         std::fs::copy(entry_path(&journal, "j1"), entry_path(&journal, "j2")).unwrap();
         let error = journal.read("j2").unwrap_err().to_string();
-        assert!(error.contains("j2.json is corrupt: its job_id is not its file name"), "{error}");
+        assert!(
+            error.contains("j2.json is corrupt: its job_id is not its file name"),
+            "{error}"
+        );
         e.job_id = "../../x".into();
         std::fs::write(entry_path(&journal, "j3"), serde_json::to_vec(&e).unwrap()).unwrap();
         assert!(journal.read("j3").is_err());
@@ -477,11 +552,27 @@ pub(crate) mod tests {
         e.earlier = vec![entry(Status::Failed, 1, 0).as_attempt(); 3];
         journal.write(&e).unwrap();
         let running_len = std::fs::metadata(entry_path(&journal, "j1")).unwrap().len();
-        e.end(&Ending { status: Status::Succeeded, exit_code: 0, errors: Vec::new(), interrupted_by: None });
+        e.end(&Ending {
+            status: Status::Succeeded,
+            exit_code: 0,
+            errors: Vec::new(),
+            interrupted_by: None,
+        });
         let mut unknown = e.clone();
         // The longest of each.
-        (unknown.reason, unknown.program_exit_code, unknown.interrupted_by) = (Some(Reason::ResultUnknown), Some(-2147483648), Some(InterruptedBy::NodeStopped));
-        assert!((serde_json::to_vec(&unknown).unwrap().len() as u64) < running_len, "no room for the end");
-        assert_eq!(journal.read("j1").unwrap().unwrap().status, Status::Running, "the padding is valid JSON");
+        (unknown.reason, unknown.program_exit_code, unknown.interrupted_by) = (
+            Some(Reason::ResultUnknown),
+            Some(-2147483648),
+            Some(InterruptedBy::NodeStopped),
+        );
+        assert!(
+            (serde_json::to_vec(&unknown).unwrap().len() as u64) < running_len,
+            "no room for the end"
+        );
+        assert_eq!(
+            journal.read("j1").unwrap().unwrap().status,
+            Status::Running,
+            "the padding is valid JSON"
+        );
     }
 }

@@ -30,7 +30,9 @@ impl Held {
 /// Why a lock could not be taken.
 pub enum Refused {
     /// Another process holds it; `holder` is what that process wrote into the lock file.
-    Busy { holder: String },
+    Busy {
+        holder: String,
+    },
     /// A cancel signal came while waiting, or the worker that started jobenv died.
     Cancelled(Cancelled),
     Io(std::io::Error),
@@ -38,7 +40,13 @@ pub enum Refused {
 
 /// Takes the exclusive lock on `name` in `dir`, waiting up to `wait` (zero: try once). On
 /// success, records `holder` in the file so that a refused job can say who holds it.
-pub fn acquire(dir: &Dir, name: &str, wait: Duration, holder: &str, mut cancel: Option<&mut Cancel>) -> Result<Held, Refused> {
+pub fn acquire(
+    dir: &Dir,
+    name: &str,
+    wait: Duration,
+    holder: &str,
+    mut cancel: Option<&mut Cancel>,
+) -> Result<Held, Refused> {
     let deadline = Instant::now() + wait;
     let io = |error: safe_io::Error| Refused::Io(std::io::Error::other(error));
     let mut file = open(dir, name)?;
@@ -60,11 +68,17 @@ pub fn acquire(dir: &Dir, name: &str, wait: Duration, holder: &str, mut cancel: 
             return Err(Refused::Cancelled(cancelled));
         }
         if !said_waiting && Instant::now() < deadline {
-            tracing::info!("{} is held by {}: waiting up to {wait:?}", crate::error::shown_path(file.path()), holder_of(file.file()));
+            tracing::info!(
+                "{} is held by {}: waiting up to {wait:?}",
+                crate::error::shown_path(file.path()),
+                holder_of(file.file())
+            );
             said_waiting = true;
         }
         if Instant::now() >= deadline {
-            return Err(Refused::Busy { holder: holder_of(file.file()) });
+            return Err(Refused::Busy {
+                holder: holder_of(file.file()),
+            });
         }
         std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())));
     }
@@ -72,15 +86,23 @@ pub fn acquire(dir: &Dir, name: &str, wait: Duration, holder: &str, mut cancel: 
 
 /// The lock file `name`, created if missing.
 fn open(dir: &Dir, name: &str) -> Result<LockFile, Refused> {
-    let file = dir.open_rw(name, true).map_err(Refused::Io)?.expect("created if missing");
+    let file = dir
+        .open_rw(name, true)
+        .map_err(Refused::Io)?
+        .expect("created if missing");
     Ok(LockFile::from_file(file, dir.path().join(name)))
 }
 
 /// Whether a lock held by someone else right now is `name` (false if it is free, missing, or
 /// cannot be opened as a lock file).
 pub fn is_held(dir: &Dir, name: &str) -> bool {
-    let Ok(Some(file)) = dir.open_rw(name, false) else { return false };
-    matches!(LockFile::from_file(file, dir.path().join(name)).try_exclusive(), Ok(None))
+    let Ok(Some(file)) = dir.open_rw(name, false) else {
+        return false;
+    };
+    matches!(
+        LockFile::from_file(file, dir.path().join(name)).try_exclusive(),
+        Ok(None)
+    )
 }
 
 /// Whether `file` is still the file `name` (not one unlinked meanwhile).
@@ -99,7 +121,10 @@ fn holder_of(file: &File) -> String {
     holder.truncate(read);
     // Escaped: the program tree holds a descriptor of its namespace's lock file and may write
     // anything there, which a refused job's message then quotes.
-    String::from_utf8_lossy(&holder).trim_end_matches([' ', '\n', '\0']).escape_debug().to_string()
+    String::from_utf8_lossy(&holder)
+        .trim_end_matches([' ', '\n', '\0'])
+        .escape_debug()
+        .to_string()
 }
 
 /// The holder text, cut or padded with spaces to one fixed size so that it always overwrites
@@ -134,7 +159,10 @@ pub fn job_name(job_id: &str) -> String {
 
 /// The job id whose lock file `name` is, if it is one (of a valid job id).
 pub fn job_of(name: &std::ffi::OsStr) -> Option<&str> {
-    name.to_str()?.strip_prefix("job-")?.strip_suffix(".lock").filter(|id| super::entry::is_valid_job_id(id))
+    name.to_str()?
+        .strip_prefix("job-")?
+        .strip_suffix(".lock")
+        .filter(|id| super::entry::is_valid_job_id(id))
 }
 
 #[cfg(test)]
@@ -148,7 +176,11 @@ mod tests {
         let path = temp.path().join("l.lock");
         // What any process of the worker's user could write into a lock file of the node.
         std::fs::write(&path, "job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K").unwrap();
-        let _held = safe_io::lock::LockFile::open(&path).unwrap().try_exclusive().unwrap().unwrap();
+        let _held = safe_io::lock::LockFile::open(&path)
+            .unwrap()
+            .try_exclusive()
+            .unwrap()
+            .unwrap();
         assert!(is_held(&dir, "l.lock"));
         match acquire(&dir, "l.lock", Duration::ZERO, "job b", None) {
             Err(Refused::Busy { holder }) => {
@@ -161,8 +193,16 @@ mod tests {
     #[test]
     fn a_shorter_holder_replaces_a_longer_one_entirely() {
         let (_temp, dir) = locks();
-        drop(acquire(&dir, "l.lock", Duration::ZERO, "job a-very-long-job-identifier, jobenv pid 123456", None));
-        let _held = acquire(&dir, "l.lock", Duration::ZERO, "job b, jobenv pid 7", None).ok().unwrap();
+        drop(acquire(
+            &dir,
+            "l.lock",
+            Duration::ZERO,
+            "job a-very-long-job-identifier, jobenv pid 123456",
+            None,
+        ));
+        let _held = acquire(&dir, "l.lock", Duration::ZERO, "job b, jobenv pid 7", None)
+            .ok()
+            .unwrap();
         match acquire(&dir, "l.lock", Duration::ZERO, "job c", None) {
             Err(Refused::Busy { holder }) => assert_eq!(holder, "job b, jobenv pid 7"),
             _ => panic!("the lock should be busy"),
@@ -176,13 +216,20 @@ mod tests {
         std::fs::write(&target, "root's file").unwrap();
         std::os::unix::fs::symlink(&target, temp.path().join("l.lock")).unwrap();
         match acquire(&dir, "l.lock", Duration::ZERO, "job a", None) {
-            Err(Refused::Io(error)) => assert!(error.to_string().contains("l.lock is refused: it is a symbolic link"), "{error}"),
+            Err(Refused::Io(error)) => assert!(
+                error.to_string().contains("l.lock is refused: it is a symbolic link"),
+                "{error}"
+            ),
             _ => panic!("a linked lock file was taken"),
         }
         assert!(!is_held(&dir, "l.lock"));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's file");
         // Positive control: a lock file of its own is taken and holds the holder's name.
         assert!(acquire(&dir, "m.lock", Duration::ZERO, "job a", None).is_ok());
-        assert!(std::fs::read_to_string(temp.path().join("m.lock")).unwrap().starts_with("job a "));
+        assert!(
+            std::fs::read_to_string(temp.path().join("m.lock"))
+                .unwrap()
+                .starts_with("job a ")
+        );
     }
 }

@@ -56,7 +56,9 @@ fn namespace_of(name: &std::ffi::OsStr) -> Option<Result<&str, ()>> {
     if !bytes.starts_with(b"namespace-") || !bytes.ends_with(b".tree.json") {
         return None;
     }
-    let namespace = name.to_str().and_then(|n| n.strip_prefix("namespace-")?.strip_suffix(".tree.json"));
+    let namespace = name
+        .to_str()
+        .and_then(|n| n.strip_prefix("namespace-")?.strip_suffix(".tree.json"));
     Some(namespace.filter(|ns| is_valid_namespace(ns)).ok_or(()))
 }
 
@@ -75,8 +77,14 @@ impl Recorded {
     /// reboot ends every cgroup), and a sync would cost every run.
     pub fn write(journal: &Journal, namespace: &str, record: &TreeRecord) -> std::io::Result<Recorded> {
         let name = record_name(namespace);
-        journal.locks().write_atomically(&name, &serde_json::to_vec(record)?, journal.owner, false)?;
-        Ok(Recorded { locks: journal.locks().try_clone()?, name, cgroup: record.cgroup.clone() })
+        journal
+            .locks()
+            .write_atomically(&name, &serde_json::to_vec(record)?, journal.owner, false)?;
+        Ok(Recorded {
+            locks: journal.locks().try_clone()?,
+            name,
+            cgroup: record.cgroup.clone(),
+        })
     }
 }
 
@@ -114,7 +122,9 @@ struct Found {
 /// `own_job`'s (whose run holds that entry and records it itself). `by` names who stopped them.
 /// Removes the record once its cgroup is gone. `None` when nothing was left running.
 pub fn stop_left(journal: &Journal, namespace: &str, by: &str, own_job: Option<&str>) -> std::io::Result<Option<Left>> {
-    let Some(found) = find_left(journal, namespace)? else { return Ok(None) };
+    let Some(found) = find_left(journal, namespace)? else {
+        return Ok(None);
+    };
     let stopped = found.cgroup.stop(found.grace);
     settle(journal, found, stopped, by, own_job).map(Some)
 }
@@ -133,23 +143,36 @@ fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found
     let record: TreeRecord = match journal.locks().read(&name) {
         Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
             // Its text is the worker's user's: escaped, like everything else of it below.
-            Err(error) => return forget(&format!("it is not a record of a program tree ({})", crate::error::name(&error.to_string()))),
+            Err(error) => {
+                return forget(&format!(
+                    "it is not a record of a program tree ({})",
+                    crate::error::name(&error.to_string())
+                ));
+            }
             Ok(record) => record,
         },
         Ok(None) => return Ok(None),
         Err(error) => return forget(&error.to_string()),
     };
     if !hierarchy::is_deploy_cgroup(&record.cgroup, namespace) {
-        return forget(&format!("{} is not the cgroup of a deploy of namespace {namespace}", shown_path(&record.cgroup)));
+        return forget(&format!(
+            "{} is not the cgroup of a deploy of namespace {namespace}",
+            shown_path(&record.cgroup)
+        ));
     }
     if record.job_id.as_deref().is_some_and(|id| !is_valid_job_id(id)) {
         return forget("its job id is not one");
     }
-    let Some(cgroup) = Cgroup::open(&record.cgroup) else { return forget("") };
+    let Some(cgroup) = Cgroup::open(&record.cgroup) else {
+        return forget("");
+    };
     let (owner, _) = journal.owner_ids()?;
     let foreign = match cgroup.owner() {
         Ok(uid) if uid == owner => None,
-        Ok(uid) => Some(format!("{} belongs to uid {uid}, not to the state directory's owner (uid {owner}): it is no deploy of this state directory", shown_path(&record.cgroup))),
+        Ok(uid) => Some(format!(
+            "{} belongs to uid {uid}, not to the state directory's owner (uid {owner}): it is no deploy of this state directory",
+            shown_path(&record.cgroup)
+        )),
         Err(error) => Some(format!("{}: {error}", shown_path(&record.cgroup))),
     };
     if let Some(why) = foreign {
@@ -163,8 +186,17 @@ fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found
     // Bounded like an entry's: a record claiming days must not hold `recover` for days.
     let grace = Duration::from_millis(record.grace_ms).min(MAX_STOP_GRACE);
     let count = cgroup.members().len();
-    tracing::warn!("namespace {namespace}: {count} process(es) of the program tree of {} still running without their jobenv: stopping them (grace {grace:?})", whose(&record));
-    Ok(Some(Found { namespace: namespace.to_owned(), record, cgroup, count, grace }))
+    tracing::warn!(
+        "namespace {namespace}: {count} process(es) of the program tree of {} still running without their jobenv: stopping them (grace {grace:?})",
+        whose(&record)
+    );
+    Ok(Some(Found {
+        namespace: namespace.to_owned(),
+        record,
+        cgroup,
+        count,
+        grace,
+    }))
 }
 
 /// Whose deploy a record names, as messages say it.
@@ -178,15 +210,38 @@ fn whose(record: &TreeRecord) -> String {
 /// After `found` was stopped: records its orphans in their job's entry (unless it is
 /// `own_job`'s), and removes the record once the cgroup is gone.
 fn settle(journal: &Journal, found: Found, stopped: Stopped, by: &str, own_job: Option<&str>) -> std::io::Result<Left> {
-    let Found { namespace, record, cgroup, count, .. } = found;
-    let orphans = Orphans { found: count.max(stopped.signalled).max(stopped.killed), killed: stopped.killed, stopped_by: by.to_owned(), stopped_at: now() };
-    let left = Left { job_id: record.job_id.clone(), attempt: record.attempt, jobenv_pid: record.jobenv_pid, orphans, survived: !stopped.empty };
+    let Found {
+        namespace,
+        record,
+        cgroup,
+        count,
+        ..
+    } = found;
+    let orphans = Orphans {
+        found: count.max(stopped.signalled).max(stopped.killed),
+        killed: stopped.killed,
+        stopped_by: by.to_owned(),
+        stopped_at: now(),
+    };
+    let left = Left {
+        job_id: record.job_id.clone(),
+        attempt: record.attempt,
+        jobenv_pid: record.jobenv_pid,
+        orphans,
+        survived: !stopped.empty,
+    };
     if let (Some(id), Some(attempt)) = (&record.job_id, record.attempt) {
         if own_job != Some(id.as_str()) {
             match journal.record_orphans(id, attempt, &left.orphans) {
                 Ok(true) => {}
-                Ok(false) => tracing::warn!("namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)", whose(&record)),
-                Err(error) => tracing::warn!("namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry: {error}", whose(&record)),
+                Ok(false) => tracing::warn!(
+                    "namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)",
+                    whose(&record)
+                ),
+                Err(error) => tracing::warn!(
+                    "namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry: {error}",
+                    whose(&record)
+                ),
             }
         }
     }
@@ -225,7 +280,9 @@ impl Journal {
                 return Ok(false);
             }
         };
-        let Some(mut entry) = self.read(job_id)? else { return Ok(false) };
+        let Some(mut entry) = self.read(job_id)? else {
+            return Ok(false);
+        };
         if !entry.note_orphans(attempt, orphans.clone()) {
             return Ok(false);
         }
@@ -251,15 +308,22 @@ impl Journal {
                 None => continue,
                 Some(Ok(namespace)) => namespace,
                 Some(Err(())) => {
-                    tracing::warn!("skipping {}: its name is not that of a program tree's record (namespace-<namespace>.tree.json)", self.locks().shown(&name));
+                    tracing::warn!(
+                        "skipping {}: its name is not that of a program tree's record (namespace-<namespace>.tree.json)",
+                        self.locks().shown(&name)
+                    );
                     continue;
                 }
             };
-            let Some(held) = self.try_lock(&locks::namespace_name(namespace), &holder) else { continue };
+            let Some(held) = self.try_lock(&locks::namespace_name(namespace), &holder) else {
+                continue;
+            };
             match find_left(self, namespace) {
                 Ok(Some(left)) => found.push((left, held)),
                 Ok(None) => {}
-                Err(error) => tracing::warn!("namespace {namespace}: what its deploy left cannot be looked at: {error}"),
+                Err(error) => {
+                    tracing::warn!("namespace {namespace}: what its deploy left cannot be looked at: {error}")
+                }
             }
             if found.len() >= BATCH {
                 self.stop_found(std::mem::take(&mut found), by, &mut recorded);
@@ -271,14 +335,19 @@ impl Journal {
 
     /// Stops what `found` names together, and records each (adding its job to `recorded`).
     fn stop_found(&self, found: Vec<(Found, locks::Held)>, by: &str, recorded: &mut Vec<String>) {
-        let trees: Vec<(&dyn ProgramTree, Duration)> = found.iter().map(|(f, _)| (&f.cgroup as &dyn ProgramTree, f.grace)).collect();
+        let trees: Vec<(&dyn ProgramTree, Duration)> = found
+            .iter()
+            .map(|(f, _)| (&f.cgroup as &dyn ProgramTree, f.grace))
+            .collect();
         let stopped = stop_together(&trees);
         drop(trees);
         for ((left, _held), stopped) in found.into_iter().zip(stopped) {
             let namespace = left.namespace.clone();
             match settle(self, left, stopped, by, None) {
                 Ok(left) => recorded.extend(left.job_id),
-                Err(error) => tracing::warn!("namespace {namespace}: what its deploy left was stopped but cannot be recorded: {error}"),
+                Err(error) => tracing::warn!(
+                    "namespace {namespace}: what its deploy left was stopped but cannot be recorded: {error}"
+                ),
             }
         }
     }

@@ -14,7 +14,10 @@ use crate::settings::Runner;
 /// What `result.json` holds, borrowed from the job's records. Never a secret: statuses, codes,
 /// names and validation messages only.
 #[derive(Debug, Serialize, JsonSchema)]
-#[schemars(title = "fediversity-jobenv result.json", description = "What jobenv writes as a Windmill job's result")]
+#[schemars(
+    title = "fediversity-jobenv result.json",
+    description = "What jobenv writes as a Windmill job's result"
+)]
 pub struct JobResult<'a> {
     #[schemars(schema_with = "ended")]
     pub status: Status,
@@ -84,8 +87,17 @@ pub fn write_here(result: &JobResult) -> bool {
 /// `result.json`: Windmill would otherwise record a failure without a word of why.
 pub fn record_rejected_before_start(runner: &Runner, verb: &str, errors: &[String]) {
     let Some(job_id) = runner.job_id() else { return };
-    let ending = Ending { status: Status::Rejected, exit_code: EXIT_REJECTED, errors: errors.to_vec(), interrupted_by: None };
-    write_here(&JobResult { verb, job_id: Some(job_id), ..JobResult::of(&ending) });
+    let ending = Ending {
+        status: Status::Rejected,
+        exit_code: EXIT_REJECTED,
+        errors: errors.to_vec(),
+        interrupted_by: None,
+    };
+    write_here(&JobResult {
+        verb,
+        job_id: Some(job_id),
+        ..JobResult::of(&ending)
+    });
 }
 
 /// A result is written once the job ended: its status is never `running` (that one is the

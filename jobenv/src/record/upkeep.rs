@@ -29,7 +29,10 @@ pub struct StopRequest {
 
 impl StopRequest {
     pub fn of(journal: &Journal, job_id: &str) -> std::io::Result<StopRequest> {
-        Ok(StopRequest { jobs: journal.jobs.try_clone()?, name: format!(".{job_id}.stop") })
+        Ok(StopRequest {
+            jobs: journal.jobs.try_clone()?,
+            name: format!(".{job_id}.stop"),
+        })
     }
 
     /// Whether `drain` asked for this job's stop (anything of that name counts: only the
@@ -135,7 +138,9 @@ impl Journal {
                 return Ok(None);
             }
         };
-        let Some(mut entry) = self.read(job_id)? else { return Ok(None) };
+        let Some(mut entry) = self.read(job_id)? else {
+            return Ok(None);
+        };
         if entry.status != Status::Running || entry.is_live() {
             return Ok(None);
         }
@@ -153,17 +158,30 @@ impl Journal {
     /// never a run: a run's cost must not grow with the journal.
     pub fn prune(&self, retain: Duration) -> std::io::Result<usize> {
         // A retention longer than the clock's past keeps everything.
-        let Some(cutoff) = SystemTime::now().checked_sub(retain) else { return Ok(0) };
-        let older = |dir: &Dir, name: &str| dir.stat(name).ok().flatten().is_some_and(|stat| dir::modified(&stat) < cutoff);
+        let Some(cutoff) = SystemTime::now().checked_sub(retain) else {
+            return Ok(0);
+        };
+        let older = |dir: &Dir, name: &str| {
+            dir.stat(name)
+                .ok()
+                .flatten()
+                .is_some_and(|stat| dir::modified(&stat) < cutoff)
+        };
         let mut pruned = 0;
         // An entry whose end the shared journal did not take yet is kept with it, however old.
         let unshared = self.state.subdir(super::journal::UNSHARED, None).ok().flatten();
-        let kept = |job_id: &str| unshared.as_ref().is_some_and(|dir| dir.stat(&format!("{job_id}.json")).ok().flatten().is_some());
+        let kept = |job_id: &str| {
+            unshared
+                .as_ref()
+                .is_some_and(|dir| dir.stat(&format!("{job_id}.json")).ok().flatten().is_some())
+        };
         // Only entries whose file is older than the cutoff are read: an entry's end is written
         // before its file's time, so a newer file holds no entry to prune (a file made to look
         // older is read and checked like any other). A pass costs a stat per entry, not a parse.
         for name in self.jobs.names()? {
-            let Some(Some(job_id)) = super::journal::entry_of(&name) else { continue };
+            let Some(Some(job_id)) = super::journal::entry_of(&name) else {
+                continue;
+            };
             if !is_valid_job_id(job_id) || !older(&self.jobs, &Journal::entry_name(job_id)) || kept(job_id) {
                 continue;
             }
@@ -175,7 +193,10 @@ impl Journal {
                     continue;
                 }
             };
-            let finished = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
+            let finished = entry
+                .finished_at
+                .as_deref()
+                .and_then(|t| humantime::parse_rfc3339(t).ok());
             if entry.status == Status::Running || finished.is_none_or(|t| t >= cutoff) {
                 continue;
             }
@@ -183,7 +204,9 @@ impl Journal {
             // starting owns the entry and its lock file (deleting them under it would let a
             // second run of the same id start beside it).
             let lock = locks::job_name(&entry.job_id);
-            let Some(_held) = self.try_lock(&lock, "jobenv prune") else { continue };
+            let Some(_held) = self.try_lock(&lock, "jobenv prune") else {
+                continue;
+            };
             pruned += usize::from(self.jobs.remove(&Journal::entry_name(&entry.job_id))?);
             if let Ok(request) = StopRequest::of(self, &entry.job_id) {
                 request.remove();
@@ -201,7 +224,9 @@ impl Journal {
             }
         }
         for name in self.jobs.names()? {
-            let Some(name) = name.to_str().filter(|n| n.starts_with('.')) else { continue };
+            let Some(name) = name.to_str().filter(|n| n.starts_with('.')) else {
+                continue;
+            };
             if older(&self.jobs, name) {
                 pruned += usize::from(self.jobs.remove(name)?);
             }
@@ -223,8 +248,12 @@ impl Journal {
     /// a drained job; those that did so while this drain ran are given to `done` too.
     pub fn drain(&self, wait: Duration, mut done: impl FnMut(&Entry) -> std::io::Result<()>) -> std::io::Result<()> {
         let since = super::journal::now();
-        let mark = Draining { boot_id: process::boot_id().map(str::to_owned), since: since.clone() };
-        self.state.write_atomically(DRAINING, &serde_json::to_vec(&mark)?, self.owner, true)?;
+        let mark = Draining {
+            boot_id: process::boot_id().map(str::to_owned),
+            since: since.clone(),
+        };
+        self.state
+            .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, self.owner, true)?;
         // As many as jobenvs of this state directory ran (each holds its own job lock).
         let stopped = self.drain_live(wait)?;
         for entry in &stopped {
@@ -239,7 +268,10 @@ impl Journal {
         }
         let began = humantime::parse_rfc3339(&since).expect("written just now");
         self.for_each_entry(|entry| {
-            let ended = entry.finished_at.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
+            let ended = entry
+                .finished_at
+                .as_deref()
+                .and_then(|t| humantime::parse_rfc3339(t).ok());
             let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
             if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
                 done(&entry)?;
@@ -254,14 +286,23 @@ impl Journal {
     /// jobenv (another node's state directory, an operator's run), which `drain` must leave
     /// alone.
     fn holds_its_job_lock(&self, flocks: &str, entry: &Entry) -> bool {
-        self.locks.stat(&locks::job_name(&entry.job_id)).ok().flatten().is_some_and(|stat| process::holds_flock(flocks, entry.pid, stat.st_dev, stat.st_ino))
+        self.locks
+            .stat(&locks::job_name(&entry.job_id))
+            .ok()
+            .flatten()
+            .is_some_and(|stat| process::holds_flock(flocks, entry.pid, stat.st_dev, stat.st_ino))
     }
 
     /// The job ids whose job lock a run holds right now (a lock file that cannot be opened as
     /// one is no run's).
     fn busy_job_ids(&self) -> std::io::Result<Vec<String>> {
         let names = self.locks.names()?;
-        Ok(names.iter().filter_map(|name| locks::job_of(name)).filter(|id| locks::is_held(&self.locks, &locks::job_name(id))).map(str::to_owned).collect())
+        Ok(names
+            .iter()
+            .filter_map(|name| locks::job_of(name))
+            .filter(|id| locks::is_held(&self.locks, &locks::job_name(id)))
+            .map(str::to_owned)
+            .collect())
     }
 
     fn drain_live(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
@@ -275,7 +316,11 @@ impl Journal {
                     if self.holds_its_job_lock(&flocks, &entry) {
                         live.push(entry);
                     } else if left_alone.insert(entry.job_id.clone()) {
-                        tracing::warn!("draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone", entry.job_id, entry.pid);
+                        tracing::warn!(
+                            "draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone",
+                            entry.job_id,
+                            entry.pid
+                        );
                     }
                 }
                 Ok(())
@@ -285,15 +330,24 @@ impl Journal {
         let deadline = Instant::now() + wait;
         let mut live = running()?;
         if !live.is_empty() {
-            tracing::info!("draining: {} running job(s); waiting up to {wait:?} for them to finish", live.len());
+            tracing::info!(
+                "draining: {} running job(s); waiting up to {wait:?} for them to finish",
+                live.len()
+            );
         }
         while !live.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())));
             live = running()?;
         }
         for entry in &live {
-            StopRequest::of(self, &entry.job_id).and_then(|request| self.jobs.write_atomically(&request.name, b"", self.owner, true))?;
-            tracing::warn!("draining: stopping job {} (attempt {}, jobenv pid {})", entry.job_id, entry.attempt, entry.pid);
+            StopRequest::of(self, &entry.job_id)
+                .and_then(|request| self.jobs.write_atomically(&request.name, b"", self.owner, true))?;
+            tracing::warn!(
+                "draining: stopping job {} (attempt {}, jobenv pid {})",
+                entry.job_id,
+                entry.attempt,
+                entry.pid
+            );
             signal(entry, Signal::SIGTERM, false);
         }
         // One deadline for all, each waited for in a thread of its own: N jobs stop in the time
@@ -301,8 +355,14 @@ impl Journal {
         let bound = live.iter().map(Entry::stop_wait).max().unwrap_or_default();
         let until = Instant::now() + bound;
         std::thread::scope(|scope| {
-            let stopping: Vec<_> = live.into_iter().map(|entry| scope.spawn(move || self.stop_one(entry, bound, until))).collect();
-            stopping.into_iter().map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+            let stopping: Vec<_> = live
+                .into_iter()
+                .map(|entry| scope.spawn(move || self.stop_one(entry, bound, until)))
+                .collect();
+            stopping
+                .into_iter()
+                .map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
         })
     }
 
@@ -316,7 +376,11 @@ impl Journal {
         // who matters.
         let mut lock_wait = Duration::ZERO;
         if process::is_jobenv(entry.pid, entry.pid_start) {
-            tracing::error!("draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL", entry.pid, entry.job_id);
+            tracing::error!(
+                "draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL",
+                entry.pid,
+                entry.job_id
+            );
             signal(&entry, Signal::SIGKILL, true);
             // Its locks go once its last thread has exited, which on a loaded node can be a
             // while after the process shows as gone: its job lock is waited for, as long.
@@ -330,7 +394,12 @@ impl Journal {
         self.interrupt(&entry.job_id, InterruptedBy::NodeStopped, lock_wait)?;
         // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
         // helper) is still in its cgroup.
-        if let Ok(_held) = self.acquire(&locks::namespace_name(&entry.namespace), Duration::from_secs(1), "jobenv drain", None) {
+        if let Ok(_held) = self.acquire(
+            &locks::namespace_name(&entry.namespace),
+            Duration::from_secs(1),
+            "jobenv drain",
+            None,
+        ) {
             super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
         }
         Ok(self.read(&entry.job_id)?.unwrap_or(entry))
@@ -361,7 +430,9 @@ mod tests {
         let mut e = entry(Status::Failed, 1, 0);
         e.job_id = job_id.into();
         e.exit_code = Some(1);
-        e.finished_at = Some(humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(days_ago * 86400)).to_string());
+        e.finished_at = Some(
+            humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(days_ago * 86400)).to_string(),
+        );
         e
     }
 
@@ -374,7 +445,12 @@ mod tests {
 
     fn age(path: &Path, entry: &Entry) {
         let ended = humantime::parse_rfc3339(entry.finished_at.as_deref().unwrap()).unwrap();
-        std::fs::File::options().write(true).open(path).unwrap().set_modified(ended).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(ended)
+            .unwrap();
     }
 
     /// What `drain --wait 0` gives out.
@@ -413,13 +489,27 @@ mod tests {
         let outside = dir.path().join("outside.json");
         std::fs::write(&outside, "{}").unwrap();
         let forged = finished("../outside", 40);
-        std::fs::write(dir.path().join("jobs/forged.json"), serde_json::to_vec(&forged).unwrap()).unwrap();
+        std::fs::write(
+            dir.path().join("jobs/forged.json"),
+            serde_json::to_vec(&forged).unwrap(),
+        )
+        .unwrap();
         age(&dir.path().join("jobs/forged.json"), &forged);
         write_then(&journal, &finished("old", 40));
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1, "only `old` goes");
-        assert!(journal.read("real").unwrap().is_some(), "a copied entry deleted the real one");
+        assert_eq!(
+            journal.prune(Duration::from_secs(30 * 86400)).unwrap(),
+            1,
+            "only `old` goes"
+        );
+        assert!(
+            journal.read("real").unwrap().is_some(),
+            "a copied entry deleted the real one"
+        );
         assert!(outside.exists(), "a forged entry deleted a file outside the journal");
-        assert!(dir.path().join("jobs/copy.json").exists() && dir.path().join("jobs/forged.json").exists(), "corrupt entries are left for a person");
+        assert!(
+            dir.path().join("jobs/copy.json").exists() && dir.path().join("jobs/forged.json").exists(),
+            "corrupt entries are left for a person"
+        );
     }
 
     /// What keeps pruning's cost a stat per entry: a file newer than the cutoff is not read. An
@@ -434,10 +524,21 @@ mod tests {
         // A file that is not an entry, but new: never read, so not even reported.
         std::fs::write(journal.jobs.path().join("new-garbage.json"), "{not json").unwrap();
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
-        assert_eq!(journal.read("backdated").unwrap(), None, "positive control: an old file is read and pruned");
-        assert!(journal.read("fresh-file").unwrap().is_some(), "a file newer than the cutoff was read");
+        assert_eq!(
+            journal.read("backdated").unwrap(),
+            None,
+            "positive control: an old file is read and pruned"
+        );
+        assert!(
+            journal.read("fresh-file").unwrap().is_some(),
+            "a file newer than the cutoff was read"
+        );
         age(&journal.jobs.path().join(Journal::entry_name("fresh-file")), &fresh);
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1, "once its file is as old as its end, it goes");
+        assert_eq!(
+            journal.prune(Duration::from_secs(30 * 86400)).unwrap(),
+            1,
+            "once its file is as old as its end, it goes"
+        );
     }
 
     #[test]
@@ -445,9 +546,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
         write_then(&journal, &finished("starting", 40));
-        let held = locks::acquire(journal.locks(), &locks::job_name("starting"), Duration::ZERO, "a run", None).ok().unwrap();
+        let held = locks::acquire(
+            journal.locks(),
+            &locks::job_name("starting"),
+            Duration::ZERO,
+            "a run",
+            None,
+        )
+        .ok()
+        .unwrap();
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 0);
-        assert!(journal.read("starting").unwrap().is_some() && journal.locks().stat(&locks::job_name("starting")).unwrap().is_some());
+        assert!(
+            journal.read("starting").unwrap().is_some()
+                && journal.locks().stat(&locks::job_name("starting")).unwrap().is_some()
+        );
         // Positive control: once the run let go, the old entry goes.
         drop(held);
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
@@ -463,7 +575,11 @@ mod tests {
             let pid = child.id() as i32;
             // The kernel names the process after its file once it has exec'd.
             let comm = &name[..name.len().min(15)];
-            while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() != comm {
+            while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                != comm
+            {
                 std::thread::sleep(Duration::from_millis(1));
             }
             let mut e = entry(Status::Running, pid, process::start_time(pid).unwrap());
@@ -473,7 +589,10 @@ mod tests {
         let (mut other, forged) = named("not-jobenv");
         signal(&forged, Signal::SIGKILL, false);
         std::thread::sleep(Duration::from_millis(100));
-        assert!(other.try_wait().unwrap().is_none(), "drain killed a process that is not a jobenv");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "drain killed a process that is not a jobenv"
+        );
         // Positive control: a process named like jobenv is signalled.
         let (mut jobenv, real) = named("fediversity-jobenv");
         signal(&real, Signal::SIGKILL, false);
@@ -496,7 +615,10 @@ mod tests {
         let started = Instant::now();
         assert!(drained(&journal).is_empty(), "no jobenv ran");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
-        assert!(other.try_wait().unwrap().is_none(), "drain signalled a process that is not a jobenv");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "drain signalled a process that is not a jobenv"
+        );
         let _ = other.kill();
         let _ = other.wait();
         // Positive control: a live jobenv is drained (signalled; this one dies of its SIGTERM).
@@ -516,7 +638,12 @@ mod tests {
         let journal = Journal::open(dir.path()).unwrap();
         let backdate = |path: &Path| {
             let old = SystemTime::now() - Duration::from_secs(40 * 86400);
-            std::fs::File::options().write(true).open(path).unwrap().set_modified(old).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
         };
         let path = |id: &str| journal.locks().path().join(locks::job_name(id));
         let (orphan, recent, held_path) = (path("refused-job"), path("recent-job"), path("held-job"));
@@ -527,7 +654,15 @@ mod tests {
         for path in [&orphan, &held_path, &temp] {
             backdate(path);
         }
-        let _held = locks::acquire(journal.locks(), &locks::job_name("held-job"), Duration::ZERO, "a run", None).ok().unwrap();
+        let _held = locks::acquire(
+            journal.locks(),
+            &locks::job_name("held-job"),
+            Duration::ZERO,
+            "a run",
+            None,
+        )
+        .ok()
+        .unwrap();
         assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 2);
         assert!(!orphan.exists() && !temp.exists());
         assert!(recent.exists(), "a lock younger than the retention was removed");

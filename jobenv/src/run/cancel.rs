@@ -25,7 +25,10 @@ pub struct Cancel {
 impl Cancel {
     /// `worker`: jobenv's parent at its start, under a job runner.
     pub fn install(worker: Option<Pid>) -> std::io::Result<Self> {
-        Ok(Cancel { signals: Signals::new(CANCEL.map(|s| s as i32))?, worker })
+        Ok(Cancel {
+            signals: Signals::new(CANCEL.map(|s| s as i32))?,
+            worker,
+        })
     }
 
     pub fn worker(&self) -> Option<Pid> {
@@ -57,15 +60,17 @@ impl Cancel {
     /// the supervisor's async loop. A thread of its own waits for them.
     pub fn into_stream(mut self) -> UnboundedReceiver<Signal> {
         let (tx, rx) = unbounded_channel();
-        let spawned = std::thread::Builder::new().name("cancel-signals".into()).spawn(move || {
-            for raw in self.signals.forever() {
-                if let Ok(signal) = Signal::try_from(raw) {
-                    if tx.send(signal).is_err() {
-                        break;
+        let spawned = std::thread::Builder::new()
+            .name("cancel-signals".into())
+            .spawn(move || {
+                for raw in self.signals.forever() {
+                    if let Ok(signal) = Signal::try_from(raw) {
+                        if tx.send(signal).is_err() {
+                            break;
+                        }
                     }
                 }
-            }
-        });
+            });
         if spawned.is_err() {
             tracing::error!("cannot start the thread that waits for cancel signals");
         }

@@ -82,7 +82,14 @@ mod tests {
 
     fn watch(renewal: Renewal) -> (watch::Sender<Renewal>, LeaseWatch) {
         let (tx, rx) = watch::channel(renewal);
-        (tx, LeaseWatch { renewals: rx, renew_deadline: Duration::from_millis(200), stop_grace: Duration::ZERO })
+        (
+            tx,
+            LeaseWatch {
+                renewals: rx,
+                renew_deadline: Duration::from_millis(200),
+                stop_grace: Duration::ZERO,
+            },
+        )
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -103,7 +110,11 @@ mod tests {
         let last = Instant::now();
         tx.send_replace(Renewal::At(last));
         lease.lost().await;
-        assert!(last.elapsed() >= Duration::from_millis(200) && last.elapsed() < Duration::from_millis(400), "{:?}", last.elapsed());
+        assert!(
+            last.elapsed() >= Duration::from_millis(200) && last.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            last.elapsed()
+        );
         assert!(lease.is_lost());
     }
 

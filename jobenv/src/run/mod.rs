@@ -116,9 +116,13 @@ pub fn run(plan: &Plan, options: RunOptions<'_>, cancel: Cancel, tree: Tree) -> 
     // The redactor (about a millisecond to build with a hundred secrets in all their forms) is
     // built on a thread of its own while the runtime starts and the program is spawned.
     let secrets = plan.secrets.clone();
-    let redactor = std::thread::Builder::new().name("redactor".into()).spawn(move || Redactor::new(&secrets));
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::io("cannot start the runtime", e))?;
+    let redactor = std::thread::Builder::new()
+        .name("redactor".into())
+        .spawn(move || Redactor::new(&secrets));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the runtime", e))?;
     // The one place that knows which kind of tree this is.
     match tree {
         Tree::Cgroup(cgroup) => runtime.block_on(supervise(plan, options, cancel, redactor, Arc::new(cgroup))),
@@ -145,18 +149,28 @@ async fn supervise<T: ProgramTree>(
     }
     let mut cancels = cancel.into_stream();
 
-    let env: Vec<(&str, &str)> = plan.env.iter().map(|(key, var)| (key.as_str(), var.value.expose())).collect();
+    let env: Vec<(&str, &str)> = plan
+        .env
+        .iter()
+        .map(|(key, var)| (key.as_str(), var.value.expose()))
+        .collect();
     // Leading its process group (a Windmill job), jobenv keeps the program in it, so the
     // worker's group SIGKILL takes everything; otherwise the program gets a group of its own.
     let own_group = getpgrp() != getpid();
-    let mut passed = spawn::Passed { ready: None, lock: options.tree_lock.take() };
+    let mut passed = spawn::Passed {
+        ready: None,
+        lock: options.tree_lock.take(),
+    };
     if options.events.is_on() {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make the ready pipe", e))?;
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::sys("cannot make the ready pipe", e))?;
         options.events.watch_ready(read.into());
         passed.ready = Some(write);
     }
-    let spawned =
-        spawn::spawn(&plan.argv, &env, own_group, passed, tree.place()).map_err(|source| Error::Spawn { program: plan.argv[0].clone().into(), source })?;
+    let spawned = spawn::spawn(&plan.argv, &env, own_group, passed, tree.place()).map_err(|source| Error::Spawn {
+        program: plan.argv[0].clone().into(),
+        source,
+    })?;
     let mut reaper = reaper::start(spawned.pid);
 
     let redactor = match redactor {
@@ -167,7 +181,14 @@ async fn supervise<T: ProgramTree>(
     let stdout = pump::own_stream(std::io::stdout()).map_err(|e| Error::io("cannot duplicate stdout", e))?;
     let stderr = pump::own_stream(std::io::stderr()).map_err(|e| Error::io("cannot duplicate stderr", e))?;
     let (stdout_tap, stderr_tap) = (options.events.tap(Level::Info), options.events.tap(Level::Warning));
-    pump::start("stdout", spawned.stdout, stdout, redactor.clone(), stdout_tap, done_tx.clone());
+    pump::start(
+        "stdout",
+        spawned.stdout,
+        stdout,
+        redactor.clone(),
+        stdout_tap,
+        done_tx.clone(),
+    );
     pump::start("stderr", spawned.stderr, stderr, redactor, stderr_tap, done_tx);
 
     let timeout = async {
@@ -203,12 +224,22 @@ async fn supervise<T: ProgramTree>(
     match outcome {
         Outcome::Cancelled(signal) | Outcome::NodeStopped(signal) => {
             let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
-            let why = if matches!(outcome, Outcome::NodeStopped(_)) { " (the node is stopping)" } else { "" };
-            tracing::warn!("received {name}{why}: stopping the program tree (grace {:?})", options.grace);
+            let why = if matches!(outcome, Outcome::NodeStopped(_)) {
+                " (the node is stopping)"
+            } else {
+                ""
+            };
+            tracing::warn!(
+                "received {name}{why}: stopping the program tree (grace {:?})",
+                options.grace
+            );
             stop(&tree, options.grace).await;
         }
         Outcome::WorkerLost => {
-            tracing::warn!("the worker that started this job is gone: stopping the program tree (grace {:?})", options.grace);
+            tracing::warn!(
+                "the worker that started this job is gone: stopping the program tree (grace {:?})",
+                options.grace
+            );
             stop(&tree, options.grace).await;
         }
         Outcome::LeaseLost => {
@@ -221,7 +252,11 @@ async fn supervise<T: ProgramTree>(
             stop(&tree, lease.stop_grace).await;
         }
         Outcome::TimedOut => {
-            tracing::warn!("timeout of {:?} reached: stopping the program tree (grace {:?})", options.timeout.unwrap_or_default(), options.grace);
+            tracing::warn!(
+                "timeout of {:?} reached: stopping the program tree (grace {:?})",
+                options.timeout.unwrap_or_default(),
+                options.grace
+            );
             stop(&tree, options.grace).await;
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
@@ -229,7 +264,9 @@ async fn supervise<T: ProgramTree>(
             // finished job leaves nothing behind. Normally the reaper reports at once that no
             // child is left (every process of the tree is jobenv's descendant: it is a child
             // subreaper); if not, the tree decides (a zombie not yet reaped is not left behind).
-            let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone)).await.is_ok();
+            let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone))
+                .await
+                .is_ok();
             if !reaped && !tree.is_empty() {
                 tracing::warn!("the program exited but left processes running: stopping them");
                 stop(&tree, options.grace).await;
@@ -242,7 +279,10 @@ async fn supervise<T: ProgramTree>(
     let _ = tokio::time::timeout(Duration::from_secs(2), reaper.tree_gone.wait_for(|gone| *gone)).await;
     let deadline = Instant::now() + Duration::from_secs(2);
     for _ in 0..2 {
-        if done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+        if done_rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
             tracing::warn!("program output is still open after the program tree ended; not waiting for it");
             break;
         }
@@ -276,7 +316,10 @@ fn signalled(signal: Signal, stop_request: Option<&StopRequest>) -> Outcome {
 pub fn not_started(cancelled: Cancelled, stop_request: Option<&StopRequest>) -> Outcome {
     match cancelled {
         Cancelled::Signal(signal) => {
-            tracing::warn!("received {}: the job is canceled before its program started", signal.as_str());
+            tracing::warn!(
+                "received {}: the job is canceled before its program started",
+                signal.as_str()
+            );
             signalled(signal, stop_request)
         }
         Cancelled::WorkerLost => {

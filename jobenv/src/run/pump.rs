@@ -9,8 +9,8 @@ use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use crate::events::Tap;
 use super::redact::Redactor;
+use crate::events::Tap;
 
 const CHUNK: usize = 64 * 1024;
 

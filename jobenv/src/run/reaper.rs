@@ -38,5 +38,8 @@ pub fn start(program: Pid) -> Reaper {
             }
         })
         .expect("spawning the reaper thread");
-    Reaper { program: status_rx, tree_gone: gone_rx }
+    Reaper {
+        program: status_rx,
+        tree_gone: gone_rx,
+    }
 }

@@ -116,7 +116,10 @@ impl Redactor {
             let mut start = 0;
             while start < sorted.len() {
                 let beginning = &sorted.get(start)[..cut];
-                let end = start + (start..sorted.len()).take_while(|&i| sorted.get(i).starts_with(beginning)).count();
+                let end = start
+                    + (start..sorted.len())
+                        .take_while(|&i| sorted.get(i).starts_with(beginning))
+                        .count();
                 if !(start..end).all(|i| sample(sorted.get(i))) {
                     starting_with.push(start..end);
                 }
@@ -124,7 +127,10 @@ impl Redactor {
             }
             let chosen = (0..sorted.len()).filter(|&id| sample(sorted.get(id)));
             let sampled = Sampled::new(chosen, |id| sorted.get(id));
-            let beginnings: Vec<&[u8]> = starting_with.iter().map(|range| &sorted.get(range.start)[..cut]).collect();
+            let beginnings: Vec<&[u8]> = starting_with
+                .iter()
+                .map(|range| &sorted.get(range.start)[..cut])
+                .collect();
             let searches = beginnings
                 .chunks(group.max(1))
                 .map(|group| {
@@ -147,9 +153,24 @@ impl Redactor {
                 }
             }
             let longest = sorted.iter().map(<[u8]>::len).max().unwrap_or(0);
-            Arc::new(Engine { searches, group: group.max(1), starting_with, sampled, sorted, first_pairs, first_bytes, longest })
+            Arc::new(Engine {
+                searches,
+                group: group.max(1),
+                starting_with,
+                sampled,
+                sorted,
+                first_pairs,
+                first_bytes,
+                longest,
+            })
         });
-        Redactor { engine, held: Vec::new(), held_covered: 0, in_run: false, scratch: Vec::new() }
+        Redactor {
+            engine,
+            held: Vec::new(),
+            held_covered: 0,
+            in_run: false,
+            scratch: Vec::new(),
+        }
     }
 
     /// True when there is nothing to redact: callers may then copy bytes straight through.
@@ -203,7 +224,8 @@ impl Redactor {
             while let Some(hit) = search.find(Input::new(buf).span(from..buf.len())) {
                 let beginning = searcher * engine.group + hit.pattern().as_usize();
                 let alike = engine.starting_with[beginning].clone();
-                if let Some(len) = longest_at(&buf[hit.start()..], alike.len(), |i| engine.sorted.get(alike.start + i)) {
+                if let Some(len) = longest_at(&buf[hit.start()..], alike.len(), |i| engine.sorted.get(alike.start + i))
+                {
                     found.push((hit.start(), hit.start() + len));
                 }
                 from = hit.start() + 1;
@@ -266,7 +288,10 @@ struct Packed {
 
 impl Packed {
     fn new(all: &[&[u8]]) -> Self {
-        let mut packed = Packed { bytes: Vec::with_capacity(all.iter().map(|s| s.len()).sum()), ends: Vec::with_capacity(all.len()) };
+        let mut packed = Packed {
+            bytes: Vec::with_capacity(all.iter().map(|s| s.len()).sum()),
+            ends: Vec::with_capacity(all.len()),
+        };
         for s in all {
             packed.bytes.extend_from_slice(s);
             packed.ends.push(packed.bytes.len());
@@ -309,7 +334,10 @@ fn longest_at<'a>(rest: &[u8], count: usize, secret: impl Fn(usize) -> &'a [u8])
             let s = secret(i);
             s.len() <= shared || s[shared] < byte || (inclusive && s[shared] == byte)
         };
-        (from, to) = (partition_point(from, to, |i| before(i, false)), partition_point(from, to, |i| before(i, true)));
+        (from, to) = (
+            partition_point(from, to, |i| before(i, false)),
+            partition_point(from, to, |i| before(i, true)),
+        );
     }
     longest
 }
@@ -329,7 +357,9 @@ impl Engine {
     /// can qualify. Returns `buf.len()` when nothing needs holding back.
     fn hold_from(&self, buf: &[u8]) -> usize {
         let start = buf.len().saturating_sub(self.longest - 1);
-        (start..buf.len()).find(|&p| self.may_start(&buf[p..]) && self.is_proper_prefix(&buf[p..])).unwrap_or(buf.len())
+        (start..buf.len())
+            .find(|&p| self.may_start(&buf[p..]) && self.is_proper_prefix(&buf[p..]))
+            .unwrap_or(buf.len())
     }
 
     /// False when no secret can start with `tail` (not empty), by its first two bytes.
@@ -348,7 +378,10 @@ impl Engine {
     /// `tail` are consecutive in sorted order, starting at the first one not less than it.
     fn is_proper_prefix(&self, tail: &[u8]) -> bool {
         let from = partition_point(0, self.sorted.len(), |i| self.sorted.get(i) < tail);
-        (from..self.sorted.len()).map(|i| self.sorted.get(i)).take_while(|secret| secret.starts_with(tail)).any(|secret| secret.len() > tail.len())
+        (from..self.sorted.len())
+            .map(|i| self.sorted.get(i))
+            .take_while(|secret| secret.starts_with(tail))
+            .any(|secret| secret.len() > tail.len())
     }
 }
 
@@ -430,7 +463,10 @@ mod tests {
 
     #[test]
     fn every_split_point_of_mixed_input() {
-        every_split(&["s3cr3t-token", "tok3n"], b"a s3cr3t-tok3n s3cr3t-token\n\xff\xfe tok3");
+        every_split(
+            &["s3cr3t-token", "tok3n"],
+            b"a s3cr3t-tok3n s3cr3t-token\n\xff\xfe tok3",
+        );
     }
 
     #[test]
@@ -497,7 +533,11 @@ mod carry_tests {
             r.push(&input[..i], &mut out);
             r.push(&input[i..], &mut out);
             r.finish(&mut out);
-            assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "split at {i}");
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&expected),
+                "split at {i}"
+            );
         }
     }
 }
@@ -513,10 +553,20 @@ mod group_tests {
         let mut secrets: Vec<String> = (0..150).map(|i| format!("{i:03}-secret-value")).collect();
         secrets.push("value-tail-x".into()); // overlaps the end of every "...-value"
         let never = |_: &[u8]| false;
-        assert_eq!(Redactor::tuned(&secrets, GROUP, never).engine.expect("secrets").searches.len(), 3);
+        assert_eq!(
+            Redactor::tuned(&secrets, GROUP, never)
+                .engine
+                .expect("secrets")
+                .searches
+                .len(),
+            3
+        );
         let input = b"a 007-secret-value-tail-x b 149-secret-value c 000-secret-valu d";
         let expected = redact_all(&secrets, input);
-        assert_eq!(String::from_utf8_lossy(&expected), "a [REDACTED] b [REDACTED] c 000-secret-valu d");
+        assert_eq!(
+            String::from_utf8_lossy(&expected),
+            "a [REDACTED] b [REDACTED] c 000-secret-valu d"
+        );
         // The same secrets found by their beginnings, and by the sampled search.
         for sample in [never, sampled::takes] {
             for cut in 0..=input.len() {
@@ -558,13 +608,31 @@ mod sampled_tests {
         assert!(secrets.iter().all(|s| sampled::takes(s.as_bytes())));
         let redactor = Redactor::new(&secrets);
         for lead in 0..20 {
-            let input = format!("{}dXNlcjpwYX{}ZXIyLXBhc3M= c2VjcmV0LXNlY3JldC1zZWNyZXQ dXNlcjpwY", "x".repeat(lead), "y".repeat(lead % 3));
+            let input = format!(
+                "{}dXNlcjpwYX{}ZXIyLXBhc3M= c2VjcmV0LXNlY3JldC1zZWNyZXQ dXNlcjpwY",
+                "x".repeat(lead),
+                "y".repeat(lead % 3)
+            );
             let expected = redact_all(&secrets, input.as_bytes());
             // Touching occurrences become one marker.
-            let between = if lead % 3 == 0 { String::new() } else { format!("{}[REDACTED]", "y".repeat(lead % 3)) };
-            assert_eq!(String::from_utf8_lossy(&expected), format!("{}[REDACTED]{between} c2VjcmV0LXNlY3JldC1zZWNyZXQ dXNlcjpwY", "x".repeat(lead)));
+            let between = if lead % 3 == 0 {
+                String::new()
+            } else {
+                format!("{}[REDACTED]", "y".repeat(lead % 3))
+            };
+            assert_eq!(
+                String::from_utf8_lossy(&expected),
+                format!(
+                    "{}[REDACTED]{between} c2VjcmV0LXNlY3JldC1zZWNyZXQ dXNlcjpwY",
+                    "x".repeat(lead)
+                )
+            );
             for cut in 0..=input.len() {
-                assert_eq!(streamed(&redactor, input.as_bytes(), &[cut]), expected, "lead {lead}, cut {cut}");
+                assert_eq!(
+                    streamed(&redactor, input.as_bytes(), &[cut]),
+                    expected,
+                    "lead {lead}, cut {cut}"
+                );
             }
         }
     }
@@ -577,7 +645,11 @@ mod sampled_tests {
         let redactor = Redactor::new(&secrets);
         for lead in 0..16 {
             let input = format!("{}{}", "a".repeat(lead), secrets[1]);
-            assert_eq!(streamed(&redactor, input.as_bytes(), &[]), format!("{}[REDACTED]", "a".repeat(lead)).as_bytes(), "lead {lead}");
+            assert_eq!(
+                streamed(&redactor, input.as_bytes(), &[]),
+                format!("{}[REDACTED]", "a".repeat(lead)).as_bytes(),
+                "lead {lead}"
+            );
         }
     }
 
@@ -587,9 +659,15 @@ mod sampled_tests {
         let secrets: Vec<String> = (0..100).map(|i| format!("hvs.CAESIpublic-start-{i:03}")).collect();
         let input = b"hvs.CAESIpublic-start-042 hvs.CAESIpublic-start-1 hvs.CAESIpublic-start-0999";
         let expected = redact_all(&secrets, input);
-        assert_eq!(String::from_utf8_lossy(&expected), "[REDACTED] hvs.CAESIpublic-start-1 [REDACTED]9");
+        assert_eq!(
+            String::from_utf8_lossy(&expected),
+            "[REDACTED] hvs.CAESIpublic-start-1 [REDACTED]9"
+        );
         let redactor = Redactor::new(&secrets);
-        assert!(redactor.engine.as_ref().expect("secrets").searches.is_empty(), "all sampled");
+        assert!(
+            redactor.engine.as_ref().expect("secrets").searches.is_empty(),
+            "all sampled"
+        );
         for cut in 0..=input.len() {
             assert_eq!(streamed(&redactor, input, &[cut]), expected, "cut at {cut}");
         }

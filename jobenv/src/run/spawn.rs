@@ -49,10 +49,24 @@ const MAX_PASSED: usize = 2;
 
 /// Starts `argv[0]` (a path) with `argv` and exactly `env`, placed in the program tree by
 /// `placement`; in a process group of its own when `own_group`.
-pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Passed, placement: Placement) -> io::Result<Spawned> {
-    let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program"))?;
+pub fn spawn(
+    argv: &[String],
+    env: &[(&str, &str)],
+    own_group: bool,
+    passed: Passed,
+    placement: Placement,
+) -> io::Result<Spawned> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program"))?;
     let mut command = Command::new(program);
-    command.args(args).env_clear().envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if own_group {
         command.process_group(0);
     }
@@ -72,7 +86,11 @@ pub fn spawn(argv: &[String], env: &[(&str, &str)], own_group: bool, passed: Pas
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     // The child is reaped by jobenv's reaper (it reaps every child), not by `Child::wait`.
     drop(child);
-    Ok(Spawned { pid, stdout: stdout.expect("stdout is piped"), stderr: stderr.expect("stderr is piped") })
+    Ok(Spawned {
+        pid,
+        stdout: stdout.expect("stdout is piped"),
+        stderr: stderr.expect("stderr is piped"),
+    })
 }
 
 /// The child's side of [`spawn`]; see the module comment for what and why. `moves` are
@@ -90,11 +108,20 @@ fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED], placement: Pl
         for cancel in super::cancel::CANCEL {
             libc::signal(cancel as libc::c_int, libc::SIG_DFL);
         }
-        let all = libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        let all = libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
         if all != 0 {
             // Kernels before 5.11: one descriptor at a time, up to the process's limit.
             let mut limit: libc::rlimit = std::mem::zeroed();
-            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 { limit.rlim_cur.min(1 << 16) as RawFd } else { 1024 };
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                limit.rlim_cur.min(1 << 16) as RawFd
+            } else {
+                1024
+            };
             for fd in 3..max {
                 libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
             }
@@ -167,16 +194,35 @@ mod tests {
         // An inherited descriptor without close-on-exec, as a careless parent would leave one.
         let leaked = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty()).unwrap();
         let (read, write) = nix::unistd::pipe().unwrap();
-        let argv: Vec<String> = ["/bin/sh", "-c", "ls /proc/self/fd; printf x >&3"].map(String::from).to_vec();
-        let mut spawned = spawn(&argv, &[], false, Passed { ready: Some(write), lock: None }, NOWHERE).unwrap();
+        let argv: Vec<String> = ["/bin/sh", "-c", "ls /proc/self/fd; printf x >&3"]
+            .map(String::from)
+            .to_vec();
+        let mut spawned = spawn(
+            &argv,
+            &[],
+            false,
+            Passed {
+                ready: Some(write),
+                lock: None,
+            },
+            NOWHERE,
+        )
+        .unwrap();
         let mut out = String::new();
         spawned.stdout.read_to_string(&mut out).unwrap();
         nix::sys::wait::waitpid(spawned.pid, None).unwrap();
         let fds: Vec<&str> = out.lines().collect();
         // ls itself opens one descriptor for /proc/self/fd.
-        assert!(fds.starts_with(&["0", "1", "2", "3"]) && fds.len() == 5, "{fds:?} (leaked {})", leaked.as_raw_fd());
+        assert!(
+            fds.starts_with(&["0", "1", "2", "3"]) && fds.len() == 5,
+            "{fds:?} (leaked {})",
+            leaked.as_raw_fd()
+        );
         let mut byte = String::new();
         std::fs::File::from(read).read_to_string(&mut byte).unwrap();
-        assert_eq!(byte, "x", "the passed descriptor is fd 3, and the parent's copy was closed");
+        assert_eq!(
+            byte, "x",
+            "the passed descriptor is fd 3, and the parent's copy was closed"
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::Fixture;
-use fediversity_testkit::process::{wait_exit, Running, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
+use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_exit, wait_until};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -51,12 +51,21 @@ impl Job {
                 "{trap}\nsleep 300 & echo $! >> {p}\nsh -c 'sleep 301 & echo $! >> {p}; wait' & echo $! >> {p}\necho $$ >> {p}\necho $$ > {me}\necho ready\nwait\nwhile :; do sleep 0.1; done"
             ),
         );
-        Job { f, pids_file, program_file }
+        Job {
+            f,
+            pids_file,
+            program_file,
+        }
     }
 
     /// Starts jobenv; `own_group` makes it lead a process group, as a Windmill job process does.
     fn start(&self, args: &[&str], own_group: bool) -> Running {
-        let mut run = self.f.jobenv(jobenv_bin!()).verb("apply").args(args).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+        let mut run = self
+            .f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(args)
+            .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
         if own_group {
             run.command().process_group(0);
         }
@@ -100,7 +109,10 @@ fn without_leading_a_group_jobenv_gives_the_program_its_own_and_spares_its_paren
     assert_eq!(pgid(program), Some(program), "the program leads a group of its own");
     assert_ne!(pgid(program), pgid(std::process::id() as i32));
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGHUP).unwrap();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(4)).unwrap().code(), Some(129));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(4)).unwrap().code(),
+        Some(129)
+    );
     assert_all_gone(&tree, Duration::from_secs(1));
     // This test process shares jobenv's group and is still here to assert it.
 }
@@ -112,11 +124,22 @@ fn sigint_to_a_group_leading_jobenv_stops_the_tree_before_it_exits(containment: 
     let mut jobenv = job.start(&[], true);
     let tree = job.tree();
     let program = job.program();
-    assert_eq!(pgid(program), Some(jobenv.id() as i32), "the program stays in jobenv's group");
+    assert_eq!(
+        pgid(program),
+        Some(jobenv.id() as i32),
+        "the program stays in jobenv's group"
+    );
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGINT).unwrap();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(4)).unwrap().code(), Some(130));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(4)).unwrap().code(),
+        Some(130)
+    );
     // jobenv has exited: anything alive now would be orphaned for good.
-    assert!(tree.iter().all(|&p| !is_alive(p)), "left behind: {:?}", tree.iter().filter(|&&p| is_alive(p)).collect::<Vec<_>>());
+    assert!(
+        tree.iter().all(|&p| !is_alive(p)),
+        "left behind: {:?}",
+        tree.iter().filter(|&&p| is_alive(p)).collect::<Vec<_>>()
+    );
 }
 
 fn windmills_default_cancel_sigkills_the_group_and_everything_dies(containment: &'static str) {
@@ -124,7 +147,11 @@ fn windmills_default_cancel_sigkills_the_group_and_everything_dies(containment: 
     let mut jobenv = job.start(&[], true);
     let tree = job.tree();
     killpg(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(2)).unwrap().code(), None, "jobenv was killed");
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(2)).unwrap().code(),
+        None,
+        "jobenv was killed"
+    );
     assert_all_gone(&tree, Duration::from_secs(1));
 }
 
@@ -139,9 +166,15 @@ fn a_program_that_traps_sigterm_and_lingers_is_killed_after_the_grace(containmen
     let status = wait_exit(&mut jobenv, Duration::from_secs(3)).expect("exits within grace + 1 s");
     let took = signalled.elapsed();
     assert_eq!(status.code(), Some(143));
-    assert!(took >= Duration::from_millis(900), "the grace period was not given: {took:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "the grace period was not given: {took:?}"
+    );
     assert_all_gone(&tree, Duration::from_millis(500));
-    assert!(String::from_utf8_lossy(&stdout.finish()).contains("got TERM"), "the program saw SIGTERM first");
+    assert!(
+        String::from_utf8_lossy(&stdout.finish()).contains("got TERM"),
+        "the program saw SIGTERM first"
+    );
 }
 
 fn the_timeout_stops_the_tree_and_exits_124(containment: &'static str) {
@@ -173,15 +206,29 @@ fn sigkill_of_jobenv_alone_takes_the_program_with_it(containment: &'static str) 
 fn processes_left_behind_by_a_finished_program_are_stopped(containment: &'static str) {
     let mut f = Fixture::with_containment(containment);
     let pids = f.path().join("pids");
-    f.program("web", "apply", &format!("setsid sleep 300 > /dev/null 2>&1 & echo $! > {}; echo done", pids.display()));
-    let out = f.run(jobenv_bin!(), &["run", "--verb", "apply"], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            "setsid sleep 300 > /dev/null 2>&1 & echo $! > {}; echo done",
+            pids.display()
+        ),
+    );
+    let out = f.run(
+        jobenv_bin!(),
+        &["run", "--verb", "apply"],
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let leftover = read_pids(&pids, 1, Duration::from_secs(1));
     let gone = !is_alive(leftover[0]);
     kill_all(&leftover);
     assert!(out.status.success(), "{stderr}");
     assert!(gone, "a process that left the program's session survived the job");
-    assert!(stderr.contains("jobenv: warning: the program exited but left processes running: stopping them"), "{stderr}");
+    assert!(
+        stderr.contains("jobenv: warning: the program exited but left processes running: stopping them"),
+        "{stderr}"
+    );
 }
 
 /// A front-end that pipes the payload and stalls (the pipe open, nothing written): a cancel
@@ -195,11 +242,18 @@ fn a_cancel_while_the_payload_is_still_awaited_ends_the_job() {
     f.program("web", "apply", &format!("touch {}", started.display()));
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--payload", "-"]);
-        command.env("WM_JOB_ID", "stalled-payload").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .env("WM_JOB_ID", "stalled-payload")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut jobenv = Running(command.spawn().unwrap());
         let _pipe = jobenv.stdin.take();
         std::thread::sleep(Duration::from_millis(300));
-        assert!(jobenv.try_wait().unwrap().is_none(), "jobenv should be waiting for its payload");
+        assert!(
+            jobenv.try_wait().unwrap().is_none(),
+            "jobenv should be waiting for its payload"
+        );
         let sent = Instant::now();
         kill(Pid::from_raw(jobenv.id() as i32), signal).unwrap();
         let status = wait_exit(&mut jobenv, Duration::from_secs(5)).expect("the cancel ends the job");
@@ -207,7 +261,13 @@ fn a_cancel_while_the_payload_is_still_awaited_ends_the_job() {
         let mut stderr = String::new();
         std::io::Read::read_to_string(jobenv.stderr.as_mut().unwrap(), &mut stderr).unwrap();
         assert_eq!(status.code(), Some(128 + signal as i32), "{stderr}");
-        assert_eq!(stderr, format!("jobenv: warning: received {}: the job is canceled before its program started\n", signal.as_str()));
+        assert_eq!(
+            stderr,
+            format!(
+                "jobenv: warning: received {}: the job is canceled before its program started\n",
+                signal.as_str()
+            )
+        );
         assert_eq!(f.result_json()["status"], "canceled");
         assert!(!started.exists(), "the program ran");
     }

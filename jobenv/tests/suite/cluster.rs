@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::job_run::{Done, JobRun};
+use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::Fixture;
 use fediversity_testkit::postgres;
 use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, read_pids, wait_exit, wait_until};
@@ -28,7 +28,9 @@ struct Node {
 impl Node {
     fn new(name: &'static str, dsn: Option<&str>, body: &str) -> Node {
         let mut f = Fixture::new();
-        let body = body.replace("$NODE", name).replace("$DSN_FILE", &f.path().join("cluster-dsn").display().to_string());
+        let body = body
+            .replace("$NODE", name)
+            .replace("$DSN_FILE", &f.path().join("cluster-dsn").display().to_string());
         f.program("web", "apply", &body);
         let dsn_file = dsn.map(|dsn| {
             let path = f.path().join("cluster-dsn");
@@ -40,13 +42,21 @@ impl Node {
 
     /// `run --verb apply` of `namespace` on this node, as job `job_id` of a Windmill worker.
     fn job(&self, job_id: &str, namespace: &str) -> JobRun {
-        let mut run = self.f.jobenv(jobenv_bin!()).verb("apply").env("WM_JOB_ID", job_id).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": namespace}));
+        let mut run = self
+            .f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .env("WM_JOB_ID", job_id)
+            .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": namespace}));
         if let Some(dsn_file) = &self.dsn_file {
             run = run
                 .env("JOBENV_CLUSTER_DSN_FILE", dsn_file)
                 .env("JOBENV_CLUSTER_LEASE", LEASE.as_secs_f64().to_string())
                 .env("JOBENV_CLUSTER_RENEW_EVERY", "0.5")
-                .env("JOBENV_CLUSTER_RENEW_DEADLINE", RENEW_DEADLINE.as_secs_f64().to_string());
+                .env(
+                    "JOBENV_CLUSTER_RENEW_DEADLINE",
+                    RENEW_DEADLINE.as_secs_f64().to_string(),
+                );
         }
         run
     }
@@ -58,7 +68,10 @@ impl Node {
 
 /// Seconds since the epoch, as `date +%s.%N` prints them.
 fn now() -> f64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs_f64()
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 /// The `start`/`end` lines programs wrote to `log`: one `(node, start, end)` per run, in the
@@ -71,7 +84,13 @@ fn runs(log: &Path) -> Vec<(String, f64, Option<f64>)> {
         let (what, node, at) = (fields[0], fields[1].to_owned(), fields[2].parse::<f64>().unwrap());
         match what {
             "start" => runs.push((node, at, None)),
-            _ => runs.iter_mut().rev().find(|r| r.0 == node && r.2.is_none()).expect("an end after its start").2 = Some(at),
+            _ => {
+                runs.iter_mut()
+                    .rev()
+                    .find(|r| r.0 == node && r.2.is_none())
+                    .expect("an end after its start")
+                    .2 = Some(at)
+            }
         }
     }
     runs.sort_by(|a, b| a.1.total_cmp(&b.1));
@@ -80,7 +99,9 @@ fn runs(log: &Path) -> Vec<(String, f64, Option<f64>)> {
 
 /// Whether any two runs in `log` overlapped in time.
 fn overlaps(log: &Path) -> bool {
-    runs(log).windows(2).any(|pair| pair[1].1 < pair[0].2.unwrap_or(f64::INFINITY))
+    runs(log)
+        .windows(2)
+        .any(|pair| pair[1].1 < pair[0].2.unwrap_or(f64::INFINITY))
 }
 
 /// A program that logs its start and end to `log` (shared by both nodes) and takes `secs`.
@@ -93,7 +114,10 @@ fn timed(log: &Path, secs: &str) -> String {
 fn random_millis(below: u64) -> u64 {
     use std::io::Read;
     let mut byte = [0u8; 2];
-    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut byte).unwrap();
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut byte)
+        .unwrap();
     u64::from(u16::from_le_bytes(byte)) % below
 }
 
@@ -112,7 +136,12 @@ fn finish(mut running: Running) -> Done {
     }
     let code = running.wait().unwrap().code();
     let stdout = reading.join().unwrap();
-    Done { code, stdout: String::from_utf8_lossy(&stdout).into_owned(), stderr: String::from_utf8_lossy(&stderr).into_owned(), raw_stdout: stdout }
+    Done {
+        code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        raw_stdout: stdout,
+    }
 }
 
 #[test]
@@ -129,20 +158,39 @@ fn two_nodes_never_run_one_namespace_at_once_however_their_jobs_interleave() {
         log = log.display()
     );
     let (a, b) = (Node::new("a", None, &meet), Node::new("b", None, &meet));
-    let (first, second) = (a.job("control-a", "shared").spawn(), b.job("control-b", "shared").spawn());
+    let (first, second) = (
+        a.job("control-a", "shared").spawn(),
+        b.job("control-b", "shared").spawn(),
+    );
     assert!(finish(first).success() && finish(second).success());
-    assert!(overlaps(&log), "without the cluster journal the two deploys should have overlapped: {:?}", runs(&log));
+    assert!(
+        overlaps(&log),
+        "without the cluster journal the two deploys should have overlapped: {:?}",
+        runs(&log)
+    );
     std::fs::remove_file(&log).unwrap();
 
-    let (a, b) = (Node::new("a", Some(&db.dsn()), &timed(&log, "0.2")), Node::new("b", Some(&db.dsn()), &timed(&log, "0.2")));
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &timed(&log, "0.2")),
+        Node::new("b", Some(&db.dsn()), &timed(&log, "0.2")),
+    );
     const PAIRS: usize = 12;
     for pair in 0..PAIRS {
         let (early, late) = if pair % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let first = early.job(&format!("pair-{pair}-{}", early.name), "shared").args(["--lock-timeout", "30"]).spawn();
+        let first = early
+            .job(&format!("pair-{pair}-{}", early.name), "shared")
+            .args(["--lock-timeout", "30"])
+            .spawn();
         std::thread::sleep(Duration::from_millis(random_millis(400)));
-        let second = late.job(&format!("pair-{pair}-{}", late.name), "shared").args(["--lock-timeout", "30"]).spawn();
+        let second = late
+            .job(&format!("pair-{pair}-{}", late.name), "shared")
+            .args(["--lock-timeout", "30"])
+            .spawn();
         let (first, second) = (finish(first), finish(second));
-        assert!(first.success() && second.success(), "pair {pair}\n{first:?}\n{second:?}");
+        assert!(
+            first.success() && second.success(),
+            "pair {pair}\n{first:?}\n{second:?}"
+        );
     }
     let all = runs(&log);
     assert_eq!(all.len(), 2 * PAIRS, "{all:?}");
@@ -156,21 +204,52 @@ fn a_finished_job_re_run_on_the_other_node_is_replayed_without_running_it() {
     // The program can read the DSN file (it runs as the worker's user): what it prints of it is
     // redacted like a node secret.
     let body = format!("echo ran >> {}/runs; cat $DSN_FILE; exit 3", shared.path().display());
-    let (a, b) = (Node::new("a", Some(&db.dsn()), &body), Node::new("b", Some(&db.dsn()), &body));
-    let done = a.job("zombie-1", "ns").expect_code(3).expect_nowhere("the DSN's password", &db.password()).run();
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    );
+    let done = a
+        .job("zombie-1", "ns")
+        .expect_code(3)
+        .expect_nowhere("the DSN's password", &db.password())
+        .run();
     assert_eq!(done.stdout, "[REDACTED]\n", "the whole connection string is one secret");
     let first = a.result();
     // Windmill's zombie re-run, picked up by the other node's worker.
-    let again = b.job("zombie-1", "ns").expect_code(3).expect_nowhere("the DSN's password", &db.password()).run();
-    assert!(again.stderr.contains("jobenv: job zombie-1 already ended (failed, exit code 3, attempt 1, at "), "{again:?}");
-    assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "ran\n", "the program ran again");
+    let again = b
+        .job("zombie-1", "ns")
+        .expect_code(3)
+        .expect_nowhere("the DSN's password", &db.password())
+        .run();
+    assert!(
+        again
+            .stderr
+            .contains("jobenv: job zombie-1 already ended (failed, exit code 3, attempt 1, at "),
+        "{again:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(shared.path().join("runs")).unwrap(),
+        "ran\n",
+        "the program ran again"
+    );
     let replayed = b.result();
-    for field in ["status", "exit_code", "verb", "attribute", "namespace", "job_id", "attempt"] {
+    for field in [
+        "status",
+        "exit_code",
+        "verb",
+        "attribute",
+        "namespace",
+        "job_id",
+        "attempt",
+    ] {
         assert_eq!(replayed[field], first[field], "{field}: {replayed} vs {first}");
     }
     assert_eq!(replayed["replayed"], true);
     // A job id names one request on every node.
-    b.job("zombie-1", "other").expect_code(2).expect_stderr_contains("job zombie-1 was already run for apply of web in namespace ns").run();
+    b.job("zombie-1", "other")
+        .expect_code(2)
+        .expect_stderr_contains("job zombie-1 was already run for apply of web in namespace ns")
+        .run();
 }
 
 #[test]
@@ -178,26 +257,58 @@ fn an_interrupted_job_re_run_on_the_other_node_runs_as_attempt_2_once_its_lease_
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path().display();
-    let body = format!("echo \"$NODE $(date +%s.%N)\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done");
-    let (a, b) = (Node::new("a", Some(&db.dsn()), &body), Node::new("b", Some(&db.dsn()), &body));
+    let body = format!(
+        "echo \"$NODE $(date +%s.%N)\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"
+    );
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    );
     let mut running = a.job("lost-1", "ns").spawn();
     read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
     // Node a's jobenv dies without a word (its program with it): its leases are renewed no more.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(running.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(running.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     running.wait().unwrap();
     let expires: f64 = db
         .client()
-        .query_one("SELECT extract(epoch FROM expires_at)::float8 FROM fediversity_jobenv.namespaces WHERE namespace = 'ns'", &[])
+        .query_one(
+            "SELECT extract(epoch FROM expires_at)::float8 FROM fediversity_jobenv.namespaces WHERE namespace = 'ns'",
+            &[],
+        )
         .unwrap()
         .get(0);
     std::fs::write(shared.path().join("go"), "").unwrap();
-    let done = b.job("lost-1", "ns").args(["--lock-timeout", "20"]).expect_success().run();
-    assert!(done.stderr.contains("jobenv: warning: job lost-1: attempt 1 was interrupted; running it again as attempt 2"), "{done:?}");
+    let done = b
+        .job("lost-1", "ns")
+        .args(["--lock-timeout", "20"])
+        .expect_success()
+        .run();
+    assert!(
+        done.stderr
+            .contains("jobenv: warning: job lost-1: attempt 1 was interrupted; running it again as attempt 2"),
+        "{done:?}"
+    );
     let lines = std::fs::read_to_string(shared.path().join("runs")).unwrap();
-    let b_started: f64 = lines.lines().find_map(|l| l.strip_prefix("b ")).expect("node b ran it").parse().unwrap();
-    assert!(b_started >= expires, "node b started at {b_started}, before the lease of node a expired at {expires}");
+    let b_started: f64 = lines
+        .lines()
+        .find_map(|l| l.strip_prefix("b "))
+        .expect("node b ran it")
+        .parse()
+        .unwrap();
+    assert!(
+        b_started >= expires,
+        "node b started at {b_started}, before the lease of node a expired at {expires}"
+    );
     let result = b.result();
-    assert_eq!((result["status"].as_str(), result["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{result}");
+    assert_eq!(
+        (result["status"].as_str(), result["attempt"].as_u64()),
+        (Some("succeeded"), Some(2)),
+        "{result}"
+    );
     let entry = b.f.journal_entry(jobenv_bin!(), "lost-1");
     assert_eq!(entry["earlier"][0]["attempt"], 1);
     assert_eq!(entry["earlier"][0]["reason"], "interrupted");
@@ -228,7 +339,11 @@ fn a_node_cut_off_from_the_database_stops_its_program_before_its_lease_expires_a
     // renewals and the other node's job waits for it.
     let waiting = b.job("cut-b", "ns").args(["--lock-timeout", "30"]).spawn();
     std::thread::sleep(Duration::from_secs(3));
-    assert!(held.try_wait().unwrap().is_none(), "node a stopped while it could renew: {}", held_err.text());
+    assert!(
+        held.try_wait().unwrap().is_none(),
+        "node a stopped while it could renew: {}",
+        held_err.text()
+    );
     assert_eq!(runs(&log).len(), 1, "node b started beside node a");
 
     let cut_at = now();
@@ -239,21 +354,44 @@ fn a_node_cut_off_from_the_database_stops_its_program_before_its_lease_expires_a
     // Its program ended before its lease could expire: its last renewal came at most one
     // renewal period (0.5 s) before the cut.
     let a_ended = runs(&log)[0].2.expect("node a's program logged its end");
-    assert!(a_ended < cut_at + LEASE.as_secs_f64() - 0.5, "node a's program ended {:.2}s after the cut, when its lease may have expired", a_ended - cut_at);
+    assert!(
+        a_ended < cut_at + LEASE.as_secs_f64() - 0.5,
+        "node a's program ended {:.2}s after the cut, when its lease may have expired",
+        a_ended - cut_at
+    );
     assert!(stderr.contains("jobenv: error: this job's leases on the cluster journal were not renewed within 2s: stopping the program tree before they can expire (grace 1s)"), "{stderr}");
     let result = a.result();
-    assert_eq!((result["status"].as_str(), result["reason"].as_str(), result["interrupted_by"].as_str()), (Some("failed"), Some("interrupted"), Some("lease_lost")), "{result}");
-    assert!(result["errors"][0].as_str().unwrap().ends_with("a retry is safe"), "{result}");
+    assert_eq!(
+        (
+            result["status"].as_str(),
+            result["reason"].as_str(),
+            result["interrupted_by"].as_str()
+        ),
+        (Some("failed"), Some("interrupted"), Some("lease_lost")),
+        "{result}"
+    );
+    assert!(
+        result["errors"][0].as_str().unwrap().ends_with("a retry is safe"),
+        "{result}"
+    );
 
     let done = finish(waiting);
     assert!(done.success(), "{done:?}");
     let all = runs(&log);
-    assert_eq!(all.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["a", "b"], "{all:?}");
+    assert_eq!(
+        all.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["a", "b"],
+        "{all:?}"
+    );
     assert!(!overlaps(&log), "node b started before node a's program ended: {all:?}");
     // The other node took the namespace only once node a's lease had expired by the database's
     // clock: a's last renewal was at most one renewal period (0.5 s) before the cut.
     let b_started = all[1].1;
-    assert!(b_started >= cut_at + LEASE.as_secs_f64() - 0.6, "node b started {:.2}s after the cut, before node a's lease expired: {all:?}", b_started - cut_at);
+    assert!(
+        b_started >= cut_at + LEASE.as_secs_f64() - 0.6,
+        "node b started {:.2}s after the cut, before node a's lease expired: {all:?}",
+        b_started - cut_at
+    );
 }
 
 #[test]
@@ -261,10 +399,17 @@ fn a_terminated_connection_is_made_again_and_the_deploy_goes_on() {
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path().display();
-    let a = Node::new("a", Some(&db.dsn()), &format!("echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"));
+    let a = Node::new(
+        "a",
+        Some(&db.dsn()),
+        &format!("echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"),
+    );
     let running = a.job("terminated-1", "ns").spawn();
     read_pids(&shared.path().join("program.pid"), 1, Duration::from_secs(20));
-    assert!(wait_until(Duration::from_secs(5), || db.terminate_jobenv_backends() > 0), "jobenv holds no connection");
+    assert!(
+        wait_until(Duration::from_secs(5), || db.terminate_jobenv_backends() > 0),
+        "jobenv holds no connection"
+    );
     // Longer than the renew deadline: the renewals after the termination went through, on a
     // connection made anew.
     std::thread::sleep(RENEW_DEADLINE + Duration::from_secs(1));
@@ -281,18 +426,33 @@ fn a_database_that_stops_mid_job_stops_the_deploy_loses_no_result_and_a_node_can
     let db = pg.jobenv_database();
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path().display();
-    let body = format!("echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done");
-    let (a, b) = (Node::new("a", Some(&db.dsn()), &body), Node::new("b", Some(&db.dsn()), &body));
+    let body = format!(
+        "echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"
+    );
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    );
     let mut running = a.job("stopped-db", "ns").spawn();
     read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
     pg.pause();
     let status = wait_exit(&mut running, RENEW_DEADLINE + Duration::from_secs(5)).expect("node a stops its deploy");
     let stderr = finish(running).stderr;
     assert_eq!(status.code(), Some(75), "{stderr}");
-    assert!(stderr.contains("jobenv: warning: cannot renew the leases on the cluster journal ("), "{stderr}");
-    assert!(stderr.contains("the program tree was stopped; the job did not complete and a retry is safe"), "{stderr}");
+    assert!(
+        stderr.contains("jobenv: warning: cannot renew the leases on the cluster journal ("),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the program tree was stopped; the job did not complete and a retry is safe"),
+        "{stderr}"
+    );
     assert_eq!(a.result()["interrupted_by"], "lease_lost");
-    assert_eq!(a.f.journal_entry(jobenv_bin!(), "stopped-db")["interrupted_by"], "lease_lost", "the node's own record says why");
+    assert_eq!(
+        a.f.journal_entry(jobenv_bin!(), "stopped-db")["interrupted_by"],
+        "lease_lost",
+        "the node's own record says why"
+    );
 
     // Without its database a node starts nothing: it is not ready.
     b.job("stopped-db", "ns")
@@ -301,13 +461,25 @@ fn a_database_that_stops_mid_job_stops_the_deploy_loses_no_result_and_a_node_can
         .expect_nowhere("the DSN's password", &db.password())
         .run();
     assert_eq!(b.result()["status"], "rejected");
-    assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\n", "node b ran the program without its database");
+    assert_eq!(
+        std::fs::read_to_string(shared.path().join("runs")).unwrap(),
+        "a\n",
+        "node b ran the program without its database"
+    );
 
     // Back: the interrupted job is no result; the other node runs it again as attempt 2.
     pg.resume();
     std::fs::write(shared.path().join("go"), "").unwrap();
-    let done = b.job("stopped-db", "ns").args(["--lock-timeout", "20"]).expect_success().run();
-    assert!(done.stderr.contains("attempt 1 was interrupted; running it again as attempt 2"), "{done:?}");
+    let done = b
+        .job("stopped-db", "ns")
+        .args(["--lock-timeout", "20"])
+        .expect_success()
+        .run();
+    assert!(
+        done.stderr
+            .contains("attempt 1 was interrupted; running it again as attempt 2"),
+        "{done:?}"
+    );
     assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
 }
 
@@ -327,12 +499,20 @@ fn a_node_whose_database_cannot_be_reached_before_the_program_starts_runs_nothin
         .run();
     assert!(!marker.exists(), "the program ran without the cluster journal");
     let result = node.result();
-    assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("rejected"), Some(75)), "{result}");
+    assert_eq!(
+        (result["status"].as_str(), result["exit_code"].as_i64()),
+        (Some("rejected"), Some(75)),
+        "{result}"
+    );
     assert!(!result.to_string().contains(&db.password()));
     // A DSN file the node has not rendered yet: not ready either.
     let missing = Node::new("a", Some(&db.dsn()), &body);
     std::fs::remove_file(missing.dsn_file.as_ref().unwrap()).unwrap();
-    missing.job("unreachable-2", "ns").expect_code(75).expect_stderr_contains("node not ready: the cluster DSN file").run();
+    missing
+        .job("unreachable-2", "ns")
+        .expect_code(75)
+        .expect_stderr_contains("node not ready: the cluster DSN file")
+        .run();
     assert!(!marker.exists());
     // Positive control: with the database reachable, the same job runs.
     std::fs::write(missing.dsn_file.as_ref().unwrap(), db.dsn()).unwrap();
@@ -346,12 +526,26 @@ fn what_a_sigkilled_jobenv_left_outside_its_process_group_does_not_outlive_it() 
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path().display();
     // A helper in a session of its own: Windmill's group SIGKILL would miss it.
-    let body = format!("setsid sleep 60 & echo $! > {dir}/left-$NODE.pid; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done");
+    let body = format!(
+        "setsid sleep 60 & echo $! > {dir}/left-$NODE.pid; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"
+    );
     let left_after_sigkill = |node: &Node| {
         let mut running = node.job(&format!("sigkill-{}", node.name), "ns").spawn();
-        let left = read_pids(&shared.path().join(format!("left-{}.pid", node.name)), 1, Duration::from_secs(20))[0];
-        read_pids(&shared.path().join(format!("program-{}.pid", node.name)), 1, Duration::from_secs(20));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(running.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        let left = read_pids(
+            &shared.path().join(format!("left-{}.pid", node.name)),
+            1,
+            Duration::from_secs(20),
+        )[0];
+        read_pids(
+            &shared.path().join(format!("program-{}.pid", node.name)),
+            1,
+            Duration::from_secs(20),
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(running.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
         running.wait().unwrap();
         left
     };
@@ -365,7 +559,10 @@ fn what_a_sigkilled_jobenv_left_outside_its_process_group_does_not_outlive_it() 
     // In cluster mode no lease covers it once its jobenv is gone: it dies with its jobenv.
     let node = Node::new("a", Some(&db.dsn()), &body);
     let left = left_after_sigkill(&node);
-    assert!(wait_until(Duration::from_secs(1), || !is_alive(left)), "the helper outlived its SIGKILLed jobenv");
+    assert!(
+        wait_until(Duration::from_secs(1), || !is_alive(left)),
+        "the helper outlived its SIGKILLed jobenv"
+    );
 }
 
 #[test]
@@ -373,29 +570,64 @@ fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path().display();
-    let body = format!("echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done");
-    let (a, b) = (Node::new("a", Some(&db.dsn()), &body), Node::new("b", Some(&db.dsn()), &body));
+    let body = format!(
+        "echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done"
+    );
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    );
     std::fs::write(shared.path().join("go-b"), "").unwrap();
     let mut held = a.job("taken-1", "ns").spawn();
     read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
     // The job's lease runs out under node a (as if node a had been frozen past it), and Windmill's
     // re-run of the job on node b takes it over: it waits for the namespace, which node a holds.
-    db.client().execute("UPDATE fediversity_jobenv.jobs SET expires_at = now() - interval '1 second' WHERE job_id = 'taken-1'", &[]).unwrap();
+    db.client()
+        .execute(
+            "UPDATE fediversity_jobenv.jobs SET expires_at = now() - interval '1 second' WHERE job_id = 'taken-1'",
+            &[],
+        )
+        .unwrap();
     let rerun = b.job("taken-1", "ns").args(["--lock-timeout", "20"]).spawn();
     let status = wait_exit(&mut held, Duration::from_secs(3)).expect("node a stops at its next renewal");
     let stderr = finish(held).stderr;
     assert_eq!(status.code(), Some(75), "{stderr}");
-    assert!(stderr.contains("jobenv: error: the lease of job taken-1 on the cluster journal expired or was taken over: this run stops"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "jobenv: error: the lease of job taken-1 on the cluster journal expired or was taken over: this run stops"
+        ),
+        "{stderr}"
+    );
     let done = finish(rerun);
-    assert!(done.success() && done.stderr.contains("attempt 1 was interrupted; running it again as attempt 2"), "{done:?}");
+    assert!(
+        done.success()
+            && done
+                .stderr
+                .contains("attempt 1 was interrupted; running it again as attempt 2"),
+        "{done:?}"
+    );
     assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
     // Node a's end came after node b took the job over: fenced by its epoch, it changed nothing.
-    let row: String = db.client().query_one("SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = 'taken-1'", &[]).unwrap().get(0);
+    let row: String = db
+        .client()
+        .query_one(
+            "SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = 'taken-1'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
     let row: Value = serde_json::from_str(&row).unwrap();
-    assert_eq!((row["attempt"].as_u64(), row["status"].as_str()), (Some(2), Some("succeeded")), "{row}");
+    assert_eq!(
+        (row["attempt"].as_u64(), row["status"].as_str()),
+        (Some(2), Some("succeeded")),
+        "{row}"
+    );
     assert_eq!(row["earlier"][0]["interrupted_by"], "lease_lost", "{row}");
     // Its own journal keeps its own record.
-    assert_eq!(a.f.journal_entry(jobenv_bin!(), "taken-1")["interrupted_by"], "lease_lost");
+    assert_eq!(
+        a.f.journal_entry(jobenv_bin!(), "taken-1")["interrupted_by"],
+        "lease_lost"
+    );
 }
 
 #[test]
@@ -405,14 +637,35 @@ fn prune_deletes_the_shared_rows_that_ended_before_the_retention_and_nothing_els
     for job in ["old", "recent"] {
         node.job(job, "ns").expect_success().run();
     }
-    db.client().execute("UPDATE fediversity_jobenv.jobs SET finished_at = now() - interval '40 days' WHERE job_id = 'old'", &[]).unwrap();
+    db.client()
+        .execute(
+            "UPDATE fediversity_jobenv.jobs SET finished_at = now() - interval '40 days' WHERE job_id = 'old'",
+            &[],
+        )
+        .unwrap();
     // A job id whose run holds it has not ended, however old its row.
     db.client()
         .execute("INSERT INTO fediversity_jobenv.jobs (job_id, format, holder, holder_node, epoch, expires_at) VALUES ('held', 1, 'x', 'y', 1, now() + interval '1 hour')", &[])
         .unwrap();
-    let done = node.f.jobenv(jobenv_bin!()).args(["prune"]).env("JOBENV_CLUSTER_DSN_FILE", node.dsn_file.as_ref().unwrap()).expect_success().run();
-    assert_eq!(serde_json::from_str::<Value>(&done.stdout).unwrap()["cluster_pruned"], 1, "{done:?}");
-    let left: Vec<String> = db.client().query("SELECT job_id FROM fediversity_jobenv.jobs ORDER BY job_id", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let done = node
+        .f
+        .jobenv(jobenv_bin!())
+        .args(["prune"])
+        .env("JOBENV_CLUSTER_DSN_FILE", node.dsn_file.as_ref().unwrap())
+        .expect_success()
+        .run();
+    assert_eq!(
+        serde_json::from_str::<Value>(&done.stdout).unwrap()["cluster_pruned"],
+        1,
+        "{done:?}"
+    );
+    let left: Vec<String> = db
+        .client()
+        .query("SELECT job_id FROM fediversity_jobenv.jobs ORDER BY job_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert_eq!(left, ["held", "recent"]);
     // What went is gone: on another node (without an entry of its own) the old job id is a new
     // job, while the recent one is still replayed.
@@ -438,28 +691,58 @@ fn a_node_speaks_verified_tls_to_the_cluster_journal_when_its_dsn_asks_for_it() 
     let node = |dsn: &str| Node::new("a", Some(dsn), &body);
     let with_ca = |run: JobRun, ca: &Path| run.env("JOBENV_CLUSTER_CA_FILE", ca);
     let trusted = db.ca_file();
-    with_ca(node(&db.tls_dsn("127.0.0.1")).job("tls-1", "ns"), &trusted).expect_success().expect_nowhere("the DSN's password", &db.password()).run();
+    with_ca(node(&db.tls_dsn("127.0.0.1")).job("tls-1", "ns"), &trusted)
+        .expect_success()
+        .expect_nowhere("the DSN's password", &db.password())
+        .run();
     assert_eq!(ran(), 1);
     // The shared row is there: the decision was made on the database, over TLS.
-    let rows: i64 = db.client().query_one("SELECT count(*) FROM fediversity_jobenv.jobs WHERE job_id = 'tls-1' AND finished_at IS NOT NULL", &[]).unwrap().get(0);
+    let rows: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM fediversity_jobenv.jobs WHERE job_id = 'tls-1' AND finished_at IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
     assert_eq!(rows, 1);
     // Positive control: the role gets no plain connection.
     let plain = db.tls_dsn("127.0.0.1").replace(" sslmode=require", "");
     node(&plain)
         .job("tls-2", "ns")
         .expect_code(2)
-        .expect_stderr_contains("jobenv: error: the cluster journal cannot be used: FATAL: pg_hba.conf rejects connection")
+        .expect_stderr_contains(
+            "jobenv: error: the cluster journal cannot be used: FATAL: pg_hba.conf rejects connection",
+        )
         .run();
     // A CA the node does not trust: refused, a person must act (exit 2), nothing ran.
     let other = shared.path().join("other-ca.pem");
     std::fs::write(&other, fediversity_testkit::tls::Ca::new("another CA").pem()).unwrap();
-    let done = with_ca(node(&db.tls_dsn("127.0.0.1")).job("tls-3", "ns"), &other).expect_code(2).expect_nowhere("the DSN's password", &db.password()).run();
-    assert!(done.stderr.contains("jobenv: error: the cluster journal cannot be used: ") && done.stderr.contains("UnknownIssuer"), "{done:?}");
+    let done = with_ca(node(&db.tls_dsn("127.0.0.1")).job("tls-3", "ns"), &other)
+        .expect_code(2)
+        .expect_nowhere("the DSN's password", &db.password())
+        .run();
+    assert!(
+        done.stderr
+            .contains("jobenv: error: the cluster journal cannot be used: ")
+            && done.stderr.contains("UnknownIssuer"),
+        "{done:?}"
+    );
     // The right CA, but the DSN names a host the certificate is not for.
-    let done = with_ca(node(&db.tls_dsn("localhost")).job("tls-4", "ns"), &trusted).expect_code(2).run();
-    assert!(done.stderr.contains("invalid peer certificate: certificate not valid for name \"localhost\""), "{done:?}");
+    let done = with_ca(node(&db.tls_dsn("localhost")).job("tls-4", "ns"), &trusted)
+        .expect_code(2)
+        .run();
+    assert!(
+        done.stderr
+            .contains("invalid peer certificate: certificate not valid for name \"localhost\""),
+        "{done:?}"
+    );
     // Without a CA file, the system's trust store, which does not hold the test's CA.
-    node(&db.tls_dsn("127.0.0.1")).job("tls-5", "ns").expect_code(2).expect_stderr_contains("UnknownIssuer").run();
+    node(&db.tls_dsn("127.0.0.1"))
+        .job("tls-5", "ns")
+        .expect_code(2)
+        .expect_stderr_contains("UnknownIssuer")
+        .run();
     assert_eq!(ran(), 1, "a program ran without a verified database");
 }
 
@@ -480,9 +763,20 @@ impl CutOff {
         let proxy = Proxy::start(postgres::cluster().port);
         let shared = tempfile::tempdir().unwrap();
         let dir = shared.path().display();
-        let body = format!("echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs");
-        let (a, b) = (Node::new("a", Some(&db.dsn_on(proxy.port)), &body), Node::new("b", Some(&db.dsn()), &body));
-        CutOff { db, proxy, shared, a, b }
+        let body = format!(
+            "echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; echo \"$NODE\" >> {dir}/runs"
+        );
+        let (a, b) = (
+            Node::new("a", Some(&db.dsn_on(proxy.port)), &body),
+            Node::new("b", Some(&db.dsn()), &body),
+        );
+        CutOff {
+            db,
+            proxy,
+            shared,
+            a,
+            b,
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -500,13 +794,24 @@ impl CutOff {
 
     /// The status the shared row of `job` ended with, if it ended.
     fn ended(&self, job: &str) -> Option<String> {
-        let row = self.db.client().query_one("SELECT finished_at IS NOT NULL, entry->>'status' FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&job]).unwrap();
+        let row = self
+            .db
+            .client()
+            .query_one(
+                "SELECT finished_at IS NOT NULL, entry->>'status' FROM fediversity_jobenv.jobs WHERE job_id = $1",
+                &[&job],
+            )
+            .unwrap();
         row.get::<_, bool>(0).then(|| row.get(1))
     }
 
     /// `recover` on node a, in cluster mode.
     fn recover(&self, args: &[&str]) -> JobRun {
-        self.a.f.jobenv(jobenv_bin!()).args(std::iter::once("recover").chain(args.iter().copied())).env("JOBENV_CLUSTER_DSN_FILE", self.a.dsn_file.as_ref().unwrap())
+        self.a
+            .f
+            .jobenv(jobenv_bin!())
+            .args(std::iter::once("recover").chain(args.iter().copied()))
+            .env("JOBENV_CLUSTER_DSN_FILE", self.a.dsn_file.as_ref().unwrap())
     }
 
     /// Node a runs `job` of `namespace`, and the database goes away right as its program ends:
@@ -520,11 +825,21 @@ impl CutOff {
         std::fs::write(self.path("go"), "").unwrap();
         let done = finish(running);
         assert_eq!(done.code, Some(125), "{done:?}");
-        assert!(done.stderr.contains("the cluster journal did not take it ("), "{done:?}");
-        assert!(done.stderr.contains("this node keeps it and hands it on when it can"), "{done:?}");
+        assert!(
+            done.stderr.contains("the cluster journal did not take it ("),
+            "{done:?}"
+        );
+        assert!(
+            done.stderr.contains("this node keeps it and hands it on when it can"),
+            "{done:?}"
+        );
         assert!(self.kept(job).exists(), "the end was not kept");
         assert_eq!(self.ended(job), None, "positive control: the database did not take it");
-        assert_eq!(self.a.f.journal_entry(jobenv_bin!(), job)["status"], "succeeded", "the node's own journal has the result");
+        assert_eq!(
+            self.a.f.journal_entry(jobenv_bin!(), job)["status"],
+            "succeeded",
+            "the node's own journal has the result"
+        );
         self.proxy.heal();
     }
 }
@@ -540,21 +855,39 @@ fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again(
     c.cut_at_the_end("kept-1", "ns");
     // The node's next job (another namespace: the first one's lease is still live) hands it on.
     c.a.job("next-1", "other").expect_success().run();
-    assert_eq!(c.ended("kept-1").as_deref(), Some("succeeded"), "the kept end was not handed on");
+    assert_eq!(
+        c.ended("kept-1").as_deref(),
+        Some("succeeded"),
+        "the kept end was not handed on"
+    );
     assert!(!c.kept("kept-1").exists());
     // Windmill's re-run of it on the other node is replayed, not run again.
-    c.b.job("kept-1", "ns").expect_success().expect_stderr_contains("jobenv: job kept-1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    c.b.job("kept-1", "ns")
+        .expect_success()
+        .expect_stderr_contains("jobenv: job kept-1 already ended (succeeded, exit code 0, attempt 1, at ")
+        .run();
     assert_eq!(c.runs(), "a\na\n", "kept-1 ran again: {}", c.runs());
 
     // Cut off again; this time the other node runs the job again before the end is handed on
     // (once the lease expired): the cluster's record is its attempt, and recover says so.
     c.cut_at_the_end("kept-2", "ns");
     std::thread::sleep(LEASE);
-    c.b.job("kept-2", "ns").args(["--lock-timeout", "10"]).expect_success().expect_stderr_contains("running it again as attempt 2").run();
+    c.b.job("kept-2", "ns")
+        .args(["--lock-timeout", "10"])
+        .expect_success()
+        .expect_stderr_contains("running it again as attempt 2")
+        .run();
     let recovered = c.recover(&[]).expect_success().run();
     assert!(recovered.stderr.contains("job kept-2: the cluster journal records a later attempt or an end of it (another node ran it again once this node's lease expired): the end of attempt 1 stays in this node's journal only"), "{recovered:?}");
     assert!(!c.kept("kept-2").exists());
-    let attempt: String = c.db.client().query_one("SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'", &[]).unwrap().get(0);
+    let attempt: String =
+        c.db.client()
+            .query_one(
+                "SELECT entry->>'attempt' FROM fediversity_jobenv.jobs WHERE job_id = 'kept-2'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
     assert_eq!(attempt, "2", "the later attempt's end was overwritten");
 }
 
@@ -564,15 +897,26 @@ fn an_end_the_database_did_not_take_is_kept_and_handed_on_when_it_answers_again(
 /// user in a cgroup of root's, no delegation) refuses the job before its program starts.
 #[test]
 fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
-    use std::os::unix::process::CommandExt;
     use fediversity_testkit::nix_fixture::WORKER_UID;
+    use std::os::unix::process::CommandExt;
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
     std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let body = format!("echo ran >> {}/runs", shared.path().display());
-    let ran = || std::fs::read_to_string(shared.path().join("runs")).unwrap_or_default().lines().count();
+    let ran = || {
+        std::fs::read_to_string(shared.path().join("runs"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
     let node = Node::new("a", Some(&db.dsn()), &body);
-    node.job("proc-1", "ns").env("JOBENV_CONTAINMENT", "proc").expect_code(2).expect_stderr_contains("jobenv: error: --containment proc (JOBENV_CONTAINMENT=proc) cannot be used in cluster mode").run();
+    node.job("proc-1", "ns")
+        .env("JOBENV_CONTAINMENT", "proc")
+        .expect_code(2)
+        .expect_stderr_contains(
+            "jobenv: error: --containment proc (JOBENV_CONTAINMENT=proc) cannot be used in cluster mode",
+        )
+        .run();
     assert_eq!(node.result()["status"], "rejected");
     // As the worker's user, outside a delegated cgroup.
     let as_worker = |node: &Node, job: &str| {
@@ -583,10 +927,17 @@ fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
         run
     };
     let done = as_worker(&node, "no-cgroup-1").expect_code(2).run();
-    assert!(done.stderr.contains("jobenv: error: the program tree must be a cgroup of its own (cluster mode), and none can be made: "), "{done:?}");
+    assert!(
+        done.stderr.contains(
+            "jobenv: error: the program tree must be a cgroup of its own (cluster mode), and none can be made: "
+        ),
+        "{done:?}"
+    );
     assert_eq!(ran(), 0, "a program ran in cluster mode without a cgroup");
     // Positive control: on its own, the node falls back to the /proc walk and runs the job.
-    as_worker(&Node::new("b", None, &body), "no-cgroup-2").expect_success().run();
+    as_worker(&Node::new("b", None, &body), "no-cgroup-2")
+        .expect_success()
+        .run();
     assert_eq!(ran(), 1);
 }
 
@@ -598,23 +949,38 @@ fn cluster_mode_runs_a_program_only_in_a_cgroup_of_its_own() {
 fn a_kept_end_outlives_a_claim_that_never_ran_a_planted_directory_and_pruning() {
     let c = CutOff::new();
     let unblock = c.path("unblock");
-    let blocker = Node::new("c", Some(&c.db.dsn()), &format!("while [ ! -e {} ]; do sleep 0.02; done", unblock.display()));
+    let blocker = Node::new(
+        "c",
+        Some(&c.db.dsn()),
+        &format!("while [ ! -e {} ]; do sleep 0.02; done", unblock.display()),
+    );
     c.cut_at_the_end("k1", "ns");
     std::thread::sleep(LEASE);
     // Node c holds namespace ns; node b's re-run of k1 claims the job id, then finds ns busy.
     let busy = blocker.job("blocker", "ns").spawn();
     std::thread::sleep(Duration::from_secs(1));
-    c.b.job("k1", "ns").expect_code(2).expect_stderr_contains("namespace ns is locked by another deploy").run();
+    c.b.job("k1", "ns")
+        .expect_code(2)
+        .expect_stderr_contains("namespace ns is locked by another deploy")
+        .run();
     // A directory among the kept ends, before k1's in the listing and after it.
     for planted in ["aaaa.json", "zzzz.json"] {
         std::fs::create_dir(c.a.f.state_dir().join("unshared").join(planted)).unwrap();
     }
     let recovered = c.recover(&[]).expect_success().run();
-    assert!(recovered.stderr.contains("job k1: the end of attempt 1 is on the cluster journal now"), "{recovered:?}");
+    assert!(
+        recovered
+            .stderr
+            .contains("job k1: the end of attempt 1 is on the cluster journal now"),
+        "{recovered:?}"
+    );
     assert!(c.ended("k1").is_some() && !c.kept("k1").exists(), "{recovered:?}");
     std::fs::write(&unblock, "").unwrap();
     assert!(finish(busy).success());
-    c.b.job("k1", "ns").expect_success().expect_stderr_contains("jobenv: job k1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    c.b.job("k1", "ns")
+        .expect_success()
+        .expect_stderr_contains("jobenv: job k1 already ended (succeeded, exit code 0, attempt 1, at ")
+        .run();
     assert_eq!(c.runs(), "a\n", "k1 ran again");
 
     // An entry whose end is kept is not pruned, however old: the database away, then recover
@@ -625,10 +991,18 @@ fn a_kept_end_outlives_a_claim_that_never_ran_a_planted_directory_and_pruning() 
     let old = SystemTime::now() - Duration::from_secs(3 * 86_400);
     text["finished_at"] = json!(humantime::format_rfc3339_millis(old).to_string());
     std::fs::write(&entry, serde_json::to_vec(&text).unwrap()).unwrap();
-    std::fs::File::options().write(true).open(&entry).unwrap().set_modified(old).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&entry)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
     c.proxy.cut();
     c.recover(&["--retain-days", "1"]).expect_success().run();
-    assert!(entry.exists() && c.kept("k2").exists(), "an entry whose end is kept was pruned");
+    assert!(
+        entry.exists() && c.kept("k2").exists(),
+        "an entry whose end is kept was pruned"
+    );
     c.proxy.heal();
     // Positive control: handed on, the end is no longer kept, and the entry goes by its age.
     c.recover(&["--retain-days", "1"]).expect_success().run();

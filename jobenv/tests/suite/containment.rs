@@ -48,9 +48,15 @@ impl Deploy {
         // Ignores SIGTERM: only SIGKILL ends it.
         write_executable(
             &dir.join("stubborn"),
-            &format!("#!/bin/sh\nexec >/dev/null 2>&1\ntrap '' TERM\necho $$ > {d}/$1.pid.tmp && mv {d}/$1.pid.tmp {d}/$1.pid\nwhile :; do sleep 0.05; done\n"),
+            &format!(
+                "#!/bin/sh\nexec >/dev/null 2>&1\ntrap '' TERM\necho $$ > {d}/$1.pid.tmp && mv {d}/$1.pid.tmp {d}/$1.pid\nwhile :; do sleep 0.05; done\n"
+            ),
         );
-        std::fs::write(dir.join("step.py"), format!("import subprocess\nsubprocess.run([\"{d}/escapee\", \"step\"])\n")).unwrap();
+        std::fs::write(
+            dir.join("step.py"),
+            format!("import subprocess\nsubprocess.run([\"{d}/escapee\", \"step\"])\n"),
+        )
+        .unwrap();
         f.program(
             "web",
             "apply",
@@ -74,12 +80,24 @@ impl Deploy {
 
     /// jobenv as a front-end's subprocess.
     fn start(&self, step: &str, args: &[&str]) -> Running {
-        self.f.jobenv(jobenv_bin!()).verb("apply").args(args).payload(&Self::payload(step)).spawn()
+        self.f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(args)
+            .payload(&Self::payload(step))
+            .spawn()
     }
 
     /// Under a Windmill worker's stand-in (jobenv leads its process group).
     fn start_under_worker(&self, job_id: &str, step: &str) -> Worker {
-        Worker::start(&self.f, jobenv_bin!(), job_id, "apply", &Self::payload(step), &["--grace", "1"])
+        Worker::start(
+            &self.f,
+            jobenv_bin!(),
+            job_id,
+            "apply",
+            &Self::payload(step),
+            &["--grace", "1"],
+        )
     }
 
     fn pid(&self, name: &str) -> i32 {
@@ -92,7 +110,11 @@ impl Deploy {
     }
 
     fn log(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default().lines().map(str::to_owned).collect()
+        std::fs::read_to_string(self.dir.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     fn go(&self) {
@@ -113,7 +135,10 @@ fn assert_stopped_with_grace(d: &Deploy, pids: &[i32], names: &[&str], limit: Du
     assert!(gone, "still running: {alive:?} of {pids:?}");
     let log = d.log();
     for name in names {
-        assert!(log.contains(&format!("{name} TERM")), "{name} was not given SIGTERM first: {log:?}");
+        assert!(
+            log.contains(&format!("{name} TERM")),
+            "{name} was not given SIGTERM first: {log:?}"
+        );
     }
 }
 
@@ -131,17 +156,30 @@ fn the_program_and_what_leaves_its_session_run_in_a_cgroup_of_the_deploys_own() 
     let name = dirs[0].file_name().unwrap().to_str().unwrap().to_owned();
     assert!(name.starts_with(&format!("jobenv-ns-{}-", jobenv.id())), "{name}");
     // Under the cgroup jobenv runs in (this test's), wherever the v2 hierarchy is mounted.
-    let expected = format!("{}/{name}", cgroup_of(std::process::id() as i32).unwrap().trim_end_matches('/'));
+    let expected = format!(
+        "{}/{name}",
+        cgroup_of(std::process::id() as i32).unwrap().trim_end_matches('/')
+    );
     for pid in [program].iter().chain(&escapees) {
         assert_eq!(cgroup_of(*pid), Some(expected.clone()), "pid {pid}");
     }
-    assert!(escapees.iter().all(|&p| sid(p) != sid(program)), "the helper and the daemon left the program's session");
+    assert!(
+        escapees.iter().all(|&p| sid(p) != sid(program)),
+        "the helper and the daemon left the program's session"
+    );
     // The program ends; what it left running is stopped with grace, and the cgroup goes.
     d.go();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(10)).and_then(|s| s.code()),
+        Some(0)
+    );
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
     assert!(!dirs[0].exists(), "the deploy's cgroup is removed once it is empty");
-    assert_eq!(recorded(&d.f.state_dir()), Vec::<PathBuf>::new(), "the tree record is removed with it");
+    assert_eq!(
+        recorded(&d.f.state_dir()),
+        Vec::<PathBuf>::new(),
+        "the tree record is removed with it"
+    );
 }
 
 #[test]
@@ -149,10 +187,17 @@ fn without_a_cgroup_the_program_shares_jobenvs_and_nothing_is_recorded() {
     let d = Deploy::new("proc");
     let mut jobenv = d.start("plain", &[]);
     let program = d.pid("program");
-    assert_eq!(cgroup_of(program), cgroup_of(std::process::id() as i32), "JOBENV_CONTAINMENT=proc makes no cgroup");
+    assert_eq!(
+        cgroup_of(program),
+        cgroup_of(std::process::id() as i32),
+        "JOBENV_CONTAINMENT=proc makes no cgroup"
+    );
     assert_eq!(recorded(&d.f.state_dir()), Vec::<PathBuf>::new());
     d.go();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(10)).and_then(|s| s.code()),
+        Some(0)
+    );
 }
 
 #[test]
@@ -160,9 +205,15 @@ fn a_cancel_stops_a_setsid_helper_and_a_double_forked_daemon() {
     let d = Deploy::new("cgroup");
     let mut jobenv = d.start("escape", &["--grace", "1"]);
     let escapees = d.escapees();
-    assert!(escapees.iter().all(|&p| is_alive(p)), "positive control: both run before the cancel");
+    assert!(
+        escapees.iter().all(|&p| is_alive(p)),
+        "positive control: both run before the cancel"
+    );
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(5)).and_then(|s| s.code()), Some(143));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(143)
+    );
     // jobenv has exited: anything still running would be left for good.
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
 }
@@ -172,7 +223,10 @@ fn the_timeout_stops_a_setsid_helper_and_a_double_forked_daemon() {
     let d = Deploy::new("cgroup");
     let mut jobenv = d.start("escape", &["--grace", "1", "--timeout", "2"]);
     let escapees = d.escapees();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(15)).and_then(|s| s.code()), Some(124));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(15)).and_then(|s| s.code()),
+        Some(124)
+    );
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
 }
 
@@ -184,7 +238,10 @@ fn a_lost_worker_stops_a_setsid_helper_and_a_double_forked_daemon() {
     worker.kill();
     // Noticed within about a second, then the grace (1 s).
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::from_secs(5));
-    assert!(wait_until(Duration::from_secs(2), || !worker.job_alive()), "jobenv outlived its job");
+    assert!(
+        wait_until(Duration::from_secs(2), || !worker.job_alive()),
+        "jobenv outlived its job"
+    );
     assert_eq!(d.entry("lost")["interrupted_by"], "worker_lost");
 }
 
@@ -193,7 +250,11 @@ fn drain_stops_a_setsid_helper_and_a_double_forked_daemon() {
     let d = Deploy::new("cgroup");
     let mut worker = d.start_under_worker("drained", "escape");
     let escapees = d.escapees();
-    let done = d.f.jobenv(jobenv_bin!()).args(["drain", "--wait", "0"]).expect_success().run();
+    let done =
+        d.f.jobenv(jobenv_bin!())
+            .args(["drain", "--wait", "0"])
+            .expect_success()
+            .run();
     assert!(done.stderr.contains("draining: stopping job drained"), "{done:?}");
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
     assert!(worker.wait(Duration::from_secs(5)).is_some());
@@ -208,22 +269,38 @@ fn group_sigkill(d: &Deploy, job_id: &str) -> Vec<i32> {
     let (program, escapees) = (d.pid("program"), d.escapees());
     killpg(Pid::from_raw(worker.job), Signal::SIGKILL).unwrap();
     assert!(worker.wait(Duration::from_secs(5)).is_some());
-    assert!(wait_until(Duration::from_secs(2), || !is_alive(program)), "the program survived its group's SIGKILL");
+    assert!(
+        wait_until(Duration::from_secs(2), || !is_alive(program)),
+        "the program survived its group's SIGKILL"
+    );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(escapees.iter().all(|&p| is_alive(p)), "the group SIGKILL was to miss what left the group: {escapees:?}");
+    assert!(
+        escapees.iter().all(|&p| is_alive(p)),
+        "the group SIGKILL was to miss what left the group: {escapees:?}"
+    );
     let dirs = recorded(&d.f.state_dir());
-    assert!(dirs.len() == 1 && populated(&dirs[0]), "the deploy's cgroup holds them: {dirs:?}");
+    assert!(
+        dirs.len() == 1 && populated(&dirs[0]),
+        "the deploy's cgroup holds them: {dirs:?}"
+    );
     escapees
 }
 
 /// The journal entry of `job_id` records its orphans, stopped by `by`, and the attempt as
 /// interrupted.
 fn assert_recorded(entry: &Value, by: &str) {
-    assert_eq!((entry["status"].as_str(), entry["reason"].as_str()), (Some("failed"), Some("interrupted")), "{entry}");
+    assert_eq!(
+        (entry["status"].as_str(), entry["reason"].as_str()),
+        (Some("failed"), Some("interrupted")),
+        "{entry}"
+    );
     let orphans = &entry["orphans"];
     assert!(orphans["found"].as_u64().is_some_and(|n| n >= 2), "{entry}");
     assert_eq!(orphans["killed"], 0, "SIGTERM was enough: {entry}");
-    assert!(orphans["stopped_by"].as_str().is_some_and(|s| s.starts_with(by)), "{entry}");
+    assert!(
+        orphans["stopped_by"].as_str().is_some_and(|s| s.starts_with(by)),
+        "{entry}"
+    );
     assert!(orphans["stopped_at"].is_string(), "{entry}");
 }
 
@@ -233,14 +310,34 @@ fn after_a_group_sigkill_the_next_run_of_the_namespace_stops_what_is_left_before
     let escapees = group_sigkill(&d, "killed");
     let job = d.entry("killed")["pid"].as_i64().unwrap();
     d.go();
-    let done = d.f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "next"]).payload(&Deploy::payload("plain")).expect_success().run();
+    let done =
+        d.f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(["--job-id", "next"])
+            .payload(&Deploy::payload("plain"))
+            .expect_success()
+            .run();
     // Two shells, and whichever of their `sleep`s runs at that moment.
-    let said = format!("process(es) of the program tree of job killed (attempt 1, jobenv pid {job}) still running without their jobenv: stopping them (grace 1s)");
-    assert!(done.stderr_lines().iter().any(|l| l.starts_with("jobenv: warning: namespace ns: ") && l.ends_with(&said)), "{done:?}");
+    let said = format!(
+        "process(es) of the program tree of job killed (attempt 1, jobenv pid {job}) still running without their jobenv: stopping them (grace 1s)"
+    );
+    assert!(
+        done.stderr_lines()
+            .iter()
+            .any(|l| l.starts_with("jobenv: warning: namespace ns: ") && l.ends_with(&said)),
+        "{done:?}"
+    );
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
     let log = d.log();
-    let at = |line: &str| log.iter().position(|l| l == line).unwrap_or_else(|| panic!("{line:?} not in {log:?}"));
-    assert!(at("helper TERM") < at("start plain") && at("daemon TERM") < at("start plain"), "the next deploy ran beside them: {log:?}");
+    let at = |line: &str| {
+        log.iter()
+            .position(|l| l == line)
+            .unwrap_or_else(|| panic!("{line:?} not in {log:?}"))
+    };
+    assert!(
+        at("helper TERM") < at("start plain") && at("daemon TERM") < at("start plain"),
+        "the next deploy ran beside them: {log:?}"
+    );
     assert_recorded(&d.entry("killed"), "job next, jobenv pid ");
     assert_eq!(recorded(&d.f.state_dir()), Vec::<PathBuf>::new());
 }
@@ -257,7 +354,10 @@ fn after_a_group_sigkill_recover_stops_what_is_left_and_records_it() {
     assert_eq!(printed[0]["job_id"], "killed");
     assert_recorded(&printed[0], "recover");
     assert_recorded(&d.entry("killed"), "recover");
-    assert!(!dir.exists() && recorded(&d.f.state_dir()).is_empty(), "the cgroup and its record are gone");
+    assert!(
+        !dir.exists() && recorded(&d.f.state_dir()).is_empty(),
+        "the cgroup and its record are gone"
+    );
     // Nothing left: a second recover does nothing.
     let again = d.f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
     assert_eq!(serde_json::from_str::<Value>(&again.stdout).unwrap(), json!([]));
@@ -272,7 +372,11 @@ fn windmills_re_run_of_the_same_job_records_its_earlier_attempts_orphans() {
     assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
     let entry = d.entry("zombie");
-    assert_eq!((entry["attempt"].as_u64(), entry["status"].as_str()), (Some(2), Some("succeeded")), "{entry}");
+    assert_eq!(
+        (entry["attempt"].as_u64(), entry["status"].as_str()),
+        (Some(2), Some("succeeded")),
+        "{entry}"
+    );
     assert!(entry.get("orphans").is_none(), "attempt 2 left nothing: {entry}");
     assert_recorded(&entry["earlier"][0], "job zombie, jobenv pid ");
 }
@@ -285,7 +389,11 @@ fn drain_stops_what_a_jobenv_it_had_to_sigkill_left_in_its_cgroup() {
     // A jobenv that cannot act on drain's SIGTERM: drain SIGKILLs its process group after the
     // grace (1 s) and 5 s, which the helper and the daemon, in sessions of their own, escape.
     kill(Pid::from_raw(worker.job), Signal::SIGSTOP).unwrap();
-    let done = d.f.jobenv(jobenv_bin!()).args(["drain", "--wait", "0"]).expect_success().run();
+    let done =
+        d.f.jobenv(jobenv_bin!())
+            .args(["drain", "--wait", "0"])
+            .expect_success()
+            .run();
     assert!(done.stderr.contains("did not end within 6s: SIGKILL"), "{done:?}");
     assert!(worker.wait(Duration::from_secs(5)).is_some());
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
@@ -297,8 +405,11 @@ fn drain_stops_what_a_jobenv_it_had_to_sigkill_left_in_its_cgroup() {
 
 /// Whether `pid` holds a descriptor of a file whose path ends with `name`.
 fn holds(pid: i32, name: &str) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy().ends_with(name)))
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy().ends_with(name)))
 }
 
 /// A Python program's step (`subprocess.run`, descriptors closed) outlives its SIGKILLed
@@ -310,15 +421,27 @@ fn second_deploy_beside_a_step(containment: &'static str) -> (Deploy, i32, bool)
     let mut jobenv = d.start("step", &["--job-id", "stepper", "--grace", "1"]);
     let (python, step) = (d.pid("program"), d.pid("step"));
     let lock = "namespace-ns.tree.lock";
-    assert!(holds(python, lock) && !holds(step, lock), "the step runs without the tree lock that its program holds");
+    assert!(
+        holds(python, lock) && !holds(step, lock),
+        "the step runs without the tree lock that its program holds"
+    );
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
     jobenv.wait().unwrap();
-    assert!(wait_until(Duration::from_secs(2), || !is_alive(python)), "the program outlived its SIGKILLed jobenv");
+    assert!(
+        wait_until(Duration::from_secs(2), || !is_alive(python)),
+        "the program outlived its SIGKILLed jobenv"
+    );
     assert!(is_alive(step), "the step outlives the program");
     std::fs::write(d.dir.join("go"), "").unwrap();
-    d.f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "second"]).payload(&Deploy::payload("plain")).expect_success().run();
+    d.f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "second"])
+        .payload(&Deploy::payload("plain"))
+        .expect_success()
+        .run();
     let log = d.log();
-    let beside = !log.iter().any(|l| l == "step TERM") || log.iter().position(|l| l == "start plain") < log.iter().position(|l| l == "step TERM");
+    let beside = !log.iter().any(|l| l == "step TERM")
+        || log.iter().position(|l| l == "start plain") < log.iter().position(|l| l == "step TERM");
     (d, step, beside)
 }
 
@@ -338,7 +461,11 @@ fn without_a_cgroup_a_step_that_closed_its_descriptors_does_not_hold_the_namespa
     let (d, step, beside) = second_deploy_beside_a_step("proc");
     let alive = is_alive(step);
     kill_all(&[step]);
-    assert!(beside && alive, "the /proc walk was expected to lose the step: {:?}", d.log());
+    assert!(
+        beside && alive,
+        "the /proc walk was expected to lose the step: {:?}",
+        d.log()
+    );
 }
 
 /// As under systemd with `Delegate=yes` and `User=`: jobenv runs as the worker's user in a
@@ -350,15 +477,26 @@ fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
     let unit = own.join(format!("delegated-{}", std::process::id()));
     std::fs::create_dir(&unit).unwrap();
     // What systemd hands the unit's user: the directory and the files that move processes.
-    for path in [unit.clone(), unit.join("cgroup.procs"), unit.join("cgroup.threads"), unit.join("cgroup.subtree_control")] {
+    for path in [
+        unit.clone(),
+        unit.join("cgroup.procs"),
+        unit.join("cgroup.threads"),
+        unit.join("cgroup.subtree_control"),
+    ] {
         std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
     }
-    let procs = std::fs::OpenOptions::new().write(true).open(unit.join("cgroup.procs")).unwrap();
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(unit.join("cgroup.procs"))
+        .unwrap();
     let stand_in = d.f.nix_shell_stand_in();
     d.f.hand_to(WORKER_UID);
     // The program's pid files and log, written as the worker's user.
     std::fs::set_permissions(&d.dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let mut run = d.f.jobenv(jobenv_bin!()).verb("apply").args(["--grace", "1", "--nix-shell", stand_in.to_str().unwrap()]);
+    let mut run =
+        d.f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(["--grace", "1", "--nix-shell", stand_in.to_str().unwrap()]);
     let procs_fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
     // SAFETY: between fork and exec only system calls: into the unit's cgroup as root (as
     // systemd starts a unit's process), then the worker's user.
@@ -368,7 +506,10 @@ fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
                 return Err(std::io::Error::last_os_error());
             }
             let id = WORKER_UID;
-            if nix::libc::setgroups(0, std::ptr::null()) != 0 || nix::libc::setgid(id) != 0 || nix::libc::setuid(id) != 0 {
+            if nix::libc::setgroups(0, std::ptr::null()) != 0
+                || nix::libc::setgid(id) != 0
+                || nix::libc::setuid(id) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -377,14 +518,26 @@ fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
     let mut jobenv = run.payload(&Deploy::payload("escape")).spawn();
     let (program, escapees) = (d.pid("program"), d.escapees());
     let unit_cgroup = cgroup_of(jobenv.id() as i32).unwrap();
-    assert!(unit_cgroup.ends_with(&format!("/delegated-{}", std::process::id())), "{unit_cgroup}");
+    assert!(
+        unit_cgroup.ends_with(&format!("/delegated-{}", std::process::id())),
+        "{unit_cgroup}"
+    );
     let deploy = cgroup_of(program).unwrap();
-    assert!(deploy.starts_with(&format!("{unit_cgroup}/jobenv-ns-{}-", jobenv.id())), "{deploy}");
+    assert!(
+        deploy.starts_with(&format!("{unit_cgroup}/jobenv-ns-{}-", jobenv.id())),
+        "{deploy}"
+    );
     assert!(escapees.iter().all(|&p| cgroup_of(p).as_ref() == Some(&deploy)));
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(wait_exit(&mut jobenv, Duration::from_secs(5)).and_then(|s| s.code()), Some(143));
+    assert_eq!(
+        wait_exit(&mut jobenv, Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(143)
+    );
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
-    assert!(wait_until(Duration::from_secs(2), || std::fs::remove_dir(&unit).is_ok()), "the deploy's cgroup was left in the unit's");
+    assert!(
+        wait_until(Duration::from_secs(2), || std::fs::remove_dir(&unit).is_ok()),
+        "the deploy's cgroup was left in the unit's"
+    );
 }
 
 /// What deploys of several namespaces left running is stopped by `recover` under one deadline:
@@ -400,7 +553,11 @@ fn recover_stops_what_several_deploys_left_under_one_deadline() {
         killpg(Pid::from_raw(worker.job), Signal::SIGKILL).unwrap();
         assert!(worker.wait(Duration::from_secs(5)).is_some());
     }
-    assert_eq!(recorded(&d.f.state_dir()).len(), 2, "positive control: both cgroups are left populated");
+    assert_eq!(
+        recorded(&d.f.state_dir()).len(),
+        2,
+        "positive control: both cgroups are left populated"
+    );
     let started = std::time::Instant::now();
     let done = d.f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
     let took = started.elapsed();
@@ -408,7 +565,10 @@ fn recover_stops_what_several_deploys_left_under_one_deadline() {
     kill_all(&stubborn);
     assert!(gone, "{done:?}");
     // Each was given its 3 s of grace (it ignores SIGTERM, so it took all of it), together.
-    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(5), "recover took {took:?}: {done:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+        "recover took {took:?}: {done:?}"
+    );
     for job in ["one", "two"] {
         let entry = d.entry(job);
         assert!(entry["orphans"]["killed"].as_u64().is_some_and(|n| n >= 1), "{entry}");
@@ -429,20 +589,37 @@ fn a_deploy_run_as_root_in_the_workers_state_directory_leaves_its_cgroup_to_the_
     let escapees = d.escapees();
     let dirs = recorded(&d.f.state_dir());
     assert_eq!(dirs.len(), 1, "{dirs:?}");
-    assert_eq!(std::fs::metadata(&dirs[0]).unwrap().uid(), WORKER_UID, "the deploy's cgroup is the state directory owner's");
+    assert_eq!(
+        std::fs::metadata(&dirs[0]).unwrap().uid(),
+        WORKER_UID,
+        "the deploy's cgroup is the state directory owner's"
+    );
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
     jobenv.wait().unwrap();
-    assert!(escapees.iter().all(|&p| is_alive(p)), "positive control: what left the session outlives the SIGKILLed jobenv");
+    assert!(
+        escapees.iter().all(|&p| is_alive(p)),
+        "positive control: what left the session outlives the SIGKILLed jobenv"
+    );
     let mut recover = d.f.jobenv(jobenv_bin!()).args(["recover"]);
     recover.command().uid(WORKER_UID).gid(WORKER_UID);
     let done = recover.expect_success().run();
     let gone = wait_until(Duration::from_secs(2), || escapees.iter().all(|&p| !is_alive(p)));
     kill_all(&escapees);
-    assert!(gone, "the worker's recover did not stop what a root deploy left: {done:?}");
+    assert!(
+        gone,
+        "the worker's recover did not stop what a root deploy left: {done:?}"
+    );
     let entry = d.entry("by-hand");
-    assert_eq!((entry["status"].as_str(), entry["orphans"]["stopped_by"].as_str()), (Some("failed"), Some("recover")), "{entry}");
+    assert_eq!(
+        (entry["status"].as_str(), entry["orphans"]["stopped_by"].as_str()),
+        (Some("failed"), Some("recover")),
+        "{entry}"
+    );
     assert!(entry["orphans"]["killed"].as_u64().is_some_and(|n| n >= 2), "{entry}");
-    assert!(recorded(&d.f.state_dir()).is_empty(), "the record goes once the cgroup is empty");
+    assert!(
+        recorded(&d.f.state_dir()).is_empty(),
+        "the record goes once the cgroup is empty"
+    );
     // Removing the empty cgroup takes a parent the worker's user may write (under systemd, the
     // unit's delegated one); here the parent is this test's, root's.
     let _ = std::fs::remove_dir(&dirs[0]);

@@ -21,7 +21,10 @@ use serde_json::{Value, json};
 const PAYLOAD: &str = r#"{"ATTRIBUTE": "web", "NAMESPACE": "ns"}"#;
 
 fn runs(f: &Fixture, job: &str) -> usize {
-    std::fs::read_to_string(f.path().join(format!("runs-{job}"))).unwrap_or_default().lines().count()
+    std::fs::read_to_string(f.path().join(format!("runs-{job}")))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// Old finished entries, which `recover` prunes.
@@ -37,13 +40,21 @@ fn plant_old_entries(f: &Fixture) {
         let path = jobs.join(format!("old-{i}.json"));
         std::fs::write(&path, entry.to_string()).unwrap();
         let ended = humantime::parse_rfc3339("2026-01-01T00:00:01.000Z").unwrap();
-        std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(ended)
+            .unwrap();
     }
 }
 
 /// Every file outside the state directory, with its contents (the runs files aside).
 fn outside_state(f: &Fixture) -> BTreeMap<String, Vec<u8>> {
-    walk(f.path()).into_iter().filter(|(path, _)| !path.starts_with(&f.state_dir().display().to_string()) && !path.contains("/runs-")).collect()
+    walk(f.path())
+        .into_iter()
+        .filter(|(path, _)| !path.starts_with(&f.state_dir().display().to_string()) && !path.contains("/runs-"))
+        .collect()
 }
 
 fn walk(dir: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
@@ -63,12 +74,18 @@ fn walk(dir: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
 fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruption_runs_again() {
     let mut f = Fixture::new();
     let dir = f.path().display().to_string();
-    f.program("web", "apply", &format!("echo run >> {dir}/runs-$JOB; exit 0")).declare("JOB", None);
+    f.program("web", "apply", &format!("echo run >> {dir}/runs-$JOB; exit 0"))
+        .declare("JOB", None);
     f.write();
     let whole = {
         let started = std::time::Instant::now();
         let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "JOB": "measure"});
-        f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "measure"]).payload(&payload).expect_success().run();
+        f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(["--job-id", "measure"])
+            .payload(&payload)
+            .expect_success()
+            .run();
         started.elapsed()
     };
     let mut hit: BTreeMap<&str, usize> = BTreeMap::new();
@@ -81,7 +98,12 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
         let payload: Value = serde_json::from_str(PAYLOAD).unwrap();
         let mut payload = payload.as_object().unwrap().clone();
         payload.insert("JOB".into(), json!(job));
-        let mut jobenv = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", &job]).payload(&Value::Object(payload.clone())).spawn();
+        let mut jobenv = f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(["--job-id", &job])
+            .payload(&Value::Object(payload.clone()))
+            .spawn();
         std::thread::sleep(Duration::from_millis(delay));
         let _ = kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL);
         jobenv.wait().unwrap();
@@ -89,7 +111,9 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
         std::thread::sleep(Duration::from_millis(30));
 
         let entry = f.state_dir().join(format!("jobs/{job}.json"));
-        let recorded: Option<Value> = std::fs::read(&entry).ok().map(|b| serde_json::from_slice(&b).expect("an entry is never torn"));
+        let recorded: Option<Value> = std::fs::read(&entry)
+            .ok()
+            .map(|b| serde_json::from_slice(&b).expect("an entry is never torn"));
         if let Some(recorded) = &recorded {
             fediversity_testkit::schemas::Contract::JournalEntry.check(recorded);
         }
@@ -101,12 +125,24 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
             Some(_) => "after the terminal entry",
         };
         *hit.entry(moment).or_default() += 1;
-        assert_eq!(outside_state(&f), before, "{moment}: a file outside the state directory changed");
+        assert_eq!(
+            outside_state(&f),
+            before,
+            "{moment}: a file outside the state directory changed"
+        );
 
         if i % 2 == 0 {
-            f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).expect_success().run();
+            f.jobenv(jobenv_bin!())
+                .args(["recover", "--retain-days", "1"])
+                .expect_success()
+                .run();
         }
-        let again = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", &job, "--lock-timeout", "5"]).payload(&Value::Object(payload)).run();
+        let again = f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(["--job-id", &job, "--lock-timeout", "5"])
+            .payload(&Value::Object(payload))
+            .run();
         assert_eq!(again.code, Some(0), "{moment}: {again:?}");
         let now: Value = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
         fediversity_testkit::schemas::Contract::JournalEntry.check(&now);
@@ -114,15 +150,26 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
         match &recorded {
             Some(e) if e["status"] == "succeeded" => {
                 assert_eq!(runs(&f, &job), ran, "{moment}: a recorded result ran again");
-                assert!(again.stderr.contains("replaying the recorded result"), "{moment}: {again:?}");
+                assert!(
+                    again.stderr.contains("replaying the recorded result"),
+                    "{moment}: {again:?}"
+                );
             }
             Some(e) => {
-                assert_eq!(runs(&f, &job), ran + 1, "{moment}: an interrupted attempt did not run again");
+                assert_eq!(
+                    runs(&f, &job),
+                    ran + 1,
+                    "{moment}: an interrupted attempt did not run again"
+                );
                 assert_eq!(now["attempt"], e["attempt"].as_u64().unwrap() + 1, "{moment}: {now}");
                 assert_eq!(now["earlier"][0]["reason"], "interrupted", "{moment}: {now}");
             }
             None => {
-                assert_eq!(runs(&f, &job), ran + 1, "{moment}: a job that never started did not run");
+                assert_eq!(
+                    runs(&f, &job),
+                    ran + 1,
+                    "{moment}: a job that never started did not run"
+                );
                 assert_eq!(now["attempt"], 1, "{moment}: {now}");
             }
         }

@@ -33,7 +33,9 @@ const API_TOKEN: &str = "tok-SECRET-0123456789";
 /// a declared secret `API_TOKEN` the program has.
 fn node(receiver: &Dd0012Receiver, verb: &str, body: &str) -> Fixture {
     let mut f = Fixture::new();
-    f.program("web", verb, body).node("EVENTS_URL", receiver.base_url()).node("EVENTS_FORMAT", "dd-0012");
+    f.program("web", verb, body)
+        .node("EVENTS_URL", receiver.base_url())
+        .node("EVENTS_FORMAT", "dd-0012");
     f.declare("API_TOKEN", None).secret("API_TOKEN", API_TOKEN);
     f
 }
@@ -80,10 +82,20 @@ fn run(kind: Kind, verb: &str, body: &str, code: i32) -> (Done, Row, Dd0012Recei
     let receiver = Dd0012Receiver::start();
     let id = receiver.add_row(kind, ROW_SECRET);
     let f = node(&receiver, verb, body);
-    let done = f.jobenv(jobenv_bin!()).verb(verb).payload(&payload(kind, id)).expect_code(code).expect_nowhere("the row's secret", ROW_SECRET).run();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb(verb)
+        .payload(&payload(kind, id))
+        .expect_code(code)
+        .expect_nowhere("the row's secret", ROW_SECRET)
+        .run();
     assert!(!done.stderr.contains("progress events"), "{done:?}");
     let row = receiver.row(kind, id);
-    assert_eq!(row.notifications.len(), row.statuses.len(), "every notification carries the row's status: {row:?}");
+    assert_eq!(
+        row.notifications.len(),
+        row.statuses.len(),
+        "every notification carries the row's status: {row:?}"
+    );
     (done, row, receiver)
 }
 
@@ -97,14 +109,22 @@ env | grep '^EVENTS_' || echo "no EVENTS_ variable""#;
 #[test]
 fn a_deploy_reaches_a_jobs_row_redacted_and_in_its_set() {
     let (done, row, receiver) = run(Kind::Jobs, "apply", TALKATIVE, 0);
-    assert_eq!(done.stdout, "hello out token=[REDACTED]\nrow secret [REDACTED]\nno EVENTS_ variable\n", "the program never got the row's keys");
+    assert_eq!(
+        done.stdout, "hello out token=[REDACTED]\nrow secret [REDACTED]\nno EVENTS_ variable\n",
+        "the program never got the row's keys"
+    );
     assert_eq!(changes(&row), ["preparing", "running", "succeeded"]);
     let mut lines = log_lines(&row);
     let last = lines.pop().unwrap();
     lines.sort();
     assert_eq!(
         lines,
-        ["info: hello out token=[REDACTED]", "info: no EVENTS_ variable", "info: row secret [REDACTED]", "warning: hello err"],
+        [
+            "info: hello out token=[REDACTED]",
+            "info: no EVENTS_ variable",
+            "info: row secret [REDACTED]",
+            "warning: hello err"
+        ],
         "{row:?}"
     );
     assert_eq!(last, "info: apply succeeded with exit code 0");
@@ -116,8 +136,14 @@ fn a_deploy_leaves_a_deployments_row_running() {
     let (_, row, receiver) = run(Kind::Deployments, "apply", TALKATIVE, 0);
     // The deployment is prepared while its program runs, and runs once it succeeded.
     assert_eq!(changes(&row), ["preparing", "running"]);
-    assert_eq!(last_message(&row), ("info".into(), "apply succeeded with exit code 0".into()));
-    assert!(log_lines(&row).contains(&"info: hello out token=[REDACTED]".to_owned()), "{row:?}");
+    assert_eq!(
+        last_message(&row),
+        ("info".into(), "apply succeeded with exit code 0".into())
+    );
+    assert!(
+        log_lines(&row).contains(&"info: hello out token=[REDACTED]".to_owned()),
+        "{row:?}"
+    );
     assert_no_secret_reached(&receiver);
 }
 
@@ -126,7 +152,10 @@ fn a_destroy_leaves_both_kinds_destroyed() {
     for kind in [Kind::Jobs, Kind::Deployments] {
         let (_, row, _) = run(kind, "destroy", "echo gone", 0);
         assert_eq!(changes(&row).last(), Some(&"destroyed"), "{kind:?}: {row:?}");
-        assert_eq!(last_message(&row), ("info".into(), "destroy succeeded with exit code 0".into()));
+        assert_eq!(
+            last_message(&row),
+            ("info".into(), "destroy succeeded with exit code 0".into())
+        );
     }
 }
 
@@ -135,7 +164,11 @@ fn a_failure_is_failed_on_both_kinds() {
     for kind in [Kind::Jobs, Kind::Deployments] {
         let (_, row, _) = run(kind, "apply", "echo 'about to fail' >&2; exit 7", 7);
         assert_eq!(changes(&row).last(), Some(&"failed"), "{kind:?}: {row:?}");
-        assert_eq!(log_lines(&row), ["warning: about to fail", "error: apply failed with exit code 7"], "{kind:?}");
+        assert_eq!(
+            log_lines(&row),
+            ["warning: about to fail", "error: apply failed with exit code 7"],
+            "{kind:?}"
+        );
     }
 }
 
@@ -147,10 +180,23 @@ fn a_rejected_job_is_failed_with_its_errors() {
         let f = node(&receiver, "apply", "echo should-not-run");
         let mut payload = payload(kind, id);
         payload["NOPE"] = json!("x");
-        f.jobenv(jobenv_bin!()).verb("apply").payload(&payload).expect_code(2).expect_stdout("").expect_stderr("jobenv: error: payload rejected: undeclared keys: NOPE\n").run();
+        f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .payload(&payload)
+            .expect_code(2)
+            .expect_stdout("")
+            .expect_stderr("jobenv: error: payload rejected: undeclared keys: NOPE\n")
+            .run();
         let row = receiver.row(kind, id);
         assert_eq!(changes(&row), ["preparing", "failed"], "{kind:?}");
-        assert_eq!(log_lines(&row), ["error: payload rejected: undeclared keys: NOPE", "error: apply was rejected with exit code 2"], "{kind:?}");
+        assert_eq!(
+            log_lines(&row),
+            [
+                "error: payload rejected: undeclared keys: NOPE",
+                "error: apply was rejected with exit code 2"
+            ],
+            "{kind:?}"
+        );
     }
 }
 
@@ -159,7 +205,12 @@ fn start_sleeper(kind: Kind, extra: &[&str]) -> (Dd0012Receiver, u64, Fixture, f
     let receiver = Dd0012Receiver::start();
     let id = receiver.add_row(kind, ROW_SECRET);
     let f = node(&receiver, "apply", "touch started; echo ready; sleep 300 & wait");
-    let child = f.jobenv(jobenv_bin!()).verb("apply").args(extra).payload(&payload(kind, id)).spawn();
+    let child = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(extra)
+        .payload(&payload(kind, id))
+        .spawn();
     (receiver, id, f, child)
 }
 
@@ -167,13 +218,19 @@ fn start_sleeper(kind: Kind, extra: &[&str]) -> (Dd0012Receiver, u64, Fixture, f
 fn a_cancel_says_canceled_in_the_last_message() {
     for (kind, status) in [(Kind::Jobs, "failed"), (Kind::Deployments, "stopped")] {
         let (receiver, id, _f, mut child) = start_sleeper(kind, &[]);
-        let live = fediversity_testkit::process::wait_until(Duration::from_secs(20), || receiver.row(kind, id).log.iter().any(|(_, m)| m == "ready"));
+        let live = fediversity_testkit::process::wait_until(Duration::from_secs(20), || {
+            receiver.row(kind, id).log.iter().any(|(_, m)| m == "ready")
+        });
         assert!(live, "{:?}", receiver.row(kind, id));
         kill(Pid::from_raw(child.0.id() as i32), Signal::SIGTERM).unwrap();
         assert_eq!(child.0.wait().unwrap().code(), Some(143));
         let row = receiver.row(kind, id);
         assert_eq!(changes(&row).last(), Some(&status), "{kind:?}: {row:?}");
-        assert_eq!(last_message(&row), ("warning".into(), "apply was canceled with exit code 143".into()), "{kind:?}");
+        assert_eq!(
+            last_message(&row),
+            ("warning".into(), "apply was canceled with exit code 143".into()),
+            "{kind:?}"
+        );
     }
 }
 
@@ -184,7 +241,11 @@ fn a_timeout_says_timed_out_in_the_last_message() {
         assert_eq!(child.0.wait().unwrap().code(), Some(124));
         let row = receiver.row(kind, id);
         assert_eq!(changes(&row).last(), Some(&"failed"), "{kind:?}: {row:?}");
-        assert_eq!(last_message(&row), ("warning".into(), "apply timed out with exit code 124".into()), "{kind:?}");
+        assert_eq!(
+            last_message(&row),
+            ("warning".into(), "apply timed out with exit code 124".into()),
+            "{kind:?}"
+        );
     }
 }
 
@@ -202,9 +263,17 @@ fn a_wrong_row_secret_is_refused_once_and_changes_nothing_else() {
         .expect_nowhere("the row's secret", ROW_SECRET)
         .expect_stderr("...\njobenv: error: progress events: the receiver refused jobenv's EVENTS_SECRET (HTTP 403 Forbidden); no more events are sent for this job\n...\n")
         .run();
-    assert_eq!(done.stderr.lines().filter(|l| l.contains("progress events")).count(), 1, "{done:?}");
+    assert_eq!(
+        done.stderr.lines().filter(|l| l.contains("progress events")).count(),
+        1,
+        "{done:?}"
+    );
     let requests = receiver.requests();
-    assert_eq!(requests.iter().map(|r| r.answer).collect::<Vec<_>>(), [403], "one request, and none after the refusal");
+    assert_eq!(
+        requests.iter().map(|r| r.answer).collect::<Vec<_>>(),
+        [403],
+        "one request, and none after the refusal"
+    );
     assert_eq!(receiver.row(Kind::Jobs, id).statuses.len(), 0);
 }
 
@@ -222,7 +291,10 @@ fn the_nodes_secret_wins_over_the_rows() {
         .expect_stderr_contains("jobenv: warning: payload value for EVENTS_SECRET ignored: the node sets it")
         .expect_nowhere("the node's secret", node_secret)
         .run();
-    assert_eq!(changes(&receiver.row(Kind::Jobs, id)), ["preparing", "running", "succeeded"]);
+    assert_eq!(
+        changes(&receiver.row(Kind::Jobs, id)),
+        ["preparing", "running", "succeeded"]
+    );
 }
 
 /// Whatever the payload says, a request goes to the node's base and the row's path only: a row
@@ -239,7 +311,12 @@ fn a_payload_never_directs_a_request_to_another_host_or_path() {
         payload["EVENTS_KIND"] = kind;
         payload["EVENTS_ROW_ID"] = row;
         payload["EVENTS_URL"] = json!(elsewhere.base_url());
-        f.jobenv(jobenv_bin!()).verb("apply").payload(&payload).expect_code(2).expect_stderr(format!("jobenv: error: {expected}\n")).run();
+        f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .payload(&payload)
+            .expect_code(2)
+            .expect_stderr(format!("jobenv: error: {expected}\n"))
+            .run();
     };
     let rule = "is invalid: must be a positive integer of at most 18 digits, without a sign or a leading zero";
     for row in [
@@ -260,20 +337,38 @@ fn a_payload_never_directs_a_request_to_another_host_or_path() {
     refused(json!("jobs"), json!(-5), &format!("EVENTS_ROW_ID \"-5\" {rule}"));
     refused(json!("jobs"), json!(4.1e1), &format!("EVENTS_ROW_ID \"41.0\" {rule}"));
     for kind in ["jobs/../deployments", "http://evil.example", "../jobs", "JOBS"] {
-        refused(json!(kind), json!(id), &format!("EVENTS_KIND {kind:?} is invalid: must be jobs or deployments"));
+        refused(
+            json!(kind),
+            json!(id),
+            &format!("EVENTS_KIND {kind:?} is invalid: must be jobs or deployments"),
+        );
     }
-    assert!(receiver.requests().is_empty() && elsewhere.requests().is_empty(), "a refused job sent a request");
+    assert!(
+        receiver.requests().is_empty() && elsewhere.requests().is_empty(),
+        "a refused job sent a request"
+    );
 
     // Positive control: with its own row, the same payload reaches the row, at its path only.
     let mut payload = payload(Kind::Jobs, id);
     payload["EVENTS_URL"] = json!(elsewhere.base_url());
-    f.jobenv(jobenv_bin!()).verb("apply").payload(&payload).expect_success().expect_stderr_contains("payload value for EVENTS_URL ignored: the node sets it").run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload)
+        .expect_success()
+        .expect_stderr_contains("payload value for EVENTS_URL ignored: the node sets it")
+        .run();
     let requests = receiver.requests();
     assert!(!requests.is_empty());
     for request in &requests {
-        assert_eq!((request.method.as_str(), request.path.as_str(), request.answer), ("POST", format!("/api/jobs/{id}/notifications").as_str(), 200));
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str(), request.answer),
+            ("POST", format!("/api/jobs/{id}/notifications").as_str(), 200)
+        );
         assert_eq!(request.host.as_deref(), Some(receiver.authority().as_str()));
     }
     assert!(elsewhere.requests().is_empty(), "the payload's EVENTS_URL was used");
-    assert_eq!(changes(&receiver.row(Kind::Jobs, id)), ["preparing", "running", "succeeded"]);
+    assert_eq!(
+        changes(&receiver.row(Kind::Jobs, id)),
+        ["preparing", "running", "succeeded"]
+    );
 }

@@ -10,7 +10,10 @@ fn env_json_shows_argv_and_every_source() {
     let mut f = Fixture::new();
     let started = f.path().join("started");
     f.program("web", "apply", &format!("touch {}", started.display()));
-    f.declare("FROM_NODE", None).declare("FROM_PAYLOAD", None).declare("FROM_ENVIRON", None).declare("FROM_DEFAULT", Some("d"));
+    f.declare("FROM_NODE", None)
+        .declare("FROM_PAYLOAD", None)
+        .declare("FROM_ENVIRON", None)
+        .declare("FROM_DEFAULT", Some("d"));
     f.declare("FROM_SECRET", None).secret("FROM_SECRET", "secret-value-1");
     f.node("FROM_NODE", "n").node("STATE_BASE_ADDRESS", "http://state/tf");
     let done = f
@@ -25,7 +28,16 @@ fn env_json_shows_argv_and_every_source() {
     let root = f.root().display().to_string();
     assert_eq!(
         shown["argv"],
-        json!([which_nix_shell(), root, "-I", format!("nixpkgs={root}"), "-A", format!("devShells.{}-linux.web", std::env::consts::ARCH), "--run", "exec web-apply"])
+        json!([
+            which_nix_shell(),
+            root,
+            "-I",
+            format!("nixpkgs={root}"),
+            "-A",
+            format!("devShells.{}-linux.web", std::env::consts::ARCH),
+            "--run",
+            "exec web-apply"
+        ])
     );
     let source = |key: &str| shown["env"][key]["source"].as_str().unwrap_or("absent").to_owned();
     assert_eq!(source("FROM_NODE"), "node");
@@ -43,7 +55,13 @@ fn env_json_shows_argv_and_every_source() {
 fn env_text_has_one_line_per_variable_with_its_source() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true").declare("DOMAIN", Some("example.org"));
-    let text = f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run().stdout;
+    let text = f
+        .jobenv(jobenv_bin!())
+        .args(["env", "--verb", "apply"])
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .run()
+        .stdout;
     assert!(text.contains("DOMAIN=example.org  # default\n"), "{text}");
     assert!(text.contains("DEPLOYMENT_NAMESPACE=ns  # derived\n"), "{text}");
     assert!(text.contains("exec web-apply\n"), "{text}");
@@ -60,7 +78,10 @@ fn env_refuses_what_run_refuses() {
         .expect_code(2)
         .expect_stdout("")
         .run();
-    assert_eq!(done.stderr, "jobenv: error: payload rejected: undeclared keys: UNDECLARED\n");
+    assert_eq!(
+        done.stderr,
+        "jobenv: error: payload rejected: undeclared keys: UNDECLARED\n"
+    );
 }
 
 #[test]
@@ -68,34 +89,69 @@ fn keys_lists_descriptions_and_defaults() {
     let mut f = Fixture::new();
     f.declare("DOMAIN", Some("example.org")).declare("HOSTING_CONFIG", None);
     f.write();
-    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--keys"]).arg(f.keys_path()).output().unwrap();
+    let out = std::process::Command::new(jobenv_bin!())
+        .args(["keys", "--keys"])
+        .arg(f.keys_path())
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "DOMAIN\n    test key DOMAIN\n    default: example.org\nHOSTING_CONFIG\n    test key HOSTING_CONFIG\n"
     );
-    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--format", "json", "--keys"]).arg(f.keys_path()).output().unwrap();
+    let out = std::process::Command::new(jobenv_bin!())
+        .args(["keys", "--format", "json", "--keys"])
+        .arg(f.keys_path())
+        .output()
+        .unwrap();
     let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(keys["DOMAIN"], json!({"description": "test key DOMAIN", "default": "example.org"}));
+    assert_eq!(
+        keys["DOMAIN"],
+        json!({"description": "test key DOMAIN", "default": "example.org"})
+    );
 }
 
 #[test]
 fn keys_and_env_say_which_keys_are_node_only() {
     let mut f = Fixture::new();
-    f.program("web", "apply", "true").declare_node_only("HOSTING_CONFIG", Some("/etc/hosting")).declare("DOMAIN", None);
+    f.program("web", "apply", "true")
+        .declare_node_only("HOSTING_CONFIG", Some("/etc/hosting"))
+        .declare("DOMAIN", None);
     f.write();
-    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--keys"]).arg(f.keys_path()).output().unwrap();
+    let out = std::process::Command::new(jobenv_bin!())
+        .args(["keys", "--keys"])
+        .arg(f.keys_path())
+        .output()
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "DOMAIN\n    test key DOMAIN\nHOSTING_CONFIG\n    test key HOSTING_CONFIG\n    default: /etc/hosting\n    node-only: set by the node; a payload value is ignored\n"
     );
-    let out = std::process::Command::new(jobenv_bin!()).args(["keys", "--format", "json", "--keys"]).arg(f.keys_path()).output().unwrap();
+    let out = std::process::Command::new(jobenv_bin!())
+        .args(["keys", "--format", "json", "--keys"])
+        .arg(f.keys_path())
+        .output()
+        .unwrap();
     let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(keys["HOSTING_CONFIG"], json!({"description": "test key HOSTING_CONFIG", "default": "/etc/hosting", "node_only": true}));
-    assert_eq!(keys["DOMAIN"], json!({"description": "test key DOMAIN"}), "an ordinary key says nothing of it");
+    assert_eq!(
+        keys["HOSTING_CONFIG"],
+        json!({"description": "test key HOSTING_CONFIG", "default": "/etc/hosting", "node_only": true})
+    );
+    assert_eq!(
+        keys["DOMAIN"],
+        json!({"description": "test key DOMAIN"}),
+        "an ordinary key says nothing of it"
+    );
 
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "HOSTING_CONFIG": "/payload"});
-    let run = |format: &str| f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply", "--format", format]).payload(&payload).expect_success().run().stdout;
+    let run = |format: &str| {
+        f.jobenv(jobenv_bin!())
+            .args(["env", "--verb", "apply", "--format", format])
+            .payload(&payload)
+            .expect_success()
+            .run()
+            .stdout
+    };
     let text = run("text");
     assert!(text.contains("HOSTING_CONFIG=/etc/hosting  # default\n"), "{text}");
     assert!(text.ends_with("# payload keys ignored, the node wins: HOSTING_CONFIG\n# node-only keys, never taken from a payload: HOSTING_CONFIG\n"), "{text}");
@@ -111,7 +167,12 @@ fn the_nix_shell_option_picks_the_program_that_runs() {
     let stand_in = f.path().join("fake-nix-shell");
     fediversity_testkit::nix_fixture::write_executable(&stand_in, "#!/bin/sh\necho stand-in \"$@\"\n");
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"});
-    let done = f.jobenv(jobenv_bin!()).verb("apply").args(["--nix-shell", stand_in.to_str().unwrap()]).payload(&payload).run();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--nix-shell", stand_in.to_str().unwrap()])
+        .payload(&payload)
+        .run();
     assert!(done.stdout.starts_with("stand-in "), "{done:?}");
     f.jobenv(jobenv_bin!())
         .verb("apply")

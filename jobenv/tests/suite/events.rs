@@ -24,7 +24,9 @@ const API_TOKEN: &str = "tok-SECRET-0123456789";
 /// A node that sends events to `url`, with `body` as the program `web-<verb>`.
 fn node(url: &str, verb: &str, body: &str) -> Fixture {
     let mut f = Fixture::new();
-    f.program("web", verb, body).node("EVENTS_URL", url).secret("EVENTS_SECRET", EVENTS_SECRET);
+    f.program("web", verb, body)
+        .node("EVENTS_URL", url)
+        .secret("EVENTS_SECRET", EVENTS_SECRET);
     f
 }
 
@@ -48,7 +50,11 @@ fn text(bytes: &[u8]) -> String {
 
 /// The statuses in event order.
 fn statuses(events: &[Value]) -> Vec<String> {
-    events.iter().filter(|e| e["type"] == "status").map(|e| e["status"].as_str().unwrap().to_owned()).collect()
+    events
+        .iter()
+        .filter(|e| e["type"] == "status")
+        .map(|e| e["status"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Every log line, in order, as `level source_status: line`.
@@ -57,14 +63,24 @@ fn log_lines(events: &[Value]) -> Vec<String> {
         .iter()
         .filter(|e| e["type"] == "logs")
         .flat_map(|e| e["lines"].as_array().unwrap().clone())
-        .map(|l| format!("{} {}: {}", l["level"].as_str().unwrap(), l["source_status"].as_str().unwrap(), l["line"].as_str().unwrap()))
+        .map(|l| {
+            format!(
+                "{} {}: {}",
+                l["level"].as_str().unwrap(),
+                l["source_status"].as_str().unwrap(),
+                l["line"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
 /// The lines the program wrote, in order. nix-shell's own lines (while `preparing`) are left
 /// out: nix may warn when other users of the machine hold the store's database.
 fn program_lines(events: &[Value]) -> Vec<String> {
-    log_lines(events).into_iter().filter(|l| l.split(' ').nth(1) == Some("running:")).collect()
+    log_lines(events)
+        .into_iter()
+        .filter(|l| l.split(' ').nth(1) == Some("running:"))
+        .collect()
 }
 
 /// Arrived in order, numbered 1, 2, 3, ... with no gap, each naming the job.
@@ -72,13 +88,23 @@ fn assert_in_sequence(events: &[Value], verb: &str, build: &str) {
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>(), "{events:#?}");
     for e in events {
-        assert_eq!((e["deployment"].as_str(), e["build"].as_str(), e["verb"].as_str()), (Some("ns"), Some(build), Some(verb)), "{e}");
+        assert_eq!(
+            (e["deployment"].as_str(), e["build"].as_str(), e["verb"].as_str()),
+            (Some("ns"), Some(build), Some(verb)),
+            "{e}"
+        );
         let ts = e["timestamp"].as_str().unwrap();
-        assert!(ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T', "not RFC 3339 UTC: {ts}");
+        assert!(
+            ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+            "not RFC 3339 UTC: {ts}"
+        );
         assert!(e["dropped"].is_u64(), "{e}");
     }
     let stamps: Vec<&str> = events.iter().map(|e| e["timestamp"].as_str().unwrap()).collect();
-    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "timestamps go back: {stamps:?}");
+    assert!(
+        stamps.windows(2).all(|w| w[0] <= w[1]),
+        "timestamps go back: {stamps:?}"
+    );
 }
 
 fn final_event(events: &[Value]) -> &Value {
@@ -90,25 +116,53 @@ fn final_event(events: &[Value]) -> &Value {
 #[test]
 fn a_successful_apply_reports_preparing_running_succeeded_and_its_lines() {
     let receiver = Receiver::start(EVENTS_SECRET);
-    let f = node(&receiver.url(), "apply", "echo 'hello out'; echo 'hello err' >&2; printf 'no newline at the end'");
+    let f = node(
+        &receiver.url(),
+        "apply",
+        "echo 'hello out'; echo 'hello err' >&2; printf 'no newline at the end'",
+    );
     let out = run(&f, "apply", &[], &payload());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "hello out\nno newline at the end", "events change nothing on stdout");
+    assert_eq!(
+        text(&out.stdout),
+        "hello out\nno newline at the end",
+        "events change nothing on stdout"
+    );
     assert!(!text(&out.stderr).contains("progress events"), "{}", text(&out.stderr));
 
     let events = receiver.events();
     assert_in_sequence(&events, "apply", "build-42");
     assert_eq!(statuses(&events), ["preparing", "running", "succeeded"]);
     assert_eq!(final_event(&events)["exit_code"], 0);
-    assert!(events[0].get("exit_code").is_none(), "only terminal statuses carry an exit code");
+    assert!(
+        events[0].get("exit_code").is_none(),
+        "only terminal statuses carry an exit code"
+    );
     let mut lines = program_lines(&events);
     lines.sort();
-    assert_eq!(lines, ["info running: hello out", "info running: no newline at the end", "warning running: hello err"]);
+    assert_eq!(
+        lines,
+        [
+            "info running: hello out",
+            "info running: no newline at the end",
+            "warning running: hello err"
+        ]
+    );
     // The lines come after `running` and before the final status.
     let running = events.iter().position(|e| e["status"] == "running").unwrap();
-    assert!(events.iter().enumerate().filter(|(_, e)| e["type"] == "logs").all(|(i, _)| i > running && i < events.len() - 1));
+    assert!(
+        events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e["type"] == "logs")
+            .all(|(i, _)| i > running && i < events.len() - 1)
+    );
     let recorded = receiver.recorded();
-    assert_eq!((recorded.unauthorized, recorded.forbidden), (0, 0), "every request carried the right secret");
+    assert_eq!(
+        (recorded.unauthorized, recorded.forbidden),
+        (0, 0),
+        "every request carried the right secret"
+    );
 }
 
 #[test]
@@ -119,17 +173,32 @@ fn output_before_the_program_starts_is_preparing() {
     // the dev shell is being entered. A line is `preparing` when jobenv reads it before the
     // ready byte: the pause gives a loaded machine time to read it first.
     let shell = f.path().join("announcing-shell");
-    fediversity_testkit::nix_fixture::write_executable(&shell, "#!/bin/sh\necho 'entering the dev shell' >&2\nsleep 0.5\nexec /bin/bash \"$@\"\n");
+    fediversity_testkit::nix_fixture::write_executable(
+        &shell,
+        "#!/bin/sh\necho 'entering the dev shell' >&2\nsleep 0.5\nexec /bin/bash \"$@\"\n",
+    );
     f.node("NIX_BUILD_SHELL", shell.display().to_string());
     let out = run(&f, "apply", &[], &payload());
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("entering the dev shell"), "positive control: the shell wrapper ran");
+    assert!(
+        text(&out.stderr).contains("entering the dev shell"),
+        "positive control: the shell wrapper ran"
+    );
     let events = receiver.events();
     assert_in_sequence(&events, "apply", "build-42");
     assert_eq!(statuses(&events), ["preparing", "running", "succeeded"]);
     let lines = log_lines(&events);
-    let ours: Vec<&String> = lines.iter().filter(|l| l.contains("entering the dev shell") || l.contains("from the program")).collect();
-    assert_eq!(ours, ["warning preparing: entering the dev shell", "info running: from the program"]);
+    let ours: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("entering the dev shell") || l.contains("from the program"))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            "warning preparing: entering the dev shell",
+            "info running: from the program"
+        ]
+    );
 }
 
 #[test]
@@ -178,8 +247,17 @@ fn a_successful_destroy_reports_destroyed() {
 fn start_sleeper(receiver: &Receiver, extra: &[&str]) -> (Fixture, Running) {
     let mut f = node(&receiver.url(), "apply", "");
     let started = f.path().join("started");
-    f.program("web", "apply", &format!("touch {}; echo ready; sleep 300 & wait", started.display()));
-    let child = f.jobenv(jobenv_bin!()).verb("apply").args(extra).payload(&payload()).spawn();
+    f.program(
+        "web",
+        "apply",
+        &format!("touch {}; echo ready; sleep 300 & wait", started.display()),
+    );
+    let child = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(extra)
+        .payload(&payload())
+        .spawn();
     (f, child)
 }
 
@@ -188,7 +266,9 @@ fn a_cancelled_job_reports_canceled() {
     let receiver = Receiver::start(EVENTS_SECRET);
     let (_f, mut child) = start_sleeper(&receiver, &[]);
     // Live: the running status and the first line arrive while the program still runs.
-    let live = receiver.wait_for(Duration::from_secs(20), |r| program_lines(&r.events) == ["info running: ready"]);
+    let live = receiver.wait_for(Duration::from_secs(20), |r| {
+        program_lines(&r.events) == ["info running: ready"]
+    });
     assert!(live, "{:#?}", receiver.events());
     assert_eq!(statuses(&receiver.events()), ["preparing", "running"]);
     kill(Pid::from_raw(child.0.id() as i32), Signal::SIGTERM).unwrap();
@@ -222,20 +302,31 @@ fn a_timed_out_job_reports_timed_out() {
 fn a_rejected_job_reports_failed_with_its_errors() {
     let receiver = Receiver::start(EVENTS_SECRET);
     let f = node(&receiver.url(), "apply", "echo should-not-run");
-    let out = run(&f, "apply", &[], &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "BUILD_ID": "build-42", "NOPE": "x"}));
+    let out = run(
+        &f,
+        "apply",
+        &[],
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "BUILD_ID": "build-42", "NOPE": "x"}),
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     let events = receiver.events();
     assert_in_sequence(&events, "apply", "build-42");
     assert_eq!(statuses(&events), ["preparing", "failed"]);
     assert_eq!(final_event(&events)["exit_code"], 2);
-    assert_eq!(log_lines(&events), ["error preparing: payload rejected: undeclared keys: NOPE"]);
+    assert_eq!(
+        log_lines(&events),
+        ["error preparing: payload rejected: undeclared keys: NOPE"]
+    );
 }
 
 #[test]
 fn a_half_configured_node_is_rejected_naming_the_missing_key() {
     let started_marker = "program-started";
-    for (url, secret, missing) in [(Some("http://127.0.0.1:9/events"), None, "EVENTS_SECRET"), (None, Some(EVENTS_SECRET), "EVENTS_URL")] {
+    for (url, secret, missing) in [
+        (Some("http://127.0.0.1:9/events"), None, "EVENTS_SECRET"),
+        (None, Some(EVENTS_SECRET), "EVENTS_URL"),
+    ] {
         let mut f = Fixture::new();
         f.program("web", "apply", &format!("echo {started_marker}"));
         if let Some(url) = url {
@@ -247,7 +338,10 @@ fn a_half_configured_node_is_rejected_naming_the_missing_key() {
         let out = run(&f, "apply", &[], &payload());
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains(&format!("is set but {missing} is not: progress events need both")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("is set but {missing} is not: progress events need both")),
+            "{stderr}"
+        );
         assert!(!text(&out.stdout).contains(started_marker));
         assert!(!stderr.contains(EVENTS_SECRET));
     }
@@ -294,11 +388,20 @@ echo "events secret {EVENTS_SECRET}""#,
     assert!(!recorded.bodies.is_empty());
     for body in &recorded.bodies {
         let body = text(body);
-        assert!(!body.contains(API_TOKEN) && !body.contains(EVENTS_SECRET), "a secret reached an event: {body}");
-        assert!(!body.contains("tok-SECRET") && !body.contains("events-secret"), "part of a secret reached an event: {body}");
+        assert!(
+            !body.contains(API_TOKEN) && !body.contains(EVENTS_SECRET),
+            "a secret reached an event: {body}"
+        );
+        assert!(
+            !body.contains("tok-SECRET") && !body.contains("events-secret"),
+            "part of a secret reached an event: {body}"
+        );
     }
     // The event settings never reach the program, nor any output.
-    assert!(!program_env.contains("EVENTS_URL") && !program_env.contains("EVENTS_SECRET"), "{program_env}");
+    assert!(
+        !program_env.contains("EVENTS_URL") && !program_env.contains("EVENTS_SECRET"),
+        "{program_env}"
+    );
     for stream in [&out.stdout, &out.stderr] {
         assert!(!text(stream).contains(EVENTS_SECRET) && !text(stream).contains(API_TOKEN));
     }
@@ -314,7 +417,10 @@ fn a_wrong_secret_is_refused_once_and_changes_nothing_else() {
     assert_eq!(text(&out.stdout), "out\n");
     let about_events: Vec<&str> = stderr.lines().filter(|l| l.contains("progress events")).collect();
     assert_eq!(about_events.len(), 1, "{stderr}");
-    assert!(about_events[0].starts_with("jobenv: error: ") && about_events[0].contains("HTTP 403"), "{stderr}");
+    assert!(
+        about_events[0].starts_with("jobenv: error: ") && about_events[0].contains("HTTP 403"),
+        "{stderr}"
+    );
     assert!(!stderr.contains(EVENTS_SECRET) && !stderr.contains("the-secret-the-receiver-expects"));
     let recorded = receiver.recorded();
     assert!(recorded.events.is_empty(), "{recorded:?}");
@@ -346,10 +452,18 @@ fn a_dead_receiver_changes_nothing_but_one_stderr_line() {
     assert_eq!(without.status.code(), Some(3));
     assert_eq!(with_events.stdout, without.stdout);
     let (with_lines, without_lines) = (stable_lines(&with_events.stderr), stable_lines(&without.stderr));
-    assert!(without_lines.contains(&"err".to_owned()), "positive control: the program's stderr is compared: {without_lines:?}");
+    assert!(
+        without_lines.contains(&"err".to_owned()),
+        "positive control: the program's stderr is compared: {without_lines:?}"
+    );
     let extra: Vec<&String> = with_lines.iter().filter(|l| !without_lines.contains(l)).collect();
     assert_eq!(extra.len(), 1, "with: {with_lines:#?}\nwithout: {without_lines:#?}");
-    assert!(extra[0].starts_with("jobenv: warning: progress events: the final status was not delivered (cannot connect to the receiver)"), "{extra:?}");
+    assert!(
+        extra[0].starts_with(
+            "jobenv: warning: progress events: the final status was not delivered (cannot connect to the receiver)"
+        ),
+        "{extra:?}"
+    );
     assert_eq!(with_lines.len(), without_lines.len() + 1, "{with_lines:#?}");
 }
 
@@ -362,8 +476,20 @@ struct Counted {
 
 /// Runs jobenv to its end, counting (not keeping) its stdout.
 fn run_counting(mut command: Command, payload: &Value) -> Counted {
-    let mut child = Running(command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
-    child.stdin.take().unwrap().write_all(payload.to_string().as_bytes()).unwrap();
+    let mut child = Running(
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
     let stderr = StreamWatch::new(child.stderr.take().unwrap());
     let mut stdout = child.stdout.take().unwrap();
     let mut bytes = 0u64;
@@ -375,7 +501,11 @@ fn run_counting(mut command: Command, payload: &Value) -> Counted {
         }
     }
     let code = child.wait().unwrap().code();
-    Counted { code, bytes, stderr: text(&stderr.finish()) }
+    Counted {
+        code,
+        bytes,
+        stderr: text(&stderr.finish()),
+    }
 }
 
 /// 100 MB in lines of 100 bytes.
@@ -392,8 +522,15 @@ fn a_slow_receiver_changes_neither_the_output_nor_the_exit_code_of_a_100_mb_prog
     let events = receiver.events();
     let final_arrived = statuses(&events).last().is_some_and(|s| s == "succeeded");
     let counted = stderr.contains("jobenv: warning: progress events: the final status was not delivered");
-    assert!(final_arrived || counted, "the final status neither arrived nor was counted: {stderr}\n{events:#?}");
-    assert_eq!(stderr.lines().filter(|l| l.contains("progress events")).count(), usize::from(counted), "{stderr}");
+    assert!(
+        final_arrived || counted,
+        "the final status neither arrived nor was counted: {stderr}\n{events:#?}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("progress events")).count(),
+        usize::from(counted),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -403,19 +540,39 @@ fn lines_lost_to_a_slow_receiver_are_counted_and_reported() {
     let f = node(&receiver.url(), "apply", &format!("seq 1 {LINES}; sleep 1.5"));
     let out = run(&f, "apply", &[], &payload());
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).lines().count() as u64, LINES, "stdout keeps every line");
+    assert_eq!(
+        text(&out.stdout).lines().count() as u64,
+        LINES,
+        "stdout keeps every line"
+    );
 
     let events = receiver.events();
     assert_in_sequence(&events, "apply", "build-42");
-    assert_eq!(statuses(&events), ["preparing", "running", "succeeded"], "status events are never dropped");
+    assert_eq!(
+        statuses(&events),
+        ["preparing", "running", "succeeded"],
+        "status events are never dropped"
+    );
     let dropped: Vec<u64> = events.iter().map(|e| e["dropped"].as_u64().unwrap()).collect();
-    assert!(dropped.windows(2).all(|w| w[0] <= w[1]), "dropped is a running total: {dropped:?}");
-    assert!(events.iter().any(|e| e["type"] == "logs" && e["dropped"].as_u64().unwrap() > 0), "a later event reports the drop");
+    assert!(
+        dropped.windows(2).all(|w| w[0] <= w[1]),
+        "dropped is a running total: {dropped:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "logs" && e["dropped"].as_u64().unwrap() > 0),
+        "a later event reports the drop"
+    );
     // Every line is accounted for: delivered, or counted in the final event's total. Besides
     // the program's lines, jobenv read whatever nix-shell wrote on stderr (not its own lines).
     let nix_shell_lines = text(&out.stderr).lines().filter(|l| !l.starts_with("jobenv: ")).count() as u64;
     let delivered = log_lines(&events).len() as u64;
     let final_dropped = final_event(&events)["dropped"].as_u64().unwrap();
     assert!(final_dropped > 0 && delivered > 0);
-    assert_eq!(delivered + final_dropped, LINES + nix_shell_lines, "delivered {delivered}, dropped {final_dropped}");
+    assert_eq!(
+        delivered + final_dropped,
+        LINES + nix_shell_lines,
+        "delivered {delivered}, dropped {final_dropped}"
+    );
 }

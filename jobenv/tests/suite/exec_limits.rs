@@ -16,7 +16,14 @@ const MAX_ARG_STRLEN: usize = 128 * 1024;
 fn fixture() -> Fixture {
     let mut f = Fixture::new();
     let started = f.path().join("started");
-    f.program("web", "apply", &format!("touch {}; echo \"$(printf %s \"$BIG\" | wc -c) $(printf %s \"$MORE\" | wc -c)\"", started.display()));
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            "touch {}; echo \"$(printf %s \"$BIG\" | wc -c) $(printf %s \"$MORE\" | wc -c)\"",
+            started.display()
+        ),
+    );
     f.declare("BIG", None).declare("MORE", None).declare("EVEN_MORE", None);
     f
 }
@@ -26,7 +33,12 @@ fn run_with_stack(f: &Fixture, stack_kib: u32, payload: &Value) -> (Option<i32>,
     let jobenv = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
     let mut command = Command::new("/bin/sh");
     command
-        .args(["-c", "ulimit -S -s \"$1\" && shift && exec \"$@\"", "sh", &stack_kib.to_string()])
+        .args([
+            "-c",
+            "ulimit -S -s \"$1\" && shift && exec \"$@\"",
+            "sh",
+            &stack_kib.to_string(),
+        ])
         .arg(jobenv.get_program())
         .args(jobenv.get_args())
         .current_dir(jobenv.get_current_dir().expect("the job directory"))
@@ -35,7 +47,11 @@ fn run_with_stack(f: &Fixture, stack_kib: u32, payload: &Value) -> (Option<i32>,
         command.env(key, value.expect("set"));
     }
     let out = run_with_payload(command, payload);
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn started(f: &Fixture) -> bool {
@@ -73,8 +89,16 @@ fn an_environment_too_large_for_the_stack_limit_is_refused_before_it_runs() {
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "BIG": value, "MORE": value, "EVEN_MORE": value});
     let (code, _, stderr) = run_with_stack(&f, 1024, &payload);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("jobenv: error: the program's arguments and environment take"), "{stderr}");
-    assert!(stderr.contains("bytes, more than the 131072 that jobenv leaves them under this stack limit (largest: BIG, EVEN_MORE, MORE)"), "{stderr}");
+    assert!(
+        stderr.contains("jobenv: error: the program's arguments and environment take"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "bytes, more than the 131072 that jobenv leaves them under this stack limit (largest: BIG, EVEN_MORE, MORE)"
+        ),
+        "{stderr}"
+    );
     assert!(!stderr.contains("running") && !started(&f), "{stderr}");
     // Positive controls: the same job runs under the usual 8 MiB stack, and one variable of
     // 100 KiB runs under the small one.

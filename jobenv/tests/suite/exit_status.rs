@@ -13,7 +13,12 @@ fn payload() -> Value {
 fn exit_with(body: &str, code: Option<i32>) -> Value {
     let mut f = Fixture::new();
     f.program("web", "apply", body);
-    f.jobenv(jobenv_bin!()).verb("apply").env("WM_JOB_ID", "0192-job").payload(&payload()).expect_code(code).run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("WM_JOB_ID", "0192-job")
+        .payload(&payload())
+        .expect_code(code)
+        .run();
     f.result_json()
 }
 
@@ -47,7 +52,11 @@ fn death_by_signal_is_128_plus_the_signal() {
 fn without_a_windmill_job_no_result_file_is_written() {
     let mut f = Fixture::new();
     f.program("web", "apply", "exit 0");
-    f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_success().run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload())
+        .expect_success()
+        .run();
     assert!(!f.job_dir().join("result.json").exists());
 }
 

@@ -5,7 +5,9 @@
 use std::path::Path;
 
 fn replay(target: &str, check: fn(&[u8])) -> usize {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz_regressions")
+        .join(target);
     let mut count = 0;
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
@@ -17,7 +19,10 @@ fn replay(target: &str, check: fn(&[u8])) -> usize {
 
 #[test]
 fn redactor_finds() {
-    assert!(replay("redactor", jobenv::fuzzing::redactor) >= 1, "the known finds are gone");
+    assert!(
+        replay("redactor", jobenv::fuzzing::redactor) >= 1,
+        "the known finds are gone"
+    );
 }
 
 #[test]
@@ -32,5 +37,8 @@ fn env_file_finds() {
 
 #[test]
 fn escaped_redaction_finds() {
-    assert!(replay("escaped_redaction", jobenv::fuzzing::escaped_redaction) >= 4, "the seeds are gone");
+    assert!(
+        replay("escaped_redaction", jobenv::fuzzing::escaped_redaction) >= 4,
+        "the seeds are gone"
+    );
 }

@@ -25,8 +25,22 @@ fn the_module_reads_jobenvs_names_and_defaults_as_they_are() {
     let generated = jobenv::show::module_names();
     // Not vacuous: the lists are there, with what the module relies on.
     let document: serde_json::Value = serde_json::from_str(&generated).unwrap();
-    assert!(document["nodeControl"].as_array().unwrap().iter().any(|name| name == "DEPLOYMENT_ROOT"), "{generated}");
-    assert!(document["nodeTools"].as_array().unwrap().iter().any(|name| name == "TF_INPUT"), "{generated}");
+    assert!(
+        document["nodeControl"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|name| name == "DEPLOYMENT_ROOT"),
+        "{generated}"
+    );
+    assert!(
+        document["nodeTools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|name| name == "TF_INPUT"),
+        "{generated}"
+    );
     assert_eq!(document["defaults"]["graceSeconds"], 3);
     check("nixos-module/jobenv-names.json", &generated);
 }
@@ -38,7 +52,10 @@ fn the_schemas_are_generated_from_jobenvs_types() {
     for (path, generate) in jobenv::schema::FILES {
         let schema = generate();
         // Not vacuous: each describes an object with properties of its own.
-        assert!(schema["properties"].is_object() || schema["anyOf"].is_array() || schema["oneOf"].is_array(), "{path}: {schema}");
+        assert!(
+            schema["properties"].is_object() || schema["anyOf"].is_array() || schema["oneOf"].is_array(),
+            "{path}: {schema}"
+        );
         check(path, &jobenv::schema::text(&schema));
     }
 }

@@ -28,7 +28,14 @@ fn job_runner_variables_do_not_reach_the_program_but_declared_keys_do() {
     let env = done.env();
     // Positive control: the same mechanism passes a declared key.
     assert_eq!(env.get("DECLARED").map(String::as_str), Some("yes"), "{env:?}");
-    for leaked in ["WM_TOKEN", "WM_JOB_ID", "BASE_INTERNAL_URL", "PYTHONPATH", "SOME_RANDOM_VARIABLE", "LD_PRELOAD"] {
+    for leaked in [
+        "WM_TOKEN",
+        "WM_JOB_ID",
+        "BASE_INTERNAL_URL",
+        "PYTHONPATH",
+        "SOME_RANDOM_VARIABLE",
+        "LD_PRELOAD",
+    ] {
         assert!(!env.contains_key(leaked), "{leaked} reached the program: {env:?}");
     }
     assert!(!done.stdout.contains("jwt_job_token"));
@@ -39,7 +46,14 @@ fn two_namespaces_get_two_state_addresses() {
     let mut f = Fixture::new();
     f.program("web", "apply", r#"echo "address=$TF_HTTP_ADDRESS lock=$TF_HTTP_LOCK_ADDRESS unlock=$TF_HTTP_UNLOCK_ADDRESS ns=$DEPLOYMENT_NAMESPACE""#);
     f.node("STATE_BASE_ADDRESS", "https://state.example/tf/");
-    let run = |ns: &str| f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": ns})).expect_success().run().stdout;
+    let run = |ns: &str| {
+        f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": ns}))
+            .expect_success()
+            .run()
+            .stdout
+    };
     assert_eq!(
         run("team-a"),
         "address=https://state.example/tf/team-a lock=https://state.example/tf/team-a/lock unlock=https://state.example/tf/team-a/lock ns=team-a\n"
@@ -60,7 +74,9 @@ fn a_payload_cannot_address_another_namespaces_state() {
         .verb("apply")
         .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "a", "TF_HTTP_ADDRESS": "https://state.example/tf/b"}))
         .expect_code(2)
-        .expect_stderr_contains(r#"NAMESPACE "a" differs from the last segment of TF_HTTP_ADDRESS "https://state.example/tf/b""#)
+        .expect_stderr_contains(
+            r#"NAMESPACE "a" differs from the last segment of TF_HTTP_ADDRESS "https://state.example/tf/b""#,
+        )
         .run();
     assert!(!started.exists(), "the program ran");
 }
@@ -69,7 +85,13 @@ fn a_payload_cannot_address_another_namespaces_state() {
 fn the_program_gets_the_node_pin_of_nixpkgs() {
     let mut f = Fixture::new();
     f.program("web", "apply", "/usr/bin/env");
-    let env = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_success().run().env();
+    let env = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload())
+        .expect_success()
+        .run()
+        .env();
     assert_eq!(env["NIX_PATH"], format!("nixpkgs={}", f.root().display()));
 }
 
@@ -84,19 +106,37 @@ fn descriptors_jobenv_inherits_do_not_reach_the_program() {
     std::fs::write(&marker, "x").unwrap();
     let file = std::fs::File::open(&marker).unwrap();
     let inherited = nix::unistd::dup(&file).unwrap();
-    let fds = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_success().run().stdout;
+    let fds = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload())
+        .expect_success()
+        .run()
+        .stdout;
     // Positive control: the same listing, run without jobenv by this process (which passes the
     // descriptor on, as a job runner would), does show it.
     assert!(inherited.as_raw_fd() > 2);
-    let direct = std::process::Command::new("/bin/sh").args(["-c", "ls -l /proc/$$/fd/"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&direct.stdout).contains("inherited-marker"), "the check cannot see an inherited descriptor");
-    assert!(!fds.contains("inherited-marker"), "an inherited descriptor reached the program:\n{fds}");
+    let direct = std::process::Command::new("/bin/sh")
+        .args(["-c", "ls -l /proc/$$/fd/"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&direct.stdout).contains("inherited-marker"),
+        "the check cannot see an inherited descriptor"
+    );
+    assert!(
+        !fds.contains("inherited-marker"),
+        "an inherited descriptor reached the program:\n{fds}"
+    );
     // Of the state directory, the program holds only the namespace's tree lock, at fd 4, so
     // that the namespace stays locked while any process of its tree lives.
     let state = f.state_dir().display().to_string();
     let into_state: Vec<&str> = fds.lines().filter(|l| l.contains(&state)).collect();
     assert_eq!(into_state.len(), 1, "a lock or journal descriptor leaked:\n{fds}");
-    assert!(into_state[0].contains(&format!(" 4 -> {state}/locks/namespace-ns.tree.lock")), "{fds}");
+    assert!(
+        into_state[0].contains(&format!(" 4 -> {state}/locks/namespace-ns.tree.lock")),
+        "{fds}"
+    );
     assert!(!fds.contains("socket:"), "{fds}");
     let pipes: Vec<&str> = fds
         .lines()
@@ -109,9 +149,29 @@ fn descriptors_jobenv_inherits_do_not_reach_the_program() {
 /// Variables that make bash, an interpreter, git, ssh, the resolver or OpenTofu run code or read
 /// config of the job's choosing: declared or not, no payload sets them.
 const STEERING: &[&str] = &[
-    "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "TF_CLI_ARGS_init", "TF_CLI_CONFIG_FILE", "TF_LOG_PATH", "TF_WORKSPACE", "GIT_SSH_COMMAND",
-    "GIT_CONFIG_GLOBAL", "PYTHONPATH", "PYTHONSTARTUP", "PERL5OPT", "PERLLIB", "RUBYOPT", "NODE_OPTIONS", "LUA_INIT", "JAVA_TOOL_OPTIONS",
-    "OPENSSL_CONF", "SSH_AUTH_SOCK", "SSH_ASKPASS", "XDG_CONFIG_HOME", "HOSTALIASES",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "PS4",
+    "TF_CLI_ARGS_init",
+    "TF_CLI_CONFIG_FILE",
+    "TF_LOG_PATH",
+    "TF_WORKSPACE",
+    "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PERL5OPT",
+    "PERLLIB",
+    "RUBYOPT",
+    "NODE_OPTIONS",
+    "LUA_INIT",
+    "JAVA_TOOL_OPTIONS",
+    "OPENSSL_CONF",
+    "SSH_AUTH_SOCK",
+    "SSH_ASKPASS",
+    "XDG_CONFIG_HOME",
+    "HOSTALIASES",
 ];
 
 #[test]
@@ -122,7 +182,8 @@ fn declared_variables_that_steer_a_shell_an_interpreter_git_ssh_or_opentofu_are_
     let hook = f.path().join("hook.sh");
     let hooked = f.path().join("hooked");
     std::fs::write(&hook, format!("touch {}\n", hooked.display())).unwrap();
-    f.program("web", "apply", &format!("touch {}", started.display())).declare("DOMAIN", None);
+    f.program("web", "apply", &format!("touch {}", started.display()))
+        .declare("DOMAIN", None);
     for key in STEERING {
         f.declare(key, None);
     }
@@ -140,9 +201,17 @@ fn declared_variables_that_steer_a_shell_an_interpreter_git_ssh_or_opentofu_are_
         .run();
     assert!(!started.exists() && !hooked.exists(), "the program or the hook ran");
     // Positive controls: BASH_ENV really runs code in bash, and a declared ordinary key passes.
-    std::process::Command::new("bash").args(["-c", "true"]).env("BASH_ENV", &hook).status().unwrap();
+    std::process::Command::new("bash")
+        .args(["-c", "true"])
+        .env("BASH_ENV", &hook)
+        .status()
+        .unwrap();
     assert!(hooked.exists(), "the check could not see a BASH_ENV hook run");
-    f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN": "d"})).expect_success().run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "DOMAIN": "d"}))
+        .expect_success()
+        .run();
     assert!(started.exists());
 }
 
@@ -201,9 +270,14 @@ kill $peer"#,
             go = go.display()
         ),
     );
-    f.declare("API_TOKEN", None).secret("API_TOKEN", "node-secret-in-jobenvs-memory");
+    f.declare("API_TOKEN", None)
+        .secret("API_TOKEN", "node-secret-in-jobenvs-memory");
     let stand_in = f.nix_shell_stand_in();
-    let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--nix-shell", stand_in.to_str().unwrap()]).payload(&payload());
+    let mut run = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--nix-shell", stand_in.to_str().unwrap()])
+        .payload(&payload());
     run.command().uid(WORKER_UID).gid(WORKER_UID);
     f.hand_to(WORKER_UID);
     let mut jobenv = run.spawn();
@@ -223,7 +297,10 @@ kill $peer"#,
     assert_eq!(owner(jobenv_pid, "environ"), 0);
     assert_eq!(owner(jobenv_pid, "status"), 0);
     assert_eq!(owner(program, "environ"), WORKER_UID);
-    assert!(std::fs::read_link(format!("/proc/{jobenv_pid}/fd/0")).is_ok(), "jobenv's stdin is open");
+    assert!(
+        std::fs::read_link(format!("/proc/{jobenv_pid}/fd/0")).is_ok(),
+        "jobenv's stdin is open"
+    );
 
     std::fs::write(&go, "").unwrap();
     let status = fediversity_testkit::process::wait_exit(&mut jobenv, Duration::from_secs(20)).expect("jobenv ends");
@@ -275,13 +352,26 @@ os.waitpid(pid, 0)
         std::fs::copy(jobenv_bin!(), &copy).unwrap();
         std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(mode)).unwrap();
         let out = std::process::Command::new("setpriv")
-            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", TRACER])
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                TRACER,
+            ])
             .arg(&copy)
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    assert_eq!(trace(0o755), "mem: readable\nenviron: readable\n", "the window a readable copy leaves");
+    assert_eq!(
+        trace(0o755),
+        "mem: readable\nenviron: readable\n",
+        "the window a readable copy leaves"
+    );
     assert_eq!(trace(0o111), "mem: denied\nenviron: denied\n");
 }

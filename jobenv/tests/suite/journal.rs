@@ -20,18 +20,27 @@ fn counting_job() -> Fixture {
     f.program(
         "web",
         "apply",
-        &format!("echo run >> {dir}/runs; echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; exit 3"),
+        &format!(
+            "echo run >> {dir}/runs; echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done; exit 3"
+        ),
     );
     f
 }
 
 fn runs(f: &Fixture) -> usize {
-    std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+    std::fs::read_to_string(f.path().join("runs"))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// Starts the job as a Windmill job process would be: leading its own process group.
 fn start(f: &Fixture, job_id: &str) -> Running {
-    let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", job_id]).stdin(PAYLOAD);
+    let mut run = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", job_id])
+        .stdin(PAYLOAD);
     run.command().process_group(0);
     run.spawn()
 }
@@ -61,7 +70,10 @@ fn a_finished_job_is_replayed_and_never_run_again() {
     assert_eq!(again.status.code(), Some(3), "the recorded exit code: {stderr}");
     assert_eq!(runs(&f), 1, "the program ran again");
     assert_eq!(stderr.lines().count(), 1, "one line says so: {stderr}");
-    assert!(stderr.starts_with("jobenv: job job-1 already ended (failed, exit code 3, attempt 1, at "), "{stderr}");
+    assert!(
+        stderr.starts_with("jobenv: job job-1 already ended (failed, exit code 3, attempt 1, at "),
+        "{stderr}"
+    );
     let result = f.result_json();
     assert_eq!(result["status"], "failed");
     assert_eq!(result["exit_code"], 3);
@@ -76,15 +88,24 @@ fn a_job_killed_mid_run_is_recorded_interrupted_and_runs_again_as_attempt_2() {
     assert_eq!(status(&f, "job-2")["status"], "running");
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
     jobenv.wait().unwrap();
-    assert!(wait_until(Duration::from_secs(2), || !is_alive(program[0])), "the program died with jobenv");
+    assert!(
+        wait_until(Duration::from_secs(2), || !is_alive(program[0])),
+        "the program died with jobenv"
+    );
 
     std::fs::write(f.path().join("go"), "").unwrap();
     // The program's last `sleep` may outlive it for a moment, holding the namespace lock.
-    let out = run(&f, &["run", "--verb", "apply", "--job-id", "job-2", "--lock-timeout", "5"]);
+    let out = run(
+        &f,
+        &["run", "--verb", "apply", "--job-id", "job-2", "--lock-timeout", "5"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert_eq!(runs(&f), 2, "the interrupted job ran again");
-    assert!(stderr.contains("jobenv: warning: job job-2: attempt 1 was interrupted; running it again as attempt 2"), "{stderr}");
+    assert!(
+        stderr.contains("jobenv: warning: job job-2: attempt 1 was interrupted; running it again as attempt 2"),
+        "{stderr}"
+    );
     let entry = status(&f, "job-2");
     assert_eq!(entry["attempt"], 2);
     assert_eq!(entry["status"], "failed");
@@ -102,7 +123,13 @@ fn the_same_job_id_while_it_runs_is_refused() {
     let out = run(&f, &["run", "--verb", "apply", "--job-id", "job-3"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr.contains(&format!("jobenv: error: job job-3 is already running (job job-3, jobenv pid {})", first.id())), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "jobenv: error: job job-3 is already running (job job-3, jobenv pid {})",
+            first.id()
+        )),
+        "{stderr}"
+    );
     assert_eq!(runs(&f), 1);
     std::fs::write(f.path().join("go"), "").unwrap();
     assert_eq!(first.wait().unwrap().code(), Some(3));
@@ -120,13 +147,25 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
 
     let mut other = Fixture::new();
     let dir = other.path().display().to_string();
-    other.program("web", "apply", &format!("echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"));
+    other.program(
+        "web",
+        "apply",
+        &format!("echo $$ > {dir}/program.pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"),
+    );
     let mut command = other.command(jobenv_bin!(), &["run", "--verb", "apply", "--job-id", "live-job"]);
-    command.env("JOBENV_STATE_DIR", f.state_dir()).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+    command
+        .env("JOBENV_STATE_DIR", f.state_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let mut live = Running(command.spawn().unwrap());
     {
         use std::io::Write;
-        live.stdin.take().unwrap().write_all(br#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#).unwrap();
+        live.stdin
+            .take()
+            .unwrap()
+            .write_all(br#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#)
+            .unwrap();
     }
     read_pids(&other.path().join("program.pid"), 1, Duration::from_secs(20));
 
@@ -149,7 +188,12 @@ fn recover_marks_jobs_whose_jobenv_died_and_leaves_live_ones_alone() {
     let all = f.command(jobenv_bin!(), &["status"]).output().unwrap();
     let all: Value = serde_json::from_slice(&all.stdout).unwrap();
     fediversity_testkit::schemas::Contract::JournalEntry.check_each(&all);
-    let ids: Vec<&str> = all.as_array().unwrap().iter().map(|e| e["job_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["job_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["dead-job", "live-job"]);
 }
 
@@ -165,7 +209,12 @@ fn an_old_and_a_new_job() -> (Fixture, std::path::PathBuf) {
     entry["finished_at"] = json!("2026-01-01T00:00:00.000Z");
     std::fs::write(&path, entry.to_string()).unwrap();
     let ended = humantime::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
-    std::fs::File::options().write(true).open(&path).unwrap().set_modified(ended).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(ended)
+        .unwrap();
     (f, path)
 }
 
@@ -175,20 +224,41 @@ fn entries_older_than_the_retention_are_pruned() {
     // A run never prunes: its cost must not grow with the journal.
     run(&f, &["run", "--verb", "apply", "--job-id", "third-job"]);
     assert!(path.exists(), "a run pruned the journal");
-    let out = f.command(jobenv_bin!(), &["recover", "--retain-days", "30"]).output().unwrap();
+    let out = f
+        .command(jobenv_bin!(), &["recover", "--retain-days", "30"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert!(!path.exists(), "the old entry was kept");
-    assert!(f.state_dir().join("jobs/new-job.json").exists(), "a recent entry was pruned");
+    assert!(
+        f.state_dir().join("jobs/new-job.json").exists(),
+        "a recent entry was pruned"
+    );
 }
 
 #[test]
 fn prune_deletes_what_finished_before_the_retention_and_says_how_many() {
     let (f, path) = an_old_and_a_new_job();
-    f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "30"]).expect_success().expect_stdout("{\"pruned\":1}\n").run();
+    f.jobenv(jobenv_bin!())
+        .args(["prune", "--retain-days", "30"])
+        .expect_success()
+        .expect_stdout("{\"pruned\":1}\n")
+        .run();
     assert!(!path.exists(), "the old entry was kept");
-    assert!(f.state_dir().join("jobs/new-job.json").exists(), "a recent entry was pruned");
-    f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "30"]).expect_success().expect_stdout("{\"pruned\":0}\n").run();
-    f.jobenv(jobenv_bin!()).args(["prune", "--retain-days", "0"]).expect_code(2).expect_stderr_contains("--retain-days").run();
+    assert!(
+        f.state_dir().join("jobs/new-job.json").exists(),
+        "a recent entry was pruned"
+    );
+    f.jobenv(jobenv_bin!())
+        .args(["prune", "--retain-days", "30"])
+        .expect_success()
+        .expect_stdout("{\"pruned\":0}\n")
+        .run();
+    f.jobenv(jobenv_bin!())
+        .args(["prune", "--retain-days", "0"])
+        .expect_code(2)
+        .expect_stderr_contains("--retain-days")
+        .run();
 }
 
 #[test]
@@ -196,23 +266,32 @@ fn a_read_only_journal_runs_nothing() {
     let f = counting_job();
     std::fs::write(f.path().join("go"), "").unwrap();
     // Positive control: the same job runs with a writable journal.
-    assert_eq!(run(&f, &["run", "--verb", "apply", "--job-id", "rw-job"]).status.code(), Some(3));
+    assert_eq!(
+        run(&f, &["run", "--verb", "apply", "--job-id", "rw-job"]).status.code(),
+        Some(3)
+    );
     assert_eq!(runs(&f), 1);
     // Root ignores file modes: a read-only bind mount in a private mount namespace is what
     // really makes the directory unwritable.
     let state = f.state_dir().display().to_string();
-    let mut command = f.command(std::path::Path::new("/usr/bin/unshare"), &[
-        "-m",
-        "sh",
-        "-c",
-        &format!("mount --bind -o ro {state} {state} && exec \"$0\" run --verb apply --job-id ro-job"),
-        jobenv_bin!().to_str().unwrap(),
-    ]);
+    let mut command = f.command(
+        std::path::Path::new("/usr/bin/unshare"),
+        &[
+            "-m",
+            "sh",
+            "-c",
+            &format!("mount --bind -o ro {state} {state} && exec \"$0\" run --verb apply --job-id ro-job"),
+            jobenv_bin!().to_str().unwrap(),
+        ],
+    );
     command.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     let out = run_with_payload(command, &serde_json::from_str(PAYLOAD).unwrap());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("jobenv: error: the journal in {state} cannot be used: ")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("jobenv: error: the journal in {state} cannot be used: ")),
+        "{stderr}"
+    );
     assert!(stderr.contains("Read-only file system"), "{stderr}");
     assert_eq!(runs(&f), 1, "the program ran without a journal");
 }
@@ -231,13 +310,25 @@ fn orphans_of_the_program_are_reaped_while_it_runs() {
     let mut f = Fixture::new();
     let dir = f.path().display().to_string();
     // The subshell exits at once: its `sleep` is orphaned and handed to jobenv, the subreaper.
-    f.program("web", "apply", &format!("(sleep 0.3 & echo $! > {dir}/orphan.pid); while [ ! -e {dir}/go ]; do sleep 0.02; done"));
+    f.program(
+        "web",
+        "apply",
+        &format!("(sleep 0.3 & echo $! > {dir}/orphan.pid); while [ ! -e {dir}/go ]; do sleep 0.02; done"),
+    );
     let mut jobenv = start(&f, "reap-job");
     let orphan = read_pids(&f.path().join("orphan.pid"), 1, Duration::from_secs(20))[0];
     // Positive control: the orphan really is jobenv's child now.
-    assert!(wait_until(Duration::from_secs(2), || fediversity_testkit::process::ppid(orphan) == Some(jobenv.id() as i32)), "orphan not handed to jobenv");
+    assert!(
+        wait_until(Duration::from_secs(2), || fediversity_testkit::process::ppid(orphan)
+            == Some(jobenv.id() as i32)),
+        "orphan not handed to jobenv"
+    );
     // Once it exits, jobenv reaps it: no zombie stays behind under jobenv.
-    assert!(wait_until(Duration::from_secs(3), || std::fs::metadata(format!("/proc/{orphan}")).is_err()), "a zombie stayed under jobenv");
+    assert!(
+        wait_until(Duration::from_secs(3), || std::fs::metadata(format!("/proc/{orphan}"))
+            .is_err()),
+        "a zombie stayed under jobenv"
+    );
     std::fs::write(f.path().join("go"), "").unwrap();
     assert!(jobenv.wait().unwrap().success());
     kill_all(&[orphan]);
@@ -247,10 +338,18 @@ fn orphans_of_the_program_are_reaped_while_it_runs() {
 fn a_job_id_names_one_request() {
     let f = counting_job();
     std::fs::write(f.path().join("go"), "").unwrap();
-    assert_eq!(run(&f, &["run", "--verb", "apply", "--job-id", "one-request"]).status.code(), Some(3));
+    assert_eq!(
+        run(&f, &["run", "--verb", "apply", "--job-id", "one-request"])
+            .status
+            .code(),
+        Some(3)
+    );
     // The same id for another verb or another namespace is another request: refused, never
     // answered with the first one's result.
-    for (verb, payload) in [("destroy", PAYLOAD), ("apply", r#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#)] {
+    for (verb, payload) in [
+        ("destroy", PAYLOAD),
+        ("apply", r#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#),
+    ] {
         f.jobenv(jobenv_bin!())
             .verb(verb)
             .args(["--job-id", "one-request"])
@@ -278,14 +377,31 @@ fn a_job_id_names_one_request() {
 #[test]
 fn a_retention_of_zero_days_is_refused() {
     let f = counting_job();
-    f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "0"]).expect_code(2).expect_stderr_contains("--retain-days").run();
+    f.jobenv(jobenv_bin!())
+        .args(["recover", "--retain-days", "0"])
+        .expect_code(2)
+        .expect_stderr_contains("--retain-days")
+        .run();
     assert_eq!(runs(&f), 0);
     // Positive control: one day is accepted, and the entry of the job that just ran stays.
     std::fs::write(f.path().join("go"), "").unwrap();
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1"]).stdin(PAYLOAD).expect_code(3).run();
-    f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).expect_success().run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "r1"])
+        .stdin(PAYLOAD)
+        .expect_code(3)
+        .run();
+    f.jobenv(jobenv_bin!())
+        .args(["recover", "--retain-days", "1"])
+        .expect_success()
+        .run();
     assert!(f.state_dir().join("jobs/r1.json").exists());
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "r1"]).stdin(PAYLOAD).expect_code(3).run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "r1"])
+        .stdin(PAYLOAD)
+        .expect_code(3)
+        .run();
     assert_eq!(runs(&f), 1, "the job ran again");
 }
 
@@ -303,10 +419,27 @@ fn pruning_never_acts_on_a_copied_or_forged_entry() {
     std::fs::write(&outside, "{}").unwrap();
     old["job_id"] = json!("../../outside");
     std::fs::write(jobs.join("forged.json"), old.to_string()).unwrap();
-    let done = f.jobenv(jobenv_bin!()).args(["recover", "--retain-days", "1"]).expect_success().run();
-    assert!(jobs.join("real-job.json").exists(), "a copied entry deleted the real one");
-    assert!(outside.exists(), "a forged entry deleted a file outside the state directory");
-    assert!(done.stderr.contains(&format!("{} is corrupt: its job_id is not its file name", jobs.join("copy.json").display())), "{}", done.stderr);
+    let done = f
+        .jobenv(jobenv_bin!())
+        .args(["recover", "--retain-days", "1"])
+        .expect_success()
+        .run();
+    assert!(
+        jobs.join("real-job.json").exists(),
+        "a copied entry deleted the real one"
+    );
+    assert!(
+        outside.exists(),
+        "a forged entry deleted a file outside the state directory"
+    );
+    assert!(
+        done.stderr.contains(&format!(
+            "{} is corrupt: its job_id is not its file name",
+            jobs.join("copy.json").display()
+        )),
+        "{}",
+        done.stderr
+    );
     // The real job is still a result: replayed, not run again.
     run(&f, &["run", "--verb", "apply", "--job-id", "real-job"]);
     assert_eq!(runs(&f), 1);
@@ -322,7 +455,10 @@ fn a_corrupt_entry_is_refused_naming_its_file() {
         .args(["--job-id", "broken"])
         .stdin(PAYLOAD)
         .expect_code(2)
-        .expect_stderr_contains(format!("{} is corrupt", f.state_dir().join("jobs/broken.json").display()))
+        .expect_stderr_contains(format!(
+            "{} is corrupt",
+            f.state_dir().join("jobs/broken.json").display()
+        ))
         .run();
     assert_eq!(runs(&f), 0);
 }
@@ -334,14 +470,31 @@ fn after_sigkill_of_a_subprocess_jobenv_without_a_cgroup_its_namespace_stays_loc
     let mut f = Fixture::with_containment("proc");
     let dir = f.path().display().to_string();
     // The program leaves a grandchild that the parent-death signal does not reach.
-    f.program("web", "apply", &format!("sleep 300 & echo $! > {dir}/orphan.pid; echo $$ > {dir}/program.pid; wait"));
-    let mut jobenv = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "first"]).stdin(PAYLOAD).spawn();
+    f.program(
+        "web",
+        "apply",
+        &format!("sleep 300 & echo $! > {dir}/orphan.pid; echo $$ > {dir}/program.pid; wait"),
+    );
+    let mut jobenv = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "first"])
+        .stdin(PAYLOAD)
+        .spawn();
     let orphan = read_pids(&f.path().join("orphan.pid"), 1, Duration::from_secs(20));
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
     jobenv.wait().unwrap();
-    assert!(is_alive(orphan[0]), "the grandchild should outlive a SIGKILLed jobenv outside a job runner");
+    assert!(
+        is_alive(orphan[0]),
+        "the grandchild should outlive a SIGKILLed jobenv outside a job runner"
+    );
     // Another deploy of the namespace is refused while the orphan runs...
-    let done = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "second"]).stdin(PAYLOAD).run();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "second"])
+        .stdin(PAYLOAD)
+        .run();
     let alive = is_alive(orphan[0]);
     kill_all(&orphan);
     assert_eq!(done.code, Some(2), "{done:?}");
@@ -351,7 +504,12 @@ fn after_sigkill_of_a_subprocess_jobenv_without_a_cgroup_its_namespace_stays_loc
     assert!(wait_until(Duration::from_secs(2), || !is_alive(orphan[0])));
     std::fs::write(f.path().join("program.pid"), "").unwrap();
     f.program("web", "apply", "exit 0");
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "third"]).stdin(PAYLOAD).expect_success().run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "third"])
+        .stdin(PAYLOAD)
+        .expect_success()
+        .run();
 }
 
 #[test]
@@ -361,36 +519,68 @@ fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unkn
     // The program fills the state directory's filesystem, then exits 0: jobenv's end cannot be
     // written as a new file. Both runs happen in one private mount namespace whose state
     // directory is a small tmpfs; the entry and the first result are copied out for the test.
-    f.program("web", "apply", &format!("echo run >> {dir}/runs; dd if=/dev/zero of={state}/fill bs=4k 2>/dev/null; exit 0"));
+    f.program(
+        "web",
+        "apply",
+        &format!("echo run >> {dir}/runs; dd if=/dev/zero of={state}/fill bs=4k 2>/dev/null; exit 0"),
+    );
     std::fs::write(f.path().join("payload.json"), PAYLOAD).unwrap();
     let run = format!("\"$0\" run --verb apply --job-id full-disk --payload {dir}/payload.json");
     let script = format!(
         "mount -t tmpfs -o size=256k tmpfs {state} || exit 99; {run}; echo first=$? >&2; cp result.json {dir}/first-result.json; \
          rm -f {state}/fill; cp {state}/jobs/full-disk.json {dir}/entry.json; {run}; echo second=$? >&2"
     );
-    let mut command = f.command(std::path::Path::new("/usr/bin/unshare"), &["-m", "sh", "-c", &script, jobenv_bin!().to_str().unwrap()]);
-    command.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").env("WM_JOB_ID", "full-disk");
+    let mut command = f.command(
+        std::path::Path::new("/usr/bin/unshare"),
+        &["-m", "sh", "-c", &script, jobenv_bin!().to_str().unwrap()],
+    );
+    command
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("WM_JOB_ID", "full-disk");
     let out = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(runs_in(&f), 1, "positive control: the program ran, once\n{stderr}");
     assert!(stderr.contains("first=125"), "{stderr}");
-    assert!(stderr.contains("the end of job full-disk could not be recorded in the journal"), "{stderr}");
-    assert!(stderr.contains("the program ended succeeded with exit code 0; the result is unknown"), "{stderr}");
+    assert!(
+        stderr.contains("the end of job full-disk could not be recorded in the journal"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the program ended succeeded with exit code 0; the result is unknown"),
+        "{stderr}"
+    );
     let first: Value = serde_json::from_slice(&std::fs::read(f.path().join("first-result.json")).unwrap()).unwrap();
     fediversity_testkit::schemas::Contract::Result.check(&first);
-    assert_eq!((first["status"].as_str(), first["exit_code"].as_i64()), (Some("failed"), Some(125)), "{first}");
+    assert_eq!(
+        (first["status"].as_str(), first["exit_code"].as_i64()),
+        (Some("failed"), Some(125)),
+        "{first}"
+    );
     let entry: Value = serde_json::from_slice(&std::fs::read(f.path().join("entry.json")).unwrap()).unwrap();
     fediversity_testkit::schemas::Contract::JournalEntry.check(&entry);
-    assert_eq!((entry["reason"].as_str(), entry["program_exit_code"].as_i64()), (Some("result_unknown"), Some(0)), "{entry}");
+    assert_eq!(
+        (entry["reason"].as_str(), entry["program_exit_code"].as_i64()),
+        (Some("result_unknown"), Some(0)),
+        "{entry}"
+    );
     // The rerun neither runs the job again nor reports a success that was never recorded.
     assert!(stderr.contains("second=125"), "{stderr}");
     let replayed = f.result_json();
     assert_eq!(replayed["replayed"], true, "{replayed}");
-    assert!(replayed["errors"][0].as_str().unwrap().contains("the result is unknown"), "{replayed}");
+    assert!(
+        replayed["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("the result is unknown"),
+        "{replayed}"
+    );
 }
 
 fn runs_in(f: &Fixture) -> usize {
-    std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+    std::fs::read_to_string(f.path().join("runs"))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 #[test]
@@ -410,7 +600,12 @@ fn an_interrupted_job_id_is_not_reused_for_another_request() {
         .run();
     assert_eq!(runs(&f), 1);
     // Positive control: the same request runs again as the next attempt.
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "reused", "--lock-timeout", "5"]).stdin(PAYLOAD).expect_code(3).run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "reused", "--lock-timeout", "5"])
+        .stdin(PAYLOAD)
+        .expect_code(3)
+        .run();
     assert_eq!(runs(&f), 2);
 }
 
@@ -431,10 +626,22 @@ fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
     // As root: `status` on a node where no job ran yet makes no journal...
     let done = f.jobenv(jobenv_bin!()).args(["status"]).expect_success().run();
     assert_eq!(done.stdout, "[]\n");
-    f.jobenv(jobenv_bin!()).args(["status", "by-hand-1"]).expect_code(1).run();
-    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0, "status created something");
+    f.jobenv(jobenv_bin!())
+        .args(["status", "by-hand-1"])
+        .expect_code(1)
+        .run();
+    assert_eq!(
+        std::fs::read_dir(&state).unwrap().count(),
+        0,
+        "status created something"
+    );
     // ...and a run and a recover leave only files of the worker's user.
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "by-hand-1"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "by-hand-1"])
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .run();
     f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
     let created: Vec<(String, u32, u32)> = walkdir::WalkDir::new(&state)
         .min_depth(1)
@@ -442,21 +649,41 @@ fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
         .map(|entry| {
             let entry = entry.unwrap();
             let meta = entry.metadata().unwrap();
-            (entry.path().strip_prefix(&state).unwrap().display().to_string(), meta.uid(), meta.gid())
+            (
+                entry.path().strip_prefix(&state).unwrap().display().to_string(),
+                meta.uid(),
+                meta.gid(),
+            )
         })
         .collect();
     // Not vacuous: the entry and both kinds of lock are there.
-    for expected in ["jobs/by-hand-1.json", "locks/job-by-hand-1.lock", "locks/namespace-ns.lock", "locks/namespace-ns.tree.lock"] {
-        assert!(created.iter().any(|(path, ..)| path == expected), "{expected} not in {created:?}");
+    for expected in [
+        "jobs/by-hand-1.json",
+        "locks/job-by-hand-1.lock",
+        "locks/namespace-ns.lock",
+        "locks/namespace-ns.tree.lock",
+    ] {
+        assert!(
+            created.iter().any(|(path, ..)| path == expected),
+            "{expected} not in {created:?}"
+        );
     }
-    let foreign: Vec<_> = created.iter().filter(|(_, uid, gid)| (*uid, *gid) != (WORKER_UID, WORKER_UID)).collect();
+    let foreign: Vec<_> = created
+        .iter()
+        .filter(|(_, uid, gid)| (*uid, *gid) != (WORKER_UID, WORKER_UID))
+        .collect();
     assert!(foreign.is_empty(), "not the worker's: {foreign:?}");
     // The worker's user goes on: the same namespace deploys, the same job id replays.
     let stand_in = f.nix_shell_stand_in();
     for (job_id, code) in [("by-hand-2", 0), ("by-hand-1", 0)] {
-        let mut run = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", job_id, "--nix-shell", stand_in.to_str().unwrap()]);
+        let mut run =
+            f.jobenv(jobenv_bin!())
+                .verb("apply")
+                .args(["--job-id", job_id, "--nix-shell", stand_in.to_str().unwrap()]);
         run.command().uid(WORKER_UID).gid(WORKER_UID);
         f.hand_to(WORKER_UID);
-        run.payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_code(code).run();
+        run.payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+            .expect_code(code)
+            .run();
     }
 }

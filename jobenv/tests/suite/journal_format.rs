@@ -17,7 +17,10 @@ fn job() -> Fixture {
 }
 
 fn runs(f: &Fixture) -> usize {
-    std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+    std::fs::read_to_string(f.path().join("runs"))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// An entry as the jobenv before numbered formats wrote it (format 1: no `format` field).
@@ -40,9 +43,15 @@ fn plant(f: &Fixture, job_id: &str, entry: &Value) -> std::path::PathBuf {
 #[test]
 fn an_entry_this_jobenv_writes_carries_format_2() {
     let f = job();
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "new-1"]).stdin(PAYLOAD).expect_code(0).run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "new-1"])
+        .stdin(PAYLOAD)
+        .expect_code(0)
+        .run();
     assert_eq!(runs(&f), 1);
-    let on_disk: Value = serde_json::from_slice(&std::fs::read(f.state_dir().join("jobs/new-1.json")).unwrap()).unwrap();
+    let on_disk: Value =
+        serde_json::from_slice(&std::fs::read(f.state_dir().join("jobs/new-1.json")).unwrap()).unwrap();
     assert_eq!(on_disk["format"], 2);
     assert_eq!(f.journal_entry(jobenv_bin!(), "new-1")["format"], 2);
 }
@@ -51,7 +60,13 @@ fn an_entry_this_jobenv_writes_carries_format_2() {
 fn a_format_1_entry_is_read_as_it_was_meant_a_finished_job_replayed() {
     let f = job();
     plant(&f, "old-1", &format_1_entry("old-1"));
-    f.jobenv(jobenv_bin!()).verb("apply").env("WM_JOB_ID", "old-1").stdin(PAYLOAD).expect_code(0).expect_stderr_contains("jobenv: job old-1 already ended (succeeded, exit code 0, attempt 1, at ").run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("WM_JOB_ID", "old-1")
+        .stdin(PAYLOAD)
+        .expect_code(0)
+        .expect_stderr_contains("jobenv: job old-1 already ended (succeeded, exit code 0, attempt 1, at ")
+        .run();
     assert_eq!(runs(&f), 0, "the finished job ran again");
     assert_eq!(f.result_json()["replayed"], true);
     assert_eq!(f.journal_entry(jobenv_bin!(), "old-1")["format"], 1);
@@ -70,19 +85,37 @@ fn no_run_replay_or_recovery_acts_on_an_entry_of_a_newer_format() {
     let planted = std::fs::read(&path).unwrap();
 
     let refused = "jobenv: error: node not ready: the journal entry of job new-3 has format 3, newer than this jobenv's 2: nothing acts on the job until a jobenv that reads format 3 runs it (upgrade jobenv)";
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "new-3"]).stdin(PAYLOAD).expect_code(75).expect_stderr_contains(refused).run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "new-3"])
+        .stdin(PAYLOAD)
+        .expect_code(75)
+        .expect_stderr_contains(refused)
+        .run();
     assert_eq!(runs(&f), 0, "the job ran although its entry could not be read");
 
     let status = f.jobenv(jobenv_bin!()).args(["status", "new-3"]).run();
-    assert_ne!(status.code, Some(0), "status printed an entry it cannot read: {status:?}");
+    assert_ne!(
+        status.code,
+        Some(0),
+        "status printed an entry it cannot read: {status:?}"
+    );
     assert!(status.stderr.contains("has format 3"), "{status:?}");
 
     let recover = f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
-    assert!(recover.stderr.contains("has format 3"), "recover skips it and says why: {recover:?}");
+    assert!(
+        recover.stderr.contains("has format 3"),
+        "recover skips it and says why: {recover:?}"
+    );
     assert_eq!(std::fs::read(&path).unwrap(), planted, "the newer entry was changed");
 
     // Positive control: the same job id with an entry of this format is acted on.
     plant(&f, "new-3", &format_1_entry("new-3"));
-    f.jobenv(jobenv_bin!()).verb("apply").env("WM_JOB_ID", "new-3").stdin(PAYLOAD).expect_code(0).run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("WM_JOB_ID", "new-3")
+        .stdin(PAYLOAD)
+        .expect_code(0)
+        .run();
     assert_eq!(f.result_json()["replayed"], true);
 }

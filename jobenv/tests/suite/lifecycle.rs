@@ -41,7 +41,10 @@ fn payload() -> Value {
 }
 
 fn runs(f: &Fixture) -> usize {
-    std::fs::read_to_string(f.path().join("runs")).unwrap_or_default().lines().count()
+    std::fs::read_to_string(f.path().join("runs"))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// The pids of the first attempt's tree, once it runs.
@@ -71,14 +74,24 @@ fn a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it(conta
     // Positive control: the whole tree runs under the live worker.
     assert!(tree.iter().all(|&p| is_alive(p)) && worker.job_alive(), "{tree:?}");
     std::thread::sleep(Duration::from_millis(700));
-    assert!(tree.iter().all(|&p| is_alive(p)), "the tree was stopped while its worker lived");
+    assert!(
+        tree.iter().all(|&p| is_alive(p)),
+        "the tree was stopped while its worker lived"
+    );
 
     worker.kill();
     // Noticed within about a second, then the grace (1 s): nothing is left.
     assert_all_gone(&tree, Duration::from_secs(4));
-    assert!(wait_until(Duration::from_secs(2), || !worker.job_alive()), "jobenv outlived its job");
+    assert!(
+        wait_until(Duration::from_secs(2), || !worker.job_alive()),
+        "jobenv outlived its job"
+    );
     let entry = f.journal_entry(jobenv_bin!(), "lost-1");
-    assert_eq!((entry["status"].as_str(), entry["reason"].as_str()), (Some("failed"), Some("interrupted")), "{entry}");
+    assert_eq!(
+        (entry["status"].as_str(), entry["reason"].as_str()),
+        (Some("failed"), Some("interrupted")),
+        "{entry}"
+    );
     assert_eq!(entry["interrupted_by"], "worker_lost", "{entry}");
 
     // Windmill re-runs the lost job with the same id on another worker: the next attempt.
@@ -86,7 +99,11 @@ fn a_worker_that_dies_leaves_no_deploy_running_and_the_re_run_completes_it(conta
     let mut again = Worker::start(&f, jobenv_bin!(), "lost-1", "apply", &payload(), &[]);
     assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
     let entry = f.journal_entry(jobenv_bin!(), "lost-1");
-    assert_eq!((entry["attempt"].as_u64(), entry["status"].as_str()), (Some(2), Some("succeeded")), "{entry}");
+    assert_eq!(
+        (entry["attempt"].as_u64(), entry["status"].as_str()),
+        (Some(2), Some("succeeded")),
+        "{entry}"
+    );
     assert_eq!(entry["earlier"][0]["interrupted_by"], "worker_lost");
     assert_eq!(runs(&f), 2);
 }
@@ -105,12 +122,25 @@ fn a_re_run_that_comes_while_the_lost_attempt_still_stops_waits_for_it(containme
     let mut again = Worker::start(&f, jobenv_bin!(), "lost-2", "apply", &payload(), &[]);
     assert_eq!(again.wait(Duration::from_secs(30)), Some(0), "{}", again.log.text());
     let log = again.log.text();
-    assert!(log.contains("job lost-2: attempt 1 lost its worker and is stopping"), "{log}");
-    assert!(log.contains("attempt 1 was interrupted; running it again as attempt 2"), "{log}");
-    assert!(started.elapsed() >= Duration::from_millis(300), "the re-run did not wait");
+    assert!(
+        log.contains("job lost-2: attempt 1 lost its worker and is stopping"),
+        "{log}"
+    );
+    assert!(
+        log.contains("attempt 1 was interrupted; running it again as attempt 2"),
+        "{log}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "the re-run did not wait"
+    );
     assert_all_gone(&tree, Duration::from_secs(1));
     let entry = f.journal_entry(jobenv_bin!(), "lost-2");
-    assert_eq!((entry["attempt"].as_u64(), entry["status"].as_str()), (Some(2), Some("succeeded")), "{entry}");
+    assert_eq!(
+        (entry["attempt"].as_u64(), entry["status"].as_str()),
+        (Some(2), Some("succeeded")),
+        "{entry}"
+    );
     assert_eq!(entry["earlier"][0]["interrupted_by"], "worker_lost");
 }
 
@@ -121,7 +151,14 @@ fn a_duplicate_under_a_live_worker_is_refused() {
     tree(&f);
     let mut second = Worker::start(&f, jobenv_bin!(), "dup-1", "apply", &payload(), &[]);
     assert_eq!(second.wait(Duration::from_secs(20)), Some(2));
-    assert!(second.log.text().contains("jobenv: error: job dup-1 is already running"), "{}", second.log.text());
+    assert!(
+        second
+            .log
+            .text()
+            .contains("jobenv: error: job dup-1 is already running"),
+        "{}",
+        second.log.text()
+    );
     assert!(first.job_alive(), "the refused duplicate disturbed the running job");
     std::fs::write(f.path().join("go"), "").unwrap();
     assert_eq!(first.wait(Duration::from_secs(20)), Some(0));
@@ -141,18 +178,37 @@ fn drain_stops_running_jobs_through_their_jobenv_and_records_them_interrupted(co
     let started = Instant::now();
     let (code, printed, stderr) = drain(&f, "0.3");
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(started.elapsed() >= Duration::from_millis(300), "drain did not let the job run for --wait first");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "drain did not let the job run for --wait first"
+    );
     assert!(stderr.contains("draining: stopping job drained-1"), "{stderr}");
     assert_eq!(printed[0]["job_id"], "drained-1", "{printed}");
     assert_eq!(printed[0]["interrupted_by"], "node_stopped", "{printed}");
     assert_all_gone(&tree, Duration::from_millis(500));
-    assert!(worker.wait(Duration::from_secs(5)).is_some(), "the job process did not end");
+    assert!(
+        worker.wait(Duration::from_secs(5)).is_some(),
+        "the job process did not end"
+    );
     let log = worker.log.text();
-    assert!(log.contains("got TERM"), "the program was not given its SIGTERM first: {log}");
-    assert!(log.contains("received SIGTERM (the node is stopping): stopping the program tree"), "{log}");
+    assert!(
+        log.contains("got TERM"),
+        "the program was not given its SIGTERM first: {log}"
+    );
+    assert!(
+        log.contains("received SIGTERM (the node is stopping): stopping the program tree"),
+        "{log}"
+    );
     let result: Value = f.result_json();
-    assert_eq!((result["reason"].as_str(), result["interrupted_by"].as_str()), (Some("interrupted"), Some("node_stopped")), "{result}");
-    assert!(result["errors"][0].as_str().unwrap().contains("a retry is safe"), "{result}");
+    assert_eq!(
+        (result["reason"].as_str(), result["interrupted_by"].as_str()),
+        (Some("interrupted"), Some("node_stopped")),
+        "{result}"
+    );
+    assert!(
+        result["errors"][0].as_str().unwrap().contains("a retry is safe"),
+        "{result}"
+    );
     // Not a result: once the worker starts again (its `recover`), the same job id runs again
     // as the next attempt.
     std::fs::write(f.path().join("go"), "").unwrap();
@@ -193,12 +249,31 @@ fn drain_with_nothing_running_ends_at_once() {
 fn a_worker_that_dies_while_its_job_waits_for_the_namespace_starts_nothing() {
     let f = fixture("");
     // A first deploy holds the namespace.
-    let mut first = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "holder"]).payload(&payload()).spawn();
+    let mut first = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "holder"])
+        .payload(&payload())
+        .spawn();
     tree(&f);
-    let mut waiting = Worker::start(&f, jobenv_bin!(), "waiter", "apply", &payload(), &["--lock-timeout", "60"]);
-    assert!(wait_until(Duration::from_secs(10), || waiting.log.text().contains("waiting up to")), "{}", waiting.log.text());
+    let mut waiting = Worker::start(
+        &f,
+        jobenv_bin!(),
+        "waiter",
+        "apply",
+        &payload(),
+        &["--lock-timeout", "60"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || waiting.log.text().contains("waiting up to")),
+        "{}",
+        waiting.log.text()
+    );
     waiting.kill();
-    assert!(wait_until(Duration::from_secs(3), || !waiting.job_alive()), "the orphaned job went on waiting");
+    assert!(
+        wait_until(Duration::from_secs(3), || !waiting.job_alive()),
+        "the orphaned job went on waiting"
+    );
     std::fs::write(f.path().join("go"), "").unwrap();
     assert_eq!(first.wait().unwrap().code(), Some(0));
     assert_eq!(runs(&f), 1, "the orphaned job ran its program");
@@ -213,9 +288,21 @@ fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it(
     let mut f = fixture_in("", containment);
     let dir = f.path().display().to_string();
     // The program releases the namespace's tree lock it was given (fd 4), then goes on.
-    f.program("web", "apply", &format!("flock -u 4; echo unlocked > {dir}/unlocked; while [ ! -e {dir}/go ]; do sleep 0.05; done"));
-    let mut first = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "unlocker"]).payload(&payload()).spawn();
-    assert!(wait_until(Duration::from_secs(20), || f.path().join("unlocked").exists()));
+    f.program(
+        "web",
+        "apply",
+        &format!("flock -u 4; echo unlocked > {dir}/unlocked; while [ ! -e {dir}/go ]; do sleep 0.05; done"),
+    );
+    let mut first = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "unlocker"])
+        .payload(&payload())
+        .spawn();
+    assert!(wait_until(Duration::from_secs(20), || f
+        .path()
+        .join("unlocked")
+        .exists()));
     f.jobenv(jobenv_bin!())
         .verb("apply")
         .args(["--job-id", "second"])
@@ -226,7 +313,12 @@ fn a_program_that_unlocks_what_it_holds_cannot_let_a_second_deploy_in_beside_it(
     std::fs::write(f.path().join("go"), "").unwrap();
     assert_eq!(first.wait().unwrap().code(), Some(0));
     // Positive control: once the first deploy ended, the second runs.
-    f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "second"]).payload(&payload()).expect_success().run();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "second"])
+        .payload(&payload())
+        .expect_success()
+        .run();
 }
 
 fn a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_node_stop(containment: &'static str) {
@@ -240,7 +332,11 @@ fn a_stop_request_left_from_an_earlier_attempt_does_not_turn_a_cancel_into_a_nod
     assert_eq!(worker.wait(Duration::from_secs(10)), Some(130));
     assert_all_gone(&tree, Duration::from_secs(1));
     let result = f.result_json();
-    assert_eq!((result["status"].as_str(), result.get("interrupted_by")), (Some("canceled"), None), "{result}");
+    assert_eq!(
+        (result["status"].as_str(), result.get("interrupted_by")),
+        (Some("canceled"), None),
+        "{result}"
+    );
     assert_eq!(f.journal_entry(jobenv_bin!(), "stale")["status"], "canceled");
 }
 
@@ -257,7 +353,14 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
     let pid_file = f.job_dir().join("program.pid");
     // One process, no children: after a SIGKILL of its jobenv it dies of the parent-death
     // signal, and with it the namespace's tree lock is free.
-    f.program("web", "apply", &format!("echo $$ > {0}.tmp && mv {0}.tmp {0}\nexec sleep 300", pid_file.display()));
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            "echo $$ > {0}.tmp && mv {0}.tmp {0}\nexec sleep 300",
+            pid_file.display()
+        ),
+    );
     let stand_in = f.nix_shell_stand_in();
     let as_worker = |args: &[&str]| {
         let mut run = f.jobenv(jobenv_bin!()).args(args.iter().copied());
@@ -267,9 +370,19 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
     };
     let start = |job_id: &str| {
         let _ = std::fs::remove_file(&pid_file);
-        let mut job = as_worker(&["run", "--verb", "apply", "--grace", "1", "--nix-shell", stand_in.to_str().unwrap(), "--job-id", job_id])
-            .payload(&payload())
-            .spawn();
+        let mut job = as_worker(&[
+            "run",
+            "--verb",
+            "apply",
+            "--grace",
+            "1",
+            "--nix-shell",
+            stand_in.to_str().unwrap(),
+            "--job-id",
+            job_id,
+        ])
+        .payload(&payload())
+        .spawn();
         if !wait_until(Duration::from_secs(20), || pid_file.exists()) {
             let _ = job.kill();
             let mut stderr = String::new();
@@ -278,22 +391,36 @@ fn recover_and_drain_as_the_workers_user_see_through_a_sealed_jobenv() {
         }
         job
     };
-    let printed = |done: &fediversity_testkit::job_run::Done| serde_json::from_str::<Value>(&done.stdout).expect("JSON");
+    let printed =
+        |done: &fediversity_testkit::job_run::Done| serde_json::from_str::<Value>(&done.stdout).expect("JSON");
 
     let mut killed = start("sealed-1");
     let done = as_worker(&["recover"]).expect_success().run();
-    assert_eq!(printed(&done), json!([]), "recover took a live, sealed jobenv for a dead one: {done:?}");
+    assert_eq!(
+        printed(&done),
+        json!([]),
+        "recover took a live, sealed jobenv for a dead one: {done:?}"
+    );
     let program = read_pids(&pid_file, 1, Duration::from_secs(1))[0];
     killed.kill().unwrap();
     killed.wait().unwrap();
-    assert!(wait_until(Duration::from_secs(5), || !is_alive(program)), "the program outlived its SIGKILLed jobenv");
+    assert!(
+        wait_until(Duration::from_secs(5), || !is_alive(program)),
+        "the program outlived its SIGKILLed jobenv"
+    );
     let done = as_worker(&["recover"]).expect_success().run();
     assert_eq!(printed(&done)[0]["job_id"], "sealed-1", "{done:?}");
 
     let mut drained = start("sealed-2");
-    let done = as_worker(&["drain", "--wait", "0"]).expect_success().expect_stderr_contains("draining: stopping job sealed-2").run();
+    let done = as_worker(&["drain", "--wait", "0"])
+        .expect_success()
+        .expect_stderr_contains("draining: stopping job sealed-2")
+        .run();
     assert_eq!(printed(&done)[0]["interrupted_by"], "node_stopped", "{done:?}");
-    assert!(drained.wait().unwrap().code().is_some(), "jobenv ended on its own, after stopping its program");
+    assert!(
+        drained.wait().unwrap().code().is_some(),
+        "jobenv ended on its own, after stopping its program"
+    );
 }
 
 /// From the moment `drain` begins until the worker starts again (`recover`), no program starts:
@@ -305,17 +432,46 @@ fn a_job_waiting_for_its_namespace_when_the_node_drains_never_starts_its_program
     let f = fixture("");
     let mut holder = Worker::start(&f, jobenv_bin!(), "holder", "apply", &payload(), &["--grace", "1"]);
     tree(&f);
-    let mut waiter = Worker::start(&f, jobenv_bin!(), "waiter", "apply", &payload(), &["--lock-timeout", "60"]);
-    assert!(wait_until(Duration::from_secs(10), || waiter.log.text().contains("waiting up to")), "{}", waiter.log.text());
+    let mut waiter = Worker::start(
+        &f,
+        jobenv_bin!(),
+        "waiter",
+        "apply",
+        &payload(),
+        &["--lock-timeout", "60"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || waiter.log.text().contains("waiting up to")),
+        "{}",
+        waiter.log.text()
+    );
     let (code, printed, stderr) = drain(&f, "0");
     assert_eq!(code, Some(0), "{stderr}");
-    let reported: Vec<(&str, &str)> =
-        printed.as_array().unwrap().iter().map(|e| (e["job_id"].as_str().unwrap(), e["interrupted_by"].as_str().unwrap())).collect();
-    assert_eq!(reported, [("holder", "node_stopped"), ("waiter", "node_stopped")], "{printed}");
+    let reported: Vec<(&str, &str)> = printed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["job_id"].as_str().unwrap(), e["interrupted_by"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        reported,
+        [("holder", "node_stopped"), ("waiter", "node_stopped")],
+        "{printed}"
+    );
     assert!(holder.wait(Duration::from_secs(10)).is_some() && waiter.wait(Duration::from_secs(10)).is_some());
-    assert!(waiter.log.text().contains("jobenv: warning: the node is draining (since "), "{}", waiter.log.text());
+    assert!(
+        waiter
+            .log
+            .text()
+            .contains("jobenv: warning: the node is draining (since "),
+        "{}",
+        waiter.log.text()
+    );
     assert_eq!(runs(&f), 1, "the waiting job started its program on a draining node");
-    assert_eq!(f.journal_entry(jobenv_bin!(), "waiter")["interrupted_by"], "node_stopped");
+    assert_eq!(
+        f.journal_entry(jobenv_bin!(), "waiter")["interrupted_by"],
+        "node_stopped"
+    );
     // The worker starts again.
     f.jobenv(jobenv_bin!()).args(["recover"]).expect_success().run();
     std::fs::write(f.path().join("go"), "").unwrap();
@@ -334,13 +490,29 @@ fn drain_stops_several_stuck_jobs_within_one_bound_for_all() {
 
     let mut f = Fixture::new();
     let started = f.job_dir().join("started");
-    f.program("web", "apply", &format!("echo $$ >> {}\nexec sleep 300", started.display()));
+    f.program(
+        "web",
+        "apply",
+        &format!("echo $$ >> {}\nexec sleep 300", started.display()),
+    );
     let count = || std::fs::read_to_string(&started).unwrap_or_default().lines().count();
     let mut workers: Vec<Worker> = ["a", "b", "c"]
         .iter()
-        .map(|ns| Worker::start(&f, jobenv_bin!(), &format!("stuck-{ns}"), "apply", &json!({"ATTRIBUTE": "web", "NAMESPACE": format!("ns-{ns}")}), &["--grace", "1"]))
+        .map(|ns| {
+            Worker::start(
+                &f,
+                jobenv_bin!(),
+                &format!("stuck-{ns}"),
+                "apply",
+                &json!({"ATTRIBUTE": "web", "NAMESPACE": format!("ns-{ns}")}),
+                &["--grace", "1"],
+            )
+        })
         .collect();
-    assert!(wait_until(Duration::from_secs(30), || count() == 3), "the programs did not all start");
+    assert!(
+        wait_until(Duration::from_secs(30), || count() == 3),
+        "the programs did not all start"
+    );
     for worker in &workers {
         kill(Pid::from_raw(worker.job), Signal::SIGSTOP).unwrap();
     }
@@ -354,12 +526,32 @@ fn drain_stops_several_stuck_jobs_within_one_bound_for_all() {
     // ...once: 6 s, then a moment for the SIGKILLs and the records; 3 x 6 s one after another
     // would be 18 s.
     assert!(took < Duration::from_secs(13), "drain took {took:?}: {stderr}");
-    let mut stopped: Vec<(&str, &str)> =
-        printed.as_array().unwrap().iter().map(|e| (e["job_id"].as_str().unwrap(), e["interrupted_by"].as_str().unwrap_or("none"))).collect();
+    let mut stopped: Vec<(&str, &str)> = printed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["job_id"].as_str().unwrap(),
+                e["interrupted_by"].as_str().unwrap_or("none"),
+            )
+        })
+        .collect();
     stopped.sort();
-    assert_eq!(stopped, [("stuck-a", "node_stopped"), ("stuck-b", "node_stopped"), ("stuck-c", "node_stopped")], "{printed}");
+    assert_eq!(
+        stopped,
+        [
+            ("stuck-a", "node_stopped"),
+            ("stuck-b", "node_stopped"),
+            ("stuck-c", "node_stopped")
+        ],
+        "{printed}"
+    );
     for worker in &mut workers {
-        assert!(worker.wait(Duration::from_secs(5)).is_some(), "a job process outlived the drain");
+        assert!(
+            worker.wait(Duration::from_secs(5)).is_some(),
+            "a job process outlived the drain"
+        );
     }
 }
 
@@ -370,12 +562,34 @@ fn drain_stops_several_stuck_jobs_within_one_bound_for_all() {
 fn drain_leaves_alone_a_jobenv_that_a_planted_entry_names_but_that_runs_elsewhere() {
     let mut elsewhere = Fixture::new();
     let started = elsewhere.job_dir().join("started");
-    elsewhere.program("web", "apply", &format!("echo $$ >> {}\nexec sleep 300", started.display()));
-    let mut victim = Worker::start(&elsewhere, jobenv_bin!(), "victim", "apply", &json!({"ATTRIBUTE": "web", "NAMESPACE": "far"}), &["--grace", "1"]);
-    assert!(wait_until(Duration::from_secs(30), || started.exists()), "the victim's program did not start");
+    elsewhere.program(
+        "web",
+        "apply",
+        &format!("echo $$ >> {}\nexec sleep 300", started.display()),
+    );
+    let mut victim = Worker::start(
+        &elsewhere,
+        jobenv_bin!(),
+        "victim",
+        "apply",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "far"}),
+        &["--grace", "1"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || started.exists()),
+        "the victim's program did not start"
+    );
     // Field 22 of /proc/<pid>/stat, after the parenthesised name.
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", victim.job)).unwrap();
-    let start: u64 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().parse().unwrap();
+    let start: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
 
     let here = Fixture::new();
     let jobs = here.state_dir().join("jobs");
@@ -388,11 +602,17 @@ fn drain_leaves_alone_a_jobenv_that_a_planted_entry_names_but_that_runs_elsewher
     let (code, _, stderr) = drain(&here, "0");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("draining: job forged names jobenv pid"), "{stderr}");
-    assert!(victim.wait(Duration::from_millis(500)).is_none(), "drain stopped a jobenv of another state directory");
+    assert!(
+        victim.wait(Duration::from_millis(500)).is_none(),
+        "drain stopped a jobenv of another state directory"
+    );
 
     // Positive control: the drain of its own node stops it.
     let (code, printed, stderr) = drain(&elsewhere, "0");
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(printed[0]["job_id"], "victim", "{printed}");
-    assert!(victim.wait(Duration::from_secs(10)).is_some(), "the victim's own drain did not stop it");
+    assert!(
+        victim.wait(Duration::from_secs(10)).is_some(),
+        "the victim's own drain did not stop it"
+    );
 }

@@ -22,15 +22,26 @@ fn fifty_concurrent_jobs_keep_their_outputs_apart() {
             r#"yes "marker-$DEPLOYMENT_NAMESPACE $LOAD_SECRET" | head -n {LINES}; ls -l /proc/$$/fd/ >&2; exit "$EXIT_CODE""#
         ),
     );
-    f.declare("EXIT_CODE", None).declare("LOAD_SECRET", None).secret("LOAD_SECRET", "load-secret-5f2a");
+    f.declare("EXIT_CODE", None)
+        .declare("LOAD_SECRET", None)
+        .secret("LOAD_SECRET", "load-secret-5f2a");
     f.write();
     let outputs: Vec<(usize, Output)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..JOBS)
             .map(|i| {
                 let f = &f;
                 scope.spawn(move || {
-                    let command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--job-id", &format!("load-{i}")]);
-                    (i, run_with_payload(command, &json!({"ATTRIBUTE": "web", "NAMESPACE": format!("load-{i}"), "EXIT_CODE": i % 7})))
+                    let command = f.command(
+                        jobenv_bin!(),
+                        &["run", "--verb", "apply", "--job-id", &format!("load-{i}")],
+                    );
+                    (
+                        i,
+                        run_with_payload(
+                            command,
+                            &json!({"ATTRIBUTE": "web", "NAMESPACE": format!("load-{i}"), "EXIT_CODE": i % 7}),
+                        ),
+                    )
                 })
             })
             .collect();
@@ -44,11 +55,17 @@ fn fifty_concurrent_jobs_keep_their_outputs_apart() {
         let expected = format!("marker-load-{i} [REDACTED]");
         let text = String::from_utf8(out.stdout).expect("markers are text");
         assert_eq!(text.lines().count(), LINES, "job {i}: lines went missing");
-        assert!(text.lines().all(|l| l == expected), "job {i}: a line that is not its own marker");
+        assert!(
+            text.lines().all(|l| l == expected),
+            "job {i}: a line that is not its own marker"
+        );
         // Only its own namespace lock, which the program tree holds on purpose (fd 4).
         let into_state: Vec<&str> = stderr.lines().filter(|l| l.contains(&state)).collect();
         let own_lock = format!(" 4 -> {state}/locks/namespace-load-{i}.tree.lock");
-        assert!(into_state.len() == 1 && into_state[0].ends_with(&own_lock), "job {i}: a journal or lock descriptor reached the program: {stderr}");
+        assert!(
+            into_state.len() == 1 && into_state[0].ends_with(&own_lock),
+            "job {i}: a journal or lock descriptor reached the program: {stderr}"
+        );
         assert!(!stderr.contains("warning"), "job {i}: {stderr}");
     }
 }

@@ -28,7 +28,12 @@ fn start_and_close_output(f: &mut Fixture, body: &str, count: usize) -> (Running
         .spawn()
         .expect("start jobenv");
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes())
+        .unwrap();
     let pids = read_pids(&pids_file, count, Duration::from_secs(20));
     drop(child.stdout.take());
     drop(child.stderr.take());
@@ -38,7 +43,11 @@ fn start_and_close_output(f: &mut Fixture, body: &str, count: usize) -> (Running
 #[test]
 fn a_cancel_still_stops_the_whole_tree() {
     let mut f = Fixture::new();
-    let (mut jobenv, tree) = start_and_close_output(&mut f, "sleep 300 & echo $! >> PIDS; echo $$ >> PIDS; echo output; wait", 2);
+    let (mut jobenv, tree) = start_and_close_output(
+        &mut f,
+        "sleep 300 & echo $! >> PIDS; echo $$ >> PIDS; echo output; wait",
+        2,
+    );
     // Positive control: the tree runs, and the program has written to the closed stdout.
     assert!(tree.iter().all(|&pid| is_alive(pid)), "{tree:?}");
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGTERM).unwrap();
@@ -54,7 +63,10 @@ fn a_cancel_still_stops_the_whole_tree() {
 fn a_finished_program_still_gives_its_exit_code() {
     let mut f = Fixture::new();
     let go = f.path().join("go");
-    let body = format!("echo $$ >> PIDS; while [ ! -e {} ]; do sleep 0.02; done; echo done; echo done >&2; exit 5", go.display());
+    let body = format!(
+        "echo $$ >> PIDS; while [ ! -e {} ]; do sleep 0.02; done; echo done; echo done >&2; exit 5",
+        go.display()
+    );
     let (mut jobenv, tree) = start_and_close_output(&mut f, &body, 1);
     std::fs::write(&go, "").unwrap();
     let code = wait_exit(&mut jobenv, Duration::from_secs(10)).and_then(|s| s.code());

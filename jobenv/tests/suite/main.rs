@@ -23,10 +23,10 @@ macro_rules! with_each_tree {
 }
 
 mod bad_input;
-mod cluster;
-mod contract;
 mod cancellation;
+mod cluster;
 mod containment;
+mod contract;
 mod crash_sweep;
 mod dd0012;
 mod env_and_keys;

@@ -25,11 +25,19 @@ fn fixture() -> Fixture {
 }
 
 fn start(f: &Fixture, namespace: &str, args: &[&str]) -> Running {
-    f.jobenv(jobenv_bin!()).verb("apply").args(args).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": namespace})).spawn()
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(args)
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": namespace}))
+        .spawn()
 }
 
 fn log(f: &Fixture) -> Vec<String> {
-    std::fs::read_to_string(f.path().join("log")).unwrap_or_default().lines().map(str::to_owned).collect()
+    std::fs::read_to_string(f.path().join("log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
@@ -44,7 +52,10 @@ fn a_second_job_for_a_busy_namespace_is_refused_naming_the_holder() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains(&format!("jobenv: error: namespace shared is locked by another deploy: job first-job, jobenv pid {}", first.id())),
+        stderr.contains(&format!(
+            "jobenv: error: namespace shared is locked by another deploy: job first-job, jobenv pid {}",
+            first.id()
+        )),
         "{stderr}"
     );
     assert_eq!(log(&f), ["start shared"], "the second program started");
@@ -60,7 +71,10 @@ fn with_a_lock_timeout_the_second_job_waits_for_the_first() {
     let mut second = start(&f, "shared", &["--lock-timeout", "30"]);
     let mut second_err = StreamWatch::new(second.stderr.take().unwrap());
     // Positive control for "waits": after a while the second program still has not started.
-    assert!(!second_err.wait_for(b"running web-apply", Duration::from_millis(500)), "the second job did not wait");
+    assert!(
+        !second_err.wait_for(b"running web-apply", Duration::from_millis(500)),
+        "the second job did not wait"
+    );
     assert_eq!(log(&f), ["start shared"]);
     std::fs::write(f.path().join("go-shared"), "").unwrap();
     assert!(first.wait().unwrap().success());
@@ -91,20 +105,48 @@ fn a_cancel_while_waiting_for_the_lock_ends_the_job_as_canceled_without_starting
     let mut first = start(&f, "shared", &[]);
     read_pids(&f.path().join("pids-shared"), 1, Duration::from_secs(20));
     let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--lock-timeout", "60"]);
-    command.env("WM_JOB_ID", "waiting-job").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .env("WM_JOB_ID", "waiting-job")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut waiting = Running(command.spawn().unwrap());
     {
         use std::io::Write;
-        waiting.stdin.take().unwrap().write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "shared"}).to_string().as_bytes()).unwrap();
+        waiting
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(
+                json!({"ATTRIBUTE": "web", "NAMESPACE": "shared"})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .unwrap();
     }
     let mut stderr = StreamWatch::new(waiting.stderr.take().unwrap());
-    assert!(stderr.wait_for(b"waiting up to 60s", Duration::from_secs(20)), "{}", String::from_utf8_lossy(&stderr.seen));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = fediversity_testkit::process::wait_exit(&mut waiting, Duration::from_secs(5)).expect("the wait ends at once");
+    assert!(
+        stderr.wait_for(b"waiting up to 60s", Duration::from_secs(20)),
+        "{}",
+        String::from_utf8_lossy(&stderr.seen)
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(waiting.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status =
+        fediversity_testkit::process::wait_exit(&mut waiting, Duration::from_secs(5)).expect("the wait ends at once");
     assert_eq!(status.code(), Some(143));
     let result = f.result_json();
-    assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("canceled"), Some(143)));
-    assert!(String::from_utf8_lossy(&stderr.finish()).contains("received SIGTERM: the job is canceled before its program started"));
+    assert_eq!(
+        (result["status"].as_str(), result["exit_code"].as_i64()),
+        (Some("canceled"), Some(143))
+    );
+    assert!(
+        String::from_utf8_lossy(&stderr.finish())
+            .contains("received SIGTERM: the job is canceled before its program started")
+    );
     // The first job still runs alone: the cancelled one never started its program.
     assert_eq!(log(&f), ["start shared"]);
     std::fs::write(f.path().join("go-shared"), "").unwrap();

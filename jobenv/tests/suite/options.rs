@@ -28,7 +28,11 @@ fn fixture() -> Fixture {
 #[test]
 fn a_bad_option_variable_under_a_job_runner_is_an_error_line_and_a_rejected_result() {
     // clap names the option a variable stands for (`--grace`), not the variable.
-    for (var, value, named) in [("JOBENV_GRACE", "x", "--grace"), ("JOBENV_TIMEOUT", "-1", "--timeout"), ("JOBENV_LOG", "verbose", "JOBENV_LOG")] {
+    for (var, value, named) in [
+        ("JOBENV_GRACE", "x", "--grace"),
+        ("JOBENV_TIMEOUT", "-1", "--timeout"),
+        ("JOBENV_LOG", "verbose", "JOBENV_LOG"),
+    ] {
         let f = fixture();
         let done = f
             .jobenv(jobenv_bin!())
@@ -42,7 +46,11 @@ fn a_bad_option_variable_under_a_job_runner_is_an_error_line_and_a_rejected_resu
             .run();
         assert!(!done.stdout.contains("done"), "{var}: the program ran");
         let result = f.result_json();
-        assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("rejected"), Some(2)), "{var}: {result}");
+        assert_eq!(
+            (result["status"].as_str(), result["exit_code"].as_i64()),
+            (Some("rejected"), Some(2)),
+            "{var}: {result}"
+        );
         assert!(result["errors"].to_string().contains(named), "{var}: {result}");
         assert_eq!(result["verb"], "apply");
     }
@@ -66,7 +74,11 @@ fn an_invalid_jobenv_log_is_refused_naming_the_variable() {
 fn empty_option_variables_mean_the_defaults() {
     let mut f = Fixture::new();
     let pids = f.path().join("pids");
-    f.program("web", "apply", &format!("echo $$ >> {}; while :; do sleep 0.05; done", pids.display()));
+    f.program(
+        "web",
+        "apply",
+        &format!("echo $$ >> {}; while :; do sleep 0.05; done", pids.display()),
+    );
     let mut running = f
         .jobenv(jobenv_bin!())
         .verb("apply")
@@ -85,7 +97,10 @@ fn empty_option_variables_mean_the_defaults() {
     let status = wait_exit(&mut running, Duration::from_secs(20)).expect("jobenv ends after the cancel");
     let stderr = String::from_utf8_lossy(&stderr.finish()).into_owned();
     assert_eq!(status.code(), Some(143), "{stderr}");
-    assert!(stderr.contains("jobenv: warning: received SIGTERM: stopping the program tree (grace 3s)"), "{stderr}");
+    assert!(
+        stderr.contains("jobenv: warning: received SIGTERM: stopping the program tree (grace 3s)"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("error"), "{stderr}");
     assert_eq!(f.result_json()["status"], "canceled");
 }
@@ -93,9 +108,18 @@ fn empty_option_variables_mean_the_defaults() {
 #[test]
 fn debug_logging_never_shows_where_progress_events_go() {
     let receiver = Receiver::start(EVENTS_SECRET);
-    let port = receiver.url().split(':').nth(2).unwrap().split('/').next().unwrap().to_owned();
+    let port = receiver
+        .url()
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
     let mut f = fixture();
-    f.node("EVENTS_URL", receiver.url()).secret("EVENTS_SECRET", EVENTS_SECRET);
+    f.node("EVENTS_URL", receiver.url())
+        .secret("EVENTS_SECRET", EVENTS_SECRET);
     // A file the secrets directory skips: its line is the control that debug lines are printed.
     std::fs::write(f.secrets_dir().join("EVENTS_SECRET.bak"), "old").unwrap();
     let done = f
@@ -111,8 +135,20 @@ fn debug_logging_never_shows_where_progress_events_go() {
         .run();
     assert_eq!(done.stdout, "done\n");
     // The HTTP client was at work while debug was on: the events arrived.
-    assert!(receiver.wait_for(Duration::from_secs(10), |r| r.events.iter().any(|e| e["status"] == "succeeded")), "{:?}", receiver.events());
+    assert!(
+        receiver.wait_for(Duration::from_secs(10), |r| r
+            .events
+            .iter()
+            .any(|e| e["status"] == "succeeded")),
+        "{:?}",
+        receiver.events()
+    );
     // Positive control of the scan: without debug, the skipped file is not mentioned.
-    let quiet = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload()).expect_success().run();
+    let quiet = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload())
+        .expect_success()
+        .run();
     assert!(!quiet.stderr.contains("skipping"), "{quiet:?}");
 }

@@ -14,12 +14,19 @@ const TOKEN: &str = "tok-SECRET-0123456789";
 
 fn with_program(body: &str) -> Fixture {
     let mut f = Fixture::new();
-    f.program("web", "apply", body).declare("API_TOKEN", None).secret("API_TOKEN", TOKEN);
+    f.program("web", "apply", body)
+        .declare("API_TOKEN", None)
+        .secret("API_TOKEN", TOKEN);
     f
 }
 
 fn run(f: &Fixture) -> (Vec<u8>, Vec<u8>) {
-    let done = f.jobenv(jobenv_bin!()).verb("apply").payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .run();
     (done.raw_stdout, done.stderr.into_bytes())
 }
 
@@ -36,23 +43,35 @@ fn a_secret_in_one_write() {
 #[test]
 fn a_secret_split_over_two_writes_with_a_pause() {
     // printf is a dash builtin: each call is one write; the pause makes jobenv read them apart.
-    let (stdout, _) = run(&with_program(r#"printf 'x %.6s' "$API_TOKEN"; sleep 0.3; printf '%s y\n' "${API_TOKEN#??????}""#));
+    let (stdout, _) = run(&with_program(
+        r#"printf 'x %.6s' "$API_TOKEN"; sleep 0.3; printf '%s y\n' "${API_TOKEN#??????}""#,
+    ));
     assert_eq!(String::from_utf8_lossy(&stdout), "x [REDACTED] y\n");
 }
 
 #[test]
 fn a_secret_inside_a_long_line() {
-    let body = r#"head -c 200000 /dev/zero | tr '\0' a; printf %s "$API_TOKEN"; head -c 200000 /dev/zero | tr '\0' b; echo"#;
+    let body =
+        r#"head -c 200000 /dev/zero | tr '\0' a; printf %s "$API_TOKEN"; head -c 200000 /dev/zero | tr '\0' b; echo"#;
     let (stdout, _) = run(&with_program(body));
     let expected = format!("{}[REDACTED]{}\n", "a".repeat(200_000), "b".repeat(200_000));
-    assert!(stdout == expected.as_bytes(), "long line altered (len {} vs {})", stdout.len(), expected.len());
+    assert!(
+        stdout == expected.as_bytes(),
+        "long line altered (len {} vs {})",
+        stdout.len(),
+        expected.len()
+    );
 }
 
 #[test]
 fn a_secret_on_stderr() {
     let (stdout, stderr) = run(&with_program(r#"printf 'err %s\n' "$API_TOKEN" >&2; echo out"#));
     assert_eq!(String::from_utf8_lossy(&stdout), "out\n");
-    assert!(contains(&stderr, "err [REDACTED]\n"), "{}", String::from_utf8_lossy(&stderr));
+    assert!(
+        contains(&stderr, "err [REDACTED]\n"),
+        "{}",
+        String::from_utf8_lossy(&stderr)
+    );
     assert!(!contains(&stderr, TOKEN));
 }
 
@@ -75,8 +94,7 @@ fn a_multi_line_secret_and_its_lines() {
     let (stdout, _) = run(&f);
     let text = String::from_utf8_lossy(&stdout);
     assert_eq!(
-        text,
-        "whole: [REDACTED]\nline: [REDACTED]\nline: [REDACTED]\nline: short\nline: [REDACTED]\n",
+        text, "whole: [REDACTED]\nline: [REDACTED]\nline: [REDACTED]\nline: short\nline: [REDACTED]\n",
         "lines of 8 bytes and more are secrets on their own; shorter ones are not"
     );
 }
@@ -93,10 +111,15 @@ fn the_json_escaped_form_of_a_secret() {
 #[test]
 fn a_secret_shorter_than_four_bytes_is_not_redacted_and_warns() {
     let mut f = Fixture::new();
-    f.program("web", "apply", r#"echo "pin=$PIN""#).declare("PIN", None).secret("PIN", "123");
+    f.program("web", "apply", r#"echo "pin=$PIN""#)
+        .declare("PIN", None)
+        .secret("PIN", "123");
     let (stdout, stderr) = run(&f);
     assert_eq!(String::from_utf8_lossy(&stdout), "pin=123\n");
-    assert!(contains(&stderr, "jobenv: warning: secret PIN is shorter than 4 bytes and will not be redacted"));
+    assert!(contains(
+        &stderr,
+        "jobenv: warning: secret PIN is shorter than 4 bytes and will not be redacted"
+    ));
 }
 
 #[test]
@@ -124,20 +147,35 @@ fn output_streams_while_the_program_runs_and_only_a_possible_secret_prefix_is_he
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes()).unwrap();
+        stdin
+            .write_all(json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string().as_bytes())
+            .unwrap();
     }
     let mut stdout = StreamWatch::new(child.stdout.take().unwrap());
     // The program is blocked until `go` exists: this output came while it ran.
-    assert!(stdout.wait_for(b"first line\nheld ", Duration::from_secs(20)), "no streamed output: {:?}", stdout.seen);
+    assert!(
+        stdout.wait_for(b"first line\nheld ", Duration::from_secs(20)),
+        "no streamed output: {:?}",
+        stdout.seen
+    );
     // "tok-" could be the start of the secret, so it waits for more output. The program has
     // written it (it touched `printed` after), and jobenv had time to pass it on.
-    assert!(fediversity_testkit::process::wait_until(Duration::from_secs(20), || printed.exists()));
+    assert!(fediversity_testkit::process::wait_until(
+        Duration::from_secs(20),
+        || printed.exists()
+    ));
     std::thread::sleep(Duration::from_millis(300));
     stdout.wait_for(b"tok-", Duration::from_millis(1));
-    assert!(!contains(&stdout.seen, "tok-"), "a possible secret prefix was released early");
+    assert!(
+        !contains(&stdout.seen, "tok-"),
+        "a possible secret prefix was released early"
+    );
     std::fs::write(&go, "").unwrap();
     assert!(child.wait().unwrap().success());
-    assert_eq!(String::from_utf8_lossy(&stdout.finish()), "first line\nheld tok-other [REDACTED]\n");
+    assert_eq!(
+        String::from_utf8_lossy(&stdout.finish()),
+        "first line\nheld tok-other [REDACTED]\n"
+    );
 }
 
 #[test]
@@ -151,7 +189,10 @@ fn env_shows_secrets_redacted() {
         .expect_nowhere("the secret", TOKEN)
         .run();
     let env: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
-    assert_eq!(env["env"]["API_TOKEN"], json!({"value": "[REDACTED]", "source": "secret"}));
+    assert_eq!(
+        env["env"]["API_TOKEN"],
+        json!({"value": "[REDACTED]", "source": "secret"})
+    );
 }
 
 #[test]
@@ -176,10 +217,19 @@ fn env_text_redacts_before_it_escapes() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true");
     f.secret("STATE_BASE_ADDRESS", "https://user:pa'ss-word@state.example/tf");
-    let text = f.jobenv(jobenv_bin!()).args(["env", "--verb", "apply"]).payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"})).expect_success().run().stdout;
+    let text = f
+        .jobenv(jobenv_bin!())
+        .args(["env", "--verb", "apply"])
+        .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
+        .expect_success()
+        .run()
+        .stdout;
     // Positive control: the derived addresses are shown, with the secret part masked.
     assert!(text.contains("TF_HTTP_ADDRESS=[REDACTED]/ns  # derived"), "{text}");
-    assert!(!text.contains("pa'ss-word") && !text.contains("pa\\'ss-word") && !text.contains("user:pa"), "{text}");
+    assert!(
+        !text.contains("pa'ss-word") && !text.contains("pa\\'ss-word") && !text.contains("user:pa"),
+        "{text}"
+    );
 }
 
 /// A secret with what encoders escape differently: non-ASCII (`ä`), a character above U+FFFF
@@ -217,15 +267,29 @@ for name, form in [("python", python), ("go", go), ("php", php), ("dotnet", dotn
     // Positive control: the same program without the secret configured prints five different
     // spellings, none of which holds the raw secret (so only its escaped forms can match).
     let mut plain = Fixture::new();
-    plain.program("web", "apply", &format!("API_TOKEN='{}' /usr/bin/python3 {}", ESCAPABLE.replace('\'', "'\\''"), program.display()));
+    plain.program(
+        "web",
+        "apply",
+        &format!(
+            "API_TOKEN='{}' /usr/bin/python3 {}",
+            ESCAPABLE.replace('\'', "'\\''"),
+            program.display()
+        ),
+    );
     let (stdout, _) = run(&plain);
     let text = String::from_utf8_lossy(&stdout).into_owned();
     let forms: std::collections::BTreeSet<&str> = text.lines().map(|l| l.split_once(": ").unwrap().1).collect();
     assert_eq!(forms.len(), 5, "{text}");
-    assert!(text.contains(r#"python: "p\u00e4<ss&wo/rd\"-\ud83d\ude00-Zq+81""#), "{text}");
+    assert!(
+        text.contains(r#"python: "p\u00e4<ss&wo/rd\"-\ud83d\ude00-Zq+81""#),
+        "{text}"
+    );
     assert!(text.contains(r#"go: "pä\u003css\u0026wo/rd\"-"#), "{text}");
     assert!(text.contains(r#"php: "p\u00e4<ss&wo\/rd"#), "{text}");
-    assert!(text.contains(r#"dotnet: "p\u00E4\u003Css\u0026wo/rd\u0022-\uD83D\uDE00-Zq\u002B81""#), "{text}");
+    assert!(
+        text.contains(r#"dotnet: "p\u00E4\u003Css\u0026wo/rd\u0022-\uD83D\uDE00-Zq\u002B81""#),
+        "{text}"
+    );
 }
 
 #[test]
@@ -242,7 +306,10 @@ fn a_secret_printed_by_rusts_debug_or_gson_is_redacted() {
     f.program("web", "apply", &format!("cat {}", file.display()));
     f.declare("API_TOKEN", None).secret("API_TOKEN", SECRET);
     let (stdout, _) = run(&f);
-    assert_eq!(String::from_utf8_lossy(&stdout), "debug: \"[REDACTED]\"\ngson: \"[REDACTED]\"\n");
+    assert_eq!(
+        String::from_utf8_lossy(&stdout),
+        "debug: \"[REDACTED]\"\ngson: \"[REDACTED]\"\n"
+    );
     // Positive control: the spellings differ from the secret and from each other, and pass
     // unchanged when no secret is configured.
     assert!(!printed.contains(SECRET) && debug != gson, "{printed}");
@@ -254,7 +321,11 @@ fn a_secret_printed_by_rusts_debug_or_gson_is_redacted() {
 #[test]
 fn a_secret_of_exactly_four_bytes_is_redacted_and_draws_no_warning() {
     let mut f = Fixture::new();
-    f.program("web", "apply", r#"echo "pin=$PIN"; echo "short=$SHORT""#).declare("PIN", None).secret("PIN", "4b!t").declare("SHORT", None).secret("SHORT", "3b!");
+    f.program("web", "apply", r#"echo "pin=$PIN"; echo "short=$SHORT""#)
+        .declare("PIN", None)
+        .secret("PIN", "4b!t")
+        .declare("SHORT", None)
+        .secret("SHORT", "3b!");
     let (stdout, stderr) = run(&f);
     // The boundary: 4 bytes are a secret, 3 are not (the positive control).
     assert_eq!(String::from_utf8_lossy(&stdout), "pin=[REDACTED]\nshort=3b!\n");
@@ -275,7 +346,11 @@ fn printed_both_ways(secret: &str, script: &str) -> (String, String) {
     f.program("web", "apply", script).declare("S", None).secret("S", secret);
     let redacted = String::from_utf8_lossy(&run(&f).0).into_owned();
     let mut plain = Fixture::new();
-    plain.program("web", "apply", &format!("S='{}'; export S\n{script}", secret.replace('\'', r"'\''")));
+    plain.program(
+        "web",
+        "apply",
+        &format!("S='{}'; export S\n{script}", secret.replace('\'', r"'\''")),
+    );
     let shown = String::from_utf8_lossy(&run(&plain).0).into_owned();
     (redacted, shown)
 }
@@ -300,13 +375,24 @@ LC_ALL=C.UTF-8 bash -c 'printf "%q\n" "$S"'"#;
     // Single quotes with '\''; $'…' with octal escapes in the C locale; double quotes and
     // backslashes in a UTF-8 one.
     let (redacted, shown) = printed_both_ways(QUOTABLE, script);
-    assert_eq!(redacted, "+ : '[REDACTED]'\ndeclare -x S=$'[REDACTED]'\ndeclare -x S=\"[REDACTED]\"\n$'[REDACTED]'\n[REDACTED]\n");
+    assert_eq!(
+        redacted,
+        "+ : '[REDACTED]'\ndeclare -x S=$'[REDACTED]'\ndeclare -x S=\"[REDACTED]\"\n$'[REDACTED]'\n[REDACTED]\n"
+    );
     assert_forms_shown(QUOTABLE, &redacted, &shown);
-    assert!(shown.starts_with("+ : 'pa'\\''ss w") && shown.contains("$'pa\\'ss w\\303\\266rd") && shown.contains("pa\\'ss\\ wörd\\\"\\$x"), "{shown}");
+    assert!(
+        shown.starts_with("+ : 'pa'\\''ss w")
+            && shown.contains("$'pa\\'ss w\\303\\266rd")
+            && shown.contains("pa\\'ss\\ wörd\\\"\\$x"),
+        "{shown}"
+    );
     // A control character: $'…' everywhere but in `set -x`, which quotes a tab as it is.
     const TABBED: &str = "tab\tsecret'quote-1";
     let (redacted, shown) = printed_both_ways(TABBED, script);
-    assert_eq!(redacted, "+ : '[REDACTED]'\ndeclare -x S=$'[REDACTED]'\ndeclare -x S=$'[REDACTED]'\n$'[REDACTED]'\n$'[REDACTED]'\n");
+    assert_eq!(
+        redacted,
+        "+ : '[REDACTED]'\ndeclare -x S=$'[REDACTED]'\ndeclare -x S=$'[REDACTED]'\n$'[REDACTED]'\n$'[REDACTED]'\n"
+    );
     assert_forms_shown(TABBED, &redacted, &shown);
     assert!(shown.contains("$'tab\\tsecret\\'quote-1'"), "{shown}");
 }
@@ -330,7 +416,12 @@ print("xml: " + xml.escape(s))
         "shlex: '[REDACTED]'\nurl: https://deploy:[REDACTED]@state.example/tf\npath: [REDACTED]\nform: [REDACTED]\nhtml: [REDACTED]\nxml: [REDACTED]\njs: [REDACTED]\n"
     );
     assert_forms_shown(QUOTABLE, &redacted, &shown);
-    assert!(shown.contains(r#"shlex: 'pa'"'"'ss"#) && shown.contains("url: https://deploy:pa%27ss%20w%C3%B6rd%22%24x") && shown.contains("js: pa'ss%20w%C3%B6rd"), "{shown}");
+    assert!(
+        shown.contains(r#"shlex: 'pa'"'"'ss"#)
+            && shown.contains("url: https://deploy:pa%27ss%20w%C3%B6rd%22%24x")
+            && shown.contains("js: pa'ss%20w%C3%B6rd"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -345,13 +436,29 @@ printf '%s\n' "$S" | base64 -w0; echo
     let plain: Vec<&str> = shown.lines().collect();
     // The secret alone, and after one byte and after five (`user:`): what is left are the
     // characters with a bit of what came before it (1 of `a`, 2 of `user:`).
-    assert_eq!(lines[..3], ["[REDACTED]", &format!("{}[REDACTED]", &plain[1][..2]), &format!("{}[REDACTED]", &plain[2][..7])]);
+    assert_eq!(
+        lines[..3],
+        [
+            "[REDACTED]",
+            &format!("{}[REDACTED]", &plain[1][..2]),
+            &format!("{}[REDACTED]", &plain[2][..7])
+        ]
+    );
     // Followed by a newline: the last character holds 4 bits of the secret and 2 of the
     // newline, and stays, with the padding.
-    assert!(lines[3].starts_with("[REDACTED]") && lines[3].len() <= "[REDACTED]".len() + 4 && plain[3].ends_with(&lines[3]["[REDACTED]".len()..]), "{}", lines[3]);
+    assert!(
+        lines[3].starts_with("[REDACTED]")
+            && lines[3].len() <= "[REDACTED]".len() + 4
+            && plain[3].ends_with(&lines[3]["[REDACTED]".len()..]),
+        "{}",
+        lines[3]
+    );
     assert_eq!(lines[4], "[REDACTED]", "URL-safe alphabet without padding");
     assert_forms_shown(QUOTABLE, &redacted, &shown);
-    assert!(plain[4].contains('-') && plain[0].contains('+'), "both alphabets were exercised: {shown}");
+    assert!(
+        plain[4].contains('-') && plain[0].contains('+'),
+        "both alphabets were exercised: {shown}"
+    );
     // Wrapped into lines of 76 (coreutils, Python's encodebytes) and of 64 (openssl).
     let long = format!("{QUOTABLE}-{}-", "0123456789abcdef".repeat(6));
     let script = r#"printf %s "$S" | base64
@@ -359,8 +466,16 @@ printf %s "$S" | /usr/bin/openssl base64
 /usr/bin/python3 -c 'import base64, os, sys; sys.stdout.write(base64.encodebytes(os.environ["S"].encode()).decode())'"#;
     let (redacted, shown) = printed_both_ways(&long, script);
     assert_eq!(redacted, "[REDACTED]\n[REDACTED]\n[REDACTED]\n");
-    assert_eq!(long.len(), 127, "a third group of 3 bytes is cut short: the encoding ends in padding");
-    assert_eq!(shown.lines().map(str::len).collect::<Vec<_>>(), [76, 76, 20, 64, 64, 44, 76, 76, 20], "{shown}");
+    assert_eq!(
+        long.len(),
+        127,
+        "a third group of 3 bytes is cut short: the encoding ends in padding"
+    );
+    assert_eq!(
+        shown.lines().map(str::len).collect::<Vec<_>>(),
+        [76, 76, 20, 64, 64, 44, 76, 76, 20],
+        "{shown}"
+    );
 }
 
 /// An HTTP server on 127.0.0.1 that answers every request with an empty 200, until the test

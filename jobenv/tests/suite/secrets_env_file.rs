@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use fediversity_testkit::events_receiver::Receiver;
-use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::job_run::{Done, JobRun};
+use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::Fixture;
 use serde_json::json;
 
@@ -30,7 +30,11 @@ impl Node {
     fn new(env_text: &str) -> Self {
         let mut f = Fixture::new();
         let started = f.path().join("started");
-        f.program("web", "apply", &format!("touch {}; echo \"token=$TF_VAR_token\"", started.display()));
+        f.program(
+            "web",
+            "apply",
+            &format!("touch {}; echo \"token=$TF_VAR_token\"", started.display()),
+        );
         let env_file = f.path().join("secrets.env");
         std::fs::write(&env_file, env_text).unwrap();
         Node { f, env_file, started }
@@ -71,9 +75,17 @@ fn a_line_whose_key_is_not_a_variable_name_is_named_by_its_number_only() {
     ));
     let done = node.rejected(node.run());
     for line in [3, 4, 5] {
-        assert!(done.stderr.contains(&format!("{} has an invalid variable name", node.at(line))), "line {line}: {done:?}");
+        assert!(
+            done.stderr
+                .contains(&format!("{} has an invalid variable name", node.at(line))),
+            "line {line}: {done:?}"
+        );
     }
-    assert_eq!(done.stderr_lines().len(), 3, "one line per bad line, nothing else: {done:?}");
+    assert_eq!(
+        done.stderr_lines().len(),
+        3,
+        "one line per bad line, nothing else: {done:?}"
+    );
     assert_eq!(node.f.result_json()["errors"].as_array().unwrap().len(), 3);
 }
 
@@ -82,8 +94,12 @@ fn an_undeclared_key_that_may_be_the_tail_of_a_wrapped_value_is_not_named() {
     // This one passes the env file's syntax and is refused later, as an undeclared node key:
     // with the node's progress events working, so its error line is sent to the receiver too.
     let receiver = Receiver::start(EVENTS_SECRET);
-    let mut node = Node::new(&format!("TF_VAR_token=abc-token-value\n{BASE64_TAIL}==\nUNDECLARED_NAME=value\n"));
-    node.f.node("EVENTS_URL", receiver.url()).secret("EVENTS_SECRET", EVENTS_SECRET);
+    let mut node = Node::new(&format!(
+        "TF_VAR_token=abc-token-value\n{BASE64_TAIL}==\nUNDECLARED_NAME=value\n"
+    ));
+    node.f
+        .node("EVENTS_URL", receiver.url())
+        .secret("EVENTS_SECRET", EVENTS_SECRET);
     let done = node.rejected(node.run());
     assert!(
         done.stderr.contains(&format!(
@@ -93,15 +109,35 @@ fn an_undeclared_key_that_may_be_the_tail_of_a_wrapped_value_is_not_named() {
         "{done:?}"
     );
     // Positive control: an undeclared key with a value is named, as a key name may be.
-    assert!(done.stderr.contains("sets UNDECLARED_NAME, which is neither declared"), "{done:?}");
-    let bodies: Vec<String> = receiver.recorded().bodies.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
-    assert!(bodies.iter().any(|b| b.contains("UNDECLARED_NAME")), "the error lines were sent: {bodies:?}");
-    assert!(!bodies.iter().any(|b| b.contains("UFFSU1RV") || b.contains("abc-token-value")), "{bodies:?}");
+    assert!(
+        done.stderr.contains("sets UNDECLARED_NAME, which is neither declared"),
+        "{done:?}"
+    );
+    let bodies: Vec<String> = receiver
+        .recorded()
+        .bodies
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    assert!(
+        bodies.iter().any(|b| b.contains("UNDECLARED_NAME")),
+        "the error lines were sent: {bodies:?}"
+    );
+    assert!(
+        !bodies
+            .iter()
+            .any(|b| b.contains("UFFSU1RV") || b.contains("abc-token-value")),
+        "{bodies:?}"
+    );
 }
 
 #[test]
 fn good_lines_pass_and_are_redacted() {
     let node = Node::new("# c\n\nexport TF_VAR_token = spaced=value\r\n");
-    node.run().expect_success().expect_stdout("token=[REDACTED]\n").expect_nowhere("the token", "spaced=value").run();
+    node.run()
+        .expect_success()
+        .expect_stdout("token=[REDACTED]\n")
+        .expect_nowhere("the token", "spaced=value")
+        .run();
     assert!(node.started.exists());
 }

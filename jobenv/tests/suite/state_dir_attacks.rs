@@ -12,8 +12,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::job_run::{Done, JobRun};
+use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, WORKER_UID};
 use fediversity_testkit::process::{StreamWatch, wait_exit};
 use serde_json::{Value, json};
@@ -30,14 +30,21 @@ fn node() -> Fixture {
     f.write();
     f.hand_to(WORKER_UID);
     let stand_in = f.nix_shell_stand_in();
-    let mut first = f.jobenv(jobenv_bin!()).verb("apply").args(["--job-id", "first", "--nix-shell", stand_in.to_str().unwrap()]).payload(&payload("ns"));
+    let mut first = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "first", "--nix-shell", stand_in.to_str().unwrap()])
+        .payload(&payload("ns"));
     first.command().uid(WORKER_UID).gid(WORKER_UID);
     first.expect_success().run();
     f
 }
 
 fn runs(f: &Fixture) -> usize {
-    std::fs::read_to_string(f.job_dir().join("runs")).unwrap_or_default().lines().count()
+    std::fs::read_to_string(f.job_dir().join("runs"))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// Runs `script` with `sh` in the state directory as the worker's user, as a deploy program
@@ -86,7 +93,8 @@ fn bounded(limit: Duration, mut run: JobRun) -> Done {
     unsafe {
         command.pre_exec(|| {
             let bytes = 4 << 30;
-            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, bytes, bytes).map_err(std::io::Error::from)
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, bytes, bytes)
+                .map_err(std::io::Error::from)
         });
     }
     let mut running = run.spawn();
@@ -97,11 +105,19 @@ fn bounded(limit: Duration, mut run: JobRun) -> Done {
         panic!("jobenv did not end within {limit:?}:\n{}", stderr.text());
     };
     let raw_stdout = stdout.finish();
-    Done { code: status.code(), stdout: String::from_utf8_lossy(&raw_stdout).into_owned(), stderr: String::from_utf8_lossy(&stderr.finish()).into_owned(), raw_stdout }
+    Done {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&raw_stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr.finish()).into_owned(),
+        raw_stdout,
+    }
 }
 
 fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     names
 }
@@ -114,34 +130,66 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
     let target = shadow.display();
     // The job lock of a job about to run, a namespace's lock, a namespace's tree record, and the
     // lock of an old entry that pruning takes.
-    plant(&f, &format!(
-        "ln -s {target} locks/job-victim.lock\nln -s {target} locks/namespace-ns2.lock\nln -s {target} locks/namespace-ns3.tree.json\n\
+    plant(
+        &f,
+        &format!(
+            "ln -s {target} locks/job-victim.lock\nln -s {target} locks/namespace-ns2.lock\nln -s {target} locks/namespace-ns3.tree.json\n\
          ln -s {target} locks/job-old.lock\necho '{}' > jobs/old.json\necho '{}' > jobs/old-2.json\n\
          touch -d 2020-01-01T00:00:01Z jobs/old.json jobs/old-2.json",
-        old_entry("old"),
-        old_entry("old-2"),
-    ));
+            old_entry("old"),
+            old_entry("old-2"),
+        ),
+    );
     // Where fs.protected_hardlinks is off, the worker's user can link a file of root's too.
     std::fs::hard_link(&shadow, f.state_dir().join("locks/job-hard.lock")).unwrap();
 
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "victim"]).payload(&payload("ns")).expect_code(2)
-        .expect_stderr_contains("locks/job-victim.lock is refused: it is a symbolic link").run();
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "other"]).payload(&payload("ns2")).expect_code(2)
-        .expect_stderr_contains("locks/namespace-ns2.lock is refused: it is a symbolic link").run();
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "hard"]).payload(&payload("ns")).expect_code(2)
-        .expect_stderr_contains("locks/job-hard.lock is refused: it has more than one link").run();
-    as_root(&f, &["recover"]).expect_success().expect_stderr_contains("locks/job-old.lock is refused: it is a symbolic link: left as it is").run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "victim"])
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains("locks/job-victim.lock is refused: it is a symbolic link")
+        .run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "other"])
+        .payload(&payload("ns2"))
+        .expect_code(2)
+        .expect_stderr_contains("locks/namespace-ns2.lock is refused: it is a symbolic link")
+        .run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "hard"])
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains("locks/job-hard.lock is refused: it has more than one link")
+        .run();
+    as_root(&f, &["recover"])
+        .expect_success()
+        .expect_stderr_contains("locks/job-old.lock is refused: it is a symbolic link: left as it is")
+        .run();
     as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
     as_root(&f, &["recover"]).expect_success().run();
 
-    assert_eq!(std::fs::read(&shadow).unwrap(), before, "root wrote through a link into a file of root's");
-    assert!(f.state_dir().join("jobs/old.json").exists(), "an entry whose lock cannot be taken was pruned");
+    assert_eq!(
+        std::fs::read(&shadow).unwrap(),
+        before,
+        "root wrote through a link into a file of root's"
+    );
+    assert!(
+        f.state_dir().join("jobs/old.json").exists(),
+        "an entry whose lock cannot be taken was pruned"
+    );
     // Positive control: beside all that, the node's jobs run, their locks record their holder,
     // and pruning goes on with the entries it can lock.
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "control"]).payload(&payload("ns")).expect_success().run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "control"])
+        .payload(&payload("ns"))
+        .expect_success()
+        .run();
     assert_eq!(runs(&f), 2);
-    assert!(std::fs::read_to_string(f.state_dir().join("locks/job-control.lock")).unwrap().starts_with("job control, jobenv pid "));
-    assert!(!f.state_dir().join("jobs/old-2.json").exists(), "an old entry was not pruned");
+    assert!(
+        std::fs::read_to_string(f.state_dir().join("locks/job-control.lock"))
+            .unwrap()
+            .starts_with("job control, jobenv pid ")
+    );
+    assert!(
+        !f.state_dir().join("jobs/old-2.json").exists(),
+        "an old entry was not pruned"
+    );
 }
 
 #[test]
@@ -153,59 +201,142 @@ fn a_jobs_or_locks_directory_that_is_a_link_or_a_file_is_refused() {
     std::fs::write(elsewhere.join("old.json"), old_entry("old")).unwrap();
     // As old as its end, as the file of an entry that ended then is: pruning would read it.
     let ended = humantime::parse_rfc3339("2020-01-01T00:00:01Z").unwrap();
-    std::fs::File::options().write(true).open(elsewhere.join("old.json")).unwrap().set_modified(ended).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(elsewhere.join("old.json"))
+        .unwrap()
+        .set_modified(ended)
+        .unwrap();
     let target = elsewhere.display();
 
     plant(&f, &format!("mv jobs jobs.real\nln -s {target} jobs"));
-    for args in [&["recover"][..], &["status"], &["status", "old"], &["drain", "--wait", "0"]] {
-        let done = as_root(&f, args).expect_code(2).expect_stderr_contains("jobs is refused: it is a symbolic link").run();
-        assert!(!done.stdout.contains("old"), "{args:?} showed what the link leads to: {done:?}");
+    for args in [
+        &["recover"][..],
+        &["status"],
+        &["status", "old"],
+        &["drain", "--wait", "0"],
+    ] {
+        let done = as_root(&f, args)
+            .expect_code(2)
+            .expect_stderr_contains("jobs is refused: it is a symbolic link")
+            .run();
+        assert!(
+            !done.stdout.contains("old"),
+            "{args:?} showed what the link leads to: {done:?}"
+        );
     }
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_code(2).expect_stderr_contains("jobs is refused").run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"])
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains("jobs is refused")
+        .run();
     assert_eq!(names(&elsewhere), ["old.json"], "root pruned or wrote through the link");
 
-    plant(&f, &format!("rm jobs\nmv jobs.real jobs\nmv locks locks.real\nln -s {target} locks"));
-    as_root(&f, &["recover"]).expect_code(2).expect_stderr_contains("locks is refused: it is a symbolic link").run();
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_code(2).expect_stderr_contains("locks is refused").run();
+    plant(
+        &f,
+        &format!("rm jobs\nmv jobs.real jobs\nmv locks locks.real\nln -s {target} locks"),
+    );
+    as_root(&f, &["recover"])
+        .expect_code(2)
+        .expect_stderr_contains("locks is refused: it is a symbolic link")
+        .run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"])
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains("locks is refused")
+        .run();
     plant(&f, "rm locks\ntouch locks");
-    as_root(&f, &["recover"]).expect_code(2).expect_stderr_contains("locks is refused: it is not a directory").run();
-    assert_eq!(names(&elsewhere), ["old.json"], "root wrote into the directory a link leads to");
+    as_root(&f, &["recover"])
+        .expect_code(2)
+        .expect_stderr_contains("locks is refused: it is not a directory")
+        .run();
+    assert_eq!(
+        names(&elsewhere),
+        ["old.json"],
+        "root wrote into the directory a link leads to"
+    );
     assert_eq!(runs(&f), 1, "a program ran on a refused journal");
 
     // Positive control: with its own directories back, the same old entry in the journal is
     // pruned, and jobs run.
-    plant(&f, &format!("rm locks\nmv locks.real locks\necho '{}' > jobs/old.json\ntouch -d 2020-01-01T00:00:01Z jobs/old.json", old_entry("old")));
+    plant(
+        &f,
+        &format!(
+            "rm locks\nmv locks.real locks\necho '{}' > jobs/old.json\ntouch -d 2020-01-01T00:00:01Z jobs/old.json",
+            old_entry("old")
+        ),
+    );
     as_root(&f, &["recover"]).expect_success().run();
-    assert!(!f.state_dir().join("jobs/old.json").exists(), "the old entry was not pruned");
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"]).payload(&payload("ns")).expect_success().run();
+    assert!(
+        !f.state_dir().join("jobs/old.json").exists(),
+        "the old entry was not pruned"
+    );
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "x"])
+        .payload(&payload("ns"))
+        .expect_success()
+        .run();
     assert_eq!(runs(&f), 2);
 }
 
 #[test]
 fn fifos_devices_and_huge_files_in_the_state_directory_neither_hang_nor_fill_jobenvs_memory() {
     let f = node();
-    plant(&f, "mkfifo jobs/fifo.json\nln -s /dev/zero jobs/zero.json\ntruncate -s 64G jobs/huge.json\nrm -f draining\nmkfifo draining\n\
-                   mkfifo locks/namespace-ns.tree.json\nmkfifo locks/job-piped.lock\nmkfifo locks/job-first.lock.new\nrm locks/job-first.lock\nmv locks/job-first.lock.new locks/job-first.lock");
+    plant(
+        &f,
+        "mkfifo jobs/fifo.json\nln -s /dev/zero jobs/zero.json\ntruncate -s 64G jobs/huge.json\nrm -f draining\nmkfifo draining\n\
+                   mkfifo locks/namespace-ns.tree.json\nmkfifo locks/job-piped.lock\nmkfifo locks/job-first.lock.new\nrm locks/job-first.lock\nmv locks/job-first.lock.new locks/job-first.lock",
+    );
     let limit = Duration::from_secs(30);
     // A run (which reads the drain mark, its namespace's tree record and, pruning, every entry),
     // then each upkeep command.
     let stand_in = f.nix_shell_stand_in();
-    let run = as_root(&f, &["run", "--verb", "apply", "--job-id", "second", "--nix-shell", stand_in.to_str().unwrap()]).payload(&payload("ns"));
+    let run = as_root(
+        &f,
+        &[
+            "run",
+            "--verb",
+            "apply",
+            "--job-id",
+            "second",
+            "--nix-shell",
+            stand_in.to_str().unwrap(),
+        ],
+    )
+    .payload(&payload("ns"));
     let done = bounded(limit, run);
     assert_eq!(done.code, Some(0), "{done:?}");
-    assert!(done.stderr.contains("draining is refused: it is not a regular file: taken as no drain"), "{done:?}");
+    assert!(
+        done.stderr
+            .contains("draining is refused: it is not a regular file: taken as no drain"),
+        "{done:?}"
+    );
     let status = bounded(limit, as_root(&f, &["status"]));
     assert_eq!(status.code, Some(0), "{status:?}");
-    for (name, why) in [("fifo.json", "it is not a regular file"), ("zero.json", "it is a symbolic link"), ("huge.json", "it is larger than 1024 KiB")] {
-        assert!(status.stderr.contains(&format!("jobs/{name} is refused: {why}")), "{name}: {status:?}");
+    for (name, why) in [
+        ("fifo.json", "it is not a regular file"),
+        ("zero.json", "it is a symbolic link"),
+        ("huge.json", "it is larger than 1024 KiB"),
+    ] {
+        assert!(
+            status.stderr.contains(&format!("jobs/{name} is refused: {why}")),
+            "{name}: {status:?}"
+        );
     }
     // Positive control: the real entries are listed beside them.
     let listed: Vec<Value> = serde_json::from_str(&status.stdout).unwrap();
-    assert_eq!(listed.iter().map(|e| e["job_id"].as_str().unwrap()).collect::<Vec<_>>(), ["first", "second"], "{status:?}");
+    assert_eq!(
+        listed.iter().map(|e| e["job_id"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["first", "second"],
+        "{status:?}"
+    );
     assert_eq!(runs(&f), 2);
     let done = bounded(limit, as_root(&f, &["status", "fifo"]));
     assert_eq!(done.code, Some(2), "{done:?}");
-    assert!(done.stderr.contains("jobs/fifo.json is refused: it is not a regular file"), "{done:?}");
+    assert!(
+        done.stderr
+            .contains("jobs/fifo.json is refused: it is not a regular file"),
+        "{done:?}"
+    );
     for args in [&["recover"][..], &["drain", "--wait", "0"], &["recover"]] {
         plant(&f, "[ -p draining ] || { rm -f draining; mkfifo draining; }");
         let done = bounded(limit, as_root(&f, args));
@@ -218,7 +349,10 @@ fn fifos_devices_and_huge_files_in_the_state_directory_neither_hang_nor_fill_job
 fn with_data_limit(bytes: u64, mut run: JobRun) -> Done {
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
-        run.command().pre_exec(move || nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_DATA, bytes, bytes).map_err(std::io::Error::from));
+        run.command().pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_DATA, bytes, bytes)
+                .map_err(std::io::Error::from)
+        });
     }
     run.run()
 }
@@ -248,44 +382,94 @@ fn a_journal_of_large_entries_is_listed_recovered_and_drained_in_bounded_memory(
         std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
     }
     let limit = 16 << 20;
-    let status = with_data_limit(limit, as_root(&f, &["status"]).expect_success().expect_stderr_contains("jobs/long0.json is corrupt"));
+    let status = with_data_limit(
+        limit,
+        as_root(&f, &["status"])
+            .expect_success()
+            .expect_stderr_contains("jobs/long0.json is corrupt"),
+    );
     let listed: Vec<jobenv::record::journal::Entry> = serde_json::from_str(&status.stdout).unwrap();
     let ids: Vec<&str> = listed.iter().map(|e| e.job_id.as_str()).collect();
-    assert_eq!((ids.len(), ids[0], ids[23], ids[24]), (25, "big0", "big23", "first"), "oldest start first");
+    assert_eq!(
+        (ids.len(), ids[0], ids[23], ids[24]),
+        (25, "big0", "big23", "first"),
+        "oldest start first"
+    );
     // Printed one at a time, the array is exactly what one pretty-printed array of them is.
-    assert_eq!(status.stdout, format!("{}\n", serde_json::to_string_pretty(&listed).unwrap()));
+    assert_eq!(
+        status.stdout,
+        format!("{}\n", serde_json::to_string_pretty(&listed).unwrap())
+    );
     let recovered = with_data_limit(limit, as_root(&f, &["recover"]).expect_success());
     let changed: Vec<Value> = serde_json::from_str(&recovered.stdout).unwrap();
-    assert_eq!(changed.len(), 24, "every entry of a jobenv that is gone is marked interrupted");
+    assert_eq!(
+        changed.len(),
+        24,
+        "every entry of a jobenv that is gone is marked interrupted"
+    );
     assert!(changed.iter().all(|e| e["reason"] == "interrupted"));
     with_data_limit(limit, as_root(&f, &["drain", "--wait", "0"]).expect_success());
     // Positive control: the limit lets a program hold one entry, not all of them.
     let hold = |files: &str| {
-        let script = format!("import json, os, sys\nd = '{}'\nheld = [json.load(open(os.path.join(d, n))) for n in {files}]", jobs.display());
-        with_data_limit(limit, JobRun::new(std::process::Command::new("/usr/bin/python3")).args(["-c", &script])).code
+        let script = format!(
+            "import json, os, sys\nd = '{}'\nheld = [json.load(open(os.path.join(d, n))) for n in {files}]",
+            jobs.display()
+        );
+        with_data_limit(
+            limit,
+            JobRun::new(std::process::Command::new("/usr/bin/python3")).args(["-c", &script]),
+        )
+        .code
     };
     assert_eq!(hold("['big0.json']"), Some(0), "one entry does not fit in the limit");
-    assert_ne!(hold("os.listdir(d)"), Some(0), "the whole journal fits in the limit: the test proves nothing");
+    assert_ne!(
+        hold("os.listdir(d)"),
+        Some(0),
+        "the whole journal fits in the limit: the test proves nothing"
+    );
 }
 
 #[test]
 fn names_planted_in_the_state_directory_cannot_forge_a_log_line() {
     let f = node();
-    plant(&f, "touch 'jobs/x\njobenv: web-apply succeeded with exit code 0.json'\necho '{}' > jobs/-bad.json\necho 'not json' > jobs/corrupt-1.json\n\
-               echo '{}' > 'locks/namespace-x\njobenv: forged.tree.json'\nln -s /nowhere 'jobs/y\njobenv: forged.json'");
+    plant(
+        &f,
+        "touch 'jobs/x\njobenv: web-apply succeeded with exit code 0.json'\necho '{}' > jobs/-bad.json\necho 'not json' > jobs/corrupt-1.json\n\
+               echo '{}' > 'locks/namespace-x\njobenv: forged.tree.json'\nln -s /nowhere 'jobs/y\njobenv: forged.json'",
+    );
     for args in [&["status"][..], &["recover"], &["drain", "--wait", "0"], &["recover"]] {
         let done = as_root(&f, args).expect_success().run();
-        let forged: Vec<&str> = done.stderr.lines().filter(|line| line.starts_with("jobenv: web-apply") || line.starts_with("jobenv: forged")).collect();
+        let forged: Vec<&str> = done
+            .stderr
+            .lines()
+            .filter(|line| line.starts_with("jobenv: web-apply") || line.starts_with("jobenv: forged"))
+            .collect();
         assert!(forged.is_empty(), "{args:?} printed a forged line: {done:?}");
         if args == ["status"] {
             assert!(done.stderr.contains(r"jobs/x\njobenv: web-apply succeeded with exit code 0.json: its name is not that of a journal entry"), "{done:?}");
-            assert!(done.stderr.contains("jobs/-bad.json: its name is not that of a journal entry"), "{done:?}");
-            assert!(done.stderr.contains(r"jobs/y\njobenv: forged.json: its name is not that of a journal entry"), "{done:?}");
+            assert!(
+                done.stderr
+                    .contains("jobs/-bad.json: its name is not that of a journal entry"),
+                "{done:?}"
+            );
+            assert!(
+                done.stderr
+                    .contains(r"jobs/y\njobenv: forged.json: its name is not that of a journal entry"),
+                "{done:?}"
+            );
             // Positive control: a corrupt entry under a job id's name is reported, by its path.
-            assert!(done.stderr.contains("jobs/corrupt-1.json is corrupt: expected ident"), "{done:?}");
+            assert!(
+                done.stderr.contains("jobs/corrupt-1.json is corrupt: expected ident"),
+                "{done:?}"
+            );
         }
         if args == ["recover"] {
-            assert!(done.stderr.contains(r"locks/namespace-x\njobenv: forged.tree.json: its name is not that of a program tree's record"), "{done:?}");
+            assert!(
+                done.stderr.contains(
+                    r"locks/namespace-x\njobenv: forged.tree.json: its name is not that of a program tree's record"
+                ),
+                "{done:?}"
+            );
         }
     }
 }
@@ -298,11 +482,20 @@ fn a_recover_that_fails_still_ends_the_drain() {
     // A recover whose work fails (the worker's user made its journal unusable) still ends the
     // drain: the worker starts again either way.
     plant(&f, "mv locks locks.real\ntouch locks");
-    as_root(&f, &["recover"]).expect_code(2).expect_stderr_contains("locks is refused: it is not a directory").run();
-    assert!(!f.state_dir().join("draining").exists(), "a failed recover left the node draining");
+    as_root(&f, &["recover"])
+        .expect_code(2)
+        .expect_stderr_contains("locks is refused: it is not a directory")
+        .run();
+    assert!(
+        !f.state_dir().join("draining").exists(),
+        "a failed recover left the node draining"
+    );
     // Positive control: with the journal whole again, jobs run.
     plant(&f, "rm locks\nmv locks.real locks");
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "after"]).payload(&payload("ns")).expect_success().run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "after"])
+        .payload(&payload("ns"))
+        .expect_success()
+        .run();
     assert_eq!(runs(&f), 2);
 }
 
@@ -312,12 +505,20 @@ fn a_recover_that_fails_still_ends_the_drain() {
 fn a_job_refused_on_a_draining_node_says_that_its_program_never_started() {
     let f = node();
     as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
-    let done = as_root(&f, &["run", "--verb", "apply"]).env("WM_JOB_ID", "drained").payload(&payload("ns")).expect_code(143)
-        .expect_stderr_contains("jobenv: warning: the node stopped: the program was not started; a retry is safe").run();
+    let done = as_root(&f, &["run", "--verb", "apply"])
+        .env("WM_JOB_ID", "drained")
+        .payload(&payload("ns"))
+        .expect_code(143)
+        .expect_stderr_contains("jobenv: warning: the node stopped: the program was not started; a retry is safe")
+        .run();
     assert!(!done.stderr.contains("program tree was stopped"), "{done:?}");
     assert_eq!(runs(&f), 1, "a program started on a draining node");
     let result = f.result_json();
-    assert_eq!(result["errors"], json!(["the node stopped: the program was not started; a retry is safe"]), "{result}");
+    assert_eq!(
+        result["errors"],
+        json!(["the node stopped: the program was not started; a retry is safe"]),
+        "{result}"
+    );
 }
 
 #[test]
@@ -328,8 +529,14 @@ fn status_through_an_entry_linked_to_a_file_of_roots_never_shows_it() {
     (secret["job_id"], secret["namespace"]) = (json!("leak"), json!("roots-only-namespace"));
     let file = roots_file(&f, "roots-entry.json", &secret.to_string());
     plant(&f, &format!("ln -s {} jobs/leak.json", file.display()));
-    let done = as_root(&f, &["status", "leak"]).expect_code(2).expect_stderr_contains("jobs/leak.json is refused: it is a symbolic link").run();
-    assert!(!done.stdout.contains("roots-only") && !done.stderr.contains("roots-only"), "{done:?}");
+    let done = as_root(&f, &["status", "leak"])
+        .expect_code(2)
+        .expect_stderr_contains("jobs/leak.json is refused: it is a symbolic link")
+        .run();
+    assert!(
+        !done.stdout.contains("roots-only") && !done.stderr.contains("roots-only"),
+        "{done:?}"
+    );
     let all = as_root(&f, &["status"]).expect_success().run();
     assert!(!all.stdout.contains("roots-only"), "{all:?}");
     // Positive control: an entry of the journal's own is shown, by job id and in the list.
@@ -369,7 +576,8 @@ impl Drop for Victim {
     fn drop(&mut self) {
         let _ = self.sleeper.kill();
         let _ = self.sleeper.wait();
-        let _ = fediversity_testkit::process::wait_until(Duration::from_secs(2), || std::fs::remove_dir(&self.dir).is_ok());
+        let _ =
+            fediversity_testkit::process::wait_until(Duration::from_secs(2), || std::fs::remove_dir(&self.dir).is_ok());
     }
 }
 
@@ -383,14 +591,20 @@ fn a_tree_record_naming_a_cgroup_of_someone_elses_never_stops_its_processes() {
     let mut victim = Victim::new(1);
     victim.plant_record(&f);
     let done = as_root(&f, &["recover"]).expect_success().run();
-    let said = format!("belongs to uid 0, not to the state directory's owner (uid {WORKER_UID}): it is no deploy of this state directory");
+    let said = format!(
+        "belongs to uid 0, not to the state directory's owner (uid {WORKER_UID}): it is no deploy of this state directory"
+    );
     assert!(done.stderr.contains(&said), "{done:?}");
     assert_eq!(done.stdout.trim(), "[]", "{done:?}");
     assert!(victim.alive(), "recover stopped a process of another cgroup");
     assert!(victim.dir.exists(), "recover removed another cgroup");
     // A run of the namespace, which stops what an earlier deploy left before it starts, neither.
     victim.plant_record(&f);
-    as_root(&f, &["run", "--verb", "apply", "--job-id", "second"]).payload(&payload("ns")).expect_success().expect_stderr_contains(&said).run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "second"])
+        .payload(&payload("ns"))
+        .expect_success()
+        .expect_stderr_contains(&said)
+        .run();
     assert!(victim.alive(), "a run stopped a process of another cgroup");
     assert_eq!(runs(&f), 2);
     // Positive control: the same cgroup, once it is the worker's (as a deploy of this state
@@ -398,8 +612,16 @@ fn a_tree_record_naming_a_cgroup_of_someone_elses_never_stops_its_processes() {
     std::os::unix::fs::chown(&victim.dir, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
     victim.plant_record(&f);
     let done = as_root(&f, &["recover"]).expect_success().run();
-    assert!(done.stderr.contains("process(es) of the program tree of job first (attempt 1, jobenv pid 1) still running without their jobenv"), "{done:?}");
-    assert!(fediversity_testkit::process::wait_until(Duration::from_secs(5), || !victim.alive()), "the worker's own deploy cgroup was not stopped");
+    assert!(
+        done.stderr.contains(
+            "process(es) of the program tree of job first (attempt 1, jobenv pid 1) still running without their jobenv"
+        ),
+        "{done:?}"
+    );
+    assert!(
+        fediversity_testkit::process::wait_until(Duration::from_secs(5), || !victim.alive()),
+        "the worker's own deploy cgroup was not stopped"
+    );
     let entry: Value = serde_json::from_str(&as_root(&f, &["status", "first"]).expect_success().run().stdout).unwrap();
     assert_eq!(entry["orphans"]["stopped_by"], "recover", "{entry}");
 }
@@ -416,18 +638,46 @@ fn recover_goes_on_past_a_planted_record_and_past_a_stdout_that_is_gone() {
                "started_at": "2026-01-01T00:00:00.000Z", "status": "running"})
         .to_string()
     };
-    plant(&f, &format!("mkdir -p locks/namespace-zz.tree.json/x\necho '{}' > jobs/dead1.json", dead("dead1")));
-    let done = as_root(&f, &["recover"]).expect_success().expect_stderr_contains("locks/namespace-zz.tree.json").run();
+    plant(
+        &f,
+        &format!(
+            "mkdir -p locks/namespace-zz.tree.json/x\necho '{}' > jobs/dead1.json",
+            dead("dead1")
+        ),
+    );
+    let done = as_root(&f, &["recover"])
+        .expect_success()
+        .expect_stderr_contains("locks/namespace-zz.tree.json")
+        .run();
     let changed: Vec<Value> = serde_json::from_str(&done.stdout).unwrap();
-    assert_eq!(changed.iter().map(|e| e["job_id"].as_str().unwrap()).collect::<Vec<_>>(), ["dead1"], "{done:?}");
-    plant(&f, &format!("echo '{}' > jobs/dead2.json\necho '{}' > jobs/dead3.json", dead("dead2"), dead("dead3")));
+    assert_eq!(
+        changed
+            .iter()
+            .map(|e| e["job_id"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["dead1"],
+        "{done:?}"
+    );
+    plant(
+        &f,
+        &format!(
+            "echo '{}' > jobs/dead2.json\necho '{}' > jobs/dead3.json",
+            dead("dead2"),
+            dead("dead3")
+        ),
+    );
     let full = std::process::Command::new(jobenv_bin!())
         .args(["recover", "--state-dir", f.state_dir().to_str().unwrap()])
         .stdout(std::fs::File::options().write(true).open("/dev/full").unwrap())
         .stderr(std::process::Stdio::piped())
         .output()
         .unwrap();
-    assert_eq!(full.status.code(), Some(125), "{}", String::from_utf8_lossy(&full.stderr));
+    assert_eq!(
+        full.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&full.stderr)
+    );
     for id in ["dead2", "dead3"] {
         let entry: Value = serde_json::from_str(&as_root(&f, &["status", id]).expect_success().run().stdout).unwrap();
         assert_eq!(entry["reason"], "interrupted", "{id} was not marked: {entry}");

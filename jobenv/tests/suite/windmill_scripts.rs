@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, TEST_PATH, parse_env_lines};
-use fediversity_testkit::process::{wait_exit, StreamWatch, is_alive, kill_all, pgid, read_pids, wait_until};
+use fediversity_testkit::process::{StreamWatch, is_alive, kill_all, pgid, read_pids, wait_exit, wait_until};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -27,7 +27,11 @@ use serde_json::{Value, json};
 fn new_job_id() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("01a22715-984d-f09c-{:04x}-{:012x}", std::process::id() & 0xffff, NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "01a22715-984d-f09c-{:04x}-{:012x}",
+        std::process::id() & 0xffff,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 const WM_TOKEN: &str = "jwt_wm-token-of-the-job-must-not-reach-the-program";
 
@@ -53,7 +57,13 @@ impl Job {
         std::fs::create_dir_all(lib.join("f/fediversity")).unwrap();
         std::fs::copy(scripts_dir().join("_jobenv.py"), lib.join("f/fediversity/_jobenv.py")).unwrap();
         let jobenv_dir = jobenv_bin!().parent().unwrap().display().to_string();
-        Job { f, lib, path: format!("{jobenv_dir}:{TEST_PATH}"), extra_env: Vec::new(), job_id: Default::default() }
+        Job {
+            f,
+            lib,
+            path: format!("{jobenv_dir}:{TEST_PATH}"),
+            extra_env: Vec::new(),
+            job_id: Default::default(),
+        }
     }
 
     fn job_dir(&self) -> PathBuf {
@@ -66,7 +76,11 @@ impl Job {
         self.f.write();
         let dir = self.job_dir();
         std::fs::create_dir_all(dir.join("f/fediversity")).unwrap();
-        std::fs::copy(scripts_dir().join(format!("{script}.py")), dir.join(format!("f/fediversity/{script}.py"))).unwrap();
+        std::fs::copy(
+            scripts_dir().join(format!("{script}.py")),
+            dir.join(format!("f/fediversity/{script}.py")),
+        )
+        .unwrap();
         std::fs::write(dir.join("args.json"), args).unwrap();
         std::fs::write(dir.join("wrapper.py"), wrapper(script, prelude)).unwrap();
 
@@ -113,7 +127,9 @@ impl Job {
     }
 
     fn start(&self, script: &str, payload: &Value, prelude: &str) -> Child {
-        self.command(script, &payload.to_string(), prelude).spawn().expect("start python3")
+        self.command(script, &payload.to_string(), prelude)
+            .spawn()
+            .expect("start python3")
     }
 
     /// The job's result: what the worker reads from result.json.
@@ -169,7 +185,11 @@ fn wait_output(mut child: Child, limit: Duration) -> Output {
         let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
         panic!("the job did not finish within {limit:?}")
     });
-    Output { status, stdout: stdout.finish(), stderr: stderr.finish() }
+    Output {
+        status,
+        stdout: stdout.finish(),
+        stderr: stderr.finish(),
+    }
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -185,7 +205,10 @@ fn log(out: &Output) -> String {
 fn payload_fixture() -> Fixture {
     let mut f = Fixture::new();
     let env_file = f.path().join("program-env");
-    f.declare("MESSAGE", None).declare("COUNT", None).declare("HOSTS", None).declare("REGION", Some("eu-1"));
+    f.declare("MESSAGE", None)
+        .declare("COUNT", None)
+        .declare("HOSTS", None)
+        .declare("REGION", Some("eu-1"));
     f.program(
         "web",
         "apply",
@@ -219,13 +242,28 @@ fn deploy_hands_the_payload_to_the_apply_program_and_the_job_succeeds() {
     assert_eq!(env["DEPLOYMENT_NAMESPACE"], "ns-1");
     // The worker's own variables stop at jobenv (the same file holds the payload keys above,
     // so it does show the program's environment).
-    for name in ["WM_TOKEN", "WM_JOB_ID", "WM_WORKSPACE", "PYTHONPATH", "BASE_INTERNAL_URL", "JOBENV_KEYS"] {
+    for name in [
+        "WM_TOKEN",
+        "WM_JOB_ID",
+        "WM_WORKSPACE",
+        "PYTHONPATH",
+        "BASE_INTERNAL_URL",
+        "JOBENV_KEYS",
+    ] {
         assert!(!env.contains_key(name), "{name} reached the program");
     }
     assert!(!text(&out.stdout).contains(WM_TOKEN) && !text(&out.stderr).contains(WM_TOKEN));
     // The hand-over is logged, without any value.
-    assert!(text(&out.stderr).contains("fediversity: handing the job to "), "{}", log(&out));
-    assert!(text(&out.stderr).contains(" run --verb apply (payload of 6 keys, "), "{}", log(&out));
+    assert!(
+        text(&out.stderr).contains("fediversity: handing the job to "),
+        "{}",
+        log(&out)
+    );
+    assert!(
+        text(&out.stderr).contains(" run --verb apply (payload of 6 keys, "),
+        "{}",
+        log(&out)
+    );
     assert!(!text(&out.stderr).contains("hello"), "{}", log(&out));
 
     let result = job.result();
@@ -240,7 +278,14 @@ fn deploy_hands_the_payload_to_the_apply_program_and_the_job_succeeds() {
     let journal = job.f.state_dir().join(format!("jobs/{}.json", job.job_id.borrow()));
     let entry: Value = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
     fediversity_testkit::schemas::Contract::JournalEntry.check(&entry);
-    assert_eq!((entry["status"].as_str(), entry["verb"].as_str(), entry["namespace"].as_str()), (Some("succeeded"), Some("apply"), Some("ns-1")));
+    assert_eq!(
+        (
+            entry["status"].as_str(),
+            entry["verb"].as_str(),
+            entry["namespace"].as_str()
+        ),
+        (Some("succeeded"), Some("apply"), Some("ns-1"))
+    );
 }
 
 /// What a front-end built to the seeds submits to the deploy script (see front_end.rs): the
@@ -251,9 +296,21 @@ fn deploy_runs_a_seed_shaped_payload_as_a_worker_calls_main() {
     const PASSWORD: &str = "state-password-from-the-front-end-7Qx";
     let mut f = Fixture::new();
     let env_file = f.path().join("program-env");
-    f.program("web", "apply", &format!("{{ echo \"PROGRAM=$0\"; /usr/bin/env; }} > {}; echo \"password: $TF_HTTP_PASSWORD\"", env_file.display()));
+    f.program(
+        "web",
+        "apply",
+        &format!(
+            "{{ echo \"PROGRAM=$0\"; /usr/bin/env; }} > {}; echo \"password: $TF_HTTP_PASSWORD\"",
+            env_file.display()
+        ),
+    );
     std::fs::copy(f.root().join("bin/web-apply"), f.root().join("bin/web")).unwrap();
-    for key in ["SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "PUBLISHED_HOSTS", "ENVIRONMENTS"] {
+    for key in [
+        "SSH_PRIVATE_KEY_FILE",
+        "INTERNAL_HOSTS",
+        "PUBLISHED_HOSTS",
+        "ENVIRONMENTS",
+    ] {
         f.declare(key, None);
     }
     let job = Job::new(f);
@@ -276,7 +333,11 @@ fn deploy_runs_a_seed_shaped_payload_as_a_worker_calls_main() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
     assert_eq!(text(&out.stdout), "password: [REDACTED]\n", "{}", log(&out));
-    assert!(text(&out.stderr).contains("jobenv: warning: payload value for DEPLOYMENT_ROOT ignored: the node sets it"), "{}", log(&out));
+    assert!(
+        text(&out.stderr).contains("jobenv: warning: payload value for DEPLOYMENT_ROOT ignored: the node sets it"),
+        "{}",
+        log(&out)
+    );
     assert!(!text(&out.stderr).contains(PASSWORD), "{}", log(&out));
     let env = parse_env_lines(&std::fs::read_to_string(&env_file).unwrap());
     let root = job.f.root().display().to_string();
@@ -284,18 +345,33 @@ fn deploy_runs_a_seed_shaped_payload_as_a_worker_calls_main() {
     assert_eq!(env["NIX_PATH"], format!("nixpkgs={root}"));
     assert_eq!(env["TF_HTTP_ADDRESS"], "https://state.example/tf/team-a");
     assert_eq!(env["DEPLOYMENT_NAMESPACE"], "team-a");
-    assert_eq!(env["TF_HTTP_PASSWORD"], PASSWORD, "the positive control: the password reached the program");
+    assert_eq!(
+        env["TF_HTTP_PASSWORD"], PASSWORD,
+        "the positive control: the password reached the program"
+    );
     assert_eq!(env["INTERNAL_HOSTS"], r#"["web01.internal","db01.internal"]"#);
     assert_eq!(env["ENVIRONMENTS"], r#"{"production":{"replicas":2}}"#);
     let result = job.result();
-    assert_eq!((result["status"].as_str(), result["namespace"].as_str(), result["attribute"].as_str()), (Some("succeeded"), Some("team-a"), Some("web")), "{result}");
+    assert_eq!(
+        (
+            result["status"].as_str(),
+            result["namespace"].as_str(),
+            result["attribute"].as_str()
+        ),
+        (Some("succeeded"), Some("team-a"), Some("web")),
+        "{result}"
+    );
     assert!(!result.to_string().contains(PASSWORD), "{result}");
 }
 
 #[test]
 fn destroy_runs_the_destroy_program() {
     let mut f = Fixture::new();
-    f.program("web", "apply", "echo web-apply ran").program("web", "destroy", "echo web-destroy ran in $DEPLOYMENT_NAMESPACE");
+    f.program("web", "apply", "echo web-apply ran").program(
+        "web",
+        "destroy",
+        "echo web-destroy ran in $DEPLOYMENT_NAMESPACE",
+    );
     let job = Job::new(f);
     let out = job.run("destroy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns-2"}));
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
@@ -314,13 +390,21 @@ fn destroy_runs_the_destroy_program() {
 #[test]
 fn a_failing_program_fails_the_job_with_its_output_in_the_log() {
     let mut f = Fixture::new();
-    f.program("web", "apply", "echo 'step 1: planned 2 changes'\necho 'error: provider refused the change' >&2\nexit 3");
+    f.program(
+        "web",
+        "apply",
+        "echo 'step 1: planned 2 changes'\necho 'error: provider refused the change' >&2\nexit 3",
+    );
     let job = Job::new(f);
     let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}));
     // A non-zero exit of the job process fails the Windmill job whatever result.json says.
     assert_eq!(out.status.code(), Some(3), "{}", log(&out));
     assert!(text(&out.stdout).contains("step 1: planned 2 changes"), "{}", log(&out));
-    assert!(text(&out.stderr).contains("error: provider refused the change"), "{}", log(&out));
+    assert!(
+        text(&out.stderr).contains("error: provider refused the change"),
+        "{}",
+        log(&out)
+    );
     let result = job.result();
     assert_eq!(result["status"], "failed");
     assert_eq!(result["exit_code"], 3);
@@ -335,11 +419,19 @@ fn the_job_process_becomes_jobenv_and_the_payload_is_never_on_a_command_line() {
     f.program(
         "web",
         "apply",
-        &format!("echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.05; done\necho done", pid_file.display(), go.display()),
+        &format!(
+            "echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.05; done\necho done",
+            pid_file.display(),
+            go.display()
+        ),
     );
     let job = Job::new(f);
     let marker = "payload-value-7f3a9c-not-for-the-command-line";
-    let mut child = job.start("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "API_PASSWORD": marker}), "");
+    let mut child = job.start(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "API_PASSWORD": marker}),
+        "",
+    );
     let stdout = StreamWatch::new(child.stdout.take().unwrap());
     let stderr = StreamWatch::new(child.stderr.take().unwrap());
     let program = read_pids(&pid_file, 1, Duration::from_secs(30))[0];
@@ -357,15 +449,37 @@ fn the_job_process_becomes_jobenv_and_the_payload_is_never_on_a_command_line() {
     assert_eq!(argv[1..], ["run", "--verb", "apply", "--payload", "-"]);
     // Its stdin is the anonymous in-memory file holding the payload.
     let stdin = std::fs::read_link(format!("/proc/{job_pid}/fd/0")).unwrap();
-    assert!(stdin.display().to_string().starts_with("/memfd:fediversity-job-payload"), "{}", stdin.display());
+    assert!(
+        stdin
+            .display()
+            .to_string()
+            .starts_with("/memfd:fediversity-job-payload"),
+        "{}",
+        stdin.display()
+    );
     // The program stays in the job's process group, where the worker's SIGKILL reaches it.
     assert_eq!(pgid(program), Some(job_pid));
     // jobenv never holds the worker's credentials: the job's WM_TOKEN has its owner's full
     // rights. Positive control: the job id, which jobenv needs, and the node's settings arrive.
     let jobenv_env = text(&std::fs::read(format!("/proc/{job_pid}/environ")).unwrap());
-    let names: Vec<&str> = jobenv_env.split('\0').filter_map(|pair| pair.split_once('=')).map(|(key, _)| key).collect();
-    assert!(names.contains(&"WM_JOB_ID") && names.contains(&"JOBENV_STATE_DIR") && names.contains(&"PATH"), "{names:?}");
-    for dropped in ["WM_TOKEN", "WM_ROOT_JOB_ID", "WM_WORKSPACE", "WM_EMAIL", "WM_USERNAME", "WM_JOB_PATH", "BASE_INTERNAL_URL"] {
+    let names: Vec<&str> = jobenv_env
+        .split('\0')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, _)| key)
+        .collect();
+    assert!(
+        names.contains(&"WM_JOB_ID") && names.contains(&"JOBENV_STATE_DIR") && names.contains(&"PATH"),
+        "{names:?}"
+    );
+    for dropped in [
+        "WM_TOKEN",
+        "WM_ROOT_JOB_ID",
+        "WM_WORKSPACE",
+        "WM_EMAIL",
+        "WM_USERNAME",
+        "WM_JOB_PATH",
+        "BASE_INTERNAL_URL",
+    ] {
         assert!(!names.contains(&dropped), "jobenv was given {dropped}: {names:?}");
     }
     assert!(!jobenv_env.contains(WM_TOKEN));
@@ -376,7 +490,10 @@ fn the_job_process_becomes_jobenv_and_the_payload_is_never_on_a_command_line() {
     assert!(text(&environ).contains(&format!("API_PASSWORD={marker}")));
     for pid in [job_pid, program] {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-        assert!(!text(&cmdline).contains(marker), "the payload is on the command line of {pid}");
+        assert!(
+            !text(&cmdline).contains(marker),
+            "the payload is on the command line of {pid}"
+        );
     }
 
     std::fs::write(&go, "").unwrap();
@@ -426,9 +543,15 @@ fn sigint_to_the_job_process_stops_the_whole_program_tree_before_it_exits() {
     let alive: Vec<_> = tree.iter().copied().filter(|&p| is_alive(p)).collect();
     kill_all(&tree);
     let status = status.expect("the job process exits within grace + 1 s");
-    assert!(alive.is_empty(), "left behind after the job process exited: {alive:?} of {tree:?}");
+    assert!(
+        alive.is_empty(),
+        "left behind after the job process exited: {alive:?} of {tree:?}"
+    );
     assert_eq!(status.code(), Some(130), "{}", text(&stderr.finish()));
-    assert!(took >= Duration::from_millis(2500), "the SIGTERM-ignoring process needed the grace: {took:?}");
+    assert!(
+        took >= Duration::from_millis(2500),
+        "the SIGTERM-ignoring process needed the grace: {took:?}"
+    );
     assert_eq!(job.result()["status"], "canceled");
 }
 
@@ -440,7 +563,10 @@ fn windmills_default_cancel_sigkill_to_the_group_leaves_nothing() {
     let tree = read_pids(&pids, 4, Duration::from_secs(30));
     assert!(tree.iter().all(|&p| is_alive(p)), "{tree:?}");
     killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
-    assert_eq!(wait_exit(&mut child, Duration::from_secs(2)).expect("killed").code(), None);
+    assert_eq!(
+        wait_exit(&mut child, Duration::from_secs(2)).expect("killed").code(),
+        None
+    );
     let gone = wait_until(Duration::from_secs(1), || tree.iter().all(|&p| !is_alive(p)));
     kill_all(&tree);
     assert!(gone, "a process of the tree survived the group SIGKILL");
@@ -459,7 +585,9 @@ fn large_payload_job(with_tmpdir: bool) -> (Job, Value, Vec<String>) {
         let key = format!("BIG{i}");
         f.declare(&key, None);
         // Varied text: quotes, dollars, backslashes, spaces, multi-byte characters.
-        let value: String = (0..9350).map(|n| format!("{:02}\"$\\ é{}", (n + i) % 100, (b'a' + (n % 26) as u8) as char)).collect();
+        let value: String = (0..9350)
+            .map(|n| format!("{:02}\"$\\ é{}", (n + i) % 100, (b'a' + (n % 26) as u8) as char))
+            .collect();
         payload[&key] = json!(value);
         values.push(value);
         body.push_str(&format!("printf '%s' \"${key}\" > {}/{key}\n", out.display()));
@@ -477,7 +605,12 @@ fn large_payload_job(with_tmpdir: bool) -> (Job, Value, Vec<String>) {
 fn assert_values_arrived(job: &Job, values: &[String]) {
     for (i, value) in values.iter().enumerate() {
         let got = std::fs::read_to_string(job.f.path().join(format!("values/BIG{i}"))).unwrap();
-        assert!(got == *value, "BIG{i} arrived changed ({} bytes, expected {})", got.len(), value.len());
+        assert!(
+            got == *value,
+            "BIG{i} arrived changed ({} bytes, expected {})",
+            got.len(),
+            value.len()
+        );
     }
 }
 
@@ -498,7 +631,10 @@ fn without_memfd_the_payload_goes_through_an_unlinked_temporary_file() {
     let (job, payload, values) = large_payload_job(true);
     let tmp = job.f.path().join("tmp");
     let jobenv = jobenv_bin!().canonicalize().unwrap();
-    let mut child = job.command("deploy", &payload.to_string(), "del os.memfd_create").spawn().unwrap();
+    let mut child = job
+        .command("deploy", &payload.to_string(), "del os.memfd_create")
+        .spawn()
+        .unwrap();
     let stdout = StreamWatch::new(child.stdout.take().unwrap());
     let stderr = StreamWatch::new(child.stderr.take().unwrap());
     let job_pid = child.id() as i32;
@@ -511,13 +647,24 @@ fn without_memfd_the_payload_goes_through_an_unlinked_temporary_file() {
         link.is_some() || !is_alive(job_pid)
     });
     let status = wait_exit(&mut child, Duration::from_secs(60)).expect("the job ends");
-    let out = Output { status, stdout: stdout.finish(), stderr: stderr.finish() };
+    let out = Output {
+        status,
+        stdout: stdout.finish(),
+        stderr: stderr.finish(),
+    };
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
     assert_values_arrived(&job, &values);
     let link = link.expect("saw jobenv's stdin").display().to_string();
     assert!(!link.starts_with("/memfd:"), "{link}");
-    assert!(link.starts_with(&tmp.display().to_string()) && link.ends_with("(deleted)"), "{link}");
-    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "a payload file was left behind");
+    assert!(
+        link.starts_with(&tmp.display().to_string()) && link.ends_with("(deleted)"),
+        "{link}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "a payload file was left behind"
+    );
 }
 
 #[test]
@@ -533,7 +680,10 @@ fn a_missing_jobenv_fails_the_job_naming_it() {
     let result = job.result();
     assert_eq!(result["name"], "JobenvNotFound", "{result}");
     let message = result["message"].as_str().unwrap();
-    assert!(message.starts_with(&format!("fediversity-jobenv was not found on PATH ({TEST_PATH})")), "{message}");
+    assert!(
+        message.starts_with(&format!("fediversity-jobenv was not found on PATH ({TEST_PATH})")),
+        "{message}"
+    );
 }
 
 #[test]
@@ -542,10 +692,16 @@ fn a_payload_jobenv_refuses_fails_the_job_naming_the_keys_not_the_values() {
     f.program("web", "apply", "echo should not run");
     let job = Job::new(f);
     let value = "rogue-value-5be1e0";
-    let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "ROGUE_KEY": value, "NIX_PATH": value}));
+    let out = job.run(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "ROGUE_KEY": value, "NIX_PATH": value}),
+    );
     assert_eq!(out.status.code(), Some(2), "{}", log(&out));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("payload rejected: undeclared keys: ROGUE_KEY"), "{stderr}");
+    assert!(
+        stderr.contains("payload rejected: undeclared keys: ROGUE_KEY"),
+        "{stderr}"
+    );
     assert!(stderr.contains("payload rejected: reserved keys: NIX_PATH"), "{stderr}");
     assert!(!stderr.contains(value) && !text(&out.stdout).contains(value));
     assert!(!text(&out.stdout).contains("should not run"));
@@ -565,36 +721,68 @@ fn a_payload_that_is_not_json_data_fails_the_job_naming_the_key() {
     assert_eq!(out.status.code(), Some(1), "{}", log(&out));
     let result = job.result();
     assert_eq!(result["name"], "PayloadError", "{result}");
-    assert_eq!(result["message"], "payload key 'COUNT': the value holds NaN or Infinity, which JSON cannot carry");
+    assert_eq!(
+        result["message"],
+        "payload key 'COUNT': the value holds NaN or Infinity, which JSON cannot carry"
+    );
     assert!(!text(&out.stdout).contains("should not run"));
 }
 
 /// Bits of SIGINT (2), SIGPIPE (13) and SIGXFSZ (25) in a `SigIgn:` mask of /proc/<pid>/status.
 fn ignored(status: &str) -> Vec<&'static str> {
-    let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).expect("SigIgn line").trim();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .expect("SigIgn line")
+        .trim();
     let mask = u64::from_str_radix(mask, 16).unwrap();
-    [("SIGINT", 2), ("SIGPIPE", 13), ("SIGXFSZ", 25)].into_iter().filter(|(_, n)| mask & (1 << (n - 1)) != 0).map(|(s, _)| s).collect()
+    [("SIGINT", 2), ("SIGPIPE", 13), ("SIGXFSZ", 25)]
+        .into_iter()
+        .filter(|(_, n)| mask & (1 << (n - 1)) != 0)
+        .map(|(s, _)| s)
+        .collect()
 }
 
 #[test]
 fn the_program_does_not_inherit_the_signals_python_ignores() {
     let mut f = Fixture::new();
     let status_file = f.path().join("program-status");
-    f.program("web", "apply", &format!("cat /proc/$$/status > {}", status_file.display()));
+    f.program(
+        "web",
+        "apply",
+        &format!("cat /proc/$$/status > {}", status_file.display()),
+    );
     let python_status = f.path().join("python-status");
     let job = Job::new(f);
     // The wrapper records Python's own dispositions first: Python ignores SIGPIPE and SIGXFSZ.
-    let prelude = format!("open({:?}, 'w').write(open('/proc/self/status').read())", python_status.display().to_string());
-    let out = job.run_raw("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string(), &prelude);
+    let prelude = format!(
+        "open({:?}, 'w').write(open('/proc/self/status').read())",
+        python_status.display().to_string()
+    );
+    let out = job.run_raw(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string(),
+        &prelude,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
-    assert_eq!(ignored(&std::fs::read_to_string(&python_status).unwrap()), ["SIGPIPE", "SIGXFSZ"]);
-    assert_eq!(ignored(&std::fs::read_to_string(&status_file).unwrap()), Vec::<&str>::new());
+    assert_eq!(
+        ignored(&std::fs::read_to_string(&python_status).unwrap()),
+        ["SIGPIPE", "SIGXFSZ"]
+    );
+    assert_eq!(
+        ignored(&std::fs::read_to_string(&status_file).unwrap()),
+        Vec::<&str>::new()
+    );
 
     // Positive control: a hand-over that execs jobenv without restoring the dispositions leaves
     // the program with SIGXFSZ ignored (SIGPIPE is reset by jobenv's own process spawning).
     std::fs::remove_file(&status_file).unwrap();
     let naive = "import f.fediversity._jobenv as _h\n_h._RESET_SIGNALS = ()";
-    let out = job.run_raw("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string(), naive);
+    let out = job.run_raw(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string(),
+        naive,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
     assert_eq!(ignored(&std::fs::read_to_string(&status_file).unwrap()), ["SIGXFSZ"]);
 }
@@ -632,7 +820,11 @@ sys.meta_path.append(WindmillLikeFinder)"#,
         remote = remote.display().to_string(),
         served = served.display().to_string(),
     );
-    let out = job.run_raw("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string(), &prelude);
+    let out = job.run_raw(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}).to_string(),
+        &prelude,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
     assert_eq!(text(&out.stdout), "loaded and ran\n");
     assert_eq!(std::fs::read_to_string(&served).unwrap(), "f.fediversity._jobenv\n");
@@ -684,11 +876,18 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.py")):
 print("\n".join(found))
 sys.exit(1 if found else 0)
 "#;
-    let names: Vec<String> = std::fs::read_dir(scripts_dir()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<String> = std::fs::read_dir(scripts_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     let mut names = names;
     names.sort();
     assert_eq!(names, ["_jobenv.py", "deploy.py", "destroy.py"]);
-    let out = Command::new("python3").args(["-c", check]).arg(scripts_dir()).output().unwrap();
+    let out = Command::new("python3")
+        .args(["-c", check])
+        .arg(scripts_dir())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", log(&out));
 }
 
@@ -697,9 +896,16 @@ fn the_node_files_the_nixos_module_renders_are_what_jobenv_reads() {
     // deploy-env.json, deploy-keys.json and deployment-attributes.json as nixos-module/lib.nix
     // renders them (evaluated by nix-instantiate), in place of the fixture's own.
     let mut f = Fixture::new();
-    f.program("web", "apply", "echo \"web-apply: message=$MESSAGE region=$REGION hosting=$HOSTING_CONFIG\"");
+    f.program(
+        "web",
+        "apply",
+        "echo \"web-apply: message=$MESSAGE region=$REGION hosting=$HOSTING_CONFIG\"",
+    );
     let root = f.root().display().to_string();
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nixos-module/lib.nix").display().to_string();
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nixos-module/lib.nix")
+        .display()
+        .to_string();
     let expr = format!(
         r#"let lib = import {lib}; in {{
              env = lib.renderDeployEnv {{ DEPLOYMENT_ROOT = {root}; DEPLOYMENT_NIXPKGS = {root}; NIX_BUILD_SHELL = "/bin/bash"; }};
@@ -709,7 +915,10 @@ fn the_node_files_the_nixos_module_renders_are_what_jobenv_reads() {
         lib = Value::from(lib),
         root = Value::from(root),
     );
-    let out = Command::new("nix-instantiate").args(["--eval", "--strict", "--json", "-E", &expr]).output().unwrap();
+    let out = Command::new("nix-instantiate")
+        .args(["--eval", "--strict", "--json", "-E", &expr])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let rendered: Value = serde_json::from_slice(&out.stdout).unwrap();
     let node = f.path().join("rendered");
@@ -726,13 +935,28 @@ fn the_node_files_the_nixos_module_renders_are_what_jobenv_reads() {
 
     // HOSTING_CONFIG is a structural pin the module declares node-only: the payload's is
     // dropped with a warning. REGION takes its default; MESSAGE comes from the payload.
-    let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "MESSAGE": "m1", "HOSTING_CONFIG": "hc"}));
+    let out = job.run(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "MESSAGE": "m1", "HOSTING_CONFIG": "hc"}),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", log(&out));
     assert_eq!(text(&out.stdout), "web-apply: message=m1 region=eu-1 hosting=\n");
-    assert!(text(&out.stderr).contains("jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it"), "{}", log(&out));
+    assert!(
+        text(&out.stderr)
+            .contains("jobenv: warning: payload value for HOSTING_CONFIG ignored: only the node may set it"),
+        "{}",
+        log(&out)
+    );
 
     // The control: the rendered keys are an allow-list, not a pass-through.
-    let out = job.run("deploy", &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}));
+    let out = job.run(
+        "deploy",
+        &json!({"ATTRIBUTE": "web", "NAMESPACE": "ns", "UNDECLARED": "x"}),
+    );
     assert_eq!(out.status.code(), Some(2), "{}", log(&out));
-    assert!(text(&out.stderr).contains("payload rejected: undeclared keys: UNDECLARED"), "{}", log(&out));
+    assert!(
+        text(&out.stderr).contains("payload rejected: undeclared keys: UNDECLARED"),
+        "{}",
+        log(&out)
+    );
 }

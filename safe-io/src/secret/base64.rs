@@ -55,7 +55,11 @@ pub(super) fn forms(secret: &[u8]) -> Vec<String> {
     let padded = STANDARD.encode(secret);
     let core_end = 8 * secret.len() / 6;
     for width in WRAPS.into_iter().filter(|&width| padded.len() > width) {
-        let wrapped: Vec<&str> = padded.as_bytes().chunks(width).map(|line| std::str::from_utf8(line).expect("base64 is ASCII")).collect();
+        let wrapped: Vec<&str> = padded
+            .as_bytes()
+            .chunks(width)
+            .map(|line| std::str::from_utf8(line).expect("base64 is ASCII"))
+            .collect();
         let wrapped = wrapped.join("\n");
         // Where the character at `at` of the unwrapped text is, after a newline per line.
         let place = |at: usize| at + at / width;
@@ -76,24 +80,43 @@ mod tests {
         // base64 of "user:hunter2-pass" is dXNlcjpodW50ZXIyLXBhc3M= (coreutils); the password
         // sits at offset 5, so 2 modulo 3: its core starts at the 4th character of a group.
         let all = forms(b"hunter2-pass");
-        assert!(all.iter().any(|f| "dXNlcjpodW50ZXIyLXBhc3M=".contains(f.as_str()) && f.len() >= 14), "{all:?}");
+        assert!(
+            all.iter()
+                .any(|f| "dXNlcjpodW50ZXIyLXBhc3M=".contains(f.as_str()) && f.len() >= 14),
+            "{all:?}"
+        );
         assert!(all.contains(&"odW50ZXIyLXBhc3".to_owned()), "{all:?}");
         // The end with padding overlaps the core by ten characters.
-        assert!(all.contains(&"ZXIyLXBhc3M=".to_owned()) && all.contains(&"ZXIyLXBhc3M".to_owned()), "{all:?}");
+        assert!(
+            all.contains(&"ZXIyLXBhc3M=".to_owned()) && all.contains(&"ZXIyLXBhc3M".to_owned()),
+            "{all:?}"
+        );
         // URL-safe: `?>?>?>` encodes to Pz4/Pj8+ in the standard alphabet, Pz4_Pj8- in the
         // URL-safe one.
         let all = forms(b"?>?>?>?>?>?>");
-        assert!(all.contains(&"Pz4/Pj8+Pz4/Pj8+".to_owned()) && all.contains(&"Pz4_Pj8-Pz4_Pj8-".to_owned()), "{all:?}");
+        assert!(
+            all.contains(&"Pz4/Pj8+Pz4/Pj8+".to_owned()) && all.contains(&"Pz4_Pj8-Pz4_Pj8-".to_owned()),
+            "{all:?}"
+        );
     }
 
     #[test]
     fn a_core_is_made_of_the_secrets_bits_alone() {
         let secret = b"correct-horse";
         for offset in 0..3 {
-            for (before, after) in [(&b"\x00\x00"[..], &b"\x00\x00\x00"[..]), (b"\xff\xff", b"\xff\xff\xff"), (b"ab", b"cd")] {
+            for (before, after) in [
+                (&b"\x00\x00"[..], &b"\x00\x00\x00"[..]),
+                (b"\xff\xff", b"\xff\xff\xff"),
+                (b"ab", b"cd"),
+            ] {
                 let data = [&before[..offset], secret, after].concat();
                 let text = STANDARD.encode(&data);
-                assert!(forms(secret).iter().any(|f| f.len() >= END_OVERLAP && text.contains(f.as_str())), "offset {offset}, {text}");
+                assert!(
+                    forms(secret)
+                        .iter()
+                        .any(|f| f.len() >= END_OVERLAP && text.contains(f.as_str())),
+                    "offset {offset}, {text}"
+                );
             }
         }
     }
@@ -104,11 +127,25 @@ mod tests {
         let all = forms(&secret);
         let encoded = STANDARD.encode(secret);
         let coreutils = format!("{}\n{}", &encoded[..76], &encoded[76..]);
-        assert!(all.iter().any(|f| f.contains('\n') && coreutils.starts_with(f.as_str())), "{all:?}");
-        assert!(all.iter().any(|f| f.len() > END_OVERLAP && coreutils.ends_with(f.as_str())), "{all:?}");
+        assert!(
+            all.iter()
+                .any(|f| f.contains('\n') && coreutils.starts_with(f.as_str())),
+            "{all:?}"
+        );
+        assert!(
+            all.iter()
+                .any(|f| f.len() > END_OVERLAP && coreutils.ends_with(f.as_str())),
+            "{all:?}"
+        );
         // Lines of 64: the end overlaps a line break.
         let openssl = format!("{}\n{}\n{}", &encoded[..64], &encoded[64..128], &encoded[128..]);
-        assert!(all.iter().any(|f| f.contains('\n') && openssl.starts_with(f.as_str())), "{all:?}");
-        assert!(all.iter().any(|f| f.contains('\n') && openssl.ends_with(f.as_str())), "{all:?}");
+        assert!(
+            all.iter().any(|f| f.contains('\n') && openssl.starts_with(f.as_str())),
+            "{all:?}"
+        );
+        assert!(
+            all.iter().any(|f| f.contains('\n') && openssl.ends_with(f.as_str())),
+            "{all:?}"
+        );
     }
 }

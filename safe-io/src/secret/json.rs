@@ -16,22 +16,69 @@ pub(super) fn forms(text: &str) -> Vec<String> {
     let debug = format!("{text:?}");
     let debug = debug[1..debug.len() - 1].to_owned();
     let mut forms = vec![text.to_owned(), debug, text.escape_debug().to_string()];
-    let none = Escaping { ascii_only: false, html_safe: false, escape_slash: false, upper_hex: false, dotnet: false, gson: false, separators: false, nel: false };
+    let none = Escaping {
+        ascii_only: false,
+        html_safe: false,
+        escape_slash: false,
+        upper_hex: false,
+        dotnet: false,
+        gson: false,
+        separators: false,
+        nel: false,
+    };
     for ascii_only in [false, true] {
         for html_safe in [false, true] {
             for escape_slash in [false, true] {
                 for upper_hex in [false, true] {
-                    forms.push(json_escaped(text, Escaping { ascii_only, html_safe, escape_slash, upper_hex, ..none }));
+                    forms.push(json_escaped(
+                        text,
+                        Escaping {
+                            ascii_only,
+                            html_safe,
+                            escape_slash,
+                            upper_hex,
+                            ..none
+                        },
+                    ));
                 }
             }
         }
     }
-    forms.push(json_escaped(text, Escaping { ascii_only: true, html_safe: true, upper_hex: true, dotnet: true, ..none }));
-    forms.push(json_escaped(text, Escaping { html_safe: true, gson: true, ..none }));
+    forms.push(json_escaped(
+        text,
+        Escaping {
+            ascii_only: true,
+            html_safe: true,
+            upper_hex: true,
+            dotnet: true,
+            ..none
+        },
+    ));
+    forms.push(json_escaped(
+        text,
+        Escaping {
+            html_safe: true,
+            gson: true,
+            ..none
+        },
+    ));
     // Only U+2028 and U+2029 escaped (Gson without HTML escaping), and U+0085 too (Json.NET's
     // default): the same as the minimal form for any secret without them.
-    forms.push(json_escaped(text, Escaping { separators: true, ..none }));
-    forms.push(json_escaped(text, Escaping { separators: true, nel: true, ..none }));
+    forms.push(json_escaped(
+        text,
+        Escaping {
+            separators: true,
+            ..none
+        },
+    ));
+    forms.push(json_escaped(
+        text,
+        Escaping {
+            separators: true,
+            nel: true,
+            ..none
+        },
+    ));
     forms
 }
 
@@ -60,7 +107,11 @@ fn json_escaped(text: &str, how: Escaping) -> String {
     let mut out = String::with_capacity(text.len());
     let unit = |out: &mut String, u: u16| {
         use std::fmt::Write;
-        let _ = if how.upper_hex { write!(out, "\\u{u:04X}") } else { write!(out, "\\u{u:04x}") };
+        let _ = if how.upper_hex {
+            write!(out, "\\u{u:04X}")
+        } else {
+            write!(out, "\\u{u:04x}")
+        };
     };
     for c in text.chars() {
         match c {

@@ -33,7 +33,9 @@ pub(super) fn forms(text: &str) -> Vec<String> {
     // bash quotes a value with a control character as `$'…'` alone.
     if !text.chars().any(char::is_control) {
         forms.push(backslashed(text, "\"$`\\", |_| false));
-        forms.push(backslashed(text, PRINTF_Q, |before| matches!(before, None | Some('=' | ':'))));
+        forms.push(backslashed(text, PRINTF_Q, |before| {
+            matches!(before, None | Some('=' | ':'))
+        }));
         // A secret printed after other text of its word (`printf %q "user:$SECRET"` aside):
         // its first `~` or `#` has no backslash there.
         if text.starts_with(['~', '#']) {
@@ -108,10 +110,16 @@ mod tests {
         ] {
             assert!(all.iter().any(|f| f == expected), "{expected} missing from {all:?}");
         }
-        assert_eq!(ansi_c("a\u{1}b\nc\u{1b}d\u{7f}e\u{85}\u{2028}", false), r"a\001b\nc\Ed\177e\302\205\342\200\250");
+        assert_eq!(
+            ansi_c("a\u{1}b\nc\u{1b}d\u{7f}e\u{85}\u{2028}", false),
+            r"a\001b\nc\Ed\177e\302\205\342\200\250"
+        );
         // A control character: no backslash or double-quote form.
         assert_eq!(forms("a\tb").len(), 6);
-        assert_eq!(backslashed("~#a=~b:~c#", PRINTF_Q, |b| matches!(b, None | Some('=' | ':'))), r"\~#a=\~b:\~c#");
+        assert_eq!(
+            backslashed("~#a=~b:~c#", PRINTF_Q, |b| matches!(b, None | Some('=' | ':'))),
+            r"\~#a=\~b:\~c#"
+        );
         assert!(forms("#abc").contains(&"#abc".to_owned()) && forms("#abc").contains(&r"\#abc".to_owned()));
     }
 }

@@ -18,8 +18,19 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 /// Everything but RFC 3986's unreserved characters.
 const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 const PYTHON_QUOTE: &AsciiSet = &COMPONENT.remove(b'/');
-const URI_COMPONENT: &AsciiSet = &COMPONENT.remove(b'!').remove(b'\'').remove(b'(').remove(b')').remove(b'*');
-const USERINFO: &AsciiSet = &COMPONENT.remove(b'$').remove(b'&').remove(b'+').remove(b',').remove(b';').remove(b'=');
+const URI_COMPONENT: &AsciiSet = &COMPONENT
+    .remove(b'!')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*');
+const USERINFO: &AsciiSet = &COMPONENT
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=');
 
 pub(super) fn forms(text: &str) -> Vec<String> {
     let encoded = |set: &'static AsciiSet| utf8_percent_encode(text, set).to_string();

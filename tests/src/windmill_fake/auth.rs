@@ -14,10 +14,10 @@ use hyper::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::TokenRow;
 use super::reply::{Call, Reply, json_reply, random_token, text};
 use super::scopes;
 use super::server::Shared;
-use super::TokenRow;
 
 /// The page size of `tokens/list` when none is asked for, and the most a page holds (server
 /// code: `paginate`; 100 and 1000 in the version matching CE 1.743.0).
@@ -34,12 +34,17 @@ pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -
         ("POST", ["auth", "logout"]) => logout(shared, call),
         ("GET", ["users", "whoami"]) => {
             let user = authed(shared, call)?;
-            Ok(json_reply(&json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": "admin"})))
+            Ok(json_reply(
+                &json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": "admin"}),
+            ))
         }
         // observed: the OSS stub.
         ("POST", ["users", "setpassword"]) => {
             authed(shared, call)?;
-            Ok(text(500, "Internal: Not implemented in Windmill's Open Source repository @users_oss.rs:53:9"))
+            Ok(text(
+                500,
+                "Internal: Not implemented in Windmill's Open Source repository @users_oss.rs:53:9",
+            ))
         }
         ("POST", ["users", "tokens", "create"]) => create_token(shared, call),
         ("GET", ["users", "tokens", "list"]) => list_tokens(shared, call),
@@ -60,7 +65,9 @@ pub(super) fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
 /// The token's row, through the auth cache (module comment): an entry younger than its
 /// lifetime answers without looking at the `token` table.
 fn resolve(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
-    let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
+    let Some(token) = call.token else {
+        return Err(text(401, "Unauthorized"));
+    };
     let mut state = shared.state();
     let ttl = state.auth_cache_ttl;
     if let Some((row, cached_at)) = state.auth_cache.get(token) {
@@ -84,7 +91,14 @@ fn resolve(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
 
 /// `require_super_admin` (server code).
 pub(super) fn require_super_admin(user: &TokenRow) -> Result<(), Reply> {
-    if user.super_admin { Ok(()) } else { Err(text(401, "Not authorized: This endpoint requires the caller to be a super admin")) }
+    if user.super_admin {
+        Ok(())
+    } else {
+        Err(text(
+            401,
+            "Not authorized: This endpoint requires the caller to be a super admin",
+        ))
+    }
 }
 
 async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
@@ -102,7 +116,10 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             .map_err(|e| text(500, format!("Internal: cannot reach the database: {e}")))?;
         tokio::spawn(connection);
         client
-            .query_opt("SELECT password_hash, super_admin FROM password WHERE email = $1 AND login_type = 'password'", &[&email])
+            .query_opt(
+                "SELECT password_hash, super_admin FROM password WHERE email = $1 AND login_type = 'password'",
+                &[&email],
+            )
             .await
             .map_err(|e| text(500, format!("Internal: {e}")))?
     };
@@ -115,7 +132,11 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
     // with Argon2::default(), parameters taken from the string.
     let verified = tokio::task::spawn_blocking(move || {
         let parsed = PasswordHash::new(&hash).map_err(|e| e.to_string())?;
-        Ok::<bool, String>(Argon2::default().verify_password(login.password.as_bytes(), &parsed).is_ok())
+        Ok::<bool, String>(
+            Argon2::default()
+                .verify_password(login.password.as_bytes(), &parsed)
+                .is_ok(),
+        )
     })
     .await
     .expect("verify task");
@@ -126,7 +147,15 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
             // A session token, label `session`, returned raw and as the `token` cookie (observed).
             let token = random_token();
             let mut state = shared.state();
-            state.tokens.push(TokenRow { token: token.clone(), label: "session".into(), email, super_admin, scopes: None, workspace_id: None, expiration: None });
+            state.tokens.push(TokenRow {
+                token: token.clone(),
+                label: "session".into(),
+                email,
+                super_admin,
+                scopes: None,
+                workspace_id: None,
+                expiration: None,
+            });
             state.ever_minted.push(token.clone());
             Ok(Response::builder()
                 .status(200)
@@ -140,7 +169,9 @@ async fn login(shared: &Shared, call: &Call<'_>) -> Result<Reply, Reply> {
 
 /// observed: deletes the caller's token row, whatever its label, and answers 200.
 fn logout(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
-    let Some(token) = call.token else { return Err(text(401, "Unauthorized")) };
+    let Some(token) = call.token else {
+        return Err(text(401, "Unauthorized"));
+    };
     shared.state().delete_tokens(|t| t.token == token);
     Ok(text(200, "logged out successfully"))
 }
@@ -158,7 +189,11 @@ fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let user = authed(shared, call)?;
     let new: NewToken = call.json()?;
     let mut state = shared.state();
-    let token = if state.next_tokens.is_empty() { random_token() } else { state.next_tokens.remove(0) };
+    let token = if state.next_tokens.is_empty() {
+        random_token()
+    } else {
+        state.next_tokens.remove(0)
+    };
     state.tokens.push(TokenRow {
         token: token.clone(),
         label: new.label.unwrap_or_default(),
@@ -180,7 +215,9 @@ fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let user = authed(shared, call)?;
     let number = |name: &str, default: usize| match call.param(name) {
         None => Ok(default),
-        Some(value) => value.parse::<usize>().map_err(|e| text(400, format!("Failed to deserialize query string: {name}: {e}"))),
+        Some(value) => value
+            .parse::<usize>()
+            .map_err(|e| text(400, format!("Failed to deserialize query string: {name}: {e}"))),
     };
     let page = number("page", 1)?.max(1);
     let per_page = number("per_page", DEFAULT_PAGE)?.clamp(1, MAX_PAGE);
@@ -209,5 +246,8 @@ fn delete_tokens(shared: &Shared, call: &Call, prefix: &str) -> Result<Reply, Re
     let user = authed(shared, call)?;
     let mut state = shared.state();
     let deleted = state.delete_tokens(|t| t.email == user.email && t.token.starts_with(prefix));
-    Ok(text(200, format!("deleted {deleted} tokens [\"{prefix}*****\"] with prefix {prefix}")))
+    Ok(text(
+        200,
+        format!("deleted {deleted} tokens [\"{prefix}*****\"] with prefix {prefix}"),
+    ))
 }

@@ -23,17 +23,32 @@ use super::server::Shared;
 use super::{JobRow, TokenRow};
 
 /// `/api/w/{workspace}/jobs/…`, `jobs_u/…`, `variables/…`, `users/…`, past the route check.
-pub(super) fn route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn route(
+    shared: &Shared,
+    call: &Call,
+    user: &TokenRow,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     match (call.method, rest) {
         ("POST", ["jobs", "run", "p", path @ ..]) => run_script(shared, call, user, workspace, &path.join("/")),
         ("POST", ["jobs", "run", "h", hash]) => run_hash(shared, call, user, workspace, hash),
         ("POST", ["jobs", "run", "preview"]) => run_preview(shared, call, user, workspace),
-        ("POST", ["jobs", "run_wait_result", "preview"]) => Ok(text(501, "the Windmill fake runs no jobs: nothing to wait for")),
+        ("POST", ["jobs", "run_wait_result", "preview"]) => {
+            Ok(text(501, "the Windmill fake runs no jobs: nothing to wait for"))
+        }
         ("POST", ["jobs", "add_batch_jobs", n]) => add_batch(shared, call, user, workspace, n),
         ("POST", ["jobs", "queue", "import"]) => import(shared, call, workspace),
         ("GET", ["jobs", "list"]) => {
             let state = shared.state();
-            Ok(json_reply(&Value::Array(state.jobs.iter().filter(|j| j.workspace == workspace).map(job_json).collect())))
+            Ok(json_reply(&Value::Array(
+                state
+                    .jobs
+                    .iter()
+                    .filter(|j| j.workspace == workspace)
+                    .map(job_json)
+                    .collect(),
+            )))
         }
         ("GET", ["jobs_u", "get", id]) => {
             let state = shared.state();
@@ -55,17 +70,35 @@ pub(super) fn route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &s
 /// Who a job was created by: a labeled token's `username_override` (`label-<label>`, server
 /// code), the user's name for a login session.
 fn created_by(user: &TokenRow) -> String {
-    if user.label == "session" || user.label.is_empty() { "admin".to_owned() } else { format!("label-{}", user.label) }
+    if user.label == "session" || user.label.is_empty() {
+        "admin".to_owned()
+    } else {
+        format!("label-{}", user.label)
+    }
 }
 
 fn job_id() -> String {
     let digest = Sha256::digest(crate::servers::random_string(32).as_bytes());
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-4{}-a{}-{}", &hex[0..8], &hex[8..12], &hex[13..16], &hex[17..20], &hex[20..32])
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
 }
 
 /// A job as the caller's own: it runs with the owner's rights (`permissioned_as: u/admin`, observed).
-fn own_job(user: &TokenRow, workspace: &str, kind: &str, script_path: Option<String>, raw_code: Option<String>, args: Value) -> JobRow {
+fn own_job(
+    user: &TokenRow,
+    workspace: &str,
+    kind: &str,
+    script_path: Option<String>,
+    raw_code: Option<String>,
+    args: Value,
+) -> JobRow {
     JobRow {
         id: job_id(),
         workspace: workspace.to_owned(),
@@ -86,7 +119,11 @@ fn queue(shared: &Shared, job: JobRow) -> Reply {
 }
 
 fn deployed(shared: &Shared, workspace: &str, path: &str) -> bool {
-    shared.state().scripts.iter().any(|s| s.workspace == workspace && s.path == path && !s.archived)
+    shared
+        .state()
+        .scripts
+        .iter()
+        .any(|s| s.workspace == workspace && s.path == path && !s.archived)
 }
 
 /// The handler requires the run scope of the path before it looks the script up.
@@ -96,25 +133,47 @@ fn run_script(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, pa
     if !deployed(shared, workspace, path) {
         return Err(text(404, format!("Not found: Script not found at path {path}")));
     }
-    Ok(queue(shared, own_job(user, workspace, "script", Some(path.to_owned()), None, args)))
+    Ok(queue(
+        shared,
+        own_job(user, workspace, "script", Some(path.to_owned()), None, args),
+    ))
 }
 
 /// The handler finds the hash's path first, then requires the run scope of that path.
 fn run_hash(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, hash: &str) -> Result<Reply, Reply> {
-    let path = shared.state().scripts.iter().find(|s| s.workspace == workspace && s.hash == hash).map(|s| s.path.clone());
-    let Some(path) = path else { return Err(text(404, format!("Not found: script not found at hash {hash}"))) };
+    let path = shared
+        .state()
+        .scripts
+        .iter()
+        .find(|s| s.workspace == workspace && s.hash == hash)
+        .map(|s| s.path.clone());
+    let Some(path) = path else {
+        return Err(text(404, format!("Not found: script not found at hash {hash}")));
+    };
     scopes::require(user, &Needed::run_script(&path), shared.state().enforce_scopes)?;
     let args: Value = call.json()?;
-    Ok(queue(shared, own_job(user, workspace, "script", Some(path), None, args)))
+    Ok(queue(
+        shared,
+        own_job(user, workspace, "script", Some(path), None, args),
+    ))
 }
 
 fn run_preview(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str) -> Result<Reply, Reply> {
     let preview: Value = call.json()?;
-    let (Some(content), Some(_)) = (preview.get("content").and_then(Value::as_str), preview.get("language").and_then(Value::as_str)) else {
-        return Err(text(422, "Failed to deserialize the JSON body into the target type: missing field `content` or `language`"));
+    let (Some(content), Some(_)) = (
+        preview.get("content").and_then(Value::as_str),
+        preview.get("language").and_then(Value::as_str),
+    ) else {
+        return Err(text(
+            422,
+            "Failed to deserialize the JSON body into the target type: missing field `content` or `language`",
+        ));
     };
     let args = preview.get("args").cloned().unwrap_or_else(|| json!({}));
-    Ok(queue(shared, own_job(user, workspace, "preview", None, Some(content.to_owned()), args)))
+    Ok(queue(
+        shared,
+        own_job(user, workspace, "preview", None, Some(content.to_owned()), args),
+    ))
 }
 
 /// `add_batch_jobs`: `n` jobs as the caller, answered as a JSON list of their ids.
@@ -126,7 +185,9 @@ fn add_batch(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, n: 
         path: Option<String>,
     }
     require_super_admin(user)?;
-    let n: usize = n.parse().map_err(|_| text(400, format!("Invalid URL: Cannot parse `{n}` to a `i32`")))?;
+    let n: usize = n
+        .parse()
+        .map_err(|_| text(400, format!("Invalid URL: Cannot parse `{n}` to a `i32`")))?;
     let batch: BatchInfo = call.json()?;
     let (kind, path, code) = match batch.kind.as_str() {
         "noop" => ("noop", None, None),
@@ -143,7 +204,9 @@ fn add_batch(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, n: 
         },
         other => return Err(text(400, format!("Bad request: Invalid batch kind: {other}"))),
     };
-    let jobs: Vec<JobRow> = (0..n).map(|_| own_job(user, workspace, kind, path.clone(), code.clone(), json!({}))).collect();
+    let jobs: Vec<JobRow> = (0..n)
+        .map(|_| own_job(user, workspace, kind, path.clone(), code.clone(), json!({})))
+        .collect();
     let ids: Vec<Value> = jobs.iter().map(|j| json!(j.id)).collect();
     shared.state().jobs.extend(jobs);
     Ok(json_reply(&Value::Array(ids)))
@@ -184,7 +247,10 @@ fn import(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply, Reply>
 /// anonymous caller (observed: the 400 below for a token with `jobs:read` alone).
 pub(super) fn cancel(shared: &Shared, user: Option<TokenRow>, workspace: &str, id: &str) -> Result<Reply, Reply> {
     if user.is_none() {
-        return Err(text(400, "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it"));
+        return Err(text(
+            400,
+            "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it",
+        ));
     }
     let mut state = shared.state();
     let Some(job) = state.jobs.iter_mut().find(|j| j.workspace == workspace && j.id == id) else {

@@ -153,11 +153,23 @@ impl WindmillFake {
     /// Like [`start`](Self::start), but connections are refused for the first `refuse_for`, or
     /// until [`listen_now`](Self::listen_now).
     pub fn start_refusing(dsn: &str, refuse_for: Duration) -> WindmillFake {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let shared = Arc::new(Shared { state: Mutex::new(State::default()), dsn: dsn.to_owned() });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            dsn: dsn.to_owned(),
+        });
         let listen = Arc::new(Notify::new());
         let addr = server::serve(&runtime, shared.clone(), refuse_for, listen.clone());
-        WindmillFake { url: format!("http://{addr}"), shared, listen, runtime: Some(runtime) }
+        WindmillFake {
+            url: format!("http://{addr}"),
+            shared,
+            listen,
+            runtime: Some(runtime),
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -180,7 +192,13 @@ impl WindmillFake {
 
     /// As [`fail`](Self::fail), after letting the next `skip` matching calls through.
     pub fn fail_after(&self, method: &str, path_prefix: &str, skip: usize, fault: Fault, times: usize) {
-        self.state().faults.push(FaultRule { method: method.into(), path_prefix: path_prefix.into(), fault, skip, remaining: times });
+        self.state().faults.push(FaultRule {
+            method: method.into(),
+            path_prefix: path_prefix.into(),
+            fault,
+            skip,
+            remaining: times,
+        });
     }
 
     /// Just before the next `scripts/create` for `path`, another writer creates a version of
@@ -252,7 +270,12 @@ impl WindmillFake {
 
     /// Every version of `path` in `workspace`, oldest first.
     pub fn versions(&self, workspace: &str, path: &str) -> Vec<ScriptRow> {
-        self.state().scripts.iter().filter(|s| s.workspace == workspace && s.path == path).cloned().collect()
+        self.state()
+            .scripts
+            .iter()
+            .filter(|s| s.workspace == workspace && s.path == path)
+            .cloned()
+            .collect()
     }
 
     pub fn script_count(&self) -> usize {
@@ -280,14 +303,24 @@ impl WindmillFake {
     /// failed dependency job does (server code).
     pub fn set_lock_error(&self, workspace: &str, path: &str, logs: Option<&str>) {
         let mut state = self.state();
-        let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
+        let row = state
+            .scripts
+            .iter_mut()
+            .rev()
+            .find(|s| s.workspace == workspace && s.path == path)
+            .expect("the script exists");
         row.lock_error_logs = logs.map(str::to_owned);
     }
 
     /// Archives the newest version of a script (as deleting it in the UI does).
     pub fn archive(&self, workspace: &str, path: &str) {
         let mut state = self.state();
-        if let Some(row) = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path) {
+        if let Some(row) = state
+            .scripts
+            .iter_mut()
+            .rev()
+            .find(|s| s.workspace == workspace && s.path == path)
+        {
             row.archived = true;
         }
     }
@@ -296,7 +329,12 @@ impl WindmillFake {
     /// succeeds (server code: the worker writes the lock it computed into the row).
     pub fn set_lock(&self, workspace: &str, path: &str, lock: &str) {
         let mut state = self.state();
-        let row = state.scripts.iter_mut().rev().find(|s| s.workspace == workspace && s.path == path).expect("the script exists");
+        let row = state
+            .scripts
+            .iter_mut()
+            .rev()
+            .find(|s| s.workspace == workspace && s.path == path)
+            .expect("the script exists");
         row.lock = Some(lock.to_owned());
     }
 
@@ -335,7 +373,11 @@ impl WindmillFake {
     /// at once, its auth cache entry dropped.
     pub fn expire_token(&self, token: &str) {
         let mut state = self.state();
-        let row = state.tokens.iter_mut().find(|t| t.token == token).expect("the token exists");
+        let row = state
+            .tokens
+            .iter_mut()
+            .find(|t| t.token == token)
+            .expect("the token exists");
         row.expiration = Some("2026-01-01T00:00:00Z".to_owned());
         state.auth_cache.remove(token);
     }

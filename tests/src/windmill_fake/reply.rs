@@ -30,7 +30,10 @@ pub(super) fn json_reply(value: &Value) -> Reply {
 
 /// 200 with an empty body and no content type (settings POST, observed).
 pub(super) fn empty() -> Reply {
-    Response::builder().status(200).body(Full::new(Bytes::new())).expect("response")
+    Response::builder()
+        .status(200)
+        .body(Full::new(Bytes::new()))
+        .expect("response")
 }
 
 /// The request's token. Order of `extract_token` (OpenAPI): `Authorization: Bearer`, then the
@@ -43,7 +46,11 @@ pub(super) fn bearer(request: &Request<Incoming>) -> Option<String> {
         }
     }
     headers.get("cookie").and_then(|v| v.to_str().ok()).and_then(|cookies| {
-        cookies.split(';').map(str::trim).find_map(|c| c.strip_prefix("token=")).map(str::to_owned)
+        cookies
+            .split(';')
+            .map(str::trim)
+            .find_map(|c| c.strip_prefix("token="))
+            .map(str::to_owned)
     })
 }
 
@@ -61,7 +68,11 @@ pub(super) struct Call<'a> {
 impl Call<'_> {
     /// The value of the query parameter `name`, if given.
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.query.split('&').filter_map(|pair| pair.split_once('=')).find(|(key, _)| *key == name).map(|(_, value)| value)
+        self.query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value)
     }
 
     /// JSON body rules (observed): no JSON content type → 415; not JSON → 400; the wrong
@@ -70,8 +81,14 @@ impl Call<'_> {
         if !self.is_json {
             return Err(text(415, "Expected request with `Content-Type: application/json`"));
         }
-        let value: Value = serde_json::from_str(self.body).map_err(|e| text(400, format!("Failed to parse the request body as JSON: {e}")))?;
-        serde_json::from_value(value).map_err(|e| text(422, format!("Failed to deserialize the JSON body into the target type: {e}")))
+        let value: Value = serde_json::from_str(self.body)
+            .map_err(|e| text(400, format!("Failed to parse the request body as JSON: {e}")))?;
+        serde_json::from_value(value).map_err(|e| {
+            text(
+                422,
+                format!("Failed to deserialize the JSON body into the target type: {e}"),
+            )
+        })
     }
 }
 

@@ -32,32 +32,98 @@ use super::reply::{Call, Reply, text};
 
 /// `ScopeDomain::from_str`: the domains and their aliases.
 const DOMAINS: &[(&str, &str)] = &[
-    ("jobs", "jobs"), ("jobs_u", "jobs"), ("scripts", "scripts"), ("flows", "flows"), ("apps", "apps"), ("apps_u", "apps"),
-    ("variables", "variables"), ("resources", "resources"), ("schedules", "schedules"), ("folders", "folders"),
-    ("users", "users"), ("groups", "groups"), ("workspaces", "workspaces"), ("http_triggers", "http_triggers"),
-    ("websocket_triggers", "websocket_triggers"), ("kafka_triggers", "kafka_triggers"), ("nats_triggers", "nats_triggers"),
-    ("mqtt_triggers", "mqtt_triggers"), ("sqs_triggers", "sqs_triggers"), ("gcp_triggers", "gcp_triggers"),
-    ("postgres_triggers", "postgres_triggers"), ("email_triggers", "email_triggers"), ("native_triggers", "native_triggers"),
-    ("audit", "audit"), ("settings", "settings"), ("workers", "workers"), ("service_logs", "service_logs"),
-    ("configs", "configs"), ("oauth", "oauth"), ("ai", "ai"), ("indexer", "indexer"), ("srch", "indexer"), ("teams", "teams"),
-    ("git_sync", "git_sync"), ("github_app", "git_sync"), ("capture", "capture"), ("drafts", "drafts"),
-    ("favorites", "favorites"), ("inputs", "inputs"), ("job_helpers", "job_helpers"), ("concurrency_groups", "concurrency_groups"),
-    ("oidc", "oidc"), ("openapi", "openapi"), ("acls", "acls"), ("raw_apps", "raw_apps"), ("agent_workers", "agent_workers"),
+    ("jobs", "jobs"),
+    ("jobs_u", "jobs"),
+    ("scripts", "scripts"),
+    ("flows", "flows"),
+    ("apps", "apps"),
+    ("apps_u", "apps"),
+    ("variables", "variables"),
+    ("resources", "resources"),
+    ("schedules", "schedules"),
+    ("folders", "folders"),
+    ("users", "users"),
+    ("groups", "groups"),
+    ("workspaces", "workspaces"),
+    ("http_triggers", "http_triggers"),
+    ("websocket_triggers", "websocket_triggers"),
+    ("kafka_triggers", "kafka_triggers"),
+    ("nats_triggers", "nats_triggers"),
+    ("mqtt_triggers", "mqtt_triggers"),
+    ("sqs_triggers", "sqs_triggers"),
+    ("gcp_triggers", "gcp_triggers"),
+    ("postgres_triggers", "postgres_triggers"),
+    ("email_triggers", "email_triggers"),
+    ("native_triggers", "native_triggers"),
+    ("audit", "audit"),
+    ("settings", "settings"),
+    ("workers", "workers"),
+    ("service_logs", "service_logs"),
+    ("configs", "configs"),
+    ("oauth", "oauth"),
+    ("ai", "ai"),
+    ("indexer", "indexer"),
+    ("srch", "indexer"),
+    ("teams", "teams"),
+    ("git_sync", "git_sync"),
+    ("github_app", "git_sync"),
+    ("capture", "capture"),
+    ("drafts", "drafts"),
+    ("favorites", "favorites"),
+    ("inputs", "inputs"),
+    ("job_helpers", "job_helpers"),
+    ("concurrency_groups", "concurrency_groups"),
+    ("oidc", "oidc"),
+    ("openapi", "openapi"),
+    ("acls", "acls"),
+    ("raw_apps", "raw_apps"),
+    ("agent_workers", "agent_workers"),
     ("mcp", "mcp"),
 ];
 
 /// `RUN_PATH_ACTIONS`: a path containing one of these is a run, whatever the method.
 const RUN_PATHS: &[&str] = &[
-    "jobs/resume/", "jobs/run/batch_rerun_jobs", "jobs/run/workflow_as_code", "jobs/run/dependencies", "jobs/run/flow_dependencies",
-    "apps_u/execute_component", "jobs/run/p", "jobs/run/h", "jobs/run_wait_result/p", "jobs/run_wait_result/h", "jobs/run/preview",
-    "jobs/run_and_stream/p", "jobs/run_and_stream/h", "jobs/run/f", "jobs/run_wait_result/f", "jobs/restart/f", "jobs/flow/resume",
+    "jobs/resume/",
+    "jobs/run/batch_rerun_jobs",
+    "jobs/run/workflow_as_code",
+    "jobs/run/dependencies",
+    "jobs/run/flow_dependencies",
+    "apps_u/execute_component",
+    "jobs/run/p",
+    "jobs/run/h",
+    "jobs/run_wait_result/p",
+    "jobs/run_wait_result/h",
+    "jobs/run/preview",
+    "jobs/run_and_stream/p",
+    "jobs/run_and_stream/h",
+    "jobs/run/f",
+    "jobs/run_wait_result/f",
+    "jobs/restart/f",
+    "jobs/flow/resume",
     "jobs/run_and_stream/f",
 ];
-const FLOW_RUNS: &[&str] = &["jobs/run/f", "jobs/run_wait_result/f", "jobs/run/preview_flow", "jobs/restart/f", "jobs/flow/resume", "jobs/run_and_stream/f"];
-const SCRIPT_RUNS: &[&str] = &["jobs/run/p", "jobs/run/h", "jobs/run_wait_result/p", "jobs/run_wait_result/h", "jobs/run_and_stream/p", "jobs/run_and_stream/h"];
+const FLOW_RUNS: &[&str] = &[
+    "jobs/run/f",
+    "jobs/run_wait_result/f",
+    "jobs/run/preview_flow",
+    "jobs/restart/f",
+    "jobs/flow/resume",
+    "jobs/run_and_stream/f",
+];
+const SCRIPT_RUNS: &[&str] = &[
+    "jobs/run/p",
+    "jobs/run/h",
+    "jobs/run_wait_result/p",
+    "jobs/run_wait_result/h",
+    "jobs/run_and_stream/p",
+    "jobs/run_and_stream/h",
+];
 
 fn canonical_domain(domain: &str) -> Option<&'static str> {
-    DOMAINS.iter().find(|(name, _)| *name == domain).map(|(_, canonical)| *canonical)
+    DOMAINS
+        .iter()
+        .find(|(name, _)| *name == domain)
+        .map(|(_, canonical)| *canonical)
 }
 
 /// `ScopeAction::from_str`: `delete` is `write`.
@@ -84,7 +150,12 @@ pub(super) struct Needed {
 impl Needed {
     /// What the run handlers require: `jobs:run:scripts:<path>`.
     pub fn run_script(path: &str) -> Needed {
-        Needed { domain: "jobs", action: "run", kind: Some("scripts"), resource: Some(path.to_owned()) }
+        Needed {
+            domain: "jobs",
+            action: "run",
+            kind: Some("scripts"),
+            resource: Some(path.to_owned()),
+        }
     }
 }
 
@@ -116,10 +187,30 @@ fn parse(scope: &str) -> Option<Scope<'_>> {
     let runs = parts.len() >= 3 && parts[0] == "jobs" && parts[1] == "run";
     let (domain, action) = (*parts.first()?, *parts.get(1)?);
     match parts.len() {
-        2 => Some(Scope { domain, action, kind: None, resources: None }),
-        3 if runs => Some(Scope { domain, action, kind: Some(parts[2]), resources: None }),
-        3 => Some(Scope { domain, action, kind: None, resources: Some(parts[2].split(',').collect()) }),
-        4 if runs => Some(Scope { domain, action, kind: Some(parts[2]), resources: Some(parts[3].split(',').collect()) }),
+        2 => Some(Scope {
+            domain,
+            action,
+            kind: None,
+            resources: None,
+        }),
+        3 if runs => Some(Scope {
+            domain,
+            action,
+            kind: Some(parts[2]),
+            resources: None,
+        }),
+        3 => Some(Scope {
+            domain,
+            action,
+            kind: None,
+            resources: Some(parts[2].split(',').collect()),
+        }),
+        4 if runs => Some(Scope {
+            domain,
+            action,
+            kind: Some(parts[2]),
+            resources: Some(parts[3].split(',').collect()),
+        }),
         _ => None,
     }
 }
@@ -153,20 +244,31 @@ pub(super) fn needed(method: &str, path: &str) -> Option<Needed> {
     } else {
         None
     };
-    Some(Needed { domain, action, kind, resource: None })
+    Some(Needed {
+        domain,
+        action,
+        kind,
+        resource: None,
+    })
 }
 
 /// `scope_grants_access` plus, for a handler's `resource`, `ScopeDefinition::includes`: whether
 /// `scope` covers `needed`, or the 400 of a scope Windmill cannot interpret.
 fn grants(scope: &Scope, needed: &Needed) -> Result<bool, Reply> {
     let Some(domain) = canonical_domain(scope.domain) else {
-        return Err(text(400, format!("Bad request: Invalid scope domain: {}", scope.domain)));
+        return Err(text(
+            400,
+            format!("Bad request: Invalid scope domain: {}", scope.domain),
+        ));
     };
     if domain != needed.domain {
         return Ok(false);
     }
     let Some(action) = canonical_action(scope.action) else {
-        return Err(text(400, format!("Bad request: Invalid scope action: {}", scope.action)));
+        return Err(text(
+            400,
+            format!("Bad request: Invalid scope action: {}", scope.action),
+        ));
     };
     let includes = action == needed.action || (needed.action == "read" && matches!(action, "write" | "run"));
     if !includes {
@@ -190,13 +292,20 @@ fn grants(scope: &Scope, needed: &Needed) -> Result<bool, Reply> {
 fn covers(pattern: &str, resource: &str) -> bool {
     pattern == "*"
         || pattern == resource
-        || pattern.strip_suffix("/*").is_some_and(|prefix| resource == prefix || resource.strip_prefix(prefix).is_some_and(|r| r.starts_with('/')))
+        || pattern.strip_suffix("/*").is_some_and(|prefix| {
+            resource == prefix || resource.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
+        })
 }
 
 /// Whether the scopes of `token` allow `needed` (no scopes, or only tag filters: everything).
 /// `Err` is the 400 of a scope Windmill cannot interpret, reached before one that grants.
 pub(super) fn allows(token: &TokenRow, needed: &Needed, enforce: bool) -> Result<bool, Reply> {
-    let scopes: Vec<&String> = token.scopes.iter().flatten().filter(|s| !s.starts_with("if_jobs:filter_tags:")).collect();
+    let scopes: Vec<&String> = token
+        .scopes
+        .iter()
+        .flatten()
+        .filter(|s| !s.starts_with("if_jobs:filter_tags:"))
+        .collect();
     if !enforce || scopes.is_empty() {
         return Ok(true);
     }
@@ -210,7 +319,11 @@ pub(super) fn allows(token: &TokenRow, needed: &Needed, enforce: bool) -> Result
 
 /// A handler's own check (`check_scopes`): 403 naming what it requires.
 pub(super) fn require(token: &TokenRow, needed: &Needed, enforce: bool) -> Result<(), Reply> {
-    if allows(token, needed, enforce)? { Ok(()) } else { Err(text(403, format!("Permission denied: Required scope: {needed}"))) }
+    if allows(token, needed, enforce)? {
+        Ok(())
+    } else {
+        Err(text(403, format!("Permission denied: Required scope: {needed}")))
+    }
 }
 
 /// The binding and the route check of `token` for `call` (see the module comment).
@@ -281,14 +394,34 @@ mod tests {
         // Run includes read: every job read of the workspace.
         assert!(allowed(&runs, "GET", "/api/w/ws/jobs/list"));
         assert!(allowed(&runs, "GET", "/api/w/ws/jobs_u/get/x"));
-        assert!(allows(&scoped(&["jobs:run:scripts:f/fediversity/*"]), &Needed::run_script("f/fediversity/x"), true).unwrap());
-        assert!(!allows(&scoped(&["jobs:run:scripts:f/fedi/*"]), &Needed::run_script("f/fediversity/x"), true).unwrap());
+        assert!(
+            allows(
+                &scoped(&["jobs:run:scripts:f/fediversity/*"]),
+                &Needed::run_script("f/fediversity/x"),
+                true
+            )
+            .unwrap()
+        );
+        assert!(
+            !allows(
+                &scoped(&["jobs:run:scripts:f/fedi/*"]),
+                &Needed::run_script("f/fediversity/x"),
+                true
+            )
+            .unwrap()
+        );
         assert!(allowed(&["jobs:run"], "POST", "/api/w/ws/jobs/run/preview"));
         assert!(!allowed(&["jobs:run:flows"], "POST", "/api/w/ws/jobs/run/p/f/a/b"));
         assert!(allowed(&["jobs:write"], "GET", "/api/w/ws/jobs_u/get/x"));
         assert!(allowed(&["jobs:write"], "POST", "/api/w/ws/jobs/add_batch_jobs/3"));
-        assert!(allowed(&["jobs:delete"], "POST", "/api/w/ws/jobs/queue/import"), "delete is write");
-        assert!(!allowed(&["jobs:write"], "POST", "/api/w/ws/jobs/run/p/f/a/b"), "write does not cover run");
+        assert!(
+            allowed(&["jobs:delete"], "POST", "/api/w/ws/jobs/queue/import"),
+            "delete is write"
+        );
+        assert!(
+            !allowed(&["jobs:write"], "POST", "/api/w/ws/jobs/run/p/f/a/b"),
+            "write does not cover run"
+        );
         assert!(!allowed(&["jobs:read"], "GET", "/api/w/ws/variables/list"));
         assert!(allowed(&["variables:read"], "GET", "/api/w/ws/variables/list"));
         // A scope that does not parse grants nothing; tag filters alone leave the token unscoped.
@@ -297,13 +430,21 @@ mod tests {
         // No scopes: the owner's full rights.
         assert!(allows(&scoped(&[]), &needed("POST", "/api/w/ws/scripts/create").unwrap(), true).unwrap());
         // Not enforced: everything.
-        assert!(allows(&scoped(&runs), &needed("POST", "/api/w/ws/scripts/create").unwrap(), false).unwrap());
+        assert!(
+            allows(
+                &scoped(&runs),
+                &needed("POST", "/api/w/ws/scripts/create").unwrap(),
+                false
+            )
+            .unwrap()
+        );
     }
 
     #[test]
     fn an_unknown_domain_or_action_is_a_400_where_it_is_reached() {
         let run = needed("POST", "/api/w/ws/jobs/run/p/f/a/b").unwrap();
-        let status = |scopes: &[&str], needed: &Needed| allows(&scoped(scopes), needed, true).map_err(|r| r.status().as_u16());
+        let status =
+            |scopes: &[&str], needed: &Needed| allows(&scoped(scopes), needed, true).map_err(|r| r.status().as_u16());
         assert_eq!(status(&["varibles:read", "jobs:run:scripts:f/a/b"], &run), Err(400));
         // A scope that grants first hides it.
         assert_eq!(status(&["jobs:run:scripts:f/a/b", "varibles:read"], &run), Ok(true));

@@ -8,10 +8,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::ScriptRow;
 use super::reply::{Call, Reply, json_reply, text};
 use super::server::Shared;
 use super::state::State;
-use super::ScriptRow;
 
 /// `/api/w/{workspace}/scripts/…`.
 pub(super) fn route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
@@ -20,7 +20,12 @@ pub(super) fn route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]
             let path = path.join("/");
             let state = shared.state();
             // server code: the newest row by creation, archived or not; 404 text (observed).
-            match state.scripts.iter().rev().find(|s| s.workspace == workspace && s.path == path) {
+            match state
+                .scripts
+                .iter()
+                .rev()
+                .find(|s| s.workspace == workspace && s.path == path)
+            {
                 None => Err(text(404, format!("Not found: Script not found at path {path}"))),
                 Some(row) => Ok(json_reply(&script_json(row))),
             }
@@ -34,8 +39,29 @@ pub(super) fn route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]
 }
 
 const SCRIPT_LANGS: &[&str] = &[
-    "python3", "deno", "go", "bash", "powershell", "postgresql", "mysql", "bigquery", "snowflake", "mssql", "oracledb", "graphql",
-    "nativets", "bun", "php", "rust", "ansible", "csharp", "nu", "java", "ruby", "duckdb", "bunnative",
+    "python3",
+    "deno",
+    "go",
+    "bash",
+    "powershell",
+    "postgresql",
+    "mysql",
+    "bigquery",
+    "snowflake",
+    "mssql",
+    "oracledb",
+    "graphql",
+    "nativets",
+    "bun",
+    "php",
+    "rust",
+    "ansible",
+    "csharp",
+    "nu",
+    "java",
+    "ruby",
+    "duckdb",
+    "bunnative",
 ];
 
 /// Windmill's script path check constraint `^[ufg](/[\w-]+){2,}$` (server code).
@@ -43,9 +69,10 @@ fn proper_script_path(path: &str) -> bool {
     let parts: Vec<&str> = path.split('/').collect();
     parts.len() >= 3
         && matches!(parts[0], "u" | "f" | "g")
-        && parts[1..].iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
+        && parts[1..]
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
 }
-
 
 /// The `get/p` JSON as observed (python build: with `assets`; no `lock` key while it is NULL).
 fn script_json(row: &ScriptRow) -> Value {
@@ -69,7 +96,15 @@ fn script_json(row: &ScriptRow) -> Value {
 
 /// The request fields the fake keeps as they are: all but those it handles itself.
 fn settings_of(raw: &Value) -> serde_json::Map<String, Value> {
-    const OWN: [&str; 7] = ["path", "parent_hash", "summary", "description", "content", "language", "lock"];
+    const OWN: [&str; 7] = [
+        "path",
+        "parent_hash",
+        "summary",
+        "description",
+        "content",
+        "language",
+        "lock",
+    ];
     let mut settings = raw.as_object().cloned().unwrap_or_default();
     settings.retain(|key, value| !OWN.contains(&key.as_str()) && !value.is_null());
     settings
@@ -88,22 +123,41 @@ struct NewScript {
 
 fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) -> Result<Reply, Reply> {
     let raw: Value = call.json()?;
-    let new: NewScript = serde_json::from_value(raw.clone())
-        .map_err(|e| text(422, format!("Failed to deserialize the JSON body into the target type: {e}")))?;
+    let new: NewScript = serde_json::from_value(raw.clone()).map_err(|e| {
+        text(
+            422,
+            format!("Failed to deserialize the JSON body into the target type: {e}"),
+        )
+    })?;
     if !SCRIPT_LANGS.contains(&new.language.as_str()) {
-        return Err(text(422, format!("Failed to deserialize the JSON body into the target type: language: unknown variant `{}`", new.language)));
+        return Err(text(
+            422,
+            format!(
+                "Failed to deserialize the JSON body into the target type: language: unknown variant `{}`",
+                new.language
+            ),
+        ));
     }
     if let Some(parent) = &new.parent_hash {
         // observed: a parent_hash that is not hex is a 422.
         if parent.len() % 16 != 0 || !parent.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(text(422, "Failed to deserialize the JSON body into the target type: parent_hash: Invalid character"));
+            return Err(text(
+                422,
+                "Failed to deserialize the JSON body into the target type: parent_hash: Invalid character",
+            ));
         }
     }
     if !proper_script_path(&new.path) {
-        return Err(text(400, "SqlErr: error returned from database: new row for relation \"script\" violates check constraint \"proper_id\" @scripts.rs:1395:5"));
+        return Err(text(
+            400,
+            "SqlErr: error returned from database: new row for relation \"script\" violates check constraint \"proper_id\" @scripts.rs:1395:5",
+        ));
     }
     if !exists {
-        return Err(text(500, "Internal: error returned from database: insert or update on table \"script\" violates foreign key constraint \"script_workspace_id_fkey\""));
+        return Err(text(
+            500,
+            "Internal: error returned from database: insert or update on table \"script\" violates foreign key constraint \"script_workspace_id_fkey\"",
+        ));
     }
     let mut state = shared.state();
     // The "concurrent writer": its version lands between the bootstrap's read and write.
@@ -115,38 +169,90 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
     let in_workspace = |s: &&ScriptRow| s.workspace == workspace;
     // server code: the same request again.
     if state.scripts.iter().filter(in_workspace).any(|s| s.hash == hash) {
-        return Err(text(400, "Bad request: A script with same hash (hence same path, description, summary, content) already exists!"));
+        return Err(text(
+            400,
+            "Bad request: A script with same hash (hence same path, description, summary, content) already exists!",
+        ));
     }
-    let live_at_path: Vec<String> =
-        state.scripts.iter().filter(in_workspace).filter(|s| s.path == new.path && !s.archived).map(|s| s.hash.clone()).collect();
+    let live_at_path: Vec<String> = state
+        .scripts
+        .iter()
+        .filter(in_workspace)
+        .filter(|s| s.path == new.path && !s.archived)
+        .map(|s| s.hash.clone())
+        .collect();
     let parent_hashes = match &new.parent_hash {
         // Rule 2: no parent while a live version exists.
         None => {
             if let Some(live) = live_at_path.first() {
-                return Err(text(400, format!("Bad request: Path conflict for {} with non-archived hash {live}", new.path)));
+                return Err(text(
+                    400,
+                    format!(
+                        "Bad request: Path conflict for {} with non-archived hash {live}",
+                        new.path
+                    ),
+                ));
             }
             Vec::new()
         }
         Some(parent) => {
             // Rule 3: the parent must exist and be the head (no other child), and no other live
             // version may sit at the path.
-            let Some(parent_row) = state.scripts.iter().filter(in_workspace).find(|s| s.hash == *parent).cloned() else {
+            let Some(parent_row) = state
+                .scripts
+                .iter()
+                .filter(in_workspace)
+                .find(|s| s.hash == *parent)
+                .cloned()
+            else {
                 return Err(text(400, "Bad request: The parent hash does not seem to exist"));
             };
-            if let Some(child) = state.scripts.iter().filter(in_workspace).find(|s| s.parent_hashes.first() == Some(parent)) {
-                return Err(text(400, format!("Bad request: A script with hash {} with same parent_hash has been found. However, the lineage must be linear: no 2 scripts can have the same parent", child.hash)));
+            if let Some(child) = state
+                .scripts
+                .iter()
+                .filter(in_workspace)
+                .find(|s| s.parent_hashes.first() == Some(parent))
+            {
+                return Err(text(
+                    400,
+                    format!(
+                        "Bad request: A script with hash {} with same parent_hash has been found. However, the lineage must be linear: no 2 scripts can have the same parent",
+                        child.hash
+                    ),
+                ));
             }
             if let Some(live) = live_at_path.iter().find(|h| *h != parent) {
-                return Err(text(400, format!("Bad request: Path conflict for {} with non-archived hash {live}", new.path)));
+                return Err(text(
+                    400,
+                    format!(
+                        "Bad request: Path conflict for {} with non-archived hash {live}",
+                        new.path
+                    ),
+                ));
             }
-            state.scripts.iter_mut().filter(|s| s.workspace == workspace && s.hash == *parent).for_each(|s| s.archived = true);
-            std::iter::once(parent.clone()).chain(parent_row.parent_hashes).take(20).collect()
+            state
+                .scripts
+                .iter_mut()
+                .filter(|s| s.workspace == workspace && s.hash == *parent)
+                .for_each(|s| s.archived = true);
+            std::iter::once(parent.clone())
+                .chain(parent_row.parent_hashes)
+                .take(20)
+                .collect()
         }
     };
     // Rule 5: a lock that is given is stored as given; python3 without one waits for a
     // dependency job (none runs here: NULL); bash needs none (`""`).
-    let given = raw.get("lock").and_then(Value::as_str).filter(|l| !l.is_empty()).map(str::to_owned);
-    let lock = if new.language == "bash" { Some(String::new()) } else { given };
+    let given = raw
+        .get("lock")
+        .and_then(Value::as_str)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned);
+    let lock = if new.language == "bash" {
+        Some(String::new())
+    } else {
+        given
+    };
     state.scripts.push(ScriptRow {
         workspace: workspace.into(),
         hash: hash.clone(),
@@ -168,12 +274,28 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
 /// A version by another writer, created by the same rules as through the API: the head (if
 /// any) becomes its parent and is archived.
 pub(super) fn push_other_version(state: &mut State, workspace: &str, path: &str, content: &str, summary: &str) {
-    let head = state.scripts.iter().rev().find(|s| s.workspace == workspace && s.path == path).cloned();
+    let head = state
+        .scripts
+        .iter()
+        .rev()
+        .find(|s| s.workspace == workspace && s.path == path)
+        .cloned();
     let body = json!({"path": path, "parent_hash": head.as_ref().map(|h| h.hash.clone()), "summary": summary, "description": "", "content": content, "language": "python3"});
     if let Some(head) = &head {
-        state.scripts.iter_mut().filter(|s| s.workspace == workspace && s.hash == head.hash).for_each(|s| s.archived = true);
+        state
+            .scripts
+            .iter_mut()
+            .filter(|s| s.workspace == workspace && s.hash == head.hash)
+            .for_each(|s| s.archived = true);
     }
-    let parent_hashes = head.map(|h| std::iter::once(h.hash.clone()).chain(h.parent_hashes).take(20).collect()).unwrap_or_default();
+    let parent_hashes = head
+        .map(|h| {
+            std::iter::once(h.hash.clone())
+                .chain(h.parent_hashes)
+                .take(20)
+                .collect()
+        })
+        .unwrap_or_default();
     state.scripts.push(ScriptRow {
         workspace: workspace.into(),
         hash: script_hash(&body),
@@ -208,7 +330,10 @@ fn canonical(value: &Value) -> String {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            let fields: Vec<String> = keys.iter().map(|k| format!("{}:{}", Value::from(k.as_str()), canonical(&map[*k]))).collect();
+            let fields: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", Value::from(k.as_str()), canonical(&map[*k])))
+                .collect();
             format!("{{{}}}", fields.join(","))
         }
         Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),

@@ -72,7 +72,12 @@ pub(super) struct FaultRule {
 /// Binds a port on 127.0.0.1 and serves `shared` on `runtime`, listening once `refuse_for` has
 /// passed or `listen` is notified (until then the port is bound but not listening, so connects
 /// are refused, not hung). Returns the address.
-pub(super) fn serve(runtime: &tokio::runtime::Runtime, shared: Arc<Shared>, refuse_for: Duration, listen: Arc<Notify>) -> SocketAddr {
+pub(super) fn serve(
+    runtime: &tokio::runtime::Runtime,
+    shared: Arc<Shared>,
+    refuse_for: Duration,
+    listen: Arc<Notify>,
+) -> SocketAddr {
     let socket = runtime.block_on(async {
         let socket = TcpSocket::new_v4().expect("socket");
         socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
@@ -86,7 +91,9 @@ pub(super) fn serve(runtime: &tokio::runtime::Runtime, shared: Arc<Shared>, refu
         }
         let listener = socket.listen(1024).expect("listen");
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let shared = shared.clone();
             tokio::spawn(async move {
                 let kill = Arc::new(Notify::new());
@@ -123,11 +130,24 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
     };
     let body_text = String::from_utf8_lossy(&body).into_owned();
     let fault = record_and_find_fault(&shared, &method, &path, &query, &body_text, token.as_deref());
-    let call = Call { method: &method, path: &path, query: &query, token: token.as_deref(), is_json, body: &body_text };
+    let call = Call {
+        method: &method,
+        path: &path,
+        query: &query,
+        token: token.as_deref(),
+        is_json,
+        body: &body_text,
+    };
     match fault {
         None => route(&shared, &call).await,
         Some(Fault::Status(500)) => text(500, "Internal: injected fault"),
-        Some(Fault::Status(status)) => text(status, StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("error")),
+        Some(Fault::Status(status)) => text(
+            status,
+            StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("error"),
+        ),
         Some(Fault::StatusQuotingPath(status)) => {
             let kind = match status {
                 400 => "Bad request",
@@ -135,7 +155,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
                 404 => "Not found",
                 _ => "Internal",
             };
-            text(status, format!("{kind}: injected fault for {}", path.rsplit('/').next().unwrap_or_default()))
+            text(
+                status,
+                format!(
+                    "{kind}: injected fault for {}",
+                    path.rsplit('/').next().unwrap_or_default()
+                ),
+            )
         }
         Some(Fault::StatusEchoingBody(status, encoder)) => {
             let quoted = match serde_json::from_str::<Value>(&body_text) {
@@ -158,7 +184,14 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, kill: Arc<Notif
 }
 
 /// Records the request, then takes the fault of the first rule that matches it, if any.
-fn record_and_find_fault(shared: &Shared, method: &str, path: &str, query: &str, body: &str, token: Option<&str>) -> Option<Fault> {
+fn record_and_find_fault(
+    shared: &Shared,
+    method: &str,
+    path: &str,
+    query: &str,
+    body: &str,
+    token: Option<&str>,
+) -> Option<Fault> {
     let mut state = shared.state();
     state.requests.push(Recorded {
         method: method.to_owned(),
@@ -167,7 +200,10 @@ fn record_and_find_fault(shared: &Shared, method: &str, path: &str, query: &str,
         body: body.to_owned(),
         token: token.map(str::to_owned),
     });
-    let rule = state.faults.iter_mut().find(|r| r.remaining > 0 && r.method == method && path.starts_with(&r.path_prefix))?;
+    let rule = state
+        .faults
+        .iter_mut()
+        .find(|r| r.remaining > 0 && r.method == method && path.starts_with(&r.path_prefix))?;
     if rule.skip > 0 {
         rule.skip -= 1;
         return None;

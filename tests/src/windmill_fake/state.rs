@@ -69,7 +69,8 @@ impl State {
     /// Deletes token rows; a session's cache entry goes with it (the invalidation trigger), any
     /// other token's stays until it expires (observed).
     pub fn delete_tokens(&mut self, doomed: impl Fn(&TokenRow) -> bool) -> usize {
-        let (gone, kept): (Vec<TokenRow>, Vec<TokenRow>) = std::mem::take(&mut self.tokens).into_iter().partition(|t| doomed(t));
+        let (gone, kept): (Vec<TokenRow>, Vec<TokenRow>) =
+            std::mem::take(&mut self.tokens).into_iter().partition(|t| doomed(t));
         self.tokens = kept;
         for row in &gone {
             if row.label == "session" {

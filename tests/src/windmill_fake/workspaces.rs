@@ -8,10 +8,10 @@
 use serde::Deserialize;
 use serde_json::json;
 
+use super::TokenRow;
 use super::auth::{authed, require_super_admin};
 use super::reply::{Call, Reply, json_reply, text};
 use super::server::Shared;
-use super::TokenRow;
 
 /// `/api/workspaces/…`.
 pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<Reply, Reply> {
@@ -39,7 +39,13 @@ pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<R
 }
 
 /// `/api/w/{workspace}/workspaces/…`, past the route check.
-pub(super) fn workspaced_route(shared: &Shared, call: &Call, user: &TokenRow, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn workspaced_route(
+    shared: &Shared,
+    call: &Call,
+    user: &TokenRow,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     match (call.method, rest) {
         ("GET", ["workspaces", "get_as_superadmin"]) => {
             require_super_admin(user)?;
@@ -47,8 +53,10 @@ pub(super) fn workspaced_route(shared: &Shared, call: &Call, user: &TokenRow, wo
             let Some(name) = state.workspaces.get(workspace) else {
                 return Err(text(404, format!("Not found: workspace not found at name {workspace}")));
             };
-            Ok(json_reply(&json!({"id": workspace, "name": name, "owner": user.email, "deleted": state.archived_workspaces.contains(workspace),
-                "premium": false, "color": null, "parent_workspace_id": null})))
+            Ok(json_reply(
+                &json!({"id": workspace, "name": name, "owner": user.email, "deleted": state.archived_workspaces.contains(workspace),
+                "premium": false, "color": null, "parent_workspace_id": null}),
+            ))
         }
         _ => Ok(text(404, "Not found")),
     }
@@ -65,7 +73,10 @@ pub(super) fn folder_route(shared: &Shared, call: &Call, workspace: &str, rest: 
 
 /// Windmill's `workspace.id` check constraint `^\w+(-\w+)*$` (server code).
 fn proper_workspace_id(id: &str) -> bool {
-    !id.is_empty() && id.split('-').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+    !id.is_empty()
+        && id
+            .split('-')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
 }
 
 fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
@@ -83,7 +94,10 @@ fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let mut state = shared.state();
     // observed: the CE cap runs before the duplicate check.
     if state.workspaces.keys().filter(|id| *id != "admins").count() >= 2 {
-        return Err(text(400, "Bad request: You have reached the maximum number of workspaces (2 outside of default workspace 'admins') without an enterprise license. Archive/delete another workspace to create a new one"));
+        return Err(text(
+            400,
+            "Bad request: You have reached the maximum number of workspaces (2 outside of default workspace 'admins') without an enterprise license. Archive/delete another workspace to create a new one",
+        ));
     }
     if state.workspaces.contains_key(&new.id) {
         return Err(text(400, format!("Bad request: Workspace {} already exists", new.id)));
@@ -93,10 +107,16 @@ fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     }
     // server code: with automated usernames (the default), a username is refused.
     if new.username.is_some_and(|u| !u.is_empty()) {
-        return Err(text(400, "Bad request: username is not allowed when username creation is automated"));
+        return Err(text(
+            400,
+            "Bad request: username is not allowed when username creation is automated",
+        ));
     }
     if !proper_workspace_id(&new.id) {
-        return Err(text(400, "SqlErr: error returned from database: new row for relation \"workspace\" violates check constraint \"proper_id\" @workspaces.rs:3851:5"));
+        return Err(text(
+            400,
+            "SqlErr: error returned from database: new row for relation \"workspace\" violates check constraint \"proper_id\" @workspaces.rs:3851:5",
+        ));
     }
     state.workspaces.insert(new.id.clone(), new.name);
     Ok(text(200, format!("Created workspace {}", new.id)))
@@ -108,9 +128,11 @@ fn get_folder(shared: &Shared, workspace: &str, name: &str) -> Result<Reply, Rep
         return Err(text(404, format!("Not found: Folder {name} not found")));
     }
     // observed: the folder JSON.
-    Ok(json_reply(&json!({"workspace_id": workspace, "name": name, "display_name": name, "owners": ["u/admin"],
+    Ok(json_reply(
+        &json!({"workspace_id": workspace, "name": name, "display_name": name, "owners": ["u/admin"],
         "extra_perms": {"u/admin": true}, "summary": null, "created_by": "admin", "edited_at": "2026-11-29T12:00:00Z",
-        "default_permissioned_as": []})))
+        "default_permissioned_as": []}),
+    ))
 }
 
 fn create_folder(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply, Reply> {
@@ -121,15 +143,26 @@ fn create_folder(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply,
     let exists = shared.state().workspaces.contains_key(workspace);
     let new: NewFolder = call.json()?;
     // observed: the name rule, the duplicate, and the foreign key of a missing workspace.
-    if new.name.is_empty() || !new.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-        return Err(text(400, "Bad request: Folder name can only contain alphanumeric characters, underscores, and hyphens"));
+    if new.name.is_empty()
+        || !new
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(text(
+            400,
+            "Bad request: Folder name can only contain alphanumeric characters, underscores, and hyphens",
+        ));
     }
     let mut state = shared.state();
     if state.folders.contains(&(workspace.to_owned(), new.name.clone())) {
         return Err(text(400, format!("Bad request: Folder {} already exists", new.name)));
     }
     if !exists {
-        return Err(text(500, "Internal: Failed to create folder: error returned from database: insert or update on table \"folder\" violates foreign key constraint \"folder_workspace_id_fkey\""));
+        return Err(text(
+            500,
+            "Internal: Failed to create folder: error returned from database: insert or update on table \"folder\" violates foreign key constraint \"folder_workspace_id_fkey\"",
+        ));
     }
     state.folders.insert((workspace.to_owned(), new.name.clone()));
     Ok(text(200, format!("Created folder {}", new.name)))

@@ -60,11 +60,20 @@ fn pages() -> Vec<Page> {
             paths.push(entry.path().strip_prefix(repo()).unwrap().to_path_buf());
         }
     }
-    paths.into_iter().map(|path| Page { text: std::fs::read_to_string(repo().join(&path)).unwrap(), path }).collect()
+    paths
+        .into_iter()
+        .map(|path| Page {
+            text: std::fs::read_to_string(repo().join(&path)).unwrap(),
+            path,
+        })
+        .collect()
 }
 
 fn page(path: &str) -> Page {
-    Page { path: path.into(), text: std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}")) }
+    Page {
+        path: path.into(),
+        text: std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}")),
+    }
 }
 
 /// A fenced block: where it starts, its info string, the heading it is under, its text.
@@ -96,14 +105,24 @@ impl Page {
             match &mut open {
                 Some(_) if line.trim_start() == "```" => blocks.push(open.take().unwrap()),
                 Some(block) => {
-                    block.text.push_str(line.get(indent..).filter(|_| line[..indent.min(line.len())].trim().is_empty()).unwrap_or(line.trim_start()));
+                    block.text.push_str(
+                        line.get(indent..)
+                            .filter(|_| line[..indent.min(line.len())].trim().is_empty())
+                            .unwrap_or(line.trim_start()),
+                    );
                     block.text.push('\n');
                 }
                 None if line.trim_start().starts_with("```") => {
                     indent = line.len() - line.trim_start().len();
                     let info = line.trim_start().trim_start_matches('`').trim().to_owned();
                     let place = format!("{}:{}", self.path.display(), number + 1);
-                    open = Some(Block { place, line: number + 1, info, heading: heading.clone(), text: String::new() });
+                    open = Some(Block {
+                        place,
+                        line: number + 1,
+                        info,
+                        heading: heading.clone(),
+                        text: String::new(),
+                    });
                 }
                 None if line.starts_with('#') => heading = line.trim_start_matches('#').trim().to_owned(),
                 None => {}
@@ -243,28 +262,56 @@ fn every_relative_link_and_anchor_resolves_and_every_named_path_exists() {
                 continue;
             }
             checked += 1;
-            let (path, anchor) = target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
-            let file = if path.is_empty() { page.path.clone() } else { normalize(&dir.join(path)) };
+            let (path, anchor) = target
+                .split_once('#')
+                .map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
+            let file = if path.is_empty() {
+                page.path.clone()
+            } else {
+                normalize(&dir.join(path))
+            };
             let place = format!("{}:{line}: {target}", page.path.display());
             if !repo().join(&file).exists() {
                 broken.push(format!("{place}: {} does not exist", file.display()));
             } else if let Some(anchor) = anchor {
                 match anchors.get(&file) {
                     Some(ids) if ids.contains(anchor) => {}
-                    Some(_) => broken.push(format!("{place}: {} has no heading with the id {anchor:?}", file.display())),
-                    None => broken.push(format!("{place}: an anchor into {}, which is not a page", file.display())),
+                    Some(_) => broken.push(format!(
+                        "{place}: {} has no heading with the id {anchor:?}",
+                        file.display()
+                    )),
+                    None => broken.push(format!(
+                        "{place}: an anchor into {}, which is not a page",
+                        file.display()
+                    )),
                 }
             }
         }
         // Every repository path a page names, as `jobenv/src/job/mod.rs` or `tests/tests/suite/`.
-        let tops = ["jobenv/", "bootstrap/", "safe-io/", "tests/", "scripts/", "nixos-module/", "schemas/", "examples/", "bench/", "nix/", "docs/", ".ci/"];
+        let tops = [
+            "jobenv/",
+            "bootstrap/",
+            "safe-io/",
+            "tests/",
+            "scripts/",
+            "nixos-module/",
+            "schemas/",
+            "examples/",
+            "bench/",
+            "nix/",
+            "docs/",
+            ".ci/",
+        ];
         for (line, span) in page.code_spans() {
             let plain = !span.contains(|c: char| c.is_whitespace() || "<>*…{}$".contains(c));
             if plain && tops.iter().any(|top| span.starts_with(top)) {
                 checked += 1;
                 let path = span.split(':').next().unwrap();
                 if !repo().join(path).exists() {
-                    broken.push(format!("{}:{line}: `{span}` names {path}, which does not exist", page.path.display()));
+                    broken.push(format!(
+                        "{}:{line}: `{span}` names {path}, which does not exist",
+                        page.path.display()
+                    ));
                 }
             }
         }
@@ -291,10 +338,19 @@ fn normalize(path: &Path) -> PathBuf {
 #[test]
 fn a_link_to_a_missing_anchor_is_found() {
     // The control of the test above: its rules find what is broken.
-    let page = Page { path: "docs/x.md".into(), text: "# A `b` c\n\n## A b c\n\nsee [here](#a-b-c-1) and [x](y.md)\n```sh\n[not](a link)\n```\n".into() };
-    assert_eq!(page.anchors(), BTreeSet::from(["a-b-c".to_owned(), "a-b-c-1".to_owned()]));
+    let page = Page {
+        path: "docs/x.md".into(),
+        text: "# A `b` c\n\n## A b c\n\nsee [here](#a-b-c-1) and [x](y.md)\n```sh\n[not](a link)\n```\n".into(),
+    };
+    assert_eq!(
+        page.anchors(),
+        BTreeSet::from(["a-b-c".to_owned(), "a-b-c-1".to_owned()])
+    );
     assert_eq!(page.links(), vec![(5, "#a-b-c-1".to_owned()), (5, "y.md".to_owned())]);
-    assert_eq!(slug("What a front-end sends (the payload)"), "what-a-front-end-sends-the-payload");
+    assert_eq!(
+        slug("What a front-end sends (the payload)"),
+        "what-a-front-end-sends-the-payload"
+    );
     assert_eq!(split_row("| `a|b` | c \\| d |"), vec!["`a|b`", "c | d"]);
 }
 
@@ -306,7 +362,10 @@ fn every_fenced_block_says_what_it_is() {
     for page in pages() {
         for block in page.blocks() {
             if !["console", "sh", "nix", "json", "text"].contains(&block.lang()) {
-                wrong.push(format!("{}: ```{}: say console (run by the tests), sh, nix, json or text", block.place, block.info));
+                wrong.push(format!(
+                    "{}: ```{}: say console (run by the tests), sh, nix, json or text",
+                    block.place, block.info
+                ));
             }
         }
     }
@@ -318,8 +377,17 @@ fn every_sh_block_is_valid_bash() {
     let mut checked = 0;
     for page in pages() {
         for block in page.blocks().into_iter().filter(|b| b.lang() == "sh") {
-            let out = Command::new("bash").args(["-n", "-c", &block.text]).output().expect("bash");
-            assert!(out.status.success(), "{}: not valid bash: {}\n{}", block.place, String::from_utf8_lossy(&out.stderr), block.text);
+            let out = Command::new("bash")
+                .args(["-n", "-c", &block.text])
+                .output()
+                .expect("bash");
+            assert!(
+                out.status.success(),
+                "{}: not valid bash: {}\n{}",
+                block.place,
+                String::from_utf8_lossy(&out.stderr),
+                block.text
+            );
             checked += 1;
         }
     }
@@ -343,19 +411,34 @@ fn every_json_block_fits_its_schema() {
                 Some("journal-entry") => Some(Contract::JournalEntry),
                 // Files of a node, which no schema of schemas/ describes.
                 Some("deploy-env" | "deploy-keys" | "bootstrap-config") => None,
-                other => panic!("{}: ```json {other:?}: name its schema (payload, result, event-jobenv, event-dd-0012, journal-entry) or the node file", block.place),
+                other => panic!(
+                    "{}: ```json {other:?}: name its schema (payload, result, event-jobenv, event-dd-0012, journal-entry) or the node file",
+                    block.place
+                ),
             };
             for value in &values {
                 if let Some(contract) = contract {
                     let errors = contract.errors(value);
-                    assert!(errors.is_empty(), "{}: the example does not fit {}:\n{}", block.place, contract.file(), errors.join("\n"));
+                    assert!(
+                        errors.is_empty(),
+                        "{}: the example does not fit {}:\n{}",
+                        block.place,
+                        contract.file(),
+                        errors.join("\n")
+                    );
                     checked.push(contract);
                 }
             }
         }
     }
     // Not vacuous: every schema has an example.
-    for contract in [Contract::Payload, Contract::Result, Contract::EventJobenv, Contract::EventDd0012, Contract::JournalEntry] {
+    for contract in [
+        Contract::Payload,
+        Contract::Result,
+        Contract::EventJobenv,
+        Contract::EventDd0012,
+        Contract::JournalEntry,
+    ] {
         assert!(checked.contains(&contract), "no example of {}", contract.file());
     }
 }
@@ -369,7 +452,12 @@ fn every_nix_block_is_a_configuration_the_module_accepts() {
             assert!(result.is_ok(), "{}: {}", block.place, result.unwrap_err());
             let result = result.unwrap();
             for field in ["assertions", "typeErrors", "unknownSettings"] {
-                assert_eq!(result[field], serde_json::json!([]), "{}: {field} of the example", block.place);
+                assert_eq!(
+                    result[field],
+                    serde_json::json!([]),
+                    "{}: {field} of the example",
+                    block.place
+                );
             }
             checked += 1;
         }
@@ -385,7 +473,11 @@ pub(crate) fn evaluate_node(text: &str, authelia: bool) -> Result<Value, String>
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("configuration.nix");
     std::fs::write(&file, text).unwrap();
-    let authelia = if authelia { "nodeConfig.services.authelia.instances.main.enable = true;" } else { "" };
+    let authelia = if authelia {
+        "nodeConfig.services.authelia.instances.main.enable = true;"
+    } else {
+        ""
+    };
     let expr = format!(
         r#"let
              h = import {harness} {{
@@ -438,10 +530,15 @@ fn steps(block: &Block) -> Vec<Step> {
             step.command.push_str(line);
             continued = line.ends_with('\\');
         } else if let Some(command) = line.strip_prefix("$ ") {
-            steps.push(Step { command: command.to_owned(), expected: String::new() });
+            steps.push(Step {
+                command: command.to_owned(),
+                expected: String::new(),
+            });
             continued = line.ends_with('\\');
         } else {
-            let step = steps.last_mut().unwrap_or_else(|| panic!("{}: output before the first `$ ` command", block.place));
+            let step = steps
+                .last_mut()
+                .unwrap_or_else(|| panic!("{}: output before the first `$ ` command", block.place));
             step.expected.push_str(line);
             step.expected.push('\n');
         }
@@ -464,16 +561,27 @@ impl Shell {
         std::os::unix::fs::symlink(repo().join("examples"), dir.path().join("examples")).unwrap();
         std::fs::create_dir(dir.path().join("bin")).unwrap();
         for name in ["fediversity-jobenv", "fediversity-windmill-bootstrap"] {
-            std::os::unix::fs::symlink(fediversity_testkit::binaries::workspace_binary(name), dir.path().join("bin").join(name)).unwrap();
+            std::os::unix::fs::symlink(
+                fediversity_testkit::binaries::workspace_binary(name),
+                dir.path().join("bin").join(name),
+            )
+            .unwrap();
         }
         let node = match kind {
             None => None,
             Some("bootstrap") => {
                 // Its OpenBao token may read the secret back, as `--check` needs.
                 let bao = fediversity_testkit::openbao::shared();
-                let path = format!("secret/{}/apiToken", fediversity_testkit::openbao::OpenBao::unique("docs"));
+                let path = format!(
+                    "secret/{}/apiToken",
+                    fediversity_testkit::openbao::OpenBao::unique("docs")
+                );
                 let node = fediversity_testkit::node::Node::with_openbao(&bao.addr, &path, bao.root_token());
-                std::fs::write(dir.path().join("bootstrap.json"), serde_json::to_string_pretty(&node.config).unwrap()).unwrap();
+                std::fs::write(
+                    dir.path().join("bootstrap.json"),
+                    serde_json::to_string_pretty(&node.config).unwrap(),
+                )
+                .unwrap();
                 Some(node)
             }
             Some(other) => panic!("```console {other}: unknown kind of example (none, or bootstrap)"),
@@ -496,7 +604,10 @@ impl Shell {
             .stderr(Stdio::inherit())
             .output()
             .expect("bash");
-        (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code().unwrap_or(-1))
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code().unwrap_or(-1),
+        )
     }
 }
 
@@ -521,10 +632,16 @@ fn every_console_example_prints_what_it_shows() {
                 }
                 let place = format!("{} ({}): $ {}", block.place, block.heading, step.command);
                 if code != 0 {
-                    failures.push(format!("{place}\nexited {code} (say so with `; echo \"exit $?\"`), printing:\n{output}"));
+                    failures.push(format!(
+                        "{place}\nexited {code} (say so with `; echo \"exit $?\"`), printing:\n{output}"
+                    ));
                     continue;
                 }
-                let compared = snapbox::Assert::new().normalize_paths(false).try_eq(Some(&"the command"), snapbox::Data::text(output.clone()), snapbox::Data::text(step.expected.clone()));
+                let compared = snapbox::Assert::new().normalize_paths(false).try_eq(
+                    Some(&"the command"),
+                    snapbox::Data::text(output.clone()),
+                    snapbox::Data::text(step.expected.clone()),
+                );
                 if let Err(error) = compared {
                     failures.push(format!("{place}\n{error}"));
                     step.expected = output;
@@ -536,7 +653,10 @@ fn every_console_example_prints_what_it_shows() {
                 }
             }
             if differs {
-                let text: String = steps.iter().map(|s| format!("$ {}\n{}", s.command, s.expected)).collect();
+                let text: String = steps
+                    .iter()
+                    .map(|s| format!("$ {}\n{}", s.command, s.expected))
+                    .collect();
                 rewritten.push((block.line, block.text.lines().count(), text));
             }
         }
@@ -549,7 +669,12 @@ fn every_console_example_prints_what_it_shows() {
             std::fs::write(repo().join(&page.path), lines.join("\n") + "\n").unwrap();
         }
     }
-    assert!(failures.is_empty(), "{} of {ran} commands of the manual do not print what it shows:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} commands of the manual do not print what it shows:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     assert!(ran >= 10, "only {ran} commands ran");
 }
 
@@ -563,7 +688,11 @@ fn schema_problems(command: &str, output: &str) -> Option<String> {
         _ => return None,
     };
     // Without jobenv's own lines (stderr, shown with the output).
-    let printed: String = output.lines().filter(|l| !l.starts_with("jobenv: ")).map(|l| format!("{l}\n")).collect();
+    let printed: String = output
+        .lines()
+        .filter(|l| !l.starts_with("jobenv: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let value: Value = match serde_json::from_str(&printed) {
         Ok(value) => value,
         Err(e) => return Some(format!("not JSON: {e}")),
@@ -575,10 +704,19 @@ fn schema_problems(command: &str, output: &str) -> Option<String> {
 
 #[test]
 fn a_console_block_is_commands_and_their_output() {
-    let block = Block { place: "x.md:1".into(), line: 1, info: "console".into(), heading: "h".into(), text: "$ a \\\n  b\nout 1\n[..]\n$ c\n".into() };
+    let block = Block {
+        place: "x.md:1".into(),
+        line: 1,
+        info: "console".into(),
+        heading: "h".into(),
+        text: "$ a \\\n  b\nout 1\n[..]\n$ c\n".into(),
+    };
     let steps = steps(&block);
     assert_eq!(steps.len(), 2);
-    assert_eq!((steps[0].command.as_str(), steps[0].expected.as_str()), ("a \\\n  b", "out 1\n[..]\n"));
+    assert_eq!(
+        (steps[0].command.as_str(), steps[0].expected.as_str()),
+        ("a \\\n  b", "out 1\n[..]\n")
+    );
     assert_eq!((steps[1].command.as_str(), steps[1].expected.as_str()), ("c", ""));
     assert!(schema_problems("cat windmill-job/result.json", r#"{"status": "done"}"#).is_some());
     assert!(schema_problems("WM_JOB_ID=x fediversity-jobenv status", "[]").is_none());
@@ -631,7 +769,13 @@ fn nix_text(value: &Value) -> String {
         Value::Array(items) if items.is_empty() => "[ ]".into(),
         Value::Array(items) => format!("[ {} ]", items.iter().map(nix_text).collect::<Vec<_>>().join(" ")),
         Value::Object(map) if map.is_empty() => "{ }".into(),
-        Value::Object(map) => format!("{{ {} }}", map.iter().map(|(k, v)| format!("{k} = {};", nix_text(v))).collect::<Vec<_>>().join(" ")),
+        Value::Object(map) => format!(
+            "{{ {} }}",
+            map.iter()
+                .map(|(k, v)| format!("{k} = {};", nix_text(v)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         other => other.to_string(),
     }
 }
@@ -639,14 +783,23 @@ fn nix_text(value: &Value) -> String {
 /// The first sentence of a description, on one line, `{option}`x`` as `x`: up to the first `. `
 /// outside code and parentheses (not that of `e.g.` or `i.e.`).
 fn first_sentence(description: &str) -> String {
-    let text = description.split_whitespace().collect::<Vec<_>>().join(" ").replace("{option}", "");
+    let text = description
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace("{option}", "");
     let (mut code, mut depth) = (false, 0i32);
     for (i, c) in text.char_indices() {
         match c {
             '`' => code = !code,
             '(' if !code => depth += 1,
             ')' if !code => depth -= 1,
-            '.' if !code && depth == 0 && text[i + 1..].starts_with(' ') && !text[..i].ends_with("e.g") && !text[..i].ends_with("i.e") => {
+            '.' if !code
+                && depth == 0
+                && text[i + 1..].starts_with(' ')
+                && !text[..i].ends_with("e.g")
+                && !text[..i].ends_with("i.e") =>
+            {
                 return text[..=i].to_owned();
             }
             _ => {}
@@ -673,9 +826,18 @@ fn the_option_reference_is_every_option_the_module_declares() {
 
 #[test]
 fn descriptions_are_cut_at_their_first_sentence() {
-    assert_eq!(first_sentence("The API name: nginx answers 404.\n  More."), "The API name: nginx answers 404.");
-    assert_eq!(first_sentence("Keys (`a. b`, e.g. c. d) of {option}`x`. More"), "Keys (`a. b`, e.g. c. d) of `x`.");
-    assert_eq!(nix_text(&serde_json::json!({"a": [1, "b"], "c": {}})), r#"{ a = [ 1 "b" ]; c = { }; }"#);
+    assert_eq!(
+        first_sentence("The API name: nginx answers 404.\n  More."),
+        "The API name: nginx answers 404."
+    );
+    assert_eq!(
+        first_sentence("Keys (`a. b`, e.g. c. d) of {option}`x`. More"),
+        "Keys (`a. b`, e.g. c. d) of `x`."
+    );
+    assert_eq!(
+        nix_text(&serde_json::json!({"a": [1, "b"], "c": {}})),
+        r#"{ a = [ 1 "b" ]; c = { }; }"#
+    );
 }
 
 // ---- errors and exit codes ------------------------------------------------------------------
@@ -693,7 +855,9 @@ struct Variant {
 /// The variants of `enum <name>` in the Rust file `path`, with their `#[error]` templates.
 fn variants(path: &str, name: &str) -> Vec<Variant> {
     let source = std::fs::read_to_string(repo().join(path)).unwrap();
-    let body = &source[source.find(&format!("pub enum {name} {{")).unwrap_or_else(|| panic!("{path}: no enum {name}"))..];
+    let body = &source[source
+        .find(&format!("pub enum {name} {{"))
+        .unwrap_or_else(|| panic!("{path}: no enum {name}"))..];
     let body = &body[..body.find("\n}\n").unwrap()];
     let (mut variants, mut attribute, mut template) = (Vec::new(), None::<String>, None::<String>);
     for line in body.lines().skip(1) {
@@ -712,10 +876,19 @@ fn variants(path: &str, name: &str) -> Vec<Variant> {
                 attribute = Some(format!("{trimmed}\n"));
             }
         } else if trimmed.starts_with("//") || trimmed.starts_with("#[") || trimmed.is_empty() {
-        } else if line.starts_with("    ") && !line.starts_with("     ") {
-            let variant: String = trimmed.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            let template = template.take().unwrap_or_else(|| panic!("{path}: {name}::{variant} has no #[error]"));
-            variants.push(Variant { name: variant, template });
+        } else if line.starts_with("    ") && !line.starts_with("     ") && !trimmed.starts_with('}') {
+            // A variant's name at the enum's indentation (the `}` closing a struct variant is not one).
+            let variant: String = trimmed
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let template = template
+                .take()
+                .unwrap_or_else(|| panic!("{path}: {name}::{variant} has no #[error]"));
+            variants.push(Variant {
+                name: variant,
+                template,
+            });
         }
     }
     assert!(variants.len() >= 3, "{path}: {variants:?}");
@@ -725,7 +898,9 @@ fn variants(path: &str, name: &str) -> Vec<Variant> {
 /// The first string literal of `text` (escapes and line continuations resolved), or
 /// `{transparent}` for `#[error(transparent)]`.
 fn string_literal(text: &str) -> String {
-    let Some(start) = text.find('"') else { return "{transparent}".into() };
+    let Some(start) = text.find('"') else {
+        return "{transparent}".into();
+    };
     let (mut out, mut chars) = (String::new(), text[start + 1..].chars().peekable());
     while let Some(c) = chars.next() {
         match c {
@@ -778,11 +953,18 @@ fn documented(rows: &[Vec<String>], prefixes: &[&str]) -> BTreeMap<String, Vec<S
     for row in rows {
         let messages: Vec<String> = spans_of(&row[0])
             .into_iter()
-            .map(|m| prefixes.iter().fold(m.to_owned(), |m, p| m.strip_prefix(p).map(str::to_owned).unwrap_or(m)))
+            .map(|m| {
+                prefixes
+                    .iter()
+                    .fold(m.to_owned(), |m, p| m.strip_prefix(p).map(str::to_owned).unwrap_or(m))
+            })
             .collect();
         assert!(!messages.is_empty(), "a row without a message in code: {row:?}");
         for source in spans_of(row.get(1).map(String::as_str).unwrap_or("")) {
-            by_source.entry(source.to_owned()).or_default().extend(messages.iter().cloned());
+            by_source
+                .entry(source.to_owned())
+                .or_default()
+                .extend(messages.iter().cloned());
         }
     }
     by_source
@@ -803,14 +985,20 @@ fn check_enum(rows: &[Vec<String>], prefixes: &[&str], enums: &[(&str, &str, Vec
                 None => problems.push(format!("{key} ({path}, {:?}) is not documented", variant.template)),
                 Some(messages) => {
                     for message in messages.iter().filter(|m| !regex.is_match(m)) {
-                        problems.push(format!("{key}: `{message}` is not what its template {:?} writes", variant.template));
+                        problems.push(format!(
+                            "{key}: `{message}` is not what its template {:?} writes",
+                            variant.template
+                        ));
                     }
                 }
             }
         }
     }
     let labels: Vec<String> = enums.iter().map(|(label, _, _)| format!("{label}::")).collect();
-    for key in documented.keys().filter(|k| labels.iter().any(|l| k.starts_with(l.as_str())) && !known.contains(*k)) {
+    for key in documented
+        .keys()
+        .filter(|k| labels.iter().any(|l| k.starts_with(l.as_str())) && !known.contains(*k))
+    {
         problems.push(format!("{key} is documented but is no variant"));
     }
     problems
@@ -821,7 +1009,11 @@ fn every_error_of_jobenv_is_documented_with_its_message() {
     let page = page(TROUBLESHOOTING);
     let rows = page.table_after("Every jobenv: error: line");
     let enums = [
-        ("Problem", "jobenv/src/error.rs", variants("jobenv/src/error.rs", "Problem")),
+        (
+            "Problem",
+            "jobenv/src/error.rs",
+            variants("jobenv/src/error.rs", "Problem"),
+        ),
         ("Error", "jobenv/src/error.rs", variants("jobenv/src/error.rs", "Error")),
     ];
     let mut problems = check_enum(&rows, &["jobenv: error: "], &enums);
@@ -829,8 +1021,13 @@ fn every_error_of_jobenv_is_documented_with_its_message() {
     let documented = documented(&rows, &["jobenv: error: "]);
     for (file, template) in error_lines() {
         let regex = template_regex(&template);
-        if !documented.get(&file).is_some_and(|messages| messages.iter().any(|m| regex.is_match(m))) {
-            problems.push(format!("{file}: the error line {template:?} is not documented (a row whose second cell is `{file}`)"));
+        if !documented
+            .get(&file)
+            .is_some_and(|messages| messages.iter().any(|m| regex.is_match(m)))
+        {
+            problems.push(format!(
+                "{file}: the error line {template:?} is not documented (a row whose second cell is `{file}`)"
+            ));
         }
     }
     assert!(problems.is_empty(), "{TROUBLESHOOTING}:\n{}", problems.join("\n"));
@@ -849,7 +1046,10 @@ fn error_lines() -> Vec<(String, String)> {
         let source = std::fs::read_to_string(entry.path()).unwrap();
         // Production code only: the unit tests come after `#[cfg(test)]`.
         let source = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
-        for (at, _) in source.match_indices("tracing::error!(").chain(source.match_indices("eprintln!(\"jobenv: error: ")) {
+        for (at, _) in source
+            .match_indices("tracing::error!(")
+            .chain(source.match_indices("eprintln!(\"jobenv: error: "))
+        {
             let call = &source[at..];
             let call = &call[..call.find(");").unwrap()];
             let template = string_literal(call);
@@ -868,8 +1068,16 @@ fn every_error_of_the_bootstrap_is_documented_with_its_message() {
     let page = page(TROUBLESHOOTING);
     let rows = page.table_after("Every bootstrap error");
     let enums = [
-        ("Error", "bootstrap/src/error.rs", variants("bootstrap/src/error.rs", "Error")),
-        ("safe_io::Error", "safe-io/src/lib.rs", variants("safe-io/src/lib.rs", "Error")),
+        (
+            "Error",
+            "bootstrap/src/error.rs",
+            variants("bootstrap/src/error.rs", "Error"),
+        ),
+        (
+            "safe_io::Error",
+            "safe-io/src/lib.rs",
+            variants("safe-io/src/lib.rs", "Error"),
+        ),
     ];
     let problems = check_enum(&rows, &["fediversity-windmill-bootstrap: error: "], &enums);
     assert!(problems.is_empty(), "{TROUBLESHOOTING}:\n{}", problems.join("\n"));
@@ -878,12 +1086,26 @@ fn every_error_of_the_bootstrap_is_documented_with_its_message() {
 #[test]
 fn every_exit_code_is_documented() {
     let page = page(TROUBLESHOOTING);
-    for (heading, path, prefix) in [("jobenv's exit codes", "jobenv/src/error.rs", "pub const EXIT_"), ("The bootstrap's exit codes", "bootstrap/src/error.rs", "pub const EXIT_")] {
-        let codes: BTreeSet<String> = page.table_after(heading).iter().map(|row| row[0].trim_matches('`').to_owned()).collect();
+    for (heading, path, prefix) in [
+        ("jobenv's exit codes", "jobenv/src/error.rs", "pub const EXIT_"),
+        (
+            "The bootstrap's exit codes",
+            "bootstrap/src/error.rs",
+            "pub const EXIT_",
+        ),
+    ] {
+        let codes: BTreeSet<String> = page
+            .table_after(heading)
+            .iter()
+            .map(|row| row[0].trim_matches('`').to_owned())
+            .collect();
         let source = std::fs::read_to_string(repo().join(path)).unwrap();
         for line in source.lines().filter(|l| l.starts_with(prefix)) {
             let value = line.rsplit('=').next().unwrap().trim().trim_end_matches(';');
-            assert!(codes.contains(value), "{TROUBLESHOOTING}, {heading:?}: exit code {value} ({line}) is not in the table");
+            assert!(
+                codes.contains(value),
+                "{TROUBLESHOOTING}, {heading:?}: exit code {value} ({line}) is not in the table"
+            );
         }
     }
 }
@@ -898,12 +1120,29 @@ fn the_error_checks_catch_a_wrong_message() {
     assert!(!regex.is_match("keys file <path> is missing"));
     let bootstrap = variants_of_bootstrap();
     let scopes = bootstrap.iter().find(|v| v.name == "ScopesNotEnforced").unwrap();
-    assert!(scopes.template.starts_with("Windmill {version} granted") && scopes.template.ends_with("the token was not stored"), "{scopes:?}");
+    assert!(
+        scopes.template.starts_with("Windmill {version} granted")
+            && scopes.template.ends_with("the token was not stored"),
+        "{scopes:?}"
+    );
     assert!(!scopes.template.contains('\n'));
-    let rows = vec![vec!["`keys file <path> is missing`".to_owned(), "`Problem::MissingFile`".to_owned()]];
+    let rows = vec![vec![
+        "`keys file <path> is missing`".to_owned(),
+        "`Problem::MissingFile`".to_owned(),
+    ]];
     let problems = check_enum(&rows, &[], &[("Problem", "jobenv/src/error.rs", variants)]);
-    assert!(problems.iter().any(|p| p.starts_with("Problem::MissingFile: `keys file <path> is missing`")), "{problems:?}");
-    assert!(problems.iter().any(|p| p.starts_with("Problem::NotJson") && p.ends_with("is not documented")), "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("Problem::MissingFile: `keys file <path> is missing`")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("Problem::NotJson") && p.ends_with("is not documented")),
+        "{problems:?}"
+    );
 }
 
 fn variants_of_bootstrap() -> Vec<Variant> {

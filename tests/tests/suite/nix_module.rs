@@ -37,7 +37,10 @@ pub(crate) fn nix_instantiate(full: &str) -> std::process::Output {
 }
 
 fn nix_eval(expr: &str) -> std::process::Output {
-    nix_instantiate(&format!("let lib = import {}; in {expr}", nix_string(repo().join("nixos-module/lib.nix"))))
+    nix_instantiate(&format!(
+        "let lib = import {}; in {expr}",
+        nix_string(repo().join("nixos-module/lib.nix"))
+    ))
 }
 
 /// The JSON value of a Nix expression in which `lib` is nixos-module/lib.nix.
@@ -50,7 +53,11 @@ fn eval(expr: &str) -> Value {
 /// The error of an expression that must not evaluate.
 fn eval_error(expr: &str) -> String {
     let out = nix_eval(expr);
-    assert!(!out.status.success(), "{expr} evaluated to {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "{expr} evaluated to {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -79,13 +86,23 @@ fn jobenv_grace() -> u64 {
 }
 
 fn sorted(value: &Value) -> Vec<String> {
-    let mut names: Vec<String> = value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect();
+    let mut names: Vec<String> = value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
     names.sort();
     names
 }
 
 fn strings(value: &Value) -> Vec<String> {
-    value.as_array().unwrap_or_else(|| panic!("not an array: {value}")).iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {value}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
@@ -100,8 +117,14 @@ fn the_files_are_where_jobenv_looks_without_options() {
     // The credentials of seed 002's Incus deployments, where its deployment programs read them.
     assert_eq!(paths["tfTokenEnv"], "/run/incus-deploy/tf-token.env");
     assert_eq!(paths["incusStoreSshKey"], "/run/incus-deploy/incus-store-ssh.key");
-    assert_eq!(paths["incusStoreSigningKey"], "/run/incus-deploy/incus-store-signing.key");
-    assert_eq!(paths["requiredSecrets"], "/etc/fediversity-windmill/required-secrets.json");
+    assert_eq!(
+        paths["incusStoreSigningKey"],
+        "/run/incus-deploy/incus-store-signing.key"
+    );
+    assert_eq!(
+        paths["requiredSecrets"],
+        "/etc/fediversity-windmill/required-secrets.json"
+    );
 }
 
 // ---- jobenv's names and the node's keys ------------------------------------------------------
@@ -113,7 +136,10 @@ fn the_names_lib_nix_knows_are_jobenvs() {
     let facts = jobenv_facts();
     assert_eq!(names, facts);
     // Not vacuous: the lists are there.
-    assert!(sorted(&names["nodeTools"]).contains(&"TF_INPUT".to_owned()) && sorted(&names["reserved"]).contains(&"PATH".to_owned()));
+    assert!(
+        sorted(&names["nodeTools"]).contains(&"TF_INPUT".to_owned())
+            && sorted(&names["reserved"]).contains(&"PATH".to_owned())
+    );
     // Reserved names: the manual's list (docs/operators/jobenv.md), by example (exact names and prefixes).
     for (key, reserved) in [
         ("PATH", true),
@@ -142,7 +168,11 @@ fn the_names_lib_nix_knows_are_jobenvs() {
         ("NIXOS", false),
         ("GITLAB", false),
     ] {
-        assert_eq!(eval(&format!("lib.isReservedName {}", json!(key))), json!(reserved), "{key}");
+        assert_eq!(
+            eval(&format!("lib.isReservedName {}", json!(key))),
+            json!(reserved),
+            "{key}"
+        );
     }
 }
 
@@ -179,10 +209,19 @@ fn state_credentials_without_the_nodes_own_state_base_fail_the_evaluation() {
     let problems = node_problems(r#"{ }"#, r#"{ TF_HTTP_PASSWORD = "p"; }"#, false);
     assert_eq!(
         problems,
-        ["TF_HTTP_USERNAME/TF_HTTP_PASSWORD are set but deployEnv.STATE_BASE_ADDRESS is not: jobenv sends the node's state credentials only to the node's own state backend"]
+        [
+            "TF_HTTP_USERNAME/TF_HTTP_PASSWORD are set but deployEnv.STATE_BASE_ADDRESS is not: jobenv sends the node's state credentials only to the node's own state backend"
+        ]
     );
     // Positive control: with the base, they pass.
-    assert_eq!(node_problems(r#"{ STATE_BASE_ADDRESS = "https://state.example/tf"; }"#, r#"{ TF_HTTP_PASSWORD = "p"; }"#, false), Vec::<String>::new());
+    assert_eq!(
+        node_problems(
+            r#"{ STATE_BASE_ADDRESS = "https://state.example/tf"; }"#,
+            r#"{ TF_HTTP_PASSWORD = "p"; }"#,
+            false
+        ),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -212,8 +251,18 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
             false,
             "deploySecrets.GIT_SSH_COMMAND: GIT_SSH_COMMAND is a reserved name (it steers the loader, a shell, an interpreter, git, ssh, Nix or OpenTofu) and is neither declared in deployKeys nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
         ),
-        (r#"{ NAMESPACE = "team"; }"#, "{ }", false, "deployEnv.NAMESPACE: NAMESPACE is a control key only a job payload may set"),
-        ("{ }", r#"{ ATTRIBUTE = "a"; }"#, false, "deploySecrets.ATTRIBUTE: ATTRIBUTE is a control key only a job payload may set"),
+        (
+            r#"{ NAMESPACE = "team"; }"#,
+            "{ }",
+            false,
+            "deployEnv.NAMESPACE: NAMESPACE is a control key only a job payload may set",
+        ),
+        (
+            "{ }",
+            r#"{ ATTRIBUTE = "a"; }"#,
+            false,
+            "deploySecrets.ATTRIBUTE: ATTRIBUTE is a control key only a job payload may set",
+        ),
         (
             r#"{ TF_HTTP_ADDRESS = "https://s/x"; }"#,
             "{ }",
@@ -232,7 +281,12 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
             false,
             "deploySecrets.bad-name: \"bad-name\" is not a variable name ([A-Za-z_][A-Za-z0-9_]*); jobenv would never read this secret",
         ),
-        (r#"{ "A=B" = "x"; }"#, "{ }", false, "deployEnv.A=B: \"A=B\" is not a variable name jobenv can pass (empty, or with '=')"),
+        (
+            r#"{ "A=B" = "x"; }"#,
+            "{ }",
+            false,
+            "deployEnv.A=B: \"A=B\" is not a variable name jobenv can pass (empty, or with '=')",
+        ),
         (
             r#"{ TF_VAR_x = "1"; }"#,
             r#"{ TF_VAR_x = "t"; }"#,
@@ -245,15 +299,30 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
             true,
             "TF_VAR_token is set by deploySecrets.TF_VAR_token and credentials.tfToken (TF_VAR_token in /run/incus-deploy/tf-token.env); jobenv refuses a key from two node sources",
         ),
-        (r#"{ DEPLOYMENT_ROOT = "relative/dir"; }"#, "{ }", false, "deployEnv.DEPLOYMENT_ROOT must be an absolute path"),
+        (
+            r#"{ DEPLOYMENT_ROOT = "relative/dir"; }"#,
+            "{ }",
+            false,
+            "deployEnv.DEPLOYMENT_ROOT must be an absolute path",
+        ),
         (
             r#"{ NIXPKGS = "/nix/store/other"; }"#,
             "{ }",
             false,
             "deployEnv.NIXPKGS and deployEnv.DEPLOYMENT_NIXPKGS are both set and differ (DEPLOYMENT_NIXPKGS defaults to pkgs.path: set it, not NIXPKGS)",
         ),
-        (r#"{ STATE_BASE_ADDRESS = "ftp://s"; }"#, "{ }", false, "deployEnv.STATE_BASE_ADDRESS must be an http:// or https:// URL"),
-        (r#"{ SYSTEM = "x86_64"; }"#, "{ }", false, "deployEnv.SYSTEM \"x86_64\" must match ^[a-z0-9_]+-[a-z0-9_]+$"),
+        (
+            r#"{ STATE_BASE_ADDRESS = "ftp://s"; }"#,
+            "{ }",
+            false,
+            "deployEnv.STATE_BASE_ADDRESS must be an http:// or https:// URL",
+        ),
+        (
+            r#"{ SYSTEM = "x86_64"; }"#,
+            "{ }",
+            false,
+            "deployEnv.SYSTEM \"x86_64\" must match ^[a-z0-9_]+-[a-z0-9_]+$",
+        ),
         (
             r#"{ EVENTS_URL = "https://e/"; EVENTS_SECRET = "0123456789abcdef"; }"#,
             "{ }",
@@ -268,10 +337,21 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
         ),
     ] {
         let problems = node_problems(env, secrets, tf_token);
-        assert_eq!(problems, vec![expected.to_owned()], "deployEnv // {env}, deploySecrets {secrets}");
+        assert_eq!(
+            problems,
+            vec![expected.to_owned()],
+            "deployEnv // {env}, deploySecrets {secrets}"
+        );
     }
     // The control: a DD-0012 node sets the URL alone (each row's secret comes with its job).
-    assert_eq!(node_problems(r#"{ EVENTS_URL = "https://e/api"; EVENTS_FORMAT = "dd-0012"; }"#, "{ }", false), Vec::<String>::new());
+    assert_eq!(
+        node_problems(
+            r#"{ EVENTS_URL = "https://e/api"; EVENTS_FORMAT = "dd-0012"; }"#,
+            "{ }",
+            false
+        ),
+        Vec::<String>::new()
+    );
     // The required keys, when nothing sets them.
     let problems = strings(&eval(r#"lib.nodeProblems { deployEnv = { }; deploySecrets = { }; }"#));
     assert_eq!(
@@ -282,13 +362,23 @@ fn each_class_of_node_key_jobenv_refuses_fails_the_evaluation_naming_the_key() {
         ]
     );
     // NIXPKGS alone is a nixpkgs, and equal to DEPLOYMENT_NIXPKGS it is no conflict.
-    assert_eq!(node_problems(r#"{ NIXPKGS = "/nix/store/n"; }"#, "{ }", false), Vec::<String>::new());
-    assert_eq!(strings(&eval(r#"lib.nodeProblems { deployEnv = { DEPLOYMENT_ROOT = "/r"; NIXPKGS = "/n"; }; deploySecrets = { }; }"#)), Vec::<String>::new());
+    assert_eq!(
+        node_problems(r#"{ NIXPKGS = "/nix/store/n"; }"#, "{ }", false),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        strings(&eval(
+            r#"lib.nodeProblems { deployEnv = { DEPLOYMENT_ROOT = "/r"; NIXPKGS = "/n"; }; deploySecrets = { }; }"#
+        )),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
 fn a_keys_file_declaring_a_control_key_fails_the_evaluation() {
-    let problems = strings(&eval(r#"lib.deployKeysProblems { DOMAIN.description = "d"; NAMESPACE.description = "n"; DEPLOYMENT_ROOT.description = "r"; }"#));
+    let problems = strings(&eval(
+        r#"lib.deployKeysProblems { DOMAIN.description = "d"; NAMESPACE.description = "n"; DEPLOYMENT_ROOT.description = "r"; }"#,
+    ));
     assert_eq!(
         problems,
         vec![
@@ -296,16 +386,24 @@ fn a_keys_file_declaring_a_control_key_fails_the_evaluation() {
             "deployKeys.NAMESPACE: NAMESPACE is a control key jobenv consumes and never passes to the program; a keys file that declares it is refused",
         ]
     );
-    assert_eq!(eval(r#"lib.deployKeysProblems { DOMAIN.description = "d"; }"#), json!([]));
+    assert_eq!(
+        eval(r#"lib.deployKeysProblems { DOMAIN.description = "d"; }"#),
+        json!([])
+    );
 }
 
 #[test]
 fn the_required_secrets_are_every_declared_secret_and_the_tf_token() {
     assert_eq!(
-        eval(r#"lib.renderRequiredSecrets { deploySecrets = { TF_VAR_b = "t"; SSH_KEY = "k"; }; tfToken = "{{ t }}"; }"#),
+        eval(
+            r#"lib.renderRequiredSecrets { deploySecrets = { TF_VAR_b = "t"; SSH_KEY = "k"; }; tfToken = "{{ t }}"; }"#
+        ),
         json!(["SSH_KEY", "TF_VAR_b", "TF_VAR_token"])
     );
-    assert_eq!(eval(r#"lib.renderRequiredSecrets { deploySecrets = { TF_VAR_b = "t"; }; }"#), json!(["TF_VAR_b"]));
+    assert_eq!(
+        eval(r#"lib.renderRequiredSecrets { deploySecrets = { TF_VAR_b = "t"; }; }"#),
+        json!(["TF_VAR_b"])
+    );
     assert_eq!(eval(r#"lib.renderRequiredSecrets { deploySecrets = { }; }"#), json!([]));
 }
 
@@ -321,14 +419,15 @@ fn secrets_and_credentials_become_agent_templates_readable_by_the_worker_group_o
            }"#,
     );
     let secrets_dir = jobenv_const("DEFAULT_SECRETS_DIR");
-    let file = |destination: &str, contents: &str| {
-        json!({"contents": contents, "destination": destination, "perms": "0440", "group": "windmill", "error_on_missing_key": true})
-    };
+    let file = |destination: &str, contents: &str| json!({"contents": contents, "destination": destination, "perms": "0440", "group": "windmill", "error_on_missing_key": true});
     assert_eq!(
         templates,
         json!([
             file(&format!("{secrets_dir}/SSH_KEY"), "k"),
-            file(&format!("{secrets_dir}/TF_VAR_hcloud_token"), "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}"),
+            file(
+                &format!("{secrets_dir}/TF_VAR_hcloud_token"),
+                "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}"
+            ),
             file("/run/incus-deploy/incus-store-signing.key", "{{ .sign }}"),
             file("/run/incus-deploy/incus-store-ssh.key", "{{ .ssh }}"),
             // A secrets env file of jobenv: one KEY=VALUE line.
@@ -336,9 +435,17 @@ fn secrets_and_credentials_become_agent_templates_readable_by_the_worker_group_o
         ])
     );
     // Credentials that are not configured are not rendered (nor waited for).
-    let templates = eval(r#"lib.agentTemplates { deploySecrets = { }; credentials = { tfToken = null; incusStoreSshKey = "k"; }; group = "wm"; }"#);
-    assert_eq!(templates, json!([{"contents": "k", "destination": "/run/incus-deploy/incus-store-ssh.key", "perms": "0440", "group": "wm", "error_on_missing_key": true}]));
-    assert_eq!(eval(r#"lib.agentTemplates { deploySecrets = { }; group = "wm"; }"#), json!([]));
+    let templates = eval(
+        r#"lib.agentTemplates { deploySecrets = { }; credentials = { tfToken = null; incusStoreSshKey = "k"; }; group = "wm"; }"#,
+    );
+    assert_eq!(
+        templates,
+        json!([{"contents": "k", "destination": "/run/incus-deploy/incus-store-ssh.key", "perms": "0440", "group": "wm", "error_on_missing_key": true}])
+    );
+    assert_eq!(
+        eval(r#"lib.agentTemplates { deploySecrets = { }; group = "wm"; }"#),
+        json!([])
+    );
 
     let rules = eval(r#"lib.tmpfilesRules { group = "windmill"; }"#);
     assert_eq!(
@@ -369,12 +476,26 @@ fn the_modules_own_agent_renders_its_templates_before_the_operators_and_runs_bao
             {"contents": "x", "destination": "/run/mine"}
         ]})
     );
-    assert_eq!(eval(r#"(lib.agentConfig { settings = { }; templates = [ ]; }).template"#), json!([]));
-    let unit = eval(r#"lib.agentService { bao = "/nix/store/b/bin/bao"; kill = "/nix/store/c/bin/kill"; configFile = "/nix/store/f-agent.json"; }"#);
-    assert_eq!(unit["serviceConfig"]["ExecStart"], "/nix/store/b/bin/bao agent -config=/nix/store/f-agent.json");
-    assert_eq!(unit["serviceConfig"]["ExecReload"], "/nix/store/c/bin/kill -s HUP $MAINPID");
+    assert_eq!(
+        eval(r#"(lib.agentConfig { settings = { }; templates = [ ]; }).template"#),
+        json!([])
+    );
+    let unit = eval(
+        r#"lib.agentService { bao = "/nix/store/b/bin/bao"; kill = "/nix/store/c/bin/kill"; configFile = "/nix/store/f-agent.json"; }"#,
+    );
+    assert_eq!(
+        unit["serviceConfig"]["ExecStart"],
+        "/nix/store/b/bin/bao agent -config=/nix/store/f-agent.json"
+    );
+    assert_eq!(
+        unit["serviceConfig"]["ExecReload"],
+        "/nix/store/c/bin/kill -s HUP $MAINPID"
+    );
     assert_eq!(unit["serviceConfig"]["Restart"], "on-failure");
-    assert!(unit["serviceConfig"].get("User").is_none() && unit["serviceConfig"].get("DynamicUser").is_none(), "root: it sets the files' group");
+    assert!(
+        unit["serviceConfig"].get("User").is_none() && unit["serviceConfig"].get("DynamicUser").is_none(),
+        "root: it sets the files' group"
+    );
     assert_eq!(unit["wantedBy"], json!(["multi-user.target"]));
 }
 
@@ -383,8 +504,14 @@ fn the_modules_own_agent_renders_its_templates_before_the_operators_and_runs_bao
 /// Runs lib.waitForFilesScript for `files` with bash; returns its exit code, stderr and how long
 /// it took.
 fn run_wait_script(files: &[PathBuf], timeout: u64, while_waiting: impl FnOnce()) -> (i32, String, Duration) {
-    let list = files.iter().map(|f| Value::from(f.display().to_string()).to_string()).collect::<Vec<_>>().join(" ");
-    let script = eval(&format!("lib.waitForFilesScript {{ files = [ {list} ]; timeoutSeconds = {timeout}; }}"));
+    let list = files
+        .iter()
+        .map(|f| Value::from(f.display().to_string()).to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let script = eval(&format!(
+        "lib.waitForFilesScript {{ files = [ {list} ]; timeoutSeconds = {timeout}; }}"
+    ));
     let start = Instant::now();
     let child = Command::new("bash")
         .args(["-c", script.as_str().unwrap()])
@@ -393,7 +520,11 @@ fn run_wait_script(files: &[PathBuf], timeout: u64, while_waiting: impl FnOnce()
         .unwrap();
     while_waiting();
     let out = child.wait_with_output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned(), start.elapsed())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        start.elapsed(),
+    )
 }
 
 #[test]
@@ -411,7 +542,13 @@ fn the_worker_waits_until_every_declared_file_is_rendered() {
     // The control: one missing, to the end of the timeout; the message names it (and not the other).
     let (code, stderr, took) = run_wait_script(&[present.clone(), missing.clone()], 2, || {});
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains(&format!("fediversity-windmill: node not ready: not rendered after 2s: {}", missing.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "fediversity-windmill: node not ready: not rendered after 2s: {}",
+            missing.display()
+        )),
+        "{stderr}"
+    );
     assert!(!stderr.contains("TF_VAR_present"), "{stderr}");
     assert!(took >= Duration::from_secs(2), "{took:?}");
 
@@ -440,7 +577,10 @@ fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
     // jobenv. systemd's stop signal (the worker's second SIGTERM) only comes after ExecStop.
     assert_eq!(
         lifecycle["ExecStop"],
-        json!(["-/c/bin/kill -s TERM $MAINPID", format!("/j/bin/fediversity-jobenv drain --state-dir {state_dir} --wait 120")])
+        json!([
+            "-/c/bin/kill -s TERM $MAINPID",
+            format!("/j/bin/fediversity-jobenv drain --state-dir {state_dir} --wait 120")
+        ])
     );
     assert_eq!(lifecycle["KillMode"], "mixed");
     // jobenv makes each deploy's cgroup in the unit's subtree.
@@ -449,16 +589,32 @@ fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
     assert!(margin >= 10);
     assert_eq!(lifecycle["TimeoutStopSec"], format!("{}s", 120 + grace + margin));
     // Start: wait for the rendered files, then recover (best effort).
-    assert_eq!(lifecycle["ExecStartPre"], json!(["/w/wait", format!("-/j/bin/fediversity-jobenv recover --state-dir {state_dir}")]));
-    assert_eq!(lifecycle["TimeoutStartSec"], "105s");
-    // Without declared files, nothing to wait for.
-    let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
-    assert_eq!(lifecycle["ExecStartPre"], json!([format!("-/j recover --state-dir {state_dir}")]));
-    // With `install`, first the sealed copy of jobenv, as root (`+`).
-    let lifecycle = eval(r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; install = "/i"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#);
     assert_eq!(
         lifecycle["ExecStartPre"],
-        json!(["+/i -D -m 0111 -o root -g root /j /run/fediversity-jobenv/bin/fediversity-jobenv", format!("-/j recover --state-dir {state_dir}")])
+        json!([
+            "/w/wait",
+            format!("-/j/bin/fediversity-jobenv recover --state-dir {state_dir}")
+        ])
+    );
+    assert_eq!(lifecycle["TimeoutStartSec"], "105s");
+    // Without declared files, nothing to wait for.
+    let lifecycle = eval(
+        r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#,
+    );
+    assert_eq!(
+        lifecycle["ExecStartPre"],
+        json!([format!("-/j recover --state-dir {state_dir}")])
+    );
+    // With `install`, first the sealed copy of jobenv, as root (`+`).
+    let lifecycle = eval(
+        r#"lib.workerLifecycle { jobenv = "/j"; kill = "/k"; install = "/i"; drainTimeoutSeconds = 1; readinessTimeoutSeconds = 1; }"#,
+    );
+    assert_eq!(
+        lifecycle["ExecStartPre"],
+        json!([
+            "+/i -D -m 0111 -o root -g root /j /run/fediversity-jobenv/bin/fediversity-jobenv",
+            format!("-/j recover --state-dir {state_dir}")
+        ])
     );
     // The default grace is jobenv's.
     assert_eq!(eval("lib.jobenvGraceSeconds"), json!(grace));
@@ -467,7 +623,11 @@ fn a_stopping_worker_stops_taking_jobs_then_drains_then_exits_within_a_bound() {
 #[test]
 fn windmill_units_restart_after_5s_start_after_the_agent_and_report_to_otel_when_asked() {
     let units = eval(r#"lib.units { otelEndpoint = "http://otel.example:4318"; }"#);
-    for (unit, role) in [("windmill-server", "server"), ("windmill-worker", "worker"), ("windmill-worker-native", "worker-native")] {
+    for (unit, role) in [
+        ("windmill-server", "server"),
+        ("windmill-worker", "worker"),
+        ("windmill-worker-native", "worker-native"),
+    ] {
         let u = &units[unit];
         assert_eq!(u["serviceConfig"]["RestartSec"], "5s", "{unit}");
         assert_eq!(u["after"], json!(["openbao-agent-default.service"]), "{unit}");
@@ -489,26 +649,48 @@ fn windmill_units_restart_after_5s_start_after_the_agent_and_report_to_otel_when
         assert_eq!(units[unit]["after"], json!(["vault-agent-default.service"]), "{unit}");
     }
     assert_eq!(units["windmill-server"]["environment"], json!({}));
-    assert_eq!(units["windmill-worker"]["wants"], json!(["vault-agent-default.service"]));
-    assert!(units["fediversity-windmill-bootstrap"]["after"].as_array().unwrap().contains(&json!("vault-agent-default.service")));
+    assert_eq!(
+        units["windmill-worker"]["wants"],
+        json!(["vault-agent-default.service"])
+    );
+    assert!(
+        units["fediversity-windmill-bootstrap"]["after"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("vault-agent-default.service"))
+    );
 }
 
 #[test]
 fn smtp_is_windmill_servers_and_its_password_comes_from_a_credential() {
-    let env = eval(r#"lib.smtpEnvironment { host = "smtp.example.org"; port = 2525; username = "windmill"; from = "noreply@windmill.example.org"; }"#);
+    let env = eval(
+        r#"lib.smtpEnvironment { host = "smtp.example.org"; port = 2525; username = "windmill"; from = "noreply@windmill.example.org"; }"#,
+    );
     assert_eq!(
         env,
         json!({"SMTP_HOST": "smtp.example.org", "SMTP_PORT": "2525", "SMTP_USERNAME": "windmill", "SMTP_FROM": "noreply@windmill.example.org", "SMTP_TLS_IMPLICIT": "false"})
     );
     let env = eval(r#"lib.smtpEnvironment { host = "smtp.example.org"; from = "a@b"; tlsImplicit = true; }"#);
-    assert_eq!(env, json!({"SMTP_HOST": "smtp.example.org", "SMTP_PORT": "587", "SMTP_FROM": "a@b", "SMTP_TLS_IMPLICIT": "true"}));
+    assert_eq!(
+        env,
+        json!({"SMTP_HOST": "smtp.example.org", "SMTP_PORT": "587", "SMTP_FROM": "a@b", "SMTP_TLS_IMPLICIT": "true"})
+    );
     assert_eq!(eval(r#"lib.smtpEnvironment { from = "a@b"; }"#), json!({}));
 
-    let units = eval(r#"lib.units { smtp = lib.smtpEnvironment { host = "h"; from = "f"; }; smtpPasswordFile = "/run/keys/smtp"; }"#);
+    let units = eval(
+        r#"lib.units { smtp = lib.smtpEnvironment { host = "h"; from = "f"; }; smtpPasswordFile = "/run/keys/smtp"; }"#,
+    );
     assert_eq!(units["windmill-server"]["environment"]["SMTP_HOST"], "h");
-    assert_eq!(units["windmill-server"]["serviceConfig"]["LoadCredential"], json!(["smtp-password:/run/keys/smtp"]));
+    assert_eq!(
+        units["windmill-server"]["serviceConfig"]["LoadCredential"],
+        json!(["smtp-password:/run/keys/smtp"])
+    );
     for unit in ["windmill-worker", "windmill-worker-native"] {
-        assert!(units[unit]["environment"].get("SMTP_HOST").is_none() && units[unit]["serviceConfig"].get("LoadCredential").is_none(), "{unit}");
+        assert!(
+            units[unit]["environment"].get("SMTP_HOST").is_none()
+                && units[unit]["serviceConfig"].get("LoadCredential").is_none(),
+            "{unit}"
+        );
     }
 
     // The launcher, run with bash as systemd would: the credential becomes SMTP_PASSWORD (its
@@ -517,8 +699,15 @@ fn smtp_is_windmill_servers_and_its_password_comes_from_a_credential() {
     std::fs::write(dir.path().join("smtp-password"), "pa ss'word\n").unwrap();
     let printer = dir.path().join("windmill");
     std::fs::write(&printer, "#!/bin/sh\nprintf '%s|%s' \"$SMTP_PASSWORD\" \"$*\"\n").unwrap();
-    std::process::Command::new("chmod").arg("+x").arg(&printer).status().unwrap();
-    let script = eval(&format!("lib.windmillLauncher {{ windmill = {}; }}", Value::from(printer.display().to_string())));
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&printer)
+        .status()
+        .unwrap();
+    let script = eval(&format!(
+        "lib.windmillLauncher {{ windmill = {}; }}",
+        Value::from(printer.display().to_string())
+    ));
     let out = Command::new("bash")
         .args(["-c", script.as_str().unwrap(), "launcher", "--flag"])
         .env("CREDENTIALS_DIRECTORY", dir.path())
@@ -527,7 +716,11 @@ fn smtp_is_windmill_servers_and_its_password_comes_from_a_credential() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "pa ss'word|--flag");
     // Without the credential it fails rather than start Windmill without a password.
-    let out = Command::new("bash").args(["-c", script.as_str().unwrap()]).env("CREDENTIALS_DIRECTORY", dir.path().join("none")).output().unwrap();
+    let out = Command::new("bash")
+        .args(["-c", script.as_str().unwrap()])
+        .env("CREDENTIALS_DIRECTORY", dir.path().join("none"))
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "");
 }
@@ -536,12 +729,22 @@ fn smtp_is_windmill_servers_and_its_password_comes_from_a_credential() {
 fn the_worker_lets_jobenv_finish_a_cancel_and_finds_it_and_nix_on_its_path() {
     let units = eval("lib.units { }");
     let worker = &units["windmill-worker"];
-    let wait: u64 = worker["environment"]["MAX_WAIT_FOR_SIGINT"].as_str().unwrap().parse().unwrap();
+    let wait: u64 = worker["environment"]["MAX_WAIT_FOR_SIGINT"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     // jobenv's default grace (SIGTERM to SIGKILL of the program tree) must fit well inside it.
     let grace = jobenv_grace();
-    assert!(wait >= grace + 5, "MAX_WAIT_FOR_SIGINT={wait} leaves jobenv's grace of {grace}s too little room");
+    assert!(
+        wait >= grace + 5,
+        "MAX_WAIT_FOR_SIGINT={wait} leaves jobenv's grace of {grace}s too little room"
+    );
     assert_eq!(worker["environment"]["HOME"], "/var/lib/windmill-worker");
-    assert_eq!(eval("lib.workerPath"), json!(["nix", "openssh", "git", "bash", "fediversity-jobenv"]));
+    assert_eq!(
+        eval("lib.workerPath"),
+        json!(["nix", "openssh", "git", "bash", "fediversity-jobenv"])
+    );
 }
 
 #[test]
@@ -550,7 +753,9 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     // job, sees these worker variables, and its journal directory is writable by the worker.
     let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
     let state_dir = jobenv_const("DEFAULT_STATE_DIR");
-    let units = eval(r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; secretsEnvFiles = [ lib.paths.tfTokenEnv "/run/other.env" ]; }"#);
+    let units = eval(
+        r#"lib.units { nixShell = "/nix/store/abc-nix-2.28/bin/nix-shell"; secretsEnvFiles = [ lib.paths.tfTokenEnv "/run/other.env" ]; }"#,
+    );
     let worker = &units["windmill-worker"];
     let env = &worker["environment"];
     assert_eq!(
@@ -564,34 +769,70 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     }
     assert_eq!(env["JOBENV_NIX_SHELL"], "/nix/store/abc-nix-2.28/bin/nix-shell");
     assert_eq!(env["JOBENV_STATE_DIR"], state_dir.as_str());
-    assert_eq!(env["JOBENV_REQUIRED_SECRETS"], "/etc/fediversity-windmill/required-secrets.json");
-    assert_eq!(env["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env:/run/other.env");
+    assert_eq!(
+        env["JOBENV_REQUIRED_SECRETS"],
+        "/etc/fediversity-windmill/required-secrets.json"
+    );
+    assert_eq!(
+        env["JOBENV_SECRETS_ENV_FILES"],
+        "/run/incus-deploy/tf-token.env:/run/other.env"
+    );
     // `-`: a state directory that is not there yet does not fail the worker's first start.
-    assert_eq!(worker["serviceConfig"]["ReadWritePaths"], json!([format!("-{state_dir}")]));
+    assert_eq!(
+        worker["serviceConfig"]["ReadWritePaths"],
+        json!([format!("-{state_dir}")])
+    );
     // Only the worker gets them.
     for unit in ["windmill-server", "windmill-worker-native"] {
         assert!(units[unit]["environment"].get("WHITELIST_ENVS").is_none(), "{unit}");
     }
     // Without a nix-shell or secrets env files given, neither is passed.
     let units = eval("lib.units { }");
-    assert_eq!(units["windmill-worker"]["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert_eq!(
+        units["windmill-worker"]["environment"]["WHITELIST_ENVS"],
+        "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR"
+    );
     // jobenv's defaults unless the node sets limits; no timeout variable without a timeout.
-    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_GRACE"], jobenv_grace().to_string());
+    assert_eq!(
+        units["windmill-worker"]["environment"]["JOBENV_GRACE"],
+        jobenv_grace().to_string()
+    );
     assert_eq!(units["windmill-worker"]["environment"]["JOBENV_LOCK_TIMEOUT"], "0");
     assert!(units["windmill-worker"]["environment"].get("JOBENV_TIMEOUT").is_none());
-    assert!(units["windmill-worker"]["environment"].get("JOBENV_NIX_SHELL").is_none());
-    assert!(units["windmill-worker"]["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
+    assert!(
+        units["windmill-worker"]["environment"]
+            .get("JOBENV_NIX_SHELL")
+            .is_none()
+    );
+    assert!(
+        units["windmill-worker"]["environment"]
+            .get("JOBENV_SECRETS_ENV_FILES")
+            .is_none()
+    );
 }
 
 #[test]
 fn the_nodes_job_limits_reach_every_job_and_bound_the_cancel_and_the_stop() {
-    let worker = module(r#"s: s // { jobs = { timeout = 3600; grace = 10; lockWait = 900; }; drainTimeout = 60; }"#, "h: h.config.systemd.services.windmill-worker");
+    let worker = module(
+        r#"s: s // { jobs = { timeout = 3600; grace = 10; lockWait = 900; }; drainTimeout = 60; }"#,
+        "h: h.config.systemd.services.windmill-worker",
+    );
     let env = &worker["environment"];
-    assert_eq!((env["JOBENV_TIMEOUT"].as_str(), env["JOBENV_GRACE"].as_str(), env["JOBENV_LOCK_TIMEOUT"].as_str()), (Some("3600"), Some("10"), Some("900")));
+    assert_eq!(
+        (
+            env["JOBENV_TIMEOUT"].as_str(),
+            env["JOBENV_GRACE"].as_str(),
+            env["JOBENV_LOCK_TIMEOUT"].as_str()
+        ),
+        (Some("3600"), Some("10"), Some("900"))
+    );
     let whitelisted: Vec<&str> = env["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
     let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
     for name in ["JOBENV_TIMEOUT", "JOBENV_GRACE", "JOBENV_LOCK_TIMEOUT"] {
-        assert!(whitelisted.contains(&name), "{name} does not reach jobs: {whitelisted:?}");
+        assert!(
+            whitelisted.contains(&name),
+            "{name} does not reach jobs: {whitelisted:?}"
+        );
         // The names jobenv's `run` reads them by.
         assert!(cli.contains(&format!("env = \"{name}\"")), "jobenv reads no {name}");
     }
@@ -603,52 +844,108 @@ fn the_nodes_job_limits_reach_every_job_and_bound_the_cancel_and_the_stop() {
     let worker = module("s: s", "h: h.config.systemd.services.windmill-worker");
     assert_eq!(worker["environment"]["MAX_WAIT_FOR_SIGINT"], "10");
     assert!(worker["environment"].get("JOBENV_TIMEOUT").is_none());
-    assert_eq!(worker["serviceConfig"]["TimeoutStopSec"], format!("{}s", 300 + jobenv_grace() + 30));
+    assert_eq!(
+        worker["serviceConfig"]["TimeoutStopSec"],
+        format!("{}s", 300 + jobenv_grace() + 30)
+    );
 }
 
 #[test]
 fn cluster_mode_is_off_by_default_and_its_dsn_file_reaches_every_job_when_set() {
-    let worker = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.windmill-worker");
+    let worker = module(
+        r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#,
+        "h: h.config.systemd.services.windmill-worker",
+    );
     let env = &worker["environment"];
     // The file's path, never its content: the DSN is a secret the node renders.
-    assert_eq!(env["JOBENV_CLUSTER_DSN_FILE"], "/run/fediversity-windmill/jobenv-cluster-dsn");
+    assert_eq!(
+        env["JOBENV_CLUSTER_DSN_FILE"],
+        "/run/fediversity-windmill/jobenv-cluster-dsn"
+    );
     let whitelisted: Vec<&str> = env["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
-    assert!(whitelisted.contains(&"JOBENV_CLUSTER_DSN_FILE"), "the DSN file does not reach jobs: {whitelisted:?}");
+    assert!(
+        whitelisted.contains(&"JOBENV_CLUSTER_DSN_FILE"),
+        "the DSN file does not reach jobs: {whitelisted:?}"
+    );
     // The name jobenv's `run` reads it by.
     let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    assert!(cli.contains("env = \"JOBENV_CLUSTER_DSN_FILE\""), "jobenv reads no JOBENV_CLUSTER_DSN_FILE");
+    assert!(
+        cli.contains("env = \"JOBENV_CLUSTER_DSN_FILE\""),
+        "jobenv reads no JOBENV_CLUSTER_DSN_FILE"
+    );
     // The daily prune prunes the shared journal's ended rows too.
-    let prune = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.fediversity-jobenv-prune");
-    assert_eq!(prune["environment"]["JOBENV_CLUSTER_DSN_FILE"], "/run/fediversity-windmill/jobenv-cluster-dsn");
+    let prune = module(
+        r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#,
+        "h: h.config.systemd.services.fediversity-jobenv-prune",
+    );
+    assert_eq!(
+        prune["environment"]["JOBENV_CLUSTER_DSN_FILE"],
+        "/run/fediversity-windmill/jobenv-cluster-dsn"
+    );
     // The control: off unless set, and neither set nor whitelisted then.
     let prune = module("s: s", "h: h.config.systemd.services.fediversity-jobenv-prune");
     assert!(prune["environment"].get("JOBENV_CLUSTER_DSN_FILE").is_none(), "{prune}");
     let worker = module("s: s", "h: h.config.systemd.services.windmill-worker");
     assert!(worker["environment"].get("JOBENV_CLUSTER_DSN_FILE").is_none());
-    assert!(!worker["environment"]["WHITELIST_ENVS"].as_str().unwrap().contains("CLUSTER"));
+    assert!(
+        !worker["environment"]["WHITELIST_ENVS"]
+            .as_str()
+            .unwrap()
+            .contains("CLUSTER")
+    );
     // A path the worker could not open from anywhere is refused when the node is evaluated.
-    let result = module(r#"s: s // { cluster.dsnFile = "jobenv-cluster-dsn"; }"#, "h: { inherit (h) typeErrors; }");
+    let result = module(
+        r#"s: s // { cluster.dsnFile = "jobenv-cluster-dsn"; }"#,
+        "h: { inherit (h) typeErrors; }",
+    );
     assert_eq!(result["typeErrors"].as_array().map(Vec::len), Some(1), "{result}");
-    assert!(result["typeErrors"][0].as_str().unwrap().starts_with("cluster.dsnFile"), "{result}");
+    assert!(
+        result["typeErrors"][0].as_str().unwrap().starts_with("cluster.dsnFile"),
+        "{result}"
+    );
 }
 
 #[test]
 fn cluster_modes_ca_file_reaches_every_job_and_the_prune_and_needs_a_dsn_file() {
     let both = r#"s: s // { cluster = { dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; caFile = "/etc/fediversity-windmill/db-ca.pem"; }; }"#;
     let worker = module(both, "h: h.config.systemd.services.windmill-worker");
-    assert_eq!(worker["environment"]["JOBENV_CLUSTER_CA_FILE"], "/etc/fediversity-windmill/db-ca.pem");
-    let whitelisted: Vec<&str> = worker["environment"]["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
-    assert!(whitelisted.contains(&"JOBENV_CLUSTER_CA_FILE"), "the CA file does not reach jobs: {whitelisted:?}");
+    assert_eq!(
+        worker["environment"]["JOBENV_CLUSTER_CA_FILE"],
+        "/etc/fediversity-windmill/db-ca.pem"
+    );
+    let whitelisted: Vec<&str> = worker["environment"]["WHITELIST_ENVS"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert!(
+        whitelisted.contains(&"JOBENV_CLUSTER_CA_FILE"),
+        "the CA file does not reach jobs: {whitelisted:?}"
+    );
     let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
-    assert!(cli.contains("env = \"JOBENV_CLUSTER_CA_FILE\""), "jobenv reads no JOBENV_CLUSTER_CA_FILE");
+    assert!(
+        cli.contains("env = \"JOBENV_CLUSTER_CA_FILE\""),
+        "jobenv reads no JOBENV_CLUSTER_CA_FILE"
+    );
     let prune = module(both, "h: h.config.systemd.services.fediversity-jobenv-prune");
-    assert_eq!(prune["environment"]["JOBENV_CLUSTER_CA_FILE"], "/etc/fediversity-windmill/db-ca.pem");
+    assert_eq!(
+        prune["environment"]["JOBENV_CLUSTER_CA_FILE"],
+        "/etc/fediversity-windmill/db-ca.pem"
+    );
     assert_eq!(assertions(both), Vec::<String>::new());
     // A CA without cluster mode is a mistake the node's evaluation names.
     let alone = assertions(r#"s: s // { cluster.caFile = "/etc/fediversity-windmill/db-ca.pem"; }"#);
-    assert_eq!(alone, ["services.fediversity-windmill: cluster.caFile is set but cluster.dsnFile is not: the CA is for cluster mode's database"]);
+    assert_eq!(
+        alone,
+        [
+            "services.fediversity-windmill: cluster.caFile is set but cluster.dsnFile is not: the CA is for cluster mode's database"
+        ]
+    );
     // The control: without it, jobs get none.
-    let worker = module(r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#, "h: h.config.systemd.services.windmill-worker");
+    let worker = module(
+        r#"s: s // { cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; }"#,
+        "h: h.config.systemd.services.windmill-worker",
+    );
     assert!(worker["environment"].get("JOBENV_CLUSTER_CA_FILE").is_none());
 }
 
@@ -658,33 +955,58 @@ fn cluster_modes_ca_file_reaches_every_job_and_the_prune_and_needs_a_dsn_file() 
 fn the_node_windmill_keeps_only_the_python_and_bash_toolchains() {
     // nixpkgs' feature list of pkgs.windmill 1.601.1, as its package.nix sets it.
     let nixpkgs = r#"[ "agent_worker_server" "cloud" "csharp" "default" "deno_core" "dind" "embedding" "flow_testing" "gcp_trigger" "http_trigger" "jemalloc" "kafka" "license" "loki" "mcp" "mqtt_trigger" "nats" "oauth2" "openidconnect" "parquet" "php" "postgres_trigger" "python" "scoped_cache" "smtp" "sqlx" "sqs_trigger" "static_frontend" "websocket" "zip" ]"#;
-    assert_eq!(eval(&format!("lib.trimWindmillFeatures {nixpkgs}")), json!(["default", "jemalloc", "python", "smtp", "sqlx", "static_frontend"]));
+    assert_eq!(
+        eval(&format!("lib.trimWindmillFeatures {nixpkgs}")),
+        json!(["default", "jemalloc", "python", "smtp", "sqlx", "static_frontend"])
+    );
     // Never a feature the package does not have; `otel` stays where it has it.
-    assert_eq!(eval(r#"lib.trimWindmillFeatures [ "python" "otel" "deno_core" ]"#), json!(["python", "otel"]));
+    assert_eq!(
+        eval(r#"lib.trimWindmillFeatures [ "python" "otel" "deno_core" ]"#),
+        json!(["python", "otel"])
+    );
     // Only the toolchain arguments the package's function takes are overridden.
-    let overrides = eval(r#"lib.windmillToolchainOverrides { packageArgs = [ "lib" "go" "deno" "python312" "dotnet-sdk_9" "php" "bash" "uv" ]; stub = "STUB"; }"#);
-    assert_eq!(overrides, json!({"go": "STUB", "deno": "STUB", "dotnet-sdk_9": "STUB", "php": "STUB"}));
+    let overrides = eval(
+        r#"lib.windmillToolchainOverrides { packageArgs = [ "lib" "go" "deno" "python312" "dotnet-sdk_9" "php" "bash" "uv" ]; stub = "STUB"; }"#,
+    );
+    assert_eq!(
+        overrides,
+        json!({"go": "STUB", "deno": "STUB", "dotnet-sdk_9": "STUB", "php": "STUB"})
+    );
     // The stub answers for every program the wrapper points at.
     let programs = sorted(&eval("lib.windmillToolchainPrograms"));
     assert_eq!(programs, vec!["bun", "cargo", "deno", "dotnet", "go", "php", "pwsh"]);
     // The Python: the package's python3XY argument, the newest if several, else python3.
     assert_eq!(eval(r#"lib.windmillPythonAttr [ "go" "python312" "uv" ]"#), "python312");
-    assert_eq!(eval(r#"lib.windmillPythonAttr [ "python39" "python313" "python312" ]"#), "python313");
+    assert_eq!(
+        eval(r#"lib.windmillPythonAttr [ "python39" "python313" "python312" ]"#),
+        "python313"
+    );
     assert_eq!(eval(r#"lib.windmillPythonAttr [ "python3" "go" ]"#), "python3");
     assert_eq!(eval(r#"lib.majorMinor "3.12.11""#), "3.12");
 }
 
 #[test]
 fn the_ui_domain_defaults_to_jobs_under_the_parent_of_the_domain() {
-    assert_eq!(eval(r#"lib.defaultUiDomain "windmill.example.org""#), "jobs.example.org");
-    assert_eq!(eval(r#"lib.defaultUiDomain "api.fedi.example.co.uk""#), "jobs.fedi.example.co.uk");
+    assert_eq!(
+        eval(r#"lib.defaultUiDomain "windmill.example.org""#),
+        "jobs.example.org"
+    );
+    assert_eq!(
+        eval(r#"lib.defaultUiDomain "api.fedi.example.co.uk""#),
+        "jobs.fedi.example.co.uk"
+    );
     let error = eval_error(r#"lib.defaultUiDomain "localhost""#);
-    assert!(error.contains("cannot derive jobs.<parent> from the domain \"localhost\"") && error.contains("set uiDomain"), "{error}");
+    assert!(
+        error.contains("cannot derive jobs.<parent> from the domain \"localhost\"") && error.contains("set uiDomain"),
+        "{error}"
+    );
 }
 
 #[test]
 fn deploy_env_json_is_the_node_keys_as_an_object_of_strings() {
-    let rendered = eval(r#"lib.renderDeployEnv { DEPLOYMENT_ROOT = "/nix/store/abc-deployment"; DEPLOYMENT_NIXPKGS = "/nix/store/def-source"; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; }"#);
+    let rendered = eval(
+        r#"lib.renderDeployEnv { DEPLOYMENT_ROOT = "/nix/store/abc-deployment"; DEPLOYMENT_NIXPKGS = "/nix/store/def-source"; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; }"#,
+    );
     assert_eq!(
         rendered,
         json!({"DEPLOYMENT_ROOT": "/nix/store/abc-deployment", "DEPLOYMENT_NIXPKGS": "/nix/store/def-source", "STATE_BASE_ADDRESS": "https://state.example.org/tofu"})
@@ -704,22 +1026,45 @@ fn deploy_keys_json_holds_the_operators_keys_and_the_structural_pins_node_only()
            }"#,
     );
     let keys = rendered.as_object().unwrap();
-    assert_eq!(rendered["DOMAIN"], json!({"description": "The domain", "default": "example.org"}));
+    assert_eq!(
+        rendered["DOMAIN"],
+        json!({"description": "The domain", "default": "example.org"})
+    );
     // A key without a default has none in the file (jobenv: "simply absent" when unset).
-    assert_eq!(rendered["INTERNAL_HOSTS"], json!({"description": "Hosts, a JSON array"}));
+    assert_eq!(
+        rendered["INTERNAL_HOSTS"],
+        json!({"description": "Hosts, a JSON array"})
+    );
     // A pin the operator describes stays node-only; one the operator opens keeps its description.
-    assert_eq!(rendered["DNS_DOMAIN"], json!({"description": "Overridden by the operator", "default": "dns.example", "node_only": true}));
-    assert!(rendered["PIN_EFFECT"]["description"].as_str().unwrap().starts_with("Structural pin: "));
+    assert_eq!(
+        rendered["DNS_DOMAIN"],
+        json!({"description": "Overridden by the operator", "default": "dns.example", "node_only": true})
+    );
+    assert!(
+        rendered["PIN_EFFECT"]["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Structural pin: ")
+    );
     assert!(rendered["PIN_EFFECT"].get("node_only").is_none(), "{rendered}");
-    for pin in ["HOSTING_CONFIG", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS"] {
-        let description = rendered[pin]["description"].as_str().unwrap_or_else(|| panic!("{pin}: {rendered}"));
+    for pin in [
+        "HOSTING_CONFIG",
+        "SELF_MODULE_SOURCE",
+        "OPERATOR_MODULE_SOURCE",
+        "VERSION_LAYERS",
+    ] {
+        let description = rendered[pin]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{pin}: {rendered}"));
         assert!(description.starts_with("Structural pin: "), "{pin}: {description}");
         assert!(rendered[pin].get("default").is_none());
         assert_eq!(rendered[pin]["node_only"], true, "{pin}");
     }
     assert_eq!(keys.len(), 3 + 5);
     // The same through the merged declarations the module renders.
-    let merged = eval(r#"lib.renderKeys (lib.declaredKeys { operator.PIN_EFFECT.nodeOnly = false; repository.NODE_SITE = { description = "s"; nodeOnly = true; }; })"#);
+    let merged = eval(
+        r#"lib.renderKeys (lib.declaredKeys { operator.PIN_EFFECT.nodeOnly = false; repository.NODE_SITE = { description = "s"; nodeOnly = true; }; })"#,
+    );
     assert_eq!(merged["NODE_SITE"], json!({"description": "s", "node_only": true}));
     assert!(merged["PIN_EFFECT"].get("node_only").is_none());
     assert_eq!(merged["HOSTING_CONFIG"]["node_only"], true);
@@ -732,7 +1077,10 @@ pub(crate) fn fixture_repository() -> String {
 
 #[test]
 fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attributes_from_its_shells() {
-    let published = eval(&format!(r#"lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "x86_64-linux"; }}"#, fixture_repository()));
+    let published = eval(&format!(
+        r#"lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "x86_64-linux"; }}"#,
+        fixture_repository()
+    ));
     let keys = &published["keys"];
     let generated = "Declared by the deployment repository";
     assert_eq!(
@@ -755,10 +1103,18 @@ fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attribute
     assert_eq!(published["attributes"], json!(["mastodon", "peertube"]));
     assert_eq!(
         published["published"],
-        json!(["deployEnvKeys", "standaloneEnvKeys", "deployEnvKeysByMethod", "nodeEnvKeys", "devShells.x86_64-linux"])
+        json!([
+            "deployEnvKeys",
+            "standaloneEnvKeys",
+            "deployEnvKeysByMethod",
+            "nodeEnvKeys",
+            "devShells.x86_64-linux"
+        ])
     );
     // lib.deploymentAttributes, when published, is the list; another system has no shells.
-    let explicit = eval(r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributes = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#);
+    let explicit = eval(
+        r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributes = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#,
+    );
     assert_eq!(explicit, json!(["only-this"]));
     // A path value (what `deploymentRepository = ./deployments;` gives) is imported where it is,
     // not through a store copy evaluation may not have made.
@@ -767,16 +1123,27 @@ fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attribute
         repo().join("tests/nix/deployments").display()
     ));
     assert_eq!(as_path, json!(["mastodon", "peertube"]));
-    let other = eval(&format!(r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "riscv64-linux"; }}).attributes"#, fixture_repository()));
+    let other = eval(&format!(
+        r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "riscv64-linux"; }}).attributes"#,
+        fixture_repository()
+    ));
     assert_eq!(other, json!([]));
     // A key listed both as a front-end key and a node key is node-only, with the description it has.
-    let both = eval(r#"(lib.repositoryPublished { outputs.lib = { deployEnvKeys.REGION = "The region"; nodeEnvKeys = [ "REGION" ]; }; system = "x"; }).keys"#);
-    assert_eq!(both, json!({"REGION": {"description": "The region", "default": null, "nodeOnly": true}}));
+    let both = eval(
+        r#"(lib.repositoryPublished { outputs.lib = { deployEnvKeys.REGION = "The region"; nodeEnvKeys = [ "REGION" ]; }; system = "x"; }).keys"#,
+    );
+    assert_eq!(
+        both,
+        json!({"REGION": {"description": "The region", "default": null, "nodeOnly": true}})
+    );
     // A shape the module cannot read is named.
     let error = eval_error(r#"lib.repositoryPublished { outputs.lib.deployEnvKeys = { DOMAIN = 3; }; system = "x"; }"#);
     assert!(error.contains("deploymentRepository: lib.deployEnvKeys.DOMAIN is neither a description (a string) nor { description; default; }"), "{error}");
     let error = eval_error(r#"lib.repositoryPublished { outputs.lib.nodeEnvKeys = "DOMAIN"; system = "x"; }"#);
-    assert!(error.contains("deploymentRepository: lib.nodeEnvKeys is neither a list of key names nor an attrset of keys"), "{error}");
+    assert!(
+        error.contains("deploymentRepository: lib.nodeEnvKeys is neither a list of key names nor an attrset of keys"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -787,19 +1154,39 @@ fn the_operators_keys_override_the_repositorys_field_by_field() {
              operator = { DOMAIN = { description = null; default = "fedi.example"; nodeOnly = null; }; NODE_SITE.nodeOnly = false; EXTRA = { description = "Mine"; }; };
            }"#,
     );
-    assert_eq!(keys["DOMAIN"], json!({"description": "The domain", "default": "fedi.example", "nodeOnly": false}));
-    assert_eq!(keys["NODE_SITE"], json!({"description": "Site", "default": null, "nodeOnly": false}));
-    assert_eq!(keys["EXTRA"], json!({"description": "Mine", "default": null, "nodeOnly": false}));
+    assert_eq!(
+        keys["DOMAIN"],
+        json!({"description": "The domain", "default": "fedi.example", "nodeOnly": false})
+    );
+    assert_eq!(
+        keys["NODE_SITE"],
+        json!({"description": "Site", "default": null, "nodeOnly": false})
+    );
+    assert_eq!(
+        keys["EXTRA"],
+        json!({"description": "Mine", "default": null, "nodeOnly": false})
+    );
     assert_eq!(keys["HOSTING_CONFIG"]["nodeOnly"], true);
     // A key described nowhere is named.
     let problems = eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.default = "x"; })"#);
-    assert_eq!(problems, json!(["deployKeys.LONELY.description is not set and the deployment repository does not declare LONELY: say what the key means"]));
-    assert_eq!(eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.description = "d"; })"#), json!([]));
+    assert_eq!(
+        problems,
+        json!([
+            "deployKeys.LONELY.description is not set and the deployment repository does not declare LONELY: say what the key means"
+        ])
+    );
+    assert_eq!(
+        eval(r#"lib.undescribedKeyProblems (lib.declaredKeys { operator.LONELY.description = "d"; })"#),
+        json!([])
+    );
 }
 
 #[test]
 fn deployment_attributes_json_is_a_sorted_array_without_repeats() {
-    assert_eq!(eval(r#"lib.renderDeploymentAttributes [ "web" "mastodon-vm" "web" "db" ]"#), json!(["db", "mastodon-vm", "web"]));
+    assert_eq!(
+        eval(r#"lib.renderDeploymentAttributes [ "web" "mastodon-vm" "web" "db" ]"#),
+        json!(["db", "mastodon-vm", "web"])
+    );
     assert_eq!(eval("lib.renderDeploymentAttributes [ ]"), json!([]));
 }
 
@@ -825,11 +1212,21 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     assert_eq!(bootstrap_problems(addr, "{ }", "null"), json!([]));
 
     // uiAuth.mode: nothing for others.
-    for (mode, refused) in [("0440", false), ("440", false), ("0640", false), ("0750", false), ("0444", true), ("0441", true), ("644", true)] {
+    for (mode, refused) in [
+        ("0440", false),
+        ("440", false),
+        ("0640", false),
+        ("0750", false),
+        ("0444", true),
+        ("0441", true),
+        ("644", true),
+    ] {
         let patch = format!(r#"b: (({addr}) b) // {{ uiAuth = b.uiAuth // {{ mode = "{mode}"; }}; }}"#);
         let problems = bootstrap_problems(&patch, "{ }", "null");
         let expected = if refused {
-            json!([format!("bootstrap.uiAuth.mode {mode} gives others access to the nginx include, which holds a superadmin token; the bootstrap refuses it (e.g. 0440)")])
+            json!([format!(
+                "bootstrap.uiAuth.mode {mode} gives others access to the nginx include, which holds a superadmin token; the bootstrap refuses it (e.g. 0440)"
+            )])
         } else {
             json!([])
         };
@@ -837,17 +1234,33 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
     }
 
     // openbao.addr null: fine only when the unit gives the bootstrap BAO_ADDR or VAULT_ADDR.
-    let missing = json!(["bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr"]);
+    let missing = json!([
+        "bootstrap.openbao.addr is null and the bootstrap unit's environment sets neither BAO_ADDR nor VAULT_ADDR; the bootstrap would refuse to start: set bootstrap.openbao.addr"
+    ]);
     assert_eq!(bootstrap_problems("b: b", "{ }", "null"), missing);
-    assert_eq!(bootstrap_problems("b: b", r#"{ PATH = "/bin"; BAO_ADDR = ""; }"#, "null"), missing);
+    assert_eq!(
+        bootstrap_problems("b: b", r#"{ PATH = "/bin"; BAO_ADDR = ""; }"#, "null"),
+        missing
+    );
     assert_eq!(bootstrap_problems("b: b", r#"{ BAO_ADDR = null; }"#, "null"), missing);
-    assert_eq!(bootstrap_problems("b: b", r#"{ BAO_ADDR = "http://127.0.0.1:8100"; }"#, "null"), json!([]));
-    assert_eq!(bootstrap_problems("b: b", r#"{ VAULT_ADDR = "http://127.0.0.1:8100"; }"#, "null"), json!([]));
-    assert_eq!(bootstrap_problems("b: b", "{ }", r#""/run/keys/bootstrap.env""#), json!([]));
+    assert_eq!(
+        bootstrap_problems("b: b", r#"{ BAO_ADDR = "http://127.0.0.1:8100"; }"#, "null"),
+        json!([])
+    );
+    assert_eq!(
+        bootstrap_problems("b: b", r#"{ VAULT_ADDR = "http://127.0.0.1:8100"; }"#, "null"),
+        json!([])
+    );
+    assert_eq!(
+        bootstrap_problems("b: b", "{ }", r#""/run/keys/bootstrap.env""#),
+        json!([])
+    );
 
     // Windmill's own rules, and the label Windmill gives its sessions.
     let problems = bootstrap_problems(
-        &format!(r#"b: (({addr}) b) // {{ token = b.token // {{ label = "session"; }}; workspace = {{ id = "a b"; name = "n"; folder = "a-b"; }}; }}"#),
+        &format!(
+            r#"b: (({addr}) b) // {{ token = b.token // {{ label = "session"; }}; workspace = {{ id = "a b"; name = "n"; folder = "a-b"; }}; }}"#
+        ),
         "{ }",
         "null",
     );
@@ -859,7 +1272,11 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
             "bootstrap.workspace.folder \"a-b\" is not a Windmill folder name (letters, digits and underscores)"
         ])
     );
-    let fine = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ workspace = {{ id = "fedi-ops_2"; name = "n"; folder = "deploy_2"; }}; }}"#), "{ }", "null");
+    let fine = bootstrap_problems(
+        &format!(r#"b: (({addr}) b) // {{ workspace = {{ id = "fedi-ops_2"; name = "n"; folder = "deploy_2"; }}; }}"#),
+        "{ }",
+        "null",
+    );
     assert_eq!(fine, json!([]));
 
     // The UI's token label: never a session's, never the front-end token's (each run revokes
@@ -877,29 +1294,58 @@ fn bootstrap_options_the_bootstrap_would_refuse_fail_the_evaluation() {
         let problems = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ {labels} }}"#), "{ }", "null");
         assert_eq!(problems, json!([expected]), "{labels}");
     }
-    let distinct = bootstrap_problems(&format!(r#"b: (({addr}) b) // {{ token = b.token // {{ label = "front"; }}; uiAuth = b.uiAuth // {{ tokenLabel = "ui"; }}; }}"#), "{ }", "null");
+    let distinct = bootstrap_problems(
+        &format!(
+            r#"b: (({addr}) b) // {{ token = b.token // {{ label = "front"; }}; uiAuth = b.uiAuth // {{ tokenLabel = "ui"; }}; }}"#
+        ),
+        "{ }",
+        "null",
+    );
     assert_eq!(distinct, json!([]));
 }
 
 #[test]
 fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     let select = "h: { warnings = builtins.filter (w: builtins.match \".*scopes.*\" w != null) h.config.warnings; token = (builtins.fromJSON h.config.environment.etc.\"fediversity-windmill/bootstrap.json\".source.text).token; }";
-    let unscoped = module("s: s // { bootstrap = s.bootstrap // { token.scopes = [ ]; }; }", select);
+    let unscoped = module(
+        "s: s // { bootstrap = s.bootstrap // { token.scopes = [ ]; }; }",
+        select,
+    );
     assert_eq!(
         unscoped["warnings"],
-        json!(["services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights in the workspace: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"])
+        json!([
+            "services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights in the workspace: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"
+        ])
     );
     assert_eq!(unscoped["token"]["scopes"], json!([]));
     // The controls: the default (null, the bootstrap's scopes) and explicit scopes warn of nothing.
     let default = module("s: s", select);
     assert_eq!(default["warnings"], json!([]));
-    assert_eq!(default["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true}));
+    assert_eq!(
+        default["token"],
+        json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true})
+    );
     // Labels the bootstrap refuses (empty, a control character) are refused by their type.
-    let typed = module(r#"s: s // { bootstrap = s.bootstrap // { token.label = ""; uiAuth.tokenLabel = "ui\nlabel"; }; }"#, "h: h.typeErrors");
-    assert_eq!(typed, json!(["bootstrap.token.label: not a string matching [^[:cntrl:]]+", "bootstrap.uiAuth.tokenLabel: not a string matching [^[:cntrl:]]+"]));
-    let scoped = module(r#"s: s // { bootstrap = s.bootstrap // { token = { scopes = [ "jobs:read" ]; bindToWorkspace = false; }; }; }"#, select);
+    let typed = module(
+        r#"s: s // { bootstrap = s.bootstrap // { token.label = ""; uiAuth.tokenLabel = "ui\nlabel"; }; }"#,
+        "h: h.typeErrors",
+    );
+    assert_eq!(
+        typed,
+        json!([
+            "bootstrap.token.label: not a string matching [^[:cntrl:]]+",
+            "bootstrap.uiAuth.tokenLabel: not a string matching [^[:cntrl:]]+"
+        ])
+    );
+    let scoped = module(
+        r#"s: s // { bootstrap = s.bootstrap // { token = { scopes = [ "jobs:read" ]; bindToWorkspace = false; }; }; }"#,
+        select,
+    );
     assert_eq!(scoped["warnings"], json!([]));
-    assert_eq!(scoped["token"], json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false}));
+    assert_eq!(
+        scoped["token"],
+        json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false})
+    );
 }
 
 /// The bootstrap configuration of the manual (docs/operators/bootstrap.md, "Configuration"):
@@ -932,7 +1378,10 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/ui_auth/group", json!("nginx")),
         ("/ui_auth/mode", json!("0440")),
         ("/ui_auth/label", json!("fediversity-ui")),
-        ("/state_file", json!("/var/lib/fediversity-windmill/bootstrap-state.json")),
+        (
+            "/state_file",
+            json!("/var/lib/fediversity-windmill/bootstrap-state.json"),
+        ),
         ("/retry/login_attempts", json!(12)),
         ("/retry/delay_seconds", json!(5)),
         ("/retry/ready_timeout_seconds", json!(300)),
@@ -978,7 +1427,10 @@ fn the_bootstrap_configuration_has_every_field_of_the_spec_with_its_default() {
             assert_eq!(config.pointer(pointer), Some(&default), "{pointer}");
         }
     }
-    assert_eq!(config["windmill"]["admin_password_file"], "/run/fediversity-windmill/admin-password");
+    assert_eq!(
+        config["windmill"]["admin_password_file"],
+        "/run/fediversity-windmill/admin-password"
+    );
     assert_eq!(config["windmill"]["database_url_file"], "/run/keys/windmill-dsn");
     assert_eq!(config["scripts"]["dir"], "/nix/store/xyz-fediversity-windmill-scripts");
     assert_eq!(config["openbao"]["path"], "fediversity/secret/windmill/apiToken");
@@ -1021,24 +1473,50 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
 #[test]
 fn a_missing_required_bootstrap_option_is_named() {
     for (option, set) in [
-        ("windmill.databaseUrlFile", r#"databaseUrlFile = "/run/keys/windmill-dsn";"#),
-        ("openbao.path", r#"// { path = "fediversity/secret/windmill/apiToken"; }"#),
+        (
+            "windmill.databaseUrlFile",
+            r#"databaseUrlFile = "/run/keys/windmill-dsn";"#,
+        ),
+        (
+            "openbao.path",
+            r#"// { path = "fediversity/secret/windmill/apiToken"; }"#,
+        ),
     ] {
         let broken = MINIMAL_BOOTSTRAP.replace(set, "");
         assert_ne!(broken, MINIMAL_BOOTSTRAP);
         let error = eval_error(&broken);
-        assert!(error.contains(&format!("services.fediversity-windmill.bootstrap.{option} is required")), "{option}: {error}");
+        assert!(
+            error.contains(&format!("services.fediversity-windmill.bootstrap.{option} is required")),
+            "{option}: {error}"
+        );
     }
     // No admin password file: the one the node generates (FR-008).
-    let generated = eval(&MINIMAL_BOOTSTRAP.replace(r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#, ""));
-    assert_eq!(generated["windmill"]["admin_password_file"], "/var/lib/fediversity-windmill/admin-password");
+    let generated =
+        eval(&MINIMAL_BOOTSTRAP.replace(r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#, ""));
+    assert_eq!(
+        generated["windmill"]["admin_password_file"],
+        "/var/lib/fediversity-windmill/admin-password"
+    );
 }
 
 /// Runs lib.adminPasswordScript with bash for the file `file`; returns its exit code and output.
 fn run_password_script(file: &Path) -> (i32, String) {
-    let script = eval(&format!("lib.adminPasswordScript {{ file = {}; }}", Value::from(file.display().to_string())));
-    let out = Command::new("bash").args(["-c", script.as_str().unwrap()]).output().unwrap();
-    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let script = eval(&format!(
+        "lib.adminPasswordScript {{ file = {}; }}",
+        Value::from(file.display().to_string())
+    ));
+    let out = Command::new("bash")
+        .args(["-c", script.as_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 #[test]
@@ -1047,16 +1525,26 @@ fn the_node_generates_the_superadmin_password_once_root_only_and_never_changes_i
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("admin-password");
     let (code, output) = run_password_script(&file);
-    assert_eq!((code, output.as_str()), (0, ""), "it says nothing, the password least of all");
+    assert_eq!(
+        (code, output.as_str()),
+        (0, ""),
+        "it says nothing, the password least of all"
+    );
     let password = std::fs::read_to_string(&file).unwrap();
     // 32 random bytes as hex (the seed's `openssl rand -hex 32`), one trailing newline.
     let hex = password.strip_suffix('\n').expect("one trailing newline");
     assert_eq!(hex.len(), 64, "{hex}");
-    assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hex}");
+    assert!(
+        hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{hex}"
+    );
     let meta = std::fs::metadata(&file).unwrap();
     assert_eq!((meta.permissions().mode() & 0o777, meta.uid()), (0o400, 0), "root-only");
     // Nothing else is left beside it.
-    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, vec!["admin-password"]);
 
     // Never changed again: a second run (a reboot, a rebuild) keeps it, as it keeps one the
@@ -1078,7 +1566,10 @@ fn the_node_generates_the_superadmin_password_once_root_only_and_never_changes_i
     std::fs::write(&empty, "").unwrap();
     let (code, output) = run_password_script(&empty);
     assert_eq!(code, 1);
-    assert!(output.contains("exists but is empty: remove it to have a new superadmin password generated"), "{output}");
+    assert!(
+        output.contains("exists but is empty: remove it to have a new superadmin password generated"),
+        "{output}"
+    );
     assert_eq!(std::fs::read_to_string(&empty).unwrap(), "");
 }
 
@@ -1089,7 +1580,10 @@ fn without_an_admin_password_file_the_bootstrap_reads_the_generated_one_after_it
       units = h.config.systemd.services;
       watched = h.config.systemd.paths.fediversity-windmill-bootstrap-password.pathConfig.PathChanged;
     }"#;
-    let generated = module(r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#, select);
+    let generated = module(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#,
+        select,
+    );
     assert_eq!(generated["file"], "/var/lib/fediversity-windmill/admin-password");
     assert_eq!(generated["watched"], "/var/lib/fediversity-windmill/admin-password");
     let unit = &generated["units"]["fediversity-windmill-admin-password"];
@@ -1099,10 +1593,23 @@ fn without_an_admin_password_file_the_bootstrap_reads_the_generated_one_after_it
     assert_eq!(unit["serviceConfig"]["PrivateNetwork"], true);
     assert!(unit["serviceConfig"].get("User").is_none(), "root");
     let exec = unit["serviceConfig"]["ExecStart"].as_str().unwrap();
-    assert!(exec.ends_with("-fediversity-windmill-generate-admin-password"), "{exec}");
+    assert!(
+        exec.ends_with("-fediversity-windmill-generate-admin-password"),
+        "{exec}"
+    );
     let bootstrap = &generated["units"]["fediversity-windmill-bootstrap"];
-    assert!(bootstrap["requires"].as_array().unwrap().contains(&json!("fediversity-windmill-admin-password.service")));
-    assert!(bootstrap["after"].as_array().unwrap().contains(&json!("fediversity-windmill-admin-password.service")));
+    assert!(
+        bootstrap["requires"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("fediversity-windmill-admin-password.service"))
+    );
+    assert!(
+        bootstrap["after"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("fediversity-windmill-admin-password.service"))
+    );
     // The script the unit runs is lib.nix's, with coreutils' programs.
     let text = module(
         r#"s: s // { bootstrap = s.bootstrap // { windmill = builtins.removeAttrs s.bootstrap.windmill [ "adminPasswordFile" ]; }; }"#,
@@ -1113,7 +1620,11 @@ fn without_an_admin_password_file_the_bootstrap_reads_the_generated_one_after_it
     let given = module("s: s", select);
     assert_eq!(given["file"], "/run/fediversity-windmill/admin-password");
     assert!(given["units"].get("fediversity-windmill-admin-password").is_none());
-    assert!(given["units"]["fediversity-windmill-bootstrap"].get("requires").is_none());
+    assert!(
+        given["units"]["fediversity-windmill-bootstrap"]
+            .get("requires")
+            .is_none()
+    );
 }
 
 #[test]
@@ -1128,8 +1639,14 @@ fn the_bootstrap_unit_is_a_retrying_oneshot_after_windmill_and_the_agent() {
     assert_eq!(unit["startLimitIntervalSec"], 0);
     assert_eq!(unit["wantedBy"], json!(["multi-user.target"]));
     for dependency in ["windmill-server.service", "openbao-agent-default.service"] {
-        assert!(unit["after"].as_array().unwrap().contains(&json!(dependency)), "after {dependency}");
-        assert!(unit["wants"].as_array().unwrap().contains(&json!(dependency)), "wants {dependency}");
+        assert!(
+            unit["after"].as_array().unwrap().contains(&json!(dependency)),
+            "after {dependency}"
+        );
+        assert!(
+            unit["wants"].as_array().unwrap().contains(&json!(dependency)),
+            "wants {dependency}"
+        );
     }
     // It may wait the whole ready timeout for Windmill before systemd gives up on it.
     assert_eq!(service["TimeoutStartSec"], "420s");
@@ -1160,25 +1677,48 @@ fn the_bootstrap_unit_is_hardened_but_keeps_what_it_needs() {
     }
     // What it needs: the network (Windmill, OpenBao, PostgreSQL by TCP or socket), chown of the
     // include to the nginx group, reading secret files of other owners, a writable include dir.
-    assert_eq!(service["RestrictAddressFamilies"], json!(["AF_UNIX", "AF_INET", "AF_INET6"]));
+    assert_eq!(
+        service["RestrictAddressFamilies"],
+        json!(["AF_UNIX", "AF_INET", "AF_INET6"])
+    );
     assert!(service.get("PrivateNetwork").is_none() && service.get("IPAddressDeny").is_none());
-    assert_eq!(service["CapabilityBoundingSet"], json!(["CAP_CHOWN", "CAP_DAC_READ_SEARCH"]));
-    assert!(service["ReadWritePaths"].as_array().unwrap().contains(&json!("/run/nginx-includes")));
-    assert!(service.get("DynamicUser").is_none() && service.get("User").is_none(), "it runs as root");
+    assert_eq!(
+        service["CapabilityBoundingSet"],
+        json!(["CAP_CHOWN", "CAP_DAC_READ_SEARCH"])
+    );
+    assert!(
+        service["ReadWritePaths"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("/run/nginx-includes"))
+    );
+    assert!(
+        service.get("DynamicUser").is_none() && service.get("User").is_none(),
+        "it runs as root"
+    );
 }
 
 #[test]
 fn a_changed_admin_password_reruns_the_bootstrap_and_a_new_token_reloads_nginx() {
     let paths = eval(r#"lib.pathUnits { adminPasswordFile = "/run/fediversity-windmill/admin-password"; }"#);
     let password = &paths["fediversity-windmill-bootstrap-password"];
-    assert_eq!(password["pathConfig"]["PathChanged"], "/run/fediversity-windmill/admin-password");
-    assert_eq!(password["pathConfig"]["Unit"], "fediversity-windmill-bootstrap-rerun.service");
+    assert_eq!(
+        password["pathConfig"]["PathChanged"],
+        "/run/fediversity-windmill/admin-password"
+    );
+    assert_eq!(
+        password["pathConfig"]["Unit"],
+        "fediversity-windmill-bootstrap-rerun.service"
+    );
     assert_eq!(password["wantedBy"], json!(["multi-user.target"]));
     let ui = &paths["fediversity-windmill-ui-auth"];
     assert_eq!(ui["pathConfig"]["PathChanged"], "/run/windmill-ui-auth/token.conf");
     assert_eq!(ui["pathConfig"]["Unit"], "fediversity-windmill-nginx-reload.service");
     let units = eval("lib.units { }");
-    for unit in ["fediversity-windmill-bootstrap-rerun", "fediversity-windmill-nginx-reload"] {
+    for unit in [
+        "fediversity-windmill-bootstrap-rerun",
+        "fediversity-windmill-nginx-reload",
+    ] {
         assert_eq!(units[unit]["serviceConfig"]["Type"], "oneshot", "{unit}");
     }
 }
@@ -1193,10 +1733,15 @@ fn nix_trusts_the_worker_pins_nixpkgs_and_uses_no_downloaded_registry() {
         json!({"trusted-users": ["windmill"], "flake-registry": "", "experimental-features": ["nix-command", "flakes"]})
     );
     assert_eq!(
-        eval(r#"lib.registry (lib.deploymentNixpkgs { DEPLOYMENT_ROOT = "/r"; DEPLOYMENT_NIXPKGS = "/nix/store/aaa-source"; })"#),
+        eval(
+            r#"lib.registry (lib.deploymentNixpkgs { DEPLOYMENT_ROOT = "/r"; DEPLOYMENT_NIXPKGS = "/nix/store/aaa-source"; })"#
+        ),
         json!({"nixpkgs": {"to": {"type": "path", "path": "/nix/store/aaa-source"}}})
     );
-    assert_eq!(eval(r#"lib.deploymentNixpkgs { NIXPKGS = "/nix/store/bbb-source"; }"#), "/nix/store/bbb-source");
+    assert_eq!(
+        eval(r#"lib.deploymentNixpkgs { NIXPKGS = "/nix/store/bbb-source"; }"#),
+        "/nix/store/bbb-source"
+    );
     assert_eq!(eval("lib.registry (lib.deploymentNixpkgs { })"), json!({}));
 }
 
@@ -1206,14 +1751,28 @@ fn nix_trusts_the_worker_pins_nixpkgs_and_uses_no_downloaded_registry() {
 fn the_ui_is_closed_unless_an_identity_layer_or_the_loud_opt_in_is_configured() {
     for (args, mode, problems) in [
         ("{ }", "closed", json!([])),
-        (r#"{ forwardAuth = { authzUrl = "http://a"; }; }"#, "protected", json!([])),
-        (r#"{ nginxAuthConfig = "allow 10.0.0.0/8; deny all;"; }"#, "protected", json!([])),
-        (r#"{ forwardAuth = { authzUrl = "http://a"; }; nginxAuthConfig = "deny all;"; }"#, "protected", json!([])),
+        (
+            r#"{ forwardAuth = { authzUrl = "http://a"; }; }"#,
+            "protected",
+            json!([]),
+        ),
+        (
+            r#"{ nginxAuthConfig = "allow 10.0.0.0/8; deny all;"; }"#,
+            "protected",
+            json!([]),
+        ),
+        (
+            r#"{ forwardAuth = { authzUrl = "http://a"; }; nginxAuthConfig = "deny all;"; }"#,
+            "protected",
+            json!([]),
+        ),
         ("{ openWithoutAuthentication = true; }", "open", json!([])),
         (
             r#"{ forwardAuth = { authzUrl = "http://a"; }; openWithoutAuthentication = true; }"#,
             "protected",
-            json!(["ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one"]),
+            json!([
+                "ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one"
+            ]),
         ),
     ] {
         let access = eval(&format!("lib.uiAccess {args}"));
@@ -1222,7 +1781,9 @@ fn the_ui_is_closed_unless_an_identity_layer_or_the_loud_opt_in_is_configured() 
 }
 
 fn ui_locations(args: &str) -> Value {
-    eval(&format!(r#"lib.uiLocations ({{ upstream = "http://127.0.0.1:8001"; }} // {args})"#))
+    eval(&format!(
+        r#"lib.uiLocations ({{ upstream = "http://127.0.0.1:8001"; }} // {args})"#
+    ))
 }
 
 #[test]
@@ -1240,7 +1801,9 @@ fn a_closed_ui_answers_403_and_never_adds_the_token() {
 
 #[test]
 fn the_forward_auth_asks_the_portal_before_the_token_is_added_and_the_portal_never_sees_it() {
-    let ui = ui_locations(r#"{ forwardAuth = { authzUrl = "http://127.0.0.1:9091/api/authz/auth-request"; enable = true; policy = "one_factor"; }; uiAuthFile = "/run/ui/token.conf"; }"#);
+    let ui = ui_locations(
+        r#"{ forwardAuth = { authzUrl = "http://127.0.0.1:9091/api/authz/auth-request"; enable = true; policy = "one_factor"; }; uiAuthFile = "/run/ui/token.conf"; }"#,
+    );
     let root = &ui["/"];
     assert_eq!(root["proxyPass"], "http://127.0.0.1:8001");
     // Websocket upgrades are requests of `/` too: they pass the same auth first.
@@ -1255,19 +1818,34 @@ fn the_forward_auth_asks_the_portal_before_the_token_is_added_and_the_portal_nev
             "include /run/ui/*.conf;",
         ]
     );
-    let subrequest = ui["= /internal/fediversity-windmill/authz"]["extraConfig"].as_str().unwrap();
+    let subrequest = ui["= /internal/fediversity-windmill/authz"]["extraConfig"]
+        .as_str()
+        .unwrap();
     let sublines: Vec<&str> = subrequest.lines().collect();
     assert_eq!(sublines[0], "internal;");
     assert_eq!(sublines[1], "proxy_pass http://127.0.0.1:9091/api/authz/auth-request;");
-    for header in ["X-Original-URL $scheme://$http_host$request_uri;", "X-Original-Method $request_method;", "X-Forwarded-For $remote_addr;", "Content-Length \"\";"] {
-        assert!(sublines.contains(&format!("proxy_set_header {header}").as_str()), "{header}: {subrequest}");
+    for header in [
+        "X-Original-URL $scheme://$http_host$request_uri;",
+        "X-Original-Method $request_method;",
+        "X-Forwarded-For $remote_addr;",
+        "Content-Length \"\";",
+    ] {
+        assert!(
+            sublines.contains(&format!("proxy_set_header {header}").as_str()),
+            "{header}: {subrequest}"
+        );
     }
     assert!(sublines.contains(&"proxy_pass_request_body off;"));
-    assert!(!subrequest.contains("include"), "the portal would get the token: {subrequest}");
+    assert!(
+        !subrequest.contains("include"),
+        "the portal would get the token: {subrequest}"
+    );
     assert_eq!(ui.as_object().unwrap().len(), 2);
 
     // A sign-in page of our own, and another layer's lines after the forward auth's.
-    let ui = ui_locations(r#"{ forwardAuth = { authzUrl = "http://a"; signInUrl = "https://auth.example.org/"; }; nginxAuthConfig = "allow 10.0.0.0/8;\ndeny all;"; }"#);
+    let ui = ui_locations(
+        r#"{ forwardAuth = { authzUrl = "http://a"; signInUrl = "https://auth.example.org/"; }; nginxAuthConfig = "allow 10.0.0.0/8;\ndeny all;"; }"#,
+    );
     let lines: Vec<&str> = ui["/"]["extraConfig"].as_str().unwrap().lines().collect();
     assert_eq!(
         lines,
@@ -1282,7 +1860,10 @@ fn the_forward_auth_asks_the_portal_before_the_token_is_added_and_the_portal_nev
     // The raw hook alone: no subrequest location.
     let ui = ui_locations(r#"{ nginxAuthConfig = "auth_request /oauth2/auth;"; }"#);
     assert_eq!(ui.as_object().unwrap().keys().collect::<Vec<_>>(), vec!["/"]);
-    assert_eq!(ui["/"]["extraConfig"], "auth_request /oauth2/auth;\ninclude /run/windmill-ui-auth/*.conf;");
+    assert_eq!(
+        ui["/"]["extraConfig"],
+        "auth_request /oauth2/auth;\ninclude /run/windmill-ui-auth/*.conf;"
+    );
 }
 
 #[test]
@@ -1292,15 +1873,23 @@ fn the_portals_rule_is_the_seeds_policy_and_group() {
         json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:fediversity-admins"]})
     );
     assert_eq!(
-        eval(r#"lib.autheliaAccessControlRule { uiDomain = "j"; policy = "two_factor"; allowedGroups = [ "a" "b" ]; }"#),
+        eval(
+            r#"lib.autheliaAccessControlRule { uiDomain = "j"; policy = "two_factor"; allowedGroups = [ "a" "b" ]; }"#
+        ),
         json!({"domain": ["j"], "policy": "two_factor", "subject": ["group:a", "group:b"]})
     );
 }
 
 #[test]
 fn both_names_get_tls_the_nixos_way() {
-    assert_eq!(eval("lib.tlsSettings { }"), json!({"forceSSL": true, "enableACME": true}));
-    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "example.org"; }"#), json!({"forceSSL": true, "useACMEHost": "example.org"}));
+    assert_eq!(
+        eval("lib.tlsSettings { }"),
+        json!({"forceSSL": true, "enableACME": true})
+    );
+    assert_eq!(
+        eval(r#"lib.tlsSettings { useACMEHost = "example.org"; }"#),
+        json!({"forceSSL": true, "useACMEHost": "example.org"})
+    );
     assert_eq!(
         eval(r#"lib.tlsSettings { certificate = "/run/keys/c.pem"; certificateKey = "/run/keys/k.pem"; }"#),
         json!({"forceSSL": true, "sslCertificate": "/run/keys/c.pem", "sslCertificateKey": "/run/keys/k.pem"})
@@ -1324,9 +1913,18 @@ fn both_names_get_tls_the_nixos_way() {
     assert_eq!(eval(r#"lib.tlsSettings { certificateKey = "/k"; }"#), json!({}));
     // The settings never depend on which certificates the node has (nixpkgs' nginx derives
     // those from the settings: a dependency back would recurse); only the assertion does.
-    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "other" ]; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
-    assert_eq!(eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = throw "the settings read the certificates"; }"#), json!({"forceSSL": true, "useACMEHost": "e"}));
-    assert_eq!(eval(r#"lib.tlsProblems { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#), json!([]));
+    assert_eq!(
+        eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = [ "other" ]; }"#),
+        json!({"forceSSL": true, "useACMEHost": "e"})
+    );
+    assert_eq!(
+        eval(r#"lib.tlsSettings { useACMEHost = "e"; acmeCerts = throw "the settings read the certificates"; }"#),
+        json!({"forceSSL": true, "useACMEHost": "e"})
+    );
+    assert_eq!(
+        eval(r#"lib.tlsProblems { useACMEHost = "e"; acmeCerts = [ "e" ]; }"#),
+        json!([])
+    );
 }
 
 #[test]
@@ -1340,10 +1938,16 @@ fn nginx_serves_only_the_api_on_the_domain_which_is_the_default_server() {
         json!({"default": true, "forceSSL": true, "enableACME": true, "locations": {"/": {"return": "404"}, "/api/": {"proxyPass": "http://127.0.0.1:8001"}}})
     );
     // The UI is never the default server: nginx picks it only for its own name.
-    assert_eq!(hosts["jobs.example.org"], json!({"forceSSL": true, "enableACME": true, "locations": {"/": {"return": "403"}}}));
+    assert_eq!(
+        hosts["jobs.example.org"],
+        json!({"forceSSL": true, "enableACME": true, "locations": {"/": {"return": "403"}}})
+    );
 
     let hosts = eval(r#"lib.virtualHosts { domain = "a.example"; uiDomain = "jobs.example"; port = 9001; ui = { }; }"#);
-    assert_eq!(hosts["a.example"]["locations"]["/api/"]["proxyPass"], "http://127.0.0.1:9001");
+    assert_eq!(
+        hosts["a.example"]["locations"]["/api/"]["proxyPass"],
+        "http://127.0.0.1:9001"
+    );
     assert_eq!(eval("lib.upstream 9001"), "http://127.0.0.1:9001");
 
     let error = eval_error(r#"lib.virtualHosts { domain = "same.example"; uiDomain = "same.example"; ui = { }; }"#);
@@ -1400,7 +2004,11 @@ fn module_expr_on(patch: &str, also: &str, node_config: &str, select: &str) -> S
 /// `module` on a node whose other configuration is `node_config`.
 fn module_on(patch: &str, node_config: &str, select: &str) -> Value {
     let out = nix_instantiate(&module_expr_on(patch, "[ ]", node_config, select));
-    assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{patch}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -1408,13 +2016,21 @@ fn module_on(patch: &str, node_config: &str, select: &str) -> Value {
 /// by `patch` (a Nix function of the settings).
 fn module(patch: &str, select: &str) -> Value {
     let out = nix_instantiate(&module_expr(patch, "[ ]", select));
-    assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{patch}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn module_error(patch: &str, also: &str, select: &str) -> String {
     let out = nix_instantiate(&module_expr(patch, also, select));
-    assert!(!out.status.success(), "{patch} evaluated to {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "{patch} evaluated to {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -1424,7 +2040,10 @@ fn assertions(patch: &str) -> Vec<String> {
 
 #[test]
 fn a_minimal_node_evaluates_with_every_option_typed_and_described() {
-    let result = module("s: s", "h: { inherit (h) typeErrors unknownSettings options; inherit (h.config) assertions warnings; }");
+    let result = module(
+        "s: s",
+        "h: { inherit (h) typeErrors unknownSettings options; inherit (h.config) assertions warnings; }",
+    );
     assert_eq!(result["typeErrors"], json!([]));
     assert_eq!(result["unknownSettings"], json!([]));
     assert_eq!(result["assertions"], json!([]));
@@ -1439,11 +2058,19 @@ fn a_minimal_node_evaluates_with_every_option_typed_and_described() {
     // The UI is closed, and evaluation says so.
     assert_eq!(
         result["warnings"],
-        json!(["services.fediversity-windmill: the admin UI on jobs.example.org answers 403 to every\nrequest: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).\n"])
+        json!([
+            "services.fediversity-windmill: the admin UI on jobs.example.org answers 403 to every\nrequest: no identity layer is configured (ui.forwardAuth.enable, ui.nginxAuthConfig).\n"
+        ])
     );
     // The harness's own checks are not vacuous: a setting of the wrong type and an unknown one.
-    let result = module("s: s // { drainTimeout = \"5\"; drianTimeout = 5; }", "h: { inherit (h) typeErrors unknownSettings; }");
-    assert_eq!(result, json!({"typeErrors": ["drainTimeout: not a positive int"], "unknownSettings": ["drianTimeout"]}));
+    let result = module(
+        "s: s // { drainTimeout = \"5\"; drianTimeout = 5; }",
+        "h: { inherit (h) typeErrors unknownSettings; }",
+    );
+    assert_eq!(
+        result,
+        json!({"typeErrors": ["drainTimeout: not a positive int"], "unknownSettings": ["drianTimeout"]})
+    );
     // The old name of the raw hook still works.
     let imports = module("s: s", "h: h.imports");
     assert_eq!(
@@ -1460,10 +2087,17 @@ fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
         assert_eq!(units[unit]["serviceConfig"]["ExecStart"], trimmed, "{unit}");
         assert_eq!(units[unit]["serviceConfig"]["Restart"], "always", "{unit}");
         // nixpkgs' entries first: its modules come before this one, as on a node.
-        assert_eq!(units[unit]["after"], json!(["network.target", "openbao-agent-default.service"]), "{unit}");
+        assert_eq!(
+            units[unit]["after"],
+            json!(["network.target", "openbao-agent-default.service"]),
+            "{unit}"
+        );
     }
     assert_eq!(units["windmill-worker"]["environment"]["WORKER_GROUP"], "default");
-    assert_eq!(units["windmill-worker"]["environment"]["JOBENV_STATE_DIR"], jobenv_const("DEFAULT_STATE_DIR"));
+    assert_eq!(
+        units["windmill-worker"]["environment"]["JOBENV_STATE_DIR"],
+        jobenv_const("DEFAULT_STATE_DIR")
+    );
     // The control: a definition that differs at the same priority is a conflict here, as in
     // NixOS (so the ExecStart above won by mkForce, not by the harness being lenient).
     let error = module_error(
@@ -1471,7 +2105,10 @@ fn the_modules_definitions_win_over_nixpkgs_windmill_and_merge_with_it() {
         r#"[ { systemd.services.windmill-worker.serviceConfig.KillMode = "control-group"; } ]"#,
         "h: h.config.systemd.services.windmill-worker.serviceConfig",
     );
-    assert!(error.contains("conflicting definitions of config.systemd.services.windmill-worker.serviceConfig.KillMode"), "{error}");
+    assert!(
+        error.contains("conflicting definitions of config.systemd.services.windmill-worker.serviceConfig.KillMode"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -1481,9 +2118,16 @@ fn the_module_merges_with_nixpkgs_nix_settings_without_listing_root_twice() {
     assert_eq!(settings["trusted-users"], json!(["root", "windmill"]));
     // The control: the harness keeps duplicates, as nixpkgs' listOf merge does, so the single
     // root above is the module's doing, not the harness deduplicating.
-    let doubled = nix_instantiate(&module_expr("s: s", r#"[ { nix.settings.trusted-users = [ "windmill" ]; } ]"#, "h: h.config.nix.settings.trusted-users"));
+    let doubled = nix_instantiate(&module_expr(
+        "s: s",
+        r#"[ { nix.settings.trusted-users = [ "windmill" ]; } ]"#,
+        "h: h.config.nix.settings.trusted-users",
+    ));
     assert!(doubled.status.success(), "{}", String::from_utf8_lossy(&doubled.stderr));
-    assert_eq!(serde_json::from_slice::<Value>(&doubled.stdout).unwrap(), json!(["root", "windmill", "windmill"]));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&doubled.stdout).unwrap(),
+        json!(["root", "windmill", "windmill"])
+    );
 }
 
 #[test]
@@ -1491,32 +2135,56 @@ fn a_tls_configuration_nginx_could_not_take_fails_by_an_assertion_naming_it() {
     // An ACME certificate the node does not define: nixpkgs' nginx would read
     // security.acme.certs.<name> and fail with a bare "attribute missing"; NixOS checks the
     // assertions first, and this one names the option.
-    let select = "h: { hosts = h.config.services.nginx.virtualHosts; assertions = map (a: a.message) h.config.assertions; }";
+    let select =
+        "h: { hosts = h.config.services.nginx.virtualHosts; assertions = map (a: a.message) h.config.assertions; }";
     let result = module(r#"s: s // { tls.useACMEHost = "example.org"; }"#, select);
     assert_eq!(
         result["assertions"],
-        json!(["services.fediversity-windmill: tls.useACMEHost is \"example.org\" but the node defines no security.acme.certs.\"example.org\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name"])
+        json!([
+            "services.fediversity-windmill: tls.useACMEHost is \"example.org\" but the node defines no security.acme.certs.\"example.org\": define that certificate (covering both names) or leave tls.useACMEHost null for a certificate per name"
+        ])
     );
     // The vhosts keep the name (their settings must not depend on the node's certificates,
     // which nixpkgs' nginx derives from them).
     assert_eq!(result["hosts"]["jobs.example.org"]["useACMEHost"], "example.org");
     // A certificate without its key: nginx's sslCertificateKey would get null.
     let half = module(r#"s: s // { tls.certificate = "/run/keys/cert.pem"; }"#, select);
-    assert_eq!(half["assertions"], json!(["services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither"]));
+    assert_eq!(
+        half["assertions"],
+        json!([
+            "services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither"
+        ])
+    );
     for host in ["windmill.example.org", "jobs.example.org"] {
         let vhost = half["hosts"][host].as_object().unwrap();
-        for key in ["useACMEHost", "enableACME", "sslCertificate", "sslCertificateKey", "forceSSL"] {
+        for key in [
+            "useACMEHost",
+            "enableACME",
+            "sslCertificate",
+            "sslCertificateKey",
+            "forceSSL",
+        ] {
             assert!(!vhost.contains_key(key), "{host}: {key} in {vhost:?}");
         }
     }
     assert!(!half["hosts"].to_string().contains("null"), "{}", half["hosts"]);
     // The controls: the certificate defined, and both files given, reach nginx.
-    let defined = module_on(r#"s: s // { tls.useACMEHost = "example.org"; }"#, r#"{ security.acme.certs."example.org" = { }; }"#, select);
+    let defined = module_on(
+        r#"s: s // { tls.useACMEHost = "example.org"; }"#,
+        r#"{ security.acme.certs."example.org" = { }; }"#,
+        select,
+    );
     assert_eq!(defined["assertions"], json!([]));
     assert_eq!(defined["hosts"]["jobs.example.org"]["useACMEHost"], "example.org");
-    let both = module(r#"s: s // { tls = { certificate = "/run/keys/cert.pem"; certificateKey = "/run/keys/key.pem"; }; }"#, select);
+    let both = module(
+        r#"s: s // { tls = { certificate = "/run/keys/cert.pem"; certificateKey = "/run/keys/key.pem"; }; }"#,
+        select,
+    );
     assert_eq!(both["assertions"], json!([]));
-    assert_eq!(both["hosts"]["windmill.example.org"]["sslCertificateKey"], "/run/keys/key.pem");
+    assert_eq!(
+        both["hosts"]["windmill.example.org"]["sslCertificateKey"],
+        "/run/keys/key.pem"
+    );
 }
 
 /// NODE without a hand-written key list: no deployKeys, no deploymentAttributes, no
@@ -1547,26 +2215,64 @@ fn a_node_that_follows_its_repository_takes_its_root_keys_and_attributes_without
     assert_eq!(result["env"]["DEPLOYMENT_ROOT"], fixture_dir.as_str());
     let keys = &result["keys"];
     // The keys a seed front-end sends (FR-014) are declared, with the repository's words.
-    for key in ["SSH_PRIVATE_KEY_FILE", "INTERNAL_HOSTS", "PUBLISHED_HOSTS", "ENVIRONMENTS", "DOMAIN", "TF_VAR_flavour", "SSH_HOST", "STANDALONE_NAME"] {
+    for key in [
+        "SSH_PRIVATE_KEY_FILE",
+        "INTERNAL_HOSTS",
+        "PUBLISHED_HOSTS",
+        "ENVIRONMENTS",
+        "DOMAIN",
+        "TF_VAR_flavour",
+        "SSH_HOST",
+        "STANDALONE_NAME",
+    ] {
         assert!(keys[key]["description"].is_string(), "{key}: {keys}");
         assert!(keys[key].get("node_only").is_none(), "{key} is a front-end key: {keys}");
     }
-    assert_eq!(keys["INTERNAL_HOSTS"], json!({"description": "Hosts of the deployment, a JSON array", "default": "[]"}));
+    assert_eq!(
+        keys["INTERNAL_HOSTS"],
+        json!({"description": "Hosts of the deployment, a JSON array", "default": "[]"})
+    );
     // Its nodeEnvKeys and the structural pins are node-only; its control key is not declared.
-    assert_eq!(keys["NODE_REGION"], json!({"description": "Where the node runs", "default": "eu", "node_only": true}));
-    assert_eq!(keys["NODE_SITE"], json!({"description": "The site of the node", "node_only": true}));
-    for pin in ["HOSTING_CONFIG", "PIN_EFFECT", "SELF_MODULE_SOURCE", "OPERATOR_MODULE_SOURCE", "VERSION_LAYERS", "DNS_DOMAIN"] {
+    assert_eq!(
+        keys["NODE_REGION"],
+        json!({"description": "Where the node runs", "default": "eu", "node_only": true})
+    );
+    assert_eq!(
+        keys["NODE_SITE"],
+        json!({"description": "The site of the node", "node_only": true})
+    );
+    for pin in [
+        "HOSTING_CONFIG",
+        "PIN_EFFECT",
+        "SELF_MODULE_SOURCE",
+        "OPERATOR_MODULE_SOURCE",
+        "VERSION_LAYERS",
+        "DNS_DOMAIN",
+    ] {
         assert_eq!(keys[pin]["node_only"], true, "{pin}");
     }
     assert!(keys.get("DEPLOYMENT_ROOT").is_none(), "{keys}");
     assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
-    assert_eq!(result["warnings"].as_array().unwrap().iter().filter(|w| w.as_str().unwrap().contains("nodeEnvKeys")).count(), 0);
+    assert_eq!(
+        result["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w.as_str().unwrap().contains("nodeEnvKeys"))
+            .count(),
+        0
+    );
 
     // As a flake input: its outputs as they are, its outPath the root.
-    let flake = format!(r#"((import {fixture}) {{ }}) // {{ outPath = "/nix/store/33333333333333333333333333333333-source"; }}"#);
+    let flake = format!(
+        r#"((import {fixture}) {{ }}) // {{ outPath = "/nix/store/33333333333333333333333333333333-source"; }}"#
+    );
     let result = module(&following(&flake, "{ }"), NODE_FILES);
     assert_eq!(result["assertions"], json!([]));
-    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], "/nix/store/33333333333333333333333333333333-source");
+    assert_eq!(
+        result["env"]["DEPLOYMENT_ROOT"],
+        "/nix/store/33333333333333333333333333333333-source"
+    );
     assert_eq!(result["keys"]["NODE_REGION"]["node_only"], true);
     assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
 }
@@ -1586,16 +2292,34 @@ fn the_operators_options_add_to_and_override_what_the_repository_publishes() {
     assert_eq!(result["assertions"], json!([]));
     let keys = &result["keys"];
     // The pin is opened explicitly (its description kept); the others stay node-only.
-    assert!(keys["HOSTING_CONFIG"].get("node_only").is_none(), "{}", keys["HOSTING_CONFIG"]);
-    assert!(keys["HOSTING_CONFIG"]["description"].as_str().unwrap().starts_with("Structural pin: "));
+    assert!(
+        keys["HOSTING_CONFIG"].get("node_only").is_none(),
+        "{}",
+        keys["HOSTING_CONFIG"]
+    );
+    assert!(
+        keys["HOSTING_CONFIG"]["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Structural pin: ")
+    );
     assert_eq!(keys["SELF_MODULE_SOURCE"]["node_only"], true);
-    assert_eq!(keys["DOMAIN"], json!({"description": "The domain the deployment serves", "default": "fedi.example"}));
-    assert_eq!(keys["NODE_REGION"], json!({"description": "Where the node runs", "default": "eu"}));
+    assert_eq!(
+        keys["DOMAIN"],
+        json!({"description": "The domain the deployment serves", "default": "fedi.example"})
+    );
+    assert_eq!(
+        keys["NODE_REGION"],
+        json!({"description": "Where the node runs", "default": "eu"})
+    );
     assert_eq!(keys["MESSAGE"], json!({"description": "Mine"}));
     assert_eq!(result["attributes"], json!(["extra", "mastodon", "peertube"]));
     // An explicit root wins over the repository's.
     let root = module(
-        &following(&fixture_repository(), r#"{ deployEnv = { DEPLOYMENT_ROOT = "/srv/checkout"; NODE_SITE = "ams"; }; }"#),
+        &following(
+            &fixture_repository(),
+            r#"{ deployEnv = { DEPLOYMENT_ROOT = "/srv/checkout"; NODE_SITE = "ams"; }; }"#,
+        ),
         "h: h.cfg.deployEnv.DEPLOYMENT_ROOT",
     );
     assert_eq!(root, "/srv/checkout");
@@ -1622,8 +2346,16 @@ fn neither_a_repository_nor_options_fails_the_evaluation_naming_what_is_missing(
         ]
     );
     // The controls: either source alone is enough.
-    assert_eq!(assertions(r#"s: s // { deploymentRepository = { outPath = "/nix/store/44444444444444444444444444444444-empty"; }; }"#), Vec::<String>::new());
-    assert_eq!(assertions(&following(&fixture_repository(), "{ }")), Vec::<String>::new());
+    assert_eq!(
+        assertions(
+            r#"s: s // { deploymentRepository = { outPath = "/nix/store/44444444444444444444444444444444-empty"; }; }"#
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        assertions(&following(&fixture_repository(), "{ }")),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -1632,26 +2364,52 @@ fn a_node_key_the_repository_needs_and_the_node_does_not_set_is_warned_of() {
     let unset = format!(
         r#"s: (builtins.removeAttrs s [ "deployKeys" "deploymentAttributes" ]) // {{ deploymentRepository = {fixture}; deployEnv = builtins.removeAttrs s.deployEnv [ "DEPLOYMENT_ROOT" ]; }}"#
     );
-    let warnings: Vec<String> = strings(&module(&unset, "h: h.config.warnings")).into_iter().filter(|w| w.contains("nodeEnvKeys")).collect();
+    let warnings: Vec<String> = strings(&module(&unset, "h: h.config.warnings"))
+        .into_iter()
+        .filter(|w| w.contains("nodeEnvKeys"))
+        .collect();
     assert_eq!(
         warnings,
-        vec!["services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"]
+        vec![
+            "services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"
+        ]
     );
     // The control: set by a secret, it is not warned of (NODE_REGION has a default either way).
-    let by_secret = format!(r#"s: (({unset}) s) // {{ deploySecrets = s.deploySecrets // {{ NODE_SITE = "{{{{ .site }}}}"; }}; }}"#);
-    assert!(!module(&by_secret, "h: h.config.warnings").to_string().contains("nodeEnvKeys"));
+    let by_secret = format!(
+        r#"s: (({unset}) s) // {{ deploySecrets = s.deploySecrets // {{ NODE_SITE = "{{{{ .site }}}}"; }}; }}"#
+    );
+    assert!(
+        !module(&by_secret, "h: h.config.warnings")
+            .to_string()
+            .contains("nodeEnvKeys")
+    );
 }
 
 #[test]
 fn the_incus_store_keys_reach_programs_as_node_owned_file_path_keys() {
     let select = r#"h: { env = h.cfg.deployEnv; keys = builtins.fromJSON h.config.environment.etc."fediversity-windmill/deploy-keys.json".source.text; assertions = map (a: a.message) h.config.assertions; }"#;
-    let both = module(r#"s: s // { credentials = { incusStoreSshKey = "{{ .ssh }}"; incusStoreSigningKey = "{{ .sign }}"; }; }"#, select);
+    let both = module(
+        r#"s: s // { credentials = { incusStoreSshKey = "{{ .ssh }}"; incusStoreSigningKey = "{{ .sign }}"; }; }"#,
+        select,
+    );
     assert_eq!(both["assertions"], json!([]));
-    assert_eq!(both["env"]["INCUS_STORE_SSH_KEY_FILE"], "/run/incus-deploy/incus-store-ssh.key");
-    assert_eq!(both["env"]["INCUS_STORE_SIGNING_KEY_FILE"], "/run/incus-deploy/incus-store-signing.key");
+    assert_eq!(
+        both["env"]["INCUS_STORE_SSH_KEY_FILE"],
+        "/run/incus-deploy/incus-store-ssh.key"
+    );
+    assert_eq!(
+        both["env"]["INCUS_STORE_SIGNING_KEY_FILE"],
+        "/run/incus-deploy/incus-store-signing.key"
+    );
     for key in ["INCUS_STORE_SSH_KEY_FILE", "INCUS_STORE_SIGNING_KEY_FILE"] {
         assert_eq!(both["keys"][key]["node_only"], true, "{key}");
-        assert!(both["keys"][key]["description"].as_str().unwrap().starts_with("Path of the Incus store's"), "{key}");
+        assert!(
+            both["keys"][key]["description"]
+                .as_str()
+                .unwrap()
+                .starts_with("Path of the Incus store's"),
+            "{key}"
+        );
     }
     // Other names, or none.
     let renamed = module(
@@ -1660,19 +2418,35 @@ fn the_incus_store_keys_reach_programs_as_node_owned_file_path_keys() {
     );
     assert_eq!(renamed["env"]["STORE_SSH_KEY"], "/run/incus-deploy/incus-store-ssh.key");
     for key in ["INCUS_STORE_SSH_KEY_FILE", "INCUS_STORE_SIGNING_KEY_FILE"] {
-        assert!(renamed["env"].get(key).is_none() && renamed["keys"].get(key).is_none(), "{key}");
+        assert!(
+            renamed["env"].get(key).is_none() && renamed["keys"].get(key).is_none(),
+            "{key}"
+        );
     }
     // Without the credentials, no path keys.
     let none = module("s: s", select);
-    assert!(none["env"].get("INCUS_STORE_SSH_KEY_FILE").is_none() && none["keys"].get("INCUS_STORE_SSH_KEY_FILE").is_none());
+    assert!(
+        none["env"].get("INCUS_STORE_SSH_KEY_FILE").is_none() && none["keys"].get("INCUS_STORE_SSH_KEY_FILE").is_none()
+    );
 }
 
 #[test]
 fn the_tf_token_defaults_to_the_seeds_source_under_the_prefix() {
     let select = r#"h: { templates = h.cfg.openbaoAgentTemplates; required = builtins.fromJSON h.config.environment.etc."fediversity-windmill/required-secrets.json".source.text; path = (builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text).openbao.path; }"#;
-    let default = module(r#"s: s // { bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#, select);
-    let tf = default["templates"].as_array().unwrap().iter().find(|t| t["destination"] == "/run/incus-deploy/tf-token.env").expect("tf-token.env is rendered by default");
-    assert_eq!(tf["contents"], "TF_VAR_token={{ with secret \"fediversity/secret/data/incus-deploy/windmill-node/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n");
+    let default = module(
+        r#"s: s // { bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#,
+        select,
+    );
+    let tf = default["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["destination"] == "/run/incus-deploy/tf-token.env")
+        .expect("tf-token.env is rendered by default");
+    assert_eq!(
+        tf["contents"],
+        "TF_VAR_token={{ with secret \"fediversity/secret/data/incus-deploy/windmill-node/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n"
+    );
     assert!(strings(&default["required"]).contains(&"TF_VAR_token".to_owned()));
     // The front-end's token goes where the seed's front-end reads it.
     assert_eq!(default["path"], "fediversity/secret/windmill/apiToken");
@@ -1680,8 +2454,16 @@ fn the_tf_token_defaults_to_the_seeds_source_under_the_prefix() {
         r#"s: s // { openbaoPrefix = "acme/fedi"; credentials.hostName = "node-7"; bootstrap = s.bootstrap // { openbao = builtins.removeAttrs s.bootstrap.openbao [ "path" ]; }; }"#,
         select,
     );
-    let tf = prefixed["templates"].as_array().unwrap().iter().find(|t| t["destination"] == "/run/incus-deploy/tf-token.env").unwrap();
-    assert_eq!(tf["contents"], "TF_VAR_token={{ with secret \"acme/fedi/secret/data/incus-deploy/node-7/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n");
+    let tf = prefixed["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["destination"] == "/run/incus-deploy/tf-token.env")
+        .unwrap();
+    assert_eq!(
+        tf["contents"],
+        "TF_VAR_token={{ with secret \"acme/fedi/secret/data/incus-deploy/node-7/tokenHosts\" }}{{ .Data.data.value }}{{ end }}\n"
+    );
     assert_eq!(prefixed["path"], "acme/fedi/secret/windmill/apiToken");
     // The control: a node without Incus deployments says so, and nothing is rendered or required.
     let none = module("s: s // { credentials.tfToken = null; }", select);
@@ -1691,7 +2473,10 @@ fn the_tf_token_defaults_to_the_seeds_source_under_the_prefix() {
 
 #[test]
 fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
-    let worker = module(r#"s: s // { credentials.tfToken = "{{ .t }}"; drainTimeout = 90; }"#, "h: h.config.systemd.services.windmill-worker");
+    let worker = module(
+        r#"s: s // { credentials.tfToken = "{{ .t }}"; drainTimeout = 90; }"#,
+        "h: h.config.systemd.services.windmill-worker",
+    );
     let service = &worker["serviceConfig"];
     let pre = strings(&service["ExecStartPre"]);
     assert_eq!(pre.len(), 3);
@@ -1699,7 +2484,9 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     // First, as root, the sealed copy the jobs run (executable, not readable, by the worker).
     assert_eq!(
         pre[0],
-        format!("+/nix/store/00000000000000000000000000000000-coreutils/bin/install -D -m 0111 -o root -g root {jobenv} /run/fediversity-jobenv/bin/fediversity-jobenv")
+        format!(
+            "+/nix/store/00000000000000000000000000000000-coreutils/bin/install -D -m 0111 -o root -g root {jobenv} /run/fediversity-jobenv/bin/fediversity-jobenv"
+        )
     );
     assert!(pre[1].ends_with("-fediversity-windmill-wait-for-secrets"), "{pre:?}");
     let state_dir = jobenv_const("DEFAULT_STATE_DIR");
@@ -1715,21 +2502,39 @@ fn the_worker_waits_for_its_credentials_recovers_at_start_and_drains_at_stop() {
     assert_eq!(service["KillMode"], "mixed");
     assert_eq!(service["Delegate"], true);
     assert_eq!(worker["wants"], json!(["openbao-agent-default.service"]));
-    assert_eq!(worker["environment"]["JOBENV_SECRETS_ENV_FILES"], "/run/incus-deploy/tf-token.env");
+    assert_eq!(
+        worker["environment"]["JOBENV_SECRETS_ENV_FILES"],
+        "/run/incus-deploy/tf-token.env"
+    );
     assert_eq!(
         worker["environment"]["WHITELIST_ENVS"],
         "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR"
     );
     let path = strings(&worker["path"]);
     // The jobs find the sealed copy, not the package's own (which every user may read).
-    assert!(path.iter().any(|p| p.ends_with("-nix")) && path.contains(&"/run/fediversity-jobenv".to_owned()), "{path:?}");
-    assert!(!path.iter().any(|p| p.ends_with("-callPackage-package.nix")), "{path:?}");
+    assert!(
+        path.iter().any(|p| p.ends_with("-nix")) && path.contains(&"/run/fediversity-jobenv".to_owned()),
+        "{path:?}"
+    );
+    assert!(
+        !path.iter().any(|p| p.ends_with("-callPackage-package.nix")),
+        "{path:?}"
+    );
 
     // Nothing declared to render: nothing to wait for, and no secrets env file.
-    let worker = module("s: s // { deploySecrets = { }; credentials.tfToken = null; }", "h: h.config.systemd.services.windmill-worker");
-    assert_eq!(strings(&worker["serviceConfig"]["ExecStartPre"])[1..], [format!("-{jobenv} recover --state-dir {state_dir}")]);
+    let worker = module(
+        "s: s // { deploySecrets = { }; credentials.tfToken = null; }",
+        "h: h.config.systemd.services.windmill-worker",
+    );
+    assert_eq!(
+        strings(&worker["serviceConfig"]["ExecStartPre"])[1..],
+        [format!("-{jobenv} recover --state-dir {state_dir}")]
+    );
     assert!(worker["environment"].get("JOBENV_SECRETS_ENV_FILES").is_none());
-    assert_eq!(worker["environment"]["WHITELIST_ENVS"], "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR");
+    assert_eq!(
+        worker["environment"]["WHITELIST_ENVS"],
+        "JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_STATE_DIR"
+    );
 }
 
 #[test]
@@ -1739,8 +2544,13 @@ fn the_module_renders_the_node_files_and_the_agents_templates() {
         r#"h: { etc = builtins.mapAttrs (n: v: v.source.text) h.config.environment.etc; templates = h.cfg.openbaoAgentTemplates; rules = h.config.systemd.tmpfiles.rules; }"#,
     );
     let etc = &result["etc"];
-    let file = |name: &str| -> Value { serde_json::from_str(etc[name].as_str().unwrap_or_else(|| panic!("{name}: {etc}"))).unwrap() };
-    assert_eq!(file("fediversity-windmill/required-secrets.json"), json!(["TF_VAR_hcloud_token", "TF_VAR_token"]));
+    let file = |name: &str| -> Value {
+        serde_json::from_str(etc[name].as_str().unwrap_or_else(|| panic!("{name}: {etc}"))).unwrap()
+    };
+    assert_eq!(
+        file("fediversity-windmill/required-secrets.json"),
+        json!(["TF_VAR_hcloud_token", "TF_VAR_token"])
+    );
     assert_eq!(
         file("fediversity-windmill/deploy-env.json"),
         json!({
@@ -1757,46 +2567,92 @@ fn the_module_renders_the_node_files_and_the_agents_templates() {
     // Only the configured credential's path is passed.
     assert!(keys.get("INCUS_STORE_SIGNING_KEY_FILE").is_none(), "{keys}");
     assert_eq!(file("fediversity-windmill/deployment-attributes.json"), json!(["demo"]));
-    assert_eq!(file("fediversity-windmill/bootstrap.json")["settings"], json!({"instance_python_version": "3.12"}));
-    let destinations: Vec<&str> = result["templates"].as_array().unwrap().iter().map(|t| t["destination"].as_str().unwrap()).collect();
+    assert_eq!(
+        file("fediversity-windmill/bootstrap.json")["settings"],
+        json!({"instance_python_version": "3.12"})
+    );
+    let destinations: Vec<&str> = result["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["destination"].as_str().unwrap())
+        .collect();
     assert_eq!(
         destinations,
-        vec!["/run/fediversity-windmill/deploy-secrets/TF_VAR_hcloud_token", "/run/incus-deploy/incus-store-ssh.key", "/run/incus-deploy/tf-token.env"]
+        vec![
+            "/run/fediversity-windmill/deploy-secrets/TF_VAR_hcloud_token",
+            "/run/incus-deploy/incus-store-ssh.key",
+            "/run/incus-deploy/tf-token.env"
+        ]
     );
     for template in result["templates"].as_array().unwrap() {
-        assert_eq!((template["perms"].as_str(), template["group"].as_str()), (Some("0440"), Some("windmill")), "{template}");
+        assert_eq!(
+            (template["perms"].as_str(), template["group"].as_str()),
+            (Some("0440"), Some("windmill")),
+            "{template}"
+        );
     }
     assert!(strings(&result["rules"]).contains(&"d /run/incus-deploy 0750 root windmill - -".to_owned()));
 }
 
 #[test]
 fn deployment_nixpkgs_defaults_to_the_nodes_nixpkgs_and_the_operators_value_wins() {
-    let result = module("s: s", "h: { env = h.cfg.deployEnv; registry = h.config.nix.registry; }");
-    assert_eq!(result["env"]["DEPLOYMENT_NIXPKGS"], "/nix/store/00000000000000000000000000000000-source");
-    assert_eq!(result["registry"], json!({"nixpkgs": {"to": {"type": "path", "path": "/nix/store/00000000000000000000000000000000-source"}}}));
+    let result = module(
+        "s: s",
+        "h: { env = h.cfg.deployEnv; registry = h.config.nix.registry; }",
+    );
+    assert_eq!(
+        result["env"]["DEPLOYMENT_NIXPKGS"],
+        "/nix/store/00000000000000000000000000000000-source"
+    );
+    assert_eq!(
+        result["registry"],
+        json!({"nixpkgs": {"to": {"type": "path", "path": "/nix/store/00000000000000000000000000000000-source"}}})
+    );
     let result = module(
         r#"s: s // { deployEnv = s.deployEnv // { DEPLOYMENT_NIXPKGS = "/nix/store/11111111111111111111111111111111-nixpkgs"; }; }"#,
         "h: { env = h.cfg.deployEnv; registry = h.config.nix.registry; }",
     );
-    assert_eq!(result["env"]["DEPLOYMENT_NIXPKGS"], "/nix/store/11111111111111111111111111111111-nixpkgs");
-    assert_eq!(result["registry"]["nixpkgs"]["to"]["path"], "/nix/store/11111111111111111111111111111111-nixpkgs");
+    assert_eq!(
+        result["env"]["DEPLOYMENT_NIXPKGS"],
+        "/nix/store/11111111111111111111111111111111-nixpkgs"
+    );
+    assert_eq!(
+        result["registry"]["nixpkgs"]["to"]["path"],
+        "/nix/store/11111111111111111111111111111111-nixpkgs"
+    );
 }
 
 #[test]
 fn the_default_windmill_is_nixpkgs_cut_down_to_python_and_bash() {
-    let result = module("s: s", "h: { features = h.cfg.windmillPackage.cargoBuildFeatures; overrides = h.cfg.windmillPackage.overrides; }");
-    assert_eq!(result["features"], json!(["default", "jemalloc", "python", "smtp", "sqlx", "static_frontend"]));
+    let result = module(
+        "s: s",
+        "h: { features = h.cfg.windmillPackage.cargoBuildFeatures; overrides = h.cfg.windmillPackage.overrides; }",
+    );
+    assert_eq!(
+        result["features"],
+        json!(["default", "jemalloc", "python", "smtp", "sqlx", "static_frontend"])
+    );
     let overrides = result["overrides"].as_object().unwrap();
-    assert_eq!(overrides.keys().collect::<Vec<_>>(), vec!["bun", "cargo", "deno", "dotnet-sdk_9", "go", "php", "powershell"]);
+    assert_eq!(
+        overrides.keys().collect::<Vec<_>>(),
+        vec!["bun", "cargo", "deno", "dotnet-sdk_9", "go", "php", "powershell"]
+    );
     for (name, stub) in overrides {
-        assert_eq!(stub, "/nix/store/00000000000000000000000000000000-windmill-without-other-toolchains", "{name}");
+        assert_eq!(
+            stub, "/nix/store/00000000000000000000000000000000-windmill-without-other-toolchains",
+            "{name}"
+        );
     }
     // Another package is taken as it is.
     let exec = module(
         r#"s: s // { windmillPackage = { type = "derivation"; outPath = "/nix/store/22222222222222222222222222222222-windmill"; }; }"#,
         "h: h.config.systemd.services.windmill-worker-native.serviceConfig.ExecStart",
     );
-    assert_eq!(exec, "/nix/store/22222222222222222222222222222222-windmill/bin/windmill");
+    assert_eq!(
+        exec,
+        "/nix/store/22222222222222222222222222222222-windmill/bin/windmill"
+    );
 }
 
 #[test]
@@ -1806,7 +2662,11 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
     assert_eq!(hosts["windmill.example.org"]["default"], true);
     assert!(hosts["jobs.example.org"].get("default").is_none());
     for host in ["windmill.example.org", "jobs.example.org"] {
-        assert_eq!((hosts[host]["forceSSL"].as_bool(), hosts[host]["enableACME"].as_bool()), (Some(true), Some(true)), "{host}");
+        assert_eq!(
+            (hosts[host]["forceSSL"].as_bool(), hosts[host]["enableACME"].as_bool()),
+            (Some(true), Some(true)),
+            "{host}"
+        );
     }
 
     let result = module_on(
@@ -1815,17 +2675,41 @@ fn the_module_closes_the_ui_and_opens_it_only_behind_the_configured_identity_lay
         "h: { hosts = h.config.services.nginx.virtualHosts; rule = h.cfg.ui.forwardAuth.accessControlRule; warnings = h.config.warnings; }",
     );
     let ui = &result["hosts"]["jobs.example.org"];
-    assert!(ui["locations"]["/"]["extraConfig"].as_str().unwrap().starts_with("auth_request /internal/fediversity-windmill/authz;"));
-    assert!(ui["locations"]["= /internal/fediversity-windmill/authz"]["extraConfig"].as_str().unwrap().contains("proxy_pass http://127.0.0.1:9091/api/authz/auth-request;"));
+    assert!(
+        ui["locations"]["/"]["extraConfig"]
+            .as_str()
+            .unwrap()
+            .starts_with("auth_request /internal/fediversity-windmill/authz;")
+    );
+    assert!(
+        ui["locations"]["= /internal/fediversity-windmill/authz"]["extraConfig"]
+            .as_str()
+            .unwrap()
+            .contains("proxy_pass http://127.0.0.1:9091/api/authz/auth-request;")
+    );
     assert_eq!(ui["useACMEHost"], "example.org");
     assert!(ui.get("enableACME").is_none());
-    assert_eq!(result["rule"], json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:ops"]}));
+    assert_eq!(
+        result["rule"],
+        json!({"domain": ["jobs.example.org"], "policy": "one_factor", "subject": ["group:ops"]})
+    );
     assert_eq!(result["warnings"], json!([]));
 
-    let result = module("s: s // { ui.dangerouslyServeWithoutAuthentication = true; tls.enable = false; }", "h: { hosts = h.config.services.nginx.virtualHosts; warnings = h.config.warnings; }");
-    assert_eq!(result["hosts"]["jobs.example.org"]["locations"]["/"]["extraConfig"], "include /run/windmill-ui-auth/*.conf;");
+    let result = module(
+        "s: s // { ui.dangerouslyServeWithoutAuthentication = true; tls.enable = false; }",
+        "h: { hosts = h.config.services.nginx.virtualHosts; warnings = h.config.warnings; }",
+    );
+    assert_eq!(
+        result["hosts"]["jobs.example.org"]["locations"]["/"]["extraConfig"],
+        "include /run/windmill-ui-auth/*.conf;"
+    );
     assert!(result["hosts"]["jobs.example.org"].get("forceSSL").is_none());
-    assert!(result["warnings"][0].as_str().unwrap().contains("gives every visitor the Windmill superadmin's token"));
+    assert!(
+        result["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("gives every visitor the Windmill superadmin's token")
+    );
 }
 
 #[test]
@@ -1837,53 +2721,96 @@ fn the_nodes_authelia_gets_the_uis_rule_first_and_a_portal_without_it_fails_the_
     let operators = r#"[ { services.authelia.instances.main.settings.access_control.rules = [ { domain = [ "*.example.org" ]; policy = "bypass"; } ]; } ]"#;
     let run = |patch: &str, node: &str, also: &str| -> Value {
         let out = nix_instantiate(&module_expr_on(patch, also, node, select));
-        assert!(out.status.success(), "{patch}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{patch}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     };
 
-    let added = run(r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "main"; }; }"#, local, operators);
+    let added = run(
+        r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "main"; }; }"#,
+        local,
+        operators,
+    );
     assert_eq!(added["assertions"], json!([]));
     assert_eq!(added["warnings"], json!([]));
     // First: Authelia applies the first rule that matches, and the operator's bypass would.
-    assert_eq!(added["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"], json!([rule, {"domain": ["*.example.org"], "policy": "bypass"}]));
+    assert_eq!(
+        added["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"],
+        json!([rule, {"domain": ["*.example.org"], "policy": "bypass"}])
+    );
 
     // An instance the node does not run: named.
-    let wrong = run(r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "portal"; }; }"#, local, "[ ]");
+    let wrong = run(
+        r#"s: s // { ui.forwardAuth = { enable = true; autheliaInstance = "portal"; }; }"#,
+        local,
+        "[ ]",
+    );
     assert_eq!(
         wrong["assertions"],
-        json!(["services.fediversity-windmill: ui.forwardAuth.autheliaInstance is \"portal\" but services.authelia.instances.\"portal\" is not an enabled Authelia instance of this node (enabled: main): name the instance that guards the UI, or leave it null when the portal runs elsewhere"])
+        json!([
+            "services.fediversity-windmill: ui.forwardAuth.autheliaInstance is \"portal\" but services.authelia.instances.\"portal\" is not an enabled Authelia instance of this node (enabled: main): name the instance that guards the UI, or leave it null when the portal runs elsewhere"
+        ])
     );
 
     // The node runs Authelia and nobody added the rule: every signed-in user would be admitted.
     let forgotten = run("s: s // { ui.forwardAuth.enable = true; }", local, operators);
     assert_eq!(
         forgotten["assertions"],
-        json!(["services.fediversity-windmill: this node runs Authelia (services.authelia.instances: main) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"main\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules"])
+        json!([
+            "services.fediversity-windmill: this node runs Authelia (services.authelia.instances: main) but none of its instances has the admin UI's access rule, so it would admit every signed-in user to the superadmin's UI: set ui.forwardAuth.autheliaInstance = \"main\" (the module adds ui.forwardAuth.accessControlRule first in its rules), or add that rule to its settings.access_control.rules"
+        ])
     );
-    assert!(forgotten["authelia"].is_null() || forgotten["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"].as_array().is_none_or(|r| !r.contains(&rule)));
+    assert!(
+        forgotten["authelia"].is_null()
+            || forgotten["authelia"]["instances"]["main"]["settings"]["access_control"]["rules"]
+                .as_array()
+                .is_none_or(|r| !r.contains(&rule))
+    );
     // The control: the operator added it by hand.
     let by_hand = run(
         "s: s // { ui.forwardAuth.enable = true; }",
-        &format!("{{ services.authelia.instances.main = {{ enable = true; settings.access_control.rules = [ (builtins.fromJSON {}) ]; }}; }}", Value::from(rule.to_string())),
+        &format!(
+            "{{ services.authelia.instances.main = {{ enable = true; settings.access_control.rules = [ (builtins.fromJSON {}) ]; }}; }}",
+            Value::from(rule.to_string())
+        ),
         "[ ]",
     );
     assert_eq!(by_hand["assertions"], json!([]));
     assert_eq!(by_hand["warnings"], json!([]));
     // A disabled instance is not the portal.
-    let disabled = run("s: s // { ui.forwardAuth.enable = true; }", r#"{ services.authelia.instances.main.enable = false; }"#, "[ ]");
+    let disabled = run(
+        "s: s // { ui.forwardAuth.enable = true; }",
+        r#"{ services.authelia.instances.main.enable = false; }"#,
+        "[ ]",
+    );
     assert_eq!(disabled["assertions"], json!([]));
 
     // The portal elsewhere: evaluation says which rule it needs, until told it has it.
     let elsewhere = run("s: s // { ui.forwardAuth.enable = true; }", "{ }", "[ ]");
     assert_eq!(
         elsewhere["warnings"],
-        json!([format!("services.fediversity-windmill: the admin UI's portal does not run on this node: its access_control.rules must hold {rule} (ui.forwardAuth.accessControlRule), or every user it signs in gets the superadmin's UI; once it does, set ui.forwardAuth.ruleAddedToPortal = true")])
+        json!([format!(
+            "services.fediversity-windmill: the admin UI's portal does not run on this node: its access_control.rules must hold {rule} (ui.forwardAuth.accessControlRule), or every user it signs in gets the superadmin's UI; once it does, set ui.forwardAuth.ruleAddedToPortal = true"
+        )])
     );
-    let told = run("s: s // { ui.forwardAuth = { enable = true; ruleAddedToPortal = true; }; }", "{ }", "[ ]");
-    assert_eq!((told["assertions"].clone(), told["warnings"].clone()), (json!([]), json!([])));
+    let told = run(
+        "s: s // { ui.forwardAuth = { enable = true; ruleAddedToPortal = true; }; }",
+        "{ }",
+        "[ ]",
+    );
+    assert_eq!(
+        (told["assertions"].clone(), told["warnings"].clone()),
+        (json!([]), json!([]))
+    );
     // Without the forward auth (another identity layer), none of this applies.
     let other = run(r#"s: s // { ui.nginxAuthConfig = "deny all;"; }"#, local, "[ ]");
-    assert_eq!((other["assertions"].clone(), other["warnings"].clone()), (json!([]), json!([])));
+    assert_eq!(
+        (other["assertions"].clone(), other["warnings"].clone()),
+        (json!([]), json!([]))
+    );
 }
 
 #[test]
@@ -1892,16 +2819,32 @@ fn smtp_reaches_windmill_server_with_its_password_never_in_the_configuration() {
         r#"s: s // { smtp = { host = "smtp.example.org"; username = "wm"; passwordFile = "/run/keys/smtp-password"; }; }"#,
         "h: h.config.systemd.services.windmill-server",
     );
-    assert!(server["serviceConfig"]["ExecStart"].as_str().unwrap().ends_with("-windmill-with-smtp-password"), "{server}");
-    assert_eq!(server["serviceConfig"]["LoadCredential"], json!(["smtp-password:/run/keys/smtp-password"]));
+    assert!(
+        server["serviceConfig"]["ExecStart"]
+            .as_str()
+            .unwrap()
+            .ends_with("-windmill-with-smtp-password"),
+        "{server}"
+    );
+    assert_eq!(
+        server["serviceConfig"]["LoadCredential"],
+        json!(["smtp-password:/run/keys/smtp-password"])
+    );
     let env = &server["environment"];
     assert_eq!(env["SMTP_HOST"], "smtp.example.org");
     assert_eq!(env["SMTP_FROM"], "noreply@windmill.example.org");
     assert_eq!(env["SMTP_USERNAME"], "wm");
     assert_eq!(env["SMTP_TLS_IMPLICIT"], "false");
     assert_eq!(env["MODE"], "server");
-    let all = module(r#"s: s // { smtp = { host = "h"; passwordFile = "/run/keys/smtp-password"; }; }"#, "h: h.config").to_string();
-    assert!(!all.contains("SMTP_PASSWORD"), "the password is set by the launcher only");
+    let all = module(
+        r#"s: s // { smtp = { host = "h"; passwordFile = "/run/keys/smtp-password"; }; }"#,
+        "h: h.config",
+    )
+    .to_string();
+    assert!(
+        !all.contains("SMTP_PASSWORD"),
+        "the password is set by the launcher only"
+    );
     assert_eq!(
         assertions(r#"s: s // { smtp.passwordFile = "/run/keys/p"; }"#),
         vec!["services.fediversity-windmill: smtp.passwordFile is set but smtp.host is not"]
@@ -1915,22 +2858,35 @@ fn the_module_can_run_the_agent_itself() {
         r#"h: { unit = h.config.systemd.services.openbao-agent-default; text = builtins.fromJSON (builtins.head h.config.systemd.services.openbao-agent-default.restartTriggers).text; }"#,
     );
     let exec = result["unit"]["serviceConfig"]["ExecStart"].as_str().unwrap();
-    assert!(exec.starts_with("/nix/store/00000000000000000000000000000000-openbao/bin/bao agent -config=/nix/store/"), "{exec}");
+    assert!(
+        exec.starts_with("/nix/store/00000000000000000000000000000000-openbao/bin/bao agent -config=/nix/store/"),
+        "{exec}"
+    );
     assert!(exec.ends_with("-openbao-agent-default.json"), "{exec}");
     assert_eq!(result["text"]["vault"], json!({"address": "http://127.0.0.1:8200"}));
-    assert_eq!(result["text"]["template"][0]["destination"], "/run/fediversity-windmill/deploy-secrets/TF_VAR_hcloud_token");
+    assert_eq!(
+        result["text"]["template"][0]["destination"],
+        "/run/fediversity-windmill/deploy-secrets/TF_VAR_hcloud_token"
+    );
     // Not enabled: no such unit (the hosting provider's runs).
-    assert_eq!(module("s: s", "h: h.config.systemd.services ? openbao-agent-default"), json!(false));
+    assert_eq!(
+        module("s: s", "h: h.config.systemd.services ? openbao-agent-default"),
+        json!(false)
+    );
     assert_eq!(
         assertions(r#"s: s // { openbaoAgent = { enable = true; unit = "vault-agent-default.service"; }; }"#),
-        vec!["services.fediversity-windmill: openbaoAgent.enable runs the agent as openbao-agent-default.service; openbaoAgent.unit must name it"]
+        vec![
+            "services.fediversity-windmill: openbaoAgent.enable runs the agent as openbao-agent-default.service; openbaoAgent.unit must name it"
+        ]
     );
 }
 
 #[test]
 fn what_jobenv_or_the_bootstrap_would_refuse_fails_the_modules_evaluation() {
     assert_eq!(
-        assertions(r#"s: s // { deployEnv = s.deployEnv // { PATH = "/bin"; }; deploySecrets = { NAMESPACE = "x"; }; deployKeys = { SYSTEM.description = "s"; }; }"#),
+        assertions(
+            r#"s: s // { deployEnv = s.deployEnv // { PATH = "/bin"; }; deploySecrets = { NAMESPACE = "x"; }; deployKeys = { SYSTEM.description = "s"; }; }"#
+        ),
         vec![
             "services.fediversity-windmill: deployEnv.PATH: PATH is a reserved name (it steers the loader, a shell, an interpreter, git, ssh, Nix or OpenTofu) and is neither declared in deployKeys nor a Nix/OpenTofu variable a node may set; jobenv refuses it",
             "services.fediversity-windmill: deploySecrets.NAMESPACE: NAMESPACE is a control key only a job payload may set",
@@ -1938,17 +2894,26 @@ fn what_jobenv_or_the_bootstrap_would_refuse_fails_the_modules_evaluation() {
         ]
     );
     // A key the operator declares may be set by the node.
-    assert_eq!(assertions(r#"s: s // { deployEnv = s.deployEnv // { MESSAGE = "hi"; }; }"#), Vec::<String>::new());
     assert_eq!(
-        assertions(r#"s: s // { bootstrap = s.bootstrap // { token.label = "session"; }; tls.certificate = "/run/keys/c"; }"#),
+        assertions(r#"s: s // { deployEnv = s.deployEnv // { MESSAGE = "hi"; }; }"#),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        assertions(
+            r#"s: s // { bootstrap = s.bootstrap // { token.label = "session"; }; tls.certificate = "/run/keys/c"; }"#
+        ),
         vec![
             "services.fediversity-windmill: bootstrap.token.label \"session\" is a label Windmill gives its own tokens (login sessions, job tokens): revoking older tokens of the label would revoke those; the bootstrap refuses it",
             "services.fediversity-windmill: tls.certificate and tls.certificateKey go together: set both or neither",
         ]
     );
     assert_eq!(
-        assertions("s: s // { ui = { nginxAuthConfig = \"deny all;\"; dangerouslyServeWithoutAuthentication = true; }; }"),
-        vec!["services.fediversity-windmill: ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one"]
+        assertions(
+            "s: s // { ui = { nginxAuthConfig = \"deny all;\"; dangerouslyServeWithoutAuthentication = true; }; }"
+        ),
+        vec![
+            "services.fediversity-windmill: ui.dangerouslyServeWithoutAuthentication is set together with an identity layer (ui.forwardAuth or ui.nginxAuthConfig): choose one"
+        ]
     );
 }
 
@@ -1991,12 +2956,22 @@ fn the_vm_tests_script_is_valid_python() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("test_script.py");
     std::fs::write(&file, script).unwrap();
-    let check = format!("import ast, sys; ast.parse(open({:?}).read())", file.display().to_string());
+    let check = format!(
+        "import ast, sys; ast.parse(open({:?}).read())",
+        file.display().to_string()
+    );
     let out = Command::new("python3").args(["-c", &check]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Positive control: a script with a syntax error is caught the same way.
     std::fs::write(&file, format!("{script}\n    if\n")).unwrap();
-    assert!(!Command::new("python3").args(["-c", &check]).output().unwrap().status.success());
+    assert!(
+        !Command::new("python3")
+            .args(["-c", &check])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
 }
 
 // ---- the backup of Windmill's database (FR-015) --------------------------------------------------
@@ -2012,10 +2987,16 @@ const BACKUP: &str = r#"{
 /// worker's user, who owns the state directory.
 #[test]
 fn the_journal_is_pruned_daily_by_the_workers_user() {
-    let result = module("s: s", "h: { unit = h.config.systemd.services.fediversity-jobenv-prune; timer = h.config.systemd.timers.fediversity-jobenv-prune; }");
+    let result = module(
+        "s: s",
+        "h: { unit = h.config.systemd.services.fediversity-jobenv-prune; timer = h.config.systemd.timers.fediversity-jobenv-prune; }",
+    );
     let unit = &result["unit"];
     let store = "/nix/store/00000000000000000000000000000000";
-    assert_eq!(unit["serviceConfig"]["ExecStart"], format!("{store}-callPackage-package.nix/bin/fediversity-jobenv prune --state-dir /var/lib/fediversity-jobenv"));
+    assert_eq!(
+        unit["serviceConfig"]["ExecStart"],
+        format!("{store}-callPackage-package.nix/bin/fediversity-jobenv prune --state-dir /var/lib/fediversity-jobenv")
+    );
     // The harness's services.windmill.database.user: the worker's user.
     assert_eq!(unit["serviceConfig"]["User"], "windmill");
     assert_eq!(unit["serviceConfig"]["Type"], "oneshot");
@@ -2035,26 +3016,60 @@ fn the_database_is_streamed_from_pg_dump_into_restic_as_root_on_a_timer() {
     assert_eq!(
         unit["serviceConfig"]["ExecStart"],
         json!([
-            format!("{store}-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- {store}-util-linux/bin/setpriv --reuid=postgres --regid=postgres --init-groups --reset-env -- {store}-postgresql/bin/pg_dump --dbname=windmill"),
-            format!("{store}-restic/bin/restic forget --prune --tag windmill-database --keep-daily 7 --keep-weekly 5 --keep-monthly 12"),
+            format!(
+                "{store}-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- {store}-util-linux/bin/setpriv --reuid=postgres --regid=postgres --init-groups --reset-env -- {store}-postgresql/bin/pg_dump --dbname=windmill"
+            ),
+            format!(
+                "{store}-restic/bin/restic forget --prune --tag windmill-database --keep-daily 7 --keep-weekly 5 --keep-monthly 12"
+            ),
         ])
     );
-    assert!(unit["serviceConfig"]["ExecStartPre"][0].as_str().unwrap().ends_with("-fediversity-windmill-backup-init"));
+    assert!(
+        unit["serviceConfig"]["ExecStartPre"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("-fediversity-windmill-backup-init")
+    );
     // Root (no User=), with only what setpriv needs; the credentials are files the agent renders.
     assert!(unit["serviceConfig"].get("User").is_none() && unit["serviceConfig"].get("DynamicUser").is_none());
-    assert_eq!(unit["serviceConfig"]["CapabilityBoundingSet"], json!(["CAP_SETUID", "CAP_SETGID"]));
-    assert_eq!(unit["serviceConfig"]["EnvironmentFile"], "/run/fediversity-windmill/backup/restic.env");
+    assert_eq!(
+        unit["serviceConfig"]["CapabilityBoundingSet"],
+        json!(["CAP_SETUID", "CAP_SETGID"])
+    );
+    assert_eq!(
+        unit["serviceConfig"]["EnvironmentFile"],
+        "/run/fediversity-windmill/backup/restic.env"
+    );
     assert_eq!(
         unit["environment"],
         json!({"RESTIC_REPOSITORY": "s3:https://garage.example.org/windmill-backups", "RESTIC_PASSWORD_FILE": "/run/fediversity-windmill/backup/restic-password", "RESTIC_CACHE_DIR": "/var/cache/fediversity-windmill-backup"})
     );
-    assert!(unit["after"].as_array().unwrap().contains(&json!("postgresql.service")) && unit["after"].as_array().unwrap().contains(&json!("openbao-agent-default.service")));
+    assert!(
+        unit["after"].as_array().unwrap().contains(&json!("postgresql.service"))
+            && unit["after"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("openbao-agent-default.service"))
+    );
     assert_eq!(result["timer"]["wantedBy"], json!(["timers.target"]));
-    assert_eq!(result["timer"]["timerConfig"], json!({"OnCalendar": "daily", "RandomizedDelaySec": "1h", "Persistent": "true"}));
+    assert_eq!(
+        result["timer"]["timerConfig"],
+        json!({"OnCalendar": "daily", "RandomizedDelaySec": "1h", "Persistent": "true"})
+    );
     assert!(strings(&result["packages"]).contains(&"fediversity-windmill-restic".to_owned()));
     // The agent renders both root-only; the worker's group gets neither, and jobs do not wait
     // for them nor require them.
-    let backup_templates: Vec<&Value> = result["templates"].as_array().unwrap().iter().filter(|t| t["destination"].as_str().unwrap().starts_with("/run/fediversity-windmill/backup/")).collect();
+    let backup_templates: Vec<&Value> = result["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            t["destination"]
+                .as_str()
+                .unwrap()
+                .starts_with("/run/fediversity-windmill/backup/")
+        })
+        .collect();
     assert_eq!(
         backup_templates,
         vec![
@@ -2064,12 +3079,24 @@ fn the_database_is_streamed_from_pg_dump_into_restic_as_root_on_a_timer() {
     );
     assert!(!result["required"].as_str().unwrap().contains("restic"));
     assert!(!result["waited"].to_string().contains("backup"));
-    assert!(eval(r#"lib.tmpfilesRules { group = "windmill"; }"#).as_array().unwrap().contains(&json!("d /run/fediversity-windmill/backup 0700 root root - -")));
+    assert!(
+        eval(r#"lib.tmpfilesRules { group = "windmill"; }"#)
+            .as_array()
+            .unwrap()
+            .contains(&json!("d /run/fediversity-windmill/backup 0700 root root - -"))
+    );
 
     // The control: off by default, nothing of it.
-    let off = module("s: s", "h: { units = builtins.attrNames h.config.systemd.services; timers = builtins.attrNames (h.config.systemd.timers or { }); templates = h.cfg.openbaoAgentTemplates; }");
+    let off = module(
+        "s: s",
+        "h: { units = builtins.attrNames h.config.systemd.services; timers = builtins.attrNames (h.config.systemd.timers or { }); templates = h.cfg.openbaoAgentTemplates; }",
+    );
     assert!(!strings(&off["units"]).contains(&"fediversity-windmill-backup".to_owned()));
-    assert_eq!(sorted(&off["timers"]), ["fediversity-jobenv-prune"], "only the journal's pruning has a timer");
+    assert_eq!(
+        sorted(&off["timers"]),
+        ["fediversity-jobenv-prune"],
+        "only the journal's pruning has a timer"
+    );
     assert!(!off["templates"].to_string().contains("backup"));
 }
 
@@ -2083,19 +3110,34 @@ fn a_backup_without_its_repository_password_or_local_database_fails_the_evaluati
         ]
     );
     let remote = format!("s: s // {{ backup = {BACKUP}; }}");
-    let out = nix_instantiate(&module_expr_on(&remote, "[ ]", "{ services.windmill.database.createLocally = false; }", "h: map (a: a.message) h.config.assertions"));
+    let out = nix_instantiate(&module_expr_on(
+        &remote,
+        "[ ]",
+        "{ services.windmill.database.createLocally = false; }",
+        "h: map (a: a.message) h.config.assertions",
+    ));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         serde_json::from_slice::<Value>(&out.stdout).unwrap(),
-        json!(["services.fediversity-windmill: backup.dumpCommand: the default dumps the local database (services.windmill.database.createLocally), which this node does not have; set a command that dumps Windmill's database to stdout, its credentials from a file (never in its arguments)"])
+        json!([
+            "services.fediversity-windmill: backup.dumpCommand: the default dumps the local database (services.windmill.database.createLocally), which this node does not have; set a command that dumps Windmill's database to stdout, its credentials from a file (never in its arguments)"
+        ])
     );
     // With its own dump command, a remote database is fine, and the command is run as given.
-    let own = format!(r#"s: s // {{ backup = {BACKUP} // {{ dumpCommand = [ "/run/current-system/sw/bin/pg_dump" "--dbname=windmill" ]; pruneOpts = [ ]; environmentTemplate = null; }}; }}"#);
-    let result = module_on(&own, "{ services.windmill.database.createLocally = false; }", "h: { assertions = map (a: a.message) h.config.assertions; unit = h.config.systemd.services.fediversity-windmill-backup.serviceConfig; }");
+    let own = format!(
+        r#"s: s // {{ backup = {BACKUP} // {{ dumpCommand = [ "/run/current-system/sw/bin/pg_dump" "--dbname=windmill" ]; pruneOpts = [ ]; environmentTemplate = null; }}; }}"#
+    );
+    let result = module_on(
+        &own,
+        "{ services.windmill.database.createLocally = false; }",
+        "h: { assertions = map (a: a.message) h.config.assertions; unit = h.config.systemd.services.fediversity-windmill-backup.serviceConfig; }",
+    );
     assert_eq!(result["assertions"], json!([]));
     assert_eq!(
         result["unit"]["ExecStart"],
-        json!(["/nix/store/00000000000000000000000000000000-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- /run/current-system/sw/bin/pg_dump --dbname=windmill"])
+        json!([
+            "/nix/store/00000000000000000000000000000000-restic/bin/restic backup --stdin-from-command --stdin-filename windmill.sql --tag windmill-database -- /run/current-system/sw/bin/pg_dump --dbname=windmill"
+        ])
     );
     assert!(result["unit"].get("EnvironmentFile").is_none());
 }
@@ -2113,14 +3155,29 @@ fn the_restic_wrapper_and_the_init_script_use_the_backups_repository_and_credent
     Command::new("chmod").arg("+x").arg(&restic).status().unwrap();
     let restic = Value::from(restic.display().to_string());
 
-    let wrapper = eval(&format!(r#"lib.resticWrapper {{ restic = {restic}; repository = "s3:https://garage.example.org/windmill-backups"; }}"#));
+    let wrapper = eval(&format!(
+        r#"lib.resticWrapper {{ restic = {restic}; repository = "s3:https://garage.example.org/windmill-backups"; }}"#
+    ));
     let text = wrapper.as_str().unwrap();
-    assert!(text.contains("export RESTIC_PASSWORD_FILE='/run/fediversity-windmill/backup/restic-password'"), "{text}");
+    assert!(
+        text.contains("export RESTIC_PASSWORD_FILE='/run/fediversity-windmill/backup/restic-password'"),
+        "{text}"
+    );
     // Run it against an environment file of our own (the real one is root's, under /run).
     let env_file = dir.path().join("restic.env");
-    std::fs::write(&env_file, "# Garage\nAWS_ACCESS_KEY_ID=GK123\n\nAWS_SECRET_ACCESS_KEY=s3cr=t with spaces\n").unwrap();
-    let text = text.replace("/run/fediversity-windmill/backup/restic.env", &env_file.display().to_string());
-    let out = Command::new("bash").args(["-c", &text, "wrapper", "snapshots", "--tag", "windmill-database"]).output().unwrap();
+    std::fs::write(
+        &env_file,
+        "# Garage\nAWS_ACCESS_KEY_ID=GK123\n\nAWS_SECRET_ACCESS_KEY=s3cr=t with spaces\n",
+    )
+    .unwrap();
+    let text = text.replace(
+        "/run/fediversity-windmill/backup/restic.env",
+        &env_file.display().to_string(),
+    );
+    let out = Command::new("bash")
+        .args(["-c", &text, "wrapper", "snapshots", "--tag", "windmill-database"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -2129,20 +3186,35 @@ fn the_restic_wrapper_and_the_init_script_use_the_backups_repository_and_credent
 
     // init only when the repository has no config.
     let init = eval(&format!("lib.backupInitScript {{ restic = {restic}; }}"));
-    let run_init = |has_config: &Path| Command::new("bash").args(["-c", init.as_str().unwrap()]).env("HAS_CONFIG", has_config).output().unwrap();
+    let run_init = |has_config: &Path| {
+        Command::new("bash")
+            .args(["-c", init.as_str().unwrap()])
+            .env("HAS_CONFIG", has_config)
+            .output()
+            .unwrap()
+    };
     let out = run_init(&dir.path().join("no-config"));
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("args=init"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("args=init"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let out = run_init(&env_file);
     assert!(out.status.success());
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("args=init"), "an existing repository is not initialised again");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("args=init"),
+        "an existing repository is not initialised again"
+    );
 }
 
 /// The first ```nix block of the manual's "Setting up a node" (docs/operators/setup.md), as it
 /// stands.
 fn manual_module_example() -> String {
     let page = std::fs::read_to_string(repo().join("docs/operators/setup.md")).unwrap();
-    let section = &page[page.find("\n## The configuration\n").expect("the page's configuration section")..];
+    let section = &page[page
+        .find("\n## The configuration\n")
+        .expect("the page's configuration section")..];
     let start = section.find("```nix\n").expect("a nix block in the section") + "```nix\n".len();
     let end = start + section[start..].find("\n```").unwrap();
     section[start..end].to_owned()
@@ -2152,33 +3224,71 @@ fn manual_module_example() -> String {
 fn the_manuals_module_example_evaluates_and_passes_every_assertion() {
     let example = manual_module_example();
     // It is the example of a node that follows its repository, not some other block.
-    assert!(example.contains("deploymentRepository = inputs.deployments;"), "{example}");
+    assert!(
+        example.contains("deploymentRepository = inputs.deployments;"),
+        "{example}"
+    );
     // With the node's Authelia, which the example says is configured elsewhere.
     let result = crate::docs::evaluate_node(&example, true).unwrap_or_else(|stderr| panic!("{stderr}"));
-    assert_eq!(result["assertions"], json!([]), "the manual's example fails the module's own assertions");
+    assert_eq!(
+        result["assertions"],
+        json!([]),
+        "the manual's example fails the module's own assertions"
+    );
     assert_eq!(result["typeErrors"], json!([]));
     assert_eq!(result["unknownSettings"], json!([]));
     // It warns of nothing of its own (the UI is protected, its rule is in the portal, the token
     // scoped), only of the node key the stand-in repository needs and the example cannot know.
     assert_eq!(
         result["warnings"],
-        json!(["services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"])
+        json!([
+            "services.fediversity-windmill: the deployment repository's nodeEnvKeys names NODE_SITE, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no NODE_SITE"
+        ])
     );
-    assert_eq!(result["userImports"], json!([repo().join("nixos-module").display().to_string()]));
+    assert_eq!(
+        result["userImports"],
+        json!([repo().join("nixos-module").display().to_string()])
+    );
     // What the example says it does.
-    assert_eq!(result["env"]["DEPLOYMENT_ROOT"], "/nix/store/55555555555555555555555555555555-source");
+    assert_eq!(
+        result["env"]["DEPLOYMENT_ROOT"],
+        "/nix/store/55555555555555555555555555555555-source"
+    );
     assert_eq!(result["env"]["STATE_BASE_ADDRESS"], "https://state.example.org/tofu");
     assert_eq!(result["attributes"], json!(["mastodon", "peertube"]));
-    assert_eq!(result["bootstrap"]["windmill"]["admin_password_file"], "/var/lib/fediversity-windmill/admin-password");
-    assert_eq!(result["bootstrap"]["openbao"]["path"], "fediversity/secret/windmill/apiToken");
+    assert_eq!(
+        result["bootstrap"]["windmill"]["admin_password_file"],
+        "/var/lib/fediversity-windmill/admin-password"
+    );
+    assert_eq!(
+        result["bootstrap"]["openbao"]["path"],
+        "fediversity/secret/windmill/apiToken"
+    );
     assert_eq!(result["rules"][0]["domain"], json!(["jobs.example.org"]));
-    assert!(result["backup"][0].as_str().unwrap().contains("backup --stdin-from-command"));
+    assert!(
+        result["backup"][0]
+            .as_str()
+            .unwrap()
+            .contains("backup --stdin-from-command")
+    );
     assert_eq!(result["acme"], true);
 
     // The control: the same example on a node without that Authelia instance is refused.
     let refused = crate::docs::evaluate_node(&example, false).unwrap_or_else(|stderr| panic!("{stderr}"));
-    assert_eq!(refused["assertions"].as_array().unwrap().len(), 1, "{}", refused["assertions"]);
-    assert!(refused["assertions"][0].as_str().unwrap().contains("ui.forwardAuth.autheliaInstance is \"main\""), "{}", refused["assertions"]);
+    assert_eq!(
+        refused["assertions"].as_array().unwrap().len(),
+        1,
+        "{}",
+        refused["assertions"]
+    );
+    assert!(
+        refused["assertions"][0]
+            .as_str()
+            .unwrap()
+            .contains("ui.forwardAuth.autheliaInstance is \"main\""),
+        "{}",
+        refused["assertions"]
+    );
 }
 
 // ---- the rendered node files, read by the real jobenv -------------------------------------------
@@ -2195,7 +3305,10 @@ fn run_job_on_rendered_node(jobenv: &Path, more: &str, payload: &Value) -> (i32,
     let fixture = repo().join("tests/nix/deployments").display().to_string();
     let patch = following(
         &fixture_repository(),
-        &format!(r#"({{ deployEnv = {{ NODE_SITE = "ams"; HOSTING_CONFIG = "/node/hosting"; NIX_BUILD_SHELL = "/bin/bash"; DEPLOYMENT_NIXPKGS = {root}; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; }}; }} // {more})"#, root = json!(fixture)),
+        &format!(
+            r#"({{ deployEnv = {{ NODE_SITE = "ams"; HOSTING_CONFIG = "/node/hosting"; NIX_BUILD_SHELL = "/bin/bash"; DEPLOYMENT_NIXPKGS = {root}; STATE_BASE_ADDRESS = "https://state.example.org/tofu"; }}; }} // {more})"#,
+            root = json!(fixture)
+        ),
     );
     let files = module(
         &patch,
@@ -2203,8 +3316,17 @@ fn run_job_on_rendered_node(jobenv: &Path, more: &str, payload: &Value) -> (i32,
     );
     assert_eq!(files["assertions"], json!([]), "{patch}");
     let dir = tempfile::tempdir().unwrap();
-    for name in ["deploy-env.json", "deploy-keys.json", "deployment-attributes.json", "required-secrets.json"] {
-        std::fs::write(dir.path().join(name), files["etc"][format!("fediversity-windmill/{name}")].as_str().unwrap()).unwrap();
+    for name in [
+        "deploy-env.json",
+        "deploy-keys.json",
+        "deployment-attributes.json",
+        "required-secrets.json",
+    ] {
+        std::fs::write(
+            dir.path().join(name),
+            files["etc"][format!("fediversity-windmill/{name}")].as_str().unwrap(),
+        )
+        .unwrap();
     }
     // What the agent would render: the NODE's deploy secret and tf-token.env.
     std::fs::create_dir(dir.path().join("secrets")).unwrap();
@@ -2226,7 +3348,14 @@ fn run_job_on_rendered_node(jobenv: &Path, more: &str, payload: &Value) -> (i32,
         .env("JOBENV_SECRETS_ENV_FILES", dir.path().join("tf-token.env"))
         .env("JOBENV_STATE_DIR", dir.path().join("state"));
     let out = fediversity_testkit::nix_fixture::run_with_payload(command, payload);
-    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 #[test]
@@ -2263,15 +3392,35 @@ fn a_seed_shaped_deploy_runs_on_the_rendered_node_and_no_payload_sets_a_node_onl
     ] {
         assert!(output.lines().any(|l| l.ends_with(line)), "{line} not in:\n{output}");
     }
-    for value in ["/payload/module-source", "/payload/hosting", "payload-region", "payload-site"] {
-        assert!(!output.contains(&format!("={value}")), "{value} reached the program:\n{output}");
+    for value in [
+        "/payload/module-source",
+        "/payload/hosting",
+        "payload-region",
+        "payload-site",
+    ] {
+        assert!(
+            !output.contains(&format!("={value}")),
+            "{value} reached the program:\n{output}"
+        );
     }
     // The secrets the module requires were there, and stayed out of the output.
-    assert!(!output.contains("hcloud-secret-0f3a9c") && !output.contains("incus-secret-7b21e4"), "{output}");
+    assert!(
+        !output.contains("hcloud-secret-0f3a9c") && !output.contains("incus-secret-7b21e4"),
+        "{output}"
+    );
 
     // The control: an operator who opens a pin explicitly lets the payload's value through.
-    let (code, output) = run_job_on_rendered_node(&jobenv, "{ deployKeys.SELF_MODULE_SOURCE.nodeOnly = false; }", &payload);
+    let (code, output) =
+        run_job_on_rendered_node(&jobenv, "{ deployKeys.SELF_MODULE_SOURCE.nodeOnly = false; }", &payload);
     assert_eq!(code, 0, "{output}");
-    assert!(output.lines().any(|l| l.ends_with("SELF_MODULE_SOURCE=/payload/module-source")), "{output}");
-    assert!(output.lines().any(|l| l.ends_with("HOSTING_CONFIG=/node/hosting")), "{output}");
+    assert!(
+        output
+            .lines()
+            .any(|l| l.ends_with("SELF_MODULE_SOURCE=/payload/module-source")),
+        "{output}"
+    );
+    assert!(
+        output.lines().any(|l| l.ends_with("HOSTING_CONFIG=/node/hosting")),
+        "{output}"
+    );
 }

@@ -61,7 +61,12 @@ fn evaluate() -> Value {
 }
 
 fn strings(value: &Value) -> Vec<String> {
-    value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The members (relative to `root`) that no entry of `files` covers: an entry covers a member
@@ -71,7 +76,10 @@ fn uncovered(root: &Path, members: &[String], files: &[String]) -> Vec<String> {
     let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
     let mut needed: Vec<String> = vec!["Cargo.toml".into(), "Cargo.lock".into()];
     needed.extend(members.iter().cloned());
-    needed.into_iter().filter(|member| !files.iter().any(|file| root.join(member).starts_with(file))).collect()
+    needed
+        .into_iter()
+        .filter(|member| !files.iter().any(|file| root.join(member).starts_with(file)))
+        .collect()
 }
 
 #[test]
@@ -83,14 +91,27 @@ fn the_source_set_holds_every_workspace_member_and_only_the_two_programs_are_bui
     let root = PathBuf::from(package["src"]["root"].as_str().unwrap());
     assert_eq!(root, repo());
     let files = strings(&package["src"]["files"]);
-    assert_eq!(uncovered(&root, &members, &files), Vec::<String>::new(), "nix/package.nix's file set: {files:?}");
+    assert_eq!(
+        uncovered(&root, &members, &files),
+        Vec::<String>::new(),
+        "nix/package.nix's file set: {files:?}"
+    );
 
-    assert_eq!(package["cargoBuildFlags"], json!(["-p", "fediversity-jobenv", "-p", "fediversity-windmill-bootstrap"]));
+    assert_eq!(
+        package["cargoBuildFlags"],
+        json!(["-p", "fediversity-jobenv", "-p", "fediversity-windmill-bootstrap"])
+    );
     assert_eq!(package["doCheck"], json!(false));
     // The two packages named are the crates of the two programs.
-    for (dir, name) in [("jobenv", "fediversity-jobenv"), ("bootstrap", "fediversity-windmill-bootstrap")] {
+    for (dir, name) in [
+        ("jobenv", "fediversity-jobenv"),
+        ("bootstrap", "fediversity-windmill-bootstrap"),
+    ] {
         let manifest = std::fs::read_to_string(repo().join(dir).join("Cargo.toml")).unwrap();
-        assert!(manifest.contains(&format!("name = \"{name}\"")), "{dir}/Cargo.toml names {name}");
+        assert!(
+            manifest.contains(&format!("name = \"{name}\"")),
+            "{dir}/Cargo.toml names {name}"
+        );
     }
 }
 
@@ -105,9 +126,15 @@ fn positive_control_a_member_missing_from_the_source_set_is_caught() {
     assert_eq!(uncovered(&root, &members, &files), vec!["new-crate".to_owned()]);
     // The file set as it was before bench was added to it.
     let without_bench: Vec<String> = files.iter().filter(|f| !f.ends_with("/bench")).cloned().collect();
-    assert_eq!(uncovered(&root, &strings(&package["members"]), &without_bench), vec!["bench".to_owned()]);
+    assert_eq!(
+        uncovered(&root, &strings(&package["members"]), &without_bench),
+        vec!["bench".to_owned()]
+    );
     // A parent directory covers what is below it.
-    assert_eq!(uncovered(&root, &members, &[root.display().to_string()]), Vec::<String>::new());
+    assert_eq!(
+        uncovered(&root, &members, &[root.display().to_string()]),
+        Vec::<String>::new()
+    );
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -146,11 +173,22 @@ fn cargo_loads_the_workspace_from_the_source_set_and_fails_without_a_member() {
     let out = cargo_loads(&files);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut names: Vec<&str> = metadata["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let mut names: Vec<&str> = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     names.sort();
     assert_eq!(
         names,
-        vec!["fediversity-bench", "fediversity-jobenv", "fediversity-safe-io", "fediversity-testkit", "fediversity-windmill-bootstrap"]
+        vec![
+            "fediversity-bench",
+            "fediversity-jobenv",
+            "fediversity-safe-io",
+            "fediversity-testkit",
+            "fediversity-windmill-bootstrap"
+        ]
     );
 
     // Positive control: the source set as it was before bench was added fails the same way the
@@ -159,5 +197,8 @@ fn cargo_loads_the_workspace_from_the_source_set_and_fails_without_a_member() {
     let out = cargo_loads(&without_bench);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("failed to load manifest for workspace member"), "{stderr}");
+    assert!(
+        stderr.contains("failed to load manifest for workspace member"),
+        "{stderr}"
+    );
 }

@@ -39,7 +39,10 @@ fn every_nix_file_parses() {
     let mut files = Vec::new();
     nix_files(&root, &mut files);
     files.sort();
-    let relative: Vec<String> = files.iter().map(|p| p.strip_prefix(&root).unwrap().display().to_string()).collect();
+    let relative: Vec<String> = files
+        .iter()
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
     // The walk finds what it must (a walk that found nothing would pass vacuously).
     for expected in [
         "default.nix",
@@ -52,7 +55,10 @@ fn every_nix_file_parses() {
         "tests/nix/module-harness.nix",
         "examples/default.nix",
     ] {
-        assert!(relative.iter().any(|r| r == expected), "{expected} not found in {relative:?}");
+        assert!(
+            relative.iter().any(|r| r == expected),
+            "{expected} not found in {relative:?}"
+        );
     }
     let failures: Vec<String> = files
         .iter()
@@ -72,5 +78,9 @@ fn a_file_that_does_not_parse_is_caught() {
     std::fs::write(&broken, "{ a = 1; b = ; }\n").unwrap();
     let out = parse(&broken);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("syntax error"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("syntax error"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -28,18 +28,33 @@ impl Fake {
     fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<serde_json::Value>) -> Reply {
         let auth = token.map(|t| format!("Bearer {t}"));
         let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-        http::request(method, &format!("{}{path}", self.fake.url), &headers, body.map(|b| b.to_string()).as_deref())
+        http::request(
+            method,
+            &format!("{}{path}", self.fake.url),
+            &headers,
+            body.map(|b| b.to_string()).as_deref(),
+        )
     }
 
     /// A session of the seed admin (password `changeme`).
     fn session(&self) -> String {
-        let reply = self.call("POST", "/api/auth/login", None, Some(json!({"email": ADMIN_EMAIL, "password": "changeme"})));
+        let reply = self.call(
+            "POST",
+            "/api/auth/login",
+            None,
+            Some(json!({"email": ADMIN_EMAIL, "password": "changeme"})),
+        );
         assert_eq!(reply.status, 200, "{}", reply.body);
         reply.body
     }
 
     fn mint(&self, session: &str, label: &str) -> String {
-        let reply = self.call("POST", "/api/users/tokens/create", Some(session), Some(json!({"label": label})));
+        let reply = self.call(
+            "POST",
+            "/api/users/tokens/create",
+            Some(session),
+            Some(json!({"label": label})),
+        );
         assert_eq!(reply.status, 201, "{}", reply.body);
         reply.body
     }
@@ -49,7 +64,12 @@ impl Fake {
     }
 
     fn delete(&self, session: &str, token: &str) -> Reply {
-        self.call("DELETE", &format!("/api/users/tokens/delete/{}", &token[..10]), Some(session), None)
+        self.call(
+            "DELETE",
+            &format!("/api/users/tokens/delete/{}", &token[..10]),
+            Some(session),
+            None,
+        )
     }
 }
 
@@ -62,12 +82,26 @@ fn a_deleted_token_that_was_used_keeps_working_from_the_auth_cache_a_session_doe
     assert!(f.works(&used));
 
     let reply = f.delete(&session, &used);
-    assert_eq!((reply.status, reply.body.as_str()), (200, format!("deleted 1 tokens [\"{}*****\"] with prefix {}", &used[..10], &used[..10]).as_str()));
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (
+            200,
+            format!(
+                "deleted 1 tokens [\"{}*****\"] with prefix {}",
+                &used[..10],
+                &used[..10]
+            )
+            .as_str()
+        )
+    );
     assert!(f.delete(&session, &unused).status == 200);
     // Gone from the table and from tokens/list...
     assert!(!f.fake.has_token(&used) && !f.fake.has_token(&unused));
     let listed = f.call("GET", "/api/users/tokens/list", Some(&session), None).json();
-    assert!(listed.as_array().unwrap().iter().all(|t| t["label"] == "session"), "{listed}");
+    assert!(
+        listed.as_array().unwrap().iter().all(|t| t["label"] == "session"),
+        "{listed}"
+    );
     // ...but the token that was used still authenticates (cached), the unused one never was.
     assert!(f.works(&used));
     assert!(!f.works(&unused));
@@ -76,7 +110,8 @@ fn a_deleted_token_that_was_used_keeps_working_from_the_auth_cache_a_session_doe
     assert!(!f.works(&used));
 
     // A session is invalidated at once, even when cached.
-    f.fake.set_auth_cache_ttl(fediversity_testkit::windmill_fake::AUTH_CACHE_TTL);
+    f.fake
+        .set_auth_cache_ttl(fediversity_testkit::windmill_fake::AUTH_CACHE_TTL);
     let other = f.session();
     assert!(f.works(&other));
     assert_eq!(f.delete(&session, &other).status, 200);
@@ -107,7 +142,16 @@ fn logout_deletes_the_callers_token_whatever_its_label() {
 fn an_absent_and_a_null_parent_hash_are_the_same_request() {
     let f = fake();
     let session = f.session();
-    assert_eq!(f.call("POST", "/api/workspaces/create", Some(&session), Some(json!({"id": "fediversity", "name": "fediversity"}))).status, 200);
+    assert_eq!(
+        f.call(
+            "POST",
+            "/api/workspaces/create",
+            Some(&session),
+            Some(json!({"id": "fediversity", "name": "fediversity"}))
+        )
+        .status,
+        200
+    );
     let script = |parent: Option<serde_json::Value>, content: &str| {
         let mut body = json!({"path": "f/fediversity/x", "summary": "x", "description": "", "content": content, "language": "python3"});
         if let Some(parent) = parent {
@@ -130,13 +174,41 @@ fn an_absent_and_a_null_parent_hash_are_the_same_request() {
 fn lock_error_logs_of_the_head_are_answered_by_get_p() {
     let f = fake();
     let session = f.session();
-    assert_eq!(f.call("POST", "/api/workspaces/create", Some(&session), Some(json!({"id": "fediversity", "name": "fediversity"}))).status, 200);
+    assert_eq!(
+        f.call(
+            "POST",
+            "/api/workspaces/create",
+            Some(&session),
+            Some(json!({"id": "fediversity", "name": "fediversity"}))
+        )
+        .status,
+        200
+    );
     let body = json!({"path": "f/fediversity/x", "summary": "x", "description": "", "content": "import nothing\n", "language": "python3"});
-    assert_eq!(f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body)).status, 201);
-    let get = || f.call("GET", "/api/w/fediversity/scripts/get/p/f/fediversity/x", Some(&session), None).json();
+    assert_eq!(
+        f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body))
+            .status,
+        201
+    );
+    let get = || {
+        f.call(
+            "GET",
+            "/api/w/fediversity/scripts/get/p/f/fediversity/x",
+            Some(&session),
+            None,
+        )
+        .json()
+    };
     assert_eq!(get()["lock_error_logs"], serde_json::Value::Null);
-    f.fake.set_lock_error("fediversity", "f/fediversity/x", Some("ERROR: No matching distribution found for nothing"));
-    assert_eq!(get()["lock_error_logs"], "ERROR: No matching distribution found for nothing");
+    f.fake.set_lock_error(
+        "fediversity",
+        "f/fediversity/x",
+        Some("ERROR: No matching distribution found for nothing"),
+    );
+    assert_eq!(
+        get()["lock_error_logs"],
+        "ERROR: No matching distribution found for nothing"
+    );
     f.fake.set_lock_error("fediversity", "f/fediversity/x", None);
     assert_eq!(get()["lock_error_logs"], serde_json::Value::Null);
 }
@@ -157,16 +229,33 @@ fn the_next_token_can_be_chosen() {
 // ---- scoped tokens, request by request (CE 1.743.0, observed with curl) ----------------------
 
 /// The scopes the front-end's token gets, for the folder `fediversity`.
-const FRONT_END_SCOPES: [&str; 3] = ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:read", "jobs:write"];
+const FRONT_END_SCOPES: [&str; 3] = [
+    "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy",
+    "jobs:read",
+    "jobs:write",
+];
 
 /// A fake with the workspace `fediversity` and three scripts, and an admin session.
 fn workspace_with_scripts() -> (Fake, String) {
     let f = fake();
     let session = f.session();
-    assert_eq!(f.call("POST", "/api/workspaces/create", Some(&session), Some(json!({"id": "fediversity", "name": "fediversity"}))).status, 200);
+    assert_eq!(
+        f.call(
+            "POST",
+            "/api/workspaces/create",
+            Some(&session),
+            Some(json!({"id": "fediversity", "name": "fediversity"}))
+        )
+        .status,
+        200
+    );
     for name in ["deploy", "destroy", "other"] {
         let body = json!({"path": format!("f/fediversity/{name}"), "summary": name, "description": "", "content": "def main():\n    pass\n", "language": "python3"});
-        assert_eq!(f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body)).status, 201);
+        assert_eq!(
+            f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body))
+                .status,
+            201
+        );
     }
     (f, session)
 }
@@ -181,10 +270,12 @@ impl Fake {
     /// Status and body of a request, a JSON body `{}` for every POST.
     fn answer(&self, method: &str, path: &str, token: &str) -> (u16, String) {
         let body = match (method, path) {
-            ("POST", p) if p.ends_with("/preview") => Some(json!({"content": "def main():\n    return 1\n", "language": "python3", "args": {}})),
-            ("POST", "/api/w/fediversity/scripts/create") => {
-                Some(json!({"path": "f/fediversity/deploy", "summary": "x", "description": "", "content": "print('replaced')\n", "language": "python3"}))
+            ("POST", p) if p.ends_with("/preview") => {
+                Some(json!({"content": "def main():\n    return 1\n", "language": "python3", "args": {}}))
             }
+            ("POST", "/api/w/fediversity/scripts/create") => Some(
+                json!({"path": "f/fediversity/deploy", "summary": "x", "description": "", "content": "print('replaced')\n", "language": "python3"}),
+            ),
             ("POST", "/api/users/tokens/create") => Some(json!({"label": "x"})),
             ("POST", p) if p.starts_with("/api/settings/") => Some(json!({"value": "3.12"})),
             ("POST", _) => Some(json!({})),
@@ -197,41 +288,115 @@ impl Fake {
 
 /// Each request a scoped token is refused, with what Windmill answers it.
 const REFUSED: [(&str, &str, u16, &str); 10] = [
-    ("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", 403, "Permission denied: Required scope: jobs:run:scripts:f/fediversity/other"),
-    ("POST", "/api/w/fediversity/jobs/run/preview", 403, "Permission denied: Required scope: jobs:run"),
-    ("POST", "/api/w/fediversity/jobs/run_wait_result/preview", 403, "Permission denied: Required scope: jobs:run"),
-    ("POST", "/api/w/fediversity/scripts/create", 403, "Permission denied: Required scope: scripts:write"),
-    ("GET", "/api/w/fediversity/users/list", 403, "Permission denied: Required scope: users:read"),
-    ("GET", "/api/w/fediversity/variables/list", 403, "Permission denied: Required scope: variables:read"),
+    (
+        "POST",
+        "/api/w/fediversity/jobs/run/p/f/fediversity/other",
+        403,
+        "Permission denied: Required scope: jobs:run:scripts:f/fediversity/other",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/jobs/run/preview",
+        403,
+        "Permission denied: Required scope: jobs:run",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/jobs/run_wait_result/preview",
+        403,
+        "Permission denied: Required scope: jobs:run",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/scripts/create",
+        403,
+        "Permission denied: Required scope: scripts:write",
+    ),
+    (
+        "GET",
+        "/api/w/fediversity/users/list",
+        403,
+        "Permission denied: Required scope: users:read",
+    ),
+    (
+        "GET",
+        "/api/w/fediversity/variables/list",
+        403,
+        "Permission denied: Required scope: variables:read",
+    ),
     ("POST", "/api/users/tokens/create", 401, "Not authorized: Unauthorized"),
-    ("GET", "/api/settings/global/instance_python_version", 401, "Not authorized: Unauthorized"),
+    (
+        "GET",
+        "/api/settings/global/instance_python_version",
+        401,
+        "Not authorized: Unauthorized",
+    ),
     ("GET", "/api/users/whoami", 401, "Not authorized: Unauthorized"),
-    ("GET", "/api/w/second/variables/list", 401, "Not authorized: Unauthorized"),
+    (
+        "GET",
+        "/api/w/second/variables/list",
+        401,
+        "Not authorized: Unauthorized",
+    ),
 ];
 
 #[test]
 fn a_scoped_token_bound_to_the_workspace_runs_the_two_scripts_and_is_refused_the_rest() {
     let (f, session) = workspace_with_scripts();
-    assert_eq!(f.call("POST", "/api/workspaces/create", Some(&session), Some(json!({"id": "second", "name": "second"}))).status, 200);
-    let token = f.mint_with(&session, json!({"label": "fediversity", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}));
+    assert_eq!(
+        f.call(
+            "POST",
+            "/api/workspaces/create",
+            Some(&session),
+            Some(json!({"id": "second", "name": "second"}))
+        )
+        .status,
+        200
+    );
+    let token = f.mint_with(
+        &session,
+        json!({"label": "fediversity", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}),
+    );
 
     // The two scripts run: 201 with the job id, the job created by the token's label.
     for script in ["deploy", "destroy"] {
-        let (status, id) = f.answer("POST", &format!("/api/w/fediversity/jobs/run/p/f/fediversity/{script}"), &token);
+        let (status, id) = f.answer(
+            "POST",
+            &format!("/api/w/fediversity/jobs/run/p/f/fediversity/{script}"),
+            &token,
+        );
         assert_eq!(status, 201, "{id}");
-        let job = f.fake.jobs().into_iter().find(|j| j.id == id).expect("the job was queued");
-        assert_eq!((job.created_by.as_str(), job.script_path.as_deref()), ("label-fediversity", Some(format!("f/fediversity/{script}").as_str())));
+        let job = f
+            .fake
+            .jobs()
+            .into_iter()
+            .find(|j| j.id == id)
+            .expect("the job was queued");
+        assert_eq!(
+            (job.created_by.as_str(), job.script_path.as_deref()),
+            ("label-fediversity", Some(format!("f/fediversity/{script}").as_str()))
+        );
         // Read and cancelled with `jobs:read` and `jobs:write`.
         let (status, body) = f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &token);
         assert_eq!(status, 200, "{body}");
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["created_by"], "label-fediversity");
-        assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &token), (200, id.clone()));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()["created_by"],
+            "label-fediversity"
+        );
+        assert_eq!(
+            f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &token),
+            (200, id.clone())
+        );
         assert!(f.fake.jobs().iter().any(|j| j.id == id && j.canceled));
     }
     // Everything else: refused, as the table records; nothing was run or written.
     let jobs = f.fake.jobs().len();
     for (method, path, status, body) in REFUSED {
-        assert_eq!(f.answer(method, path, &token), (status, body.to_owned()), "{method} {path}");
+        assert_eq!(
+            f.answer(method, path, &token),
+            (status, body.to_owned()),
+            "{method} {path}"
+        );
     }
     assert_eq!(f.fake.jobs().len(), jobs);
     assert_eq!(f.fake.versions("fediversity", "f/fediversity/deploy").len(), 1);
@@ -243,8 +408,17 @@ fn a_scoped_token_bound_to_the_workspace_runs_the_two_scripts_and_is_refused_the
         let (status, body) = f.answer(method, path, &session);
         assert!(![401, 403].contains(&status), "{method} {path}: {status} {body}");
     }
-    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &session).0, 201);
-    let preview = f.fake.jobs().into_iter().find(|j| j.kind == "preview").expect("the session's preview was queued");
+    assert_eq!(
+        f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &session)
+            .0,
+        201
+    );
+    let preview = f
+        .fake
+        .jobs()
+        .into_iter()
+        .find(|j| j.kind == "preview")
+        .expect("the session's preview was queued");
     assert_eq!(preview.created_by, "admin");
 }
 
@@ -254,17 +428,31 @@ fn cancelling_with_jobs_read_alone_is_a_400() {
     let runner = f.mint_with(&session, json!({"label": "runner", "scopes": ["jobs:run:scripts:f/fediversity/deploy", "jobs:read"], "workspace_id": "fediversity"}));
     let (status, id) = f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &runner);
     assert_eq!(status, 201);
-    assert_eq!(f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &runner).0, 200);
+    assert_eq!(
+        f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &runner)
+            .0,
+        200
+    );
     let (status, body) = f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &runner);
     assert_eq!(status, 400);
-    assert_eq!(body, "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it");
+    assert_eq!(
+        body,
+        "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it"
+    );
     assert!(f.fake.jobs().iter().all(|j| !j.canceled));
     // The route needs `jobs:write`: any token that lacks it is an anonymous caller there.
     let other = f.mint_with(&session, json!({"label": "other", "scopes": ["variables:read"]}));
-    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &other).0, 400);
+    assert_eq!(
+        f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &other)
+            .0,
+        400
+    );
     // Positive control: with `jobs:write` it cancels, any job of the workspace.
     let writer = f.mint_with(&session, json!({"label": "writer", "scopes": ["jobs:write"]}));
-    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &writer), (200, id.clone()));
+    assert_eq!(
+        f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &writer),
+        (200, id.clone())
+    );
     assert!(f.fake.jobs().iter().any(|j| j.id == id && j.canceled));
 }
 
@@ -272,22 +460,49 @@ fn cancelling_with_jobs_read_alone_is_a_400() {
 fn an_unbound_scoped_token_reaches_global_routes_only_through_a_scope() {
     let (f, session) = workspace_with_scripts();
     let jobs_only = f.mint_with(&session, json!({"label": "cli", "scopes": FRONT_END_SCOPES}));
-    let with_users = f.mint_with(&session, json!({"label": "cli", "scopes": [FRONT_END_SCOPES[0], "users:read"]}));
-    assert_eq!(f.answer("GET", "/api/users/whoami", &jobs_only), (403, "Permission denied: Required scope: users:read".to_owned()));
+    let with_users = f.mint_with(
+        &session,
+        json!({"label": "cli", "scopes": [FRONT_END_SCOPES[0], "users:read"]}),
+    );
+    assert_eq!(
+        f.answer("GET", "/api/users/whoami", &jobs_only),
+        (403, "Permission denied: Required scope: users:read".to_owned())
+    );
     assert_eq!(f.answer("GET", "/api/users/whoami", &with_users).0, 200);
     // Unbound, it works in any workspace its scopes cover.
-    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &jobs_only).0, 201);
+    assert_eq!(
+        f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &jobs_only)
+            .0,
+        201
+    );
     // `users:read` does not cover writing users.
-    assert_eq!(f.answer("POST", "/api/users/tokens/create", &with_users), (403, "Permission denied: Required scope: users:write".to_owned()));
+    assert_eq!(
+        f.answer("POST", "/api/users/tokens/create", &with_users),
+        (403, "Permission denied: Required scope: users:write".to_owned())
+    );
 }
 
 #[test]
 fn a_folder_wildcard_covers_every_script_of_the_folder_and_no_other_folder() {
     let (f, session) = workspace_with_scripts();
-    let folder = f.mint_with(&session, json!({"label": "folder", "scopes": ["jobs:run:scripts:f/fediversity/*"], "workspace_id": "fediversity"}));
-    let prefix = f.mint_with(&session, json!({"label": "prefix", "scopes": ["jobs:run:scripts:f/fedi/*"], "workspace_id": "fediversity"}));
-    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &folder).0, 201);
-    assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &prefix).0, 403);
+    let folder = f.mint_with(
+        &session,
+        json!({"label": "folder", "scopes": ["jobs:run:scripts:f/fediversity/*"], "workspace_id": "fediversity"}),
+    );
+    let prefix = f.mint_with(
+        &session,
+        json!({"label": "prefix", "scopes": ["jobs:run:scripts:f/fedi/*"], "workspace_id": "fediversity"}),
+    );
+    assert_eq!(
+        f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &folder)
+            .0,
+        201
+    );
+    assert_eq!(
+        f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &prefix)
+            .0,
+        403
+    );
     // A kind covers runs of deployed scripts only, never a preview.
     assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/preview", &folder).0, 403);
 }
@@ -296,11 +511,28 @@ fn a_folder_wildcard_covers_every_script_of_the_folder_and_no_other_folder() {
 fn token_list_shows_scopes_and_workspace_and_a_token_without_scopes_has_full_rights() {
     let (f, session) = workspace_with_scripts();
     let empty = f.mint_with(&session, json!({"label": "empty", "scopes": []}));
-    f.mint_with(&session, json!({"label": "scoped", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}));
+    f.mint_with(
+        &session,
+        json!({"label": "scoped", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}),
+    );
     let listed = f.call("GET", "/api/users/tokens/list", Some(&session), None).json();
-    let row = |label: &str| listed.as_array().unwrap().iter().find(|t| t["label"] == label).unwrap().clone();
-    assert_eq!((row("scoped")["scopes"].clone(), row("scoped")["workspace_id"].clone()), (json!(FRONT_END_SCOPES), json!("fediversity")));
-    assert_eq!((row("empty")["scopes"].clone(), row("empty")["workspace_id"].clone()), (json!([]), json!(null)));
+    let row = |label: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["label"] == label)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (row("scoped")["scopes"].clone(), row("scoped")["workspace_id"].clone()),
+        (json!(FRONT_END_SCOPES), json!("fediversity"))
+    );
+    assert_eq!(
+        (row("empty")["scopes"].clone(), row("empty")["workspace_id"].clone()),
+        (json!([]), json!(null))
+    );
     assert_eq!(row("session")["scopes"], json!(null));
     assert_eq!(f.answer("GET", "/api/w/fediversity/variables/list", &empty).0, 200);
     assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/preview", &empty).0, 201);
@@ -309,11 +541,17 @@ fn token_list_shows_scopes_and_workspace_and_a_token_without_scopes_has_full_rig
 #[test]
 fn a_server_that_does_not_enforce_scopes_grants_every_route_but_keeps_the_binding() {
     let (f, session) = workspace_with_scripts();
-    let token = f.mint_with(&session, json!({"label": "fediversity", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}));
+    let token = f.mint_with(
+        &session,
+        json!({"label": "fediversity", "scopes": FRONT_END_SCOPES, "workspace_id": "fediversity"}),
+    );
     f.fake.set_version("CE v1.500.2");
     f.fake.set_enforce_scopes(false);
     assert_eq!(f.call("GET", "/api/version", None, None).body, "CE v1.500.2");
-    assert_eq!(f.answer("GET", "/api/w/fediversity/variables/list", &token), (200, "[]".to_owned()));
+    assert_eq!(
+        f.answer("GET", "/api/w/fediversity/variables/list", &token),
+        (200, "[]".to_owned())
+    );
     assert_eq!(f.answer("POST", "/api/w/fediversity/jobs/run/preview", &token).0, 201);
     assert_eq!(f.answer("GET", "/api/users/whoami", &token).0, 401);
     // Control: enforced again, refused again.
@@ -342,25 +580,55 @@ impl Fake {
 #[test]
 fn jobs_write_queues_code_of_the_requests_choosing_for_a_superadmin_owned_token() {
     let (f, session) = workspace_with_scripts();
-    let writer = f.mint_with(&session, json!({"label": "writer", "scopes": ["jobs:write"], "workspace_id": "fediversity"}));
+    let writer = f.mint_with(
+        &session,
+        json!({"label": "writer", "scopes": ["jobs:write"], "workspace_id": "fediversity"}),
+    );
     // `add_batch_jobs` with an inline flow: code the request chose, run as the token's owner.
     let flow = json!({"modules": [{"id": "a", "value": {"type": "rawscript", "language": "python3", "content": "import os\ndef main():\n    return os.environ\n"}}]});
-    let (status, body) = f.post("/api/w/fediversity/jobs/add_batch_jobs/2", &writer, json!({"kind": "flow", "flow_value": flow}));
+    let (status, body) = f.post(
+        "/api/w/fediversity/jobs/add_batch_jobs/2",
+        &writer,
+        json!({"kind": "flow", "flow_value": flow}),
+    );
     assert_eq!(status, 200, "{body}");
     let ids: Vec<String> = serde_json::from_str(&body).unwrap();
     assert_eq!(ids.len(), 2);
     let queued: Vec<_> = f.fake.jobs().into_iter().filter(|j| ids.contains(&j.id)).collect();
-    assert!(queued.iter().all(|j| j.raw_code.as_deref().is_some_and(|c| c.contains("os.environ")) && j.permissioned_as == "u/admin"));
+    assert!(
+        queued
+            .iter()
+            .all(|j| j.raw_code.as_deref().is_some_and(|c| c.contains("os.environ")) && j.permissioned_as == "u/admin")
+    );
     // `queue/import`: a job with any code and any rights.
     let job = json!([{"id": "0190aaaa-0000-4000-a000-000000000001", "kind": "preview", "raw_code": "print('mine')", "created_by": "nobody", "permissioned_as": "u/admin"}]);
-    assert_eq!(f.post("/api/w/fediversity/jobs/queue/import", &writer, job), (200, "Successfully imported jobs".to_owned()));
-    assert!(f.fake.jobs().iter().any(|j| j.raw_code.as_deref() == Some("print('mine')") && j.permissioned_as == "u/admin"));
+    assert_eq!(
+        f.post("/api/w/fediversity/jobs/queue/import", &writer, job),
+        (200, "Successfully imported jobs".to_owned())
+    );
+    assert!(
+        f.fake
+            .jobs()
+            .iter()
+            .any(|j| j.raw_code.as_deref() == Some("print('mine')") && j.permissioned_as == "u/admin")
+    );
     // n = 0 queues nothing, even where granted.
     let before = f.fake.jobs().len();
-    assert_eq!(f.post("/api/w/fediversity/jobs/add_batch_jobs/0", &writer, json!({"kind": "noop"})), (200, "[]".to_owned()));
+    assert_eq!(
+        f.post(
+            "/api/w/fediversity/jobs/add_batch_jobs/0",
+            &writer,
+            json!({"kind": "noop"})
+        ),
+        (200, "[]".to_owned())
+    );
     assert_eq!(f.fake.jobs().len(), before);
     // But `jobs:write` runs nothing by path: that is `run`.
-    assert_eq!(f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &writer, json!({})).0, 403);
+    assert_eq!(
+        f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &writer, json!({}))
+            .0,
+        403
+    );
 }
 
 #[test]
@@ -370,31 +638,74 @@ fn a_run_scope_alone_runs_its_scripts_reads_every_job_and_is_refused_the_proof_w
     let (status, id) = f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &runner, json!({}));
     assert_eq!(status, 201, "{id}");
     // By hash: the handler finds the path, then requires the run scope of that path.
-    let hash = |name: &str| f.fake.versions("fediversity", &format!("f/fediversity/{name}"))[0].hash.clone();
-    assert_eq!(f.post(&format!("/api/w/fediversity/jobs/run/h/{}", hash("destroy")), &runner, json!({})).0, 201);
+    let hash = |name: &str| {
+        f.fake.versions("fediversity", &format!("f/fediversity/{name}"))[0]
+            .hash
+            .clone()
+    };
     assert_eq!(
-        f.post(&format!("/api/w/fediversity/jobs/run/h/{}", hash("other")), &runner, json!({})),
-        (403, "Permission denied: Required scope: jobs:run:scripts:f/fediversity/other".to_owned())
+        f.post(
+            &format!("/api/w/fediversity/jobs/run/h/{}", hash("destroy")),
+            &runner,
+            json!({})
+        )
+        .0,
+        201
+    );
+    assert_eq!(
+        f.post(
+            &format!("/api/w/fediversity/jobs/run/h/{}", hash("other")),
+            &runner,
+            json!({})
+        ),
+        (
+            403,
+            "Permission denied: Required scope: jobs:run:scripts:f/fediversity/other".to_owned()
+        )
     );
     // `run` includes `read`: its jobs, and every other job of the workspace.
-    let others = f.post("/api/w/fediversity/jobs/run/p/f/fediversity/other", &session, json!({"password": "theirs"})).1;
-    assert_eq!(f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &runner).0, 200);
+    let others = f
+        .post(
+            "/api/w/fediversity/jobs/run/p/f/fediversity/other",
+            &session,
+            json!({"password": "theirs"}),
+        )
+        .1;
+    assert_eq!(
+        f.answer("GET", &format!("/api/w/fediversity/jobs_u/get/{id}"), &runner)
+            .0,
+        200
+    );
     let (status, listed) = f.answer("GET", "/api/w/fediversity/jobs/list", &runner);
     assert_eq!(status, 200);
     assert!(listed.contains(&others) && listed.contains("theirs"), "{listed}");
     // It cannot cancel (that is `jobs:write`).
-    assert_eq!(f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &runner).0, 400);
+    assert_eq!(
+        f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &runner)
+            .0,
+        400
+    );
     // The proof's routes: 403 each, checked before the body is read; nothing queued or written.
     let jobs = f.fake.jobs().len();
     for (method, path, body) in PROOF {
         let reply = f.call(method, path, Some(&runner), Some(serde_json::from_str(body).unwrap()));
         assert_eq!(reply.status, 403, "{method} {path}: {}", reply.body);
-        assert!(reply.body.starts_with("Permission denied: Required scope: "), "{}", reply.body);
+        assert!(
+            reply.body.starts_with("Permission denied: Required scope: "),
+            "{}",
+            reply.body
+        );
     }
     assert_eq!(f.fake.jobs().len(), jobs);
     // Positive control: the admin's session gets through each route to its body: a 422 for an
     // empty preview or script, a 404 for a script that is not there, no job for n = 0.
-    let through: Vec<u16> = PROOF.iter().map(|(m, p, b)| f.call(m, p, Some(&session), Some(serde_json::from_str(b).unwrap())).status).collect();
+    let through: Vec<u16> = PROOF
+        .iter()
+        .map(|(m, p, b)| {
+            f.call(m, p, Some(&session), Some(serde_json::from_str(b).unwrap()))
+                .status
+        })
+        .collect();
     assert_eq!(through, vec![422, 422, 404, 200]);
     assert_eq!(f.fake.jobs().len(), jobs);
 }
@@ -403,15 +714,35 @@ fn a_run_scope_alone_runs_its_scripts_reads_every_job_and_is_refused_the_proof_w
 fn an_unknown_scope_domain_or_action_is_stored_and_makes_the_route_check_a_400() {
     let (f, session) = workspace_with_scripts();
     let run = "jobs:run:scripts:f/fediversity/deploy";
-    let typo = f.mint_with(&session, json!({"label": "typo", "scopes": ["varibles:read", run], "workspace_id": "fediversity"}));
+    let typo = f.mint_with(
+        &session,
+        json!({"label": "typo", "scopes": ["varibles:read", run], "workspace_id": "fediversity"}),
+    );
     let listed = f.call("GET", "/api/users/tokens/list", Some(&session), None).json();
-    assert!(listed.as_array().unwrap().iter().any(|t| t["scopes"] == json!(["varibles:read", run])), "stored as given: {listed}");
-    assert_eq!(f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &typo, json!({})), (400, "Bad request: Invalid scope domain: varibles".to_owned()));
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["scopes"] == json!(["varibles:read", run])),
+        "stored as given: {listed}"
+    );
+    assert_eq!(
+        f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &typo, json!({})),
+        (400, "Bad request: Invalid scope domain: varibles".to_owned())
+    );
     let action = f.mint_with(&session, json!({"label": "typo", "scopes": ["jobs:reed", run]}));
-    assert_eq!(f.answer("GET", "/api/w/fediversity/jobs/list", &action), (400, "Bad request: Invalid scope action: reed".to_owned()));
+    assert_eq!(
+        f.answer("GET", "/api/w/fediversity/jobs/list", &action),
+        (400, "Bad request: Invalid scope action: reed".to_owned())
+    );
     // Control: the scope that grants, first, is reached before the typo.
     let first = f.mint_with(&session, json!({"label": "typo", "scopes": [run, "varibles:read"]}));
-    assert_eq!(f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &first, json!({})).0, 201);
+    assert_eq!(
+        f.post("/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &first, json!({}))
+            .0,
+        201
+    );
 }
 
 #[test]
@@ -420,8 +751,15 @@ fn tokens_list_answers_the_callers_tokens_newest_first_by_pages() {
     let session = f.session();
     let inserted = f.fake.insert_tokens("many", 1100);
     let page = |query: &str| -> Vec<String> {
-        let listed = f.call("GET", &format!("/api/users/tokens/list{query}"), Some(&session), None).json();
-        listed.as_array().unwrap().iter().map(|t| t["token_prefix"].as_str().unwrap().to_owned()).collect()
+        let listed = f
+            .call("GET", &format!("/api/users/tokens/list{query}"), Some(&session), None)
+            .json();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["token_prefix"].as_str().unwrap().to_owned())
+            .collect()
     };
     // The default page is 100; a page is at most 1000; newest first (the session is the oldest).
     assert_eq!(page("").len(), 100);
@@ -431,7 +769,10 @@ fn tokens_list_answers_the_callers_tokens_newest_first_by_pages() {
     assert_eq!(page("?page=1&per_page=5000").len(), 1000);
     let second = page("?page=2&per_page=1000");
     assert_eq!(second.len(), 101);
-    assert_eq!((&second[99], &second[100]), (&inserted[0][..10].to_owned(), &session[..10].to_owned()));
+    assert_eq!(
+        (&second[99], &second[100]),
+        (&inserted[0][..10].to_owned(), &session[..10].to_owned())
+    );
     assert!(page("?page=3&per_page=1000").is_empty());
     // `exclude_ephemeral=true` leaves out the tokens of jobs.
     f.fake.insert_tokens("ephemeral-script", 3);
@@ -442,29 +783,78 @@ fn tokens_list_answers_the_callers_tokens_newest_first_by_pages() {
 #[test]
 fn an_archived_workspace_exists_is_read_as_deleted_and_unarchived() {
     let (f, session) = workspace_with_scripts();
-    let get = || f.call("GET", "/api/w/fediversity/workspaces/get_as_superadmin", Some(&session), None).json();
+    let get = || {
+        f.call(
+            "GET",
+            "/api/w/fediversity/workspaces/get_as_superadmin",
+            Some(&session),
+            None,
+        )
+        .json()
+    };
     assert_eq!(get()["deleted"], json!(false));
     f.fake.archive_workspace("fediversity");
-    assert_eq!(f.call("POST", "/api/workspaces/exists", Some(&session), Some(json!({"id": "fediversity"}))).json(), json!(true));
+    assert_eq!(
+        f.call(
+            "POST",
+            "/api/workspaces/exists",
+            Some(&session),
+            Some(json!({"id": "fediversity"}))
+        )
+        .json(),
+        json!(true)
+    );
     assert_eq!(get()["deleted"], json!(true));
-    let reply = f.call("POST", "/api/workspaces/unarchive/fediversity", Some(&session), Some(json!({})));
-    assert_eq!((reply.status, reply.body.as_str()), (200, "Unarchived workspace fediversity"));
+    let reply = f.call(
+        "POST",
+        "/api/workspaces/unarchive/fediversity",
+        Some(&session),
+        Some(json!({})),
+    );
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (200, "Unarchived workspace fediversity")
+    );
     assert_eq!(get()["deleted"], json!(false));
-    assert_eq!(f.call("GET", "/api/w/nowhere/workspaces/get_as_superadmin", Some(&session), None).status, 404);
+    assert_eq!(
+        f.call(
+            "GET",
+            "/api/w/nowhere/workspaces/get_as_superadmin",
+            Some(&session),
+            None
+        )
+        .status,
+        404
+    );
 }
 
 #[test]
 fn get_p_answers_the_runtime_settings_and_lock_a_writer_gave() {
     let (f, session) = workspace_with_scripts();
     let head = f.fake.versions("fediversity", "f/fediversity/deploy")[0].hash.clone();
-    let get = || f.call("GET", "/api/w/fediversity/scripts/get/p/f/fediversity/deploy", Some(&session), None).json();
+    let get = || {
+        f.call(
+            "GET",
+            "/api/w/fediversity/scripts/get/p/f/fediversity/deploy",
+            Some(&session),
+            None,
+        )
+        .json()
+    };
     // Control: the bootstrap's kind of version has none of them (no `lock` key while it is NULL).
     let plain = get();
-    assert_eq!((plain["tag"].clone(), plain.get("lock"), plain.get("envs")), (json!(null), None, None));
+    assert_eq!(
+        (plain["tag"].clone(), plain.get("lock"), plain.get("envs")),
+        (json!(null), None, None)
+    );
     let body = json!({"path": "f/fediversity/deploy", "parent_hash": head, "summary": "deploy", "description": "", "content": "def main():\n    pass\n",
         "language": "python3", "tag": "other-worker", "envs": ["SECRET=x"], "timeout": 5, "on_behalf_of_email": "someone@example.org",
         "lock": "# py: 3.12\nevil==1.0\n"});
-    assert_eq!(f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body)).status, 201);
+    assert_eq!(
+        f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(body))
+            .status,
+        201
+    );
     let changed = get();
     assert_eq!(changed["tag"], "other-worker");
     assert_eq!(changed["envs"], json!(["SECRET=x"]));
@@ -473,6 +863,13 @@ fn get_p_answers_the_runtime_settings_and_lock_a_writer_gave() {
     assert_eq!(changed["lock"], "# py: 3.12\nevil==1.0\n");
     // A dependency job's lock (as the worker writes it).
     f.fake.set_lock("fediversity", "f/fediversity/destroy", "# py: 3.12\n");
-    let destroy = f.call("GET", "/api/w/fediversity/scripts/get/p/f/fediversity/destroy", Some(&session), None).json();
+    let destroy = f
+        .call(
+            "GET",
+            "/api/w/fediversity/scripts/get/p/f/fediversity/destroy",
+            Some(&session),
+            None,
+        )
+        .json();
     assert_eq!(destroy["lock"], "# py: 3.12\n");
 }

@@ -30,7 +30,13 @@ impl Store for FileStore {
     }
 
     /// The namespace's node-local lock, which the run holds already.
-    fn claim_namespace(&self, _namespace: &str, _job_id: Option<&str>, _wait: Duration, _cancel: &mut Cancel) -> Result<Claim, Refused> {
+    fn claim_namespace(
+        &self,
+        _namespace: &str,
+        _job_id: Option<&str>,
+        _wait: Duration,
+        _cancel: &mut Cancel,
+    ) -> Result<Claim, Refused> {
         Ok(Claim::local())
     }
 

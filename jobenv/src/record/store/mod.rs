@@ -37,7 +37,13 @@ pub trait Store {
     /// Step 6, under the namespace's node-local locks: the namespace, for `job_id`'s deploy,
     /// waiting up to `wait` for another node's deploy of it. Held until the returned claim is
     /// dropped.
-    fn claim_namespace(&self, namespace: &str, job_id: Option<&str>, wait: Duration, cancel: &mut Cancel) -> Result<Claim, Refused>;
+    fn claim_namespace(
+        &self,
+        namespace: &str,
+        job_id: Option<&str>,
+        wait: Duration,
+        cancel: &mut Cancel,
+    ) -> Result<Claim, Refused>;
 
     /// Step 7: the `running` entry, before the program starts; if it cannot be written,
     /// nothing runs.
@@ -116,7 +122,9 @@ impl Claim {
     }
 
     pub(super) fn releasing(release: impl FnOnce() + 'static) -> Claim {
-        Claim { release: Some(Box::new(release)) }
+        Claim {
+            release: Some(Box::new(release)),
+        }
     }
 }
 

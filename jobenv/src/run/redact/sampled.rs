@@ -55,7 +55,10 @@ impl Sampled {
         for id in chosen {
             let needle = needle(id);
             debug_assert!(needle.len() >= MIN_LEN);
-            let id = u32::try_from(id).ok().filter(|&id| id < 1 << ID_BITS).expect("fewer than 2^29 needles");
+            let id = u32::try_from(id)
+                .ok()
+                .filter(|&id| id < 1 << ID_BITS)
+                .expect("fewer than 2^29 needles");
             for offset in 0..STRIDE {
                 entries.push((gram(&needle[offset..]), (offset as u32) << ID_BITS | id));
             }
@@ -81,7 +84,13 @@ impl Sampled {
             let bit = seen_bit(gram, seen_shift);
             seen[bit / 64] |= 1 << (bit % 64);
         }
-        (!entries.is_empty()).then_some(Sampled { starts, entries, shift, seen, seen_shift })
+        (!entries.is_empty()).then_some(Sampled {
+            starts,
+            entries,
+            shift,
+            seen,
+            seen_shift,
+        })
     }
 
     /// Every occurrence in `buf` of the needles searched here, as `(start, end)`; `needle`

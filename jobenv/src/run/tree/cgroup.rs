@@ -54,7 +54,8 @@ impl Cgroup {
     /// owner); otherwise why none can be made.
     pub fn create(dir: &Path, owner: (u32, u32)) -> Result<Cgroup, String> {
         let (dir, parent) = (dir.to_owned(), dir.parent().unwrap_or(dir).to_owned());
-        nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o755)).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+        nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o755))
+            .map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
         let fd = match open_dir(None, &dir) {
             Ok(fd) => fd,
             Err(e) => {
@@ -63,16 +64,27 @@ impl Cgroup {
             }
         };
         // Removed again (by its drop) if it cannot be used.
-        let mut cgroup = Cgroup { dir, fd, procs: None, keep: false };
+        let mut cgroup = Cgroup {
+            dir,
+            fd,
+            procs: None,
+            keep: false,
+        };
         cgroup.limit_nesting();
         cgroup.give_to(owner)?;
         // Moving a process needs write access to the destination's `cgroup.procs` and to that of
         // the common ancestor, jobenv's own cgroup (what systemd's `Delegate=` grants a unit's
         // user): checked here, so that the child's write cannot fail where it is too late to
         // fall back.
-        let procs = cgroup.open_file("cgroup.procs", OFlag::O_WRONLY).map_err(|e| format!("cannot open {}/cgroup.procs: {e}", cgroup.dir.display()))?;
-        access(&parent.join("cgroup.procs"), AccessFlags::W_OK)
-            .map_err(|e| format!("{}/cgroup.procs is not writable by jobenv ({e}): the program could not be moved into its cgroup", parent.display()))?;
+        let procs = cgroup
+            .open_file("cgroup.procs", OFlag::O_WRONLY)
+            .map_err(|e| format!("cannot open {}/cgroup.procs: {e}", cgroup.dir.display()))?;
+        access(&parent.join("cgroup.procs"), AccessFlags::W_OK).map_err(|e| {
+            format!(
+                "{}/cgroup.procs is not writable by jobenv ({e}): the program could not be moved into its cgroup",
+                parent.display()
+            )
+        })?;
         cgroup.procs = Some(procs);
         Ok(cgroup)
     }
@@ -83,7 +95,10 @@ impl Cgroup {
     /// files stay jobenv's user's, so a cgroup root gives to the state directory's owner keeps
     /// them.
     fn limit_nesting(&self) {
-        for (name, limit) in [("cgroup.max.depth", MAX_DEPTH), ("cgroup.max.descendants", MAX_CGROUPS - 1)] {
+        for (name, limit) in [
+            ("cgroup.max.depth", MAX_DEPTH),
+            ("cgroup.max.descendants", MAX_CGROUPS - 1),
+        ] {
             if let Err(error) = write_at(&self.fd, name, limit.to_string().as_bytes()) {
                 tracing::debug!("cannot set {name} of the program tree's cgroup: {error}");
             }
@@ -94,7 +109,9 @@ impl Cgroup {
     /// later jobenv of the state directory needs: as root, by giving them away; anyone else
     /// made them their own, and must be that owner.
     fn give_to(&self, (uid, gid): (u32, u32)) -> Result<(), String> {
-        let mine = self.owner().map_err(|e| format!("cannot inspect the cgroup {}: {e}", self.dir.display()))?;
+        let mine = self
+            .owner()
+            .map_err(|e| format!("cannot inspect the cgroup {}: {e}", self.dir.display()))?;
         if mine == uid {
             return Ok(());
         }
@@ -104,7 +121,12 @@ impl Cgroup {
                 self.dir.display()
             ));
         }
-        let failed = |e: Errno| format!("cannot give the cgroup {} to the state directory's owner: {e}", self.dir.display());
+        let failed = |e: Errno| {
+            format!(
+                "cannot give the cgroup {} to the state directory's owner: {e}",
+                self.dir.display()
+            )
+        };
         let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
         nix::unistd::fchown(&self.fd, uid, gid).map_err(failed)?;
         // Without `cgroup.kill` (before Linux 5.14) the processes are signalled one by one.
@@ -124,7 +146,12 @@ impl Cgroup {
             return None;
         }
         nix::sys::stat::fstatat(&fd, "cgroup.events", AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
-        Some(Cgroup { dir: dir.to_owned(), fd, procs: None, keep: false })
+        Some(Cgroup {
+            dir: dir.to_owned(),
+            fd,
+            procs: None,
+            keep: false,
+        })
     }
 
     /// Lets go of a cgroup that is not this jobenv's to remove (one a record named, that turned
@@ -160,7 +187,9 @@ impl Cgroup {
 
 impl ProgramTree for Cgroup {
     fn place(&self) -> Placement {
-        Placement { procs: self.procs.as_ref().map(AsRawFd::as_raw_fd) }
+        Placement {
+            procs: self.procs.as_ref().map(AsRawFd::as_raw_fd),
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -170,7 +199,14 @@ impl ProgramTree for Cgroup {
     fn members(&self) -> Vec<Process> {
         let mut pids = Vec::new();
         pids_below(&self.fd, &mut pids);
-        pids.into_iter().filter_map(|pid| Some(Process { pid: nix::unistd::Pid::from_raw(pid), start: process::start_time(pid)? })).collect()
+        pids.into_iter()
+            .filter_map(|pid| {
+                Some(Process {
+                    pid: nix::unistd::Pid::from_raw(pid),
+                    start: process::start_time(pid)?,
+                })
+            })
+            .collect()
     }
 
     fn kill(&self) {
@@ -192,7 +228,8 @@ impl Drop for Cgroup {
         remove_below(&self.fd);
         // The directory itself by its path, only while that path is still this cgroup (the
         // kernel refuses to remove a populated one, which then stays).
-        let same = |a: &nix::sys::stat::FileStat, b: &nix::sys::stat::FileStat| a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        let same =
+            |a: &nix::sys::stat::FileStat, b: &nix::sys::stat::FileStat| a.st_dev == b.st_dev && a.st_ino == b.st_ino;
         if let (Ok(held), Ok(named)) = (nix::sys::stat::fstat(&self.fd), nix::sys::stat::lstat(&self.dir)) {
             if same(&held, &named) {
                 let _ = std::fs::remove_dir(&self.dir);
@@ -230,7 +267,9 @@ const MAX_CGROUPS: usize = 4096;
 /// The names of the cgroups right below the cgroup `dir` (at most [`MAX_CGROUPS`]).
 fn children(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
     // A descriptor of its own: a listing moves its offset.
-    let Ok(listing) = open_dir(Some(dir), Path::new(".")).and_then(nix::dir::Dir::from_fd) else { return Vec::new() };
+    let Ok(listing) = open_dir(Some(dir), Path::new(".")).and_then(nix::dir::Dir::from_fd) else {
+        return Vec::new();
+    };
     let mut names = Vec::new();
     for entry in listing.into_iter().flatten() {
         let name = entry.file_name().to_bytes().to_vec();
@@ -256,7 +295,11 @@ fn walk(top: &OwnedFd, mut enter: impl FnMut(&OwnedFd), mut leave: impl FnMut(&O
     }
     let Ok(fd) = top.try_clone() else { return false };
     enter(&fd);
-    let mut levels = vec![Level { children: children(&fd).into_iter(), fd, name: None }];
+    let mut levels = vec![Level {
+        children: children(&fd).into_iter(),
+        fd,
+        name: None,
+    }];
     let (mut seen, mut whole) = (1, true);
     while let Some(level) = levels.last_mut() {
         match level.children.next() {
@@ -270,7 +313,11 @@ fn walk(top: &OwnedFd, mut enter: impl FnMut(&OwnedFd), mut leave: impl FnMut(&O
                 if let Ok(fd) = open_dir(Some(&level.fd), Path::new(&name)) {
                     seen += 1;
                     enter(&fd);
-                    levels.push(Level { children: children(&fd).into_iter(), fd, name: Some(name) });
+                    levels.push(Level {
+                        children: children(&fd).into_iter(),
+                        fd,
+                        name: Some(name),
+                    });
                 }
             }
             None => {
@@ -292,22 +339,32 @@ fn pids_below(dir: &OwnedFd, pids: &mut Vec<i32>) {
         dir,
         |cgroup| {
             if let Ok(text) = read_at(cgroup, "cgroup.procs") {
-                pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|&pid| pid > 0));
+                pids.extend(
+                    text.lines()
+                        .filter_map(|l| l.trim().parse::<i32>().ok())
+                        .filter(|&pid| pid > 0),
+                );
             }
         },
         |_, _| {},
     );
     if !whole {
-        tracing::warn!("the program tree's cgroup nests more than {MAX_CGROUPS} cgroups or {MAX_DEPTH} levels: processes beyond them get no SIGTERM, only the final SIGKILL");
+        tracing::warn!(
+            "the program tree's cgroup nests more than {MAX_CGROUPS} cgroups or {MAX_DEPTH} levels: processes beyond them get no SIGTERM, only the final SIGKILL"
+        );
     }
 }
 
 /// Removes the cgroups below the cgroup `dir`, deepest first (within the walk's bounds); the
 /// kernel refuses to remove a populated one, which then stays.
 fn remove_below(dir: &OwnedFd) {
-    walk(dir, |_| {}, |parent, name| {
-        let _ = nix::unistd::unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir);
-    });
+    walk(
+        dir,
+        |_| {},
+        |parent, name| {
+            let _ = nix::unistd::unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir);
+        },
+    );
 }
 
 #[cfg(test)]
@@ -320,8 +377,10 @@ mod tests {
     /// does); without one they fail, saying so, rather than skip.
     fn test_cgroup(tag: &str) -> Cgroup {
         let name = format!("jobenv-unit-{tag}-{}", std::process::id());
-        let own = super::super::hierarchy::own_cgroup().unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"));
-        Cgroup::create(&own.join(name), (0, 0)).unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"))
+        let own = super::super::hierarchy::own_cgroup()
+            .unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"));
+        Cgroup::create(&own.join(name), (0, 0))
+            .unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"))
     }
 
     fn spawn_placed(cgroup: &Cgroup, script: &str) -> std::process::Child {
@@ -348,12 +407,20 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!(found.len(), 2, "the program and the helper it started in a session of its own: {found:?}");
+        assert_eq!(
+            found.len(),
+            2,
+            "the program and the helper it started in a session of its own: {found:?}"
+        );
         assert!(found.iter().any(|p| p.pid.as_raw() == shell));
         assert!(!cgroup.is_empty());
         let reaper = std::thread::spawn(move || child.wait());
         let stopped = cgroup.stop(Duration::from_millis(500));
-        assert_eq!((stopped.signalled, stopped.killed, stopped.empty), (2, 0, true), "SIGTERM was enough");
+        assert_eq!(
+            (stopped.signalled, stopped.killed, stopped.empty),
+            (2, 0, true),
+            "SIGTERM was enough"
+        );
         reaper.join().unwrap().unwrap();
         let dir = cgroup.dir().to_owned();
         drop(cgroup);
@@ -371,7 +438,10 @@ mod tests {
         let reaper = std::thread::spawn(move || child.wait());
         let started = std::time::Instant::now();
         let stopped = cgroup.stop(Duration::from_millis(300));
-        assert!(started.elapsed() >= Duration::from_millis(300), "the grace was not given");
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "the grace was not given"
+        );
         assert!(stopped.empty && stopped.killed >= 1, "{stopped:?}");
         reaper.join().unwrap().unwrap();
     }
@@ -400,17 +470,32 @@ mod tests {
         assert!(!cgroup.is_empty(), "populated from below");
         assert!(cgroup.members().is_empty(), "the walk went deeper than its bound");
         let stopped = cgroup.stop(Duration::from_millis(100));
-        assert!(stopped.empty, "cgroup.kill stops what the walk does not reach: {stopped:?}");
+        assert!(
+            stopped.empty,
+            "cgroup.kill stops what the walk does not reach: {stopped:?}"
+        );
         child.wait().unwrap();
         // Positive control: within the bound, a process is found.
         let mut shallow = cgroup.dir().join("n");
         shallow.push("n");
         let mut child = fediversity_testkit::cgroup::spawn_in(&shallow, &["/bin/sleep", "30"]);
-        assert_eq!(cgroup.members().iter().map(|p| p.pid.as_raw() as u32).collect::<Vec<_>>(), [child.id()]);
+        assert_eq!(
+            cgroup
+                .members()
+                .iter()
+                .map(|p| p.pid.as_raw() as u32)
+                .collect::<Vec<_>>(),
+            [child.id()]
+        );
         cgroup.kill();
         child.wait().unwrap();
         // What lies within the bound is removed with the cgroup; deeper levels keep it.
-        let (top, deep_rest) = (cgroup.dir().to_owned(), cgroup.dir().join(std::iter::repeat_n("n", MAX_DEPTH).collect::<Vec<_>>().join("/")));
+        let (top, deep_rest) = (
+            cgroup.dir().to_owned(),
+            cgroup
+                .dir()
+                .join(std::iter::repeat_n("n", MAX_DEPTH).collect::<Vec<_>>().join("/")),
+        );
         drop(cgroup);
         assert!(top.exists() && deep_rest.exists());
         // Cleanup, deepest first.
@@ -428,7 +513,10 @@ mod tests {
         let gone = test_cgroup("gone");
         std::fs::remove_dir(gone.dir()).unwrap();
         assert!(Cgroup::open(gone.dir()).is_none());
-        assert!(gone.is_empty() && gone.members().is_empty(), "a removed cgroup held by its descriptor");
+        assert!(
+            gone.is_empty() && gone.members().is_empty(),
+            "a removed cgroup held by its descriptor"
+        );
         // A directory that is no cgroup (no interface files) is not opened as one.
         let plain = tempfile::tempdir().unwrap();
         assert!(Cgroup::open(plain.path()).is_none());
@@ -438,7 +526,11 @@ mod tests {
     fn root_gives_a_new_cgroup_and_its_kill_file_to_the_state_directorys_owner() {
         use std::os::unix::fs::MetadataExt;
         let own = super::super::hierarchy::own_cgroup().expect("a writable cgroup v2");
-        let cgroup = Cgroup::create(&own.join(format!("jobenv-unit-given-{}", std::process::id())), (65534, 65534)).unwrap();
+        let cgroup = Cgroup::create(
+            &own.join(format!("jobenv-unit-given-{}", std::process::id())),
+            (65534, 65534),
+        )
+        .unwrap();
         assert_eq!(cgroup.owner().unwrap(), 65534);
         for name in ["", "cgroup.kill"] {
             let meta = std::fs::metadata(cgroup.dir().join(name)).unwrap();

@@ -33,7 +33,11 @@ impl Drop for Guard {
 /// Starts the guard of the cgroup at `dir`; `None` where the kernel has no `cgroup.kill`.
 pub fn start(dir: &Path) -> std::io::Result<Option<Guard>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let kill = match std::fs::OpenOptions::new().write(true).custom_flags(libc::O_CLOEXEC).open(dir.join("cgroup.kill")) {
+    let kill = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(dir.join("cgroup.kill"))
+    {
         Ok(file) => OwnedFd::from(file),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -53,7 +57,10 @@ pub fn start(dir: &Path) -> std::io::Result<Option<Guard>> {
             // Only the pipe (as 0) and cgroup.kill (as 1) stay open: not the job's log, not
             // jobenv's locks, not the pipe's write end (whose closing is the signal). Moved up
             // first, in case either is 0 or 1 (a jobenv started with those closed).
-            let (pipe, cgroup_kill) = (libc::fcntl(pipe, libc::F_DUPFD, 10), libc::fcntl(cgroup_kill, libc::F_DUPFD, 10));
+            let (pipe, cgroup_kill) = (
+                libc::fcntl(pipe, libc::F_DUPFD, 10),
+                libc::fcntl(cgroup_kill, libc::F_DUPFD, 10),
+            );
             if pipe < 0 || cgroup_kill < 0 || libc::dup2(pipe, 0) < 0 || libc::dup2(cgroup_kill, 1) < 0 {
                 libc::_exit(1);
             }

@@ -67,7 +67,14 @@ pub trait ProgramTree: Send + Sync + 'static {
 /// the other. Returns what was done to each, in order.
 pub fn stop_together(trees: &[(&dyn ProgramTree, Duration)]) -> Vec<Stopped> {
     let start = Instant::now();
-    let mut stopped = vec![Stopped { signalled: 0, killed: 0, empty: false }; trees.len()];
+    let mut stopped = vec![
+        Stopped {
+            signalled: 0,
+            killed: 0,
+            empty: false
+        };
+        trees.len()
+    ];
     let mut signalled: Vec<HashSet<Process>> = vec![HashSet::new(); trees.len()];
     // Still being stopped: neither empty nor given up on.
     let mut stopping = vec![true; trees.len()];
@@ -134,7 +141,11 @@ impl Placement {
         // SAFETY: a write of a static buffer to a descriptor the parent opened and keeps open
         // until the child has exec'd.
         let written = unsafe { nix::libc::write(procs, b"0".as_ptr().cast(), 1) };
-        if written == 1 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 }
 
@@ -158,11 +169,21 @@ pub struct Site {
 pub fn site(containment: Containment, name: &str) -> Result<Site, String> {
     if containment == Containment::Proc {
         tracing::debug!("the program tree is jobenv's descendants in /proc, as JOBENV_CONTAINMENT=proc asks");
-        return Ok(Site { containment, cgroup: None });
+        return Ok(Site {
+            containment,
+            cgroup: None,
+        });
     }
     match hierarchy::own_cgroup() {
-        Ok(own) => Ok(Site { containment, cgroup: Some(own.join(name)) }),
-        Err(why) => Site { containment, cgroup: None }.fall_back(why),
+        Ok(own) => Ok(Site {
+            containment,
+            cgroup: Some(own.join(name)),
+        }),
+        Err(why) => Site {
+            containment,
+            cgroup: None,
+        }
+        .fall_back(why),
     }
 }
 
@@ -175,7 +196,9 @@ impl Site {
     /// Makes the tree; a cgroup, for `owner` (the state directory's uid and gid: see
     /// [`Cgroup::create`]).
     pub fn make(self, owner: (u32, u32)) -> Result<Tree, String> {
-        let Some(dir) = &self.cgroup else { return Ok(Tree::Proc(ProcTree::of_this_process())) };
+        let Some(dir) = &self.cgroup else {
+            return Ok(Tree::Proc(ProcTree::of_this_process()));
+        };
         match Cgroup::create(dir, owner) {
             Ok(cgroup) => {
                 tracing::debug!("the program runs in the cgroup {}", dir.display());

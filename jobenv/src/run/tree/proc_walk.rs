@@ -11,8 +11,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::{Placement, ProgramTree};
-pub use crate::process::{Process, is_running, start_time};
 use crate::process::read_stat;
+pub use crate::process::{Process, is_running, start_time};
 
 /// The descendants of one process (jobenv).
 pub struct ProcTree {
@@ -21,7 +21,9 @@ pub struct ProcTree {
 
 impl ProcTree {
     pub fn of_this_process() -> Self {
-        ProcTree { root: nix::unistd::getpid() }
+        ProcTree {
+            root: nix::unistd::getpid(),
+        }
     }
 }
 
@@ -47,12 +49,19 @@ impl ProgramTree for ProcTree {
 
 /// The live (not zombie) descendants of `root`, parents before children.
 pub fn live_descendants(root: Pid) -> Vec<Process> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     let mut children: HashMap<i32, Vec<(i32, bool, u64)>> = HashMap::new();
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
         if let Some(stat) = read_stat(pid) {
-            children.entry(stat.ppid).or_default().push((pid, stat.zombie, stat.start));
+            children
+                .entry(stat.ppid)
+                .or_default()
+                .push((pid, stat.zombie, stat.start));
         }
     }
     let mut out = Vec::new();
@@ -61,7 +70,10 @@ pub fn live_descendants(root: Pid) -> Vec<Process> {
         for &(pid, zombie, start) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
             // A zombie's children were already handed to us; it only waits to be reaped.
             if !zombie {
-                out.push(Process { pid: Pid::from_raw(pid), start });
+                out.push(Process {
+                    pid: Pid::from_raw(pid),
+                    start,
+                });
             }
             queue.push(pid);
         }
@@ -76,7 +88,10 @@ mod tests {
     #[test]
     fn finds_a_grandchild() {
         // Other tests of this binary spawn processes too: look below our own child only.
-        let mut child = std::process::Command::new("/bin/sh").args(["-c", "sleep 5 & wait"]).spawn().unwrap();
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+            .unwrap();
         let shell = Pid::from_raw(child.id() as i32);
         let mut found = Vec::new();
         for _ in 0..200 {
@@ -90,7 +105,10 @@ mod tests {
         assert!(live_descendants(nix::unistd::getpid()).iter().any(|p| p.pid == shell));
         let start = start_time(shell.as_raw()).unwrap();
         assert!(is_running(shell.as_raw(), start));
-        assert!(!is_running(shell.as_raw(), start + 1), "another start time is another process");
+        assert!(
+            !is_running(shell.as_raw(), start + 1),
+            "another start time is another process"
+        );
         for process in found {
             process.signal(nix::sys::signal::Signal::SIGKILL);
         }

@@ -30,7 +30,10 @@ const MAX_CA_LEN: u64 = 1024 * 1024;
 /// than `max` (a device could feed it forever).
 fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)?;
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("it is not a regular file"));
     }
@@ -57,14 +60,26 @@ impl std::fmt::Debug for Dsn {
 /// there (yet): the node is not ready; anything else wrong with them is the node's
 /// configuration, and the message never quotes the DSN.
 pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> {
-    let bad = |why: &'static str| Problem::ClusterDsn { path: path.to_owned(), why };
+    let bad = |why: &'static str| Problem::ClusterDsn {
+        path: path.to_owned(),
+        why,
+    };
     let bytes = match read_bounded(path, MAX_LEN) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err(bad("is too large for a connection string")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Problem::NodeNotReady(format!("the cluster DSN file {} does not exist yet", path.display())));
+            return Err(Problem::NodeNotReady(format!(
+                "the cluster DSN file {} does not exist yet",
+                path.display()
+            )));
         }
-        Err(source) => return Err(Problem::UnreadableFile { what: "cluster DSN file", path: path.to_owned(), source }),
+        Err(source) => {
+            return Err(Problem::UnreadableFile {
+                what: "cluster DSN file",
+                path: path.to_owned(),
+                source,
+            });
+        }
     };
     let text = String::from_utf8(bytes).map_err(|_| bad("is not text"))?;
     let text = text.trim_end_matches(['\n', '\r']).to_owned();
@@ -73,19 +88,36 @@ pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> 
     }
     // libpq's ways of asking for a verified connection, which the driver does not parse: said
     // plainly rather than as a text that is no connection string.
-    if ["sslmode=verify-", "sslrootcert=", "sslcert=", "sslkey="].iter().any(|key| text.contains(key)) {
+    if ["sslmode=verify-", "sslrootcert=", "sslcert=", "sslkey="]
+        .iter()
+        .any(|key| text.contains(key))
+    {
         return Err(bad(
             "uses libpq's sslmode=verify-ca/verify-full, sslrootcert, sslcert or sslkey, which jobenv does not read: write sslmode=require (jobenv then always verifies the certificate and the host name) and give the CA with --cluster-ca-file",
         ));
     }
     // The driver's message could quote a part of the text: none is given.
-    let mut config: tokio_postgres::Config = text.parse().map_err(|_| bad("does not hold a PostgreSQL connection string (key=value pairs or a postgresql:// URL)"))?;
+    let mut config: tokio_postgres::Config = text
+        .parse()
+        .map_err(|_| bad("does not hold a PostgreSQL connection string (key=value pairs or a postgresql:// URL)"))?;
     let tls = match (config.get_ssl_mode(), ca_file) {
-        (SslMode::Require, _) if config.get_hosts().is_empty() || config.get_hosts().iter().any(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_))) => {
-            return Err(bad("asks for TLS (sslmode=require) without a host name to verify the certificate against (a local socket, or hostaddr alone): name the database's host with host="));
+        (SslMode::Require, _)
+            if config.get_hosts().is_empty()
+                || config
+                    .get_hosts()
+                    .iter()
+                    .any(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_))) =>
+        {
+            return Err(bad(
+                "asks for TLS (sslmode=require) without a host name to verify the certificate against (a local socket, or hostaddr alone): name the database's host with host=",
+            ));
         }
         (SslMode::Require, ca_file) => Some(Arc::new(tls(ca_file)?)),
-        (_, Some(_)) => return Err(bad("does not ask for TLS (sslmode=require), yet a CA file is given (--cluster-ca-file): the connection would not use it")),
+        (_, Some(_)) => {
+            return Err(bad(
+                "does not ask for TLS (sslmode=require), yet a CA file is given (--cluster-ca-file): the connection would not use it",
+            ));
+        }
         // libpq's default, `prefer`, would fall back to a plain connection anyway: no TLS.
         (_, None) => {
             config.ssl_mode(SslMode::Disable);
@@ -97,7 +129,11 @@ pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> 
         config.application_name("fediversity-jobenv");
     }
     let mut secrets = vec![text];
-    if let Some(password) = config.get_password().and_then(|p| std::str::from_utf8(p).ok()).filter(|p| p.len() >= 4) {
+    if let Some(password) = config
+        .get_password()
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .filter(|p| p.len() >= 4)
+    {
         secrets.push(password.to_owned());
     }
     Ok(Dsn { config, tls, secrets })
@@ -106,25 +142,37 @@ pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> 
 /// The TLS of the connection: the server's certificate verified against the CAs of `ca_file`,
 /// or without one the system's trust store.
 fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Problem> {
-    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider())).with_safe_default_protocol_versions().map_err(|e| Problem::ClusterTls(e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Problem::ClusterTls(e.to_string()))?;
     let Some(path) = ca_file else {
         use rustls_platform_verifier::BuilderVerifierExt;
-        let builder = builder.with_platform_verifier().map_err(|e| Problem::ClusterTls(format!("the system's trust store cannot be used: {e}")))?;
+        let builder = builder
+            .with_platform_verifier()
+            .map_err(|e| Problem::ClusterTls(format!("the system's trust store cannot be used: {e}")))?;
         return Ok(builder.with_no_client_auth());
     };
-    let bad = |why: String| Problem::ClusterCa { path: path.to_owned(), why };
+    let bad = |why: String| Problem::ClusterCa {
+        path: path.to_owned(),
+        why,
+    };
     let bytes = match read_bounded(path, MAX_CA_LEN) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err(bad(format!("is larger than {} KiB", MAX_CA_LEN / 1024))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Problem::NodeNotReady(format!("the cluster CA file {} does not exist yet", path.display())));
+            return Err(Problem::NodeNotReady(format!(
+                "the cluster CA file {} does not exist yet",
+                path.display()
+            )));
         }
         Err(e) => return Err(bad(format!("cannot be read: {e}"))),
     };
     let mut roots = rustls::RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(&bytes) {
         let certificate = certificate.map_err(|e| bad(format!("is not a PEM file of certificates: {e}")))?;
-        roots.add(certificate).map_err(|e| bad(format!("holds a certificate that is no CA's: {e}")))?;
+        roots
+            .add(certificate)
+            .map_err(|e| bad(format!("holds a certificate that is no CA's: {e}")))?;
     }
     if roots.is_empty() {
         return Err(bad("holds no certificate".into()));
@@ -164,7 +212,10 @@ mod tests {
         assert_eq!(dsn.config.get_application_name(), Some("fediversity-jobenv"));
         std::fs::write(&path, "host=db password=s3cret-pw bogus").unwrap();
         let error = read(&path, None).unwrap_err().to_string();
-        assert!(!error.contains("s3cret") && error.contains("does not hold a PostgreSQL connection string"), "{error}");
+        assert!(
+            !error.contains("s3cret") && error.contains("does not hold a PostgreSQL connection string"),
+            "{error}"
+        );
         let missing = read(&dir.path().join("none"), None).unwrap_err();
         assert!(matches!(missing, Problem::NodeNotReady(_)), "{missing}");
     }
@@ -177,8 +228,17 @@ mod tests {
         // The system's trust store, without a CA file.
         assert!(read(&dsn_path, None).unwrap().tls.is_some());
         // A CA file not there yet: not ready, as a DSN file not there yet.
-        assert!(matches!(read(&dsn_path, Some(&ca)).unwrap_err(), Problem::NodeNotReady(_)));
-        for (text, why) in [("", "holds no certificate"), ("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n", "is not a PEM file of certificates")] {
+        assert!(matches!(
+            read(&dsn_path, Some(&ca)).unwrap_err(),
+            Problem::NodeNotReady(_)
+        ));
+        for (text, why) in [
+            ("", "holds no certificate"),
+            (
+                "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+                "is not a PEM file of certificates",
+            ),
+        ] {
             std::fs::write(&ca, text).unwrap();
             let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
             assert!(error.contains(why) && !error.contains("s3cret"), "{error}");
@@ -195,20 +255,36 @@ mod tests {
         let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
         assert!(error.contains("is larger than 1024 KiB"), "{error}");
         // TLS needs a host name to verify: not to a local socket, nor to hostaddr alone.
-        for dsn in ["host=/run/postgresql user=u password=s3cret-pw sslmode=require", "hostaddr=127.0.0.1 user=u password=s3cret-pw sslmode=require"] {
+        for dsn in [
+            "host=/run/postgresql user=u password=s3cret-pw sslmode=require",
+            "hostaddr=127.0.0.1 user=u password=s3cret-pw sslmode=require",
+        ] {
             std::fs::write(&dsn_path, dsn).unwrap();
             let error = read(&dsn_path, None).unwrap_err().to_string();
-            assert!(error.contains("without a host name to verify the certificate against") && !error.contains("s3cret"), "{error}");
+            assert!(
+                error.contains("without a host name to verify the certificate against") && !error.contains("s3cret"),
+                "{error}"
+            );
         }
         // libpq's own ways of asking for verification are named, not taken for gibberish.
-        for dsn in ["host=db password=s3cret-pw sslmode=verify-full", "postgresql://u:s3cret-pw@db/x?sslrootcert=/ca.pem&sslmode=require"] {
+        for dsn in [
+            "host=db password=s3cret-pw sslmode=verify-full",
+            "postgresql://u:s3cret-pw@db/x?sslrootcert=/ca.pem&sslmode=require",
+        ] {
             std::fs::write(&dsn_path, dsn).unwrap();
             let error = read(&dsn_path, None).unwrap_err().to_string();
-            assert!(error.contains("write sslmode=require") && !error.contains("s3cret"), "{error}");
+            assert!(
+                error.contains("write sslmode=require") && !error.contains("s3cret"),
+                "{error}"
+            );
         }
         // A CA file beside a DSN that does not ask for TLS: the CA would not be used.
         std::fs::write(&dsn_path, "host=db user=u password=s3cret-pw dbname=x").unwrap();
         let error = read(&dsn_path, Some(&ca)).unwrap_err().to_string();
-        assert!(error.contains("does not ask for TLS (sslmode=require), yet a CA file is given") && !error.contains("s3cret"), "{error}");
+        assert!(
+            error.contains("does not ask for TLS (sslmode=require), yet a CA file is given")
+                && !error.contains("s3cret"),
+            "{error}"
+        );
     }
 }

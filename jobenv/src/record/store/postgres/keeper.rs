@@ -85,20 +85,24 @@ impl Keeper {
     pub fn start(dsn: Arc<Dsn>, timing: Timing) -> std::io::Result<Keeper> {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::Builder::new().name("cluster-journal".into()).spawn(move || {
-            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(runtime) => {
-                    let _ = handle_tx.send(Ok(runtime.handle().clone()));
-                    runtime.block_on(async {
-                        let _ = stopped.await;
-                    });
-                }
-                Err(error) => {
-                    let _ = handle_tx.send(Err(error));
-                }
-            }
-        })?;
-        let handle = handle_rx.recv().map_err(|_| std::io::Error::other("the cluster journal's thread ended at its start"))??;
+        std::thread::Builder::new()
+            .name("cluster-journal".into())
+            .spawn(
+                move || match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => {
+                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                        runtime.block_on(async {
+                            let _ = stopped.await;
+                        });
+                    }
+                    Err(error) => {
+                        let _ = handle_tx.send(Err(error));
+                    }
+                },
+            )?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("the cluster journal's thread ended at its start"))??;
         let shared = Arc::new(Shared {
             dsn,
             timing,
@@ -108,7 +112,11 @@ impl Keeper {
             renewals: watch::channel(Renewal::None).0,
         });
         handle.spawn(renew(Arc::clone(&shared)));
-        Ok(Keeper { handle, shared, _stop: stop })
+        Ok(Keeper {
+            handle,
+            shared,
+            _stop: stop,
+        })
     }
 
     /// Runs `future` to its end from the main thread (outside any runtime).
@@ -125,14 +133,22 @@ impl Shared {
     /// Runs `op` on the connection (made first if there is none), within `limit`. A connection
     /// that failed is dropped, so the next statement connects anew; the schema is made on the
     /// first connection that finds it missing.
-    pub async fn run<T>(&self, limit: Duration, op: impl AsyncFnOnce(&mut Client) -> Result<T, Failed>) -> Result<T, Trouble> {
+    pub async fn run<T>(
+        &self,
+        limit: Duration,
+        op: impl AsyncFnOnce(&mut Client) -> Result<T, Failed>,
+    ) -> Result<T, Trouble> {
         let deadline = tokio::time::Instant::now() + limit;
         // The renewals share the connection: a statement of theirs stuck in a partition ends
         // at its own deadline, and this one's counts from now.
-        let mut client = tokio::time::timeout_at(deadline, self.client.lock()).await.map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
+        let mut client = tokio::time::timeout_at(deadline, self.client.lock())
+            .await
+            .map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
         if client.as_ref().is_none_or(Client::is_closed) {
             *client = None;
-            let made = tokio::time::timeout_at(deadline, self.connect()).await.map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
+            let made = tokio::time::timeout_at(deadline, self.connect())
+                .await
+                .map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
             *client = Some(made?);
         }
         let connected = client.as_mut().expect("connected above");
@@ -172,7 +188,10 @@ impl Shared {
         let hide = Arc::clone(&self.dsn);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
-                tracing::debug!("the connection to the cluster journal ended: {}", hide.hide(&error.to_string()));
+                tracing::debug!(
+                    "the connection to the cluster journal ended: {}",
+                    hide.hide(&error.to_string())
+                );
             }
         });
         Ok(client)
@@ -194,25 +213,47 @@ impl Shared {
         // missing, 42501; a server certificate that does not verify) needs a person.
         let transient = error.is_closed()
             || (error.as_db_error().is_none() && !is_tls_refusal(&error))
-            || error.as_db_error().is_some_and(|db| ["08", "53", "57"].iter().any(|class| db.code().code().starts_with(class)));
-        if transient { Trouble::Unreachable(text) } else { Trouble::Refused(text) }
+            || error.as_db_error().is_some_and(|db| {
+                ["08", "53", "57"]
+                    .iter()
+                    .any(|class| db.code().code().starts_with(class))
+            });
+        if transient {
+            Trouble::Unreachable(text)
+        } else {
+            Trouble::Refused(text)
+        }
     }
 
     /// The run holds this lease from now on; `sent`: when the statement that took it was sent.
     pub fn hold(&self, table: Table, key: &str, epoch: i64, sent: Instant) {
-        self.leases.lock().unwrap_or_else(|p| p.into_inner()).push(Held { table, key: key.to_owned(), epoch, renewed: sent });
+        self.leases.lock().unwrap_or_else(|p| p.into_inner()).push(Held {
+            table,
+            key: key.to_owned(),
+            epoch,
+            renewed: sent,
+        });
         self.publish();
     }
 
     /// The lease is no longer the run's to renew (ended, or let go).
     pub fn forget(&self, table: Table, key: &str) {
-        self.leases.lock().unwrap_or_else(|p| p.into_inner()).retain(|h| !(h.table == table && h.key == key));
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|h| !(h.table == table && h.key == key));
         self.publish();
     }
 
     /// Renewed (or written under a renewal) by a statement sent at `sent`.
     pub fn renewed(&self, table: Table, key: &str, sent: Instant) {
-        for held in self.leases.lock().unwrap_or_else(|p| p.into_inner()).iter_mut().filter(|h| h.table == table && h.key == key) {
+        for held in self
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+            .filter(|h| h.table == table && h.key == key)
+        {
             held.renewed = held.renewed.max(sent);
         }
         self.publish();
@@ -222,7 +263,10 @@ impl Shared {
     /// send time plus the lease), if the run holds it.
     pub fn held(&self, table: Table, key: &str) -> Option<(i64, Instant)> {
         let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
-        leases.iter().find(|h| h.table == table && h.key == key).map(|h| (h.epoch, h.renewed + self.timing.lease))
+        leases
+            .iter()
+            .find(|h| h.table == table && h.key == key)
+            .map(|h| (h.epoch, h.renewed + self.timing.lease))
     }
 
     pub fn is_lost(&self) -> bool {
@@ -243,7 +287,14 @@ impl Shared {
         let renewal = if self.is_lost() {
             Renewal::Lost
         } else {
-            match self.leases.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|h| h.renewed).min() {
+            match self
+                .leases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|h| h.renewed)
+                .min()
+            {
                 Some(at) => Renewal::At(at),
                 None => Renewal::None,
             }
@@ -274,12 +325,19 @@ impl Shared {
 
     /// Lets one lease go.
     pub async fn release(&self, table: Table, key: &str) {
-        let Some((epoch, _)) = self.held(table, key) else { return };
+        let Some((epoch, _)) = self.held(table, key) else {
+            return;
+        };
         self.forget(table, key);
         if self.is_lost() {
             return;
         }
-        if let Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) = self.run(self.timing.release_wait(), async |client| tables::release(client, table, key, epoch).await).await {
+        if let Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) = self
+            .run(self.timing.release_wait(), async |client| {
+                tables::release(client, table, key, epoch).await
+            })
+            .await
+        {
             tracing::debug!("a lease on the cluster journal was not let go ({why}): it expires");
         }
     }
@@ -344,7 +402,10 @@ async fn renew(shared: Arc<Shared>) {
         let sent = Instant::now();
         if sent >= deadline || shared.is_lost() {
             // The supervisor has said so and is stopping the program (`run::lease`).
-            tracing::debug!("the leases on the cluster journal were not renewed within {:?}: no more renewals", timing.renew_deadline);
+            tracing::debug!(
+                "the leases on the cluster journal were not renewed within {:?}: no more renewals",
+                timing.renew_deadline
+            );
             shared.lose();
             return;
         }
@@ -380,7 +441,10 @@ async fn renew(shared: Arc<Shared>) {
             }
             Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) => {
                 if !failing {
-                    tracing::warn!("cannot renew the leases on the cluster journal ({why}): retrying for up to {:?} since the last renewal", timing.renew_deadline);
+                    tracing::warn!(
+                        "cannot renew the leases on the cluster journal ({why}): retrying for up to {:?} since the last renewal",
+                        timing.renew_deadline
+                    );
                 }
                 failing = true;
                 next = tokio::time::Instant::now() + timing.retry();

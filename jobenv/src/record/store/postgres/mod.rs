@@ -115,16 +115,29 @@ impl PgStore {
     /// Reads the DSN (a missing file: the node is not ready); connects at the first statement.
     pub fn open(local: Journal, settings: &RunSettings, cluster: &Cluster, holder: &str) -> Result<PgStore, Problem> {
         let dsn = Arc::new(dsn::read(&cluster.dsn_file, cluster.ca_file.as_deref())?);
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default();
         let state_dir = std::fs::canonicalize(&settings.state_dir).unwrap_or_else(|_| settings.state_dir.clone());
         let me = Holder {
-            text: format!("{holder} on {}", if host.is_empty() { "an unnamed host" } else { &host }),
-            node: format!("{} {}", process::boot_id().unwrap_or("unknown-boot"), state_dir.display()),
+            text: format!(
+                "{holder} on {}",
+                if host.is_empty() { "an unnamed host" } else { &host }
+            ),
+            node: format!(
+                "{} {}",
+                process::boot_id().unwrap_or("unknown-boot"),
+                state_dir.display()
+            ),
         };
         Ok(PgStore {
             local,
             dsn,
-            timing: Timing { lease: cluster.lease, renew_every: cluster.renew_every, renew_deadline: cluster.renew_deadline },
+            timing: Timing {
+                lease: cluster.lease,
+                renew_every: cluster.renew_every,
+                renew_deadline: cluster.renew_deadline,
+            },
             me,
             stop_grace: cluster.stop_grace(settings.grace),
             keeper: OnceCell::new(),
@@ -138,15 +151,21 @@ impl PgStore {
         if let Some(keeper) = self.keeper.get() {
             return Ok(keeper);
         }
-        let keeper = Keeper::start(Arc::clone(&self.dsn), self.timing).map_err(|e| Refused::Unreachable(format!("cannot start its thread: {e}")))?;
+        let keeper = Keeper::start(Arc::clone(&self.dsn), self.timing)
+            .map_err(|e| Refused::Unreachable(format!("cannot start its thread: {e}")))?;
         Ok(self.keeper.get_or_init(|| keeper))
     }
 
     /// Runs statements from the main thread, bounded by the renew deadline: before the program
     /// starts no statement may take longer than a renewal could.
-    fn run<T>(&self, op: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tables::Failed>) -> Result<T, Refused> {
+    fn run<T>(
+        &self,
+        op: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tables::Failed>,
+    ) -> Result<T, Refused> {
         let keeper = self.keeper()?;
-        keeper.block_on(keeper.shared.run(self.timing.renew_deadline, op)).map_err(refused)
+        keeper
+            .block_on(keeper.shared.run(self.timing.renew_deadline, op))
+            .map_err(refused)
     }
 
     /// A pause while waiting for a lease: ends early on a cancel, or when the job's own lease
@@ -192,19 +211,40 @@ impl Store for PgStore {
             let sent = Instant::now();
             let lease = self.timing.lease;
             match self.run(async |client| tables::claim_job(client, job_id, &self.me, lease).await)? {
-                JobRow::Claimed { epoch, previous, same_node } => {
+                JobRow::Claimed {
+                    epoch,
+                    previous,
+                    same_node,
+                } => {
                     self.keeper()?.shared.hold(Table::Jobs, job_id, epoch, sent);
                     *self.job.borrow_mut() = Some(job_id.to_owned());
                     // A live lease of this node's own is a jobenv of it that is gone; one that
                     // expired is a holder that could not renew, wherever it ran.
-                    let gone = if same_node { InterruptedBy::JobenvGone } else { InterruptedBy::LeaseLost };
-                    return Ok(Known { entry: previous, live: None, gone });
+                    let gone = if same_node {
+                        InterruptedBy::JobenvGone
+                    } else {
+                        InterruptedBy::LeaseLost
+                    };
+                    return Ok(Known {
+                        entry: previous,
+                        live: None,
+                        gone,
+                    });
                 }
-                JobRow::Ended(entry) => return Ok(Known { entry: Some(entry), live: None, gone: InterruptedBy::LeaseLost }),
+                JobRow::Ended(entry) => {
+                    return Ok(Known {
+                        entry: Some(entry),
+                        live: None,
+                        gone: InterruptedBy::LeaseLost,
+                    });
+                }
                 JobRow::Held { holder, entry } => {
                     let until = *until.get_or_insert_with(|| {
                         let wait = entry.as_ref().map_or(JOB_LOCK_WAIT, Entry::stop_wait);
-                        tracing::info!("job {job_id} is held on the cluster journal by {}: waiting up to {wait:?}", holder.escape_debug());
+                        tracing::info!(
+                            "job {job_id} is held on the cluster journal by {}: waiting up to {wait:?}",
+                            holder.escape_debug()
+                        );
                         Instant::now() + wait
                     });
                     if Instant::now() >= until {
@@ -216,7 +256,13 @@ impl Store for PgStore {
         }
     }
 
-    fn claim_namespace(&self, namespace: &str, job_id: Option<&str>, wait: Duration, cancel: &mut Cancel) -> Result<Claim, Refused> {
+    fn claim_namespace(
+        &self,
+        namespace: &str,
+        job_id: Option<&str>,
+        wait: Duration,
+        cancel: &mut Cancel,
+    ) -> Result<Claim, Refused> {
         let until = Instant::now() + wait;
         loop {
             let sent = Instant::now();
@@ -225,8 +271,11 @@ impl Store for PgStore {
                 Ok(epoch) => {
                     let keeper = self.keeper()?;
                     keeper.shared.hold(Table::Namespaces, namespace, epoch, sent);
-                    let (shared, handle, namespace) = (Arc::clone(&keeper.shared), keeper.handle(), namespace.to_owned());
-                    return Ok(Claim::releasing(move || handle.block_on(shared.release(Table::Namespaces, &namespace))));
+                    let (shared, handle, namespace) =
+                        (Arc::clone(&keeper.shared), keeper.handle(), namespace.to_owned());
+                    return Ok(Claim::releasing(move || {
+                        handle.block_on(shared.release(Table::Namespaces, &namespace))
+                    }));
                 }
                 Err(holder) => {
                     if Instant::now() >= until {
@@ -234,7 +283,10 @@ impl Store for PgStore {
                     }
                     if !self.said_waiting.replace(true) {
                         let wait = Duration::from_secs(wait.as_secs_f64().round() as u64);
-                        tracing::info!("namespace {namespace} is held on the cluster journal by {}: waiting up to {wait:?}", holder.escape_debug());
+                        tracing::info!(
+                            "namespace {namespace} is held on the cluster journal by {}: waiting up to {wait:?}",
+                            holder.escape_debug()
+                        );
                     }
                     self.pause(cancel, until)?;
                 }
@@ -245,12 +297,16 @@ impl Store for PgStore {
     fn write_running(&self, entry: &Entry) -> Result<(), Refused> {
         let keeper = self.keeper()?;
         let Some((epoch, _)) = keeper.shared.held(Table::Jobs, &entry.job_id) else {
-            return Err(Refused::Unreachable("this job's lease was lost before its program started".into()));
+            return Err(Refused::Unreachable(
+                "this job's lease was lost before its program started".into(),
+            ));
         };
         let sent = Instant::now();
         let lease = self.timing.lease;
         if !self.run(async |client| tables::write_running(client, entry, epoch, lease).await)? {
-            return Err(Refused::Unreachable("this job's lease expired or was taken over before its program started".into()));
+            return Err(Refused::Unreachable(
+                "this job's lease expired or was taken over before its program started".into(),
+            ));
         }
         keeper.shared.renewed(Table::Jobs, &entry.job_id, sent);
         // The shared entry first: a node's own entry of an attempt that never started would be
@@ -267,17 +323,41 @@ impl Store for PgStore {
     /// `running`: its lease expires and the next run records it interrupted.
     fn write_end(&self, entry: &Entry) -> std::io::Result<()> {
         let local = self.local.write_end(entry);
-        let Some(job_id) = self.job.borrow_mut().take() else { return local };
-        let keeper = self.keeper().map_err(|_| std::io::Error::other("the cluster journal's thread is gone"))?;
-        let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else { return local };
-        let until = if entry.is_result() { expires.checked_sub(crate::settings::LEASE_STOP_MARGIN).unwrap_or(expires) } else { Instant::now() };
+        let Some(job_id) = self.job.borrow_mut().take() else {
+            return local;
+        };
+        let keeper = self
+            .keeper()
+            .map_err(|_| std::io::Error::other("the cluster journal's thread is gone"))?;
+        let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else {
+            return local;
+        };
+        let until = if entry.is_result() {
+            expires
+                .checked_sub(crate::settings::LEASE_STOP_MARGIN)
+                .unwrap_or(expires)
+        } else {
+            Instant::now()
+        };
         // Each try within a renewal's bound; an attempt without a result tries once, briefly.
-        let limit = if entry.is_result() { self.timing.renew_deadline.min(Duration::from_secs(2)) } else { Duration::from_secs(1) };
+        let limit = if entry.is_result() {
+            self.timing.renew_deadline.min(Duration::from_secs(2))
+        } else {
+            Duration::from_secs(1)
+        };
         let shared = loop {
-            match keeper.block_on(keeper.shared.run(limit, async |client| tables::write_end(client, entry, epoch).await)) {
+            match keeper.block_on(
+                keeper
+                    .shared
+                    .run(limit, async |client| tables::write_end(client, entry, epoch).await),
+            ) {
                 Ok(true) => break Ok(()),
                 Ok(false) => break Err(format!("another run took job {job_id} over on the cluster journal")),
-                Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) if Instant::now() >= until => break Err(why),
+                Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why))
+                    if Instant::now() >= until =>
+                {
+                    break Err(why);
+                }
                 Err(_) => std::thread::sleep(POLL),
             }
         };
@@ -290,7 +370,9 @@ impl Store for PgStore {
                 local
             }
             Err(why) if !entry.is_result() => {
-                tracing::warn!("the end of job {job_id} is not on the cluster journal ({why}): once its lease expires, the next run records it interrupted");
+                tracing::warn!(
+                    "the end of job {job_id} is not on the cluster journal ({why}): once its lease expires, the next run records it interrupted"
+                );
                 local
             }
             Err(why) => {
@@ -309,7 +391,11 @@ impl Store for PgStore {
 
     fn leases(&self) -> Option<LeaseWatch> {
         let keeper = self.keeper.get()?;
-        Some(LeaseWatch { renewals: keeper.shared.subscribe(), renew_deadline: self.timing.renew_deadline, stop_grace: self.stop_grace })
+        Some(LeaseWatch {
+            renewals: keeper.shared.subscribe(),
+            renew_deadline: self.timing.renew_deadline,
+            stop_grace: self.stop_grace,
+        })
     }
 }
 
@@ -318,9 +404,13 @@ impl Store for PgStore {
 /// what has ended, by the database's clock. Returns how many rows went.
 pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, retain: Duration) -> Result<u64, Problem> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
-    match keeper.block_on(keeper.shared.run(UPKEEP_TIMING.renew_deadline, async |client| tables::prune(client, retain).await)) {
+    match keeper.block_on(keeper.shared.run(UPKEEP_TIMING.renew_deadline, async |client| {
+        tables::prune(client, retain).await
+    })) {
         Ok(pruned) => Ok(pruned),
-        Err(Trouble::Unreachable(why)) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}"))),
+        Err(Trouble::Unreachable(why)) => Err(Problem::NodeNotReady(format!(
+            "the cluster journal cannot be reached: {why}"
+        ))),
         Err(Trouble::Newer(why) | Trouble::Refused(why)) => Err(Problem::ClusterJournal(why)),
     }
 }
@@ -328,22 +418,43 @@ pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, reta
 /// `recover` and `prune` in cluster mode: hands on every end this node keeps that the cluster
 /// journal did not take ([`unshared`]). Returns how many it took; a database that does not
 /// answer is an error (the ends stay kept).
-pub fn hand_on_kept(journal: &Journal, dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<usize, Problem> {
+pub fn hand_on_kept(
+    journal: &Journal,
+    dsn_file: &std::path::Path,
+    ca_file: Option<&std::path::Path>,
+) -> Result<usize, Problem> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
     // As long as it takes, each statement within a renewal's bound.
-    let handed = unshared::hand_on(journal, &keeper, usize::MAX, Duration::MAX, UPKEEP_TIMING.renew_deadline);
+    let handed = unshared::hand_on(
+        journal,
+        &keeper,
+        usize::MAX,
+        Duration::MAX,
+        UPKEEP_TIMING.renew_deadline,
+    );
     match handed.unreachable {
-        Some(why) => Err(Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}; {} kept end(s) wait for it", handed.left))),
+        Some(why) => Err(Problem::NodeNotReady(format!(
+            "the cluster journal cannot be reached: {why}; {} kept end(s) wait for it",
+            handed.left
+        ))),
         None => Ok(handed.taken),
     }
 }
 
 /// No lease is held by `prune` or `recover`: the renewal times only bound the statements.
-const UPKEEP_TIMING: Timing = Timing { lease: Duration::from_secs(15), renew_every: Duration::from_secs(5), renew_deadline: Duration::from_secs(10) };
+const UPKEEP_TIMING: Timing = Timing {
+    lease: Duration::from_secs(15),
+    renew_every: Duration::from_secs(5),
+    renew_deadline: Duration::from_secs(10),
+};
 
 fn upkeep_keeper(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<Keeper, Problem> {
     let dsn = Arc::new(dsn::read(dsn_file, ca_file)?);
-    Keeper::start(dsn, UPKEEP_TIMING).map_err(|e| Problem::NodeNotReady(format!("the cluster journal cannot be reached: cannot start its thread: {e}")))
+    Keeper::start(dsn, UPKEEP_TIMING).map_err(|e| {
+        Problem::NodeNotReady(format!(
+            "the cluster journal cannot be reached: cannot start its thread: {e}"
+        ))
+    })
 }
 
 impl Drop for PgStore {

@@ -68,10 +68,17 @@ pub(super) async fn ensure_schema(client: &mut Client) -> Result<(), Failed> {
         return Ok(());
     }
     let tx = client.transaction().await?;
-    tx.batch_execute("SELECT pg_advisory_xact_lock(hashtext('fediversity_jobenv schema'))").await?;
+    tx.batch_execute("SELECT pg_advisory_xact_lock(hashtext('fediversity_jobenv schema'))")
+        .await?;
     // CREATE SCHEMA needs a right on the database even when the schema is there: only when it
     // is not.
-    let exists: bool = tx.query_one("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", &[&SCHEMA]).await?.get(0);
+    let exists: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&SCHEMA],
+        )
+        .await?
+        .get(0);
     if !exists {
         tx.batch_execute(&format!("CREATE SCHEMA {SCHEMA}")).await?;
     }
@@ -87,7 +94,11 @@ pub(super) enum JobRow {
     /// This run holds the job id's lease now; `previous` is what the row held (none: the job id
     /// is new, or no attempt of it got as far as its program). `same_node`: the previous lease
     /// was this node's.
-    Claimed { epoch: i64, previous: Option<Entry>, same_node: bool },
+    Claimed {
+        epoch: i64,
+        previous: Option<Entry>,
+        same_node: bool,
+    },
     /// The job ended with a result: nothing to hold, it is replayed.
     Ended(Entry),
     /// Another node's run holds its lease.
@@ -98,21 +109,30 @@ pub(super) enum JobRow {
 fn entry_of(job_id: &str, text: Option<String>) -> Result<Option<Entry>, Failed> {
     let Some(text) = text else { return Ok(None) };
     let shown = format!("the cluster journal's row of job {job_id}");
-    parse(job_id, &shown, text.as_bytes()).map(Some).map_err(|e| match Problem::newer_entry_format(&e) {
-        Some(newer) => Failed::Newer(newer.to_string()),
-        None => Failed::Row(e.to_string()),
-    })
+    parse(job_id, &shown, text.as_bytes())
+        .map(Some)
+        .map_err(|e| match Problem::newer_entry_format(&e) {
+            Some(newer) => Failed::Newer(newer.to_string()),
+            None => Failed::Row(e.to_string()),
+        })
 }
 
 fn known_format(format: i32, what: &str) -> Result<(), Failed> {
     if format > FORMAT {
-        return Err(Failed::Newer(format!("{what} was written by a newer jobenv (format {format}; this one knows {FORMAT}): it is left alone (upgrade jobenv)")));
+        return Err(Failed::Newer(format!(
+            "{what} was written by a newer jobenv (format {format}; this one knows {FORMAT}): it is left alone (upgrade jobenv)"
+        )));
     }
     Ok(())
 }
 
 /// Takes the job id's lease unless a result is recorded or another node's lease on it is live.
-pub(super) async fn claim_job(client: &mut Client, job_id: &str, me: &Holder, lease: Duration) -> Result<JobRow, Failed> {
+pub(super) async fn claim_job(
+    client: &mut Client,
+    job_id: &str,
+    me: &Holder,
+    lease: Duration,
+) -> Result<JobRow, Failed> {
     let fresh = client
         .query_opt(
             "INSERT INTO fediversity_jobenv.jobs (job_id, format, holder, holder_node, epoch, expires_at) \
@@ -122,7 +142,11 @@ pub(super) async fn claim_job(client: &mut Client, job_id: &str, me: &Holder, le
         )
         .await?;
     if let Some(row) = fresh {
-        return Ok(JobRow::Claimed { epoch: row.get(0), previous: None, same_node: false });
+        return Ok(JobRow::Claimed {
+            epoch: row.get(0),
+            previous: None,
+            same_node: false,
+        });
     }
     let tx = client.transaction().await?;
     let row = tx
@@ -150,12 +174,22 @@ pub(super) async fn claim_job(client: &mut Client, job_id: &str, me: &Holder, le
         .await?
         .get(0);
     tx.commit().await?;
-    Ok(JobRow::Claimed { epoch, previous: entry, same_node: live && same_node })
+    Ok(JobRow::Claimed {
+        epoch,
+        previous: entry,
+        same_node: live && same_node,
+    })
 }
 
 /// Takes the namespace's lease if it expired (or was this node's own); otherwise says who holds
 /// it.
-pub(super) async fn claim_namespace(client: &mut Client, namespace: &str, job_id: Option<&str>, me: &Holder, lease: Duration) -> Result<Result<i64, String>, Failed> {
+pub(super) async fn claim_namespace(
+    client: &mut Client,
+    namespace: &str,
+    job_id: Option<&str>,
+    me: &Holder,
+    lease: Duration,
+) -> Result<Result<i64, String>, Failed> {
     let taken = client
         .query_opt(
             "INSERT INTO fediversity_jobenv.namespaces AS n (namespace, format, holder, holder_node, epoch, expires_at, job_id) \
@@ -169,9 +203,18 @@ pub(super) async fn claim_namespace(client: &mut Client, namespace: &str, job_id
     if let Some(row) = taken {
         return Ok(Ok(row.get(0)));
     }
-    match client.query_opt("SELECT format, holder FROM fediversity_jobenv.namespaces WHERE namespace = $1", &[&namespace]).await? {
+    match client
+        .query_opt(
+            "SELECT format, holder FROM fediversity_jobenv.namespaces WHERE namespace = $1",
+            &[&namespace],
+        )
+        .await?
+    {
         Some(row) => {
-            known_format(row.get(0), &format!("the cluster journal's row of namespace {namespace}"))?;
+            known_format(
+                row.get(0),
+                &format!("the cluster journal's row of namespace {namespace}"),
+            )?;
             Ok(Err(row.get(1)))
         }
         // Gone between the two statements (a person deleted it): try again.
@@ -181,7 +224,12 @@ pub(super) async fn claim_namespace(client: &mut Client, namespace: &str, job_id
 
 /// The `running` entry, under a live lease (which this renews): false when the lease was taken
 /// over or expired.
-pub(super) async fn write_running(client: &mut Client, entry: &Entry, epoch: i64, lease: Duration) -> Result<bool, Failed> {
+pub(super) async fn write_running(
+    client: &mut Client,
+    entry: &Entry,
+    epoch: i64,
+    lease: Duration,
+) -> Result<bool, Failed> {
     let text = serde_json::to_string(entry).map_err(|e| Failed::Row(e.to_string()))?;
     let n = client
         .execute(
@@ -234,18 +282,38 @@ pub(super) async fn hand_on_end(client: &mut Client, entry: &Entry, epoch: i64) 
     if n == 1 {
         return Ok(HandedOn::Taken);
     }
-    let live = client.query_opt("SELECT coalesce(expires_at > now(), false) FROM fediversity_jobenv.jobs WHERE job_id = $1", &[&entry.job_id]).await?;
-    Ok(if live.is_some_and(|row| row.get::<_, bool>(0)) { HandedOn::Held } else { HandedOn::Superseded })
+    let live = client
+        .query_opt(
+            "SELECT coalesce(expires_at > now(), false) FROM fediversity_jobenv.jobs WHERE job_id = $1",
+            &[&entry.job_id],
+        )
+        .await?;
+    Ok(if live.is_some_and(|row| row.get::<_, bool>(0)) {
+        HandedOn::Held
+    } else {
+        HandedOn::Superseded
+    })
 }
 
 /// The rows of attempts that ended longer ago than `retain`, by the database's clock, as the
 /// node's journal prunes its entries (`prune`); a row whose job id a run holds has not ended.
 pub(super) async fn prune(client: &mut Client, retain: Duration) -> Result<u64, Failed> {
-    Ok(client.execute("DELETE FROM fediversity_jobenv.jobs WHERE finished_at < now() - $1::bigint * interval '1 millisecond'", &[&millis(retain)]).await?)
+    Ok(client
+        .execute(
+            "DELETE FROM fediversity_jobenv.jobs WHERE finished_at < now() - $1::bigint * interval '1 millisecond'",
+            &[&millis(retain)],
+        )
+        .await?)
 }
 
 /// Renews one lease if it is still this run's and live: false when it is not.
-pub(super) async fn renew(client: &Client, table: Table, key: &str, epoch: i64, lease: Duration) -> Result<bool, Failed> {
+pub(super) async fn renew(
+    client: &Client,
+    table: Table,
+    key: &str,
+    epoch: i64,
+    lease: Duration,
+) -> Result<bool, Failed> {
     let (name, column) = table.name_and_key();
     let sql = format!(
         "UPDATE {SCHEMA}.{name} SET expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {column} = $1 AND epoch = $2 AND expires_at > now()"
@@ -256,7 +324,9 @@ pub(super) async fn renew(client: &Client, table: Table, key: &str, epoch: i64, 
 /// Lets a lease go: it has expired from now on (the row and its entry stay).
 pub(super) async fn release(client: &Client, table: Table, key: &str, epoch: i64) -> Result<(), Failed> {
     let (name, column) = table.name_and_key();
-    let sql = format!("UPDATE {SCHEMA}.{name} SET expires_at = '-infinity' WHERE {column} = $1 AND epoch = $2 AND expires_at IS NOT NULL");
+    let sql = format!(
+        "UPDATE {SCHEMA}.{name} SET expires_at = '-infinity' WHERE {column} = $1 AND epoch = $2 AND expires_at IS NOT NULL"
+    );
     client.execute(&sql, &[&key, &epoch]).await?;
     Ok(())
 }

@@ -36,7 +36,10 @@ pub(super) fn keep(journal: &Journal, entry: &Entry, epoch: i64) -> std::io::Res
     if let Some(owner) = journal.owner {
         dir.chown(owner)?;
     }
-    let kept = serde_json::to_vec(&Kept { epoch, attempt: entry.attempt })?;
+    let kept = serde_json::to_vec(&Kept {
+        epoch,
+        attempt: entry.attempt,
+    })?;
     dir.write_atomically(&format!("{}.json", entry.job_id), &kept, journal.owner, true)
 }
 
@@ -85,7 +88,12 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
             handed.left += 1;
             continue;
         }
-        let Some(job_id) = name.to_str().and_then(|n| n.strip_suffix(".json")).filter(|id| is_valid_job_id(id)).map(str::to_owned) else {
+        let Some(job_id) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".json"))
+            .filter(|id| is_valid_job_id(id))
+            .map(str::to_owned)
+        else {
             // Temporary files of an interrupted write (`.`-names) are left; anything else is no
             // kept end.
             if !name.as_encoded_bytes().starts_with(b".") {
@@ -103,10 +111,15 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
             kept_end(journal, &dir, &job_id)
         };
         let Some((kept, entry)) = found else { continue };
-        let written = keeper.block_on(keeper.shared.run(left.min(each), async |client| tables::hand_on_end(client, &entry, kept.epoch).await));
+        let written = keeper.block_on(keeper.shared.run(left.min(each), async |client| {
+            tables::hand_on_end(client, &entry, kept.epoch).await
+        }));
         let done = match written {
             Ok(HandedOn::Taken) => {
-                tracing::info!("job {job_id}: the end of attempt {} is on the cluster journal now", entry.attempt);
+                tracing::info!(
+                    "job {job_id}: the end of attempt {} is on the cluster journal now",
+                    entry.attempt
+                );
                 handed.taken += 1;
                 true
             }
