@@ -92,7 +92,9 @@ fn database(raw: &file::Windmill, problems: &mut Problems) -> Option<Database> {
             return None;
         }
         (None, None) => {
-            problems.add("windmill.database_url_file (or, for a DSN without a password, windmill.database_url) is required");
+            problems.add(
+                "windmill.database_url_file (or, for a DSN without a password, windmill.database_url) is required",
+            );
             return None;
         }
         (None, Some(file)) => {
@@ -112,7 +114,9 @@ fn database(raw: &file::Windmill, problems: &mut Problems) -> Option<Database> {
             // password put here by mistake must not be printed either.
             let dsn = Secret::new(url);
             let Ok(config) = dsn.expose().parse::<tokio_postgres::Config>() else {
-                problems.add("windmill.database_url: the DSN cannot be parsed (its text is not shown: it may hold a password)");
+                problems.add(
+                    "windmill.database_url: the DSN cannot be parsed (its text is not shown: it may hold a password)",
+                );
                 return None;
             };
             if config.get_password().is_some() {
