@@ -7,7 +7,8 @@
 #   drains the running deploys.
 # - jobenv's node files in /etc/fediversity-windmill, the deploy secrets directory and the
 #   credentials of the Incus deployments (/run/incus-deploy), as OpenBao agent templates.
-# - The bootstrap (a oneshot that retries until Windmill is converged) and its configuration.
+# - The bootstrap (a oneshot that retries until Windmill is converged) and its configuration;
+#   on nixpkgs' local database, the PostgreSQL peer map that lets it in as Windmill's role.
 # - nginx: the API name (the default server) and the admin UI name, which is served only
 #   behind an identity layer; TLS for both.
 # - Nix on the node: the worker's user is trusted, `nixpkgs` is pinned in the registry, flakes.

@@ -108,3 +108,39 @@ fn without_the_modules_lines_nixpkgs_peer_authentication_refuses_the_bootstrap()
     assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
     assert!(node.include_meta().is_none());
 }
+
+#[test]
+fn a_dsn_with_a_password_in_the_configuration_itself_is_refused_by_the_module_and_the_bootstrap() {
+    let mut node = support::node();
+    // The shared cluster's DSN, password included, given in the file instead of a file of its own.
+    let dsn = node.db.app_dsn();
+    let windmill = node.config["windmill"].as_object_mut().unwrap();
+    windmill.remove("database_url_file");
+    windmill.insert("database_url".into(), json!(dsn));
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 2, "{run:?}");
+    support::assert_has_line(
+        &run.stderr,
+        "[..]windmill.database_url holds a password, and the configuration file is no place for a secret: put that DSN in windmill.database_url_file",
+    );
+    assert_eq!(node.db.password_hash(ADMIN_EMAIL).as_deref(), Some(SEED_HASH));
+    // The module's evaluation refuses the same option before any node runs it.
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nixos-module/lib.nix");
+    let expr = format!(
+        r#"let lib = import {lib}; d = lib.bootstrapDefaults; in lib.bootstrapProblems {{ bootstrap = d // {{ windmill = d.windmill // {{ databaseUrl = {dsn}; }}; openbao = d.openbao // {{ addr = "http://127.0.0.1:8200"; }}; }}; }}"#,
+        lib = json!(lib.display().to_string()),
+        dsn = json!(dsn),
+    );
+    let out = Command::new("nix-instantiate")
+        .args(["--eval", "--strict", "--json", "--expr", &expr])
+        .output()
+        .expect("nix-instantiate");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let problems: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        problems,
+        json!([
+            "bootstrap.windmill.databaseUrl holds a password, and would be in the world-readable Nix store: put that DSN in a file (bootstrap.windmill.databaseUrlFile); the bootstrap refuses it"
+        ])
+    );
+}
