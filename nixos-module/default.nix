@@ -175,7 +175,9 @@ let
     config.services.windmill.database.createLocally && cfg.bootstrap.windmill.databaseUrlFile == null;
   # The pg_hba and pg_ident lines only when the bootstrap does use that DSN.
   usesLocalDatabase =
-    config.services.windmill.database.createLocally && cfg.bootstrap.windmill.databaseUrl == localDatabase.dsn;
+    config.services.windmill.database.createLocally
+    && cfg.bootstrap.windmill.databaseUrl != null
+    && cfg.bootstrap.windmill.databaseUrl == localDatabase.dsn;
 
   opt =
     type: default: description:

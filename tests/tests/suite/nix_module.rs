@@ -1616,6 +1616,23 @@ fn on_nixpkgs_local_database_the_bootstrap_connects_over_the_socket_as_its_role_
     assert!(file["windmill"].get("database_url").is_none());
     assert_eq!(file["identMap"], Value::Null);
     assert_eq!(file["authentication"], Value::Null);
+    // A name that would need quoting: the module cannot render the local DSN and says so; with
+    // a DSN file of the operator's the node evaluates.
+    let odd = r#"{ services.windmill.database = { name = "wind mill"; user = "wind mill"; }; }"#;
+    let out = nix_instantiate(&module_expr_on("s: s", "[ ]", odd, DATABASE_ACCESS));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("services.windmill.database.name \"wind mill\" needs quoting in a DSN and in pg_hba.conf; with such a name, give the bootstrap its DSN yourself (bootstrap.windmill.databaseUrlFile)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let odd_with_file = module_on(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrlFile = "/run/keys/dsn"; }; }; }"#,
+        odd,
+        DATABASE_ACCESS,
+    );
+    assert_eq!(odd_with_file["assertions"], json!([]));
+    assert_eq!(odd_with_file["identMap"], Value::Null);
     // So does a DSN of the operator's own.
     let own = module(
         r#"s: s // { bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrl = "host=db.internal dbname=windmill user=bootstrap sslmode=disable"; }; }; }"#,
