@@ -7,7 +7,8 @@
 #   drains the running deploys.
 # - jobenv's node files in /etc/fediversity-windmill, the deploy secrets directory and the
 #   credentials of the Incus deployments (/run/incus-deploy), as OpenBao agent templates.
-# - The bootstrap (a oneshot that retries until Windmill is converged) and its configuration.
+# - The bootstrap (a oneshot that retries until Windmill is converged) and its configuration;
+#   on nixpkgs' local database, the PostgreSQL peer map that lets it in as Windmill's role.
 # - nginx: the API name (the default server) and the admin UI name, which is served only
 #   behind an identity layer; TLS for both.
 # - Nix on the node: the worker's user is trusted, `nixpkgs` is pinned in the registry, flakes.
@@ -162,6 +163,21 @@ let
   tls = cfg.tls // {
     acmeCerts = builtins.attrNames config.security.acme.certs;
   };
+
+  # nixpkgs' local database and the bootstrap (lib.nix, `localDatabase`): with it and no DSN
+  # file, the bootstrap connects over the socket as the role nixpkgs creates.
+  localDatabase = fw.localDatabase {
+    inherit (config.services.windmill.database) user;
+    database = config.services.windmill.database.name;
+    port = config.services.postgresql.settings.port or 5432;
+  };
+  localDatabaseAccess =
+    config.services.windmill.database.createLocally && cfg.bootstrap.windmill.databaseUrlFile == null;
+  # The pg_hba and pg_ident lines only when the bootstrap does use that DSN.
+  usesLocalDatabase =
+    config.services.windmill.database.createLocally
+    && cfg.bootstrap.windmill.databaseUrl != null
+    && cfg.bootstrap.windmill.databaseUrl == localDatabase.dsn;
 
   opt =
     type: default: description:
@@ -403,7 +419,9 @@ in
         `lib.standaloneEnvKeys`: each a list of names or an attrset of name → description or
         `{ description; default; }`), which keys are node-only (`lib.nodeEnvKeys`, same
         shapes: a front-end's value for one is dropped) and the deployment attributes
-        (`lib.deploymentAttributes`, else the names of `devShells.<system>`).
+        (`lib.deploymentAttributeNames`, a list of names, as seed 001 publishes it; a
+        repository without it has every name of its `devShells.<system>` taken, with an
+        evaluation warning).
         {option}`deployKeys` and {option}`deploymentAttributes` add to these or override them.
         DEPLOYMENT_ROOT must hold a `default.nix` with those `devShells` (jobenv runs
         `nix-shell <DEPLOYMENT_ROOT> -A devShells.<SYSTEM>.<ATTRIBUTE>`). Null: everything
@@ -462,7 +480,7 @@ in
     };
 
     deploymentAttributes = mkOption {
-      type = types.listOf (types.strMatching "[A-Za-z0-9][A-Za-z0-9_-]*");
+      type = types.listOf (types.strMatching fw.attributePattern);
       default = [ ];
       example = [
         "mastodon-tofu-vm"
@@ -856,14 +874,33 @@ in
           '';
         };
         defaultPassword = opt types.str d.windmill.defaultPassword "The password of a fresh Windmill instance.";
+        databaseUrl = mkOption {
+          type = types.nullOr types.str;
+          default = if localDatabaseAccess then localDatabase.dsn else null;
+          defaultText = literalExpression ''if config.services.windmill.database.createLocally && databaseUrlFile == null then "host=/run/postgresql port=5432 dbname=windmill user=windmill" else null'';
+          example = "host=/run/postgresql port=5432 dbname=windmill user=windmill";
+          description = ''
+            The DSN of Windmill's PostgreSQL database, without a secret: the bootstrap writes
+            the superadmin's password hash there itself (Windmill CE cannot set a password). It
+            is a setting, in the world-readable configuration: a DSN with a password fails the
+            evaluation (it belongs in {option}`bootstrap.windmill.databaseUrlFile`). On nixpkgs'
+            local database (`services.windmill.database.createLocally`, nixpkgs' default) the
+            module sets it to the Unix socket and the role nixpkgs creates, and lets the
+            bootstrap (root) in as that role by peer authentication: a pg_ident map
+            (`${fw.localDatabaseMap}`: root and the role itself to the role) on a pg_hba line
+            for that database and role only, before nixpkgs' `local all all peer`. No password
+            is involved.
+          '';
+        };
         databaseUrlFile = mkOption {
-          type = absolutePath;
+          type = types.nullOr absolutePath;
+          default = null;
           example = "/run/fediversity-windmill/database-url";
           description = ''
-            File holding the DSN of Windmill's PostgreSQL database, for the one case where the
-            bootstrap writes the admin password hash itself (Windmill CE cannot set a password).
-            The bootstrap runs as root: with nixpkgs' peer authentication this is a DSN with a
-            password (over TCP) or a role root may use.
+            File holding the DSN of Windmill's PostgreSQL database, for a database the node does
+            not create ({option}`bootstrap.windmill.databaseUrl` is for the local one): read at
+            run time, never in the Nix store, so it may hold a password (over TCP). Setting it
+            replaces the local DSN.
           '';
         };
         databaseRole = opt types.str d.windmill.databaseRole "The role the bootstrap `SET ROLE`s to before it writes the hash.";
@@ -1010,6 +1047,7 @@ in
 
     warnings =
       map (w: "services.fediversity-windmill: ${w}") (fw.bootstrapWarnings cfg.bootstrap)
+      ++ map (w: "services.fediversity-windmill: ${w}") (lib.optionals (published != null) (fw.repositoryWarnings published))
       ++ map (
         key:
         "services.fediversity-windmill: the deployment repository's nodeEnvKeys names ${key}, which no node source sets (deployEnv, deploySecrets, credentials) and which has no default: deployments get no ${key}"
@@ -1031,6 +1069,11 @@ in
       '';
 
     services.windmill.enable = true;
+
+    # The bootstrap's way into nixpkgs' local database (lib.nix, `localDatabase`): before
+    # nixpkgs' `local all all peer`, which would refuse root as the role.
+    services.postgresql.identMap = mkIf usesLocalDatabase localDatabase.identMap;
+    services.postgresql.authentication = mkIf usesLocalDatabase (lib.mkBefore localDatabase.authentication);
     services.windmill.baseUrl = mkDefault "https://${cfg.uiDomain}";
 
     services.fediversity-windmill.deployEnv = mkMerge [

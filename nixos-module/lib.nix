@@ -173,10 +173,36 @@ rec {
   repositoryKeySetsByMethod = "deployEnvKeysByMethod";
   # ... `lib.nodeEnvKeys`, the keys the node (never a front-end) provides, node-only here ...
   repositoryNodeKeys = "nodeEnvKeys";
-  # ... and the deployment attributes: `lib.deploymentAttributes` (a list of names) when the
-  # repository publishes it, else the names of its `devShells.<system>` (what jobenv's
-  # `nix-shell <root> -A devShells.<SYSTEM>.<ATTRIBUTE>` can instantiate).
-  repositoryAttributes = "deploymentAttributes";
+  # ... and the deployment attributes: `lib.deploymentAttributeNames` (a list of names, seed
+  # 001's name for it) when the repository publishes it, else, with a warning
+  # (`repositoryWarnings`), the names of its `devShells.<system>` (what jobenv's
+  # `nix-shell <root> -A devShells.<SYSTEM>.<ATTRIBUTE>` can instantiate), every one of them
+  # deployable then.
+  repositoryAttributes = "deploymentAttributeNames";
+  # A name this module read before it followed the seed; no publisher of it is known. It is not
+  # read: a repository that has it only is told so in that warning.
+  formerRepositoryAttributes = "deploymentAttributes";
+  # What jobenv accepts as an ATTRIBUTE (its payload schema), and the option's type.
+  attributePattern = "[A-Za-z0-9][A-Za-z0-9_-]*";
+
+  # The repository's list of attribute names, checked: a list of names jobenv would accept.
+  publishedAttributeNames =
+    names:
+    let
+      where = "services.fediversity-windmill.deploymentRepository: lib.${repositoryAttributes}";
+    in
+    if !builtins.isList names then
+      throw "${where} is not a list of attribute names"
+    else
+      map (
+        name:
+        if !isString name then
+          throw "${where} lists something that is not an attribute name"
+        else if match attributePattern name == null then
+          throw "${where} lists \"${name}\", which is not an attribute name (${attributePattern})"
+        else
+          name
+      ) names;
 
   # The repository's outputs: a flake's (an attrset such as `inputs.deployments`) as they are;
   # a path (or a derivation) imported, and called with `{ }` when that is a function, the way
@@ -278,15 +304,45 @@ rec {
       ) (removeAttrs merged (filter isControlName (attrNames merged)));
       attributes =
         if l ? ${repositoryAttributes} then
-          l.${repositoryAttributes}
+          publishedAttributeNames l.${repositoryAttributes}
         else if shells != null then
           attrNames shells
         else
           [ ];
+      # Where `attributes` came from: the list, the dev shells (null: neither).
+      attributesFrom =
+        if l ? ${repositoryAttributes} then
+          "lib.${repositoryAttributes}"
+        else if shells != null then
+          "devShells.${system}"
+        else
+          null;
       published =
         filter (n: l ? ${n}) (repositoryKeySets ++ [ repositoryKeySetsByMethod repositoryNodeKeys repositoryAttributes ])
         ++ optional (shells != null) "devShells.${system}";
+      # The former name, when the repository still has it (see `repositoryWarnings`).
+      hasFormerAttributes = l ? ${formerRepositoryAttributes};
+      inherit system;
     };
+
+  # What evaluation warns of in what the repository publishes (`repositoryPublished`): a
+  # repository without `lib.deploymentAttributeNames` has every dev shell of the node's system
+  # taken as a deployment, which may hold shells that are no deployment (a developer's
+  # `default`), and a job may then deploy any of them.
+  repositoryWarnings =
+    published:
+    optional (published.attributesFrom == "devShells.${published.system}" && published.attributes != [ ]) (
+      "the deployment repository publishes no lib.${repositoryAttributes} (the list of its deployments): "
+      + "the module takes the name of every dev shell of ${published.attributesFrom} as a deployment attribute "
+      + "(${concatStringsSep ", " published.attributes}), and a job may deploy any of them; "
+      + "publish lib.${repositoryAttributes} in the repository"
+      + (
+        if published.hasFormerAttributes then
+          " (its lib.${formerRepositoryAttributes} is not read: rename it to lib.${repositoryAttributes})"
+        else
+          ""
+      )
+    );
 
   # Every key of deploy-keys.json, lowest layer first: the structural pins (node-only), the
   # node's own file-path keys (`nodeKeys`, node-only), the repository's keys, then the operator's
@@ -867,6 +923,20 @@ rec {
       else
         [ "bootstrap.token.label and bootstrap.uiAuth.tokenLabel are both \"${uiLabel}\": the bootstrap revokes the older tokens of each label, so the front-end's token and the UI's would revoke each other; give them different labels" ]
     )
+    ++ (
+      let
+        url = b.windmill.databaseUrl or null;
+        file = b.windmill.databaseUrlFile;
+      in
+      if url == null && file == null then
+        [ "bootstrap.windmill.databaseUrlFile is not set and the Windmill database is not nixpkgs' local one (services.windmill.database.createLocally), for which the module sets bootstrap.windmill.databaseUrl: the bootstrap needs Windmill's database to set the superadmin's password; give it the DSN in a file" ]
+      else if url != null && file != null then
+        [ "bootstrap.windmill.databaseUrl and bootstrap.windmill.databaseUrlFile are both set: give the bootstrap one DSN" ]
+      else if url != null && dsnHasPassword url then
+        [ "bootstrap.windmill.databaseUrl holds a password, and would be in the world-readable Nix store: put that DSN in a file (bootstrap.windmill.databaseUrlFile); the bootstrap refuses it" ]
+      else
+        [ ]
+    )
     ++ (if workspaceId != null then [ ] else [ "bootstrap.workspace.id \"${b.workspace.id}\" is not a Windmill workspace id (word characters, single hyphens between them)" ])
     ++ (if folder != null then [ ] else [ "bootstrap.workspace.folder \"${b.workspace.folder}\" is not a Windmill folder name (letters, digits and underscores)" ]);
 
@@ -888,6 +958,7 @@ rec {
       adminEmail = "admin@windmill.dev";
       adminPasswordFile = null;
       defaultPassword = "changeme";
+      databaseUrl = null;
       databaseUrlFile = null;
       databaseRole = "windmill_admin";
     };
@@ -927,6 +998,64 @@ rec {
       readyTimeoutSeconds = 300;
     };
   };
+
+  # How the bootstrap reaches nixpkgs' local database (`services.windmill.database.createLocally`,
+  # nixpkgs' default) to write the superadmin's password hash, with nothing the operator writes.
+  # nixpkgs makes the database `<database>` owned by the login role `<user>` (the same name: its
+  # module asserts it), and its windmill-initdb unit grants that role `windmill_admin`; Windmill's
+  # units run as the OS user `<user>` and connect over the Unix socket, which NixOS' PostgreSQL
+  # authenticates by peer (`local all all peer`: the OS user's name must be the role's, no
+  # password). The bootstrap runs as root (it reads root-only secrets, sets the nginx include's
+  # group), so peer authentication alone would refuse it. Hence a pg_ident map that lets root,
+  # and `<user>` itself (a map replaces the same-name rule), in as `<user>`, on a pg_hba line for
+  # that database and role only, before nixpkgs' defaults; every other connection keeps
+  # nixpkgs' rules. Root may already become any user of the node, so this gives it nothing new.
+  # `dsn` holds no password (peer authentication needs none): it is a setting, rendered into
+  # the bootstrap's configuration, not a secret file.
+  localDatabaseMap = "fediversity-windmill";
+  localDatabase =
+    {
+      database,
+      user,
+      port ? 5432,
+      socketDir ? "/run/postgresql",
+      bootstrapUser ? "root",
+    }:
+    let
+      # Names that need no quoting in a DSN, pg_hba.conf or pg_ident.conf.
+      plain =
+        what: name:
+        if match "[A-Za-z0-9_][A-Za-z0-9_.-]*" name != null then
+          name
+        else
+          throw "services.fediversity-windmill: ${what} \"${name}\" needs quoting in a DSN and in pg_hba.conf; with such a name, give the bootstrap its DSN yourself (bootstrap.windmill.databaseUrlFile)";
+      db = plain "services.windmill.database.name" database;
+      role = plain "services.windmill.database.user" user;
+      os = plain "the bootstrap's user" bootstrapUser;
+      dir =
+        if match "/[^[:space:]'\\]*" socketDir != null then
+          socketDir
+        else
+          throw "services.fediversity-windmill: the socket directory \"${socketDir}\" needs quoting in a DSN";
+    in
+    {
+      dsn = "host=${dir} port=${toString port} dbname=${db} user=${role}";
+      identMap = ''
+        ${localDatabaseMap} ${os} ${role}
+        ${localDatabaseMap} ${role} ${role}
+      '';
+      authentication = ''
+        local ${db} ${role} peer map=${localDatabaseMap}
+      '';
+    };
+
+  # Whether a DSN (key/value or URL) carries a password: such a DSN belongs in a file, not in the
+  # world-readable configuration. Like the bootstrap's own check, which parses it.
+  dsnHasPassword =
+    dsn:
+    match "(.*[[:space:]])?password[[:space:]]*=.*" dsn != null
+    || match "[a-z]+://[^/@]*:[^/@]*@.*" dsn != null
+    || match "[^?]*\\?(.*&)?password=.*" dsn != null;
 
   # The superadmin password file the bootstrap reads: the operator's, else the generated one.
   adminPasswordFileOf = b: if (b.windmill.adminPasswordFile or null) != null then b.windmill.adminPasswordFile else paths.generatedAdminPassword;
@@ -1026,8 +1155,12 @@ rec {
         # None given: the one the node generates (`adminPasswordScript`).
         admin_password_file = adminPasswordFileOf b;
         default_password = b.windmill.defaultPassword;
-        database_url_file = required "windmill.databaseUrlFile" b.windmill.databaseUrlFile;
         database_role = b.windmill.databaseRole;
+      }
+      # One of the two (bootstrapProblems): a DSN without a secret as it is, or a file.
+      // withoutNulls {
+        database_url = b.windmill.databaseUrl or null;
+        database_url_file = b.windmill.databaseUrlFile;
       };
       workspace = { inherit (b.workspace) id name folder; };
       scripts.dir = scriptsDir;

@@ -10,7 +10,9 @@
 # its own OpenBao agent against an OpenBao dev server (the agent renders the module's
 # templates: a deploy secret, tf-token.env from the seed's default path, the two Incus store
 # keys and the backup's password). The node follows a deployment repository (its keys,
-# node-only keys and attributes come from there) and generates its superadmin password. nginx
+# node-only keys and attributes come from there) and generates its superadmin password; its
+# bootstrap writes that password's hash into nixpkgs' local database over the socket, with no
+# DSN written by anyone (the module's peer map lets root in as nixpkgs' role). nginx
 # serves both names with a self-signed certificate; a stub of the seed's forward-auth portal
 # stands in front of the admin UI, and a real Authelia instance gets the UI's rule from the
 # module. It asserts that the bootstrap converged and a rerun changes nothing; that the stored
@@ -35,7 +37,6 @@ let
   deployToken = "vm-test-deploy-secret-9d2c41";
   tfToken = "vm-test-incus-token-77ab03";
   smtpPassword = "vm-test-smtp-password-5e1f";
-  dbPassword = "vm-test-database-password";
   resticPassword = "vm-test-restic-password-c41d";
 in
 {
@@ -109,7 +110,7 @@ in
             };
           };
           nodeEnvKeys.NODE_SITE = "The site of the node";
-          deploymentAttributes = [
+          deploymentAttributeNames = [
             "demo"
             "slow"
           ];
@@ -231,8 +232,9 @@ in
           username = "windmill";
           passwordFile = "/run/vm-test/smtp-password";
         };
+        # No DSN: the bootstrap reaches nixpkgs' local database over its socket as the role
+        # nixpkgs creates (the module's peer map).
         bootstrap = {
-          windmill.databaseUrlFile = "/run/vm-test/database-url";
           openbao = {
             addr = "http://127.0.0.1:8200";
             tokenFile = "/run/vm-test/bao-token";
@@ -358,34 +360,6 @@ in
         wantedBy = [ "multi-user.target" ];
         after = [ "openbao-seed.service" ];
         serviceConfig.ExecStart = portal;
-      };
-
-      # nixpkgs' Windmill database uses peer authentication; the bootstrap (root) connects over
-      # TCP with a password, as a node without peer access for root would.
-      systemd.services.vm-test-database-url = {
-        wantedBy = [ "multi-user.target" ];
-        requires = [ "windmill-initdb.service" ];
-        after = [
-          "postgresql.service"
-          "windmill-initdb.service"
-        ];
-        path = [
-          config.services.postgresql.package
-          pkgs.util-linux
-        ];
-        serviceConfig = {
-          Type = "oneshot";
-          RemainAfterExit = true;
-        };
-        script = ''
-          runuser -u postgres -- psql -v ON_ERROR_STOP=1 -d windmill -c "ALTER ROLE windmill PASSWORD '${dbPassword}'"
-          install -d -m 0700 /run/vm-test
-          (umask 077; printf '%s' 'postgres://windmill:${dbPassword}@127.0.0.1:5432/windmill' > /run/vm-test/database-url)
-        '';
-      };
-      systemd.services.fediversity-windmill-bootstrap = {
-        wants = [ "vm-test-database-url.service" ];
-        after = [ "vm-test-database-url.service" ];
       };
     };
 
@@ -518,6 +492,20 @@ in
               assert remote["language"] == "python3" and not remote["archived"], remote
           assert machine.succeed("stat -c '%U:%G %a' /run/windmill-ui-auth/token.conf").strip() == "root:nginx 440"
           machine.succeed(f"{BOOTSTRAP} --check --config /etc/fediversity-windmill/bootstrap.json")
+
+      with subtest("the bootstrap reaches nixpkgs' local database over its socket, as its role, with no password"):
+          windmill_config = json.loads(machine.succeed("cat /etc/fediversity-windmill/bootstrap.json"))["windmill"]
+          assert windmill_config["database_url"] == "host=/run/postgresql port=5432 dbname=windmill user=windmill", windmill_config
+          assert "database_url_file" not in windmill_config, windmill_config
+          # Root gets in as windmill through the module's map; another user does not; and the
+          # hash the bootstrap wrote is the one Windmill checks (the node password logs in).
+          machine.succeed("psql -tA 'host=/run/postgresql dbname=windmill user=windmill' -c 'SET ROLE windmill_admin; SELECT count(*) FROM password'")
+          machine.fail("runuser -u nginx -- psql -tA 'host=/run/postgresql dbname=windmill user=windmill' -c 'SELECT 1'")
+          password = machine.succeed(f"cat {ADMIN_PASSWORD_FILE}").strip()
+          machine.succeed(
+              "curl -sf -X POST -H 'Content-Type: application/json' http://127.0.0.1:8001/api/auth/login --data-binary "
+              + shlex.quote(json.dumps({"email": "admin@windmill.dev", "password": password}))
+          )
 
       with subtest("the front-end's token runs deploys and reads jobs, and nothing else"):
           # What a leaked front-end token can still do: run the two scripts, read and cancel

@@ -345,12 +345,65 @@ mod tests {
         let err = load_with(&path, &NoEnv).unwrap_err().to_string();
         for needle in [
             "windmill.admin_password_file is required",
-            "windmill.database_url_file is required",
+            "windmill.database_url_file (or, for a DSN without a password, windmill.database_url) is required",
             "scripts.dir is required",
             "openbao.path is required",
         ] {
             assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
         }
+    }
+
+    #[test]
+    fn a_dsn_without_a_password_may_be_given_in_the_file_itself() {
+        // The local socket as the NixOS module renders it (peer authentication, no password).
+        let (_dir, path) = setup(serde_json::json!({
+            "openbao": {"addr": "http://x:1"},
+            "windmill": {"database_url_file": null, "database_url": "host=/run/postgresql port=5432 dbname=windmill user=windmill"},
+        }));
+        let config = load_with(&path, &NoEnv).unwrap();
+        assert_eq!(config.database.config.get_user(), Some("windmill"));
+        assert_eq!(config.database.config.get_dbname(), Some("windmill"));
+        assert_eq!(
+            config.database.config.get_hosts(),
+            [tokio_postgres::config::Host::Unix("/run/postgresql".into())]
+        );
+        assert!(config.database.password.is_none());
+    }
+
+    #[test]
+    fn a_dsn_in_the_file_itself_must_hold_no_password_and_is_never_quoted() {
+        for (dsn, problem) in [
+            (
+                "host=127.0.0.1 user=windmill password=inline-secret-1 dbname=windmill",
+                "windmill.database_url holds a password, and the configuration file is no place for a secret: put that DSN in windmill.database_url_file",
+            ),
+            (
+                "postgresql://windmill:inline-secret-1@127.0.0.1/windmill",
+                "windmill.database_url holds a password, and the configuration file is no place for a secret: put that DSN in windmill.database_url_file",
+            ),
+            (
+                "host=x password='inline-secret-1",
+                "windmill.database_url: the DSN cannot be parsed (its text is not shown: it may hold a password)",
+            ),
+        ] {
+            let (_dir, path) = setup(serde_json::json!({
+                "openbao": {"addr": "http://x:1"},
+                "windmill": {"database_url_file": null, "database_url": dsn},
+            }));
+            let err = load_with(&path, &NoEnv).unwrap_err().to_string();
+            assert!(err.contains(problem), "{dsn}: {err}");
+            assert!(!err.contains("inline-secret-1"), "{err}");
+        }
+        // Both ways at once: one is refused rather than one chosen silently.
+        let (_dir, path) = setup(serde_json::json!({
+            "openbao": {"addr": "http://x:1"},
+            "windmill": {"database_url": "host=/run/postgresql user=windmill dbname=windmill"},
+        }));
+        let err = load_with(&path, &NoEnv).unwrap_err().to_string();
+        assert!(
+            err.contains("windmill.database_url and windmill.database_url_file are both set: give one"),
+            "{err}"
+        );
     }
 
     #[test]

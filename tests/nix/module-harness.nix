@@ -84,10 +84,16 @@ let
   };
   isAbsent = v: isAttrs v && (v._type or null) == "absent";
 
-  # The definitions found at `path` inside the definition `def`.
+  # The definitions found at `path` inside the definition `def`. An mkIf above the option
+  # (path not empty) is pushed down without its condition being evaluated, as nixpkgs'
+  # pushDownProperties does; at the option itself its condition decides before its content is
+  # looked at, as dischargeProperties does (a content that fails to evaluate under a false
+  # condition is never evaluated).
   defsAt =
     path: def:
-    if isAttrs def && (def._type or null) == "if" then
+    if isAttrs def && (def._type or null) == "if" && path == [ ] then
+      if def.condition then defsAt path def.content else [ ]
+    else if isAttrs def && (def._type or null) == "if" then
       let
         inner = defsAt path def.content;
       in

@@ -107,6 +107,13 @@ impl Node {
         Self::assemble(db, windmill, bao_addr, bao_path, bao_token)
     }
 
+    /// Like [`with_openbao`](Self::with_openbao), on `db` (a database of another cluster than
+    /// the shared one).
+    pub fn with_openbao_on(db: WindmillDb, bao_addr: &str, bao_path: &str, bao_token: &str) -> Node {
+        let windmill = WindmillFake::start(&db.superuser_dsn());
+        Self::assemble(db, windmill, bao_addr, bao_path, bao_token)
+    }
+
     /// Like [`new`](Self::new), with a Windmill that refuses connections at first.
     pub fn with_windmill_refusing(refuse_for: Duration) -> Node {
         let bao = openbao::shared();

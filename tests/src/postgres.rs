@@ -127,8 +127,39 @@ fn run(command: &mut Command, run_as: Option<RunAs>, what: &str) {
     );
 }
 
+/// How a cluster authenticates local (Unix socket) connections.
+enum LocalAuth<'a> {
+    /// The template's: everyone is trusted.
+    Trust,
+    /// As NixOS' PostgreSQL does (`local all all peer`), after `first` (pg_hba.conf lines) and
+    /// with `ident` as pg_ident.conf.
+    Peer { first: &'a str, ident: &'a str },
+}
+
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_with(LocalAuth::Trust)
+    }
+
+    /// A cluster of its own whose socket authenticates as NixOS' PostgreSQL does: nixpkgs'
+    /// default rules (`local all all peer`: a local connection gets in only as the role of its
+    /// OS user's name, without a password), after `first` (pg_hba.conf lines, e.g. the NixOS
+    /// module's) and with `ident` as pg_ident.conf. The harness's superuser keeps a trusted
+    /// socket (`local all postgres trust`, as nixpkgs maps the OS user postgres to it); TCP asks
+    /// for a password as in the shared cluster. Its socket is in [`socket_dir`](Self::socket_dir);
+    /// it is stopped when the test binary exits.
+    pub fn start_with_peer_authentication(first: &str, ident: &str) -> &'static Cluster {
+        let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start_with(LocalAuth::Peer { first, ident })));
+        servers::at_exit(move || cluster.stop());
+        cluster
+    }
+
+    /// The directory of the cluster's Unix socket (`.s.PGSQL.<port>`).
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn start_with(local: LocalAuth<'_>) -> Cluster {
         let bin = Path::new(PG_BIN);
         assert!(
             bin.join("initdb").is_file(),
@@ -181,7 +212,16 @@ impl Cluster {
             }
         }
         let hba = data.join("pg_hba.conf");
-        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        let rules = match local {
+            LocalAuth::Trust => std::fs::read_to_string(&hba).expect("read pg_hba.conf"),
+            LocalAuth::Peer { first, ident } => {
+                // Written in place: the files stay the server's user's.
+                std::fs::write(data.join("pg_ident.conf"), ident).expect("write pg_ident.conf");
+                format!(
+                    "{first}\nlocal all postgres trust\nlocal all all peer\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"
+                )
+            }
+        };
         std::fs::write(&hba, format!("hostnossl all {JOBENV_TLS_ROLE} all reject\n{rules}"))
             .expect("write pg_hba.conf");
         let cluster = Cluster {
@@ -355,6 +395,13 @@ impl Cluster {
             std::process::id(),
             NEXT_DB.fetch_add(1, Ordering::Relaxed)
         );
+        self.windmill_database_named(&name)
+    }
+
+    /// [`windmill_database`](Self::windmill_database) under a name of the caller's (on a
+    /// cluster of its own, nixpkgs' `windmill`).
+    pub fn windmill_database_named(&'static self, name: &str) -> WindmillDb {
+        let name = name.to_owned();
         self.superuser_client("postgres")
             .batch_execute(&format!("CREATE DATABASE {name} STRATEGY = FILE_COPY"))
             .expect("create database");

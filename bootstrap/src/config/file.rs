@@ -52,6 +52,10 @@ pub struct Windmill {
     pub admin_password_file: Option<PathBuf>,
     #[serde(default = "default_password")]
     pub default_password: String,
+    /// A DSN without a secret (the local socket with peer authentication), given in the file;
+    /// one with a password belongs in `database_url_file`.
+    #[serde(default)]
+    pub database_url: Option<String>,
     #[serde(default)]
     pub database_url_file: Option<PathBuf>,
     #[serde(default = "database_role")]

@@ -86,18 +86,49 @@ fn database(raw: &file::Windmill, problems: &mut Problems) -> Option<Database> {
     if raw.database_role.is_empty() {
         problems.add("windmill.database_role is empty");
     }
-    let Some(file) = &raw.database_url_file else {
-        problems.add("windmill.database_url_file is required");
-        return None;
-    };
-    let dsn = checks::secret_file("windmill.database_url_file", file, problems)?;
-    let Ok(config) = dsn.expose().parse::<tokio_postgres::Config>() else {
-        // tokio-postgres quotes parts of the string in its parse errors.
-        problems.add(format!(
-            "windmill.database_url_file {}: the DSN cannot be parsed (its text is not shown: it may hold a password)",
-            file.display()
-        ));
-        return None;
+    let (dsn, config) = match (&raw.database_url, &raw.database_url_file) {
+        (Some(_), Some(_)) => {
+            problems.add("windmill.database_url and windmill.database_url_file are both set: give one");
+            return None;
+        }
+        (None, None) => {
+            problems.add(
+                "windmill.database_url_file (or, for a DSN without a password, windmill.database_url) is required",
+            );
+            return None;
+        }
+        (None, Some(file)) => {
+            let dsn = checks::secret_file("windmill.database_url_file", file, problems)?;
+            let Ok(config) = dsn.expose().parse::<tokio_postgres::Config>() else {
+                // tokio-postgres quotes parts of the string in its parse errors.
+                problems.add(format!(
+                    "windmill.database_url_file {}: the DSN cannot be parsed (its text is not shown: it may hold a password)",
+                    file.display()
+                ));
+                return None;
+            };
+            (dsn, config)
+        }
+        (Some(url), None) => {
+            // Still treated as a secret (scrubbed from messages), though it should hold none: a
+            // password put here by mistake must not be printed either.
+            let dsn = Secret::new(url);
+            let Ok(config) = dsn.expose().parse::<tokio_postgres::Config>() else {
+                problems.add(
+                    "windmill.database_url: the DSN cannot be parsed (its text is not shown: it may hold a password)",
+                );
+                return None;
+            };
+            if config.get_password().is_some() {
+                // The configuration file is not a secret (the NixOS module renders it into the
+                // Nix store, readable by every user of the node).
+                problems.add(
+                    "windmill.database_url holds a password, and the configuration file is no place for a secret: put that DSN in windmill.database_url_file",
+                );
+                return None;
+            }
+            (dsn, config)
+        }
     };
     let password = config.get_password().map(|p| Secret::new(String::from_utf8_lossy(p)));
     Some(Database {

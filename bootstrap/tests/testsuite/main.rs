@@ -10,6 +10,7 @@ mod config;
 mod converge;
 mod faults;
 mod idempotence;
+mod local_database;
 mod lost_answer;
 mod nixos_module_config;
 mod openbao;

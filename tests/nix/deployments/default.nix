@@ -2,7 +2,15 @@
 # reads from one (its `deploymentRepository` option), in every shape the module accepts, and dev
 # shells built without nixpkgs (so that real nix-shell instantiates them offline), whose PATH
 # holds programs that print the keys they got.
-{ ... }:
+#
+# `attributes` chooses how it publishes its deployment attributes: "names" (the default) as
+# seed 001 does, `lib.deploymentAttributeNames`; "former" only under `lib.deploymentAttributes`,
+# a name the module does not read; "none" not at all. Its dev shells hold one that is no
+# deployment (`default`, a developer's shell), so that the list and the shells differ.
+{
+  attributes ? "names",
+  ...
+}:
 let
   system = builtins.currentSystem;
   shell =
@@ -19,10 +27,22 @@ let
   shells = {
     mastodon = shell "mastodon-shell";
     peertube = shell "peertube-shell";
+    default = shell "developer-shell";
   };
+  deployments = [
+    "mastodon"
+    "peertube"
+  ];
+  attributeLists =
+    {
+      names.deploymentAttributeNames = deployments;
+      former.deploymentAttributes = deployments;
+      none = { };
+    }
+    .${attributes};
 in
 {
-  lib = {
+  lib = attributeLists // {
     # What a front-end sends for every deployment (seed 002 FR-014): descriptions as strings
     # and as attrsets, defaults that are JSON values.
     deployEnvKeys = {

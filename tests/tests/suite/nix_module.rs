@@ -1108,12 +1108,14 @@ fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attribute
             "standaloneEnvKeys",
             "deployEnvKeysByMethod",
             "nodeEnvKeys",
+            "deploymentAttributeNames",
             "devShells.x86_64-linux"
         ])
     );
-    // lib.deploymentAttributes, when published, is the list; another system has no shells.
+    assert_eq!(published["attributesFrom"], "lib.deploymentAttributeNames");
+    // lib.deploymentAttributeNames, when published, is the list; another system has no shells.
     let explicit = eval(
-        r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributes = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#,
+        r#"(lib.repositoryPublished { outputs = { lib.deploymentAttributeNames = [ "only-this" ]; devShells.x86_64-linux.other = null; }; system = "x86_64-linux"; }).attributes"#,
     );
     assert_eq!(explicit, json!(["only-this"]));
     // A path value (what `deploymentRepository = ./deployments;` gives) is imported where it is,
@@ -1123,8 +1125,15 @@ fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attribute
         repo().join("tests/nix/deployments").display()
     ));
     assert_eq!(as_path, json!(["mastodon", "peertube"]));
+    // The list is the same on every system; the dev shells are per system, and another system
+    // has none.
     let other = eval(&format!(
         r#"(lib.repositoryPublished {{ outputs = lib.deploymentRepositoryOutputs {}; system = "riscv64-linux"; }}).attributes"#,
+        fixture_repository()
+    ));
+    assert_eq!(other, json!(["mastodon", "peertube"]));
+    let other = eval(&format!(
+        r#"(lib.repositoryPublished {{ outputs = (import {}) {{ attributes = "none"; }}; system = "riscv64-linux"; }}).attributes"#,
         fixture_repository()
     ));
     assert_eq!(other, json!([]));
@@ -1143,6 +1152,121 @@ fn the_repository_publishes_keys_in_each_shape_node_keys_node_only_and_attribute
     assert!(
         error.contains("deploymentRepository: lib.nodeEnvKeys is neither a list of key names nor an attrset of keys"),
         "{error}"
+    );
+    // So is an attribute list that is not one, or a name jobenv would refuse as an ATTRIBUTE.
+    for (list, problem) in [
+        (
+            r#""mastodon""#,
+            "lib.deploymentAttributeNames is not a list of attribute names",
+        ),
+        (
+            "[ 1 ]",
+            "lib.deploymentAttributeNames lists something that is not an attribute name",
+        ),
+        (
+            r#"[ "mastodon" "../up" ]"#,
+            r#"lib.deploymentAttributeNames lists "../up", which is not an attribute name"#,
+        ),
+    ] {
+        let error = eval_error(&format!(
+            r#"(lib.repositoryPublished {{ outputs.lib.deploymentAttributeNames = {list}; system = "x"; }}).attributes"#
+        ));
+        assert!(error.contains(problem), "{list}: {error}");
+    }
+}
+
+/// `lib.repositoryPublished` of the fixture repository publishing its attributes as `shape`
+/// (tests/nix/deployments: "names", "former" or "none"), and what evaluation warns of.
+fn published_in_shape(shape: &str) -> Value {
+    eval(&format!(
+        r#"let p = lib.repositoryPublished {{ outputs = (import {}) {{ attributes = "{shape}"; }}; system = "x86_64-linux"; }}; in {{ inherit (p) attributes attributesFrom; warnings = lib.repositoryWarnings p; }}"#,
+        fixture_repository()
+    ))
+}
+
+#[test]
+fn the_attributes_are_the_seeds_list_else_every_dev_shell_with_a_warning() {
+    // Seed 001's name: its list, not the dev shells (the developer's `default` is no deployment),
+    // and nothing to warn of.
+    assert_eq!(
+        published_in_shape("names"),
+        json!({"attributes": ["mastodon", "peertube"], "attributesFrom": "lib.deploymentAttributeNames", "warnings": []})
+    );
+    // Neither: every dev shell, and a warning that says so.
+    let none = published_in_shape("none");
+    assert_eq!(none["attributes"], json!(["default", "mastodon", "peertube"]));
+    assert_eq!(none["attributesFrom"], "devShells.x86_64-linux");
+    assert_eq!(
+        none["warnings"],
+        json!([
+            "the deployment repository publishes no lib.deploymentAttributeNames (the list of its deployments): the module takes the name of every dev shell of devShells.x86_64-linux as a deployment attribute (default, mastodon, peertube), and a job may deploy any of them; publish lib.deploymentAttributeNames in the repository"
+        ])
+    );
+    // The name this module read before: no publisher of it is known, so it is not read; the
+    // dev shells are taken, and the warning says to rename it.
+    let former = published_in_shape("former");
+    assert_eq!(former["attributes"], json!(["default", "mastodon", "peertube"]));
+    assert_eq!(
+        former["warnings"],
+        json!([
+            "the deployment repository publishes no lib.deploymentAttributeNames (the list of its deployments): the module takes the name of every dev shell of devShells.x86_64-linux as a deployment attribute (default, mastodon, peertube), and a job may deploy any of them; publish lib.deploymentAttributeNames in the repository (its lib.deploymentAttributes is not read: rename it to lib.deploymentAttributeNames)"
+        ])
+    );
+    // No shells and no list: nothing taken, nothing to warn of (the evaluation fails instead,
+    // unless the options name attributes: see below).
+    let bare = eval(
+        r#"let p = lib.repositoryPublished { outputs.lib.deployEnvKeys = [ "A" ]; system = "x86_64-linux"; }; in { inherit (p) attributes attributesFrom; warnings = lib.repositoryWarnings p; }"#,
+    );
+    assert_eq!(bare, json!({"attributes": [], "attributesFrom": null, "warnings": []}));
+}
+
+#[test]
+fn a_node_warns_when_its_repository_publishes_no_attribute_list() {
+    let shape = |shape: &str| {
+        let repository = format!(
+            r#"((import {}) {{ attributes = "{shape}"; }}) // {{ outPath = "/nix/store/33333333333333333333333333333333-source"; }}"#,
+            fixture_repository()
+        );
+        let result = module(&following(&repository, "{ }"), NODE_FILES);
+        assert_eq!(result["assertions"], json!([]), "{shape}");
+        let warnings: Vec<String> = strings(&result["warnings"])
+            .into_iter()
+            .filter(|w| w.contains("deploymentAttributeNames"))
+            .collect();
+        (result["attributes"].clone(), warnings)
+    };
+    let (attributes, warnings) = shape("names");
+    assert_eq!(attributes, json!(["mastodon", "peertube"]));
+    assert_eq!(warnings, Vec::<String>::new());
+    for former in ["none", "former"] {
+        let (attributes, warnings) = shape(former);
+        assert_eq!(attributes, json!(["default", "mastodon", "peertube"]), "{former}");
+        assert_eq!(warnings.len(), 1, "{former}: {warnings:?}");
+        assert!(
+            warnings[0].starts_with("services.fediversity-windmill: the deployment repository publishes no lib.deploymentAttributeNames (the list of its deployments): the module takes the name of every dev shell of devShells.x86_64-linux as a deployment attribute (default, mastodon, peertube)"),
+            "{former}: {}",
+            warnings[0]
+        );
+        assert_eq!(warnings[0].contains("rename it"), former == "former", "{}", warnings[0]);
+    }
+    // The operator's deploymentAttributes add to the dev shells; they do not end the warning,
+    // which is about what the repository publishes.
+    let repository = format!(
+        r#"((import {}) {{ attributes = "none"; }}) // {{ outPath = "/nix/store/33333333333333333333333333333333-source"; }}"#,
+        fixture_repository()
+    );
+    let result = module(
+        &following(&repository, r#"{ deploymentAttributes = [ "extra" ]; }"#),
+        NODE_FILES,
+    );
+    assert_eq!(
+        result["attributes"],
+        json!(["default", "extra", "mastodon", "peertube"])
+    );
+    assert!(
+        result["warnings"]
+            .to_string()
+            .contains("publishes no lib.deploymentAttributeNames")
     );
 }
 
@@ -1348,6 +1472,206 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     );
 }
 
+#[test]
+fn the_database_is_one_dsn_without_a_secret_or_one_file() {
+    let file = r#"b: b // { windmill = b.windmill // { databaseUrl = null; databaseUrlFile = "/run/keys/dsn"; }; openbao = b.openbao // { addr = "http://127.0.0.1:8100"; }; }"#;
+    let url = |dsn: &str| {
+        format!(
+            r#"b: b // {{ windmill = b.windmill // {{ databaseUrl = {}; databaseUrlFile = null; }}; openbao = b.openbao // {{ addr = "http://127.0.0.1:8100"; }}; }}"#,
+            json!(dsn)
+        )
+    };
+    // The controls: a file, or a DSN without a password (the local socket).
+    assert_eq!(bootstrap_problems(file, "{ }", "null"), json!([]));
+    assert_eq!(
+        bootstrap_problems(
+            &url("host=/run/postgresql port=5432 dbname=windmill user=windmill"),
+            "{ }",
+            "null"
+        ),
+        json!([])
+    );
+    assert_eq!(
+        bootstrap_problems(&url("postgresql://windmill@db.example.org/windmill"), "{ }", "null"),
+        json!([])
+    );
+    // A password in the DSN itself, however written: it would be in the Nix store.
+    for dsn in [
+        "host=db.example.org user=windmill password=s3cret dbname=windmill",
+        "host=db.example.org user=windmill password = s3cret",
+        "postgresql://windmill:s3cret@db.example.org/windmill",
+        "postgresql://windmill@db.example.org/windmill?sslmode=disable&password=s3cret",
+    ] {
+        assert_eq!(
+            bootstrap_problems(&url(dsn), "{ }", "null"),
+            json!([
+                "bootstrap.windmill.databaseUrl holds a password, and would be in the world-readable Nix store: put that DSN in a file (bootstrap.windmill.databaseUrlFile); the bootstrap refuses it"
+            ]),
+            "{dsn}"
+        );
+    }
+    // Neither, and both.
+    assert_eq!(
+        bootstrap_problems(
+            r#"b: b // { windmill = b.windmill // { databaseUrlFile = null; }; openbao = b.openbao // { addr = "http://127.0.0.1:8100"; }; }"#,
+            "{ }",
+            "null"
+        ),
+        json!([
+            "bootstrap.windmill.databaseUrlFile is not set and the Windmill database is not nixpkgs' local one (services.windmill.database.createLocally), for which the module sets bootstrap.windmill.databaseUrl: the bootstrap needs Windmill's database to set the superadmin's password; give it the DSN in a file"
+        ])
+    );
+    assert_eq!(
+        bootstrap_problems(
+            r#"b: b // { windmill = b.windmill // { databaseUrl = "host=/run/postgresql user=windmill"; databaseUrlFile = "/run/keys/dsn"; }; openbao = b.openbao // { addr = "http://127.0.0.1:8100"; }; }"#,
+            "{ }",
+            "null"
+        ),
+        json!([
+            "bootstrap.windmill.databaseUrl and bootstrap.windmill.databaseUrlFile are both set: give the bootstrap one DSN"
+        ])
+    );
+    // The renderer writes the one that is set, never both.
+    let rendered = |patch: &str| {
+        eval(&format!(
+            r#"let d = lib.bootstrapDefaults; in (lib.renderBootstrapConfig {{ scriptsDir = "/s"; bootstrap = ({patch}) (d // {{ windmill = d.windmill // {{ adminPasswordFile = "/p"; }}; openbao = d.openbao // {{ path = "p/secret/x"; }}; }}); }}).windmill"#
+        ))
+    };
+    let by_file = rendered(file);
+    assert_eq!(by_file["database_url_file"], "/run/keys/dsn");
+    assert!(by_file.get("database_url").is_none(), "{by_file}");
+    let by_url = rendered(&url("host=/run/postgresql port=5432 dbname=windmill user=windmill"));
+    assert_eq!(
+        by_url["database_url"],
+        "host=/run/postgresql port=5432 dbname=windmill user=windmill"
+    );
+    assert!(by_url.get("database_url_file").is_none(), "{by_url}");
+}
+
+const DATABASE_ACCESS: &str = r#"h: {
+  assertions = map (a: a.message) h.config.assertions;
+  windmill = (builtins.fromJSON h.config.environment.etc."fediversity-windmill/bootstrap.json".source.text).windmill;
+  url = h.cfg.bootstrap.windmill.databaseUrl;
+  identMap = h.config.services.postgresql.identMap or null;
+  authentication = h.config.services.postgresql.authentication or null;
+}"#;
+
+#[test]
+fn on_nixpkgs_local_database_the_bootstrap_connects_over_the_socket_as_its_role_without_a_dsn_file() {
+    // NODE sets no DSN: the harness's node has nixpkgs' defaults (createLocally, database and
+    // user `windmill`, PostgreSQL on 5432).
+    let local = module("s: s", DATABASE_ACCESS);
+    assert_eq!(local["assertions"], json!([]));
+    let dsn = "host=/run/postgresql port=5432 dbname=windmill user=windmill";
+    assert_eq!(local["url"], dsn);
+    assert_eq!(
+        local["windmill"],
+        json!({
+            "url": "http://127.0.0.1:8001",
+            "admin_email": "admin@windmill.dev",
+            "admin_password_file": "/run/fediversity-windmill/admin-password",
+            "default_password": "changeme",
+            "database_url": dsn,
+            "database_role": "windmill_admin",
+        })
+    );
+    // Root (the bootstrap) and the role itself (Windmill's units, the backup's dump) may log in as
+    // the role, by peer authentication, on that database and role only; before nixpkgs' rules.
+    assert_eq!(
+        local["identMap"],
+        "fediversity-windmill root windmill\nfediversity-windmill windmill windmill\n"
+    );
+    assert_eq!(
+        local["authentication"],
+        "local windmill windmill peer map=fediversity-windmill\n"
+    );
+    // What lib.nix renders for these names, as the bootstrap's own test runs it against a real
+    // PostgreSQL (bootstrap/tests/testsuite/local_database.rs).
+    assert_eq!(
+        eval(r#"lib.localDatabase { database = "windmill"; user = "windmill"; }"#),
+        json!({"dsn": dsn, "identMap": local["identMap"], "authentication": local["authentication"]})
+    );
+
+    // nixpkgs' names and port as the node sets them.
+    let other = module_on(
+        "s: s",
+        r#"{ services.windmill.database = { name = "wm"; user = "wm"; }; services.postgresql.settings.port = 5433; }"#,
+        DATABASE_ACCESS,
+    );
+    assert_eq!(other["url"], "host=/run/postgresql port=5433 dbname=wm user=wm");
+    assert_eq!(other["authentication"], "local wm wm peer map=fediversity-windmill\n");
+    assert_eq!(
+        other["identMap"],
+        "fediversity-windmill root wm\nfediversity-windmill wm wm\n"
+    );
+
+    // A DSN file of the operator's replaces it, and the node's PostgreSQL is left as nixpkgs has it.
+    let file = module(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrlFile = "/run/keys/windmill-database-url"; }; }; }"#,
+        DATABASE_ACCESS,
+    );
+    assert_eq!(file["assertions"], json!([]));
+    assert_eq!(file["url"], Value::Null);
+    assert_eq!(file["windmill"]["database_url_file"], "/run/keys/windmill-database-url");
+    assert!(file["windmill"].get("database_url").is_none());
+    assert_eq!(file["identMap"], Value::Null);
+    assert_eq!(file["authentication"], Value::Null);
+    // A name that would need quoting: the module cannot render the local DSN and says so; with
+    // a DSN file of the operator's the node evaluates.
+    let odd = r#"{ services.windmill.database = { name = "wind mill"; user = "wind mill"; }; }"#;
+    let out = nix_instantiate(&module_expr_on("s: s", "[ ]", odd, DATABASE_ACCESS));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("services.windmill.database.name \"wind mill\" needs quoting in a DSN and in pg_hba.conf; with such a name, give the bootstrap its DSN yourself (bootstrap.windmill.databaseUrlFile)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let odd_with_file = module_on(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrlFile = "/run/keys/dsn"; }; }; }"#,
+        odd,
+        DATABASE_ACCESS,
+    );
+    assert_eq!(odd_with_file["assertions"], json!([]));
+    assert_eq!(odd_with_file["identMap"], Value::Null);
+    // So does a DSN of the operator's own.
+    let own = module(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrl = "host=db.internal dbname=windmill user=bootstrap sslmode=disable"; }; }; }"#,
+        DATABASE_ACCESS,
+    );
+    assert_eq!(own["assertions"], json!([]));
+    assert_eq!(
+        own["windmill"]["database_url"],
+        "host=db.internal dbname=windmill user=bootstrap sslmode=disable"
+    );
+    assert_eq!(own["identMap"], Value::Null);
+
+    // A database the node does not create and no DSN: the evaluation says what to give.
+    let remote = module_on(
+        "s: s",
+        "{ services.windmill.database.createLocally = false; }",
+        DATABASE_ACCESS,
+    );
+    assert_eq!(remote["url"], Value::Null);
+    assert_eq!(remote["identMap"], Value::Null);
+    assert_eq!(
+        remote["assertions"],
+        json!([
+            "services.fediversity-windmill: bootstrap.windmill.databaseUrlFile is not set and the Windmill database is not nixpkgs' local one (services.windmill.database.createLocally), for which the module sets bootstrap.windmill.databaseUrl: the bootstrap needs Windmill's database to set the superadmin's password; give it the DSN in a file"
+        ])
+    );
+    // And a password in the rendered DSN fails it.
+    let leaked = module(
+        r#"s: s // { bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrl = "postgresql://windmill:s3cret@127.0.0.1/windmill"; }; }; }"#,
+        "h: map (a: a.message) h.config.assertions",
+    );
+    assert_eq!(
+        leaked,
+        json!([
+            "services.fediversity-windmill: bootstrap.windmill.databaseUrl holds a password, and would be in the world-readable Nix store: put that DSN in a file (bootstrap.windmill.databaseUrlFile); the bootstrap refuses it"
+        ])
+    );
+}
+
 /// The bootstrap configuration of the manual (docs/operators/bootstrap.md, "Configuration"):
 /// every field with its default. `null` marks a required field (or one with an environment
 /// fallback); the module has no default for it.
@@ -1357,6 +1681,8 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         ("/windmill/admin_email", json!("admin@windmill.dev")),
         ("/windmill/admin_password_file", Value::Null),
         ("/windmill/default_password", json!("changeme")),
+        // One of these two (the DSN itself when it holds no secret, or a file).
+        ("/windmill/database_url", Value::Null),
         ("/windmill/database_url_file", Value::Null),
         ("/windmill/database_role", json!("windmill_admin")),
         ("/workspace/id", json!("fediversity")),
@@ -1414,11 +1740,12 @@ fn the_bootstrap_configuration_has_every_field_of_the_spec_with_its_default() {
     let mut rendered = Vec::new();
     leaves(&config, "", &mut rendered);
     rendered.sort();
-    // Fields with an environment fallback are left out when not set.
+    // Fields with an environment fallback are left out when not set, and so is the DSN this
+    // node gives in a file.
     let mut expected: Vec<String> = spec_fields()
         .into_iter()
         .map(|(p, _)| p.to_owned())
-        .filter(|p| p != "/openbao/addr" && p != "/openbao/token_file")
+        .filter(|p| p != "/openbao/addr" && p != "/openbao/token_file" && p != "/windmill/database_url")
         .collect();
     expected.sort();
     assert_eq!(rendered, expected, "{config:#}");
@@ -1472,24 +1799,15 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
 
 #[test]
 fn a_missing_required_bootstrap_option_is_named() {
-    for (option, set) in [
-        (
-            "windmill.databaseUrlFile",
-            r#"databaseUrlFile = "/run/keys/windmill-dsn";"#,
-        ),
-        (
-            "openbao.path",
-            r#"// { path = "fediversity/secret/windmill/apiToken"; }"#,
-        ),
-    ] {
-        let broken = MINIMAL_BOOTSTRAP.replace(set, "");
-        assert_ne!(broken, MINIMAL_BOOTSTRAP);
-        let error = eval_error(&broken);
-        assert!(
-            error.contains(&format!("services.fediversity-windmill.bootstrap.{option} is required")),
-            "{option}: {error}"
-        );
-    }
+    // (The database's DSN is no longer one: the module has the local one to give, and an
+    // assertion names what is missing, see the_database_is_one_dsn_without_a_secret_or_one_file.)
+    let broken = MINIMAL_BOOTSTRAP.replace(r#"// { path = "fediversity/secret/windmill/apiToken"; }"#, "");
+    assert_ne!(broken, MINIMAL_BOOTSTRAP);
+    let error = eval_error(&broken);
+    assert!(
+        error.contains("services.fediversity-windmill.bootstrap.openbao.path is required"),
+        "{error}"
+    );
     // No admin password file: the one the node generates (FR-008).
     let generated =
         eval(&MINIMAL_BOOTSTRAP.replace(r#"adminPasswordFile = "/run/fediversity-windmill/admin-password";"#, ""));
@@ -1977,7 +2295,7 @@ pub(crate) const NODE: &str = r#"{
   deploymentAttributes = [ "demo" ];
   deploySecrets.TF_VAR_hcloud_token = "{{ with secret \"secret/data/hc\" }}{{ .Data.data.token }}{{ end }}";
   bootstrap = {
-    windmill = { adminPasswordFile = "/run/fediversity-windmill/admin-password"; databaseUrlFile = "/run/keys/windmill-database-url"; };
+    windmill.adminPasswordFile = "/run/fediversity-windmill/admin-password";
     openbao = { addr = "http://127.0.0.1:8200"; path = "fediversity/secret/windmill/apiToken"; };
   };
 }"#;
@@ -2333,7 +2651,7 @@ fn neither_a_repository_nor_options_fails_the_evaluation_naming_what_is_missing(
         vec![
             "services.fediversity-windmill: deployEnv.DEPLOYMENT_ROOT is required: the tree that holds the deployment programs (set deploymentRepository, or deployEnv.DEPLOYMENT_ROOT)",
             "services.fediversity-windmill: no deployment keys: set deploymentRepository (the module reads lib.deployEnvKeys, lib.standaloneEnvKeys, lib.deployEnvKeysByMethod, lib.nodeEnvKeys) or declare deployKeys",
-            "services.fediversity-windmill: no deployment attributes: set deploymentRepository (the module reads lib.deploymentAttributes, else the names of devShells.x86_64-linux) or deploymentAttributes",
+            "services.fediversity-windmill: no deployment attributes: set deploymentRepository (the module reads lib.deploymentAttributeNames, else the names of devShells.x86_64-linux) or deploymentAttributes",
         ]
     );
     // A repository that publishes none of it: named, with what it does have.
@@ -2342,7 +2660,7 @@ fn neither_a_repository_nor_options_fails_the_evaluation_naming_what_is_missing(
         assertions(empty),
         vec![
             "services.fediversity-windmill: deploymentRepository publishes no keys (it has nothing the module reads; the module reads lib.deployEnvKeys, lib.standaloneEnvKeys, lib.deployEnvKeysByMethod, lib.nodeEnvKeys) and deployKeys is empty: publish the keys in the repository or declare them in deployKeys",
-            "services.fediversity-windmill: deploymentRepository publishes no deployment attributes (it has nothing the module reads; the module reads lib.deploymentAttributes, else the names of devShells.x86_64-linux) and deploymentAttributes is empty: every job would be refused",
+            "services.fediversity-windmill: deploymentRepository publishes no deployment attributes (it has nothing the module reads; the module reads lib.deploymentAttributeNames, else the names of devShells.x86_64-linux) and deploymentAttributes is empty: every job would be refused",
         ]
     );
     // The controls: either source alone is enough.
@@ -3109,7 +3427,9 @@ fn a_backup_without_its_repository_password_or_local_database_fails_the_evaluati
             "services.fediversity-windmill: backup.passwordTemplate is required with backup.enable: the OpenBao agent template of the restic repository's password",
         ]
     );
-    let remote = format!("s: s // {{ backup = {BACKUP}; }}");
+    // A remote database: its DSN in a file (the module has none to give).
+    let dsn_file = r#"bootstrap = s.bootstrap // { windmill = s.bootstrap.windmill // { databaseUrlFile = "/run/keys/windmill-database-url"; }; };"#;
+    let remote = format!("s: s // {{ backup = {BACKUP}; {dsn_file} }}");
     let out = nix_instantiate(&module_expr_on(
         &remote,
         "[ ]",
@@ -3125,7 +3445,7 @@ fn a_backup_without_its_repository_password_or_local_database_fails_the_evaluati
     );
     // With its own dump command, a remote database is fine, and the command is run as given.
     let own = format!(
-        r#"s: s // {{ backup = {BACKUP} // {{ dumpCommand = [ "/run/current-system/sw/bin/pg_dump" "--dbname=windmill" ]; pruneOpts = [ ]; environmentTemplate = null; }}; }}"#
+        r#"s: s // {{ backup = {BACKUP} // {{ dumpCommand = [ "/run/current-system/sw/bin/pg_dump" "--dbname=windmill" ]; pruneOpts = [ ]; environmentTemplate = null; }}; {dsn_file} }}"#
     );
     let result = module_on(
         &own,
@@ -3264,6 +3584,12 @@ fn the_manuals_module_example_evaluates_and_passes_every_assertion() {
         result["bootstrap"]["openbao"]["path"],
         "fediversity/secret/windmill/apiToken"
     );
+    // No DSN to write: nixpkgs' local database over its socket.
+    assert_eq!(
+        result["bootstrap"]["windmill"]["database_url"],
+        "host=/run/postgresql port=5432 dbname=windmill user=windmill"
+    );
+    assert!(result["bootstrap"]["windmill"].get("database_url_file").is_none());
     assert_eq!(result["rules"][0]["domain"], json!(["jobs.example.org"]));
     assert!(
         result["backup"][0]
