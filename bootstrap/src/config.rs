@@ -251,7 +251,10 @@ mod tests {
         assert_eq!(c.token.label, "fediversity");
         assert_eq!(
             c.token.scopes,
-            ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:write"]
+            [
+                "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy",
+                "jobs:write"
+            ]
         );
         assert_eq!(
             (c.token.user_email.as_str(), c.token.username.as_str()),
@@ -290,7 +293,10 @@ mod tests {
             serde_json::json!({"openbao": {"addr": "http://x:1"}, "workspace": {"folder": "ops"}, "token": {"scopes": null}}),
         );
         let c = load_with(&path, &NoEnv).unwrap();
-        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/ops/deploy,f/ops/destroy", "jobs:write"]);
+        assert_eq!(
+            c.token.scopes,
+            ["jobs:run:scripts:f/ops/deploy,f/ops/destroy", "jobs:write"]
+        );
         let (_dir, path) = setup(
             serde_json::json!({"openbao": {"addr": "http://x:1"}, "token": {"scopes": [], "bind_to_workspace": false}}),
         );

@@ -56,7 +56,11 @@ pub async fn converge(
     }
     let mut outcome = Outcome::Unchanged;
     let mut changed: Vec<&str> = Vec::new();
-    let mut member = api.members(ws).await?.into_iter().find(|m| m.email.eq_ignore_ascii_case(email));
+    let mut member = api
+        .members(ws)
+        .await?
+        .into_iter()
+        .find(|m| m.email.eq_ignore_ascii_case(email));
     if member.is_none() {
         if check {
             return Ok((None, Outcome::Created, format!("operator {email} would be added")));
@@ -65,7 +69,11 @@ pub async fn converge(
         if api.add_operator(ws, email, None).await? == AddedUser::UsernameRequired {
             api.add_operator(ws, email, Some(&config.token.username)).await?;
         }
-        member = api.members(ws).await?.into_iter().find(|m| m.email.eq_ignore_ascii_case(email));
+        member = api
+            .members(ws)
+            .await?
+            .into_iter()
+            .find(|m| m.email.eq_ignore_ascii_case(email));
         outcome = Outcome::Created;
         changed.push("added");
     }
@@ -81,7 +89,9 @@ pub async fn converge(
         return Err(Error::Unexpected {
             service: "Windmill",
             call: "GET /api/w/{workspace}/users/list".into(),
-            detail: format!("the username of {email} is not a Windmill username (a letter, then letters, digits and _)"),
+            detail: format!(
+                "the username of {email} is not a Windmill username (a letter, then letters, digits and _)"
+            ),
         });
     }
     let operator = Operator {
@@ -90,7 +100,11 @@ pub async fn converge(
     };
     if !member.operator || member.is_admin || member.disabled {
         outcome = outcome.combine(Outcome::Updated);
-        changed.push(if check { "not an enabled operator" } else { "made an enabled operator" });
+        changed.push(if check {
+            "not an enabled operator"
+        } else {
+            "made an enabled operator"
+        });
         if !check {
             api.make_operator(ws, &operator.username).await?;
         }
@@ -104,7 +118,11 @@ pub async fn converge(
         }
         Some(folder) if folder.owners.contains(&owner) => {
             outcome = outcome.combine(Outcome::Updated);
-            changed.push(if check { "an owner of the folder" } else { "no owner of the folder any more" });
+            changed.push(if check {
+                "an owner of the folder"
+            } else {
+                "no owner of the folder any more"
+            });
             if !check {
                 // Out of the owners, left with read.
                 api.remove_folder_owner(ws, &config.workspace.folder, &owner).await?;
@@ -112,8 +130,22 @@ pub async fn converge(
         }
         Some(folder) if folder.extra_perms.get(&owner) != Some(&false) => {
             let (word, now) = match folder.extra_perms.get(&owner) {
-                None => (Outcome::Created, if check { "no read on the folder" } else { "given read on the folder" }),
-                Some(_) => (Outcome::Updated, if check { "write on the folder" } else { "write taken away" }),
+                None => (
+                    Outcome::Created,
+                    if check {
+                        "no read on the folder"
+                    } else {
+                        "given read on the folder"
+                    },
+                ),
+                Some(_) => (
+                    Outcome::Updated,
+                    if check {
+                        "write on the folder"
+                    } else {
+                        "write taken away"
+                    },
+                ),
             };
             outcome = outcome.combine(word);
             changed.push(now);

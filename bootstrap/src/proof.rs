@@ -13,7 +13,8 @@
 //!   folder's ACL, tokens), settings and another workspace. Each targets something that exists
 //!   (the probe scripts of step 5, a job of the superadmin's queued for the proof, its own job)
 //!   and sends a body that would be read, so that only a refusal keeps it from happening: 401 or
-//!   403 (or the 500 `Permission denied` of versions that mapped it so) is a refusal; a 404 with
+//!   403 (or the 500 `Permission denied` of versions that mapped it so, or the cancel route's 400
+//!   `You are not logged in` to a token its scopes do not let through) is a refusal; a 404 with
 //!   no body is a route this version does not have (nobody can use it); 2xx is a grant and fails
 //!   the step; any other answer (a 404 `not found`, a 400 or 422 about the body) is about
 //!   something else and fails the step too: it proves no refusal. A call that a configured
@@ -55,8 +56,10 @@ pub struct Targets<'a> {
 /// How a token's rights were shown.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Proof {
-    /// The scripts it ran, read and cancelled a job of.
+    /// The scripts it ran (and, as its scopes allow, read and cancelled) a job of.
     pub ran: Vec<String>,
+    /// What it did with them: `ran`, `ran and read`, `ran, read and cancelled`.
+    pub did: &'static str,
     /// Refused (401 or 403).
     pub refused: Vec<&'static str>,
     /// Routes this version does not have.
@@ -91,7 +94,7 @@ impl Proof {
     }
 
     pub fn describe(&self) -> String {
-        let mut text = format!("which ran, read and cancelled a job of {}", self.ran.join(" and "));
+        let mut text = format!("which {} a job of {}", self.did, self.ran.join(" and "));
         if self.unscoped {
             text.push_str(", unscoped, so no limit to prove");
             return text;
@@ -146,7 +149,13 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
         since: None,
     };
     let mut all = vec![
-        call("a preview", Method::POST, format!("{w}/jobs/run/preview{later}"), Some(preview.clone()), None),
+        call(
+            "a preview",
+            Method::POST,
+            format!("{w}/jobs/run/preview{later}"),
+            Some(preview.clone()),
+            None,
+        ),
         call(
             "a preview waiting for its result",
             Method::POST,
@@ -165,8 +174,10 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
             "a dynamic select",
             Method::POST,
             format!("{w}/jobs/run/dynamic_select{later}"),
-            Some(json!({"runnable_ref": {"source": "inline", "code": "def main():\n    return []\n", "lang": "python3"},
-                        "entrypoint_function": "main", "args": {}})),
+            Some(
+                json!({"runnable_ref": {"source": "inline", "code": "def main():\n    return []\n", "lang": "python3"},
+                        "entrypoint_function": "main", "args": {}}),
+            ),
             None,
         ),
         call(
@@ -197,8 +208,20 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
             Some(json!({"kind": "noop"})),
             None,
         ),
-        call("importing jobs", Method::POST, format!("{w}/jobs/queue/import"), Some(json!([])), None),
-        call("deleting jobs", Method::POST, format!("{w}/jobs/delete"), Some(json!([])), None),
+        call(
+            "importing jobs",
+            Method::POST,
+            format!("{w}/jobs/queue/import"),
+            Some(json!([])),
+            None,
+        ),
+        call(
+            "deleting jobs",
+            Method::POST,
+            format!("{w}/jobs/delete"),
+            Some(json!([])),
+            None,
+        ),
         call(
             "deleting its own job",
             Method::POST,
@@ -226,8 +249,20 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
                 None,
             )
         },
-        call("creating a script", Method::POST, format!("{w}/scripts/create"), Some(json!({})), Some("scripts")),
-        call("creating a flow", Method::POST, format!("{w}/flows/create"), Some(json!({})), Some("flows")),
+        call(
+            "creating a script",
+            Method::POST,
+            format!("{w}/scripts/create"),
+            Some(json!({})),
+            Some("scripts"),
+        ),
+        call(
+            "creating a flow",
+            Method::POST,
+            format!("{w}/flows/create"),
+            Some(json!({})),
+            Some("flows"),
+        ),
         call(
             "creating a variable",
             Method::POST,
@@ -242,7 +277,13 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
             Some(json!({})),
             Some("resources"),
         ),
-        call("creating a folder", Method::POST, format!("{w}/folders/create"), Some(json!({})), Some("folders")),
+        call(
+            "creating a folder",
+            Method::POST,
+            format!("{w}/folders/create"),
+            Some(json!({})),
+            Some("folders"),
+        ),
         call(
             "changing the folder's ACL",
             Method::POST,
@@ -257,11 +298,23 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
             None,
             Some("settings"),
         ),
-        call("minting a token", Method::POST, "/api/users/tokens/create".to_owned(), Some(json!({})), Some("users")),
+        call(
+            "minting a token",
+            Method::POST,
+            "/api/users/tokens/create".to_owned(),
+            Some(json!({})),
+            Some("users"),
+        ),
     ];
     // Every node has the `admins` workspace (Windmill's own); the front-end has no place there.
     if t.workspace != "admins" {
-        all.push(call("another workspace", Method::GET, "/api/w/admins/jobs/list".to_owned(), None, None));
+        all.push(call(
+            "another workspace",
+            Method::GET,
+            "/api/w/admins/jobs/list".to_owned(),
+            None,
+            None,
+        ));
     }
     all
 }
@@ -281,10 +334,26 @@ fn verdict(status: u16, body: &str) -> Verdict {
     match status {
         401 | 403 => Verdict::Refused,
         500 if body.starts_with("Permission denied") => Verdict::Refused,
+        // The cancel route takes a token its scopes do not let through as an anonymous caller,
+        // whom it refuses a job that is not an anonymous one's.
+        400 if body.contains("You are not logged in") => Verdict::Refused,
         404 if body.trim().is_empty() => Verdict::Absent,
         200..=299 => Verdict::Granted(status),
         other => Verdict::Other(other),
     }
+}
+
+/// Whether the version `GET /api/version` answered (`CE v1.587.0`) is at least `since`
+/// (`1.715`); `None` when it names no version (a build outside git answers `CE unknown-version`).
+fn at_least(version: &str, since: &str) -> Option<bool> {
+    let numbers = |text: &str| -> Option<Vec<u64>> {
+        let parts: Vec<u64> = text.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        (parts.len() >= 2).then_some(parts)
+    };
+    let found = version
+        .split_whitespace()
+        .find_map(|word| numbers(word.trim_start_matches('v')))?;
+    Some(found >= numbers(since)?)
 }
 
 /// A job id as Windmill answers one: a UUID.
@@ -296,7 +365,13 @@ fn job_id(body: &str) -> Option<String> {
 /// Step 7's proof, with the new token `front` carries and the superadmin's `admin` (for its own
 /// probe job, and to cancel whatever the proof queued): see the module comment. Any failure
 /// names the call, its answer and the server's `version` (the caller deletes the token).
-pub async fn prove(front: &Windmill, admin: &Windmill, spec: &TokenSpec, t: &Targets<'_>, version: &str) -> Result<Proof> {
+pub async fn prove(
+    front: &Windmill,
+    admin: &Windmill,
+    spec: &TokenSpec,
+    t: &Targets<'_>,
+    version: &str,
+) -> Result<Proof> {
     let mut queued: Vec<String> = Vec::new();
     let result = prove_queuing(front, admin, spec, t, version, &mut queued).await;
     // Whatever it came to: no job of the proof stays queued.
@@ -310,9 +385,9 @@ pub async fn prove(front: &Windmill, admin: &Windmill, spec: &TokenSpec, t: &Tar
                 answer.status.as_u16(),
                 answer.shown()
             ),
-            Err(error) => tracing::warn!(
-                "could not cancel job {id} of step 7's proof ({error}); it is scheduled a century ahead"
-            ),
+            Err(error) => {
+                tracing::warn!("could not cancel job {id} of step 7's proof ({error}); it is scheduled a century ahead")
+            }
         }
     }
     result
@@ -336,12 +411,39 @@ async fn prove_queuing(
         call,
         why,
     };
-    // What it must do: run, read, cancel, read cancelled.
+    // What it must do: run, read, cancel, read cancelled; an unscoped token the default scripts.
     let mut own_job = None;
-    for script in scope::run_scripts(&spec.scopes) {
+    let scripts = if spec.scopes.is_empty() {
+        scope::run_scripts(&scope::defaults(t.folder))
+    } else {
+        scope::run_scripts(&spec.scopes)
+    };
+    // Reading its jobs needs `jobs:read` (a run scope reads them only from 1.511 on), cancelling
+    // `jobs:write`: what the scopes do not give is not asked.
+    let jobs_scope = |actions: &[&str]| {
+        spec.scopes.is_empty()
+            || spec
+                .scopes
+                .iter()
+                .any(|s| s == "*" || actions.iter().any(|a| *s == format!("jobs:{a}")))
+    };
+    let (reads, cancels) = (
+        jobs_scope(&["read", "write", "delete"]),
+        jobs_scope(&["write", "delete"]),
+    );
+    proof.did = match (reads, cancels) {
+        (_, true) => "ran, read and cancelled",
+        (true, false) => "ran and read",
+        (false, false) => "ran",
+    };
+    for script in scripts {
         let what = format!("run a job of {script}");
         let (call, answer) = front
-            .answer_to(Method::POST, &format!("{w}/jobs/run/p/{script}{later}"), Some(&json!({})))
+            .answer_to(
+                Method::POST,
+                &format!("{w}/jobs/run/p/{script}{later}"),
+                Some(&json!({})),
+            )
             .await?;
         let id = match (answer.status.as_u16(), job_id(&answer.body)) {
             (200..=299, Some(id)) => id,
@@ -355,13 +457,26 @@ async fn prove_queuing(
             (status, _) => return Err(fail(what, call, format!("{status}: {}", answer.shown()))),
         };
         queued.push(id.clone());
+        own_job.get_or_insert(id.clone());
+        proof.ran.push(script.clone());
+        if !reads {
+            continue;
+        }
         let job = format!("{w}/jobs_u/get/{id}");
         let read = read_job(front, &job).await?;
         if !read.found || read.canceled {
-            return Err(fail(format!("read its job of {script}"), format!("GET {job}"), read.why));
+            return Err(fail(
+                format!("read its job of {script}"),
+                format!("GET {job}"),
+                read.why,
+            ));
+        }
+        if !cancels {
+            continue;
         }
         let cancel = format!("{w}/jobs_u/queue/cancel/{id}");
-        let reason = json!({"reason": "fediversity-windmill-bootstrap: step 7's proof, a job scheduled a century ahead"});
+        let reason =
+            json!({"reason": "fediversity-windmill-bootstrap: step 7's proof, a job scheduled a century ahead"});
         let (call, answer) = front.answer_to(Method::POST, &cancel, Some(&reason)).await?;
         if !answer.status.is_success() {
             let why = format!("{}: {}", answer.status.as_u16(), answer.shown());
@@ -375,8 +490,6 @@ async fn prove_queuing(
                 format!("the job is not cancelled: {}", read.why),
             ));
         }
-        own_job.get_or_insert(id);
-        proof.ran.push(script);
     }
     let Some(own_job) = own_job else {
         return Err(Error::Config(
@@ -420,10 +533,12 @@ async fn prove_queuing(
             Verdict::Refused => proof.refused.push(refusal.what),
             Verdict::Absent => proof.absent.push(refusal.what),
             Verdict::Granted(status) => {
-                if let Some(id) = job_id(&answer.body) {
+                if let Some(id) = job_id(&answer.body).filter(|id| !queued.contains(id)) {
                     queued.push(id);
                 }
-                match refusal.since {
+                // Granted by a version before the one that refuses it (or one that does not say
+                // which it is): a warning; by a version that should refuse it, a failure.
+                match refusal.since.filter(|since| at_least(version, since) != Some(true)) {
                     Some(since) => proof.gaps.push((refusal.what, since, call)),
                     None => {
                         return Err(Error::Granted {
@@ -496,12 +611,17 @@ pub enum Works {
     NotAuthenticated { call: String },
     /// A scoped token granted the read its scopes do not cover.
     Granted { call: String },
+    /// Bound to a workspace (`bound`) or not, unlike its spec: a bound token is refused every
+    /// global route as unauthenticated (401 `Unauthorized`), an unbound one by its scopes
+    /// (`Required scope`) or not at all. `tokens/list` says so only from about 1.693 on.
+    Bound { call: String, status: u16, bound: bool },
 }
 
 /// Asks Windmill, with the stored token `api` carries, the calls that show it works: for the
 /// UI's (unscoped, unbound) `GET /api/users/whoami` (200); for the front-end's, `GET …/jobs/list`
-/// (200: it reads the jobs it may see) and, when scoped, a read of a domain its scopes do not
-/// name (refused). Another answer is an error: it cannot be told.
+/// (200: it reads the jobs it may see), `GET /api/users/whoami` (bound as configured: see
+/// [`Works::Bound`]) and, when scoped, a read of a domain its scopes do not name (refused).
+/// Another answer is an error: it cannot be told.
 pub async fn works(api: &Windmill, spec: &TokenSpec, workspace: &str) -> Result<Works> {
     let unexpected = |call: String, answer: crate::http::Answer| Error::Status {
         service: "Windmill",
@@ -520,6 +640,14 @@ pub async fn works(api: &Windmill, spec: &TokenSpec, workspace: &str) -> Result<
         200 => {}
         401 => return Ok(Works::NotAuthenticated { call }),
         _ => return Err(unexpected(call, answer)),
+    }
+    if own != "/api/users/whoami" {
+        let (call, answer) = api.answer_to(Method::GET, "/api/users/whoami", None).await?;
+        let status = answer.status.as_u16();
+        let bound = status == 401 && !answer.body.contains("scope");
+        if bound != spec.workspace.is_some() {
+            return Ok(Works::Bound { call, status, bound });
+        }
     }
     let Some(read) = (!spec.scopes.is_empty()).then(|| scope::probe(&spec.scopes)).flatten() else {
         return Ok(Works::Yes);
@@ -540,16 +668,45 @@ mod tests {
 
     #[test]
     fn answers_are_classified_strictly() {
-        assert_eq!(verdict(401, "Not authorized: Access denied. Required scope: jobs:run"), Verdict::Refused);
-        assert_eq!(verdict(403, "Permission denied: Required scope: scripts:write"), Verdict::Refused);
+        assert_eq!(
+            verdict(401, "Not authorized: Access denied. Required scope: jobs:run"),
+            Verdict::Refused
+        );
+        assert_eq!(
+            verdict(403, "Permission denied: Required scope: scripts:write"),
+            Verdict::Refused
+        );
         assert_eq!(verdict(500, "Permission denied: no"), Verdict::Refused);
+        assert_eq!(
+            verdict(
+                400,
+                "Bad request: You are not logged in and this job was not created by an anonymous user like you so you cannot cancel it"
+            ),
+            Verdict::Refused
+        );
         assert_eq!(verdict(404, ""), Verdict::Absent);
-        assert_eq!(verdict(201, "0190aaaa-0000-4000-a000-000000000001"), Verdict::Granted(201));
+        assert_eq!(
+            verdict(201, "0190aaaa-0000-4000-a000-000000000001"),
+            Verdict::Granted(201)
+        );
         // About something else: a missing script, a malformed body, a server error.
-        assert_eq!(verdict(404, "Not found: script not found at name f/x/y"), Verdict::Other(404));
+        assert_eq!(
+            verdict(404, "Not found: script not found at name f/x/y"),
+            Verdict::Other(404)
+        );
         assert_eq!(verdict(422, "Failed to deserialize"), Verdict::Other(422));
         assert_eq!(verdict(400, "Bad request: x"), Verdict::Other(400));
         assert_eq!(verdict(500, "Internal: x"), Verdict::Other(500));
+    }
+
+    #[test]
+    fn versions_are_compared_by_their_numbers() {
+        assert_eq!(at_least("CE v1.587.0", "1.715"), Some(false));
+        assert_eq!(at_least("CE v1.788.0", "1.772"), Some(true));
+        assert_eq!(at_least("CE v1.715.0", "1.715"), Some(true));
+        assert_eq!(at_least("EE v1.1000.2", "1.772"), Some(true));
+        assert_eq!(at_least("CE unknown-version", "1.772"), None);
+        assert_eq!(at_least("", "1.772"), None);
     }
 
     #[test]
@@ -576,7 +733,8 @@ mod tests {
             // Whatever would queue a job is scheduled a century ahead.
             if r.path.contains("/jobs/run") {
                 assert!(
-                    r.path.ends_with(&format!("?scheduled_in_secs={FAR_AHEAD_SECS}")) || r.path.contains("dependencies"),
+                    r.path.ends_with(&format!("?scheduled_in_secs={FAR_AHEAD_SECS}"))
+                        || r.path.contains("dependencies"),
                     "{}",
                     r.path
                 );
@@ -587,7 +745,10 @@ mod tests {
         assert!(paths.contains(&"/api/w/w/jobs_u/get/theirs"));
         assert!(paths.contains(&"/api/w/w/jobs/completed/delete/own"));
         // In the admins workspace there is no other to try.
-        let admins = Targets { workspace: "admins", ..t };
+        let admins = Targets {
+            workspace: "admins",
+            ..t
+        };
         assert_eq!(refusals(&admins, "own", "theirs").len(), 21);
     }
 }

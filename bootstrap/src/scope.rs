@@ -114,12 +114,9 @@ pub fn run_scripts(scopes: &[String]) -> Vec<String> {
 
 /// Whether a scope of `scopes` may write in `domain` (`write` or its other name `delete`, or `*`).
 pub fn writes(scopes: &[String], domain: &str) -> bool {
-    scopes.iter().any(|s| {
-        s == "*"
-            || parse(s)
-                .ok()
-                .is_some_and(|p| p.domain == domain && p.action == "write")
-    })
+    scopes
+        .iter()
+        .any(|s| s == "*" || parse(s).ok().is_some_and(|p| p.domain == domain && p.action == "write"))
 }
 
 /// A scope taken apart, with `delete` read as `write`.
@@ -337,9 +334,14 @@ mod tests {
     #[test]
     fn run_scripts_lists_the_paths_of_run_scopes_once_and_writes_finds_write_scopes() {
         assert_eq!(run_scripts(&defaults("ops")), ["f/ops/deploy", "f/ops/destroy"]);
-        let scopes: Vec<String> = ["jobs:run:scripts:f/a/b", "jobs:run:flows:f/a/c", "jobs:run:scripts:f/a/b,f/a/d", "variables:delete"]
-            .map(String::from)
-            .to_vec();
+        let scopes: Vec<String> = [
+            "jobs:run:scripts:f/a/b",
+            "jobs:run:flows:f/a/c",
+            "jobs:run:scripts:f/a/b,f/a/d",
+            "variables:delete",
+        ]
+        .map(String::from)
+        .to_vec();
         assert_eq!(run_scripts(&scopes), ["f/a/b", "f/a/d"]);
         assert!(writes(&scopes, "variables") && !writes(&scopes, "scripts") && !writes(&defaults("x"), "folders"));
         assert!(writes(&defaults("x"), "jobs"));

@@ -420,7 +420,10 @@ pub async fn await_locks(
     loop {
         let waiting: Vec<&String> = paths.iter().filter(|p| !done.contains_key(*p)).collect();
         for path in waiting {
-            let head = client.get_script(workspace, path).await.map_err(|e| with_path(path, e))?;
+            let head = client
+                .get_script(workspace, path)
+                .await
+                .map_err(|e| with_path(path, e))?;
             match head {
                 Some(head) if head.lock_error_logs.as_deref().is_some_and(|l| !l.is_empty()) => {
                     done.insert(path.clone(), Lock::Failed);

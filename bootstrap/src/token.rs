@@ -90,7 +90,10 @@ impl Minted {
     /// The same token, marked as one only it can delete (`tokens/delete` takes the caller's own
     /// tokens only).
     pub fn owned_by_itself(self) -> Minted {
-        Minted { by_itself: true, ..self }
+        Minted {
+            by_itself: true,
+            ..self
+        }
     }
 }
 

@@ -271,11 +271,12 @@ impl Windmill {
                 }
                 let mut fields = row.rest;
                 fields.insert("token_prefix".to_owned(), Value::String(prefix));
-                let token: TokenInfo = serde_json::from_value(Value::Object(fields)).map_err(|e| Error::Unexpected {
-                    service: SERVICE,
-                    call: call.into(),
-                    detail: format!("a row is not the JSON the API documents: {e}"),
-                })?;
+                let token: TokenInfo =
+                    serde_json::from_value(Value::Object(fields)).map_err(|e| Error::Unexpected {
+                        service: SERVICE,
+                        call: call.into(),
+                        detail: format!("a row is not the JSON the API documents: {e}"),
+                    })?;
                 all.push(token);
                 new += 1;
             }

@@ -27,18 +27,20 @@ pub(super) struct Listed {
     pub operator: Option<(Operator, Vec<TokenInfo>)>,
 }
 
-/// A stored token against the live ones and, when live, against Windmill itself: what differs,
-/// or `None` when it is as configured and authenticates.
+/// A stored token against the live ones of its owner (`of`: who, for the line) and, when live,
+/// against Windmill itself: what differs, or `None` when it is as configured and works.
 async fn judge(
     session: &Windmill,
     config: &Config,
     listed: &[TokenInfo],
     stored: &Secret,
     spec: &TokenSpec,
+    of: &str,
 ) -> Result<Option<String>> {
+    let label = &spec.label;
     match token::compare(listed, stored, spec) {
-        Compared::NotLive => return Ok(Some(format!("no live token labeled {}", spec.label))),
-        Compared::Differs(what) => return Ok(Some(format!("the token labeled {}, minted with {what}", spec.label))),
+        Compared::NotLive => return Ok(Some(format!("no live token labeled {label}{of}"))),
+        Compared::Differs(what) => return Ok(Some(format!("the token labeled {label}{of}, minted with {what}"))),
         Compared::Same => {}
     }
     // Listed is not enough: a token can be listed and refused (expired, its owner's rights gone).
@@ -46,13 +48,24 @@ async fn judge(
         match proof::works(&session.with_token(stored), spec, &config.workspace.id).await? {
             Works::Yes => None,
             Works::NotAuthenticated { call } => Some(format!(
-                "the token labeled {}, which no longer authenticates ({call} answered 401)",
-                spec.label
+                "the token labeled {label}{of}, which no longer authenticates ({call} answered 401)"
             )),
             Works::Granted { call } => Some(format!(
-                "the token labeled {}, which Windmill granted {call}, a read its scopes do not cover",
-                spec.label
+                "the token labeled {label}{of}, which Windmill granted {call}, a read its scopes do not cover"
             )),
+            Works::Bound { call, status, bound } => {
+                let (is, configured) = if bound {
+                    ("bound to a workspace".to_owned(), "none is".to_owned())
+                } else {
+                    (
+                        "bound to no workspace".to_owned(),
+                        format!("workspace {} is", config.workspace.id),
+                    )
+                };
+                Some(format!(
+                    "the token labeled {label}{of}, which is {is} ({call} answered {status}) where {configured} configured"
+                ))
+            }
         },
     )
 }
@@ -80,7 +93,11 @@ pub(super) async fn openbao(
         None => Listed { admin, operator: None },
     };
     let Some(stored) = stored else {
-        return Ok(noted(format!("{place} holds no token"), Outcome::Created, (None, listed)));
+        return Ok(noted(
+            format!("{place} holds no token"),
+            Outcome::Created,
+            (None, listed),
+        ));
     };
     let Some((operator, theirs)) = &listed.operator else {
         let what = format!(
@@ -89,7 +106,7 @@ pub(super) async fn openbao(
         );
         return Ok(noted(what, Outcome::Updated, (Some(stored), listed)));
     };
-    let of = format!("of the operator {}", operator.username);
+    let of = format!(" of the operator {}", operator.username);
     let (what, outcome) = if token::compare(&listed.admin, &stored, &spec) != Compared::NotLive {
         (
             format!(
@@ -99,12 +116,12 @@ pub(super) async fn openbao(
             Outcome::Updated,
         )
     } else {
-        match judge(session, config, theirs, &stored, &spec).await? {
+        match judge(session, config, theirs, &stored, &spec, &of).await? {
             None => (
-                format!("{place} holds a live token {} {of} that works", spec.describe()),
+                format!("{place} holds a live token {}{of} that works", spec.describe()),
                 Outcome::Unchanged,
             ),
-            Some(what) => (format!("{place} holds {what} {of}"), Outcome::Updated),
+            Some(what) => (format!("{place} holds {what}"), Outcome::Updated),
         }
     };
     Ok(noted(what, outcome, (Some(stored), listed)))
@@ -143,7 +160,7 @@ pub(super) async fn include(
         None => differs.push("holds no token line".to_owned()),
         Some(stored) => {
             secrets.push(stored.clone());
-            if let Some(what) = judge(session, config, listed, stored, &spec).await? {
+            if let Some(what) = judge(session, config, listed, stored, &spec, "").await? {
                 differs.push(format!("holds {what}"));
             }
         }
@@ -170,13 +187,24 @@ pub(super) async fn include(
 /// but for older ones of its label) and, with `token.revoke_previous`, the superadmin's tokens
 /// of either label besides the include's, and every token of a label the state file lists that
 /// is no longer configured, are what a run would delete.
-pub(super) fn revoke(config: &Config, listed: &Listed, state: &State, stored: [Option<Secret>; 2]) -> Result<Noted<()>> {
+pub(super) fn revoke(
+    config: &Config,
+    listed: &Listed,
+    state: &State,
+    stored: [Option<Secret>; 2],
+) -> Result<Noted<()>> {
     let theirs = listed.operator.as_ref().map(|(operator, tokens)| {
         let kept = stored[0].as_ref().map(Secret::prefix);
-        let n = operator::doomed(tokens, kept.as_ref(), &config.token.label, !config.token.revoke_previous).len();
+        let n = operator::doomed(
+            tokens,
+            kept.as_ref(),
+            &config.token.label,
+            !config.token.revoke_previous,
+        )
+        .len();
         (format!("{n} of the operator {}", operator.username), n)
     });
-    let (of_operator, n_operator) = theirs.unwrap_or_else(|| ("no operator".to_owned(), 0));
+    let (of_operator, n_operator) = theirs.unwrap_or_else(|| ("no operator yet".to_owned(), 0));
     let admin = admin_tokens(config, &listed.admin, state, [None, stored[1].clone()])?;
     let any = n_operator > 0 || admin.outcome != Outcome::Unchanged;
     let what = if config.token.revoke_previous {
@@ -188,7 +216,12 @@ pub(super) fn revoke(config: &Config, listed: &Listed, state: &State, stored: [O
 }
 
 /// The superadmin's side of step 9's comparison.
-fn admin_tokens(config: &Config, listed: &[TokenInfo], state: &State, stored: [Option<Secret>; 2]) -> Result<Noted<()>> {
+fn admin_tokens(
+    config: &Config,
+    listed: &[TokenInfo],
+    state: &State,
+    stored: [Option<Secret>; 2],
+) -> Result<Noted<()>> {
     let specs = TokenSpec::both(config);
     let current: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
     let former: Vec<&str> = state

@@ -84,7 +84,8 @@ pub(super) async fn scripts(
         return Err(Error::Unexpected {
             service: "Windmill",
             call: "GET /api/users/whoami".into(),
-            detail: "the superadmin's username is not a Windmill username (a letter, then letters, digits and _)".into(),
+            detail: "the superadmin's username is not a Windmill username (a letter, then letters, digits and _)"
+                .into(),
         });
     }
     let probes = scripts::probes(&config.workspace.folder, &admin);

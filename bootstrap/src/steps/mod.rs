@@ -79,7 +79,10 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
                 )
                 .await?;
             let ui = notes
-                .step(Step::UiAuth, check_tokens::include(&session, config, &listed.admin, secrets))
+                .step(
+                    Step::UiAuth,
+                    check_tokens::include(&session, config, &listed.admin, secrets),
+                )
                 .await?;
             notes
                 .step(Step::Revoke, async {
@@ -113,7 +116,16 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
         notes
             .step(
                 Step::OpenBao,
-                tokens::openbao(&api, &bao, config, &version, &operator, &scripts.probes, &mut front, secrets),
+                tokens::openbao(
+                    &api,
+                    &bao,
+                    config,
+                    &version,
+                    &operator,
+                    &scripts.probes,
+                    &mut front,
+                    secrets,
+                ),
             )
             .await?;
         notes

@@ -160,7 +160,11 @@ pub(super) async fn revoke(
             "token.revoke_previous is false; older tokens labeled {} kept, other tokens deleted: {of_operator}",
             all.join(" and ")
         );
-        let outcome = if theirs > 0 { Outcome::Updated } else { Outcome::Unchanged };
+        let outcome = if theirs > 0 {
+            Outcome::Updated
+        } else {
+            Outcome::Unchanged
+        };
         return Ok(noted(what, outcome, ()));
     }
     let deleted = token::revoke(api, minted, &former, secrets).await?;

@@ -55,13 +55,7 @@ impl Windmill {
     pub async fn members(&self, workspace: &str) -> Result<Vec<Member>> {
         let call = "GET /api/w/{workspace}/users/list";
         let answer = self
-            .request(
-                Method::GET,
-                &format!("/api/w/{workspace}/users/list"),
-                call,
-                None,
-                None,
-            )
+            .request(Method::GET, &format!("/api/w/{workspace}/users/list"), call, None, None)
             .await?;
         expect_json(call, answer)
     }

@@ -20,4 +20,3 @@ mod scripts;
 mod secrets_never_logged;
 mod support;
 mod tokens;
-mod scratch;

@@ -16,10 +16,10 @@ use hyper::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{TokenRow, UserRow};
 use super::reply::{Call, Reply, absent, json_reply, random_token, text};
 use super::scopes;
 use super::server::Shared;
+use super::{TokenRow, UserRow};
 
 /// The page size of `tokens/list` when none is asked for, and the most a page holds (server
 /// code: `paginate`, `DEFAULT_PER_PAGE` and `MAX_PER_PAGE` of `windmill-common/src/utils.rs`,
@@ -315,6 +315,7 @@ fn impersonate(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         expiration: new.expiration,
     });
     state.ever_minted.push(token.clone());
+    state.impersonations.push(token.clone());
     Ok(text(201, token))
 }
 
@@ -339,8 +340,10 @@ fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         // A full page of tokens never seen, whatever page is asked for.
         let label = "x".repeat(label_len);
         let list: Vec<Value> = (0..per_page)
-            .map(|_| json!({"label": label, "token_prefix": random_token()[..10], "expiration": null, "created_at": NOW,
-                            "last_used_at": NOW, "scopes": null}))
+            .map(|_| {
+                json!({"label": label, "token_prefix": random_token()[..10], "expiration": null, "created_at": NOW,
+                            "last_used_at": NOW, "scopes": null})
+            })
             .collect();
         return Ok(json_reply(&Value::Array(list)));
     }

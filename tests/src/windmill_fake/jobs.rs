@@ -42,7 +42,13 @@ const OPERATORS_PREVIEW: &str = "Not authorized: Operators cannot run preview jo
 
 /// `/api/w/{workspace}/jobs/…`, `jobs_u/…`, `flows/…`, `variables/…`, `resources/…`, past the
 /// route check.
-pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     let profile = shared.state().profile;
     match (call.method, rest) {
         ("POST", ["jobs", "run", "p", path @ ..]) => run_script(shared, call, caller, workspace, &path.join("/")),
@@ -58,7 +64,9 @@ pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
         }
         ("POST", ["jobs", "run", "dependencies"]) => dependencies(shared, call, caller),
         ("POST", ["jobs", "add_batch_jobs", n]) => add_batch(shared, call, caller, workspace, n),
-        ("POST", ["jobs", "queue", "import"]) if profile.has_job_import_and_delete() => import(shared, call, caller, workspace),
+        ("POST", ["jobs", "queue", "import"]) if profile.has_job_import_and_delete() => {
+            import(shared, call, caller, workspace)
+        }
         ("POST", ["jobs", "delete"]) if profile.has_job_import_and_delete() => {
             let _: Vec<String> = call.json()?;
             require_admin(caller)?;
@@ -67,7 +75,11 @@ pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
         ("POST", ["jobs", "completed", "delete", id]) => {
             require_admin(caller)?;
             let mut state = shared.state();
-            match state.jobs.iter_mut().find(|j| j.workspace == workspace && j.id == *id && j.completed) {
+            match state
+                .jobs
+                .iter_mut()
+                .find(|j| j.workspace == workspace && j.id == *id && j.completed)
+            {
                 Some(job) => {
                     job.args = json!(null);
                     Ok(json_reply(&job_json(job)))
@@ -92,13 +104,19 @@ pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
                 return Err(text(404, format!("Not found: Job {id} not found")));
             };
             if state.profile.checks_job_reads() && !may_see(&state, caller, workspace, job) {
-                return Err(text(403, format!("Permission denied: You do not have access to job {id}")));
+                return Err(text(
+                    403,
+                    format!("Permission denied: You do not have access to job {id}"),
+                ));
             }
             Ok(json_reply(&job_json(job)))
         }
         ("POST", ["flows", "create"]) => {
             if caller.operator {
-                return Err(text(401, "Not authorized: Operators cannot create flows for security reasons"));
+                return Err(text(
+                    401,
+                    "Not authorized: Operators cannot create flows for security reasons",
+                ));
             }
             let _: FlowBody = call.json()?;
             Ok(text(201, "created"))
@@ -106,7 +124,10 @@ pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
         ("POST", ["variables" | "resources", "create"]) => {
             if !caller.is_admin {
                 // server code: the insert under row-level security; the text is the fake's.
-                return Err(text(401, "Not authorized: You do not have write permission on this path"));
+                return Err(text(
+                    401,
+                    "Not authorized: You do not have write permission on this path",
+                ));
             }
             let _: PathBody = call.json()?;
             Ok(text(201, "created"))
@@ -155,7 +176,9 @@ pub(super) fn may_read(state: &State, caller: &Caller, workspace: &str, path: &s
         ["f", folder, _] => state
             .folders
             .get(&(workspace.to_owned(), (*folder).to_owned()))
-            .is_some_and(|f| f.owners.contains(&me) || f.extra_perms.contains_key(&me) || f.extra_perms.contains_key("g/all")),
+            .is_some_and(|f| {
+                f.owners.contains(&me) || f.extra_perms.contains_key(&me) || f.extra_perms.contains_key("g/all")
+            }),
         _ => false,
     }
 }
@@ -178,8 +201,12 @@ pub(super) fn job_id() -> String {
 fn scheduled(call: &Call) -> Result<Option<i64>, Reply> {
     call.param("scheduled_in_secs")
         .map(|s| {
-            s.parse::<i64>()
-                .map_err(|e| text(400, format!("Failed to deserialize query string: scheduled_in_secs: {e}")))
+            s.parse::<i64>().map_err(|e| {
+                text(
+                    400,
+                    format!("Failed to deserialize query string: scheduled_in_secs: {e}"),
+                )
+            })
         })
         .transpose()
 }
@@ -256,7 +283,16 @@ fn run_script(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, pa
             format!("Not authorized: You are not authorized to access this script: {path} (but it exists)"),
         ));
     }
-    let job = job_of(shared, caller, workspace, "script", Some(path.to_owned()), None, args, when);
+    let job = job_of(
+        shared,
+        caller,
+        workspace,
+        "script",
+        Some(path.to_owned()),
+        None,
+        args,
+        when,
+    );
     queue(shared, job)
 }
 
@@ -298,7 +334,16 @@ fn run_preview(shared: &Shared, call: &Call, caller: &Caller, workspace: &str) -
     }
     let args = preview.get("args").cloned().unwrap_or_else(|| json!({}));
     let when = scheduled(call)?;
-    let job = job_of(shared, caller, workspace, "preview", None, Some(content.to_owned()), args, when);
+    let job = job_of(
+        shared,
+        caller,
+        workspace,
+        "preview",
+        None,
+        Some(content.to_owned()),
+        args,
+        when,
+    );
     let id = job.id.clone();
     Ok((queue(shared, job)?, id))
 }
@@ -315,7 +360,16 @@ fn run_preview_flow(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
         return Err(text(401, OPERATORS_PREVIEW));
     }
     let when = scheduled(call)?;
-    let job = job_of(shared, caller, workspace, "flowpreview", None, Some(flow.to_string()), json!({}), when);
+    let job = job_of(
+        shared,
+        caller,
+        workspace,
+        "flowpreview",
+        None,
+        Some(flow.to_string()),
+        json!({}),
+        when,
+    );
     queue(shared, job)
 }
 
@@ -330,16 +384,32 @@ fn dynamic_select(shared: &Shared, call: &Call, caller: &Caller, workspace: &str
     ) {
         (Some("inline"), Some(_)) => {
             let Some(code) = reference.get("code").and_then(Value::as_str) else {
-                return Err(text(422, "Failed to deserialize the JSON body into the target type: missing field `code`"));
+                return Err(text(
+                    422,
+                    "Failed to deserialize the JSON body into the target type: missing field `code`",
+                ));
             };
             if caller.operator {
                 return Err(text(401, OPERATORS_PREVIEW));
             }
-            let job = job_of(shared, caller, workspace, "preview", None, Some(code.to_owned()), json!({}), None);
+            let job = job_of(
+                shared,
+                caller,
+                workspace,
+                "preview",
+                None,
+                Some(code.to_owned()),
+                json!({}),
+                None,
+            );
             queue(shared, job)
         }
         (Some("deployed"), Some(_)) => {
-            let path = reference.get("path").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let path = reference
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
             run_script(shared, call, caller, workspace, &path)
         }
         _ => Err(text(
@@ -407,7 +477,18 @@ fn add_batch(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, n: 
         other => return Err(text(400, format!("Bad request: Invalid batch kind: {other}"))),
     };
     let jobs: Vec<JobRow> = (0..n)
-        .map(|_| job_of(shared, caller, workspace, kind, path.clone(), code.clone(), json!({}), None))
+        .map(|_| {
+            job_of(
+                shared,
+                caller,
+                workspace,
+                kind,
+                path.clone(),
+                code.clone(),
+                json!({}),
+                None,
+            )
+        })
         .collect();
     let ids: Vec<Value> = jobs.iter().map(|j| json!(j.id)).collect();
     shared.state().jobs.extend(jobs);
@@ -473,7 +554,10 @@ pub(super) fn cancel(
         ));
     };
     if state.profile.checks_job_cancels() && !may_see(&state, &caller, workspace, &state.jobs[at]) {
-        return Err(text(403, format!("Permission denied: You do not have access to job {id}")));
+        return Err(text(
+            403,
+            format!("Permission denied: You do not have access to job {id}"),
+        ));
     }
     let by = caller.username.clone();
     let job = &mut state.jobs[at];

@@ -17,7 +17,13 @@ use super::server::Shared;
 use super::state::State;
 
 /// `/api/w/{workspace}/users/…`, past the route check.
-pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     match (call.method, rest) {
         ("GET", ["users", "list"]) => {
             let state = shared.state();
@@ -124,7 +130,8 @@ pub(super) fn add_user(shared: &Shared, call: &Call, caller: &Caller, workspace:
 
 /// Windmill's `VALID_USERNAME`: a letter, then letters, digits and underscores.
 fn valid_username(name: &str) -> bool {
-    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `get_instance_username_or_create_pending`: the email's username if it has one, else one
@@ -140,7 +147,11 @@ fn instance_username(state: &mut State, email: &str) -> String {
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
         .collect();
-    let base = if valid_username(&base) { base } else { format!("u{base}") };
+    let base = if valid_username(&base) {
+        base
+    } else {
+        format!("u{base}")
+    };
     let taken = |name: &str| name == "admin" || state.usernames.values().any(|u| u == name);
     let mut name = base.clone();
     let mut n = 1;

@@ -420,6 +420,11 @@ impl WindmillFake {
         self.state().ever_minted.clone()
     }
 
+    /// The tokens `tokens/impersonate` handed out, revoked or not.
+    pub fn impersonations(&self) -> Vec<String> {
+        self.state().impersonations.clone()
+    }
+
     pub fn workspaces(&self) -> Vec<String> {
         self.state().workspaces.keys().cloned().collect()
     }

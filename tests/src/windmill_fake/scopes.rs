@@ -405,7 +405,10 @@ mod tests {
         // Before 1.6xx a preview is a run of scripts at the route (the handler refuses operators).
         let old = |m, p| needed(m, p, Profile::V1_587).unwrap().to_string();
         assert_eq!(old("POST", "/api/w/ws/jobs/run/preview"), "jobs:run:scripts");
-        assert_eq!(old("POST", "/api/w/ws/jobs/run_wait_result/preview"), "jobs:run:scripts");
+        assert_eq!(
+            old("POST", "/api/w/ws/jobs/run_wait_result/preview"),
+            "jobs:run:scripts"
+        );
         assert_eq!(old("POST", "/api/w/ws/jobs/run/preview_flow"), "jobs:run:flows");
         assert_eq!(old("POST", "/api/w/ws/jobs/run/dependencies"), "jobs:run");
         assert_eq!(old("POST", "/api/w/ws/jobs/run/dynamic_select"), "jobs:write");

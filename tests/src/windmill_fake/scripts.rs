@@ -24,7 +24,13 @@ use super::state::State;
 pub(super) const MIGRATING: &str = "SqlErr: error returned from database: null value in column \"__job_kind\" of relation \"v2_job_queue\" violates not-null constraint @jobs.rs:4208:10";
 
 /// `/api/w/{workspace}/scripts/…`.
-pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     match (call.method, rest) {
         ("GET", ["scripts", "get", "p", path @ ..]) => {
             let path = path.join("/");
@@ -42,7 +48,10 @@ pub(super) fn route(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
         }
         ("POST", ["scripts", "create"]) => {
             if !caller.is_admin {
-                return Err(text(401, "Not authorized: Operators cannot create scripts for security reasons"));
+                return Err(text(
+                    401,
+                    "Not authorized: Operators cannot create scripts for security reasons",
+                ));
             }
             let exists = shared.state().workspaces.contains_key(workspace);
             create_script(shared, call, workspace, exists)
@@ -173,7 +182,10 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         ));
     }
     let mut state = shared.state();
-    if new.language == "python3" && raw.get("lock").and_then(Value::as_str).is_none_or(str::is_empty) && state.migrating() {
+    if new.language == "python3"
+        && raw.get("lock").and_then(Value::as_str).is_none_or(str::is_empty)
+        && state.migrating()
+    {
         return Err(text(400, MIGRATING));
     }
     // The "concurrent writer": its version lands between the bootstrap's read and write.

@@ -23,6 +23,8 @@ pub(super) struct State {
     pub next_tokens: Vec<String>,
     /// Every token ever handed out, revoked or not (for secret scans).
     pub ever_minted: Vec<String>,
+    /// The tokens `tokens/impersonate` handed out.
+    pub impersonations: Vec<String>,
     pub workspaces: BTreeMap<String, String>,
     /// Workspaces archived (`deleted = true`): they still exist.
     pub archived_workspaces: BTreeSet<String>,
@@ -74,6 +76,7 @@ impl State {
             auth_cache_ttl: AUTH_CACHE_TTL,
             next_tokens: Vec::new(),
             ever_minted: Vec::new(),
+            impersonations: Vec::new(),
             workspaces,
             archived_workspaces: BTreeSet::new(),
             folders: BTreeMap::new(),
@@ -104,7 +107,8 @@ impl State {
             if row.lock.is_none() && row.lock_error_logs.is_none() && row.created_at.elapsed() >= delay {
                 if let Some(at) = self.failing_locks.iter().position(|p| *p == row.path) {
                     self.failing_locks.remove(at);
-                    row.lock_error_logs = Some("error: the dependency job failed (the fake's worker was told to)".to_owned());
+                    row.lock_error_logs =
+                        Some("error: the dependency job failed (the fake's worker was told to)".to_owned());
                 } else {
                     row.lock = Some("# py: 3.12\n".to_owned());
                 }

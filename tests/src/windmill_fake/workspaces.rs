@@ -11,9 +11,9 @@
 use serde::Deserialize;
 use serde_json::json;
 
+use super::FolderRow;
 use super::auth::{Caller, authed, require_super_admin};
 use super::members;
-use super::FolderRow;
 use super::reply::{Call, Reply, absent, json_reply, text};
 use super::server::Shared;
 
@@ -90,7 +90,13 @@ fn is_owner(caller: &Caller, folder: &FolderRow) -> bool {
 }
 
 /// `/api/w/{workspace}/acls/…`: `add/folder/<name> {"owner","write"}`.
-pub(super) fn acl_route(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn acl_route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     #[derive(Deserialize)]
     struct Acl {
         owner: String,
@@ -105,10 +111,16 @@ pub(super) fn acl_route(shared: &Shared, call: &Call, caller: &Caller, workspace
         return Err(text(404, format!("Not found: folder not found at name {name}")));
     };
     if !is_owner(caller, folder) {
-        return Err(text(401, format!("Not authorized: You are not owner of the folder {name}")));
+        return Err(text(
+            401,
+            format!("Not authorized: You are not owner of the folder {name}"),
+        ));
     }
     if folder.owners.contains(&acl.owner) && acl.write != Some(true) {
-        return Err(text(400, "Bad request: Cannot remove write permission for folder owner"));
+        return Err(text(
+            400,
+            "Bad request: Cannot remove write permission for folder owner",
+        ));
     }
     folder.extra_perms.insert(acl.owner, acl.write.unwrap_or(false));
     Ok(text(200, "Successfully modified granular acl"))
@@ -127,7 +139,10 @@ fn remove_owner(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, 
         return Err(text(404, format!("Not found: Folder not found: {name}")));
     };
     if !is_owner(caller, folder) {
-        return Err(text(401, format!("Not authorized: You are not owner of the folder {name}")));
+        return Err(text(
+            401,
+            format!("Not authorized: You are not owner of the folder {name}"),
+        ));
     }
     folder.owners.retain(|o| *o != owner.owner);
     if let Some(write) = owner.write {
