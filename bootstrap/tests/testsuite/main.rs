@@ -20,3 +20,4 @@ mod scripts;
 mod secrets_never_logged;
 mod support;
 mod tokens;
+mod versions;
