@@ -43,15 +43,13 @@ fn an_operator_whose_role_or_access_changed_is_put_back_and_check_reports_it() {
     let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     // An admin made it a workspace admin, gave it write on the folder.
-    node.windmill
-        .update_user("fediversity", support::OPERATOR_EMAIL, |u| {
-            u.is_admin = true;
-            u.operator = false;
-        });
-    node.windmill
-        .update_folder("fediversity", "fediversity", |f| {
-            f.extra_perms.insert("u/frontend".into(), true);
-        });
+    node.windmill.update_user("fediversity", support::OPERATOR_EMAIL, |u| {
+        u.is_admin = true;
+        u.operator = false;
+    });
+    node.windmill.update_folder("fediversity", "fediversity", |f| {
+        f.extra_perms.insert("u/frontend".into(), true);
+    });
     let check = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(check.code, 1, "{check:?}");
     assert_line(
@@ -143,9 +141,10 @@ fn an_instance_that_does_not_derive_usernames_gets_the_configured_one() {
     );
 }
 
-crate::on_every_profile!(a_new_version_runs_only_once_locked_and_the_run_waits_for_it, |profile| {
-    super::a_new_version_runs_only_once_locked_and_the_run_waits_for_it(profile)
-});
+crate::on_every_profile!(
+    a_new_version_runs_only_once_locked_and_the_run_waits_for_it,
+    |profile| { super::a_new_version_runs_only_once_locked_and_the_run_waits_for_it(profile) }
+);
 
 fn a_new_version_runs_only_once_locked_and_the_run_waits_for_it(profile: Profile) {
     // A worker that takes a second to lock each new version: the run waits, then proves.
@@ -219,7 +218,8 @@ fn a_dependency_job_that_fails_fails_the_run_at_its_end_and_the_next_run_uploads
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(
-        run.step_line(5).contains("updated f/fediversity/destroy (its dependency job failed)"),
+        run.step_line(5)
+            .contains("updated f/fediversity/destroy (its dependency job failed)"),
         "{run:?}"
     );
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/destroy").len(), 3);
