@@ -211,7 +211,7 @@ fn scheduled(call: &Call) -> Result<Option<i64>, Reply> {
         .transpose()
 }
 
-/// A job of `caller`'s: it runs with the caller's rights.
+/// A job of `caller`'s, due now and without arguments: it runs with the caller's rights.
 fn job_of(
     shared: &Shared,
     caller: &Caller,
@@ -219,8 +219,6 @@ fn job_of(
     kind: &str,
     script_path: Option<String>,
     raw_code: Option<String>,
-    args: Value,
-    scheduled_in_secs: Option<i64>,
 ) -> JobRow {
     JobRow {
         id: job_id(),
@@ -231,8 +229,8 @@ fn job_of(
         permissioned_as: caller.permissioned_as(),
         email: caller.token.email.clone(),
         raw_code,
-        args,
-        scheduled_in_secs,
+        args: json!({}),
+        scheduled_in_secs: None,
         canceled: false,
         canceled_by: None,
         completed: false,
@@ -283,16 +281,11 @@ fn run_script(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, pa
             format!("Not authorized: You are not authorized to access this script: {path} (but it exists)"),
         ));
     }
-    let job = job_of(
-        shared,
-        caller,
-        workspace,
-        "script",
-        Some(path.to_owned()),
-        None,
+    let job = JobRow {
         args,
-        when,
-    );
+        scheduled_in_secs: when,
+        ..job_of(shared, caller, workspace, "script", Some(path.to_owned()), None)
+    };
     queue(shared, job)
 }
 
@@ -313,7 +306,11 @@ fn run_hash(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, hash
     scopes::require(&caller.token, &Needed::run_script(&path), enforce, profile)?;
     let args: Value = call.json()?;
     let when = scheduled(call)?;
-    let job = job_of(shared, caller, workspace, "script", Some(path), None, args, when);
+    let job = JobRow {
+        args,
+        scheduled_in_secs: when,
+        ..job_of(shared, caller, workspace, "script", Some(path), None)
+    };
     queue(shared, job)
 }
 
@@ -334,16 +331,11 @@ fn run_preview(shared: &Shared, call: &Call, caller: &Caller, workspace: &str) -
     }
     let args = preview.get("args").cloned().unwrap_or_else(|| json!({}));
     let when = scheduled(call)?;
-    let job = job_of(
-        shared,
-        caller,
-        workspace,
-        "preview",
-        None,
-        Some(content.to_owned()),
+    let job = JobRow {
         args,
-        when,
-    );
+        scheduled_in_secs: when,
+        ..job_of(shared, caller, workspace, "preview", None, Some(content.to_owned()))
+    };
     let id = job.id.clone();
     Ok((queue(shared, job)?, id))
 }
@@ -360,16 +352,10 @@ fn run_preview_flow(shared: &Shared, call: &Call, caller: &Caller, workspace: &s
         return Err(text(401, OPERATORS_PREVIEW));
     }
     let when = scheduled(call)?;
-    let job = job_of(
-        shared,
-        caller,
-        workspace,
-        "flowpreview",
-        None,
-        Some(flow.to_string()),
-        json!({}),
-        when,
-    );
+    let job = JobRow {
+        scheduled_in_secs: when,
+        ..job_of(shared, caller, workspace, "flowpreview", None, Some(flow.to_string()))
+    };
     queue(shared, job)
 }
 
@@ -392,16 +378,7 @@ fn dynamic_select(shared: &Shared, call: &Call, caller: &Caller, workspace: &str
             if caller.operator {
                 return Err(text(401, OPERATORS_PREVIEW));
             }
-            let job = job_of(
-                shared,
-                caller,
-                workspace,
-                "preview",
-                None,
-                Some(code.to_owned()),
-                json!({}),
-                None,
-            );
+            let job = job_of(shared, caller, workspace, "preview", None, Some(code.to_owned()));
             queue(shared, job)
         }
         (Some("deployed"), Some(_)) => {
@@ -477,18 +454,7 @@ fn add_batch(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, n: 
         other => return Err(text(400, format!("Bad request: Invalid batch kind: {other}"))),
     };
     let jobs: Vec<JobRow> = (0..n)
-        .map(|_| {
-            job_of(
-                shared,
-                caller,
-                workspace,
-                kind,
-                path.clone(),
-                code.clone(),
-                json!({}),
-                None,
-            )
-        })
+        .map(|_| job_of(shared, caller, workspace, kind, path.clone(), code.clone()))
         .collect();
     let ids: Vec<Value> = jobs.iter().map(|j| json!(j.id)).collect();
     shared.state().jobs.extend(jobs);

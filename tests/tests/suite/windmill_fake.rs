@@ -1,10 +1,14 @@
-//! The Windmill fake behaves as a real Windmill CE server does (observed on 1.743.0, and per its
-//! server code), for the behaviours the bootstrap's tests lean on: the auth cache that keeps a
-//! deleted non-session token working, logout, script hashes that do not tell an absent
-//! `parent_hash` from a `null` one, `lock_error_logs` and other script fields, archived
-//! workspaces, `tokens/list` by pages, and scoped tokens request by request (the table CE
+//! The Windmill fake behaves as real Windmill CE servers do (observed on 1.587.0, 1.743.0 and
+//! 1.788.0, and per their server code), for the behaviours the bootstrap's tests lean on: the
+//! auth cache that keeps a deleted non-session token working, logout, script hashes that do not
+//! tell an absent `parent_hash` from a `null` one, `lock_error_logs` and other script fields,
+//! archived workspaces, `tokens/list` by pages, scoped tokens request by request (the table CE
 //! 1.743.0 answered a token bound to a workspace with scopes to run two scripts, and what its
-//! server code grants `jobs:write` and a run scope).
+//! server code grants `jobs:write` and a run scope); and, by version profile, what differs
+//! between versions (a run's lookup before its scope check, locked versions only, 401 or 403
+//! refusals, `tokens/list`'s fields, the startup migration of 1.587, who reads and cancels a job
+//! by id) and the workspace operator ("Worker 10": added without a password, impersonated, its
+//! own scoped token, its role's refusals).
 
 use std::time::Duration;
 
