@@ -245,9 +245,11 @@ pub(super) fn needed(method: &str, path: &str, profile: Profile) -> Option<Neede
         "write"
     };
     let preview = suffix.starts_with("jobs/run/preview") || suffix.starts_with("jobs/run_wait_result/preview");
-    let kind = if preview && !suffix.starts_with("jobs/run/preview_flow") && profile.preview_is_a_script_run() {
-        Some("scripts")
-    } else if preview && !suffix.starts_with("jobs/run/preview_flow") {
+    let flow = suffix.starts_with("jobs/run/preview_flow") || suffix.starts_with("jobs/run_wait_result/preview_flow");
+    let kind = if preview && profile.preview_is_a_script_run() {
+        // Their route lists: flows first (`preview_flow`), then scripts (`preview`).
+        Some(if flow { "flows" } else { "scripts" })
+    } else if preview {
         None
     } else if FLOW_RUNS.iter().any(|p| suffix.starts_with(p)) {
         Some("flows")
