@@ -931,16 +931,24 @@ in
           ];
           description = ''
             The Windmill scopes of the front-end's token (the bootstrap's `token.scopes`). Null:
-            the bootstrap's default, `jobs:run:scripts:f/<folder>/deploy,f/<folder>/destroy`:
-            run the two scripts, which in Windmill includes reading jobs; a leaked token then
-            cannot run other code on the worker nor change the scripts. It cannot cancel either:
-            cancel needs `jobs:write`, which in Windmill also queues code of the caller's choosing
-            for a token of the superadmin, so the bootstrap refuses it (and every scope that
-            grants code execution). `[ ]`: an unscoped token with the superadmin's rights (the
-            seed's behaviour), accepted with a warning here and by the bootstrap. The UI include
-            always gets a token of its own with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
+            the bootstrap's default, `jobs:run:scripts:f/<folder>/deploy,f/<folder>/destroy` and
+            `jobs:write`: run the two scripts, read and cancel the jobs the operator may see; a
+            leaked token then cannot run other code on the worker nor change the scripts (the
+            bootstrap refuses every scope that grants code execution, and proves the limits
+            before it stores the token). `[ ]`: an unscoped token with its operator's rights,
+            accepted with a warning here and by the bootstrap. The UI include always gets a token
+            of its own with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
           '';
         };
+        userEmail = opt types.str d.token.userEmail ''
+          The email of the workspace operator the front-end's token belongs to
+          (`token.user_email`): a member of the workspace with the operator role and read on the
+          folder, without a password or an instance account, whose jobs run with its rights.
+        '';
+        username = opt (types.strMatching "[A-Za-z][A-Za-z0-9_]*") d.token.username ''
+          The operator's username where Windmill does not derive it from the email
+          (`token.username`; a fresh instance derives it).
+        '';
         bindToWorkspace = opt types.bool d.token.bindToWorkspace ''
           Bind the front-end's token to the workspace (`token.bind_to_workspace`): every route
           outside it answers 401. A front-end that drives Windmill through the `wmill` CLI

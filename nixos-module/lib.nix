@@ -944,9 +944,9 @@ rec {
   # What evaluation says about bootstrap options the bootstrap accepts with a warning of its own.
   bootstrapWarnings =
     bootstrap:
-    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with the superadmin's full rights${
+    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with its operator's full rights${
       if bootstrap.token.bindToWorkspace or true then " in the workspace" else ""
-    }: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
+    }: whoever holds it runs every script of the folder, which may read deploy secrets of the node. Leave it null for the scoped default";
 
   # The defaults of every bootstrap option, as "Configuration" of docs/operators/bootstrap.md lists them
   # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"
@@ -970,10 +970,13 @@ rec {
     token = {
       label = "fediversity";
       revokePrevious = true;
-      # null: the bootstrap's default scopes (run the folder's deploy and destroy, which in
-      # Windmill includes reading jobs); [ ]: an unscoped token.
+      # null: the bootstrap's default scopes (run the folder's deploy and destroy, read and
+      # cancel jobs); [ ]: an unscoped token.
       scopes = null;
       bindToWorkspace = true;
+      # The workspace operator the front-end's token belongs to.
+      userEmail = "frontend@fediversity.invalid";
+      username = "frontend";
     };
     settings = {
       instance_python_version = "3.12";
@@ -1171,6 +1174,8 @@ rec {
         revoke_previous = b.token.revokePrevious;
         scopes = b.token.scopes or bootstrapDefaults.token.scopes;
         bind_to_workspace = b.token.bindToWorkspace or bootstrapDefaults.token.bindToWorkspace;
+        user_email = b.token.userEmail or bootstrapDefaults.token.userEmail;
+        username = b.token.username or bootstrapDefaults.token.username;
       };
       inherit (b) settings;
       openbao = withoutNulls {

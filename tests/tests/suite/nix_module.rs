@@ -1438,7 +1438,7 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(
         unscoped["warnings"],
         json!([
-            "services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights in the workspace: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"
+            "services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with its operator's full rights in the workspace: whoever holds it runs every script of the folder, which may read deploy secrets of the node. Leave it null for the scoped default"
         ])
     );
     assert_eq!(unscoped["token"]["scopes"], json!([]));
@@ -1447,7 +1447,8 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(default["warnings"], json!([]));
     assert_eq!(
         default["token"],
-        json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true})
+        json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true,
+               "user_email": "frontend@fediversity.invalid", "username": "frontend"})
     );
     // Labels the bootstrap refuses (empty, a control character) are refused by their type.
     let typed = module(
@@ -1468,7 +1469,8 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(scoped["warnings"], json!([]));
     assert_eq!(
         scoped["token"],
-        json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false})
+        json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false,
+               "user_email": "frontend@fediversity.invalid", "username": "frontend"})
     );
 }
 
@@ -1694,6 +1696,8 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         // null: the bootstrap's default scopes (checked below).
         ("/token/scopes", Value::Null),
         ("/token/bind_to_workspace", json!(true)),
+        ("/token/user_email", json!("frontend@fediversity.invalid")),
+        ("/token/username", json!("frontend")),
         ("/settings", json!({"instance_python_version": "3.12"})),
         ("/openbao/addr", Value::Null),
         ("/openbao/token_file", Value::Null),
@@ -1773,7 +1777,7 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
              bootstrap = {
                windmill = { url = "http://127.0.0.1:9001"; adminEmail = "root@example.org"; adminPasswordFile = "/p"; defaultPassword = "fresh"; databaseUrlFile = "/d"; databaseRole = "other_admin"; };
                workspace = { id = "ws"; name = "Workspace"; folder = "deploys"; };
-               token = { label = "front"; revokePrevious = false; scopes = [ "jobs:read" ]; bindToWorkspace = false; };
+               token = { label = "front"; revokePrevious = false; scopes = [ "jobs:read" ]; bindToWorkspace = false; userEmail = "deploys@example.org"; username = "deploys"; };
                settings = { instance_python_version = "3.12"; base_url = "https://jobs.example.org"; };
                openbao = { addr = "http://127.0.0.1:8100"; tokenFile = "/t"; path = "p/secret/x"; field = "token"; };
                uiAuth = { file = "/run/ui/token.conf"; owner = "root"; group = "www"; mode = "0400"; tokenLabel = "admins"; };
@@ -1787,7 +1791,8 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
             "windmill": {"url": "http://127.0.0.1:9001", "admin_email": "root@example.org", "admin_password_file": "/p", "default_password": "fresh", "database_url_file": "/d", "database_role": "other_admin"},
             "workspace": {"id": "ws", "name": "Workspace", "folder": "deploys"},
             "scripts": {"dir": "/s"},
-            "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false},
+            "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false,
+                      "user_email": "deploys@example.org", "username": "deploys"},
             "settings": {"instance_python_version": "3.12", "base_url": "https://jobs.example.org"},
             "openbao": {"addr": "http://127.0.0.1:8100", "token_file": "/t", "path": "p/secret/x", "field": "token"},
             "state_file": "/var/lib/fediversity-windmill/bootstrap-state.json",
