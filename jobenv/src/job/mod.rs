@@ -214,21 +214,23 @@ impl<'a> Run<'a> {
         let Some(id) = self.job_id.clone() else {
             return Ok((None, Vec::new()));
         };
-        let known = store.claim_job(&id, cancel).map_err(|refused| {
+        let identity = payload.as_ref().map(input::identity_of).unwrap_or_default();
+        let asked = journal::Request {
+            verb: &self.settings.job.verb,
+            attribute: identity.attribute.as_deref(),
+            namespace: identity.namespace.as_deref(),
+        };
+        // The request goes with the claim: a store with leases takes none for a run that is
+        // refused as another request.
+        let known = store.claim_job(&id, &asked, cancel).map_err(|refused| {
             self.refused(refused, |holder| Problem::JobRunning {
                 job_id: id.clone(),
                 holder,
             })
         })?;
-        let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
         // Whatever became of it: a job id names one request.
-        let verb = &self.settings.job.verb;
-        if let Some(error) = known
-            .entry
-            .as_ref()
-            .and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref()))
-        {
-            self.identity = asked;
+        if let Some(error) = known.entry.as_ref().and_then(|e| e.another_request(&asked)) {
+            self.identity = identity;
             return Err(error.into());
         }
         let holder = known.live.clone();

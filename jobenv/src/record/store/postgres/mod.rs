@@ -76,9 +76,8 @@ use std::time::{Duration, Instant};
 
 use super::{Claim, Refused, Store};
 use crate::error::Problem;
-use crate::process;
 use crate::record::ending::InterruptedBy;
-use crate::record::entry::{Entry, Known};
+use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
 use crate::run::cancel::Cancel;
 use crate::run::lease::LeaseWatch;
@@ -118,17 +117,18 @@ impl PgStore {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_default();
-        let state_dir = std::fs::canonicalize(&settings.state_dir).unwrap_or_else(|_| settings.state_dir.clone());
+        // Read (or made) in the state directory whose locks the run takes: a lease of this
+        // identity whose jobenv is gone is this node's, as those locks prove (`record::identity`).
+        let node = local.node_identity().map_err(|source| Problem::Journal {
+            path: settings.state_dir.clone(),
+            source,
+        })?;
         let me = Holder {
             text: format!(
                 "{holder} on {}",
                 if host.is_empty() { "an unnamed host" } else { &host }
             ),
-            node: format!(
-                "{} {}",
-                process::boot_id().unwrap_or("unknown-boot"),
-                state_dir.display()
-            ),
+            node,
         };
         Ok(PgStore {
             local,
@@ -200,7 +200,7 @@ impl Store for PgStore {
         &self.local
     }
 
-    fn claim_job(&self, job_id: &str, cancel: &mut Cancel) -> Result<Known, Refused> {
+    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refused> {
         // A result is final: this node's own record of it needs no database.
         let local = self.local.read(job_id).map_err(Refused::of_read)?;
         if local.as_ref().is_some_and(Entry::is_result) {
@@ -210,7 +210,7 @@ impl Store for PgStore {
         loop {
             let sent = Instant::now();
             let lease = self.timing.lease;
-            match self.run(async |client| tables::claim_job(client, job_id, &self.me, lease).await)? {
+            match self.run(async |client| tables::claim_job(client, job_id, asked, &self.me, lease).await)? {
                 JobRow::Claimed {
                     epoch,
                     previous,
@@ -231,7 +231,8 @@ impl Store for PgStore {
                         gone,
                     });
                 }
-                JobRow::Ended(entry) => {
+                // Refused by the caller, nothing held.
+                JobRow::Ended(entry) | JobRow::Another(entry) => {
                     return Ok(Known {
                         entry: Some(entry),
                         live: None,

@@ -8,15 +8,15 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use crate::error::Problem;
-use crate::record::entry::{Entry, parse};
+use crate::record::entry::{Entry, Request, parse};
 
 pub(super) const SCHEMA: &str = "fediversity_jobenv";
 /// The `format` of every row this jobenv writes, and the newest it acts on.
 pub(super) const FORMAT: i32 = 1;
 const DDL: &str = include_str!("schema.sql");
 
-/// Who holds a lease: `text` for messages, `node` (boot id and state directory) to tell this
-/// node's own rows.
+/// Who holds a lease: `text` for messages, `node` (`record::identity`: the boot id and the
+/// state directory's random id) to tell this node's own rows.
 #[derive(Debug, Clone)]
 pub(super) struct Holder {
     pub text: String,
@@ -101,6 +101,9 @@ pub(super) enum JobRow {
     },
     /// The job ended with a result: nothing to hold, it is replayed.
     Ended(Entry),
+    /// The job id's entry is of another request than the run's: nothing is taken, the run is
+    /// refused.
+    Another(Entry),
     /// Another node's run holds its lease.
     Held { holder: String, entry: Option<Entry> },
 }
@@ -126,10 +129,12 @@ fn known_format(format: i32, what: &str) -> Result<(), Failed> {
     Ok(())
 }
 
-/// Takes the job id's lease unless a result is recorded or another node's lease on it is live.
+/// Takes the job id's lease unless its entry is of another request than `asked`, a result is
+/// recorded, or another node's lease on it is live.
 pub(super) async fn claim_job(
     client: &mut Client,
     job_id: &str,
+    asked: &Request<'_>,
     me: &Holder,
     lease: Duration,
 ) -> Result<JobRow, Failed> {
@@ -158,6 +163,11 @@ pub(super) async fn claim_job(
     known_format(row.get(0), &format!("the cluster journal's row of job {job_id}"))?;
     let (holder, node, live): (String, String, bool) = (row.get(1), row.get(2), row.get(3));
     let entry = entry_of(job_id, row.get(4))?;
+    // Before anything is taken: a run of another request must not end the one that holds the
+    // job id (its lease would be this run's, the holder's fenced writes refused).
+    if let Some(entry) = entry.as_ref().filter(|e| e.another_request(asked).is_some()) {
+        return Ok(JobRow::Another(entry.clone()));
+    }
     if let Some(entry) = entry.as_ref().filter(|e| e.is_result()) {
         return Ok(JobRow::Ended(entry.clone()));
     }
