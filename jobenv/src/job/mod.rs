@@ -128,7 +128,10 @@ impl<'a> Run<'a> {
         let ending = match (store.local().draining(), &leases) {
             (Some(since), _) => not_started_on_a_draining_node(&since),
             (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
-            (None, _) => self.program(&plan, namespace.for_tree, namespace.tree, cancel, leases),
+            (None, _) => {
+                let guard = namespace.guard_deadline();
+                self.program(&plan, namespace.for_tree, namespace.tree, cancel, leases, guard)
+            }
         };
         Ok(self.terminal_entry(&*store, entry, ending))
     }
@@ -317,6 +320,7 @@ impl<'a> Run<'a> {
         tree: Tree,
         cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
+        guard: Option<crate::run::tree::guard::Deadline>,
     ) -> Ending {
         tracing::info!(
             "running {} in namespace {} (system {}, verb {})",
@@ -332,6 +336,7 @@ impl<'a> Run<'a> {
             stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),
             lease,
+            guard,
         };
         match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {

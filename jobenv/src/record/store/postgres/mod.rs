@@ -98,7 +98,6 @@ pub struct PgStore {
     dsn: Arc<dsn::Dsn>,
     timing: Timing,
     me: Holder,
-    stop_grace: Duration,
     /// Started by the first statement the run needs: a replay from the node's own journal
     /// needs none.
     keeper: OnceCell<Keeper>,
@@ -139,7 +138,6 @@ impl PgStore {
                 renew_deadline: cluster.renew_deadline,
             },
             me,
-            stop_grace: cluster.stop_grace(settings.grace),
             keeper: OnceCell::new(),
             job: std::cell::RefCell::new(None),
             said_waiting: Cell::new(false),
@@ -157,15 +155,23 @@ impl PgStore {
     }
 
     /// Runs statements from the main thread, bounded by the renew deadline: before the program
-    /// starts no statement may take longer than a renewal could.
-    fn run<T>(
-        &self,
-        op: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tables::Failed>,
-    ) -> Result<T, Refused> {
+    /// starts no statement may take longer than a renewal could. A database that cannot be
+    /// reached (a connection dropped, a restart) is tried again, on a new connection, until
+    /// then, as the renewals are: each of these statements may be made twice (a claim whose
+    /// answer was lost is this node's own, and taken again under the same locks).
+    fn run<T>(&self, op: impl AsyncFn(&mut tokio_postgres::Client) -> Result<T, tables::Failed>) -> Result<T, Refused> {
         let keeper = self.keeper()?;
-        keeper
-            .block_on(keeper.shared.run(self.timing.renew_deadline, op))
-            .map_err(refused)
+        let until = Instant::now() + self.timing.renew_deadline;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match keeper.block_on(keeper.shared.run(left, &op)) {
+                Err(Trouble::Unreachable(why)) if Instant::now() + POLL < until => {
+                    tracing::debug!("the cluster journal cannot be reached ({why}): trying again");
+                    std::thread::sleep(POLL);
+                }
+                done => return done.map_err(refused),
+            }
+        }
     }
 
     /// A pause while waiting for a lease: ends early on a cancel, or when the job's own lease
@@ -315,24 +321,33 @@ impl Store for PgStore {
         self.local.write(entry).map_err(Refused::Journal)
     }
 
-    /// The node's own entry (with its fallback, see [`Journal::write_end`]), then the shared
-    /// one, retried while the lease is still this run's: a result that only this node knows
-    /// is lost to the others, who would run the job again once its lease expired. One the
-    /// database does not take in that time is kept, and handed on when it answers again
-    /// ([`unshared`]); after an end that it took, this run hands on a few kept ones. An attempt
-    /// without a result of its own (interrupted) loses nothing when its shared entry stays
-    /// `running`: its lease expires and the next run records it interrupted.
+    /// The end of an attempt with a result: first the intent to hand it on (the attempt and
+    /// its lease's epoch, [`unshared`], synced), then the node's own entry (with its fallback,
+    /// see [`Journal::write_end`]), then the shared one, retried while the lease is still this
+    /// run's; the intent goes once the database took it. Whenever this jobenv dies from the
+    /// first write on (Windmill's group SIGKILL, the OOM killer, power), an end in this node's
+    /// journal has its intent beside it, and `recover`, `prune` or the node's next job hands it
+    /// on: a result that only this node knew would be lost to the others, who would run the job
+    /// again once its lease expired. One the database does not take while the lease lasts stays
+    /// kept the same way; after an end that it took, this run hands on a few kept ones. An
+    /// attempt without a result of its own (interrupted) loses nothing when its shared entry
+    /// stays `running`: its lease expires and the next run records it interrupted.
     fn write_end(&self, entry: &Entry) -> std::io::Result<()> {
+        let job_id = self.job.borrow_mut().take();
+        let held = job_id
+            .as_deref()
+            .and_then(|id| Some((self.keeper.get()?, id)))
+            .and_then(|(keeper, id)| Some((keeper, id, keeper.shared.held(Table::Jobs, id)?)));
+        let Some((keeper, job_id, (epoch, expires))) = held else {
+            return self.local.write_end(entry);
+        };
+        let intent = if entry.is_result() {
+            unshared::keep(&self.local, entry, epoch)
+                .inspect_err(|error| tracing::error!("the end of job {job_id} cannot be kept to hand it on: {error}"))
+        } else {
+            Ok(())
+        };
         let local = self.local.write_end(entry);
-        let Some(job_id) = self.job.borrow_mut().take() else {
-            return local;
-        };
-        let keeper = self
-            .keeper()
-            .map_err(|_| std::io::Error::other("the cluster journal's thread is gone"))?;
-        let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else {
-            return local;
-        };
         let until = if entry.is_result() {
             expires
                 .checked_sub(crate::settings::LEASE_STOP_MARGIN)
@@ -362,9 +377,12 @@ impl Store for PgStore {
                 Err(_) => std::thread::sleep(POLL),
             }
         };
-        keeper.shared.forget(Table::Jobs, &job_id);
+        keeper.shared.forget(Table::Jobs, job_id);
         match shared {
             Ok(()) => {
+                if entry.is_result() && intent.is_ok() {
+                    unshared::taken(&self.local, job_id);
+                }
                 // The database answers: ends kept by earlier runs go along, once this run has
                 // let its leases go (see `Drop`).
                 self.hand_on.set(true);
@@ -378,7 +396,7 @@ impl Store for PgStore {
             }
             Err(why) => {
                 local?;
-                unshared::keep(&self.local, entry, epoch)?;
+                intent?;
                 Err(std::io::Error::other(format!(
                     "the cluster journal did not take it ({why}); this node keeps it and hands it on when it can (its next job, recover, prune), but until then another node may run the job again once its lease expired"
                 )))
@@ -395,7 +413,7 @@ impl Store for PgStore {
         Some(LeaseWatch {
             renewals: keeper.shared.subscribe(),
             renew_deadline: self.timing.renew_deadline,
-            stop_grace: self.stop_grace,
+            lease: self.timing.lease,
         })
     }
 }
@@ -417,22 +435,25 @@ pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, reta
 }
 
 /// `recover` and `prune` in cluster mode: hands on every end this node keeps that the cluster
-/// journal did not take ([`unshared`]). Returns how many it took; a database that does not
-/// answer is an error (the ends stay kept).
+/// journal did not take ([`unshared`]), and with `reconcile` (`recover`) every end of this
+/// node's journal whose shared row still shows that attempt running. Returns how many it took;
+/// a database that does not answer is an error (the ends stay kept).
 pub fn hand_on_kept(
     journal: &Journal,
     dsn_file: &std::path::Path,
     ca_file: Option<&std::path::Path>,
+    reconcile: bool,
 ) -> Result<usize, Problem> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
     // As long as it takes, each statement within a renewal's bound.
-    let handed = unshared::hand_on(
-        journal,
-        &keeper,
-        usize::MAX,
-        Duration::MAX,
-        UPKEEP_TIMING.renew_deadline,
-    );
+    let each = UPKEEP_TIMING.renew_deadline;
+    let mut handed = unshared::hand_on(journal, &keeper, usize::MAX, Duration::MAX, each);
+    if reconcile && handed.unreachable.is_none() {
+        let reconciled = unshared::reconcile(journal, &keeper, each);
+        handed.taken += reconciled.taken;
+        handed.left += reconciled.left;
+        handed.unreachable = reconciled.unreachable;
+    }
     match handed.unreachable {
         Some(why) => Err(Problem::NodeNotReady(format!(
             "the cluster journal cannot be reached: {why}; {} kept end(s) wait for it",
