@@ -1,7 +1,8 @@
 //! Cluster mode: nodes that share one PostgreSQL database (`--cluster-dsn-file`) keep one deploy
 //! per namespace and a job's result never lost or executed twice by accident across them, as
 //! one node does. Two state directories stand for two nodes; the database is the test kit's
-//! real PostgreSQL. Leases are short here (4 s, renewed every 0.5 s, deadline 2 s).
+//! real PostgreSQL. Leases are short here (4 s, renewed every 0.5 s, deadline 2 s, and so a
+//! grace of 1 s at most).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -16,6 +17,22 @@ use serde_json::{Value, json};
 
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The times of a node's leases, and its `--grace` (the longest that fits, by default).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    lease: Duration,
+    renew_every: Duration,
+    renew_deadline: Duration,
+    grace: Duration,
+}
+
+const TIMING: Timing = Timing {
+    lease: LEASE,
+    renew_every: Duration::from_millis(500),
+    renew_deadline: RENEW_DEADLINE,
+    grace: Duration::from_secs(1),
+};
 
 /// A node: its own fixture (state directory, job directory, programs) and the DSN file it
 /// gives jobenv. `body` is the program `web-apply`; `$NODE` in it is the node's name.
@@ -42,6 +59,11 @@ impl Node {
 
     /// `run --verb apply` of `namespace` on this node, as job `job_id` of a Windmill worker.
     fn job(&self, job_id: &str, namespace: &str) -> JobRun {
+        self.job_timed(job_id, namespace, TIMING)
+    }
+
+    /// [`Node::job`] with leases of `timing`.
+    fn job_timed(&self, job_id: &str, namespace: &str, timing: Timing) -> JobRun {
         let mut run = self
             .f
             .jobenv(jobenv_bin!())
@@ -51,12 +73,13 @@ impl Node {
         if let Some(dsn_file) = &self.dsn_file {
             run = run
                 .env("JOBENV_CLUSTER_DSN_FILE", dsn_file)
-                .env("JOBENV_CLUSTER_LEASE", LEASE.as_secs_f64().to_string())
-                .env("JOBENV_CLUSTER_RENEW_EVERY", "0.5")
+                .env("JOBENV_CLUSTER_LEASE", timing.lease.as_secs_f64().to_string())
+                .env("JOBENV_CLUSTER_RENEW_EVERY", timing.renew_every.as_secs_f64().to_string())
                 .env(
                     "JOBENV_CLUSTER_RENEW_DEADLINE",
-                    RENEW_DEADLINE.as_secs_f64().to_string(),
-                );
+                    timing.renew_deadline.as_secs_f64().to_string(),
+                )
+                .env("JOBENV_GRACE", timing.grace.as_secs_f64().to_string());
         }
         run
     }
