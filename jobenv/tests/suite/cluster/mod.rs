@@ -15,6 +15,8 @@ use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, rea
 use fediversity_testkit::tcp_proxy::Proxy;
 use serde_json::{Value, json};
 
+mod identity;
+
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW_DEADLINE: Duration = Duration::from_secs(2);
 
@@ -74,7 +76,10 @@ impl Node {
             run = run
                 .env("JOBENV_CLUSTER_DSN_FILE", dsn_file)
                 .env("JOBENV_CLUSTER_LEASE", timing.lease.as_secs_f64().to_string())
-                .env("JOBENV_CLUSTER_RENEW_EVERY", timing.renew_every.as_secs_f64().to_string())
+                .env(
+                    "JOBENV_CLUSTER_RENEW_EVERY",
+                    timing.renew_every.as_secs_f64().to_string(),
+                )
                 .env(
                     "JOBENV_CLUSTER_RENEW_DEADLINE",
                     timing.renew_deadline.as_secs_f64().to_string(),
@@ -131,6 +136,49 @@ fn overlaps(log: &Path) -> bool {
 fn timed(log: &Path, secs: &str) -> String {
     let log = log.display();
     format!("echo \"start $NODE $(date +%s.%N)\" >> {log}; sleep {secs}; echo \"end $NODE $(date +%s.%N)\" >> {log}")
+}
+
+/// A program whose runs check themselves: it takes its namespace's lock in `dir` (a directory
+/// every node shares) without waiting, and where another program of the namespace holds it
+/// (the lock goes with the last process of a program tree, however that ends) logs
+/// `overlap <node> <time>` to `dir/overlaps`. Then it logs `start <node> <time>` to `dir/log`,
+/// writes its pid to `dir/program-<node>.pid`, waits for `dir/go-<node>` (ignoring SIGTERM
+/// when `stubborn`, as a program that takes its time to stop does) and logs `end <node> <time>`.
+fn watched(dir: &Path, stubborn: bool) -> String {
+    let dir = dir.display();
+    let trap = if stubborn { "trap '' TERM; " } else { "" };
+    format!(
+        "exec 9>>{dir}/ns-$DEPLOYMENT_NAMESPACE.lock; flock -n 9 || echo \"overlap $NODE $(date +%s.%N)\" >> {dir}/overlaps; \
+         echo \"start $NODE $(date +%s.%N)\" >> {dir}/log; echo $$ > {dir}/program-$NODE.pid; {trap}\
+         while [ ! -e {dir}/go-$NODE ]; do sleep 0.05; done; echo \"end $NODE $(date +%s.%N)\" >> {dir}/log"
+    )
+}
+
+/// What the programs of [`watched`] found: every overlap they saw.
+fn overlaps_seen(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("overlaps")).unwrap_or_default()
+}
+
+/// The positive control of [`watched`]'s own check: two nodes without the shared journal run
+/// one namespace at once, and their programs see it.
+#[test]
+fn the_programs_own_check_sees_two_deploys_of_one_namespace_at_once() {
+    let shared = tempfile::tempdir().unwrap();
+    let body = watched(shared.path(), false);
+    let (a, b) = (Node::new("a", None, &body), Node::new("b", None, &body));
+    let first = a.job("self-check-a", "ns").spawn();
+    read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
+    let second = b.job("self-check-b", "ns").spawn();
+    read_pids(&shared.path().join("program-b.pid"), 1, Duration::from_secs(20));
+    for node in ["a", "b"] {
+        std::fs::write(shared.path().join(format!("go-{node}")), "").unwrap();
+    }
+    assert!(finish(first).success() && finish(second).success());
+    assert!(
+        overlaps_seen(shared.path()).starts_with("overlap b "),
+        "the second program did not see the first: {:?}",
+        overlaps_seen(shared.path())
+    );
 }
 
 /// A few random bytes, for the delays between two nodes' starts.
