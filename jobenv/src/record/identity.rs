@@ -61,7 +61,7 @@ impl Journal {
                     ino: here.1,
                 })?;
                 if self.state.create_new(FILE, &bytes, self.owner)? {
-                    tracing::info!("this node's identity in the cluster journal is new: {id}");
+                    tracing::debug!("this node's identity in the cluster journal is new: {id}");
                     id
                 } else {
                     // Another jobenv of this state directory made it first: its id is the node's.

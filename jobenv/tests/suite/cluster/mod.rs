@@ -16,6 +16,7 @@ use fediversity_testkit::tcp_proxy::Proxy;
 use serde_json::{Value, json};
 
 mod identity;
+mod stops;
 
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW_DEADLINE: Duration = Duration::from_secs(2);
