@@ -15,6 +15,7 @@ use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, rea
 use fediversity_testkit::tcp_proxy::Proxy;
 use serde_json::{Value, json};
 
+mod ends;
 mod identity;
 mod stops;
 

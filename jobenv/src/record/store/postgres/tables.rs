@@ -280,14 +280,21 @@ pub(super) enum HandedOn {
 /// the row has not ended and is still at the lease it was written under (`epoch`), or still
 /// shows that very attempt `running` (its number, start and jobenv) under a lease that expired
 /// (a run on another node claimed the job id meanwhile but never got to run it: nothing later
-/// is recorded). Never over a later attempt, an end, or a live lease. Found already taken where
-/// the row ended at that lease (this end was written, and its jobenv died before it knew).
-pub(super) async fn hand_on_end(client: &mut Client, entry: &Entry, epoch: Option<i64>) -> Result<HandedOn, Failed> {
+/// is recorded) or that `mine` (this node's identity) holds: the caller holds the job's
+/// node-local lock, so that holder is a jobenv of this node that is gone. Never over a later
+/// attempt, an end, or another's live lease. Found already taken where the row ended at that
+/// lease (this end was written, and its jobenv died before it knew).
+pub(super) async fn hand_on_end(
+    client: &mut Client,
+    entry: &Entry,
+    epoch: Option<i64>,
+    mine: Option<&str>,
+) -> Result<HandedOn, Failed> {
     let text = serde_json::to_string(entry).map_err(|e| Failed::Row(e.to_string()))?;
     let n = client
         .execute(
             "UPDATE fediversity_jobenv.jobs SET entry = $2::text::jsonb, format = $3, expires_at = NULL, finished_at = now() \
-             WHERE job_id = $1 AND format <= $3 AND expires_at IS NOT NULL AND (epoch = $4 OR (expires_at <= now() \
+             WHERE job_id = $1 AND format <= $3 AND expires_at IS NOT NULL AND (epoch = $4 OR ((expires_at <= now() OR holder_node = $9) \
              AND entry->>'status' = 'running' AND entry->>'attempt' = $5 AND entry->>'started_at' = $6 \
              AND entry->>'pid' = $7 AND entry->>'pid_start' = $8))",
             &[
@@ -299,6 +306,7 @@ pub(super) async fn hand_on_end(client: &mut Client, entry: &Entry, epoch: Optio
                 &entry.started_at,
                 &entry.pid.to_string(),
                 &entry.pid_start.to_string(),
+                &mine,
             ],
         )
         .await?;

@@ -124,7 +124,7 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
         };
         let Some((kept, entry)) = found else { continue };
         let written = keeper.block_on(keeper.shared.run(left.min(each), async |client| {
-            tables::hand_on_end(client, &entry, Some(kept.epoch)).await
+            tables::hand_on_end(client, &entry, Some(kept.epoch), None).await
         }));
         let done = match written {
             Ok(HandedOn::Taken) => {
@@ -168,7 +168,8 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
 /// `recover`: the ends in this node's journal whose shared row still shows that very attempt
 /// `running` (its number, start and jobenv) with no kept file naming them (a jobenv of before
 /// the kept intent, or a kept file lost), handed on as kept ends are (fenced the same way, read
-/// under the job's lock). What a row shows comes from the database; only an end this node's
+/// and written under the job's lock, which proves a holder of this node's identity gone). What a
+/// row shows comes from the database; only an end this node's
 /// journal holds is ever written.
 pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> Handed {
     let mut handed = Handed::default();
@@ -185,6 +186,12 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
     };
     let kept = journal.state.subdir(DIR, None).ok().flatten();
     let holder = format!("jobenv reconciling ends, pid {}", std::process::id());
+    // A row this node's gone jobenv holds is taken as a run would take it (the job's lock, held
+    // below, proves that jobenv gone); without the identity, only one whose lease expired.
+    let mine = journal
+        .node_identity()
+        .inspect_err(|error| tracing::warn!("{error}"))
+        .ok();
     for (job_id, text) in rows {
         if !is_valid_job_id(&job_id) {
             continue;
@@ -198,13 +205,12 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
         let Ok(shared) = crate::record::entry::parse(&job_id, "the cluster journal's row", text.as_bytes()) else {
             continue;
         };
-        let entry = {
-            let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
-                continue;
-            };
-            journal.read(&job_id)
+        let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
+            continue;
         };
-        let Ok(Some(entry)) = entry else { continue };
+        let Ok(Some(entry)) = journal.read(&job_id) else {
+            continue;
+        };
         let same_attempt = entry.attempt == shared.attempt
             && entry.started_at == shared.started_at
             && entry.pid == shared.pid
@@ -212,11 +218,9 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
         if !entry.is_result() || !same_attempt {
             continue;
         }
-        match keeper.block_on(
-            keeper
-                .shared
-                .run(each, async |client| tables::hand_on_end(client, &entry, None).await),
-        ) {
+        match keeper.block_on(keeper.shared.run(each, async |client| {
+            tables::hand_on_end(client, &entry, None, mine.as_deref()).await
+        })) {
             Ok(HandedOn::Taken) => {
                 tracing::info!(
                     "job {job_id}: the end of attempt {} is on the cluster journal now (its row still showed that attempt running)",
