@@ -3,13 +3,15 @@
 //! Cut, it forwards nothing either way, on the connections it has and on new ones (which it
 //! accepts and leaves unanswered): what a client sees of a partition, no answer at all. It can
 //! also lose or delay only the server's answers: the server has done what it was asked, and the
-//! client does not know yet (or never will).
+//! client does not know yet (or never will); or close every connection and refuse new ones for
+//! a while, as a server that restarts does.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Proxy {
     pub port: u16,
@@ -24,6 +26,10 @@ struct State {
     replies_cut: AtomicBool,
     /// The server's answers wait this long (milliseconds) before they are passed on.
     reply_delay: AtomicU64,
+    /// Raised by [`Proxy::reset`]: the connections made before end.
+    generation: AtomicU64,
+    /// Until then, a new connection is closed at once.
+    refusing_until: Mutex<Option<Instant>>,
 }
 
 impl Proxy {
@@ -37,6 +43,11 @@ impl Proxy {
             .name("testkit-proxy".into())
             .spawn(move || {
                 for client in listener.incoming().flatten() {
+                    let refusing = *shared.refusing_until.lock().unwrap_or_else(|p| p.into_inner());
+                    if refusing.is_some_and(|until| Instant::now() < until) {
+                        drop(client);
+                        continue;
+                    }
                     let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                         continue;
                     };
@@ -46,7 +57,8 @@ impl Proxy {
                     ] {
                         let (Ok(from), Ok(to)) = (from, to) else { continue };
                         let state = Arc::clone(&shared);
-                        std::thread::spawn(move || pipe(from, to, &state, replies));
+                        let generation = state.generation.load(Ordering::SeqCst);
+                        std::thread::spawn(move || pipe(from, to, &state, replies, generation));
                     }
                 }
             })
@@ -71,6 +83,12 @@ impl Proxy {
             .store(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
+    /// Every connection ends now, and new ones are closed at once for `refusing`.
+    pub fn reset(&self, refusing: Duration) {
+        *self.state.refusing_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + refusing);
+        self.state.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Everything passes again, at once (what was sent while cut is lost).
     pub fn heal(&self) {
         self.state.cut.store(false, Ordering::SeqCst);
@@ -80,10 +98,16 @@ impl Proxy {
 }
 
 /// Copies `from` to `to` (`replies`: the server's way); while cut, what arrives is dropped.
-fn pipe(mut from: TcpStream, mut to: TcpStream, state: &State, replies: bool) {
-    let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
+/// Ends both once the proxy is reset after `generation`.
+fn pipe(mut from: TcpStream, mut to: TcpStream, state: &State, replies: bool, generation: u64) {
+    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buffer = [0u8; 16 * 1024];
     loop {
+        if state.generation.load(Ordering::SeqCst) != generation {
+            let _ = from.shutdown(std::net::Shutdown::Both);
+            let _ = to.shutdown(std::net::Shutdown::Both);
+            return;
+        }
         match from.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => {

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 mod ends;
 mod identity;
+mod small;
 mod stops;
 
 const LEASE: Duration = Duration::from_secs(4);
