@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 mod ends;
 mod identity;
+mod load;
 mod small;
 mod stops;
 
