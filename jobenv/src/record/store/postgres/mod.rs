@@ -15,6 +15,12 @@
 //! expires_at > now()`; every write it makes to a held row is fenced the same way, so a stale
 //! holder's late write changes nothing. The lease of the job id is taken at step 4 and ends
 //! with the terminal entry; the namespace's at step 6, let go after the program tree is gone.
+//! A run of a job id whose entry is of another request takes no lease (it is refused).
+//!
+//! "This node" is [`crate::record::identity`]: the boot id and a random id made once in the
+//! state directory, whose locks are the proof. The boot id alone is shared by containers on one
+//! host, and a state directory's path may be too: two of them would each take the other's live
+//! leases for their own.
 //!
 //! # Why two nodes never run one namespace at once
 //!
@@ -31,12 +37,19 @@
 //!   entry was written under a live job lease (step 7): a newcomer cannot hold either then;
 //! - while the program runs, the supervisor (`run::lease`) watches the oldest renewal `s` of
 //!   H's leases by H's clock alone (a renewal stuck in a partition cannot delay it); at
-//!   `s + renew_deadline` it stops the program tree: SIGTERM, a grace shortened to
-//!   `lease − renew_deadline − 1 s` at most (`settings::Cluster::stop_grace`), SIGKILL, and the
-//!   tree is gone before `s + lease`. The 1 s margin holds SIGKILL and the emptying of the tree,
-//!   the watchdog's wake-up, and the difference of two clocks' rates over one lease (ppm);
-//! - a renewal that finds its row taken over or expired stops the program at once, and no
-//!   lease is renewed after the deadline passed.
+//!   `s + renew_deadline` it stops the program tree: SIGTERM, the grace, SIGKILL;
+//! - every stop of the tree, whatever began it (that one, a cancel, the timeout, a lost worker,
+//!   `drain`), sends SIGKILL by `s + lease − 1 s` at the latest, `s` moving on with the renewals
+//!   that go on during it (`run::lease::LeaseWatch::kill_by`), and at once when a renewal finds
+//!   a row taken over or expired; and the grace is at most `lease − renew_deadline − 1 s`
+//!   (`settings::Cluster::max_grace`, a longer `--grace` is refused at start), so a stop begun
+//!   before the deadline gives its whole grace within that. The 1 s margin holds SIGKILL and
+//!   the emptying of the tree, the watchdog's wake-up, and the difference of two clocks' rates
+//!   over one lease (ppm);
+//! - the tree's guard (`run::tree::guard`), a process of its own that a signal to jobenv does
+//!   not reach, kills the tree by the same time by itself: a jobenv frozen (SIGSTOP) renews
+//!   nothing and cannot stop its tree, which would run on;
+//! - no lease is renewed after the deadline passed.
 //!
 //! So every moment at which H's program runs lies before the expiry of a lease H holds, and N's
 //! program starts only after N took that lease, after that expiry: the two never overlap,
@@ -46,14 +59,13 @@
 //! fenced writes refused.
 //!
 //! What it assumes: the database's clock does not jump forward by more than the margin within a
-//! lease (a slewing NTP, not a stepping one), and jobenv is not frozen (SIGSTOP, a paused VM)
-//! for longer than `lease − renew_deadline` while its program runs. A SIGKILLed jobenv renews
-//! nothing, but its tree does not outlive it (the renewal is tied to the tree's life): its
-//! program dies with it (the parent-death signal), and what of the tree left its process group
-//! is killed at once by the tree's guard (`run::tree::guard`), long before the lease expires.
-//! Without a cgroup (the `/proc` walk) there is no guard, and such a leftover is not covered.
-//! The deployment's own state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds
-//! at the resource.
+//! lease (a slewing NTP, not a stepping one), and the node as a whole (jobenv and the guard
+//! together: a paused VM, a frozen cgroup of the worker) is not stalled across `s + lease − 1 s`
+//! while it cannot renew. A SIGKILLed jobenv renews nothing, but its tree does not outlive it
+//! (the renewal is tied to the tree's life): its program dies with it (the parent-death
+//! signal), and what of the tree left its process group is killed at once by the guard. Without
+//! a cgroup (the `/proc` walk) there is no guard: cluster mode refuses it. The deployment's own
+//! state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds at the resource.
 //!
 //! # The decision
 //!
@@ -62,8 +74,15 @@
 //! is waited for up to its grace plus a margin (a re-run that comes while that attempt still
 //! stops), then refused; anything else runs as the next attempt, a `running` entry whose
 //! lease expired recorded as interrupted (`lease_lost`). A database that cannot be reached
-//! before the program starts is a node that is not ready (exit 75): nothing runs without the
-//! guarantees.
+//! before the program starts (each statement tried again for up to the renew deadline) is a
+//! node that is not ready (exit 75): nothing runs without the guarantees.
+//!
+//! # Ends
+//!
+//! An end is made durable as an intent to hand it on ([`unshared`]) before it is written
+//! anywhere, then written to the node's journal and to the shared one: whenever jobenv dies,
+//! `recover`, `prune` or the node's next job hands on an end the shared journal did not take;
+//! `recover` also hands on an end whose shared row still shows that attempt running.
 
 mod dsn;
 mod keeper;
