@@ -239,3 +239,71 @@ unsafe fn watch(word: &AtomicU64) -> ! {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::tree::{Cgroup, ProgramTree};
+    use std::time::Duration;
+
+    /// A cgroup of this test's own holding a `sleep`, as the tests of `cgroup` make them (they
+    /// run as root on a machine with cgroup v2).
+    fn populated(tag: &str) -> (Cgroup, std::process::Child) {
+        let own = crate::run::tree::hierarchy::own_cgroup().expect("a writable cgroup v2 (run the tests as root)");
+        let cgroup = Cgroup::create(
+            &own.join(format!("jobenv-unit-guard-{tag}-{}", std::process::id())),
+            (0, 0),
+        )
+        .expect("a writable cgroup v2 (run the tests as root)");
+        let placement = cgroup.place();
+        let mut command = std::process::Command::new("/bin/sleep");
+        command.arg("30");
+        // SAFETY: `enter` is one write(2) on a descriptor opened before the fork.
+        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, move || placement.enter()) };
+        let child = command.spawn().unwrap();
+        assert!(crate::process::start_time(child.id() as i32).is_some());
+        (cgroup, child)
+    }
+
+    #[test]
+    fn the_guard_kills_the_tree_when_its_deadline_passes_and_not_before() {
+        let (cgroup, mut child) = populated("deadline");
+        let guard = start(cgroup.dir())
+            .unwrap()
+            .expect("cgroup.kill (Linux 5.14 and later)");
+        let deadline = guard.deadline();
+        // No deadline, then one that is moved on before it passes: the tree runs on.
+        std::thread::sleep(Duration::from_millis(200));
+        deadline.set(Some(Instant::now() + Duration::from_millis(300)));
+        std::thread::sleep(Duration::from_millis(150));
+        deadline.set(Some(Instant::now() + Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(child.try_wait().unwrap().is_none(), "killed before its deadline");
+        // An earlier one wakes the guard at once.
+        let set = Instant::now();
+        deadline.set(Some(Instant::now() + Duration::from_millis(100)));
+        let status = child.wait().unwrap();
+        assert!(set.elapsed() < Duration::from_secs(2), "{:?}", set.elapsed());
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+        drop(guard);
+        assert!(cgroup.is_empty());
+    }
+
+    #[test]
+    fn a_guard_told_it_is_done_leaves_the_tree_alone() {
+        let (cgroup, mut child) = populated("done");
+        let guard = start(cgroup.dir())
+            .unwrap()
+            .expect("cgroup.kill (Linux 5.14 and later)");
+        guard.deadline().set(Some(Instant::now() + Duration::from_millis(300)));
+        guard.deadline().set(None);
+        drop(guard);
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "a guard that was done killed the tree"
+        );
+        cgroup.kill();
+        child.wait().unwrap();
+    }
+}
