@@ -330,6 +330,11 @@ impl RunArgs {
             (ContainmentArg::Auto, None) => settings::Containment::Auto,
             (ContainmentArg::Proc, None) => settings::Containment::Proc,
         };
+        // A stop that cannot end before the lease can expire is refused here, not cut short
+        // later: the grace a program is told is the one it gets.
+        if let Some(cluster) = &cluster {
+            cluster.check_grace(self.grace)?;
+        }
         Ok(settings::RunSettings {
             job: self.job.settings(),
             runner,

@@ -192,12 +192,12 @@ fn recover(args: RecoverArgs) -> i32 {
                 printed.push(entry)
             })
             .map_err(journal_problem)?;
-        // Cluster mode: the ends the shared journal did not take. They stay kept if it does not
-        // answer now (and their entries are not pruned): the node's next job or `prune` hands
-        // them on.
+        // Cluster mode: the ends the shared journal did not take, and the ends whose shared row
+        // still shows their attempt running. They stay kept if it does not answer now (and
+        // their entries are not pruned): the node's next job or `prune` hands them on.
         if let Some(dsn) = &args.cluster_dsn_file {
             if let Err(problem) =
-                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref())
+                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref(), true)
             {
                 tracing::warn!("{problem}");
             }
@@ -239,7 +239,7 @@ fn prune(args: PruneArgs) -> i32 {
         // below; a failure to reach it fails that too).
         if let Some(dsn) = &args.cluster_dsn_file {
             if let Err(problem) =
-                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref())
+                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref(), false)
             {
                 tracing::warn!("{problem}");
             }

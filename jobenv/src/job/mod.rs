@@ -128,7 +128,10 @@ impl<'a> Run<'a> {
         let ending = match (store.local().draining(), &leases) {
             (Some(since), _) => not_started_on_a_draining_node(&since),
             (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
-            (None, _) => self.program(&plan, namespace.for_tree, namespace.tree, cancel, leases),
+            (None, _) => {
+                let guard = namespace.guard_deadline();
+                self.program(&plan, namespace.for_tree, namespace.tree, cancel, leases, guard)
+            }
         };
         Ok(self.terminal_entry(&*store, entry, ending))
     }
@@ -214,21 +217,23 @@ impl<'a> Run<'a> {
         let Some(id) = self.job_id.clone() else {
             return Ok((None, Vec::new()));
         };
-        let known = store.claim_job(&id, cancel).map_err(|refused| {
+        let identity = payload.as_ref().map(input::identity_of).unwrap_or_default();
+        let asked = journal::Request {
+            verb: &self.settings.job.verb,
+            attribute: identity.attribute.as_deref(),
+            namespace: identity.namespace.as_deref(),
+        };
+        // The request goes with the claim: a store with leases takes none for a run that is
+        // refused as another request.
+        let known = store.claim_job(&id, &asked, cancel).map_err(|refused| {
             self.refused(refused, |holder| Problem::JobRunning {
                 job_id: id.clone(),
                 holder,
             })
         })?;
-        let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
         // Whatever became of it: a job id names one request.
-        let verb = &self.settings.job.verb;
-        if let Some(error) = known
-            .entry
-            .as_ref()
-            .and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref()))
-        {
-            self.identity = asked;
+        if let Some(error) = known.entry.as_ref().and_then(|e| e.another_request(&asked)) {
+            self.identity = identity;
             return Err(error.into());
         }
         let holder = known.live.clone();
@@ -315,6 +320,7 @@ impl<'a> Run<'a> {
         tree: Tree,
         cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
+        guard: Option<crate::run::tree::guard::Deadline>,
     ) -> Ending {
         tracing::info!(
             "running {} in namespace {} (system {}, verb {})",
@@ -330,6 +336,7 @@ impl<'a> Run<'a> {
             stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),
             lease,
+            guard,
         };
         match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {

@@ -56,8 +56,11 @@ pub struct RunOptions<'a> {
     pub stop_request: Option<&'a StopRequest>,
     /// A descriptor of the namespace's tree lock, for the program tree to keep.
     pub tree_lock: Option<OwnedFd>,
-    /// Cluster mode: the run's leases, whose loss stops the program tree.
+    /// Cluster mode: the run's leases, whose loss stops the program tree, and by whose expiry
+    /// every stop of it ends.
     pub lease: Option<lease::LeaseWatch>,
+    /// Cluster mode: the deadline of the program tree's guard, moved on with the leases.
+    pub guard: Option<tree::guard::Deadline>,
 }
 
 /// How often jobenv looks whether its worker is still its parent.
@@ -149,6 +152,22 @@ async fn supervise<T: ProgramTree>(
     }
     let mut cancels = cancel.into_stream();
 
+    // The guard kills the tree by the leases' expiry, whatever becomes of this jobenv (frozen,
+    // it renews nothing and stops nothing): from before the program starts, each renewal moves
+    // that on.
+    let guard_feed = match (&options.guard, &options.lease) {
+        (Some(guard), Some(lease)) => {
+            let (guard, mut lease) = (guard.clone(), lease.clone());
+            guard.set(lease.kill_by());
+            Some(tokio::spawn(async move {
+                while lease.renewals.changed().await.is_ok() {
+                    guard.set(lease.kill_by());
+                }
+            }))
+        }
+        _ => None,
+    };
+
     let env: Vec<(&str, &str)> = plan
         .env
         .iter()
@@ -220,6 +239,21 @@ async fn supervise<T: ProgramTree>(
         () = worker_gone => Outcome::WorkerLost,
         () = lease_lost => Outcome::LeaseLost,
     };
+    // A program SIGKILLed once its leases ran out was killed for that: by the guard, while this
+    // jobenv was frozen.
+    let outcome = match (outcome, &options.lease) {
+        (Outcome::Killed(signal), Some(lease))
+            if signal == Signal::SIGKILL as i32 && lease.kill_by().is_some_and(|at| Instant::now() >= at) =>
+        {
+            tracing::error!(
+                "the program was killed when this job's leases on the cluster journal ran out (this jobenv could not renew them or stop it in time)"
+            );
+            Outcome::LeaseLost
+        }
+        (outcome, _) => outcome,
+    };
+    // Every stop below ends before the leases can expire.
+    let kill_by = options.lease.clone();
 
     match outcome {
         Outcome::Cancelled(signal) | Outcome::NodeStopped(signal) => {
@@ -233,23 +267,23 @@ async fn supervise<T: ProgramTree>(
                 "received {name}{why}: stopping the program tree (grace {:?})",
                 options.grace
             );
-            stop(&tree, options.grace).await;
+            stop(&tree, options.grace, &kill_by).await;
         }
         Outcome::WorkerLost => {
             tracing::warn!(
                 "the worker that started this job is gone: stopping the program tree (grace {:?})",
                 options.grace
             );
-            stop(&tree, options.grace).await;
+            stop(&tree, options.grace, &kill_by).await;
         }
         Outcome::LeaseLost => {
             let lease = options.lease.as_ref().expect("a lease was watched");
             tracing::error!(
                 "this job's leases on the cluster journal were not renewed within {:?}: stopping the program tree before they can expire (grace {:?})",
                 lease.renew_deadline,
-                lease.stop_grace
+                options.grace
             );
-            stop(&tree, lease.stop_grace).await;
+            stop(&tree, options.grace, &kill_by).await;
         }
         Outcome::TimedOut => {
             tracing::warn!(
@@ -257,7 +291,7 @@ async fn supervise<T: ProgramTree>(
                 options.timeout.unwrap_or_default(),
                 options.grace
             );
-            stop(&tree, options.grace).await;
+            stop(&tree, options.grace, &kill_by).await;
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
             // The program is gone; whatever it left running is stopped the same way, so a
@@ -269,7 +303,7 @@ async fn supervise<T: ProgramTree>(
                 .is_ok();
             if !reaped && !tree.is_empty() {
                 tracing::warn!("the program exited but left processes running: stopping them");
-                stop(&tree, options.grace).await;
+                stop(&tree, options.grace, &kill_by).await;
             }
         }
     }
@@ -277,6 +311,14 @@ async fn supervise<T: ProgramTree>(
     // Every descendant is gone, so every write end of the pipes is closed: the pumps reach end
     // of file. The bound only guards against a descriptor passed to an unrelated process.
     let _ = tokio::time::timeout(Duration::from_secs(2), reaper.tree_gone.wait_for(|gone| *gone)).await;
+    // The tree is gone: the guard has nothing left to kill by the leases' expiry (a final write
+    // may take until then).
+    if let Some(feed) = guard_feed {
+        feed.abort();
+        if let Some(guard) = &options.guard {
+            guard.set(None);
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs(2);
     for _ in 0..2 {
         if done_rx
@@ -290,11 +332,16 @@ async fn supervise<T: ProgramTree>(
     Ok(outcome)
 }
 
-/// Stops the tree ([`ProgramTree::stop`], which polls and sleeps) on the blocking pool: the
-/// runtime's own thread stays free.
-async fn stop<T: ProgramTree>(tree: &Arc<T>, grace: Duration) {
-    let tree = Arc::clone(tree);
-    if tokio::task::spawn_blocking(move || tree.stop(grace)).await.is_err() {
+/// Stops the tree ([`ProgramTree::stop_by`], which polls and sleeps) on the blocking pool: the
+/// runtime's own thread stays free. With leases, SIGKILL comes by their expiry at the latest
+/// (less the margin), as renewals move it on, and at once when one is lost.
+async fn stop<T: ProgramTree>(tree: &Arc<T>, grace: Duration, lease: &Option<lease::LeaseWatch>) {
+    let (tree, lease) = (Arc::clone(tree), lease.clone());
+    let kill_by = move || lease.as_ref().and_then(lease::LeaseWatch::kill_by);
+    if tokio::task::spawn_blocking(move || tree.stop_by(grace, &kill_by))
+        .await
+        .is_err()
+    {
         tracing::error!("stopping the program tree failed");
     }
 }
