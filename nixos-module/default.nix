@@ -665,7 +665,9 @@ in
           Seconds between SIGTERM and SIGKILL of a program tree that jobenv stops (a cancel, a
           timeout, a drain; `JOBENV_GRACE`). The worker's `MAX_WAIT_FOR_SIGINT` is this plus 7 s
           (Windmill SIGKILLs a cancelled job's process group after that), and the worker's
-          `TimeoutStopSec` counts it too.
+          `TimeoutStopSec` counts it too. In cluster mode (`cluster.dsnFile`) at most
+          ${toString fw.jobenvNames.defaults.clusterMaxGraceSeconds} s, so that a stop ends
+          before the namespace's lease can expire (evaluation fails otherwise).
         '';
       };
       lockWait = mkOption {
@@ -1047,6 +1049,10 @@ in
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
           ++ lib.optional (cfg.cluster.caFile != null && cfg.cluster.dsnFile == null) "cluster.caFile is set but cluster.dsnFile is not: the CA is for cluster mode's database"
+          ++ fw.clusterGraceProblems {
+            inherit (cfg.jobs) grace;
+            clusterOn = cfg.cluster.dsnFile != null;
+          }
           ++ fw.backupProblems {
             inherit (cfg) backup;
             localDatabase = config.services.windmill.database.createLocally;

@@ -1201,6 +1201,13 @@ rec {
   # jobenv's default grace: SIGTERM to SIGKILL of a program tree (its `--grace`).
   jobenvGraceSeconds = jobenvFacts.defaults.graceSeconds;
 
+  # Cluster mode refuses a grace that cannot end before a lease can expire (jobenv's
+  # `Cluster::max_grace` at its default lease times): the module refuses it at evaluation.
+  clusterGraceProblems =
+    { grace, clusterOn }:
+    optional (clusterOn && grace > jobenvFacts.defaults.clusterMaxGraceSeconds)
+      "jobs.grace is ${toString grace} s, and cluster mode (cluster.dsnFile) takes at most ${toString jobenvFacts.defaults.clusterMaxGraceSeconds} s: a stop must end before the namespace's lease can expire on another node (jobenv would refuse every job with exit 2)";
+
   # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
   # process group. jobenv stops the program tree within its grace and exits; this leaves it 7 s
   # more than the grace for that (10 s with the default grace).

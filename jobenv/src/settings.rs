@@ -141,6 +141,12 @@ impl Cluster {
         self.lease.saturating_sub(self.renew_deadline + LEASE_STOP_MARGIN)
     }
 
+    /// [`Cluster::max_grace`] with the default lease and renew deadline.
+    pub fn default_max_grace() -> Duration {
+        let seconds = |text: &str| Duration::from_secs(text.parse().expect("a whole number of seconds"));
+        seconds(Self::LEASE).saturating_sub(seconds(Self::RENEW_DEADLINE) + LEASE_STOP_MARGIN)
+    }
+
     /// `grace` fits ([`Cluster::max_grace`]); otherwise what to say.
     pub fn check_grace(&self, grace: Duration) -> Result<(), String> {
         if grace <= self.max_grace() {

@@ -122,6 +122,9 @@ pub fn module_names() -> String {
             "secretsDir": crate::cli::DEFAULT_SECRETS_DIR,
             "stateDir": crate::cli::DEFAULT_STATE_DIR,
             "graceSeconds": crate::cli::DEFAULT_GRACE.parse::<u64>().expect("a whole number of seconds"),
+            // The longest --grace cluster mode accepts with its default lease times: the module
+            // refuses a longer jobs.grace beside cluster.dsnFile at evaluation.
+            "clusterMaxGraceSeconds": crate::settings::Cluster::default_max_grace().as_secs(),
         },
     });
     let mut text = serde_json::to_string_pretty(&document).expect("serializes");

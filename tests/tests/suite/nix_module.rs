@@ -905,6 +905,32 @@ fn cluster_mode_is_off_by_default_and_its_dsn_file_reaches_every_job_when_set() 
     );
 }
 
+/// jobenv refuses, in cluster mode, a grace that cannot end before a lease can expire (every
+/// job exit 2): the node's evaluation refuses it first, with the longest grace that fits.
+#[test]
+fn cluster_mode_refuses_a_grace_longer_than_its_leases_allow() {
+    let fits = jobenv_facts()["defaults"]["clusterMaxGraceSeconds"].as_u64().unwrap();
+    assert_eq!(
+        fits, 4,
+        "jobenv's default lease 15 s, less its renew deadline 10 s and 1 s"
+    );
+    let cluster = |grace: u64| {
+        assertions(&format!(
+            r#"s: s // {{ cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; jobs.grace = {grace}; }}"#
+        ))
+    };
+    assert_eq!(
+        cluster(fits + 1),
+        [format!(
+            "services.fediversity-windmill: jobs.grace is {} s, and cluster mode (cluster.dsnFile) takes at most {fits} s: a stop must end before the namespace's lease can expire on another node (jobenv would refuse every job with exit 2)",
+            fits + 1
+        )]
+    );
+    // The controls: the longest grace that fits, and a long grace without cluster mode.
+    assert_eq!(cluster(fits), Vec::<String>::new());
+    assert_eq!(assertions("s: s // { jobs.grace = 60; }"), Vec::<String>::new());
+}
+
 #[test]
 fn cluster_modes_ca_file_reaches_every_job_and_the_prune_and_needs_a_dsn_file() {
     let both = r#"s: s // { cluster = { dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; caFile = "/etc/fediversity-windmill/db-ca.pem"; }; }"#;
