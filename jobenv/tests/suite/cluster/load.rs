@@ -68,6 +68,7 @@ fn many_jobs_on_few_namespaces_across_three_nodes_with_random_kills_never_overla
     let outcomes: Mutex<BTreeMap<usize, Vec<(String, Submitted)>>> = Mutex::new(BTreeMap::new());
     let unexpected: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let started = Instant::now();
+    let submissions = std::sync::atomic::AtomicUsize::new(0);
     let submit = |job: usize, node: &Node| -> Submitted {
         let mut run = node
             .job(&format!("load-{job:02}"), &format!("ns{}", job % NAMESPACES))
@@ -77,9 +78,10 @@ fn many_jobs_on_few_namespaces_across_three_nodes_with_random_kills_never_overla
         run.command().process_group(0);
         let mut running = run.spawn();
         let pid = Pid::from_raw(running.id() as i32);
-        // One submission in three is killed at a random moment of its first 1.5 s: its process
-        // group (Windmill's cancel), or jobenv alone.
-        if random_millis(3) == 0 {
+        // Every third submission is killed at a random moment of its first 1.5 s: its process
+        // group (Windmill's cancel), or jobenv alone. (A count, not a coin: enough kills to mean
+        // something in every run.)
+        if submissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3 == 0 {
             let at = Duration::from_millis(random_millis(1500));
             if wait_exit(&mut running, at).is_none() {
                 if random_millis(2) == 0 {
