@@ -317,7 +317,11 @@ pub(crate) mod test_support {
         .collect();
         Inputs {
             verb: "apply".into(),
-            node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),
+            node: node(&[
+                ("DEPLOYMENT_ROOT", "/", false),
+                ("NIXPKGS", "/nixpkgs", false),
+                ("NIX_BUILD_SHELL", "/bin/bash", false),
+            ]),
             declared,
             attributes: vec!["web".into()],
             payload: Hidden(json::members(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"}))),

@@ -307,13 +307,14 @@ impl<'a> Run<'a> {
         Ok(Some(entry))
     }
 
-    /// Step 8.
+    /// Step 8: the shell's evaluation (cached, or waited for while another job of the same key
+    /// evaluates it: [`crate::evaluation`]), then the program.
     fn program(
         &self,
         plan: &Plan,
         tree_lock: OwnedFd,
         tree: Tree,
-        cancel: Cancel,
+        mut cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
     ) -> Ending {
         tracing::info!(
@@ -323,13 +324,20 @@ impl<'a> Run<'a> {
             plan.system,
             plan.verb
         );
+        let mut shell =
+            match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
+                Ok(shell) => shell,
+                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+            };
         let options = RunOptions {
             grace: self.settings.grace,
-            timeout: self.settings.timeout,
+            // What the wait for another job's evaluation took counts.
+            timeout: self.settings.timeout.map(|t| t.saturating_sub(shell.waited)),
             events: self.events.clone(),
             stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),
             lease,
+            before: Some(&mut shell),
         };
         match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {
