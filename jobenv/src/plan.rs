@@ -347,15 +347,44 @@ mod tests {
             plan.argv,
             [
                 "/bin/nix-shell",
+                DRV,
+                "-I",
+                "nixpkgs=/nixpkgs",
+                "--run",
+                "exec web-apply"
+            ]
+        );
+        assert_eq!(
+            plan.evaluation
+                .argv(&plan.evaluation.root, &plan.evaluation.nixpkgs, None),
+            [
+                "/bin/nix-instantiate",
                 "/",
                 "-I",
                 "nixpkgs=/nixpkgs",
                 "-A",
                 "devShells.x86_64-linux.web",
-                "--run",
-                "exec web-apply"
+                "--arg",
+                "inNixShell",
+                "true"
             ]
         );
+    }
+
+    #[test]
+    fn a_node_without_nix_build_shell_is_warned_of() {
+        let mut i = inputs();
+        i.node.remove("NIX_BUILD_SHELL");
+        let plan = plan(&i).unwrap();
+        assert_eq!(plan.warnings.len(), 1);
+        assert!(
+            plan.warnings[0].starts_with("NIX_BUILD_SHELL is not set"),
+            "{:?}",
+            plan.warnings
+        );
+        // Positive control: from jobenv's own environment, it counts.
+        i.environ.0 = vec![("NIX_BUILD_SHELL".into(), "/bin/bash".into())];
+        assert!(super::plan(&i).unwrap().warnings.is_empty());
     }
 
     #[test]
@@ -480,7 +509,7 @@ mod tests {
         let var = |value: &str, source: &str| format!("Var {{ value: {value}, source: {source} }}");
         for part in [
             r#"Plan { verb: "apply", attribute: "web", namespace: "ns1", system: "x86_64-linux", executable: "web-apply", events: None, "#,
-            r#"argv: ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"], "#,
+            r#"argv: ["/bin/nix-shell", "<the derivation the evaluation makes>", "-I", "nixpkgs=/nixpkgs", "--run", "exec web-apply"], "#,
             &format!(r#""A": {}"#, var(r#"Plain("plain-node-value")"#, "Node")),
             &format!(r#""TF_VAR_token": {}"#, var("Secret(Secret([REDACTED]))", "Secret")),
             &format!(
@@ -563,7 +592,7 @@ mod tests {
         );
         assert!(
             problems[2].ends_with(
-                "more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_PATH, TF_VAR_big)"
+                "more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_BUILD_SHELL, TF_VAR_big)"
             ),
             "{}",
             problems[2]

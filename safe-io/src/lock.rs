@@ -165,10 +165,16 @@ mod tests {
         let second = b.try_shared().unwrap().expect("shared with the first");
         assert!(c.try_exclusive().unwrap().is_none(), "busy while shared holders live");
         drop(first);
-        assert!(c.try_exclusive().unwrap().is_none(), "busy while one shared holder lives");
+        assert!(
+            c.try_exclusive().unwrap().is_none(),
+            "busy while one shared holder lives"
+        );
         drop(second);
         let exclusive = c.try_exclusive().unwrap().expect("free once both are gone");
-        assert!(a.try_shared().unwrap().is_none(), "no shared holder beside an exclusive one");
+        assert!(
+            a.try_shared().unwrap().is_none(),
+            "no shared holder beside an exclusive one"
+        );
         drop(exclusive);
     }
 

@@ -23,6 +23,10 @@ pub struct Fixture {
     containment: Option<&'static str>,
 }
 
+/// The derivation the stand-in nix-instantiate of [`Fixture::nix_shell_stand_in`] names (no such
+/// file exists).
+pub const STAND_IN_DRV: &str = "/nix/store/00000000000000000000000000000000-stand-in.drv";
+
 /// The PATH jobenv itself runs with in tests: enough to find nix-shell and a shell.
 pub const TEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -170,14 +174,26 @@ impl Fixture {
     }
 
     /// A nix-shell for jobenv that enters no shell: it puts the programs on PATH and execs the
-    /// `--run` string, so the program is jobenv's own child.
+    /// `--run` string, so the program is jobenv's own child. Beside it, the nix-instantiate and
+    /// nix-store jobenv runs before it: they evaluate nothing (the first roots or prints a
+    /// derivation's path that does not exist, which the stand-in nix-shell never reads).
     pub fn nix_shell_stand_in(&self) -> PathBuf {
-        let path = self.path().join("nix-shell-stand-in");
+        let dir = self.path().join("stand-in");
+        std::fs::create_dir_all(&dir).expect("stand-in dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod stand-in dir");
+        let path = dir.join("nix-shell");
         let script = format!(
             "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --run ] && run=$2; shift; done\nPATH={}/bin:/usr/bin:/bin exec /bin/sh -c \"$run\"\n",
             self.root().display()
         );
         write_executable(&path, &script);
+        write_executable(
+            &dir.join("nix-instantiate"),
+            &format!(
+                "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --add-root ] && root=$2; shift; done\nif [ -n \"$root\" ]; then /bin/ln -sfn {STAND_IN_DRV} \"$root\" && echo \"$root\"; else echo {STAND_IN_DRV}; fi\n"
+            ),
+        );
+        write_executable(&dir.join("nix-store"), "#!/bin/sh\nexit 0\n");
         path
     }
 

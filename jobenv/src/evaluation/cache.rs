@@ -115,7 +115,10 @@ impl Entry {
         }
         for (name, target) in &self.roots {
             if !is_root_name(name) {
-                return Some(format!("it names a root {} that jobenv never makes", name.escape_debug()));
+                return Some(format!(
+                    "it names a root {} that jobenv never makes",
+                    name.escape_debug()
+                ));
             }
             if store_path_of(target, store).as_ref() != Some(target) {
                 return Some("a root leads outside the store".into());
@@ -129,9 +132,7 @@ impl Entry {
 /// here, one plain file name.
 fn is_root_name(name: &str) -> bool {
     (name == SHELL_ROOT || name == INPUT_ROOTS || name.starts_with("in-"))
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+-._".contains(&b))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-._".contains(&b))
 }
 
 /// The cache's directory, held by its descriptor.
@@ -437,10 +438,22 @@ impl Cache {
                 continue;
             }
             // Only if nobody holds either lock: a job that evaluates the key, or runs its entry.
-            let Ok(_evaluating) = self.lock(&Self::eval_lock_name(&key), Kind::Exclusive, Some(Duration::ZERO), None, || {}) else {
+            let Ok(_evaluating) = self.lock(
+                &Self::eval_lock_name(&key),
+                Kind::Exclusive,
+                Some(Duration::ZERO),
+                None,
+                || {},
+            ) else {
                 continue;
             };
-            let Ok(_used) = self.lock(&Self::use_lock_name(&key), Kind::Exclusive, Some(Duration::ZERO), None, || {}) else {
+            let Ok(_used) = self.lock(
+                &Self::use_lock_name(&key),
+                Kind::Exclusive,
+                Some(Duration::ZERO),
+                None,
+                || {},
+            ) else {
                 continue;
             };
             match self.remove(&key) {
@@ -574,7 +587,11 @@ mod tests {
         assert!(bad.mismatch(&expected(&key)).unwrap().contains("not a derivation"));
         bad = good.clone();
         bad.drv = format!("/nix/store/{HASH}-other.drv");
-        assert!(bad.mismatch(&expected(&key)).unwrap().contains("does not root its derivation"));
+        assert!(
+            bad.mismatch(&expected(&key))
+                .unwrap()
+                .contains("does not root its derivation")
+        );
         bad = good.clone();
         bad.roots.remove("in-2");
         assert!(bad.mismatch(&expected(&key)).unwrap().contains("tree and its nixpkgs"));
@@ -587,8 +604,13 @@ mod tests {
         bad = good.clone();
         bad.format = 2;
         assert!(bad.mismatch(&expected(&key)).unwrap().contains("format"));
-        let text = serde_json::to_string(&good).unwrap().replace("\"format\"", "\"extra\":1,\"format\"");
-        assert!(serde_json::from_str::<Entry>(&text).is_err(), "unknown fields are refused");
+        let text = serde_json::to_string(&good)
+            .unwrap()
+            .replace("\"format\"", "\"extra\":1,\"format\"");
+        assert!(
+            serde_json::from_str::<Entry>(&text).is_err(),
+            "unknown fields are refused"
+        );
     }
 
     #[test]

@@ -18,7 +18,10 @@ pub fn input_derivations(text: &str) -> Result<Vec<(String, Vec<String>)>, Strin
     let body = text
         .strip_prefix("Derive")
         .ok_or("it does not start with Derive(: a derivation format jobenv does not read")?;
-    let mut parser = Parser { text: body.as_bytes(), at: 0 };
+    let mut parser = Parser {
+        text: body.as_bytes(),
+        at: 0,
+    };
     let Term::Tuple(fields) = parser.term(0)? else {
         return Err("Derive is not followed by a tuple".into());
     };

@@ -153,7 +153,11 @@ mod tests {
         assert_ne!(base, key(&other).unwrap());
         assert_eq!(
             base,
-            key(&inputs(&[("A", "1"), ("TMPDIR", "/t"), ("XDG_CACHE_HOME", "/c")], "/nix/store/r")).unwrap()
+            key(&inputs(
+                &[("A", "1"), ("TMPDIR", "/t"), ("XDG_CACHE_HOME", "/c")],
+                "/nix/store/r"
+            ))
+            .unwrap()
         );
         other = inputs(&[("A", "1")], "/nix/store/r");
         other.nix_instantiate = Path::new("/nonexistent/nix-instantiate");

@@ -89,7 +89,10 @@ pub fn describe(
     let from_node = |var: &&Var| var.source != Source::Payload;
     let mut eval: BTreeMap<String, Var> = BTreeMap::new();
     for key in node_only {
-        if let Some(var) = env.get(key).filter(|v| matches!(v.source, Source::Node | Source::Default)) {
+        if let Some(var) = env
+            .get(key)
+            .filter(|v| matches!(v.source, Source::Node | Source::Default))
+        {
             eval.insert(key.clone(), var.clone());
         }
     }
@@ -212,8 +215,10 @@ impl Evaluation {
         let root = store::resolve("DEPLOYMENT_ROOT", &self.root)?;
         let nixpkgs = store::resolve("NIXPKGS", &self.nixpkgs)?;
         let outside = |key: &str, given: &str| format!("{key} {given} is not in the Nix store ({store_dir})");
-        let root_path = store::store_path_of(&root, &store_dir).ok_or_else(|| outside("DEPLOYMENT_ROOT", &self.root))?;
-        let nixpkgs_path = store::store_path_of(&nixpkgs, &store_dir).ok_or_else(|| outside("NIXPKGS", &self.nixpkgs))?;
+        let root_path =
+            store::store_path_of(&root, &store_dir).ok_or_else(|| outside("DEPLOYMENT_ROOT", &self.root))?;
+        let nixpkgs_path =
+            store::store_path_of(&nixpkgs, &store_dir).ok_or_else(|| outside("NIXPKGS", &self.nixpkgs))?;
         let env = self.env_with_pin(&nixpkgs);
         let key = key::key(&key::Inputs {
             store_dir: &store_dir,
@@ -259,7 +264,12 @@ pub fn look(evaluation: &Evaluation, state_dir: &Path) -> Look {
     let uncached = |why: String| {
         let root = match foreign_owner(state_dir) {
             Some(_) => None,
-            None => Some(Path::new(&std::path::absolute(state_dir).unwrap_or_default()).join(cache::SHELLS).join("job-<pid>-<start>").join(cache::SHELL_ROOT)),
+            None => Some(
+                Path::new(&std::path::absolute(state_dir).unwrap_or_default())
+                    .join(cache::SHELLS)
+                    .join("job-<pid>-<start>")
+                    .join(cache::SHELL_ROOT),
+            ),
         };
         Look {
             cached: Cached::Off(why),
@@ -334,7 +344,10 @@ fn deployed(deploy_env: &Path) -> Result<(String, String), String> {
     let pin = text("NIXPKGS")
         .or_else(|| text("DEPLOYMENT_NIXPKGS"))
         .ok_or_else(|| format!("{shown} sets no NIXPKGS"))?;
-    Ok((store::resolve("DEPLOYMENT_ROOT", root)?, store::resolve("NIXPKGS", pin)?))
+    Ok((
+        store::resolve("DEPLOYMENT_ROOT", root)?,
+        store::resolve("NIXPKGS", pin)?,
+    ))
 }
 
 #[cfg(test)]
@@ -395,8 +408,21 @@ mod tests {
         assert_eq!(eval.nix_store, Path::new("/nix/bin/nix-store"));
         assert_eq!(
             eval.argv("/r", "/p", None),
-            ["/nix/bin/nix-instantiate", "/r", "-I", "nixpkgs=/p", "-A", "devShells.x86_64-linux.web", "--arg", "inNixShell", "true"]
+            [
+                "/nix/bin/nix-instantiate",
+                "/r",
+                "-I",
+                "nixpkgs=/p",
+                "-A",
+                "devShells.x86_64-linux.web",
+                "--arg",
+                "inNixShell",
+                "true"
+            ]
         );
-        assert_eq!(eval.env_with_pin("/real")["NIX_PATH"].value.expose(), "nixpkgs=/real:x=/y");
+        assert_eq!(
+            eval.env_with_pin("/real")["NIX_PATH"].value.expose(),
+            "nixpkgs=/real:x=/y"
+        );
     }
 }

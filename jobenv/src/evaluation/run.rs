@@ -43,19 +43,13 @@ pub struct Prepared {
     stage: Stage,
     /// How long the decision waited for another job's evaluation (it counts against the
     /// job's timeout).
-    pub waited: Duration,
+    waited: Duration,
 }
 
 enum Stage {
-    Hit {
-        drv: String,
-        _used: Lock,
-    },
+    Hit { drv: String, _used: Lock },
     Miss(Box<Miss>),
-    Uncached {
-        root: Option<TempRoot>,
-        started: bool,
-    },
+    Uncached { root: Option<TempRoot>, started: bool },
 }
 
 struct Miss {
@@ -78,15 +72,20 @@ enum MissStep {
 /// never fails a job: what keeps it from being used (a file that cannot be read, a lock that
 /// cannot be taken) makes the job evaluate as if it were not cached, with a warning. Only a
 /// cancel while it waits ends the job (not started).
-pub fn prepare(plan: &Plan, state_dir: &Path, wait: Option<Duration>, cancel: &mut Cancel) -> Result<Prepared, Cancelled> {
-    let started = Instant::now();
+pub fn prepare(
+    plan: &Plan,
+    state_dir: &Path,
+    wait: Option<Duration>,
+    cancel: &mut Cancel,
+) -> Result<Prepared, Cancelled> {
     let eval = plan.evaluation.clone();
+    let waited = std::cell::Cell::new(Duration::ZERO);
     let attr = eval.attr_path.clone();
     let prepared = |stage| Prepared {
         eval: eval.clone(),
         program: plan.argv.clone(),
         stage,
-        waited: started.elapsed(),
+        waited: waited.get(),
     };
     let uncached = |cache: Option<&Cache>| {
         let root = cache.and_then(|cache| match cache.temp_root() {
@@ -101,7 +100,8 @@ pub fn prepare(plan: &Plan, state_dir: &Path, wait: Option<Duration>, cancel: &m
     let resolved = match eval.resolve(state_dir) {
         Ok(resolved) => resolved,
         Err(why) => {
-            tracing::info!("evaluating {attr} (not cached: {why})");
+            // As every job was evaluated before the cache: `env` says why, at any level.
+            tracing::debug!("evaluating {attr} (not cached: {why})");
             let cache = match super::foreign_owner(state_dir) {
                 Some(_) => None,
                 None => Cache::open(state_dir, true).ok().flatten(),
@@ -129,7 +129,13 @@ pub fn prepare(plan: &Plan, state_dir: &Path, wait: Option<Duration>, cancel: &m
             Ok(())
         }
     };
-    let used = match cache.lock(&Cache::use_lock_name(&key), Kind::Shared, Some(PRUNE_WAIT), Some(cancel), || {}) {
+    let used = match cache.lock(
+        &Cache::use_lock_name(&key),
+        Kind::Shared,
+        Some(PRUNE_WAIT),
+        Some(cancel),
+        || {},
+    ) {
         Ok(lock) => lock,
         Err(error) => {
             refused(error, "the cached shell's lock")?;
@@ -150,7 +156,16 @@ pub fn prepare(plan: &Plan, state_dir: &Path, wait: Option<Duration>, cancel: &m
         Err(why) => unusable = Some(why),
     }
     let waiting = || tracing::info!("another job is evaluating {attr}: waiting for it");
-    let evaluating = match cache.lock(&Cache::eval_lock_name(&key), Kind::Exclusive, wait, Some(cancel), waiting) {
+    let started = Instant::now();
+    let locked = cache.lock(
+        &Cache::eval_lock_name(&key),
+        Kind::Exclusive,
+        wait,
+        Some(cancel),
+        waiting,
+    );
+    waited.set(started.elapsed());
+    let evaluating = match locked {
         Ok(lock) => lock,
         Err(error) => {
             refused(error, "the evaluation's lock")?;
@@ -210,9 +225,16 @@ fn program(template: &[String], drv: String) -> Next {
 }
 
 impl Before for Prepared {
+    fn waited(&self) -> Duration {
+        self.waited
+    }
+
     fn next(&mut self, last: Option<StepEnd>) -> Result<Next, Error> {
         let Prepared {
-            eval, program: template, stage, ..
+            eval,
+            program: template,
+            stage,
+            ..
         } = self;
         let attr = &eval.attr_path;
         let miss = match stage {
@@ -339,7 +361,10 @@ fn made(miss: &Miss) -> Result<String, Error> {
 fn not_a_derivation(made: &str) -> Error {
     Error::io(
         "the evaluation did not make a derivation of the Nix store",
-        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{:?}", crate::input::cut(made, 200))),
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{:?}", crate::input::cut(made, 200)),
+        ),
     )
 }
 

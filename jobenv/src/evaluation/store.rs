@@ -20,7 +20,11 @@ pub fn store_dir(nix_remote: Option<&str>) -> Result<String, String> {
     let Some((_, query)) = nix_remote.and_then(|remote| remote.split_once('?')) else {
         return Ok(DEFAULT_STORE_DIR.to_owned());
     };
-    match query.split('&').filter_map(|pair| pair.strip_prefix("store=")).next_back() {
+    match query
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("store="))
+        .next_back()
+    {
         None => Ok(DEFAULT_STORE_DIR.to_owned()),
         Some(dir) if dir.contains('%') => Err("NIX_REMOTE's store= is percent-encoded".to_owned()),
         Some(dir) if !dir.starts_with('/') || dir.len() < 2 || dir.ends_with('/') => {
@@ -36,7 +40,9 @@ pub fn is_store_name(name: &str) -> bool {
     let Some((hash, rest)) = name.split_at_checked(HASH_LEN) else {
         return false;
     };
-    let Some(rest) = rest.strip_prefix('-') else { return false };
+    let Some(rest) = rest.strip_prefix('-') else {
+        return false;
+    };
     hash.bytes().all(is_base32)
         && !rest.is_empty()
         && rest.len() <= MAX_NAME_LEN
@@ -63,7 +69,9 @@ pub fn store_path_of(path: &str, store: &str) -> Option<String> {
 /// after it); with `store` `None`, in whichever directory it names (the evaluation of a tree
 /// outside the store, where jobenv does not place the store itself).
 pub fn is_drv_path(path: &str, store: Option<&str>) -> bool {
-    let Some((dir, name)) = path.rsplit_once('/') else { return false };
+    let Some((dir, name)) = path.rsplit_once('/') else {
+        return false;
+    };
     let in_store = match store {
         Some(store) => dir == store,
         None => dir.starts_with('/') && !dir.split('/').any(|c| c == "." || c == ".."),

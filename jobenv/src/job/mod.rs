@@ -331,8 +331,7 @@ impl<'a> Run<'a> {
             };
         let options = RunOptions {
             grace: self.settings.grace,
-            // What the wait for another job's evaluation took counts.
-            timeout: self.settings.timeout.map(|t| t.saturating_sub(shell.waited)),
+            timeout: self.settings.timeout,
             events: self.events.clone(),
             stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),

@@ -71,6 +71,12 @@ pub struct RunOptions<'a> {
 pub trait Before {
     /// What comes next, given how the last step ended (`None` before the first).
     fn next(&mut self, last: Option<StepEnd>) -> Result<Next, Error>;
+
+    /// How long the job already waited for what comes before (another job's evaluation of the
+    /// same shell): it counts against the timeout.
+    fn waited(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// A process run before the program.
@@ -238,6 +244,7 @@ async fn supervise<T: ProgramTree>(
     );
 
     let mut before = options.before.take();
+    let waited = before.as_ref().map_or(Duration::ZERO, |before| before.waited());
     let placement = tree.place();
     let program = Box::pin(async {
         let output = |fd: &OwnedFd| fd.try_clone().map(std::process::Stdio::from);
@@ -263,8 +270,19 @@ async fn supervise<T: ProgramTree>(
             let lock = passed.lock.as_ref().map(OwnedFd::try_clone).transpose();
             let step_env: Vec<(&str, &str)> = step.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let spawned = step_stdout.and_then(|out| {
-                let passed = spawn::Passed { ready: None, lock: lock? };
-                spawn::spawn_into(&step.argv, &step_env, own_group, passed, placement, out, output(&stderr_write)?)
+                let passed = spawn::Passed {
+                    ready: None,
+                    lock: lock?,
+                };
+                spawn::spawn_into(
+                    &step.argv,
+                    &step_env,
+                    own_group,
+                    passed,
+                    placement,
+                    out,
+                    output(&stderr_write)?,
+                )
             });
             let pid = spawned.map_err(|source| Error::Spawn {
                 program: step.argv[0].clone().into(),
@@ -279,9 +297,8 @@ async fn supervise<T: ProgramTree>(
             last = Some(StepEnd { outcome, stdout });
         };
         let passed = std::mem::take(&mut passed);
-        let spawned = output(&stdout_write).and_then(|out| {
-            spawn::spawn_into(&argv, &env, own_group, passed, placement, out, output(&stderr_write)?)
-        });
+        let spawned = output(&stdout_write)
+            .and_then(|out| spawn::spawn_into(&argv, &env, own_group, passed, placement, out, output(&stderr_write)?));
         let pid = spawned.map_err(|source| Error::Spawn {
             program: argv[0].clone().into(),
             source,
@@ -295,7 +312,7 @@ async fn supervise<T: ProgramTree>(
 
     let timeout = async {
         match options.timeout {
-            Some(limit) => tokio::time::sleep(limit).await,
+            Some(limit) => tokio::time::sleep(limit.saturating_sub(waited)).await,
             None => std::future::pending().await,
         }
     };
@@ -404,7 +421,10 @@ async fn wait_for_output(reaper: &reaper::Reaper, done: &mpsc::Receiver<()>) {
     let _ = tokio::time::timeout(Duration::from_secs(2), gone.wait_for(|gone| *gone)).await;
     let deadline = Instant::now() + Duration::from_secs(2);
     for _ in 0..2 {
-        if done.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+        if done
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
             tracing::warn!("program output is still open after the program tree ended; not waiting for it");
             break;
         }
