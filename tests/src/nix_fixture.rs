@@ -197,6 +197,50 @@ impl Fixture {
         path
     }
 
+    /// A deployment tree in the Nix store, which jobenv caches the shells of: `default_nix`
+    /// written into the directory `name` of the fixture and added with `nix-store --add` (to
+    /// the store the node's `NIX_REMOTE` names, if deploy-env.json sets one); DEPLOYMENT_ROOT and
+    /// NIXPKGS name it from now on. Returns its store path. (The fixture's own root is a
+    /// temporary directory: its jobs are evaluated each time.)
+    pub fn store_tree(&mut self, name: &str, default_nix: &str) -> String {
+        let tree = self.path().join(name);
+        std::fs::create_dir_all(&tree).expect("tree dir");
+        std::fs::write(tree.join("default.nix"), default_nix).expect("default.nix");
+        let out = self
+            .nix("nix-store")
+            .arg("--add")
+            .arg(&tree)
+            .output()
+            .expect("run nix-store --add");
+        assert!(
+            out.status.success(),
+            "nix-store --add: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8(out.stdout).expect("a path").trim().to_owned();
+        self.node("DEPLOYMENT_ROOT", path.clone()).node("NIXPKGS", path.clone());
+        path
+    }
+
+    /// A program of Nix's (`nix-store`, `nix-instantiate`) with the node's `NIX_REMOTE` and
+    /// `NIX_CONFIG` (as deploy-env.json sets them now), the fixture's home, and nothing else.
+    pub fn nix(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env_clear().env("PATH", TEST_PATH).env("HOME", self.path());
+        for key in ["NIX_REMOTE", "NIX_CONFIG"] {
+            if let Some(value) = self.deploy_env.get(key).and_then(Value::as_str) {
+                command.env(key, value);
+            }
+        }
+        command
+    }
+
+    /// The bin directory of the fixture's programs ([`Fixture::program`]), for a tree's
+    /// `default.nix` to put on its shells' PATH.
+    pub fn bin(&self) -> PathBuf {
+        self.root().join("bin")
+    }
+
     /// Writes deploy-env.json, the keys and attributes files and default.nix.
     pub fn write(&self) -> &Self {
         write_json(&self.deploy_env_path(), &Value::Object(self.deploy_env.clone()));
