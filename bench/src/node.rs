@@ -123,6 +123,7 @@ pub struct Tools {
     pub bootstrap: PathBuf,
     pub stand_in: PathBuf,
     pub generate: PathBuf,
+    pub peak: PathBuf,
 }
 
 impl Tools {
@@ -136,8 +137,15 @@ impl Tools {
             bootstrap: bootstrap.unwrap_or_else(|| here.join("fediversity-windmill-bootstrap")),
             stand_in: here.join("nix-shell-stand-in"),
             generate: here.join("bench-generate"),
+            peak: here.join("bench-peak"),
         };
-        for tool in [&tools.jobenv, &tools.bootstrap, &tools.stand_in, &tools.generate] {
+        for tool in [
+            &tools.jobenv,
+            &tools.bootstrap,
+            &tools.stand_in,
+            &tools.generate,
+            &tools.peak,
+        ] {
             anyhow::ensure!(
                 tool.exists(),
                 "{} is missing: build the workspace first (cargo build --release --workspace)",

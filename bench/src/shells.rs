@@ -42,25 +42,35 @@ in {{
     )
 }
 
-/// One run: its wall time and the peak resident memory of its largest process (the job's tree:
-/// `wait4`'s `ru_maxrss` covers every descendant that was waited for, and jobenv reaps them all).
-fn measure(mut command: Command) -> anyhow::Result<(Duration, u64)> {
-    command.stdout(Stdio::null()).stderr(Stdio::null());
+/// One run: its wall time and the peak resident memory of its largest process, in KiB (the
+/// job's tree: `wait4`'s `ru_maxrss` covers every descendant that was waited for, and jobenv
+/// reaps them all), taken by `bench-peak`, a small process that starts it (see there why).
+/// `command` has its whole environment set (`env_clear` first).
+fn measure(peak: &Path, command: Command) -> anyhow::Result<(Duration, u64)> {
+    let figure = tempfile::NamedTempFile::new()?;
+    let mut wrapped = Command::new(peak);
+    wrapped
+        .arg(figure.path())
+        .arg(command.get_program())
+        .args(command.get_args())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            wrapped.env(key, value);
+        }
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
     let start = Instant::now();
-    let child = command.spawn().with_context(|| format!("running {command:?}"))?;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value, and wait4 fills it for our own child.
-    let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as nix::libc::pid_t;
-    // SAFETY: waits for our own child (which std's Child then never waits for: it is dropped).
-    let waited = unsafe { nix::libc::wait4(pid, &mut status, 0, &mut usage) };
+    let status = wrapped.status().with_context(|| format!("running {command:?}"))?;
     let took = start.elapsed();
-    anyhow::ensure!(waited == pid, "wait4: {}", std::io::Error::last_os_error());
-    anyhow::ensure!(
-        nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
-        "{command:?} failed: {status}"
-    );
-    Ok((took, usage.ru_maxrss as u64))
+    anyhow::ensure!(status.success(), "{command:?} failed: {status}");
+    let kib = std::fs::read_to_string(figure.path())?.trim().parse()?;
+    Ok((took, kib))
 }
 
 pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
@@ -83,7 +93,7 @@ pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
         let mut instantiate = Command::new("nix-instantiate");
         nix_env(&mut instantiate);
         instantiate.arg(&tree_dir).args(["-A", "devShells.x86_64-linux.web"]);
-        let (took, _) = measure(instantiate)?;
+        let (took, _) = measure(&tools.peak, instantiate)?;
         if quick || took >= EVALUATION + EVALUATION / 5 || n >= 16_000_000 {
             break;
         }
@@ -92,7 +102,11 @@ pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
     let mut add = Command::new("nix-store");
     nix_env(&mut add);
     let added = add.arg("--add").arg(&tree_dir).output()?;
-    anyhow::ensure!(added.status.success(), "nix-store --add: {}", String::from_utf8_lossy(&added.stderr));
+    anyhow::ensure!(
+        added.status.success(),
+        "nix-store --add: {}",
+        String::from_utf8_lossy(&added.stderr)
+    );
     let store_tree = String::from_utf8(added.stdout)?.trim().to_owned();
     for (key, value) in [
         ("DEPLOYMENT_ROOT", store_tree.as_str()),
@@ -104,22 +118,24 @@ pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
     }
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "bench"});
     let jobenv = || -> anyhow::Result<Command> {
-        let mut command = node.jobenv_run_on_stdin(&payload)?;
+        let mut command = node.jobenv_run(&payload)?;
         command.env("JOBENV_NIX_SHELL", &nix_shell).env("HOME", node.path(""));
         Ok(command)
     };
     let nix_shell_alone = || {
         let mut command = Command::new(&nix_shell);
         nix_env(&mut command);
-        command
-            .env("NIX_BUILD_SHELL", "/bin/bash")
-            .arg(&store_tree)
-            .args(["-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"]);
+        command.env("NIX_BUILD_SHELL", "/bin/bash").arg(&store_tree).args([
+            "-A",
+            "devShells.x86_64-linux.web",
+            "--run",
+            "exec web-apply",
+        ]);
         command
     };
     let shells = node.path("state/shells");
     // The warm runs find the cache the first job made.
-    measure(jobenv()?)?;
+    measure(&tools.peak, jobenv()?)?;
     let kinds = ["nix-shell alone", "cold", "warm"];
     let mut times = vec![Samples::default(); kinds.len()];
     let mut memory: Vec<Vec<u64>> = vec![Vec::new(); kinds.len()];
@@ -136,7 +152,7 @@ pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
                 }
                 _ => jobenv()?,
             };
-            let (took, peak) = measure(command)?;
+            let (took, peak) = measure(&tools.peak, command)?;
             times[which].push(took);
             memory[which].push(peak);
             if which == 1 {
@@ -156,8 +172,12 @@ pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
         .zip(times.iter().zip(&memory))
         .map(|(kind, (samples, peaks))| {
             let name = match *kind {
-                "nix-shell alone" => "`nix-shell <tree> -A … --run \"exec PROG\"` (what every job evaluated before)".to_owned(),
-                "cold" => "`fediversity-jobenv run`, cold (no cached shell: it evaluates, roots and caches it)".to_owned(),
+                "nix-shell alone" => {
+                    "`nix-shell <tree> -A … --run \"exec PROG\"` (what every job evaluated before)".to_owned()
+                }
+                "cold" => {
+                    "`fediversity-jobenv run`, cold (no cached shell: it evaluates, roots and caches it)".to_owned()
+                }
                 _ => "`fediversity-jobenv run`, warm (the cached shell: no evaluation)".to_owned(),
             };
             vec![
@@ -174,7 +194,7 @@ pub fn run(tools: &Tools, rounds: usize, quick: bool) -> anyhow::Result<Table> {
     Ok(Table {
         title: "7. A job's start-up, cold against warm".into(),
         method: format!(
-            "Wall time from spawn to exit and peak resident memory (the largest process of the job: `wait4`'s `ru_maxrss`, which covers every descendant jobenv reaps) of `fediversity-jobenv run --verb apply --payload -` with the real nix-shell (`{}`), nix-instantiate and nix-store, {rounds} rounds of the three commands in a rotating order. The program is `/bin/true`. The deployment tree is in the Nix store; its shell's evaluation sums {n} generated attributes, calibrated so that nix-instantiate alone takes at least {:?} here (no nixpkgs: the machine is offline, `NIX_CONFIG=\"substituters =\"`, `NIX_BUILD_SHELL=/bin/bash`). Cold: the state directory's `shells/` is removed before the run, so jobenv evaluates the shell (nix-instantiate, in the node's environment), checks that the tree is a valid store path, realises and roots its inputs, writes the entry and runs it; warm: the next job of the same tree runs the cached derivation (`nix-shell <drv> --run`).",
+            "Wall time from spawn to exit and peak resident memory (the largest process of the job: `wait4`'s `ru_maxrss`, which covers every descendant jobenv reaps, taken by `bench/src/bin/peak.rs`, which starts the command from a small process) of `fediversity-jobenv run --verb apply --payload FILE` with the real nix-shell (`{}`), nix-instantiate and nix-store, {rounds} rounds of the three commands in a rotating order. The program is `/bin/true`. The deployment tree is in the Nix store; its shell's evaluation sums {n} generated attributes, calibrated so that nix-instantiate alone takes at least {:?} here (no nixpkgs: the machine is offline, `NIX_CONFIG=\"substituters =\"`, `NIX_BUILD_SHELL=/bin/bash`). Cold: the state directory's `shells/` is removed before the run, so jobenv evaluates the shell (nix-instantiate, in the node's environment), checks that the tree is a valid store path, realises and roots its inputs, writes the entry and runs it; warm: the next job of the same tree runs the cached derivation (`nix-shell <drv> --run`).",
             nix_shell.display(),
             EVALUATION
         ),
