@@ -47,9 +47,17 @@ pub struct Prepared {
 }
 
 enum Stage {
-    Hit { drv: String, _used: Lock },
+    Hit {
+        drv: String,
+        _used: Lock,
+    },
     Miss(Box<Miss>),
-    Uncached { root: Option<TempRoot>, started: bool },
+    Uncached {
+        root: Option<TempRoot>,
+        started: bool,
+    },
+    /// Nothing runs: the job ends so.
+    Ended(Outcome),
 }
 
 struct Miss {
@@ -167,6 +175,8 @@ pub fn prepare(
     waited.set(started.elapsed());
     let evaluating = match locked {
         Ok(lock) => lock,
+        // The job's whole timeout went by waiting: it ends as timed out, having run nothing.
+        Err(Refused::Busy) => return Ok(prepared(Stage::Ended(Outcome::TimedOut))),
         Err(error) => {
             refused(error, "the evaluation's lock")?;
             return Ok(prepared(uncached(Some(&cache))));
@@ -239,6 +249,7 @@ impl Before for Prepared {
         let attr = &eval.attr_path;
         let miss = match stage {
             Stage::Hit { drv, .. } => return Ok(program(template, drv.clone())),
+            Stage::Ended(outcome) => return Ok(Next::End(*outcome)),
             Stage::Uncached { root, started } => {
                 let Some(last) = last.filter(|_| *started) else {
                     *started = true;

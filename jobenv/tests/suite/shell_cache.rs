@@ -405,7 +405,8 @@ fn concurrent_first_jobs_evaluate_once() {
     assert_eq!(done.iter().map(evaluations).sum::<usize>(), 3, "{done:?}");
 }
 
-/// A job waits for another's evaluation only within its own limits: its timeout ends it (124).
+/// A job waits for another's evaluation only within its own limits: its timeout ends it (124),
+/// without evaluating.
 #[test]
 fn waiting_for_another_evaluation_counts_against_the_timeout() {
     let mut f = node();
@@ -420,10 +421,35 @@ fn waiting_for_another_evaluation_counts_against_the_timeout() {
         .payload(&payload("b"))
         .expect_code(124)
         .expect_stderr_contains(format!("another job is evaluating {ATTR}: waiting for it"))
+        .expect_stderr_contains("web-apply timed_out with exit code 124")
         .run();
-    let first = first.finish();
     assert!(started.elapsed() < Duration::from_secs(4), "{second:?}");
+    assert_eq!(evaluations(&second), 0, "{second:?}");
+    let first = first.finish();
     assert!(first.success(), "{first:?}");
+}
+
+/// What a job waited for another's evaluation is taken from its timeout: here the cached
+/// shell's program, which would end in time on its own, is stopped by what is left of it.
+#[test]
+fn the_program_after_a_wait_gets_what_is_left_of_the_timeout() {
+    let mut f = node();
+    f.program("web", "apply", "/bin/sleep 2; echo ran");
+    f.store_tree("tree", &tree_text(&f, "rest", 2, 0, None));
+    let first = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload("a")).spawn();
+    std::thread::sleep(Duration::from_millis(700));
+    let second = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("JOBENV_TIMEOUT", "3")
+        .payload(&payload("b"))
+        .expect_code(124)
+        .expect_stderr_contains(format!("another job is evaluating {ATTR}: waiting for it"))
+        .expect_stderr_contains("is cached: it is not evaluated")
+        .expect_stderr_contains("timeout of 3s reached")
+        .run();
+    assert_eq!(evaluations(&second), 0, "{second:?}");
+    assert!(first.finish().success());
 }
 
 /// `prune` drops the shells of trees no longer deployed, never one a job runs, and the roots
