@@ -429,6 +429,36 @@ fn waiting_for_another_evaluation_counts_against_the_timeout() {
     assert!(first.success(), "{first:?}");
 }
 
+/// A cancel while a job waits for another's evaluation ends it at once, as a cancel before its
+/// program started, having evaluated nothing.
+#[test]
+fn a_cancel_ends_the_wait_for_another_evaluation() {
+    let mut f = node();
+    f.store_tree("tree", &tree_text(&f, "cancelled", 4, 0, None));
+    let first = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload("a")).spawn();
+    std::thread::sleep(Duration::from_millis(700));
+    let second = f.jobenv(jobenv_bin!()).verb("apply").payload(&payload("b")).spawn();
+    std::thread::sleep(Duration::from_millis(700));
+    let started = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let second = second.finish();
+    assert!(started.elapsed() < Duration::from_secs(2), "{second:?}");
+    assert_eq!(second.code, Some(143), "{second:?}");
+    assert!(second.stderr.contains("waiting for it"), "{second:?}");
+    assert!(
+        second
+            .stderr
+            .contains("received SIGTERM: the job is canceled before its program started"),
+        "{second:?}"
+    );
+    assert_eq!(evaluations(&second), 0, "{second:?}");
+    assert!(first.finish().success());
+}
+
 /// What a job waited for another's evaluation is taken from its timeout: here the cached
 /// shell's program, which would end in time on its own, is stopped by what is left of it.
 #[test]
