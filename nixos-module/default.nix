@@ -395,7 +395,9 @@ in
       description = ''
         Node-owned keys of every deployment, rendered to `${fw.paths.deployEnv}`: the control
         keys `DEPLOYMENT_ROOT` (required; default: {option}`deploymentRepository`'s tree) and
-        `DEPLOYMENT_NIXPKGS` (default: the node's `pkgs.path`), `STATE_BASE_ADDRESS`, any
+        `DEPLOYMENT_NIXPKGS` (default: the node's `pkgs.path`), `NIX_BUILD_SHELL` (default:
+        `pkgs.bashInteractive`'s bash, so that a job whose shell jobenv cached evaluates
+        nothing), `STATE_BASE_ADDRESS`, any
         declared key the node fixes (the structural pins, the repository's `nodeEnvKeys`; the
         Incus store's key paths are added for the configured {option}`credentials`), and
         Nix/OpenTofu variables. A payload never overrides a key set here. Not for secrets (world-readable in the Nix store): use
@@ -1091,7 +1093,12 @@ in
     services.windmill.baseUrl = mkDefault "https://${cfg.uiDomain}";
 
     services.fediversity-windmill.deployEnv = mkMerge [
-      { DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}"; }
+      {
+        DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}";
+        # The bash nix-shell enters a job's shell with: without it, nix-shell evaluates
+        # `<nixpkgs>`'s bashInteractive in every job, even one whose shell jobenv has cached.
+        NIX_BUILD_SHELL = mkDefault "${pkgs.bashInteractive}/bin/bash";
+      }
       # The repository's tree, in the store ("${…}" copies a path; a flake is its source).
       (mkIf (cfg.deploymentRepository != null) { DEPLOYMENT_ROOT = mkDefault "${cfg.deploymentRepository}"; })
       (builtins.mapAttrs (_: mkDefault) credentialPaths.values)

@@ -1480,8 +1480,10 @@ rec {
         # The agent's files are its credentials: it waits for them (`workerLifecycle`).
         wants = [ agent ];
         serviceConfig = worker.serviceConfig // {
-          # jobenv's journal and locks; nixpkgs' unit is otherwise read-only (DynamicUser). The
-          # `-`: the directory may not exist yet when the unit starts for the first time.
+          # jobenv's journal, locks and cached shells with their garbage-collector roots
+          # (`shells/`, which the Nix daemon reads at this same path); nixpkgs' unit is otherwise
+          # read-only (DynamicUser). The `-`: the directory may not exist yet when the unit
+          # starts for the first time.
           ReadWritePaths = [ "-${paths.stateDir}" ];
         };
         environment =

@@ -22,7 +22,8 @@
 # the rule and applies it; that deploy and destroy jobs submitted through the Windmill API run a
 # test program through jobenv, with the deploy secret and tf-token.env reaching it (redacted in
 # the log), the repository's keys declared and its node-only keys and pins never taken from a
-# payload; that a job payload jobenv refuses fails, a cancelled job leaves no process, and a
+# payload, the second job of the tree running its cached shell without evaluating it; that a job
+# payload jobenv refuses fails, a cancelled job leaves no process, and a
 # missing secret makes jobenv refuse the job as "node not ready"; that the worker does not start
 # before the agent rendered its files; the OpenTelemetry and SMTP variables of the units; that
 # a worker killed mid-deploy runs `recover` when it comes back; that a worker stopped mid-deploy
@@ -195,10 +196,8 @@ in
           certificateKey = "${certificate}/key.pem";
         };
         deploymentRepository = repository;
-        deployEnv = {
-          NIX_BUILD_SHELL = "${pkgs.bashInteractive}/bin/bash";
-          NODE_SITE = "vm-site";
-        };
+        # NIX_BUILD_SHELL is the module's default (bashInteractive's bash).
+        deployEnv.NODE_SITE = "vm-site";
         ui.forwardAuth.autheliaInstance = "main";
         jobs.lockWait = 30;
         deploySecrets.TF_VAR_demo_token = ''{{ with secret "secret/data/deploy/demo" }}{{ .Data.data.token }}{{ end }}'';
@@ -629,6 +628,8 @@ in
           assert "self-module-source: unset" in logs, logs
           assert "token: [REDACTED]" in logs, logs
           assert DEPLOY_TOKEN not in logs and DEPLOY_TOKEN not in json.dumps(info), logs
+          # The first job of the tree evaluates its shell, and caches it.
+          assert "(not cached yet)" in logs, logs
           # jobenv journaled the run under the Windmill job id, in the worker's state directory.
           entry = journal_entry(job)
           assert entry["status"] == "succeeded" and entry["verb"] == "apply", entry
@@ -642,6 +643,9 @@ in
           )
           assert info["success"], (info, logs)
           assert "node-site: vm-site" in logs and "self-module-source: unset" in logs, logs
+          # The second job of the tree runs the cached shell: nothing is evaluated.
+          assert "of this tree is cached: it is not evaluated" in logs, logs
+          machine.succeed(f"test -n \"$(ls {STATE_DIR}/shells/*.json)\"")
           # jobenv says which keys it dropped (the program prints them lower-case), never the
           # values.
           assert "SELF_MODULE_SOURCE" in logs and "NODE_SITE" in logs, logs

@@ -12,6 +12,7 @@ mod printed;
 mod redaction;
 mod report;
 mod secrets;
+mod shells;
 mod startup;
 mod stats;
 
@@ -27,6 +28,7 @@ enum Bench {
     BootstrapCold,
     Events,
     Journal,
+    Shells,
 }
 
 #[derive(Debug, Parser)]
@@ -63,6 +65,7 @@ fn main() -> anyhow::Result<()> {
             Bench::BootstrapCold,
             Bench::Events,
             Bench::Journal,
+            Bench::Shells,
         ]
     } else {
         cli.benches
@@ -97,6 +100,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 if cli.quick { 1 } else { 21 },
             )?,
+            Bench::Shells => shells::run(&tools, if cli.quick { 1 } else { 9 }, cli.quick)?,
         });
     }
     let when = humantime_date();

@@ -238,6 +238,8 @@ pub enum Problem {
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
+    #[error("{tool} {} (beside nix-shell) was not found or is not executable", path.display())]
+    NixToolNotFound { tool: &'static str, path: PathBuf },
     #[error(
         "keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\", \"default\" and \"node_only\")",
         name(key)

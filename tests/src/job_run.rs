@@ -238,6 +238,31 @@ impl JobRun {
     }
 }
 
+impl Running {
+    /// Waits for it to end ([`JobRun::spawn`]'s), with everything it printed.
+    pub fn finish(mut self) -> Done {
+        use std::io::Read;
+        let mut stderr = self.0.stderr.take().expect("stderr is piped");
+        let reading = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = stderr.read_to_end(&mut bytes);
+            bytes
+        });
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            let _ = out.read_to_end(&mut stdout);
+        }
+        let stderr = reading.join().expect("the stderr reader");
+        let status = self.0.wait().expect("wait for jobenv");
+        Done {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            raw_stdout: stdout,
+        }
+    }
+}
+
 /// The stderr without Nix's own notice that it retries a busy store database: tests run many
 /// nix-shells on one store at once, which a node does not, and the notice is Nix's, not
 /// jobenv's (`warning: error: SQLite database '/nix/var/nix/db/db.sqlite' is busy`).

@@ -464,7 +464,7 @@ mod tests {
         assert!(super::super::check(&i).is_ok());
         // A program without verb siblings deploys when run; any other verb needs its own.
         i.set_payload("EXECUTABLE", json!("web"));
-        assert_eq!(crate::plan::plan(&i).unwrap().argv[7], "exec web");
+        assert_eq!(crate::plan::plan(&i).unwrap().argv[5], "exec web");
         i.verb = "destroy".into();
         assert_eq!(
             problems(&i),

@@ -312,13 +312,14 @@ impl<'a> Run<'a> {
         Ok(Some(entry))
     }
 
-    /// Step 8.
+    /// Step 8: the shell's evaluation (cached, or waited for while another job of the same key
+    /// evaluates it: [`crate::evaluation`]), then the program.
     fn program(
         &self,
         plan: &Plan,
         tree_lock: OwnedFd,
         tree: Tree,
-        cancel: Cancel,
+        mut cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
         guard: Option<crate::run::tree::guard::Deadline>,
     ) -> Ending {
@@ -329,6 +330,11 @@ impl<'a> Run<'a> {
             plan.system,
             plan.verb
         );
+        let mut shell =
+            match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
+                Ok(shell) => shell,
+                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+            };
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
@@ -337,6 +343,7 @@ impl<'a> Run<'a> {
             tree_lock: Some(tree_lock),
             lease,
             guard,
+            before: Some(&mut shell),
         };
         match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {

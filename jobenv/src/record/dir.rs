@@ -123,6 +123,12 @@ impl Dir {
     /// `name`'s whole content, or `None` if it is missing. Refused: a link, anything but a
     /// regular file of one link, and more than [`MAX_READ`] bytes.
     pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.read_with_status(name)?.map(|(bytes, _)| bytes))
+    }
+
+    /// [`Dir::read`], with the status of the file that was read (its owner, say), taken from the
+    /// open file: no other file can have taken its place in between.
+    pub fn read_with_status(&self, name: &str) -> io::Result<Option<(Vec<u8>, FileStat)>> {
         let Some((file, stat)) = self.open_file(name, OFlag::O_RDONLY)? else {
             return Ok(None);
         };
@@ -144,7 +150,7 @@ impl Dir {
         if bytes.len() as u64 > MAX_READ {
             return Err(too_large());
         }
-        Ok(Some(bytes))
+        Ok(Some((bytes, stat)))
     }
 
     /// `name` open for reading and writing, as [`Dir::read`] checks it; created (mode 0600) if

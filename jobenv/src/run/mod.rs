@@ -61,6 +61,51 @@ pub struct RunOptions<'a> {
     pub lease: Option<lease::LeaseWatch>,
     /// Cluster mode: the deadline of the program tree's guard, moved on with the leases.
     pub guard: Option<tree::guard::Deadline>,
+    /// What runs before the program, in its tree and under the same supervision (the
+    /// evaluation of its shell: [`crate::evaluation`]); it also gives the program's argv.
+    /// `None`: the plan's argv runs at once.
+    pub before: Option<&'a mut dyn Before>,
+}
+
+/// The steps of a job before its program (see [`RunOptions::before`]), asked one at a time: each
+/// runs in the program tree with the environment it names, its stderr copied through the
+/// redactor like the program's, its stdout given back when it asks for it (else discarded); a
+/// cancel, the timeout, a lost worker or lease stop it as they would stop the program.
+pub trait Before {
+    /// What comes next, given how the last step ended (`None` before the first).
+    fn next(&mut self, last: Option<StepEnd>) -> Result<Next, Error>;
+
+    /// How long the job already waited for what comes before (another job's evaluation of the
+    /// same shell): it counts against the timeout.
+    fn waited(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A process run before the program.
+pub struct Step {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Give back what it prints on stdout (at most [`MAX_CAPTURED`] bytes).
+    pub capture: bool,
+}
+
+/// How a step ended.
+pub struct StepEnd {
+    pub outcome: Outcome,
+    pub stdout: Vec<u8>,
+}
+
+/// The most of a step's stdout that is given back.
+pub const MAX_CAPTURED: u64 = 64 << 10;
+
+pub enum Next {
+    Step(Step),
+    /// The program, with this argv.
+    Program(Vec<String>),
+    /// The job ends here, as a step's end says (an evaluation that failed is the job's failure,
+    /// with its exit code).
+    End(Outcome),
 }
 
 /// How often jobenv looks whether its worker is still its parent.
@@ -186,11 +231,11 @@ async fn supervise<T: ProgramTree>(
         options.events.watch_ready(read.into());
         passed.ready = Some(write);
     }
-    let spawned = spawn::spawn(&plan.argv, &env, own_group, passed, tree.place()).map_err(|source| Error::Spawn {
-        program: plan.argv[0].clone().into(),
-        source,
-    })?;
-    let mut reaper = reaper::start(spawned.pid);
+    // The output pipes of every process of the job (the steps before the program write into the
+    // same ones); jobenv's own write ends close once the program is spawned.
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make a pipe", e));
+    let ((stdout_read, stdout_write), (stderr_read, stderr_write)) = (pipe()?, pipe()?);
+    let mut reaper = reaper::start();
 
     let redactor = match redactor {
         Ok(building) => building.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
@@ -202,17 +247,91 @@ async fn supervise<T: ProgramTree>(
     let (stdout_tap, stderr_tap) = (options.events.tap(Level::Info), options.events.tap(Level::Warning));
     pump::start(
         "stdout",
-        spawned.stdout,
+        std::fs::File::from(stdout_read),
         stdout,
         redactor.clone(),
         stdout_tap,
         done_tx.clone(),
     );
-    pump::start("stderr", spawned.stderr, stderr, redactor, stderr_tap, done_tx);
+    pump::start(
+        "stderr",
+        std::fs::File::from(stderr_read),
+        stderr,
+        redactor,
+        stderr_tap,
+        done_tx,
+    );
+
+    let mut before = options.before.take();
+    let waited = before.as_ref().map_or(Duration::ZERO, |before| before.waited());
+    let placement = tree.place();
+    let program = Box::pin(async {
+        let output = |fd: &OwnedFd| fd.try_clone().map(std::process::Stdio::from);
+        let mut last = None;
+        let argv = loop {
+            let next = match before.as_mut() {
+                Some(before) => before.next(last.take())?,
+                None => Next::Program(plan.argv.clone()),
+            };
+            let step = match next {
+                Next::Step(step) => step,
+                Next::Program(argv) => break argv,
+                Next::End(outcome) => return Ok(outcome),
+            };
+            let captured = match step.capture {
+                true => Some(capture_file()?),
+                false => None,
+            };
+            let step_stdout = match &captured {
+                Some(file) => file.try_clone().map(std::process::Stdio::from),
+                None => Ok(std::process::Stdio::null()),
+            };
+            let lock = passed.lock.as_ref().map(OwnedFd::try_clone).transpose();
+            let step_env: Vec<(&str, &str)> = step.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let spawned = step_stdout.and_then(|out| {
+                let passed = spawn::Passed {
+                    ready: None,
+                    lock: lock?,
+                };
+                spawn::spawn_into(
+                    &step.argv,
+                    &step_env,
+                    own_group,
+                    passed,
+                    placement,
+                    out,
+                    output(&stderr_write)?,
+                )
+            });
+            let pid = spawned.map_err(|source| Error::Spawn {
+                program: step.argv[0].clone().into(),
+                source,
+            })?;
+            reaper.spawned();
+            let outcome = Outcome::from_wait(reaper.wait_for(pid).await);
+            let stdout = match captured {
+                Some(file) => read_captured(&file).map_err(|e| Error::io("cannot read what a step printed", e))?,
+                None => Vec::new(),
+            };
+            last = Some(StepEnd { outcome, stdout });
+        };
+        let passed = std::mem::take(&mut passed);
+        let spawned = output(&stdout_write)
+            .and_then(|out| spawn::spawn_into(&argv, &env, own_group, passed, placement, out, output(&stderr_write)?));
+        let pid = spawned.map_err(|source| Error::Spawn {
+            program: argv[0].clone().into(),
+            source,
+        })?;
+        reaper.spawned();
+        reaper.close();
+        // Only the job's processes hold the pipes now: the pumps end when the last one is gone.
+        drop((stdout_write, stderr_write));
+        Ok::<_, Error>(Outcome::from_wait(reaper.wait_for(pid).await))
+    });
 
     let timeout = async {
         match options.timeout {
-            Some(limit) => tokio::time::sleep(limit).await,
+            Some(limit) => tokio::time::sleep(limit.saturating_sub(waited)).await,
             None => std::future::pending().await,
         }
     };
@@ -232,12 +351,28 @@ async fn supervise<T: ProgramTree>(
             None => std::future::pending().await,
         }
     };
-    let outcome = tokio::select! {
-        status = &mut reaper.program => Outcome::from_wait(status.expect("the reaper reports the program's status")),
-        Some(signal) = cancels.recv() => stopped_by(signal, &options),
-        _ = timeout => Outcome::TimedOut,
-        () = worker_gone => Outcome::WorkerLost,
-        () = lease_lost => Outcome::LeaseLost,
+    let mut program = program;
+    let ended = tokio::select! {
+        ended = &mut program => ended,
+        Some(signal) = cancels.recv() => Ok(stopped_by(signal, &options)),
+        _ = timeout => Ok(Outcome::TimedOut),
+        () = worker_gone => Ok(Outcome::WorkerLost),
+        () = lease_lost => Ok(Outcome::LeaseLost),
+    };
+    // Whatever step it was at, nothing more is spawned (its pipes close with it).
+    drop(program);
+    reaper.close();
+    let outcome = match ended {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            // jobenv could not go on between two steps (every step it spawned has ended): what
+            // they left is stopped like a program's leftovers.
+            if !tree.is_empty() {
+                stop(&tree, options.grace, &options.lease).await;
+            }
+            wait_for_output(&reaper, &done_rx).await;
+            return Err(error);
+        }
     };
     // A program SIGKILLed once its leases ran out was killed for that: by the guard, while this
     // jobenv was frozen.
@@ -298,7 +433,8 @@ async fn supervise<T: ProgramTree>(
             // finished job leaves nothing behind. Normally the reaper reports at once that no
             // child is left (every process of the tree is jobenv's descendant: it is a child
             // subreaper); if not, the tree decides (a zombie not yet reaped is not left behind).
-            let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone))
+            let mut gone = reaper.tree_gone.clone();
+            let reaped = tokio::time::timeout(Duration::from_millis(50), gone.wait_for(|gone| *gone))
                 .await
                 .is_ok();
             if !reaped && !tree.is_empty() {
@@ -308,9 +444,7 @@ async fn supervise<T: ProgramTree>(
         }
     }
 
-    // Every descendant is gone, so every write end of the pipes is closed: the pumps reach end
-    // of file. The bound only guards against a descriptor passed to an unrelated process.
-    let _ = tokio::time::timeout(Duration::from_secs(2), reaper.tree_gone.wait_for(|gone| *gone)).await;
+    wait_for_output(&reaper, &done_rx).await;
     // The tree is gone: the guard has nothing left to kill by the leases' expiry (a final write
     // may take until then).
     if let Some(feed) = guard_feed {
@@ -319,9 +453,17 @@ async fn supervise<T: ProgramTree>(
             guard.set(None);
         }
     }
+    Ok(outcome)
+}
+
+/// Every descendant is gone, so every write end of the pipes is closed: the pumps reach end of
+/// file. The bound only guards against a descriptor passed to an unrelated process.
+async fn wait_for_output(reaper: &reaper::Reaper, done: &mpsc::Receiver<()>) {
+    let mut gone = reaper.tree_gone.clone();
+    let _ = tokio::time::timeout(Duration::from_secs(2), gone.wait_for(|gone| *gone)).await;
     let deadline = Instant::now() + Duration::from_secs(2);
     for _ in 0..2 {
-        if done_rx
+        if done
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .is_err()
         {
@@ -329,7 +471,23 @@ async fn supervise<T: ProgramTree>(
             break;
         }
     }
-    Ok(outcome)
+}
+
+/// A file in memory for a step's stdout.
+fn capture_file() -> Result<std::fs::File, Error> {
+    nix::sys::memfd::memfd_create(c"jobenv-step-stdout", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+        .map(std::fs::File::from)
+        .map_err(|e| Error::sys("cannot make a file for a step's output", e))
+}
+
+/// What a step printed, at most [`MAX_CAPTURED`] bytes of it.
+fn read_captured(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut file = file;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CAPTURED).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Stops the tree ([`ProgramTree::stop_by`], which polls and sleeps) on the blocking pool: the

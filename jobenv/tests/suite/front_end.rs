@@ -220,7 +220,7 @@ fn env_shows_the_keys_the_node_won_and_never_the_password() {
         shown["env"]["DEPLOYMENT_NAMESPACE"],
         json!({"value": "team-a", "source": "derived"})
     );
-    assert_eq!(shown["argv"][7], "exec web");
+    assert_eq!(shown["argv"][5], "exec web");
     let text = node
         .f
         .jobenv(jobenv_bin!())

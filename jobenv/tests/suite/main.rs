@@ -49,5 +49,6 @@ mod readiness;
 mod redaction;
 mod redactor_property;
 mod secrets_env_file;
+mod shell_cache;
 mod state_dir_attacks;
 mod windmill_scripts;

@@ -2905,6 +2905,8 @@ fn the_module_renders_the_node_files_and_the_agents_templates() {
         json!({
             "DEPLOYMENT_ROOT": "/nix/store/00000000000000000000000000000000-deployments",
             "DEPLOYMENT_NIXPKGS": "/nix/store/00000000000000000000000000000000-source",
+            // The bash nix-shell enters a cached shell with, so that it evaluates nothing.
+            "NIX_BUILD_SHELL": "/nix/store/00000000000000000000000000000000-bash-interactive/bin/bash",
             "STATE_BASE_ADDRESS": "https://state.example.org/tofu",
             // SC-002: where the programs find the Incus store's key, a node-owned key.
             "INCUS_STORE_SSH_KEY_FILE": "/run/incus-deploy/incus-store-ssh.key"
