@@ -522,3 +522,48 @@ curl -sv -o /dev/null "http://deploy:$url@127.0.0.1:{port}/" 2>&1 | grep -i -e '
     assert_eq!(redacted, format!("{visible}[REDACTED]\r\n{visible}[REDACTED]\r\n"));
     assert_forms_shown(QUOTABLE, &redacted, &shown);
 }
+
+/// A payload's `TF_HTTP_PASSWORD` of 4096 `a`s (the longest a payload may bring), and a program
+/// that prints what agrees with it from every byte on: 4 MiB of `a`s in one line, then the
+/// password cut one byte short on 256 lines. Redacting it once took seconds per MiB (each place
+/// compared again as far as the text went on agreeing); now each byte is read a bounded number
+/// of times, and the bound here only tells a hang (minutes) from a run. The figures are in
+/// BENCHMARKS.md (benchmark 7).
+#[test]
+fn a_long_repeating_password_costs_no_more_than_its_output() {
+    let password = "a".repeat(4096);
+    let mut f = Fixture::new();
+    f.program(
+        "web",
+        "apply",
+        r#"head -c 4194304 /dev/zero | tr '\0' a; echo
+line=$(printf %s "$TF_HTTP_PASSWORD" | head -c 4095)
+i=0; while [ $i -lt 256 ]; do printf '%s\n' "$line"; i=$((i + 1)); done"#,
+    );
+    let started = std::time::Instant::now();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({
+            "ATTRIBUTE": "web",
+            "TF_HTTP_ADDRESS": "https://state.example/tf/ns",
+            "TF_HTTP_PASSWORD": password,
+        }))
+        .expect_success()
+        .run();
+    let took = started.elapsed();
+    // The run of `a`s holds the password everywhere; a line one `a` short holds it nowhere.
+    let near = format!("{}\n", &password[..4095]);
+    assert!(
+        done.raw_stdout.starts_with(b"[REDACTED]\n"),
+        "{:?}",
+        &done.stdout[..100]
+    );
+    assert_eq!(done.raw_stdout.len(), 11 + 256 * near.len());
+    assert!(
+        done.raw_stdout[11..]
+            .chunks(near.len())
+            .all(|line| line == near.as_bytes())
+    );
+    assert!(took < Duration::from_secs(60), "redaction took {took:?}");
+}
