@@ -27,6 +27,7 @@ enum Bench {
     BootstrapCold,
     Events,
     Journal,
+    SecretShape,
 }
 
 #[derive(Debug, Parser)]
@@ -63,6 +64,7 @@ fn main() -> anyhow::Result<()> {
             Bench::BootstrapCold,
             Bench::Events,
             Bench::Journal,
+            Bench::SecretShape,
         ]
     } else {
         cli.benches
@@ -87,6 +89,11 @@ fn main() -> anyhow::Result<()> {
                 &tools,
                 if cli.quick { 2_000_000 } else { 100_000_000 },
                 if cli.quick { 1 } else { 11 },
+            )?,
+            Bench::SecretShape => redaction::shape::run(
+                &tools,
+                if cli.quick { 4 << 20 } else { 256 << 20 },
+                if cli.quick { 1 } else { 5 },
             )?,
             Bench::Journal => journal::run(
                 &tools,
