@@ -27,7 +27,10 @@
 //! at one place of any text (then no byte of the text is compared more than that many times for
 //! it); one that repeats itself more is verified by a KMP search that walks each byte of the
 //! text once, from where its first candidate is ([`Periodic`]). A text byte costs a bounded
-//! number of steps for each secret whatever its shape (measured: BENCHMARKS.md).
+//! number of steps for each secret whatever its shape (measured: BENCHMARKS.md). One cost stays
+//! per chunk, not per byte, whatever the shape: the bytes held back are searched again with the
+//! next chunk, so while the output's end agrees with a long secret, each write costs up to that
+//! secret's length.
 
 mod sampled;
 
@@ -159,10 +162,7 @@ impl Redactor {
                 if self_similarity(needle, &mut borders, &mut depths) <= depth_limit {
                     return (false, id, needle);
                 }
-                periodic.push(Periodic {
-                    id,
-                    borders: borders.clone().into_boxed_slice(),
-                });
+                periodic.push(Periodic::new(id, needle, &borders));
                 (true, periodic.len() - 1, needle)
             });
             let sampled = Sampled::new(chosen);
@@ -284,12 +284,15 @@ impl Redactor {
             walks.resize(engine.periodic.len(), Walk::default());
             sampled.find(buf, |at, start, group| {
                 if group.class() {
+                    // Every candidate of these secrets that starts before where the longest
+                    // partial match of its search begins is settled.
+                    let mut settled = usize::MAX;
                     for i in 0..group.len() {
-                        let periodic = &engine.periodic[group.id(i)];
-                        let needle = engine.sorted.get(periodic.id);
-                        periodic.walk(needle, buf, at, start, &mut walks[group.id(i)], &mut found);
+                        let (periodic, walk) = (&engine.periodic[group.id(i)], &mut walks[group.id(i)]);
+                        periodic.walk(engine.sorted.get(periodic.id), buf, at, start, walk, &mut found);
+                        settled = settled.min(walk.pos - walk.matched);
                     }
-                    return;
+                    return settled;
                 }
                 let (longest, to_end) = longest_at(&buf[start..], group.len(), |i| engine.sorted.get(group.id(i)));
                 if let Some(len) = longest {
@@ -298,6 +301,7 @@ impl Redactor {
                 if to_end {
                     hold = hold.min(start);
                 }
+                0
             });
             for walk in &mut walks {
                 found.extend(walk.run.take());
@@ -354,14 +358,18 @@ impl Redactor {
 }
 
 /// A sampled secret that repeats itself (more than [`DEPTH_LIMIT`] of its prefixes can end at
-/// one place), found by a KMP search: its borders take four bytes per byte of the secret, and
+/// one place), found by a KMP search: its table takes four bytes per byte of the secret, and
 /// such secrets are few.
 struct Periodic {
     /// Its place in `Engine::sorted`.
     id: usize,
-    /// KMP's failure function: `borders[q]` is the length of the longest proper border (a
-    /// prefix that is also a suffix) of the secret's first `q` bytes.
-    borders: Box<[u32]>,
+    /// Where the search goes on when the next byte of the text is not the secret's: after `q`
+    /// bytes agreed (`q` below the secret's length), the longest proper border of those `q`
+    /// bytes (a prefix that is also a suffix) that the secret does not continue with the same
+    /// byte as it continues the `q` (KMP's failure function with Knuth's refinement: in `aaaa…`
+    /// a byte that is not `a` goes back to nothing in one step, not one border at a time); after
+    /// the whole secret, its longest proper border.
+    fallback: Box<[u32]>,
 }
 
 /// How far the search of one [`Periodic`] secret went through the chunk at hand: its first
@@ -379,6 +387,20 @@ struct Walk {
 }
 
 impl Periodic {
+    /// From the secret's `borders` ([`self_similarity`]).
+    fn new(id: usize, needle: &[u8], borders: &[u32]) -> Self {
+        let mut fallback: Vec<u32> = Vec::with_capacity(borders.len());
+        for (q, &border) in borders.iter().enumerate() {
+            let border = border as usize;
+            let same_next = q > 0 && q < needle.len() && needle[border] == needle[q];
+            fallback.push(if same_next { fallback[border] } else { border as u32 });
+        }
+        Periodic {
+            id,
+            fallback: fallback.into_boxed_slice(),
+        }
+    }
+
     /// Searches on until an occurrence of `needle` at `start` (a candidate from the sampled
     /// position `at`) is found or ruled out, and with it every occurrence that starts between
     /// `at - (STRIDE - 1)` and `start`: the search goes on while the longest partial match it
@@ -404,23 +426,25 @@ impl Periodic {
                 run: walk.run.take(),
             };
         }
-        // While an occurrence at `start` may still be there: the longest partial match began at
-        // `start` or before, and would end after what was read.
+        // While an occurrence at `start` may still be there (the longest partial match began at
+        // `start` or before, and would end after what was read), and on while any partial match
+        // is: text that agrees with the secret from byte to byte (`aaaa…` for `aaaab…`) is read
+        // once, and not again for each candidate in it.
         let end = buf.len().min(start + len);
-        while walk.pos < end && walk.pos - walk.matched <= start {
+        while walk.pos < buf.len() && ((walk.pos < end && walk.pos - walk.matched <= start) || walk.matched > 0) {
             let byte = buf[walk.pos];
             if needle[walk.matched] == byte {
                 walk.pos += 1;
                 walk.matched += 1;
                 // As far as the text goes on agreeing, at once (what KMP would do byte by byte).
-                if walk.matched < len && walk.pos < end && needle[walk.matched] == buf[walk.pos] {
-                    let agreed = common_prefix(&buf[walk.pos..end], &needle[walk.matched..]);
+                if walk.matched < len && walk.pos < buf.len() && needle[walk.matched] == buf[walk.pos] {
+                    let agreed = common_prefix(&buf[walk.pos..], &needle[walk.matched..]);
                     walk.pos += agreed;
                     walk.matched += agreed;
                 }
             } else {
                 while walk.matched > 0 && needle[walk.matched] != byte {
-                    walk.matched = self.borders[walk.matched] as usize;
+                    walk.matched = self.fallback[walk.matched] as usize;
                 }
                 if needle[walk.matched] == byte {
                     walk.matched += 1;
@@ -428,18 +452,25 @@ impl Periodic {
                 walk.pos += 1;
             }
             if walk.matched == len {
-                let occurrence = (walk.pos - len, walk.pos);
+                // While the text goes on repeating the secret's period (its length less its
+                // longest border), another occurrence ends every period: all of them at once.
+                let period = len - self.fallback[len] as usize;
+                let repeated = common_prefix(&buf[walk.pos..], &buf[walk.pos - period..]);
+                let end = walk.pos + repeated / period * period;
+                let occurrence = (walk.pos - len, end);
                 match &mut walk.run {
                     Some(run) if occurrence.0 <= run.1 => run.1 = occurrence.1,
                     run => found.extend(run.replace(occurrence)),
                 }
-                walk.matched = self.borders[len] as usize;
+                walk.pos = end;
+                walk.matched = self.fallback[len] as usize;
             }
         }
     }
 }
 
-/// KMP's failure function of `needle` into `borders` (see [`Periodic::borders`]), and the most
+/// KMP's failure function of `needle` into `borders` (`borders[q]`: the longest proper border
+/// of its first `q` bytes), and the most
 /// nonempty prefixes of it that can end at one place of a text: the longest one there, and its
 /// borders, and theirs (`depths`, per prefix length, is scratch).
 fn self_similarity(needle: &[u8], borders: &mut Vec<u32>, depths: &mut Vec<u32>) -> u32 {

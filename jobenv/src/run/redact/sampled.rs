@@ -132,10 +132,23 @@ impl Sampled {
     /// the order of the offsets (so the latest start first): `candidate(at, start, group)` for
     /// the needles of `group`, whose gram is the one at `at` if they start at `start` (at most
     /// [`STRIDE`] - 1 bytes before `at`).
-    pub fn find(&self, buf: &[u8], mut candidate: impl FnMut(usize, usize, Group<'_>)) {
+    ///
+    /// `candidate` returns a place before which every candidate of these needles is settled
+    /// (0: none is): when every needle with the gram at `at` says so past the next sampled
+    /// positions with the same gram, those are not looked up. Text made of a repeating secret's
+    /// repetition has the same gram at every sampled position, and one search settles them all.
+    pub fn find(&self, buf: &[u8], mut candidate: impl FnMut(usize, usize, Group<'_>) -> usize) {
         let seen = |at: usize| {
             let bit = seen_bit(gram(&buf[at..]), self.seen_shift);
             self.seen[bit / 64] >> (bit % 64) & 1 != 0
+        };
+        // The last gram looked up, and before which sampled position its candidates are settled.
+        let mut settled = (0u32, 0usize);
+        let mut look = |at: usize| {
+            let gram = gram(&buf[at..]);
+            if gram != settled.0 || at >= settled.1 {
+                settled = (gram, self.look(gram, at, &mut candidate));
+            }
         };
         // Four sampled positions at a time: most have no gram of a needle, and four independent
         // lookups keep the processor busy where one waits for each load.
@@ -143,31 +156,40 @@ impl Sampled {
         while at + 3 * STRIDE + GRAM <= buf.len() {
             if seen(at) | seen(at + STRIDE) | seen(at + 2 * STRIDE) | seen(at + 3 * STRIDE) {
                 for k in 0..4 {
-                    self.look(buf, at + k * STRIDE, &mut candidate);
+                    look(at + k * STRIDE);
                 }
             }
             at += 4 * STRIDE;
         }
         while at + GRAM <= buf.len() {
             if seen(at) {
-                self.look(buf, at, &mut candidate);
+                look(at);
             }
             at += STRIDE;
         }
     }
 
-    /// The candidates that the gram at `at` tells.
-    fn look(&self, buf: &[u8], at: usize, candidate: &mut impl FnMut(usize, usize, Group<'_>)) {
-        let gram = gram(&buf[at..]);
+    /// The candidates that `gram`, at `at`, tells; and the first sampled position where the
+    /// same gram may tell one that is not settled yet.
+    fn look(&self, gram: u32, at: usize, candidate: &mut impl FnMut(usize, usize, Group<'_>) -> usize) -> usize {
         let b = bucket(gram, self.shift);
         let bucket = &self.entries[self.starts[b] as usize..self.starts[b + 1] as usize];
+        let mut settled = usize::MAX;
         for same in bucket.chunk_by(|x, y| (x.0, x.1 >> ID_BITS) == (y.0, y.1 >> ID_BITS)) {
             let (entry_gram, tag) = same[0];
             let offset = (tag >> (ID_BITS + 1)) as usize;
-            if entry_gram == gram && offset <= at {
-                candidate(at, at - offset, Group { entries: same });
+            if entry_gram != gram {
+                continue;
             }
+            // A later candidate of these needles starts at (a later `at`) - `offset`.
+            let before = if offset <= at {
+                candidate(at, at - offset, Group { entries: same })
+            } else {
+                0
+            };
+            settled = settled.min(before.saturating_add(offset));
         }
+        settled
     }
 }
 
