@@ -285,12 +285,15 @@ impl Redactor {
             sampled.find(buf, |at, start, group| {
                 if group.class() {
                     // Every candidate of these secrets that starts before where the longest
-                    // partial match of its search begins is settled.
+                    // partial match of its search begins is settled; every one is once the
+                    // search read the whole chunk.
                     let mut settled = usize::MAX;
                     for i in 0..group.len() {
                         let (periodic, walk) = (&engine.periodic[group.id(i)], &mut walks[group.id(i)]);
                         periodic.walk(engine.sorted.get(periodic.id), buf, at, start, walk, &mut found);
-                        settled = settled.min(walk.pos - walk.matched);
+                        if walk.pos < buf.len() {
+                            settled = settled.min(walk.pos - walk.matched);
+                        }
                     }
                     return settled;
                 }
