@@ -29,6 +29,7 @@ enum Bench {
     Events,
     Journal,
     Shells,
+    SecretShape,
 }
 
 #[derive(Debug, Parser)]
@@ -66,6 +67,7 @@ fn main() -> anyhow::Result<()> {
             Bench::Events,
             Bench::Journal,
             Bench::Shells,
+            Bench::SecretShape,
         ]
     } else {
         cli.benches
@@ -90,6 +92,11 @@ fn main() -> anyhow::Result<()> {
                 &tools,
                 if cli.quick { 2_000_000 } else { 100_000_000 },
                 if cli.quick { 1 } else { 11 },
+            )?,
+            Bench::SecretShape => redaction::shape::run(
+                &tools,
+                if cli.quick { 4 << 20 } else { 256 << 20 },
+                if cli.quick { 1 } else { 5 },
             )?,
             Bench::Journal => journal::run(
                 &tools,

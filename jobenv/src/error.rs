@@ -232,6 +232,10 @@ pub enum Problem {
     #[error("EVENTS_KIND deployments is for apply and destroy: a {verb} job reports on a jobs row")]
     DeploymentRowVerb { verb: String },
     #[error(
+        "{origin} sets EVENTS_SECRET, but EVENTS_FORMAT is dd-0012, whose rows have secrets of their own: one secret for every row would let any job post to any row. Remove EVENTS_SECRET from the node; the front-end sends each row's secret in the payload's EVENTS_SECRET"
+    )]
+    NodeSecretForRows { origin: String },
+    #[error(
         "{origin} sets {}, which must come from a secrets directory or a secrets env file",
         name(key)
     )]
