@@ -78,6 +78,7 @@ pub(super) async fn openbao(
     };
     let proof = proof::prove(&api.with_token(minted.secret()), api, &minted.spec, &targets, version).await?;
     proof.warn_of_gaps(version);
+    proof.warn_of_flaws(version);
     let (how, outcome, unknown) = match token::store_in_openbao(bao, config, minted).await? {
         InOpenBao::Written(written) => {
             let mount = match &written.mount {
