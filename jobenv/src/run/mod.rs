@@ -186,7 +186,12 @@ async fn supervise<T: ProgramTree>(
         options.events.watch_ready(read.into());
         passed.ready = Some(write);
     }
-    let spawned = spawn::spawn(&plan.argv, &env, own_group, passed, tree.place()).map_err(|source| Error::Spawn {
+    // The program's first process looks at the guard's deadline once in the tree: a jobenv
+    // frozen since its last look at the leases does not start its program after they ran out.
+    let placement = tree
+        .place()
+        .guarded(options.guard.as_ref().map(tree::guard::Deadline::gate));
+    let spawned = spawn::spawn(&plan.argv, &env, own_group, passed, placement).map_err(|source| Error::Spawn {
         program: plan.argv[0].clone().into(),
         source,
     })?;
