@@ -21,20 +21,30 @@
 //! process's identity in `/proc`, for the tree and the journal), [`error`] (the one error type and the exit codes),
 //! [`show`] (what `env` and `keys` print), [`schema`] (the front-end contract as JSON Schemas).
 //! jobenv's own lines go through [`safe_io::log`].
+//!
+//! The modules are private: the dead-code lint sees every item. What is public is what others
+//! need: [`main`] (all the binary calls, in `commands/`), [`schema`] and [`module_names`] (the
+//! generated files the suite keeps current), [`JournalEntry`] (what `status` prints, for the
+//! suite), and with the `fuzzing` feature the invariant checks of the fuzz targets.
 
-pub mod cli;
-pub mod error;
-pub mod evaluation;
-pub mod events;
+mod cli;
+mod commands;
+mod error;
+mod evaluation;
+mod events;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod input;
-pub mod job;
-pub mod plan;
-pub mod process;
-pub mod record;
-pub mod run;
+mod input;
+mod job;
+mod plan;
+mod process;
+mod record;
+mod run;
 pub mod schema;
-pub mod settings;
-pub mod show;
+mod settings;
+mod show;
+
+pub use commands::main;
+pub use record::journal::Entry as JournalEntry;
+pub use show::module_names;
