@@ -213,6 +213,17 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         _ => format!("nixpkgs={}", controls.nixpkgs),
     };
     env.insert("NIX_PATH".into(), derived(nix_path));
+    // A front-end's valid trace context, passed on as it came (jobenv's own span's replaces it
+    // when jobenv exports traces: [`Plan::set_trace_context`]).
+    if let Some(trace) = &controls.trace {
+        env.insert(
+            "TRACEPARENT".into(),
+            Var::plain(trace.traceparent.clone(), Source::Payload),
+        );
+        if let Some(state) = &trace.tracestate {
+            env.insert("TRACESTATE".into(), Var::plain(state.clone(), Source::Payload));
+        }
+    }
 
     let argv = vec![
         inputs.nix_shell.display().to_string(),
@@ -263,6 +274,23 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
             .map(|(key, _)| key.clone())
             .collect(),
         warnings,
+    }
+}
+
+impl Plan {
+    /// The program's W3C trace context: the span it runs in (`TRACEPARENT`), and the trace's
+    /// vendor state (`TRACESTATE`, none when `tracestate` is `None`).
+    pub fn set_trace_context(&mut self, traceparent: String, tracestate: Option<String>) {
+        self.env
+            .insert("TRACEPARENT".into(), Var::plain(traceparent, Source::Derived));
+        match tracestate {
+            Some(state) => {
+                self.env.insert("TRACESTATE".into(), Var::plain(state, Source::Derived));
+            }
+            None => {
+                self.env.remove("TRACESTATE");
+            }
+        }
     }
 }
 
