@@ -100,8 +100,13 @@ impl Receiver {
         )
     }
 
-    /// A receiver that records each request, then sleeps `delay` before answering with `answer`.
-    pub fn with(expected: Option<(String, [u8; 32])>, answer: StatusCode, delay: Duration) -> Self {
+    /// A receiver that records each request (decoded only when `status` is 200), then sleeps
+    /// `delay` before answering with `status`: a slow collector, or one that errors.
+    pub fn answering(status: u16, delay: Duration) -> Self {
+        Self::with(None, StatusCode::from_u16(status).expect("a status code"), delay)
+    }
+
+    fn with(expected: Option<(String, [u8; 32])>, answer: StatusCode, delay: Duration) -> Self {
         let inner = Arc::new(Inner {
             expected,
             answer,

@@ -25,6 +25,8 @@ use super::config::Config;
 /// The log records the batch processor's queue holds: jobenv never lets more than this be in
 /// flight (pushed and not yet exported or given up), so the processor never drops one unseen.
 pub const QUEUE_RECORDS: usize = 4096;
+/// Records of the queue only jobenv's own lines may take.
+pub const RESERVED: usize = 256;
 /// The bytes of log record bodies in flight, at most.
 pub const QUEUE_BYTES: u64 = 16 << 20;
 /// How long a connection to the collector may take to open.
@@ -55,12 +57,19 @@ impl Counts {
         failure.get_or_insert_with(|| why.to_string());
     }
 
-    /// Room for one more record of `bytes`: counted as in flight if there is.
-    pub fn admit(&self, bytes: u64) -> bool {
+    /// Room for one more record of `bytes`: counted as in flight if there is. The program's
+    /// lines leave [`RESERVED`] records of the queue to jobenv's own, which are few and say what
+    /// matters (the job's end, the bound).
+    pub fn admit(&self, bytes: u64, program: bool) -> bool {
         let in_flight = self.records.load(Ordering::Relaxed) - self.records_done.load(Ordering::Relaxed);
         let in_flight_bytes = self.bytes.load(Ordering::Relaxed) - self.bytes_done.load(Ordering::Relaxed);
         // A few records of margin: the pumps and jobenv's own lines may push at the same time.
-        if in_flight as usize + 8 >= QUEUE_RECORDS || in_flight_bytes + bytes > QUEUE_BYTES {
+        let room = if program {
+            QUEUE_RECORDS - RESERVED
+        } else {
+            QUEUE_RECORDS - 8
+        };
+        if in_flight as usize >= room || in_flight_bytes + bytes > QUEUE_BYTES {
             self.lagged.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -179,7 +188,8 @@ fn resource(config: &Config) -> Resource {
 
 impl Pipeline {
     /// Waits at most `bound` for both processors to export what they hold, side by side.
-    /// `true` when both did in time.
+    /// `true` when both did in time. (A provider reports its processor's timeout as a failure
+    /// of its own: any failure here is one.)
     pub fn shutdown(&self, bound: Duration) -> bool {
         std::thread::scope(|scope| {
             let logs = self
@@ -187,10 +197,8 @@ impl Pipeline {
                 .as_ref()
                 .map(|provider| scope.spawn(move || provider.shutdown_with_timeout(bound)));
             let traces = self.tracer_provider.shutdown_with_timeout(bound);
-            let logs = logs.map(|handle| handle.join().unwrap_or_else(|_| Ok(())));
-            let in_time =
-                |result: &OTelSdkResult| !matches!(result, Err(opentelemetry_sdk::error::OTelSdkError::Timeout(_)));
-            in_time(&traces) && logs.as_ref().is_none_or(in_time)
+            let logs = logs.map(|handle| handle.join().is_ok_and(|result| result.is_ok()));
+            traces.is_ok() && logs.unwrap_or(true)
         })
     }
 }

@@ -338,7 +338,7 @@ impl Job {
         at: SystemTime,
     ) {
         let Some(logger) = &self.logger else { return };
-        if !self.pipeline.counts.admit(body.len() as u64) {
+        if !self.pipeline.counts.admit(body.len() as u64, source == "program") {
             return;
         }
         let mut record = logger.create_log_record();

@@ -50,4 +50,5 @@ mod redaction;
 mod redactor_property;
 mod secrets_env_file;
 mod state_dir_attacks;
+mod telemetry;
 mod windmill_scripts;
