@@ -30,7 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the deployment program for a job payload.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print what `run` would execute and with which environment; run nothing.
     Env(EnvArgs),
     /// List the declared keys with their descriptions and defaults.

@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         (Ok(cli), Ok(())) => cli,
     };
     exit(match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Env(args) => env(args),
         Command::Keys(args) => keys(args),
         Command::Recover(args) => recover(args),

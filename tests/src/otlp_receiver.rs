@@ -5,7 +5,8 @@
 //! It can expect a header (answering 401 without it, and knowing only its SHA-256), answer with
 //! an error status, or sleep before answering (a slow collector); [`black_hole`] accepts
 //! connections and never answers, [`dead_endpoint`] is a port where nothing listens. Every
-//! request body is kept as it came, so a test can search all of them for a secret.
+//! request body is kept (inflated, when it came gzipped), so a test can search all of them for
+//! a secret.
 //!
 //! [`Rotel`] is a real collector (PyPI's `rotel`, in the test venv when installed): it receives
 //! OTLP/HTTP and exports OTLP/HTTP to a receiver of this module.
@@ -63,10 +64,11 @@ pub struct Record {
 pub struct Recorded {
     pub spans: Vec<Span>,
     pub records: Vec<Record>,
-    /// Every request body as it came, accepted or not.
+    /// Every request body, accepted or not (inflated when it came gzipped).
     pub bodies: Vec<Vec<u8>>,
-    /// Each request's path and content type.
+    /// Each request's path, content type and content encoding.
     pub requests: Vec<(String, String)>,
+    pub encodings: Vec<String>,
     /// Requests refused for a missing or wrong header.
     pub unauthorized: usize,
 }
@@ -176,6 +178,19 @@ async fn receive(
     decode: impl FnOnce(&mut Recorded, &[u8]) -> Option<()>,
 ) -> StatusCode {
     let verdict = verdict(inner, headers);
+    let gzip = headers.get("content-encoding").is_some_and(|v| v.as_bytes() == b"gzip");
+    let inflated;
+    let body = if gzip {
+        use std::io::Read;
+        let mut out = Vec::new();
+        if flate2::read::GzDecoder::new(body).read_to_end(&mut out).is_err() {
+            return StatusCode::BAD_REQUEST;
+        }
+        inflated = out;
+        &inflated[..]
+    } else {
+        body
+    };
     {
         let mut recorded = inner.recorded.lock().unwrap();
         recorded.bodies.push(body.to_vec());
@@ -185,13 +200,12 @@ async fn receive(
             .unwrap_or_default()
             .to_owned();
         recorded.requests.push((path.to_owned(), content_type));
+        recorded
+            .encodings
+            .push(if gzip { "gzip".into() } else { String::new() });
         match verdict {
             StatusCode::UNAUTHORIZED => recorded.unauthorized += 1,
-            StatusCode::OK => {
-                if decode(&mut recorded, body).is_none() {
-                    return StatusCode::BAD_REQUEST;
-                }
-            }
+            StatusCode::OK if decode(&mut recorded, body).is_none() => return StatusCode::BAD_REQUEST,
             _ => {}
         }
     }

@@ -98,7 +98,9 @@ impl Run<'_> {
         let shared = store
             .claim_namespace(namespace, self.job_id.as_deref(), left, cancel)
             .map_err(|refused| self.refused(refused, locked))?;
-        lease.map(crate::telemetry::Guard::done);
+        if let Some(lease) = lease {
+            lease.done();
+        }
         let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
         // A lease that a dead jobenv no longer renews must not be outlived by its tree.
         let guard = match (&program_tree, store.leases()) {
