@@ -423,6 +423,18 @@ mod tests {
             ("OTEL_SERVICE_NAME", "windmill-worker"),
         ]);
         assert_eq!(c.service_name, "windmill-worker");
+        // As the NixOS module renders the operator's attributes (its test has the same list).
+        let c = config(&[
+            ENDPOINT,
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment.name=prod%2C%20eu%3D1%20100%25,service.namespace=fediversity",
+            ),
+        ]);
+        assert_eq!(
+            c.resource[0],
+            ("deployment.environment.name".to_owned(), "prod, eu=1 100%".to_owned())
+        );
         let d = decided(
             &[ENDPOINT, ("OTEL_RESOURCE_ATTRIBUTES", "a=1,oops")],
             &Options::default(),
