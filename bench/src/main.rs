@@ -14,6 +14,7 @@ mod report;
 mod secrets;
 mod startup;
 mod stats;
+mod telemetry;
 
 use std::path::PathBuf;
 
@@ -27,6 +28,7 @@ enum Bench {
     BootstrapCold,
     Events,
     Journal,
+    Telemetry,
 }
 
 #[derive(Debug, Parser)]
@@ -63,6 +65,7 @@ fn main() -> anyhow::Result<()> {
             Bench::BootstrapCold,
             Bench::Events,
             Bench::Journal,
+            Bench::Telemetry,
         ]
     } else {
         cli.benches
@@ -95,6 +98,12 @@ fn main() -> anyhow::Result<()> {
                 } else {
                     &[0, 1_000, 10_000, 100_000]
                 },
+                if cli.quick { 1 } else { 21 },
+            )?,
+            Bench::Telemetry => telemetry::run(
+                &tools,
+                if cli.quick { 2 } else { 300 },
+                if cli.quick { 2_000_000 } else { 100_000_000 },
                 if cli.quick { 1 } else { 21 },
             )?,
         });

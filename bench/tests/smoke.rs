@@ -29,6 +29,7 @@ fn every_benchmark_runs_in_quick_mode() {
         "### 3. Bootstrap no-op rerun",
         "### 4. Cold bootstrap, per step",
         "### 5. Progress events with a slow receiver",
+        "### 9. OTLP export: start-up and throughput",
     ] {
         assert!(text.contains(title), "{title} missing:\n{text}");
     }

@@ -550,6 +550,53 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_bad_trace_context_is_dropped_with_a_warning_never_refused() {
+        const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let planned = |pairs: &[(&str, &str)]| {
+            let mut i = inputs();
+            for (key, value) in pairs {
+                i.set_payload(key, json!(value));
+            }
+            crate::plan::plan(&i).expect("never refused")
+        };
+        let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "fe=1")]);
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+        assert_eq!(plan.env["TRACEPARENT"].value.expose(), GOOD);
+        assert_eq!(plan.env["TRACESTATE"].value.expose(), "fe=1");
+        assert_eq!(plan.env["TRACEPARENT"].source, crate::plan::Source::Payload);
+        let plan = planned(&[("TRACEPARENT", "00-ab-cd-01"), ("TRACESTATE", "fe=1")]);
+        assert_eq!(
+            plan.warnings,
+            [format!(
+                "payload TRACEPARENT \"00-ab-cd-01\" dropped (and TRACESTATE with it): {}",
+                crate::telemetry::context::TRACEPARENT_RULE
+            )]
+        );
+        assert!(!plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+        let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "BAD=1")]);
+        assert_eq!(
+            plan.warnings,
+            [format!(
+                "payload TRACESTATE \"BAD=1\" dropped: {}",
+                crate::telemetry::context::TRACESTATE_RULE
+            )]
+        );
+        assert!(plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+        let plan = planned(&[("TRACESTATE", "fe=1")]);
+        assert_eq!(
+            plan.warnings,
+            ["payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none"]
+        );
+        // A node cannot set them: they are a job's.
+        let mut i = inputs();
+        i.node.extend(node(&[("TRACEPARENT", GOOD, false)]));
+        assert_eq!(
+            problems(&i),
+            ["test:TRACEPARENT sets TRACEPARENT, which only a job payload may set"]
+        );
+    }
+
     fn event_problems(pairs: &[(&str, &str, bool)]) -> Vec<String> {
         events_target(&node(pairs), None, None, "apply")
             .unwrap_err()

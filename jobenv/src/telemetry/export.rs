@@ -24,7 +24,7 @@ use super::config::Config;
 
 /// The log records the batch processor's queue holds: jobenv never lets more than this be in
 /// flight (pushed and not yet exported or given up), so the processor never drops one unseen.
-pub const QUEUE_RECORDS: usize = 4096;
+pub const QUEUE_RECORDS: usize = 16384;
 /// Records of the queue only jobenv's own lines may take.
 pub const RESERVED: usize = 256;
 /// The bytes of log record bodies in flight, at most.
@@ -57,12 +57,28 @@ impl Counts {
         failure.get_or_insert_with(|| why.to_string());
     }
 
+    /// As much of the program's output in flight as [`Counts::admit`] lets it have.
+    pub fn full(&self) -> bool {
+        let (in_flight, in_flight_bytes) = self.in_flight();
+        in_flight as usize >= QUEUE_RECORDS - RESERVED || in_flight_bytes >= QUEUE_BYTES
+    }
+
+    /// Records and bytes handed over and not yet exported or given up. Read without a lock:
+    /// the exporter's thread may count one done between the two loads, hence saturating.
+    fn in_flight(&self) -> (u64, u64) {
+        let records = self.records.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        (
+            records.saturating_sub(self.records_done.load(Ordering::Relaxed)),
+            bytes.saturating_sub(self.bytes_done.load(Ordering::Relaxed)),
+        )
+    }
+
     /// Room for one more record of `bytes`: counted as in flight if there is. The program's
     /// lines leave [`RESERVED`] records of the queue to jobenv's own, which are few and say what
     /// matters (the job's end, the bound).
     pub fn admit(&self, bytes: u64, program: bool) -> bool {
-        let in_flight = self.records.load(Ordering::Relaxed) - self.records_done.load(Ordering::Relaxed);
-        let in_flight_bytes = self.bytes.load(Ordering::Relaxed) - self.bytes_done.load(Ordering::Relaxed);
+        let (in_flight, in_flight_bytes) = self.in_flight();
         // A few records of margin: the pumps and jobenv's own lines may push at the same time.
         let room = if program {
             QUEUE_RECORDS - RESERVED

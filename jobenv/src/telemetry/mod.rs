@@ -105,13 +105,12 @@ pub struct Ended<'a> {
 pub fn start(options: &Options, verb: &str, job_id: Option<&str>) {
     let var = |name: &str| std::env::var(name).ok();
     let decision = config::decide(&var, options);
-    for warning in &decision.warnings {
-        tracing::warn!("{warning}");
-    }
-    let Some(config) = decision.config else { return };
-    let pipeline = match export::build(&config) {
+    let warn = || decision.warnings.iter().for_each(|warning| tracing::warn!("{warning}"));
+    let Some(config) = &decision.config else { return warn() };
+    let pipeline = match export::build(config) {
         Ok(pipeline) => pipeline,
         Err(why) => {
+            warn();
             tracing::warn!("telemetry: cannot set up export ({why}); nothing is exported");
             return;
         }
@@ -119,8 +118,10 @@ pub fn start(options: &Options, verb: &str, job_id: Option<&str>) {
     let job = Job::new(pipeline, config.flush, verb, job_id, &config.secrets.0);
     let _ = ACTIVE.set(Active {
         job: Arc::new(job),
-        headers: config.secrets,
+        headers: Hidden(config.secrets.0.clone()),
     });
+    // After: what is exported says so in the job's log too.
+    warn();
 }
 
 /// Whether this job exports.
@@ -172,7 +173,8 @@ pub fn admitted() {
 }
 
 /// Opens `stage`; it ends when the guard says so, or fails when it is dropped unsaid (an early
-/// return on an error).
+/// return on an error: then it ends with the job, the error line that follows its event and
+/// its status).
 pub fn enter(stage: Stage) -> Guard {
     Guard(job().map(|job| (Arc::clone(job), job.enter(stage))))
 }
@@ -204,7 +206,7 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some((job, id)) = self.0.take() {
-            job.leave(id, Some("did not complete"));
+            job.abandon(id);
         }
     }
 }

@@ -85,6 +85,8 @@ struct Open {
     span: Option<Span>,
     /// The last error line printed in it: its status when it fails.
     last_error: Option<String>,
+    /// Left on an early return ([`Job::abandon`]): it failed, and ends when what comes next does.
+    abandoned: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -118,6 +120,7 @@ impl Job {
             start: job.started,
             span: None,
             last_error: None,
+            abandoned: false,
         });
         lock(&job.state).next = 1;
         job
@@ -193,6 +196,13 @@ impl Job {
     /// Opens `stage` inside the innermost open one; its id, to leave it by.
     pub fn enter(&self, stage: Stage) -> u64 {
         let mut state = lock(&self.state);
+        // A stage left on an early return whose error the job went past: it ends now, not
+        // around this one.
+        let now = SystemTime::now();
+        while state.open.last().is_some_and(|o| o.abandoned) {
+            let stale = state.open.pop().expect("a last one");
+            self.end_stage(stale, None, now);
+        }
         let id = state.next;
         state.next += 1;
         let start = SystemTime::now();
@@ -211,8 +221,18 @@ impl Job {
             start,
             span,
             last_error: None,
+            abandoned: false,
         });
         id
+    }
+
+    /// The stage `id` was left unsaid, on an early return: it failed. It stays open until the
+    /// job ends (or the stage around it, or the next one starts), so that the error jobenv
+    /// prints next, which says why, is its event and its status.
+    pub fn abandon(&self, id: u64) {
+        if let Some(open) = lock(&self.state).open.iter_mut().find(|o| o.id == id) {
+            open.abandoned = true;
+        }
     }
 
     /// Leaves the stage `id` (and any still open inside it): done, or failed with `why` (else its
@@ -239,6 +259,7 @@ impl Job {
 
     fn end_stage(&self, open: Open, failed: Option<String>, at: SystemTime) {
         let Some(mut span) = open.span else { return };
+        let failed = failed.or_else(|| open.abandoned.then(|| "did not complete".to_owned()));
         if let Some(why) = failed {
             let why = open.last_error.unwrap_or(why);
             span.set_status(Status::error(self.redact(&why)));
@@ -387,14 +408,38 @@ impl Job {
         if records < JOB_RECORDS && total <= JOB_BYTES {
             return true;
         }
-        self.over_bound.fetch_add(1, Ordering::Relaxed);
+        self.over_bound(1);
+        false
+    }
+
+    /// No program line can be exported now: past the job's bound, or as much in flight as the
+    /// bound allows (a collector that lags). Asked once per chunk of output, so that output
+    /// nothing will come of costs a count of its newlines, not a record each.
+    fn saturated(&self) -> bool {
+        self.bound_said.load(Ordering::Relaxed) || self.pipeline.counts.full()
+    }
+
+    /// `lines` of the program's output went by while [`Job::saturated`].
+    fn skipped(&self, lines: u64) {
+        if lines == 0 {
+            return;
+        }
+        let records = self.program_records.fetch_add(lines, Ordering::Relaxed);
+        if self.bound_said.load(Ordering::Relaxed) || records + lines > JOB_RECORDS {
+            self.over_bound(lines);
+        } else {
+            self.pipeline.counts.lagged.fetch_add(lines, Ordering::Relaxed);
+        }
+    }
+
+    fn over_bound(&self, lines: u64) {
+        self.over_bound.fetch_add(lines, Ordering::Relaxed);
         if !self.bound_said.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 "telemetry: the program's output passed the export bound of {JOB_RECORDS} lines or {} MiB: the rest is not exported (the job log has all of it)",
                 JOB_BYTES >> 20
             );
         }
-        false
     }
 
     /// What is known of the job, for its span.
@@ -526,6 +571,19 @@ pub struct Tap {
 
 impl Tap {
     pub fn push(&mut self, mut redacted: &[u8]) {
+        if self.job.saturated() {
+            // The line under way and every line completed here go unexported; what follows
+            // the last newline starts the next one.
+            let lines = memchr::memchr_iter(b'\n', redacted).count() as u64;
+            if let Some(last) = memchr::memrchr(b'\n', redacted) {
+                self.line.clear();
+                self.cut = false;
+                redacted = &redacted[last + 1..];
+            }
+            self.job.skipped(lines);
+            self.take(redacted);
+            return;
+        }
         while !redacted.is_empty() {
             match memchr::memchr(b'\n', redacted) {
                 Some(end) => {

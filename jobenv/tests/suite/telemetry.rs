@@ -609,6 +609,55 @@ fn a_rejection_and_a_replay_are_traces_too() {
 }
 
 #[test]
+fn a_refusal_for_a_busy_namespace_is_a_trace_with_its_namespace_stage_failed() {
+    let mut f = Fixture::new();
+    let dir = f.path().display().to_string();
+    f.program(
+        "web",
+        "apply",
+        &format!("echo $$ > {dir}/pid; while [ ! -e {dir}/go ]; do sleep 0.02; done"),
+    );
+    // The first job holds the namespace (without export: only the second one is looked at).
+    let mut first = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--job-id", "first-job"])
+        .payload(&payload())
+        .spawn();
+    fediversity_testkit::process::read_pids(&f.path().join("pid"), 1, Duration::from_secs(20));
+    let receiver = Receiver::start();
+    let out = run_with_payload(command_of("second-job", &f, &receiver.endpoint(), &[]), &payload());
+    std::fs::write(f.path().join("go"), "").unwrap();
+    assert!(first.wait().unwrap().success());
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let refused = "jobenv: error: namespace ns is locked by another deploy: job first-job";
+    assert!(stderr.contains(refused), "{stderr}");
+    let spans = by_name(&receiver.recorded().spans);
+    assert_eq!(
+        spans.keys().collect::<Vec<_>>(),
+        ["admission", "deploy web apply", "namespace"],
+        "{spans:#?}"
+    );
+    let (job, namespace) = (&spans["deploy web apply"], &spans["namespace"]);
+    assert_eq!(namespace.parent_span_id, job.span_id);
+    // The job went past admission and stopped at the namespace: that stage says why.
+    assert_eq!(spans["admission"].status.0, 0, "{spans:#?}");
+    assert_eq!(namespace.status.0, 2, "{namespace:#?}");
+    assert!(namespace.status.1.starts_with(refused), "{namespace:#?}");
+    assert!(
+        namespace
+            .events
+            .iter()
+            .any(|(name, m)| name == "error" && m.starts_with(refused)),
+        "{namespace:#?}"
+    );
+    assert_eq!(job.status.0, 2, "{job:#?}");
+    assert_eq!(job.attributes["jobenv.job.id"], "second-job");
+    assert_eq!(job.attributes["process.exit.code"], "2");
+}
+
+#[test]
 fn a_timeout_is_a_stop_stage_and_ends_as_fast_as_without_export() {
     let f = node("apply", "echo started; exec sleep 60");
     let args = ["run", "--verb", "apply", "--timeout", "1", "--grace", "1"];
