@@ -884,3 +884,29 @@ fn through_a_real_collector() {
     );
     assert!(!contains(&recorded.bodies.concat(), API_TOKEN));
 }
+
+#[test]
+fn the_operator_page_states_the_bounds_jobenv_has() {
+    use jobenv::telemetry::{JOB_BYTES, JOB_RECORDS, LINE_BYTES, QUEUE_BYTES, QUEUE_RECORDS};
+    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operators/telemetry.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    // The page wraps its lines: compare with single spaces.
+    let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
+    for stated in [
+        format!(
+            "at most {QUEUE_RECORDS} log records and {} MiB of their bodies are in flight",
+            QUEUE_BYTES >> 20
+        ),
+        format!(
+            "A job exports at most {JOB_RECORDS} of its program's lines and {} MiB",
+            JOB_BYTES >> 20
+        ),
+        format!("a line of more than {} KiB is cut there", LINE_BYTES >> 10),
+        format!(
+            "(`--otlp-flush-timeout`, {} s by default)",
+            jobenv::telemetry::config::DEFAULT_FLUSH
+        ),
+    ] {
+        assert!(page.contains(&stated), "the page does not say: {stated}");
+    }
+}
