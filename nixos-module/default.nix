@@ -409,7 +409,9 @@ in
       description = ''
         Node-owned keys of every deployment, rendered to `${fw.paths.deployEnv}`: the control
         keys `DEPLOYMENT_ROOT` (required; default: {option}`deploymentRepository`'s tree) and
-        `DEPLOYMENT_NIXPKGS` (default: the node's `pkgs.path`), `STATE_BASE_ADDRESS`, any
+        `DEPLOYMENT_NIXPKGS` (default: the node's `pkgs.path`), `NIX_BUILD_SHELL` (default:
+        `pkgs.bashInteractive`'s bash, so that a job whose shell jobenv cached evaluates
+        nothing), `STATE_BASE_ADDRESS`, any
         declared key the node fixes (the structural pins, the repository's `nodeEnvKeys`; the
         Incus store's key paths are added for the configured {option}`credentials`), and
         Nix/OpenTofu variables. A payload never overrides a key set here. Not for secrets (world-readable in the Nix store): use
@@ -679,7 +681,9 @@ in
           Seconds between SIGTERM and SIGKILL of a program tree that jobenv stops (a cancel, a
           timeout, a drain; `JOBENV_GRACE`). The worker's `MAX_WAIT_FOR_SIGINT` is this plus 7 s
           (Windmill SIGKILLs a cancelled job's process group after that), and the worker's
-          `TimeoutStopSec` counts it too.
+          `TimeoutStopSec` counts it too. In cluster mode (`cluster.dsnFile`) at most
+          ${toString fw.jobenvNames.defaults.clusterMaxGraceSeconds} s, so that a stop ends
+          before the namespace's lease can expire (evaluation fails otherwise).
         '';
       };
       lockWait = mkOption {
@@ -992,16 +996,24 @@ in
           ];
           description = ''
             The Windmill scopes of the front-end's token (the bootstrap's `token.scopes`). Null:
-            the bootstrap's default, `jobs:run:scripts:f/<folder>/deploy,f/<folder>/destroy`:
-            run the two scripts, which in Windmill includes reading jobs; a leaked token then
-            cannot run other code on the worker nor change the scripts. It cannot cancel either:
-            cancel needs `jobs:write`, which in Windmill also queues code of the caller's choosing
-            for a token of the superadmin, so the bootstrap refuses it (and every scope that
-            grants code execution). `[ ]`: an unscoped token with the superadmin's rights (the
-            seed's behaviour), accepted with a warning here and by the bootstrap. The UI include
-            always gets a token of its own with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
+            the bootstrap's default, `jobs:run:scripts:f/<folder>/deploy,f/<folder>/destroy` and
+            `jobs:write`: run the two scripts, read and cancel the jobs the operator may see; a
+            leaked token then cannot run other code on the worker nor change the scripts (the
+            bootstrap refuses every scope that grants code execution, and proves the limits
+            before it stores the token). `[ ]`: an unscoped token with its operator's rights,
+            accepted with a warning here and by the bootstrap. The UI include always gets a token
+            of its own with full rights ({option}`bootstrap.uiAuth.tokenLabel`).
           '';
         };
+        userEmail = opt types.str d.token.userEmail ''
+          The email of the workspace operator the front-end's token belongs to
+          (`token.user_email`): a member of the workspace with the operator role and read on the
+          folder, without a password or an instance account, whose jobs run with its rights.
+        '';
+        username = opt (types.strMatching "[A-Za-z][A-Za-z0-9_]*") d.token.username ''
+          The operator's username where Windmill does not derive it from the email
+          (`token.username`; a fresh instance derives it).
+        '';
         bindToWorkspace = opt types.bool d.token.bindToWorkspace ''
           Bind the front-end's token to the workspace (`token.bind_to_workspace`): every route
           outside it answers 401. A front-end that drives Windmill through the `wmill` CLI
@@ -1100,6 +1112,10 @@ in
           ++ lib.optional (cfg.openbaoAgent.enable && cfg.openbaoAgent.unit != fw.agentUnit) "openbaoAgent.enable runs the agent as ${fw.agentUnit}; openbaoAgent.unit must name it"
           ++ lib.optional (cfg.smtp.passwordFile != null && cfg.smtp.host == null) "smtp.passwordFile is set but smtp.host is not"
           ++ lib.optional (cfg.cluster.caFile != null && cfg.cluster.dsnFile == null) "cluster.caFile is set but cluster.dsnFile is not: the CA is for cluster mode's database"
+          ++ fw.clusterGraceProblems {
+            inherit (cfg.jobs) grace;
+            clusterOn = cfg.cluster.dsnFile != null;
+          }
           ++ fw.backupProblems {
             inherit (cfg) backup;
             localDatabase = config.services.windmill.database.createLocally;
@@ -1139,7 +1155,12 @@ in
     services.windmill.baseUrl = mkDefault "https://${cfg.uiDomain}";
 
     services.fediversity-windmill.deployEnv = mkMerge [
-      { DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}"; }
+      {
+        DEPLOYMENT_NIXPKGS = mkDefault "${pkgs.path}";
+        # The bash nix-shell enters a job's shell with: without it, nix-shell evaluates
+        # `<nixpkgs>`'s bashInteractive in every job, even one whose shell jobenv has cached.
+        NIX_BUILD_SHELL = mkDefault "${pkgs.bashInteractive}/bin/bash";
+      }
       # The repository's tree, in the store ("${…}" copies a path; a flake is its source).
       (mkIf (cfg.deploymentRepository != null) { DEPLOYMENT_ROOT = mkDefault "${cfg.deploymentRepository}"; })
       (builtins.mapAttrs (_: mkDefault) credentialPaths.values)

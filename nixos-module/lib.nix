@@ -945,9 +945,9 @@ rec {
   # What evaluation says about bootstrap options the bootstrap accepts with a warning of its own.
   bootstrapWarnings =
     bootstrap:
-    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with the superadmin's full rights${
+    optional ((bootstrap.token.scopes or null) == [ ]) "bootstrap.token.scopes is [ ]: the front-end's token (label \"${bootstrap.token.label}\", stored in OpenBao) is unscoped, with its operator's full rights${
       if bootstrap.token.bindToWorkspace or true then " in the workspace" else ""
-    }: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default";
+    }: whoever holds it runs every script of the folder, which may read deploy secrets of the node. Leave it null for the scoped default";
 
   # The defaults of every bootstrap option, as "Configuration" of docs/operators/bootstrap.md lists them
   # (camelCase here, the renderer writes the file's snake_case). Null: required, or "not set"
@@ -971,10 +971,13 @@ rec {
     token = {
       label = "fediversity";
       revokePrevious = true;
-      # null: the bootstrap's default scopes (run the folder's deploy and destroy, which in
-      # Windmill includes reading jobs); [ ]: an unscoped token.
+      # null: the bootstrap's default scopes (run the folder's deploy and destroy, read and
+      # cancel jobs); [ ]: an unscoped token.
       scopes = null;
       bindToWorkspace = true;
+      # The workspace operator the front-end's token belongs to.
+      userEmail = "frontend@fediversity.invalid";
+      username = "frontend";
     };
     settings = {
       instance_python_version = "3.12";
@@ -1172,6 +1175,8 @@ rec {
         revoke_previous = b.token.revokePrevious;
         scopes = b.token.scopes or bootstrapDefaults.token.scopes;
         bind_to_workspace = b.token.bindToWorkspace or bootstrapDefaults.token.bindToWorkspace;
+        user_email = b.token.userEmail or bootstrapDefaults.token.userEmail;
+        username = b.token.username or bootstrapDefaults.token.username;
       };
       inherit (b) settings;
       openbao = withoutNulls {
@@ -1196,6 +1201,13 @@ rec {
 
   # jobenv's default grace: SIGTERM to SIGKILL of a program tree (its `--grace`).
   jobenvGraceSeconds = jobenvFacts.defaults.graceSeconds;
+
+  # Cluster mode refuses a grace that cannot end before a lease can expire (jobenv's
+  # `Cluster::max_grace` at its default lease times): the module refuses it at evaluation.
+  clusterGraceProblems =
+    { grace, clusterOn }:
+    optional (clusterOn && grace > jobenvFacts.defaults.clusterMaxGraceSeconds)
+      "jobs.grace is ${toString grace} s, and cluster mode (cluster.dsnFile) takes at most ${toString jobenvFacts.defaults.clusterMaxGraceSeconds} s: a stop must end before the namespace's lease can expire on another node (jobenv would refuse every job with exit 2)";
 
   # Seconds a cancelled Windmill job gets after its SIGINT before the worker SIGKILLs its
   # process group. jobenv stops the program tree within its grace and exits; this leaves it 7 s
@@ -1595,8 +1607,10 @@ rec {
         # The agent's files are its credentials: it waits for them (`workerLifecycle`).
         wants = [ agent ];
         serviceConfig = worker.serviceConfig // {
-          # jobenv's journal and locks; nixpkgs' unit is otherwise read-only (DynamicUser). The
-          # `-`: the directory may not exist yet when the unit starts for the first time.
+          # jobenv's journal, locks and cached shells with their garbage-collector roots
+          # (`shells/`, which the Nix daemon reads at this same path); nixpkgs' unit is otherwise
+          # read-only (DynamicUser). The `-`: the directory may not exist yet when the unit
+          # starts for the first time.
           ReadWritePaths = [ "-${paths.stateDir}" ];
         };
         environment =

@@ -12,6 +12,7 @@ mod printed;
 mod redaction;
 mod report;
 mod secrets;
+mod shells;
 mod startup;
 mod stats;
 mod telemetry;
@@ -28,6 +29,8 @@ enum Bench {
     BootstrapCold,
     Events,
     Journal,
+    Shells,
+    SecretShape,
     Telemetry,
 }
 
@@ -65,6 +68,8 @@ fn main() -> anyhow::Result<()> {
             Bench::BootstrapCold,
             Bench::Events,
             Bench::Journal,
+            Bench::Shells,
+            Bench::SecretShape,
             Bench::Telemetry,
         ]
     } else {
@@ -91,6 +96,11 @@ fn main() -> anyhow::Result<()> {
                 if cli.quick { 2_000_000 } else { 100_000_000 },
                 if cli.quick { 1 } else { 11 },
             )?,
+            Bench::SecretShape => redaction::shape::run(
+                &tools,
+                if cli.quick { 4 << 20 } else { 256 << 20 },
+                if cli.quick { 1 } else { 5 },
+            )?,
             Bench::Journal => journal::run(
                 &tools,
                 if cli.quick {
@@ -100,6 +110,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 if cli.quick { 1 } else { 21 },
             )?,
+            Bench::Shells => shells::run(&tools, if cli.quick { 1 } else { 9 }, cli.quick)?,
             Bench::Telemetry => telemetry::run(
                 &tools,
                 if cli.quick { 2 } else { 300 },

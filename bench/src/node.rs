@@ -21,8 +21,13 @@ impl Node {
     /// `declared` are the keys the payload may set.
     pub fn new(tools: &Tools, program: &Path, secrets: &[(String, String)], declared: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("fediversity-bench-").tempdir()?;
-        for sub in ["bin", "secrets", "state"] {
+        for sub in ["bin", "secrets", "state", "nix"] {
             std::fs::create_dir(dir.path().join(sub))?;
+        }
+        // The stand-in under Nix's three names, as Nix's own are installed (one binary): jobenv
+        // runs the nix-instantiate and nix-store beside its nix-shell.
+        for name in ["nix-shell", "nix-instantiate", "nix-store"] {
+            std::os::unix::fs::symlink(&tools.stand_in, dir.path().join("nix").join(name))?;
         }
         std::os::unix::fs::symlink(program, dir.path().join("bin/web-apply"))?;
         for (key, value) in secrets {
@@ -31,7 +36,7 @@ impl Node {
         let root = dir.path().display().to_string();
         std::fs::write(
             dir.path().join("deploy-env.json"),
-            json!({"DEPLOYMENT_ROOT": root, "NIXPKGS": root}).to_string(),
+            json!({"DEPLOYMENT_ROOT": root, "NIXPKGS": root, "NIX_BUILD_SHELL": "/bin/sh"}).to_string(),
         )?;
         let mut keys = serde_json::Map::new();
         // Control keys (EVENTS_SECRET) are the node's own, not keys a program declares.
@@ -48,10 +53,11 @@ impl Node {
             serde_json::Value::Object(keys).to_string(),
         )?;
         std::fs::write(dir.path().join("attributes.json"), r#"["web"]"#)?;
+        let stand_in = dir.path().join("nix/nix-shell");
         Ok(Node {
             dir,
             jobenv: tools.jobenv.clone(),
-            stand_in: tools.stand_in.clone(),
+            stand_in,
         })
     }
 
@@ -117,6 +123,7 @@ pub struct Tools {
     pub bootstrap: PathBuf,
     pub stand_in: PathBuf,
     pub generate: PathBuf,
+    pub peak: PathBuf,
 }
 
 impl Tools {
@@ -130,8 +137,15 @@ impl Tools {
             bootstrap: bootstrap.unwrap_or_else(|| here.join("fediversity-windmill-bootstrap")),
             stand_in: here.join("nix-shell-stand-in"),
             generate: here.join("bench-generate"),
+            peak: here.join("bench-peak"),
         };
-        for tool in [&tools.jobenv, &tools.bootstrap, &tools.stand_in, &tools.generate] {
+        for tool in [
+            &tools.jobenv,
+            &tools.bootstrap,
+            &tools.stand_in,
+            &tools.generate,
+            &tools.peak,
+        ] {
             anyhow::ensure!(
                 tool.exists(),
                 "{} is missing: build the workspace first (cargo build --release --workspace)",

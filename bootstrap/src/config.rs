@@ -21,8 +21,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-pub use checks::is_reserved_label;
-pub use file::{DEFAULT_LOCK_FILE, DEFAULT_STATE_FILE};
+pub use checks::{is_reserved_label, is_username};
+pub use file::{DEFAULT_LOCK_FILE, DEFAULT_STATE_FILE, DEFAULT_USER_EMAIL};
 
 #[derive(Debug)]
 pub struct Config {
@@ -83,10 +83,14 @@ pub struct Scripts {
     pub concurrency: usize,
 }
 
-/// The front-end's token (stored in OpenBao).
+/// The front-end's token (stored in OpenBao) and its owner, a workspace operator.
 #[derive(Debug)]
 pub struct Token {
     pub label: String,
+    /// The operator's email, lower-cased as Windmill stores it.
+    pub user_email: String,
+    /// The operator's username where Windmill does not derive it from the email.
+    pub username: String,
     /// Resolved: the defaults filled in; empty means an unscoped token.
     pub scopes: Vec<String>,
     pub bind_to_workspace: bool,
@@ -124,6 +128,8 @@ pub struct Retry {
     pub call_attempts: usize,
     pub call_delay: Duration,
     pub request_timeout: Duration,
+    /// How long step 5 waits for a worker to lock the versions that need it.
+    pub lock_timeout: Duration,
 }
 
 impl Config {
@@ -245,7 +251,14 @@ mod tests {
         assert_eq!(c.token.label, "fediversity");
         assert_eq!(
             c.token.scopes,
-            ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy"]
+            [
+                "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy",
+                "jobs:write"
+            ]
+        );
+        assert_eq!(
+            (c.token.user_email.as_str(), c.token.username.as_str()),
+            ("frontend@fediversity.invalid", "frontend")
         );
         assert!(c.token.bind_to_workspace);
         assert!(c.token.revoke_previous);
@@ -280,7 +293,10 @@ mod tests {
             serde_json::json!({"openbao": {"addr": "http://x:1"}, "workspace": {"folder": "ops"}, "token": {"scopes": null}}),
         );
         let c = load_with(&path, &NoEnv).unwrap();
-        assert_eq!(c.token.scopes, ["jobs:run:scripts:f/ops/deploy,f/ops/destroy"]);
+        assert_eq!(
+            c.token.scopes,
+            ["jobs:run:scripts:f/ops/deploy,f/ops/destroy", "jobs:write"]
+        );
         let (_dir, path) = setup(
             serde_json::json!({"openbao": {"addr": "http://x:1"}, "token": {"scopes": [], "bind_to_workspace": false}}),
         );
@@ -313,7 +329,7 @@ mod tests {
         let (_dir, path) = setup(serde_json::json!({
             "openbao": {"addr": "ftp://x"},
             "workspace": {"id": "bad id", "folder": "bad-folder"},
-            "token": {"label": "session"},
+            "token": {"label": "session", "user_email": "Admin@Windmill.dev", "username": "1front"},
             "ui_auth": {"mode": "0444", "group": "no-such-group-here"},
             "retry": {"call_attempts": 0, "delay_seconds": -1.0},
         }));
@@ -325,6 +341,8 @@ mod tests {
             "workspace.id",
             "workspace.folder",
             "token.label",
+            "token.user_email is the superadmin's",
+            "token.username \"1front\" is invalid",
             "ui_auth.mode 0444 gives access to others",
             "no group named",
             "retry.call_attempts",

@@ -72,6 +72,14 @@ pub enum Error {
     PathIsMount { path: String, mount: String },
     #[error("Windmill did not answer GET /api/version within {seconds} s: {last}")]
     NotReady { seconds: f64, last: String },
+    /// A job submission still answered the 400 of a server migrating its job tables (Windmill
+    /// 1.509 to about 1.614 after a fresh start) when the wait for it was over.
+    #[error(
+        "Windmill {call} still answered 400 null value in column \"__job_kind\" after {seconds:.0} s: the server has not finished \
+         migrating its job tables (its startup \"v2 finalization\", which waits for every worker to run at least 1.461: is a worker \
+         of an older or unknown version registered?)"
+    )]
+    StillMigrating { call: String, seconds: f64 },
     #[error("PostgreSQL: {0}")]
     Database(String),
     #[error("no row in Windmill's password table for {email} with login_type 'password' (zero rows updated)")]
@@ -84,23 +92,34 @@ pub enum Error {
         "the password hash of {email} was written, but Windmill still rejects the node password after {attempts} logins"
     )]
     LoginStillRejected { email: String, attempts: u32 },
-    /// The proof of step 7: Windmill granted the new front-end token a read its scopes do not
-    /// cover (a server that stores scopes without enforcing them on every route).
+    /// The proof of step 7: the new front-end token could not do what the front-end needs (run
+    /// a script of its scopes, read that job, cancel it).
     #[error(
-        "Windmill {version} granted the new token labeled {label} {call} (answered {status}), which its scopes do not cover: \
-         this server does not enforce token scopes (they hold on every route since Windmill 1.509); \
-         the token was not stored"
+        "Windmill {version} did not let the new token labeled {label} {what}: {call} answered {why}; the token was not stored"
     )]
-    ScopesNotEnforced {
+    ProofRun {
         version: String,
         label: String,
+        what: String,
+        call: String,
+        why: String,
+    },
+    /// The proof of step 7: Windmill granted the new front-end token a call it must be refused.
+    #[error(
+        "Windmill {version} granted the new token labeled {label} {what} ({call} answered {status}), which the front-end's \
+         operator token must be refused; the token was not stored"
+    )]
+    Granted {
+        version: String,
+        label: String,
+        what: String,
         call: String,
         status: u16,
     },
     /// The proof of step 7: Windmill answered a call the new token must be refused with
-    /// something else than 403 (`why`: the status and what it means).
+    /// something that is no refusal and no grant (`why`: the status and what it means).
     #[error(
-        "Windmill {version} answered the new token labeled {label} {call} with {why}, where its scopes must refuse it with 403; \
+        "Windmill {version} answered the new token labeled {label} {call} with {why}, where it must be refused (401 or 403); \
          the token was not stored"
     )]
     LimitNotShown {
@@ -123,6 +142,18 @@ pub enum Error {
     /// Step 8: the include's directory may be written by others.
     #[error("{} {why}; not written (make the directory writable by its owner and group only)", file.display())]
     UnsafeDirectory { file: PathBuf, why: String },
+    /// Step 5: a version that needs a lock got none within `retry.lock_timeout_seconds`.
+    #[error(
+        "no worker locked {paths} within {seconds} s (Windmill runs a new version only once a worker has computed its lock): \
+         is a worker running?"
+    )]
+    LockTimeout { paths: String, seconds: f64 },
+    /// Step 5, reported at the end of a run: the dependency job of a version failed.
+    #[error(
+        "the dependency job of {paths} failed, so that version does not run; the next run uploads it again \
+         (with the settings of step 6 in place)"
+    )]
+    LocksFailed { paths: String },
     #[error("{path}: a concurrent writer changed the script again after it was re-read; not retried twice")]
     ScriptConflict { path: String },
     /// A failure while converging one script.

@@ -153,6 +153,19 @@ pub async fn send(
     carried: &[&Secret],
     build: impl Fn() -> RequestBuilder,
 ) -> Result<Answer> {
+    send_with(policy, service, call, carried, |_, _| false, build).await
+}
+
+/// [`send`], where `is_final(status, body)` marks answers of a transient status that are the
+/// server's last word all the same (a refusal a server maps to 500), returned, not retried.
+pub async fn send_with(
+    policy: &Policy,
+    service: &'static str,
+    call: &str,
+    carried: &[&Secret],
+    is_final: impl Fn(u16, &str) -> bool,
+    build: impl Fn() -> RequestBuilder,
+) -> Result<Answer> {
     let carried: Vec<Secret> = carried.iter().map(|s| (*s).clone()).collect();
     let mut tries = 0usize;
     // Whether a try may have reached the server: anything but a connect that failed. A write
@@ -163,6 +176,7 @@ pub async fn send(
         let request = build();
         let carried = carried.clone();
         let reached = &reached;
+        let is_final = &is_final;
         async move {
             let response = request.send().await.map_err(|e| {
                 if !e.is_connect() {
@@ -187,7 +201,7 @@ pub async fn send(
                 tries: 0,
                 carried,
             };
-            if is_transient(status) {
+            if is_transient(status) && !is_final(status.as_u16(), &answer.body) {
                 return Err(Transient {
                     detail: format!("answered {}", status.as_u16()),
                     answer: Some(answer),

@@ -8,6 +8,7 @@
 //! - [`state`]: what a run remembers for the next (labels minted under, script versions created);
 //! - [`token`], [`proof`] and [`scope`]: the two API tokens (the UI's, the front-end's scoped
 //!   one), their life from mint to revoke, what each is shown to do, and Windmill's scopes;
+//! - [`operator`]: the front-end's identity, a workspace operator, and its tokens;
 //! - [`ui_auth_include`]: the nginx include that holds the token;
 //! - [`steps`] and [`report`]: the nine steps and their log lines;
 //! - [`error`]: the one error type and its exit codes.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod openbao;
+pub mod operator;
 pub mod password;
 pub mod proof;
 pub mod report;

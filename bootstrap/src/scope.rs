@@ -1,6 +1,6 @@
 //! Windmill's API token scopes, as far as the bootstrap needs them: the grammar and the words a
 //! configured scope is checked against, the scopes refused because they would let the
-//! front-end's token run code of its choosing, and the default scopes.
+//! front-end's token run code of its choosing, the default scopes, and the run scope's scripts.
 //!
 //! Windmill parses a scope as `domain:action[:resource]`, a run scope as
 //! `jobs:run:<kind>[:<paths>]` with comma-separated paths (`backend/windmill-api-auth/src/
@@ -10,13 +10,15 @@
 //! is reached, which breaks the token on every route. So a typo would not widen a token, but it
 //! would silently break it or take a right away: the configuration refuses both.
 //!
-//! Why some scopes are refused outright: the token is owned by the superadmin (a nixpkgs build
-//! cannot create other users through its API), and what it may queue runs with its owner's
-//! rights on the worker, which reads every secret of the node. Windmill's route check maps every
-//! POST that is not a run to `write`, so `jobs:write` reaches `jobs/add_batch_jobs` (a flow given
-//! inline, for a superadmin) and `jobs/queue/import` (jobs with any code and any
-//! `permissioned_as`); a bare `jobs:run` runs previews; `scripts:write` replaces the deploy
-//! script; a run scope without paths, or with a wildcard, covers whatever anyone deploys later.
+//! Why some scopes are refused outright: what the token may queue runs on the worker, which
+//! reads every secret of the node. The token belongs to a workspace operator, whom Windmill
+//! refuses previews, batches, imports and script writes by role (so `jobs:write`, which its
+//! route check gives every POST of `jobs` that is not a run, cancels a job and reaches nothing
+//! that runs code: `add_batch_jobs` is the superadmin's, `queue/import` an admin's); but a scope
+//! is refused whenever it alone would grant code of the holder's choosing, so that the limit
+//! does not rest on the role alone: a bare `jobs:run` runs previews; `scripts:write`,
+//! `flows:write` and `apps:write` write code that runs; a run scope without paths, or with a
+//! wildcard, covers whatever anyone deploys later.
 
 /// The longest scope accepted: run scopes list paths, but nothing real comes near this.
 pub const MAX_LEN: usize = 256;
@@ -86,10 +88,35 @@ const RUN_KINDS: &[&str] = &["scripts", "flows"];
 const TAG_FILTER: &str = "if_jobs:filter_tags:";
 
 /// The front-end's scopes when `token.scopes` is absent or `null`: run the folder's deploy and
-/// destroy scripts. Reading their jobs comes with it (Windmill's `run` includes `read`);
-/// cancelling needs `jobs:write`, refused (see the module comment).
+/// destroy scripts, and `jobs:write`: read jobs (on every version: a run scope reads them only
+/// since 1.511) and cancel them.
 pub fn defaults(folder: &str) -> Vec<String> {
-    vec![format!("jobs:run:scripts:f/{folder}/deploy,f/{folder}/destroy")]
+    vec![
+        format!("jobs:run:scripts:f/{folder}/deploy,f/{folder}/destroy"),
+        "jobs:write".to_owned(),
+    ]
+}
+
+/// The scripts the run scopes of `scopes` name (`jobs:run:scripts:<paths>`), in order, each once.
+pub fn run_scripts(scopes: &[String]) -> Vec<String> {
+    let mut paths: Vec<String> = Vec::new();
+    for scope in scopes {
+        if let Some(list) = scope.strip_prefix("jobs:run:scripts:") {
+            for path in list.split(',') {
+                if !paths.iter().any(|p| p == path) {
+                    paths.push(path.to_owned());
+                }
+            }
+        }
+    }
+    paths
+}
+
+/// Whether a scope of `scopes` may write in `domain` (`write` or its other name `delete`, or `*`).
+pub fn writes(scopes: &[String], domain: &str) -> bool {
+    scopes
+        .iter()
+        .any(|s| s == "*" || parse(s).ok().is_some_and(|p| p.domain == domain && p.action == "write"))
 }
 
 /// A scope taken apart, with `delete` read as `write`.
@@ -173,11 +200,8 @@ pub fn danger(scope: &str) -> Option<String> {
         );
     }
     let Ok(p) = parse(scope) else { return None };
-    let owner = "with a token owned by the superadmin, that runs any code on the worker";
+    let owner = "code of the token holder's choosing, run on the worker";
     match (p.domain, p.action) {
-        ("jobs", "write") => Some(format!(
-            "it grants POST jobs/add_batch_jobs (a flow sent with the request) and jobs/queue/import (jobs with any code and any owner's rights): {owner}"
-        )),
         ("jobs", "run") => match (p.kind, p.resources) {
             (None, _) => Some(format!(
                 "a run scope without a kind runs previews (code sent with the request): {owner}"
@@ -233,6 +257,8 @@ mod tests {
     fn windmills_scopes_are_accepted() {
         for good in [
             "jobs:read",
+            "jobs:write",
+            "jobs:delete",
             "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy",
             "jobs:run:flows:f/fediversity/flow",
             "users:read",
@@ -290,22 +316,35 @@ mod tests {
     fn scopes_that_run_code_of_the_holders_choosing_are_named_with_why() {
         for (bad, why) in [
             ("*", "Windmill's scope for everything"),
-            ("jobs:write", "jobs/add_batch_jobs"),
-            ("jobs:delete", "jobs/queue/import"),
-            ("jobs:write:f/x/y", "runs any code on the worker"),
             ("jobs:run", "previews"),
             ("jobs:run:scripts", "every one of the workspace's scripts"),
             ("jobs:run:flows", "every one of the workspace's flows"),
             ("jobs:run:scripts:*", "wildcard"),
             ("jobs:run:scripts:f/fediversity/deploy,f/fediversity/*", "wildcard"),
             ("scripts:write", "the deploy script included"),
-            ("scripts:write:f/other/*", "the deploy script included"),
+            ("scripts:write:f/other/*", "run on the worker"),
             ("flows:delete", "inline steps"),
             ("apps:write", "components"),
         ] {
             let found = danger(bad).unwrap_or_else(|| panic!("{bad:?} not refused"));
             assert!(found.contains(why), "{bad:?}: {found}");
         }
+    }
+
+    #[test]
+    fn run_scripts_lists_the_paths_of_run_scopes_once_and_writes_finds_write_scopes() {
+        assert_eq!(run_scripts(&defaults("ops")), ["f/ops/deploy", "f/ops/destroy"]);
+        let scopes: Vec<String> = [
+            "jobs:run:scripts:f/a/b",
+            "jobs:run:flows:f/a/c",
+            "jobs:run:scripts:f/a/b,f/a/d",
+            "variables:delete",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(run_scripts(&scopes), ["f/a/b", "f/a/d"]);
+        assert!(writes(&scopes, "variables") && !writes(&scopes, "scripts") && !writes(&defaults("x"), "folders"));
+        assert!(writes(&defaults("x"), "jobs"));
     }
 
     #[test]

@@ -18,11 +18,22 @@
 //! with 3.11 until step 6 sets `instance_python_version`, so the scripts a fresh node gets in
 //! step 5 may be left with a lock error; with content unchanged they would otherwise never be
 //! uploaded again, and never run.
+//!
+//! A version that needs a lock (python3) runs only once a worker has computed it: until then a
+//! run by path finds the previous locked version, or answers 404 (server code from 1.509 on,
+//! `get_latest_deployed_hash_for_path`; observed on 1.587 and 1.788). A run waits for those
+//! locks ([`await_locks`], bounded by `retry.lock_timeout_seconds`), so that a converged node
+//! runs the scripts it was given; `--check` reports a version still waiting as drift.
+//!
+//! Besides the tree, step 5 keeps two scripts of the bootstrap's own, the [`probes`] of step 7's
+//! proof: bash (no lock to wait for), doing nothing, one in the folder and one outside it, for
+//! the front-end's token to be refused running.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -137,6 +148,37 @@ pub fn scan(dir: &Path) -> Result<Vec<LocalScript>> {
     }
 }
 
+/// The probe scripts' content: what the front-end's token must be refused running.
+const PROBE: &str = "# A probe of fediversity-windmill-bootstrap (step 7): the front-end's token must be refused\n\
+                     # running this script. Nobody runs it, and it does nothing.\nexit 0\n";
+
+/// The name of the probe scripts.
+pub const PROBE_NAME: &str = "bootstrap_probe";
+
+/// The two probe scripts of step 7's proof: `f/<folder>/bootstrap_probe`, in the folder but in no
+/// run scope, and `u/<admin>/bootstrap_probe`, the superadmin's own, outside the folder.
+pub fn probes(folder: &str, admin: &str) -> [LocalScript; 2] {
+    [format!("f/{folder}/{PROBE_NAME}"), format!("u/{admin}/{PROBE_NAME}")].map(|path| LocalScript {
+        path,
+        file: PathBuf::from("(the bootstrap's own probe)"),
+        language: "bash",
+        summary: PROBE_NAME.to_owned(),
+        description: String::new(),
+        content: PROBE.to_owned(),
+        sha256: Sha256::digest(PROBE.as_bytes()).into(),
+    })
+}
+
+/// What step 5 did about one script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Converged {
+    pub change: Change,
+    /// The hash of the version it created, when it did and knows it.
+    pub created: Option<String>,
+    /// Its newest version waits for a worker to lock it (python3, no lock, no lock error).
+    pub unlocked: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Unchanged,
@@ -234,21 +276,32 @@ pub fn decide(local: &LocalScript, remote: Option<&RemoteScript>, ours: Option<&
     }
 }
 
-/// Converges one script; with `check`, only says what it would do. Also the hash of the version
-/// it created, when it did and knows it.
+/// Whether `remote`, the newest version, waits for its lock: a python3 version with none and no
+/// failed dependency job (bash needs none: the server gives it `""`).
+pub fn unlocked(remote: &RemoteScript) -> bool {
+    remote.language == "python3"
+        && remote.other.get("lock").is_none_or(|lock| lock.is_null())
+        && remote.lock_error_logs.as_deref().is_none_or(str::is_empty)
+}
+
+/// Converges one script; with `check`, only says what it would do.
 async fn converge_one(
     client: &Windmill,
     workspace: &str,
     local: &LocalScript,
     ours: Option<&str>,
     check: bool,
-) -> Result<(Change, Option<String>)> {
+) -> Result<Converged> {
     let mut reread = false;
     loop {
         let remote = client.get_script(workspace, &local.path).await?;
         let change = decide(local, remote.as_ref(), ours);
         if change == Change::Unchanged || check {
-            return Ok((change, None));
+            return Ok(Converged {
+                change,
+                created: None,
+                unlocked: remote.as_ref().is_some_and(unlocked),
+            });
         }
         let new = NewScript {
             path: &local.path,
@@ -261,16 +314,25 @@ async fn converge_one(
         match client.create_script(workspace, &new).await? {
             Created::Hash(hash) => {
                 tracing::debug!("{}: version {hash} created", local.path);
-                return Ok((change, Some(hash)));
+                return Ok(Converged {
+                    change,
+                    created: Some(hash),
+                    unlocked: local.language == "python3",
+                });
             }
             // The identical request was applied by an earlier try whose answer got lost: the
             // version we wanted exists, and is the head unless someone wrote since.
             Created::SameHashExists => {
                 let head = client.get_script(workspace, &local.path).await?;
+                let waits = head.as_ref().is_some_and(unlocked);
                 let ours = head
                     .filter(|h| decide(local, Some(h), Some(&h.hash)) == Change::Unchanged)
                     .map(|h| h.hash);
-                return Ok((change, ours));
+                return Ok(Converged {
+                    change,
+                    created: ours,
+                    unlocked: waits,
+                });
             }
             Created::Conflict(message) if !reread => {
                 tracing::debug!("{}: {message}; re-reading once", local.path);
@@ -294,7 +356,7 @@ pub async fn converge(
     state: &State,
     concurrency: usize,
     check: bool,
-) -> Result<BTreeMap<String, (Change, Option<String>)>> {
+) -> Result<BTreeMap<String, Converged>> {
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
@@ -331,6 +393,70 @@ pub async fn converge(
     match first_error {
         Some((path, error)) => Err(with_path(&path, error)),
         None => Ok(changes),
+    }
+}
+
+/// How a version that waited for its lock came out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lock {
+    /// Locked: it runs.
+    Locked,
+    /// Its dependency job failed (`lock_error_logs`): it does not run; the next run uploads it again.
+    Failed,
+}
+
+/// Waits until the newest version of each of `paths` is locked or its dependency job failed,
+/// looking at each (`GET …/scripts/get/p/<path>`) every 0.25 s at first, every 2 s at most, for at
+/// most `timeout`: a version with neither by then fails the wait, naming it.
+pub async fn await_locks(
+    client: &Windmill,
+    workspace: &str,
+    paths: &[String],
+    timeout: Duration,
+) -> Result<BTreeMap<String, Lock>> {
+    let started = Instant::now();
+    let mut done = BTreeMap::new();
+    let mut pause = Duration::from_millis(250);
+    loop {
+        let waiting: Vec<&String> = paths.iter().filter(|p| !done.contains_key(*p)).collect();
+        for path in waiting {
+            let head = client
+                .get_script(workspace, path)
+                .await
+                .map_err(|e| with_path(path, e))?;
+            match head {
+                Some(head) if head.lock_error_logs.as_deref().is_some_and(|l| !l.is_empty()) => {
+                    done.insert(path.clone(), Lock::Failed);
+                }
+                Some(head) if !unlocked(&head) => {
+                    done.insert(path.clone(), Lock::Locked);
+                }
+                Some(_) => {}
+                None => {
+                    return Err(Error::Script {
+                        path: path.clone(),
+                        source: Box::new(Error::Unexpected {
+                            service: "Windmill",
+                            call: format!("GET /api/w/{workspace}/scripts/get/p/{path}"),
+                            detail: "the script is gone while its lock was waited for".into(),
+                        }),
+                    });
+                }
+            }
+        }
+        let waiting: Vec<&String> = paths.iter().filter(|p| !done.contains_key(*p)).collect();
+        if waiting.is_empty() {
+            return Ok(done);
+        }
+        let elapsed = started.elapsed();
+        if elapsed >= timeout {
+            return Err(Error::LockTimeout {
+                paths: waiting.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(" "),
+                seconds: timeout.as_secs_f64(),
+            });
+        }
+        tokio::time::sleep(pause.min(timeout - elapsed)).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }
 

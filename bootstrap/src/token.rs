@@ -3,10 +3,12 @@
 //!
 //! - The UI's token (`ui_auth.label`) has the superadmin's full rights: admins behind the
 //!   forward auth act through it, and every call of the run after step 3 uses it.
-//! - The front-end's token (`token.label`), the one OpenBao holds, gets only `token.scopes` and,
-//!   with `token.bind_to_workspace`, the workspace: by default a leaked copy runs the deploy and
-//!   destroy scripts and reads jobs, and nothing else (no preview, no other script, no script
-//!   upload, no batch or imported jobs, no cancel, no variables, users, tokens or settings).
+//! - The front-end's token (`token.label`), the one OpenBao holds, belongs to the workspace
+//!   operator ([`crate::operator`], which mints it) and gets only `token.scopes` and, with
+//!   `token.bind_to_workspace`, the workspace: by default a leaked copy runs the deploy and
+//!   destroy scripts, reads and cancels jobs it may see, and nothing else (no preview, no other
+//!   script, no script upload, no batch or imported jobs, no variables, users, tokens or
+//!   settings).
 //!
 //! A token that was minted and that no sink holds when the run fails is deleted again
 //! ([`discard`]); one that a sink may hold is kept (a lost answer to OpenBao's write loses no
@@ -75,11 +77,23 @@ pub struct Minted {
     pub spec: TokenSpec,
     token: Secret,
     stored: bool,
+    /// Owned by a user whose tokens the superadmin cannot delete (the operator's): deleted by
+    /// logging it out with itself.
+    by_itself: bool,
 }
 
 impl Minted {
     pub fn secret(&self) -> &Secret {
         &self.token
+    }
+
+    /// The same token, marked as one only it can delete (`tokens/delete` takes the caller's own
+    /// tokens only).
+    pub fn owned_by_itself(self) -> Minted {
+        Minted {
+            by_itself: true,
+            ..self
+        }
     }
 }
 
@@ -164,17 +178,25 @@ pub async fn mint(api: &Windmill, spec: TokenSpec, secrets: &mut Vec<Secret>) ->
         spec,
         token,
         stored: false,
+        by_itself: false,
     })
 }
 
 /// Deletes, best effort, the tokens of `minted` that no sink holds, after a failure: one line
 /// each, naming the label only (never the token or its prefix); the run's own error follows.
 /// Left behind, every failed run (every 30 s with `Restart=on-failure`) would add a
-/// non-expiring token. `api`'s own token, if it is among them, goes last.
+/// non-expiring token. `api`'s own token, if it is among them, goes last. The operator's token
+/// logs itself out (`POST /api/auth/logout` deletes the caller's own row; with Windmill's
+/// `INVALIDATE_ALL_SESSIONS_ON_LOGOUT` it would not, and the next run's step 9 revokes it).
 pub async fn discard(api: &Windmill, minted: &[&Minted], warn: impl Fn(&Error) -> String) {
     for token in minted.iter().filter(|m| !m.stored) {
         let label = &token.spec.label;
-        match api.delete_token(&token.token.prefix()).await {
+        let deleted = if token.by_itself {
+            api.with_token(&token.token).logout().await
+        } else {
+            api.delete_token(&token.token.prefix()).await
+        };
+        match deleted {
             Ok(()) => tracing::info!(
                 "deleted the token labeled {label} that this run minted, as the run failed before storing it"
             ),
@@ -254,14 +276,18 @@ pub fn compare(listed: &[TokenInfo], stored: &Secret, spec: &TokenSpec) -> Compa
         let shown = |s: &[String]| if s.is_empty() { "none".to_owned() } else { s.join(" ") };
         differs.push(format!("scopes {} where {} are configured", shown(&have), shown(&want)));
     }
-    if live.workspace_id != spec.workspace {
+    // Before about 1.693 `tokens/list` does not say (`None`): then the binding is not compared
+    // here; the proof of a run shows it (another workspace refused).
+    if let Some(bound) = &live.workspace_id
+        && *bound != spec.workspace
+    {
         let shown = |w: &Option<String>| {
             w.as_ref()
                 .map_or("no workspace".to_owned(), |w| format!("workspace {w}"))
         };
         differs.push(format!(
             "bound to {} where {} is configured",
-            shown(&live.workspace_id),
+            shown(bound),
             shown(&spec.workspace)
         ));
     }
@@ -289,7 +315,7 @@ mod tests {
             label: Some(label.into()),
             token_prefix: prefix.into(),
             scopes: scopes.map(|s| s.iter().map(|s| s.to_string()).collect()),
-            workspace_id: workspace.map(Into::into),
+            workspace_id: Some(workspace.map(Into::into)),
         }
     }
 
@@ -331,6 +357,12 @@ mod tests {
         // No scopes and an empty list are the same.
         let unscoped = listed("fediversity", "ABCDEFGHIJ", Some(&[]), None);
         assert_eq!(compare(&[unscoped], &stored, &spec(&[], None)), Compared::Same);
+        // A Windmill that does not list bindings (before about 1.693): not compared.
+        let unknown = TokenInfo {
+            workspace_id: None,
+            ..listed("fediversity", "ABCDEFGHIJ", Some(&["jobs:read", "jobs:write"]), None)
+        };
+        assert_eq!(compare(&[unknown], &stored, &want), Compared::Same);
     }
 
     #[test]

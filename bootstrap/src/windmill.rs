@@ -5,9 +5,19 @@
 //! `windmill-api/src/settings.rs`) and as observed on Windmill CE 1.743.0. Errors are
 //! `text/plain` `<Kind>: <message>` (`windmill-common/src/error.rs`); JSON bodies go with
 //! `Content-Type: application/json` (a real server answers 415 without it).
+//!
+//! Every version from 1.509 (the first with route-level token scopes) to 1.788 is spoken to
+//! alike; where their answers differ, both are read: `tokens/list` rows without `workspace_id`
+//! before about 1.693, a refusal as 401 `Not authorized` before about 1.6xx (403 `Permission
+//! denied` later; `Permission denied` with a 500 where older versions map it so), and the 400
+//! `null value in column "__job_kind"` of a server still migrating its job tables after a fresh
+//! start (1.509 to about 1.614: its startup "v2 finalization"), which is waited out.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use reqwest::{Client, Method, StatusCode};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
@@ -15,10 +25,17 @@ use crate::http::{self, Answer, Policy};
 use safe_io::secret::Secret;
 
 mod converge;
+mod members;
 
 pub use converge::{Created, NewScript, RemoteScript};
+pub use members::{AddedUser, Folder, Member};
 
 const SERVICE: &str = "Windmill";
+
+/// What Windmill 1.509 to about 1.614 answers every job submission (a python3 script's creation
+/// queues its dependency job) for the first seconds after a fresh start, until its startup
+/// "v2 finalization" migration of the job tables ran (observed on 1.587: about 5 s).
+pub const MIGRATING: &str = "null value in column \"__job_kind\"";
 
 #[derive(Clone)]
 pub struct Windmill {
@@ -26,6 +43,8 @@ pub struct Windmill {
     base: String,
     policy: Policy,
     token: Option<Secret>,
+    /// How long a server still migrating its job tables is waited for.
+    migration_wait: Duration,
 }
 
 /// The outcome of a login with a password.
@@ -37,15 +56,32 @@ pub enum Login {
 
 /// One row of `GET /api/users/tokens/list`: the list shows only the first 10
 /// characters of each token, and its scopes and workspace as they were minted (`null` for
-/// none; observed on CE 1.743.0).
-#[derive(Debug, Deserialize)]
+/// none; observed on CE 1.743.0). Before about 1.693 the rows have no `workspace_id` at all
+/// (server code): then `workspace_id` is `None`, the binding unknown; `Some(None)` is a token
+/// bound to no workspace. Other fields are ignored; a row without a prefix (the column is
+/// nullable before 1.7xx) cannot be deleted by its prefix and is skipped.
+#[derive(Debug, Clone, Deserialize)]
 pub struct TokenInfo {
     pub label: Option<String>,
     pub token_prefix: String,
     #[serde(default)]
     pub scopes: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    pub workspace_id: Option<Option<String>>,
+}
+
+/// A field that is there, `null` or not (absent: `None` by `default`).
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(deserializer).map(Some)
+}
+
+/// A row of `tokens/list` as answered, its prefix possibly `null`.
+#[derive(Deserialize)]
+struct ListedRow {
     #[serde(default)]
-    pub workspace_id: Option<String>,
+    token_prefix: Option<String>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
 /// The body of `tokens/create` (`NewToken` of the OpenAPI): no expiration, so the token lives
@@ -60,22 +96,28 @@ pub struct NewToken<'a> {
     pub workspace_id: Option<&'a str>,
 }
 
-/// The page size asked of `tokens/list`: the most every version answers in one page.
+/// The page size asked of `tokens/list` (every version answers up to 10000, 1000 by default).
 pub const TOKEN_PAGE: usize = 1000;
-/// The most pages of `tokens/list` read (a million tokens): a bound, not a limit any node nears.
-const MAX_TOKEN_PAGES: usize = 1000;
+/// The most pages of `tokens/list` read (100,000 tokens of one user): a bound no node nears, so
+/// that a broken or hostile server that answers full pages forever ends the reading.
+pub const MAX_TOKEN_PAGES: usize = 100;
+/// The most bytes of `tokens/list` read over all its pages (each page is bounded by
+/// [`http::MAX_BODY`] already; a real page of 1000 tokens is about 200 KB).
+pub const MAX_TOKEN_BYTES: usize = 64 << 20;
 
 fn no_scopes(scopes: &&[String]) -> bool {
     scopes.is_empty()
 }
 
 impl Windmill {
-    pub fn new(http: Client, base: &str, policy: Policy) -> Self {
+    /// `migration_wait`: how long the 400 of a server still migrating its job tables is retried.
+    pub fn new(http: Client, base: &str, policy: Policy, migration_wait: Duration) -> Self {
         Windmill {
             http,
             base: base.to_owned(),
             policy,
             token: None,
+            migration_wait,
         }
     }
 
@@ -100,18 +142,39 @@ impl Windmill {
     ) -> Result<Answer> {
         let url = format!("{}{path}", self.base);
         let carried: Vec<&Secret> = self.token.iter().chain(secret).collect();
-        http::send(&self.policy, SERVICE, call, &carried, || {
-            let mut request = self.http.request(method.clone(), &url);
-            if let Some(token) = &self.token {
-                request = request.bearer_auth(token.expose());
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(250);
+        loop {
+            let answer = http::send_with(&self.policy, SERVICE, call, &carried, refusal_as_500, || {
+                let mut request = self.http.request(method.clone(), &url);
+                if let Some(token) = &self.token {
+                    request = request.bearer_auth(token.expose());
+                }
+                if let Some(body) = body {
+                    // `.json()` sets Content-Type: application/json.
+                    request = request.json(body);
+                }
+                request
+            })
+            .await?;
+            if answer.status != StatusCode::BAD_REQUEST || !answer.body.contains(MIGRATING) {
+                return Ok(answer);
             }
-            if let Some(body) = body {
-                // `.json()` sets Content-Type: application/json.
-                request = request.json(body);
+            let waited = started.elapsed();
+            if waited >= self.migration_wait {
+                return Err(Error::StillMigrating {
+                    call: call.to_owned(),
+                    seconds: waited.as_secs_f64(),
+                });
             }
-            request
-        })
-        .await
+            let pause = delay.min(self.migration_wait - waited);
+            tracing::info!(
+                "Windmill {call}: the server is still migrating its job tables (it answered 400 null value in column \"__job_kind\", as Windmill 1.587 does until its startup \"v2 finalization\" ran); again in {:.1} s",
+                pause.as_secs_f64()
+            );
+            tokio::time::sleep(pause).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
     }
 
     /// `GET /api/version`, once, without retries: the readiness wait has its own loop.
@@ -170,28 +233,54 @@ impl Windmill {
     }
 
     /// `GET /api/users/tokens/list`: the caller's own tokens, newest first, a page at a time
-    /// (`users.rs`, `list_tokens`: `page` from 1, `per_page` at most 1000 or 10000 depending on
-    /// the version, a default of 100 or 1000), all pages read. The tokens Windmill gives jobs
+    /// (`users.rs`, `list_tokens`: `page` from 1, `per_page` at most 10000, 1000 by default, in
+    /// every version from 1.509 to 1.788), all pages read. The tokens Windmill gives jobs
     /// (`exclude_ephemeral`, label `ephemeral-script`) are left out: there are one per job.
     ///
     /// A page shorter than asked is the last (no version caps `per_page` below [`TOKEN_PAGE`]);
     /// a page that brings no prefix not seen before ends the reading too, so that a server that
-    /// ignores `page` and answers everything each time is read once, not forever.
+    /// ignores `page` and answers everything each time is read once, not forever. The reading is
+    /// linear in the rows (prefixes seen are a hash set) and bounded by [`MAX_TOKEN_PAGES`] and
+    /// [`MAX_TOKEN_BYTES`]: past either the call fails, naming the bound.
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         let call = "GET /api/users/tokens/list";
         let mut all: Vec<TokenInfo> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut bytes = 0usize;
         for page in 1..=MAX_TOKEN_PAGES {
             let path = format!("/api/users/tokens/list?page={page}&per_page={TOKEN_PAGE}&exclude_ephemeral=true");
             let answer = self.request(Method::GET, &path, call, None, None).await?;
-            let listed: Vec<TokenInfo> = expect_json(call, answer)?;
-            let short = listed.len() < TOKEN_PAGE;
-            let before = all.len();
-            for token in listed {
-                if !all.iter().any(|seen| seen.token_prefix == token.token_prefix) {
-                    all.push(token);
-                }
+            bytes += answer.body.len();
+            if bytes > MAX_TOKEN_BYTES {
+                return Err(Error::Unexpected {
+                    service: SERVICE,
+                    call: call.into(),
+                    detail: format!(
+                        "more than {} MiB over {page} pages: not read further",
+                        MAX_TOKEN_BYTES >> 20
+                    ),
+                });
             }
-            if short || all.len() == before {
+            let rows: Vec<ListedRow> = expect_json(call, answer)?;
+            let short = rows.len() < TOKEN_PAGE;
+            let mut new = 0usize;
+            for row in rows {
+                let Some(prefix) = row.token_prefix else { continue };
+                if !seen.insert(prefix.clone()) {
+                    continue;
+                }
+                let mut fields = row.rest;
+                fields.insert("token_prefix".to_owned(), Value::String(prefix));
+                let token: TokenInfo =
+                    serde_json::from_value(Value::Object(fields)).map_err(|e| Error::Unexpected {
+                        service: SERVICE,
+                        call: call.into(),
+                        detail: format!("a row is not the JSON the API documents: {e}"),
+                    })?;
+                all.push(token);
+                new += 1;
+            }
+            if short || new == 0 {
                 return Ok(all);
             }
         }
@@ -199,6 +288,37 @@ impl Windmill {
             service: SERVICE,
             call: call.into(),
             detail: format!("more than {MAX_TOKEN_PAGES} pages of {TOKEN_PAGE} tokens: not read further"),
+        })
+    }
+
+    /// `POST /api/users/tokens/impersonate {"impersonate_email","label"}` (superadmin only): 201
+    /// with a new token of that user, without scopes or workspace (`users.rs`, `impersonate`,
+    /// 1.509 to 1.788; observed on 1.587 and 1.788).
+    pub async fn impersonate(&self, email: &str, label: &str) -> Result<Secret> {
+        let call = "POST /api/users/tokens/impersonate";
+        let body = json!({"impersonate_email": email, "label": label});
+        let answer = self
+            .request(Method::POST, "/api/users/tokens/impersonate", call, Some(&body), None)
+            .await?;
+        match answer.status {
+            StatusCode::CREATED | StatusCode::OK => raw_token(call, answer),
+            _ => Err(unexpected_status(call, answer)),
+        }
+    }
+
+    /// `GET /api/users/whoami`: the caller's instance-wide username.
+    pub async fn username(&self) -> Result<String> {
+        #[derive(Deserialize)]
+        struct Me {
+            username: Option<String>,
+        }
+        let call = "GET /api/users/whoami";
+        let answer = self.request(Method::GET, "/api/users/whoami", call, None, None).await?;
+        let me: Me = expect_json(call, answer)?;
+        me.username.filter(|u| !u.is_empty()).ok_or_else(|| Error::Unexpected {
+            service: SERVICE,
+            call: call.into(),
+            detail: "no username in the answer".into(),
         })
     }
 
@@ -240,6 +360,12 @@ fn raw_token(call: &str, answer: Answer) -> Result<Secret> {
         });
     }
     Ok(Secret::token(token))
+}
+
+/// Before Windmill mapped its `Permission denied` errors to 403 (about 1.6xx), it answered them
+/// with a 500: the server's refusal, not a failure worth retrying.
+fn refusal_as_500(status: u16, body: &str) -> bool {
+    status == 500 && body.starts_with("Permission denied")
 }
 
 fn expect_ok(call: &str, answer: Answer) -> Result<()> {

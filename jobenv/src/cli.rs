@@ -103,6 +103,10 @@ impl StateArgs {
 pub struct PruneArgs {
     #[command(flatten)]
     pub state: StateArgs,
+    /// The node's deploy-env.json: cached shells of another DEPLOYMENT_ROOT or NIXPKGS than it
+    /// sets are dropped [JOBENV_DEPLOY_ENV]
+    #[arg(long, value_name = "FILE", env = "JOBENV_DEPLOY_ENV", default_value = DEFAULT_DEPLOY_ENV)]
+    pub deploy_env: PathBuf,
     /// Delete entries that finished more than this many days ago, at least 1 (a job id must
     /// never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
     #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
@@ -346,6 +350,11 @@ impl RunArgs {
             (ContainmentArg::Auto, None) => settings::Containment::Auto,
             (ContainmentArg::Proc, None) => settings::Containment::Proc,
         };
+        // A stop that cannot end before the lease can expire is refused here, not cut short
+        // later: the grace a program is told is the one it gets.
+        if let Some(cluster) = &cluster {
+            cluster.check_grace(self.grace)?;
+        }
         Ok(settings::RunSettings {
             job: self.job.settings(),
             runner,
@@ -379,6 +388,9 @@ pub enum Format {
 pub struct EnvArgs {
     #[command(flatten)]
     pub job: JobArgs,
+    /// Where the cached shells are: `env` says whether the job's is (it reads, never writes)
+    #[command(flatten)]
+    pub state: StateArgs,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }

@@ -232,12 +232,18 @@ pub enum Problem {
     #[error("EVENTS_KIND deployments is for apply and destroy: a {verb} job reports on a jobs row")]
     DeploymentRowVerb { verb: String },
     #[error(
+        "{origin} sets EVENTS_SECRET, but EVENTS_FORMAT is dd-0012, whose rows have secrets of their own: one secret for every row would let any job post to any row. Remove EVENTS_SECRET from the node; the front-end sends each row's secret in the payload's EVENTS_SECRET"
+    )]
+    NodeSecretForRows { origin: String },
+    #[error(
         "{origin} sets {}, which must come from a secrets directory or a secrets env file",
         name(key)
     )]
     SecretOutsideSecrets { key: &'static str, origin: String },
     #[error("nix-shell {0:?} was not found or is not executable")]
     NixShellNotFound(String),
+    #[error("{tool} {} (beside nix-shell) was not found or is not executable", path.display())]
+    NixToolNotFound { tool: &'static str, path: PathBuf },
     #[error(
         "keys file {origin} entry {} has an unknown field {field:?} (an entry has \"description\", \"default\" and \"node_only\")",
         name(key)

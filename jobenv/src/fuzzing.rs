@@ -376,10 +376,13 @@ pub fn redactor(data: &[u8]) {
     cuts.sort_unstable();
 
     // One to four beginnings per searcher: the merge across searchers is fuzzed too; with bit
-    // 128, every secret is searched by its beginning, none by the sampled search.
+    // 128, every secret is searched by its beginning, none by the sampled search; with bit 64,
+    // every sampled secret is verified by the search for repeating secrets.
     let group = usize::from(count / 4 % 4) + 1;
     let mut redactor = if count & 128 != 0 {
-        Redactor::tuned(&secrets, group, |_| false)
+        Redactor::tuned(&secrets, group, |_| false, u32::MAX)
+    } else if count & 64 != 0 {
+        Redactor::tuned(&secrets, group, |_| true, 0)
     } else {
         Redactor::with_group_size(&secrets, group)
     };

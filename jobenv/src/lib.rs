@@ -6,12 +6,15 @@
 //!    checked: which key may come from where, and every control key against its rule.
 //! 2. [`plan`]: the merge of the three layers into the exact argv and environment of the
 //!    program; a pure function, which `env` prints.
-//! 3. [`run`]: spawning the program in its program tree (a cgroup of its own, or jobenv's
+//! 3. [`evaluation`]: the shell's evaluation, apart from the run and in an environment of the
+//!    node's alone, and the cache of instantiated shells (a warm node runs a job's shell without
+//!    evaluating it).
+//! 4. [`run`]: spawning the program in its program tree (a cgroup of its own, or jobenv's
 //!    descendants where there is none), streaming its output through the redactor, stopping the
 //!    whole tree on a cancel, the timeout or a lost worker.
-//! 4. [`record`]: how the job ended, the journal, the locks, what a deploy whose jobenv is gone
+//! 5. [`record`]: how the job ended, the journal, the locks, what a deploy whose jobenv is gone
 //!    left running, and `result.json`.
-//! 5. [`events`] (optional): progress events to a front-end; takes plain data and depends on
+//! 6. [`events`] (optional): progress events to a front-end; takes plain data and depends on
 //!    nothing above.
 //! 6. [`telemetry`] (optional): the job's trace and log over OTLP to the node's collector; its
 //!    hooks in the steps above are one call each.
@@ -23,6 +26,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod evaluation;
 pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;

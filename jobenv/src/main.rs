@@ -128,7 +128,8 @@ fn env(args: EnvArgs) -> i32 {
             for warning in &plan.warnings {
                 tracing::warn!("{warning}");
             }
-            print(&show::env(&plan, args.format))
+            let look = jobenv::evaluation::look(&plan.evaluation, &args.state.dir());
+            print(&show::env(&plan, &look, args.format))
         }
     }
 }
@@ -198,12 +199,12 @@ fn recover(args: RecoverArgs) -> i32 {
                 printed.push(entry)
             })
             .map_err(journal_problem)?;
-        // Cluster mode: the ends the shared journal did not take. They stay kept if it does not
-        // answer now (and their entries are not pruned): the node's next job or `prune` hands
-        // them on.
+        // Cluster mode: the ends the shared journal did not take, and the ends whose shared row
+        // still shows their attempt running. They stay kept if it does not answer now (and
+        // their entries are not pruned): the node's next job or `prune` hands them on.
         if let Some(dsn) = &args.cluster_dsn_file {
             if let Err(problem) =
-                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref())
+                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref(), true)
             {
                 tracing::warn!("{problem}");
             }
@@ -245,18 +246,22 @@ fn prune(args: PruneArgs) -> i32 {
         // below; a failure to reach it fails that too).
         if let Some(dsn) = &args.cluster_dsn_file {
             if let Err(problem) =
-                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref())
+                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster_ca_file.as_deref(), false)
             {
                 tracing::warn!("{problem}");
             }
         }
-        journal.prune(retain).map_err(|source| {
-            Problem::Journal {
-                path: dir.clone(),
-                source,
-            }
-            .into()
-        })
+        let pruned = journal.prune(retain).map_err(|source| Problem::Journal {
+            path: dir.clone(),
+            source,
+        })?;
+        // The cached shells of trees no longer deployed (they hold garbage-collector roots). A
+        // cache that cannot be pruned keeps what it holds: jobs still run.
+        let shells = jobenv::evaluation::prune(&dir, &args.deploy_env).unwrap_or_else(|error| {
+            tracing::warn!("cannot prune the cached shells: {error}");
+            0
+        });
+        Ok((pruned, shells))
     });
     // Cluster mode: the shared journal's ended rows by the same retention.
     let shared = args.cluster_dsn_file.as_deref().map(|dsn| {
@@ -267,11 +272,13 @@ fn prune(args: PruneArgs) -> i32 {
             error.log();
             error.exit_code()
         }
-        (Ok(pruned), None) => print(format!("{}\n", serde_json::json!({ "pruned": pruned })).as_bytes()),
-        (Ok(pruned), Some(Ok(shared))) => print(
+        (Ok((pruned, shells)), None) => {
+            print(format!("{}\n", serde_json::json!({ "pruned": pruned, "shells_pruned": shells })).as_bytes())
+        }
+        (Ok((pruned, shells)), Some(Ok(shared))) => print(
             format!(
                 "{}\n",
-                serde_json::json!({ "pruned": pruned, "cluster_pruned": shared })
+                serde_json::json!({ "pruned": pruned, "shells_pruned": shells, "cluster_pruned": shared })
             )
             .as_bytes(),
         ),

@@ -73,8 +73,12 @@ pub struct Plan {
     /// Where progress events go, and in which format (the node's `EVENTS_*`, and for DD-0012
     /// the payload's row).
     pub events: Option<Target>,
+    /// The run step: `nix-shell <drv> ...`, its derivation (argument 1) that of the evaluation
+    /// ([`DRV`] until then).
     pub argv: Vec<String>,
     pub env: BTreeMap<String, Var>,
+    /// The evaluation of the shell, before the run, in an environment of the node's alone.
+    pub evaluation: crate::evaluation::Evaluation,
     /// The byte strings the redactor replaces.
     pub secrets: Hidden<Vec<Vec<u8>>>,
     /// Payload keys dropped because the node owns them (the node won).
@@ -225,16 +229,37 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         }
     }
 
+    // The shell is evaluated apart (its derivation goes in at DRV), so the run step evaluates
+    // nothing; `-I` is for the node without NIX_BUILD_SHELL, where nix-shell evaluates nixpkgs'
+    // bash.
     let argv = vec![
         inputs.nix_shell.display().to_string(),
-        controls.root.clone(),
+        DRV.into(),
         "-I".into(),
         format!("nixpkgs={}", controls.nixpkgs),
-        "-A".into(),
-        format!("devShells.{}.{}", controls.system, controls.attribute),
         "--run".into(),
         run_string(&controls.executable, controls.events.is_some()),
     ];
+    if !env.contains_key("NIX_BUILD_SHELL") {
+        warnings.push(
+            "NIX_BUILD_SHELL is not set: nix-shell evaluates bashInteractive of the nixpkgs pin for every job, in its environment (set it to a bash, as the NixOS module does)".into(),
+        );
+    }
+    let node_only: Vec<String> = inputs
+        .declared
+        .iter()
+        .filter(|(_, d)| d.node_only)
+        .map(|(key, _)| key.clone())
+        .collect();
+    let evaluation = crate::evaluation::describe(
+        &inputs.nix_shell,
+        &controls.root,
+        &controls.nixpkgs,
+        format!("devShells.{}.{}", controls.system, controls.attribute),
+        &env,
+        &node_only,
+        inputs.node.get("NIX_PATH").map(|v| v.value.expose()),
+    );
 
     // Every secret of the node (also those the program does not get: `EVENTS_SECRET`), and the
     // payload's (its `TF_HTTP_PASSWORD`, and a DD-0012 row's `EVENTS_SECRET`, which the program
@@ -265,14 +290,10 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         events: controls.events,
         argv,
         env,
+        evaluation,
         secrets,
         ignored,
-        node_only: inputs
-            .declared
-            .iter()
-            .filter(|(_, d)| d.node_only)
-            .map(|(key, _)| key.clone())
-            .collect(),
+        node_only,
         warnings,
     }
 }
@@ -293,6 +314,9 @@ impl Plan {
         }
     }
 }
+
+/// Where the run step's argv names the derivation, until the evaluation made it.
+pub const DRV: &str = "<the derivation the evaluation makes>";
 
 /// The only text given to the shell. EXECUTABLE was checked to equal <ATTRIBUTE>-<VERB>, both of
 /// a safe alphabet, and no job can put anything else in it. With progress events, the shell
@@ -351,15 +375,44 @@ mod tests {
             plan.argv,
             [
                 "/bin/nix-shell",
+                DRV,
+                "-I",
+                "nixpkgs=/nixpkgs",
+                "--run",
+                "exec web-apply"
+            ]
+        );
+        assert_eq!(
+            plan.evaluation
+                .argv(&plan.evaluation.root, &plan.evaluation.nixpkgs, None),
+            [
+                "/bin/nix-instantiate",
                 "/",
                 "-I",
                 "nixpkgs=/nixpkgs",
                 "-A",
                 "devShells.x86_64-linux.web",
-                "--run",
-                "exec web-apply"
+                "--arg",
+                "inNixShell",
+                "true"
             ]
         );
+    }
+
+    #[test]
+    fn a_node_without_nix_build_shell_is_warned_of() {
+        let mut i = inputs();
+        i.node.remove("NIX_BUILD_SHELL");
+        let plan = plan(&i).unwrap();
+        assert_eq!(plan.warnings.len(), 1);
+        assert!(
+            plan.warnings[0].starts_with("NIX_BUILD_SHELL is not set"),
+            "{:?}",
+            plan.warnings
+        );
+        // Positive control: from jobenv's own environment, it counts.
+        i.environ.0 = vec![("NIX_BUILD_SHELL".into(), "/bin/bash".into())];
+        assert!(super::plan(&i).unwrap().warnings.is_empty());
     }
 
     #[test]
@@ -484,7 +537,7 @@ mod tests {
         let var = |value: &str, source: &str| format!("Var {{ value: {value}, source: {source} }}");
         for part in [
             r#"Plan { verb: "apply", attribute: "web", namespace: "ns1", system: "x86_64-linux", executable: "web-apply", events: None, "#,
-            r#"argv: ["/bin/nix-shell", "/", "-I", "nixpkgs=/nixpkgs", "-A", "devShells.x86_64-linux.web", "--run", "exec web-apply"], "#,
+            r#"argv: ["/bin/nix-shell", "<the derivation the evaluation makes>", "-I", "nixpkgs=/nixpkgs", "--run", "exec web-apply"], "#,
             &format!(r#""A": {}"#, var(r#"Plain("plain-node-value")"#, "Node")),
             &format!(r#""TF_VAR_token": {}"#, var("Secret(Secret([REDACTED]))", "Secret")),
             &format!(
@@ -567,7 +620,7 @@ mod tests {
         );
         assert!(
             problems[2].ends_with(
-                "more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_PATH, TF_VAR_big)"
+                "more than the 300000 that jobenv leaves them under this stack limit (largest: A, NIX_BUILD_SHELL, TF_VAR_big)"
             ),
             "{}",
             problems[2]

@@ -146,8 +146,8 @@ struct Payload {
     /// not a spelling).
     #[serde(rename = "EVENTS_ROW_ID")]
     events_row_id: Option<RowId>,
-    /// The row's secret, sent as `x-action-secret`: taken only by a node with
-    /// EVENTS_FORMAT=dd-0012 that has no EVENTS_SECRET of its own; redacted like a secret.
+    /// The row's own secret, sent as `x-action-secret`: taken only by a node with
+    /// EVENTS_FORMAT=dd-0012 (which has no EVENTS_SECRET of its own); redacted like a secret.
     #[serde(rename = "EVENTS_SECRET")]
     #[schemars(regex(pattern = r"^[!-~]{16,1024}$"))]
     events_secret: Option<String>,
@@ -440,7 +440,7 @@ mod tests {
         ] {
             assert!(!schema.is_valid(&refused), "{refused}");
         }
-        // A DD-0012 node without a secret of its own takes a row and its secret.
+        // A DD-0012 node takes a row and its secret.
         let mut i = inputs();
         i.node.extend(node(&[
             ("EVENTS_URL", "https://web.example/api", false),

@@ -135,11 +135,31 @@ impl Cluster {
         Ok(())
     }
 
-    /// The grace of a stop on a lost lease: `grace`, shortened so that the program tree is gone
-    /// before the lease can expire (the deadline, this grace, SIGKILL and the margin fit in one
-    /// lease).
-    pub fn stop_grace(&self, grace: Duration) -> Duration {
-        grace.min(self.lease.saturating_sub(self.renew_deadline + LEASE_STOP_MARGIN))
+    /// The longest `--grace` cluster mode can give: every stop must end before the lease can
+    /// expire, and one may start as late as the renew deadline (a cancel just before it, or the
+    /// stop on a lease not renewed in time), with no renewal after: the deadline, the grace,
+    /// SIGKILL and the margin fit in one lease.
+    pub fn max_grace(&self) -> Duration {
+        self.lease.saturating_sub(self.renew_deadline + LEASE_STOP_MARGIN)
+    }
+
+    /// [`Cluster::max_grace`] with the default lease and renew deadline.
+    pub fn default_max_grace() -> Duration {
+        let seconds = |text: &str| Duration::from_secs(text.parse().expect("a whole number of seconds"));
+        seconds(Self::LEASE).saturating_sub(seconds(Self::RENEW_DEADLINE) + LEASE_STOP_MARGIN)
+    }
+
+    /// `grace` fits ([`Cluster::max_grace`]); otherwise what to say.
+    pub fn check_grace(&self, grace: Duration) -> Result<(), String> {
+        if grace <= self.max_grace() {
+            return Ok(());
+        }
+        Err(format!(
+            "--grace {grace:?} does not fit cluster mode's leases: a stop must end before the lease can expire, and with --cluster-lease {:?} and --cluster-renew-deadline {:?} the longest grace that fits is {:?} (the lease, less the renew deadline and {LEASE_STOP_MARGIN:?}); shorten --grace or lengthen --cluster-lease",
+            self.lease,
+            self.renew_deadline,
+            self.max_grace()
+        ))
     }
 }
 
@@ -185,13 +205,20 @@ mod tests {
                 .unwrap_err()
                 .contains("more than 1s shorter than --cluster-lease")
         );
-        // The grace of a stop on a lost lease: the node's, shortened to what is left of the lease.
+        // The longest grace: what is left of the lease after the deadline and the margin.
         let defaults = cluster(15, 5, 10);
-        assert_eq!(defaults.stop_grace(Duration::from_secs(3)), Duration::from_secs(3));
-        assert_eq!(defaults.stop_grace(Duration::from_secs(10)), Duration::from_secs(4));
+        assert_eq!(defaults.max_grace(), Duration::from_secs(4));
+        assert!(defaults.check_grace(Duration::from_secs(4)).is_ok());
         assert!(
-            defaults.renew_deadline + defaults.stop_grace(Duration::from_secs(60)) + LEASE_STOP_MARGIN
-                <= defaults.lease
+            defaults.check_grace(Duration::from_secs(3)).is_ok(),
+            "jobenv's default grace"
         );
+        assert!(
+            defaults
+                .check_grace(Duration::from_millis(4001))
+                .unwrap_err()
+                .contains("the longest grace that fits is 4s")
+        );
+        assert!(defaults.renew_deadline + defaults.max_grace() + LEASE_STOP_MARGIN <= defaults.lease);
     }
 }

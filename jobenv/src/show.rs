@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::cli::Format;
+use crate::evaluation::{Cached, Look};
 use crate::input::keys::DeclaredKey;
-use crate::plan::Plan;
+use crate::plan::{Plan, Var};
 use crate::run::redact::Redactor;
 
-pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
+/// What `run` would do: the evaluation (where the job stands with the cache, the argv and
+/// environment a job would evaluate with now, `look`), then the run step.
+pub fn env(plan: &Plan, look: &Look, format: Format) -> Vec<u8> {
     let redactor = Redactor::new(&plan.secrets);
     let redacted = |text: &str| {
         let mut redactor = redactor.clone();
@@ -20,37 +23,66 @@ pub fn env(plan: &Plan, format: Format) -> Vec<u8> {
         redactor.finish(&mut out);
         String::from_utf8_lossy(&out).into_owned()
     };
-    let shown = |key: &str| {
-        let var = &plan.env[key];
+    let shown = |var: &Var| {
         if var.value.is_secret() {
             "[REDACTED]".to_owned()
         } else {
             redacted(var.value.expose())
         }
     };
-    let argv: Vec<String> = plan.argv.iter().map(|arg| redacted(arg)).collect();
+    let mut argv: Vec<String> = plan.argv.iter().map(|arg| redacted(arg)).collect();
+    if let Cached::Hit { drv } = &look.cached {
+        argv[1] = drv.clone();
+    }
+    let eval_argv: Vec<String> = look.argv.iter().map(|arg| redacted(arg)).collect();
+    let (cache, detail) = match &look.cached {
+        Cached::Hit { drv } => ("hit", format!("the evaluation does not run: {drv}")),
+        Cached::Miss => ("miss", "evaluated now, then cached".to_owned()),
+        Cached::Off(why) => ("off", format!("evaluated by every job: {}", redacted(why))),
+    };
     let text = match format {
         Format::Json => {
-            let env: serde_json::Map<_, _> = plan
-                .env
-                .iter()
-                .map(|(key, var)| (key.clone(), json!({"value": shown(key), "source": var.source})))
-                .collect();
+            let vars = |env: &BTreeMap<String, Var>| -> serde_json::Map<String, serde_json::Value> {
+                env.iter()
+                    .map(|(key, var)| (key.clone(), json!({"value": shown(var), "source": var.source})))
+                    .collect()
+            };
+            let mut evaluation = json!({"cache": cache, "argv": eval_argv, "env": vars(&look.env)});
+            match &look.cached {
+                Cached::Hit { drv } => evaluation["drv"] = json!(drv),
+                Cached::Off(why) => evaluation["why"] = json!(redacted(why)),
+                Cached::Miss => {}
+            }
             // For each payload key that was dropped: who won.
             let ignored: serde_json::Map<_, _> = plan.ignored.iter().map(|key| (key.clone(), json!("node"))).collect();
-            let document = json!({"argv": argv, "env": env, "ignored": ignored, "node_only": plan.node_only});
+            let document = json!({
+                "evaluation": evaluation,
+                "argv": argv,
+                "env": vars(&plan.env),
+                "ignored": ignored,
+                "node_only": plan.node_only,
+            });
             let mut text = serde_json::to_string_pretty(&document).expect("serializes");
             text.push('\n');
             text
         }
         Format::Text => {
-            let mut text = String::from("# argv, one argument per line\n");
+            let mut text = format!("# cache: {cache}, {}\n", detail.escape_debug());
+            text.push_str("# evaluation argv, one argument per line\n");
+            for arg in &eval_argv {
+                text.push_str(&format!("{}\n", arg.escape_debug()));
+            }
+            text.push_str("# evaluation environment: KEY=VALUE  # source\n");
+            for (key, var) in &look.env {
+                text.push_str(&format!("{key}={}  # {}\n", shown(var).escape_debug(), var.source));
+            }
+            text.push_str("# argv, one argument per line\n");
             for arg in &argv {
                 text.push_str(&format!("{}\n", arg.escape_debug()));
             }
             text.push_str("# environment: KEY=VALUE  # source\n");
             for (key, var) in &plan.env {
-                text.push_str(&format!("{key}={}  # {}\n", shown(key).escape_debug(), var.source));
+                text.push_str(&format!("{key}={}  # {}\n", shown(var).escape_debug(), var.source));
             }
             if !plan.ignored.is_empty() {
                 let keys: Vec<String> = plan.ignored.iter().map(|key| key.escape_debug().to_string()).collect();
@@ -122,6 +154,9 @@ pub fn module_names() -> String {
             "secretsDir": crate::cli::DEFAULT_SECRETS_DIR,
             "stateDir": crate::cli::DEFAULT_STATE_DIR,
             "graceSeconds": crate::cli::DEFAULT_GRACE.parse::<u64>().expect("a whole number of seconds"),
+            // The longest --grace cluster mode accepts with its default lease times: the module
+            // refuses a longer jobs.grace beside cluster.dsnFile at evaluation.
+            "clusterMaxGraceSeconds": crate::settings::Cluster::default_max_grace().as_secs(),
         },
     });
     let mut text = serde_json::to_string_pretty(&document).expect("serializes");

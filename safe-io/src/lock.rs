@@ -1,5 +1,5 @@
-//! An exclusive advisory lock on a file (`flock`), for "one at a time": one bootstrap per node,
-//! one deploy per namespace.
+//! An advisory lock on a file (`flock`), for "one at a time": one bootstrap per node,
+//! one deploy per namespace; or shared, for "many may use it while none changes it".
 //!
 //! Why `flock`: the lock belongs to the open file description, so the kernel releases it when the
 //! holder exits in any way, SIGKILL included; a crash never leaves anything locked. The file is
@@ -7,7 +7,7 @@
 //! is held does not inherit it and prolong it; it is created 0600, as only its owner needs it.
 //!
 //! What a caller builds on top (a timed wait, a holder record, a message while it waits) stays
-//! with the caller: [`LockFile::try_exclusive`] never blocks, and [`LockFile::file`] gives the
+//! with the caller: [`LockFile::try_exclusive`] and [`LockFile::try_shared`] never block, and [`LockFile::file`] gives the
 //! file to read or write a holder text in.
 
 use std::fs::{File, OpenOptions};
@@ -64,6 +64,17 @@ impl LockFile {
     /// Takes the lock if nobody holds it; `None` when someone does.
     pub fn try_exclusive(&self) -> Result<Option<Held>> {
         match Flock::lock(self.handle()?, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(Held { lock })),
+            Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, errno)) => Err(self.error(errno)),
+        }
+    }
+
+    /// Takes the lock shared with other shared holders, if nobody holds it exclusively; `None`
+    /// when someone does. (For "many may use it, one may change it": the exclusive holder waits
+    /// until every shared one is gone.)
+    pub fn try_shared(&self) -> Result<Option<Held>> {
+        match Flock::lock(self.handle()?, FlockArg::LockSharedNonblock) {
             Ok(lock) => Ok(Some(Held { lock })),
             Err((_, Errno::EWOULDBLOCK)) => Ok(None),
             Err((_, errno)) => Err(self.error(errno)),
@@ -139,6 +150,32 @@ mod tests {
         assert!(a.try_exclusive().unwrap().is_none(), "still held by the guard");
         drop(held);
         assert!(a.exclusive().is_ok());
+    }
+
+    #[test]
+    fn shared_holders_exclude_an_exclusive_one_and_not_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let (a, b, c) = (
+            LockFile::open(&path).unwrap(),
+            LockFile::open(&path).unwrap(),
+            LockFile::open(&path).unwrap(),
+        );
+        let first = a.try_shared().unwrap().expect("free");
+        let second = b.try_shared().unwrap().expect("shared with the first");
+        assert!(c.try_exclusive().unwrap().is_none(), "busy while shared holders live");
+        drop(first);
+        assert!(
+            c.try_exclusive().unwrap().is_none(),
+            "busy while one shared holder lives"
+        );
+        drop(second);
+        let exclusive = c.try_exclusive().unwrap().expect("free once both are gone");
+        assert!(
+            a.try_shared().unwrap().is_none(),
+            "no shared holder beside an exclusive one"
+        );
+        drop(exclusive);
     }
 
     #[test]

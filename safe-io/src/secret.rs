@@ -14,6 +14,8 @@
 //! - percent-encoding as URL libraries write it, and XML and HTML escaping ([`web`]);
 //! - shell quoting as bash's `set -x`, `declare -p` and `printf %q` and Python's `shlex.quote`
 //!   write it ([`shell`]);
+//! - a string as Node.js's `util.inspect` (`console.log` of an object) prints it, in each of its
+//!   quotings ([`javascript`]);
 //! - base64 in both alphabets, with and without padding, at any byte offset (an
 //!   `Authorization: Basic` header holds `user:password`), and wrapped into lines ([`base64`]).
 //!
@@ -25,6 +27,7 @@ use std::fmt;
 use aho_corasick::AhoCorasick;
 
 pub mod base64;
+mod javascript;
 mod json;
 mod shell;
 mod web;
@@ -167,6 +170,7 @@ fn every_escaped_form(text: &str) -> Vec<String> {
     let mut forms = json::forms(text);
     forms.extend(web::forms(text));
     forms.extend(shell::forms(text));
+    forms.extend(javascript::forms(text));
     let mut seen = std::collections::HashSet::new();
     forms.retain(|form| seen.insert(form.clone()));
     forms

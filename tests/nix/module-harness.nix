@@ -304,6 +304,7 @@ let
     openssh = drv "openssh";
     git = drv "git";
     bash = drv "bash";
+    bashInteractive = drv "bash-interactive";
     openbao = drv "openbao";
     restic = drv "restic";
     util-linux = drv "util-linux";

@@ -210,9 +210,56 @@ impl JobRun {
         Running(child)
     }
 
+    /// The same run, started through `program` with `args` before jobenv's own command line (a
+    /// wrapper that execs it: `unshare`, say), with the same environment (from a clear one, as
+    /// [`crate::nix_fixture::Fixture::command`] starts), directory, input and expectations.
+    pub fn wrapped<S: AsRef<OsStr>>(self, program: impl AsRef<OsStr>, args: impl IntoIterator<Item = S>) -> Self {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .arg(self.command.get_program())
+            .args(self.command.get_args());
+        command.env_clear();
+        for (key, value) in self.command.get_envs() {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        if let Some(dir) = self.command.get_current_dir() {
+            command.current_dir(dir);
+        }
+        JobRun { command, ..self }
+    }
+
     /// The command itself, for what the builder does not offer (a process group, say).
     pub fn command(&mut self) -> &mut Command {
         &mut self.command
+    }
+}
+
+impl Running {
+    /// Waits for it to end ([`JobRun::spawn`]'s), with everything it printed.
+    pub fn finish(mut self) -> Done {
+        use std::io::Read;
+        let mut stderr = self.0.stderr.take().expect("stderr is piped");
+        let reading = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = stderr.read_to_end(&mut bytes);
+            bytes
+        });
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            let _ = out.read_to_end(&mut stdout);
+        }
+        let stderr = reading.join().expect("the stderr reader");
+        let status = self.0.wait().expect("wait for jobenv");
+        Done {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            raw_stdout: stdout,
+        }
     }
 }
 

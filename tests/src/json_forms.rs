@@ -222,7 +222,8 @@ pub fn every_form(text: &str) -> Vec<String> {
 /// and `$'…'` in the C and a UTF-8 locale), as `shlex.quote` does
 /// (`'"'"'`), with `'` doubled (SQL) and `"` as `\"` (a command line); percent-encoded as RFC
 /// 3986, form encoding, Python's `quote`, JavaScript's `encodeURIComponent` and Go's userinfo
-/// leave it; XML- and HTML-escaped four ways; and base64 in both alphabets with and without
+/// leave it; XML- and HTML-escaped four ways; as Node.js's `util.inspect` prints a string
+/// (`console.log` of an object), with `'` as it is and as `\'`; and base64 in both alphabets with and without
 /// padding, of the text alone and of the text after one and two other bytes, from the first
 /// character made of the text's bits alone (the characters before it are the other bytes'),
 /// and of the text alone wrapped in lines of 76 and of 64. Only forms that differ from the text.
@@ -240,6 +241,26 @@ pub fn printed_forms(text: &str) -> Vec<String> {
     if !text.chars().any(char::is_control) {
         forms.push(backslashed(text, "\"$`\\", false));
         forms.push(backslashed(text, " !\"$&'()*,;<>?[\\]^`{|}", true));
+    }
+    // Node's `util.inspect`: the backslash doubled, the controls named or in upper-case hex,
+    // `'` escaped only inside single quotes (which it uses when the text holds both quotes
+    // and a backtick or `${`).
+    for apostrophe in ["'", "\\'"] {
+        let inspected: String = text
+            .chars()
+            .map(|c| match c {
+                '\\' => "\\\\".to_owned(),
+                '\'' => apostrophe.to_owned(),
+                '\u{8}' => "\\b".to_owned(),
+                '\t' => "\\t".to_owned(),
+                '\n' => "\\n".to_owned(),
+                '\u{c}' => "\\f".to_owned(),
+                '\r' => "\\r".to_owned(),
+                c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => format!("\\x{:02X}", c as u32),
+                c => c.to_string(),
+            })
+            .collect();
+        forms.push(inspected);
     }
     const UNRESERVED: &str = "-._~";
     for (keep, plus) in [

@@ -23,6 +23,10 @@ pub struct Fixture {
     containment: Option<&'static str>,
 }
 
+/// The derivation the stand-in nix-instantiate of [`Fixture::nix_shell_stand_in`] names (no such
+/// file exists).
+pub const STAND_IN_DRV: &str = "/nix/store/00000000000000000000000000000000-stand-in.drv";
+
 /// The PATH jobenv itself runs with in tests: enough to find nix-shell and a shell.
 pub const TEST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -170,15 +174,71 @@ impl Fixture {
     }
 
     /// A nix-shell for jobenv that enters no shell: it puts the programs on PATH and execs the
-    /// `--run` string, so the program is jobenv's own child.
+    /// `--run` string, so the program is jobenv's own child. Beside it, the nix-instantiate and
+    /// nix-store jobenv runs before it: they evaluate nothing (the first roots or prints a
+    /// derivation's path that does not exist, which the stand-in nix-shell never reads).
     pub fn nix_shell_stand_in(&self) -> PathBuf {
-        let path = self.path().join("nix-shell-stand-in");
+        let dir = self.path().join("stand-in");
+        std::fs::create_dir_all(&dir).expect("stand-in dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod stand-in dir");
+        let path = dir.join("nix-shell");
         let script = format!(
             "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --run ] && run=$2; shift; done\nPATH={}/bin:/usr/bin:/bin exec /bin/sh -c \"$run\"\n",
             self.root().display()
         );
         write_executable(&path, &script);
+        write_executable(
+            &dir.join("nix-instantiate"),
+            &format!(
+                "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --add-root ] && root=$2; shift; done\nif [ -n \"$root\" ]; then /bin/ln -sfn {STAND_IN_DRV} \"$root\" && echo \"$root\"; else echo {STAND_IN_DRV}; fi\n"
+            ),
+        );
+        write_executable(&dir.join("nix-store"), "#!/bin/sh\nexit 0\n");
         path
+    }
+
+    /// A deployment tree in the Nix store, which jobenv caches the shells of: `default_nix`
+    /// written into the directory `name` of the fixture and added with `nix-store --add` (to
+    /// the store the node's `NIX_REMOTE` names, if deploy-env.json sets one); DEPLOYMENT_ROOT and
+    /// NIXPKGS name it from now on. Returns its store path. (The fixture's own root is a
+    /// temporary directory: its jobs are evaluated each time.)
+    pub fn store_tree(&mut self, name: &str, default_nix: &str) -> String {
+        let tree = self.path().join(name);
+        std::fs::create_dir_all(&tree).expect("tree dir");
+        std::fs::write(tree.join("default.nix"), default_nix).expect("default.nix");
+        let out = self
+            .nix("nix-store")
+            .arg("--add")
+            .arg(&tree)
+            .output()
+            .expect("run nix-store --add");
+        assert!(
+            out.status.success(),
+            "nix-store --add: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8(out.stdout).expect("a path").trim().to_owned();
+        self.node("DEPLOYMENT_ROOT", path.clone()).node("NIXPKGS", path.clone());
+        path
+    }
+
+    /// A program of Nix's (`nix-store`, `nix-instantiate`) with the node's `NIX_REMOTE` and
+    /// `NIX_CONFIG` (as deploy-env.json sets them now), the fixture's home, and nothing else.
+    pub fn nix(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env_clear().env("PATH", TEST_PATH).env("HOME", self.path());
+        for key in ["NIX_REMOTE", "NIX_CONFIG"] {
+            if let Some(value) = self.deploy_env.get(key).and_then(Value::as_str) {
+                command.env(key, value);
+            }
+        }
+        command
+    }
+
+    /// The bin directory of the fixture's programs ([`Fixture::program`]), for a tree's
+    /// `default.nix` to put on its shells' PATH.
+    pub fn bin(&self) -> PathBuf {
+        self.root().join("bin")
     }
 
     /// Writes deploy-env.json, the keys and attributes files and default.nix.

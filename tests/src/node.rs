@@ -102,14 +102,24 @@ impl Node {
     /// A node whose token goes to `bao_path` on the OpenBao at `bao_addr`, written with
     /// `bao_token`.
     pub fn with_openbao(bao_addr: &str, bao_path: &str, bao_token: &str) -> Node {
+        Self::with_openbao_on(bao_addr, bao_path, bao_token, crate::windmill_fake::DEFAULT_PROFILE)
+    }
+
+    /// [`with_openbao`](Self::with_openbao), with a Windmill that answers as `profile`.
+    pub fn with_openbao_on(
+        bao_addr: &str,
+        bao_path: &str,
+        bao_token: &str,
+        profile: crate::windmill_fake::Profile,
+    ) -> Node {
         let db = postgres::cluster().windmill_database();
-        let windmill = WindmillFake::start(&db.superuser_dsn());
+        let windmill = WindmillFake::start_profile(&db.superuser_dsn(), profile);
         Self::assemble(db, windmill, bao_addr, bao_path, bao_token)
     }
 
     /// Like [`with_openbao`](Self::with_openbao), on `db` (a database of another cluster than
     /// the shared one).
-    pub fn with_openbao_on(db: WindmillDb, bao_addr: &str, bao_path: &str, bao_token: &str) -> Node {
+    pub fn with_openbao_in(db: WindmillDb, bao_addr: &str, bao_path: &str, bao_token: &str) -> Node {
         let windmill = WindmillFake::start(&db.superuser_dsn());
         Self::assemble(db, windmill, bao_addr, bao_path, bao_token)
     }
@@ -150,7 +160,8 @@ impl Node {
             // Short delays: the suite stays fast; the behaviour is the same.
             "retry": {
                 "login_attempts": 3, "delay_seconds": 0.05, "ready_timeout_seconds": 15,
-                "call_attempts": 3, "call_delay_seconds": 0.02, "request_timeout_seconds": 5
+                "call_attempts": 3, "call_delay_seconds": 0.02, "request_timeout_seconds": 5,
+                "lock_timeout_seconds": 10
             },
             "lock_file": p("bootstrap.lock"),
             "state_file": p("state/bootstrap-state.json"),

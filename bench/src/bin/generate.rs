@@ -7,6 +7,10 @@
 //! Each printed secret stands between two tabs (no secret holds one), so whoever reads the
 //! output can tell a secret redacted whole from one that leaked in part.
 //!
+//! With BENCH_REPEAT=near or BENCH_REPEAT=whole it prints what agrees with the job's
+//! TF_HTTP_PASSWORD (`bench/src/redaction/shape.rs`): the password cut one byte short on each
+//! line, or the password over and over with nothing between.
+//!
 //! With BENCH_NEAR=1 it prints near misses instead, as a hostile or unlucky program would: every
 //! form of every secret cut one byte short, one per line, back to back, so that the redactor
 //! finds a possible secret at nearly every place it looks and must compare it to the end. A line that holds a
@@ -32,6 +36,14 @@ fn main() -> std::io::Result<()> {
     let secrets: Vec<String> = (0..)
         .map_while(|i| std::env::var(format!("BENCH_SECRET_{i}")).ok())
         .collect();
+    if let Ok(repeat) = std::env::var("BENCH_REPEAT") {
+        let password = std::env::var("TF_HTTP_PASSWORD").unwrap_or_default();
+        let cycle = match repeat.as_str() {
+            "near" => format!("{}\n", &password[..password.len().saturating_sub(1)]),
+            _ => password,
+        };
+        return write_cycle(cycle.repeat((1 << 16) / cycle.len().max(1) + 1).as_bytes(), total);
+    }
     let printed: Vec<String> = secrets.iter().flat_map(|s| printed_forms(s, line == 0)).collect();
     if std::env::var("BENCH_NEAR").is_ok_and(|v| v == "1") {
         let mut cycle = Vec::new();

@@ -6,6 +6,11 @@
 //! jobenv's `--run` string is `exec PROG`, or with progress events
 //! `printf x 2>/dev/null >&3; exec PROG 3>&-`: the shell writes a byte to fd 3 (the ready pipe,
 //! which tells jobenv that the program is about to start) and closes fd 3 for the program.
+//!
+//! Called `nix-instantiate` (a link of that name beside the one called `nix-shell`: jobenv runs
+//! the evaluation with the nix-instantiate beside its nix-shell), it evaluates nothing either:
+//! it roots (`--add-root`) or prints a derivation's path that does not exist, which it never
+//! reads as nix-shell. Called `nix-store`, it does nothing.
 
 use std::fs::File;
 use std::io::Write;
@@ -15,8 +20,33 @@ use std::os::unix::process::CommandExt;
 const READY: &str = "printf x 2>/dev/null >&3; ";
 const CLOSE_READY: &str = " 3>&-";
 
+/// The derivation the stand-in nix-instantiate names.
+const DRV: &str = "/nix/store/00000000000000000000000000000000-stand-in.drv";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let called = args.first().and_then(|a| a.rsplit('/').next()).unwrap_or_default();
+    if called == "nix-store" {
+        return;
+    }
+    if called == "nix-instantiate" {
+        match args
+            .iter()
+            .position(|a| a == "--add-root")
+            .and_then(|i| args.get(i + 1))
+        {
+            Some(root) => {
+                let _ = std::fs::remove_file(root);
+                if let Err(error) = std::os::unix::fs::symlink(DRV, root) {
+                    eprintln!("nix-instantiate stand-in: cannot root {root}: {error}");
+                    std::process::exit(1);
+                }
+                println!("{root}");
+            }
+            None => println!("{DRV}"),
+        }
+        return;
+    }
     let Some(run) = args.iter().position(|a| a == "--run").and_then(|i| args.get(i + 1)) else {
         eprintln!("nix-shell-stand-in: no --run argument");
         std::process::exit(2);

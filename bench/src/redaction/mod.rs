@@ -7,6 +7,7 @@
 //! first checks that every printed secret is redacted whole ([`check`]).
 
 mod check;
+pub mod shape;
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};

@@ -24,6 +24,25 @@ pub fn is_folder_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Windmill's usernames (`VALID_USERNAME`): a letter, then letters, digits and underscores. A
+/// username goes into API paths (`users/update/<name>`) and ACL owners (`u/<name>`).
+pub fn is_username(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 50
+}
+
+/// An email Windmill can hold for a user: one `@` with text on both sides, no whitespace or
+/// control character, at most 254 characters. It only ever travels in JSON bodies.
+pub fn email(field: &str, email: &str, problems: &mut Problems) {
+    let shaped = email
+        .split_once('@')
+        .is_some_and(|(local, domain)| !local.is_empty() && !domain.is_empty() && !domain.contains('@'));
+    if !shaped || email.len() > 254 || email.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        problems.add(format!("{field} {email:?} is not an email address"));
+    }
+}
+
 /// A global setting's name, which goes into `/api/settings/global/<name>` sent with the
 /// superadmin's token: `^[a-z][a-z0-9_]*$`, the shape of every setting Windmill has
 /// (`instance_python_version`, `retention_period_secs`). Nothing that could leave the path.

@@ -82,12 +82,18 @@ pub struct Scripts {
     pub concurrency: usize,
 }
 
-/// The front-end's token, the one OpenBao holds.
+/// The front-end's token, the one OpenBao holds, and the workspace operator it belongs to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Token {
     #[serde(default = "fediversity")]
     pub label: String,
+    /// The operator's email (it has no password, no instance account).
+    #[serde(default = "user_email")]
+    pub user_email: String,
+    /// The operator's username where Windmill does not derive it from the email.
+    #[serde(default = "username")]
+    pub username: String,
     /// Absent or `null`: the defaults for the folder; `[]`: an unscoped token.
     #[serde(default)]
     pub scopes: Option<Vec<String>>,
@@ -142,9 +148,14 @@ pub struct Retry {
     pub call_delay_seconds: f64,
     #[serde(default = "request_timeout_seconds")]
     pub request_timeout_seconds: f64,
+    #[serde(default = "lock_timeout_seconds")]
+    pub lock_timeout_seconds: f64,
 }
 
 pub const DEFAULT_LOCK_FILE: &str = "/run/fediversity-windmill-bootstrap.lock";
+/// The front-end operator's email by default: `.invalid` is a top-level domain reserved never to
+/// resolve (RFC 2606), so no mail reaches anyone, and the operator never logs in.
+pub const DEFAULT_USER_EMAIL: &str = "frontend@fediversity.invalid";
 /// What the bootstrap remembers between runs (the labels it minted under, the script versions it
 /// created): kept where it survives a reboot.
 pub const DEFAULT_STATE_FILE: &str = "/var/lib/fediversity-windmill/bootstrap-state.json";
@@ -178,6 +189,12 @@ fn database_role() -> String {
 }
 fn fediversity() -> String {
     "fediversity".into()
+}
+fn user_email() -> String {
+    DEFAULT_USER_EMAIL.into()
+}
+fn username() -> String {
+    "frontend".into()
 }
 fn concurrency() -> usize {
     8
@@ -220,6 +237,9 @@ fn call_delay_seconds() -> f64 {
 }
 fn request_timeout_seconds() -> f64 {
     30.0
+}
+fn lock_timeout_seconds() -> f64 {
+    300.0
 }
 
 /// Reads and parses the file at `path`.
@@ -299,6 +319,11 @@ mod tests {
         assert_eq!(file.ui_auth.label, "fediversity-ui");
         assert_eq!(file.ui_auth.mode, "0440");
         assert_eq!(file.retry.call_attempts, 5);
+        assert_eq!(file.retry.lock_timeout_seconds, 300.0);
+        assert_eq!(
+            (file.token.user_email.as_str(), file.token.username.as_str()),
+            ("frontend@fediversity.invalid", "frontend")
+        );
         assert_eq!(file.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
         assert_eq!(file.state_file, PathBuf::from(DEFAULT_STATE_FILE));
         // A section given in part keeps the defaults of the rest.

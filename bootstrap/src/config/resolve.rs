@@ -16,7 +16,7 @@ use crate::scope;
 pub fn config(raw: File, env: &dyn Env, problems: &mut Problems) -> Option<Config> {
     let windmill = windmill(&raw.windmill, problems);
     let database = database(&raw.windmill, problems);
-    let token = token(raw.token, &raw.workspace.folder, problems);
+    let token = token(raw.token, &raw.workspace.folder, &raw.windmill.admin_email, problems);
     let workspace = workspace(raw.workspace, problems);
     let scripts = scripts(raw.scripts, problems);
     let settings = settings(raw.settings, problems);
@@ -183,8 +183,19 @@ fn scripts(raw: file::Scripts, problems: &mut Problems) -> Option<Scripts> {
     }
 }
 
-fn token(raw: file::Token, folder: &str, problems: &mut Problems) -> Token {
+fn token(raw: file::Token, folder: &str, admin_email: &str, problems: &mut Problems) -> Token {
     checks::token_label("token.label", &raw.label, problems);
+    let user_email = raw.user_email.trim().to_lowercase();
+    checks::email("token.user_email", &user_email, problems);
+    if user_email == admin_email.trim().to_lowercase() {
+        problems.add("token.user_email is the superadmin's (windmill.admin_email): the front-end needs a user of its own, an operator");
+    }
+    if !checks::is_username(&raw.username) {
+        problems.add(format!(
+            "token.username {:?} is invalid: a letter, then letters, digits and underscores (Windmill's usernames)",
+            raw.username
+        ));
+    }
     let scopes = match raw.scopes {
         None => scope::defaults(folder),
         Some(scopes) => scopes,
@@ -192,6 +203,8 @@ fn token(raw: file::Token, folder: &str, problems: &mut Problems) -> Token {
     checks::scopes("token.scopes", &scopes, problems);
     Token {
         label: raw.label,
+        user_email,
+        username: raw.username,
         scopes,
         bind_to_workspace: raw.bind_to_workspace,
         revoke_previous: raw.revoke_previous,
@@ -283,6 +296,7 @@ fn retry(raw: &file::Retry, problems: &mut Problems) -> Option<Retry> {
     let ready_timeout = seconds("ready_timeout_seconds", raw.ready_timeout_seconds);
     let call_delay = seconds("call_delay_seconds", raw.call_delay_seconds);
     let request_timeout = seconds("request_timeout_seconds", raw.request_timeout_seconds);
+    let lock_timeout = seconds("lock_timeout_seconds", raw.lock_timeout_seconds);
     if raw.login_attempts == 0 {
         problems.add("retry.login_attempts must be at least 1");
     }
@@ -299,5 +313,6 @@ fn retry(raw: &file::Retry, problems: &mut Problems) -> Option<Retry> {
         call_attempts: raw.call_attempts,
         call_delay: call_delay?,
         request_timeout: request_timeout?,
+        lock_timeout: lock_timeout?,
     })
 }

@@ -1,14 +1,18 @@
 //! What `--check` compares of the tokens (steps 7, 8 and 9; step 3 has nothing of its own to
-//! compare: a run always mints): the token OpenBao holds and the include's are live tokens of
-//! their labels, minted as configured, and still authenticate; the include is as a run writes it,
-//! in a directory others cannot write; no other token of either label, nor any of a label the
-//! bootstrap used before, is live.
+//! compare: a run always mints): the token OpenBao holds is a live token of the operator's, and
+//! the include's of the superadmin's, each of its label, minted as configured, and still
+//! working; the include is as a run writes it, in a directory others cannot write; the operator
+//! has no other token, and no other token of the UI's label, nor any of a label the bootstrap
+//! used before, is live. The operator's tokens are listed as the operator, with an
+//! impersonation token that is deleted right after (like the login session, a credential for
+//! looking that does not outlive the check).
 
 use safe_io::secret::Secret;
 
 use crate::config::Config;
 use crate::error::Result;
 use crate::openbao::OpenBao;
+use crate::operator::{self, Operator};
 use crate::proof::{self, Works};
 use crate::report::{Noted, Outcome, noted};
 use crate::state::State;
@@ -16,50 +20,78 @@ use crate::token::{self, Compared, TokenSpec};
 use crate::ui_auth_include;
 use crate::windmill::{TokenInfo, Windmill};
 
-/// A stored token against the live ones and, when live, against Windmill itself: what differs,
-/// or `None` when it is as configured and authenticates.
+/// The live tokens `--check` compares with: the superadmin's and the operator's.
+pub(super) struct Listed {
+    pub admin: Vec<TokenInfo>,
+    /// None: there is no operator to own any.
+    pub operator: Option<(Operator, Vec<TokenInfo>)>,
+}
+
+/// A stored token against the live ones of its owner (`of`: who, for the line) and, when live,
+/// against Windmill itself: what differs, or `None` when it is as configured and works.
 async fn judge(
     session: &Windmill,
     config: &Config,
     listed: &[TokenInfo],
     stored: &Secret,
     spec: &TokenSpec,
+    of: &str,
 ) -> Result<Option<String>> {
+    let label = &spec.label;
     match token::compare(listed, stored, spec) {
-        Compared::NotLive => return Ok(Some(format!("no live token labeled {}", spec.label))),
-        Compared::Differs(what) => return Ok(Some(format!("the token labeled {}, minted with {what}", spec.label))),
+        Compared::NotLive => return Ok(Some(format!("no live token labeled {label}{of}"))),
+        Compared::Differs(what) => return Ok(Some(format!("the token labeled {label}{of}, minted with {what}"))),
         Compared::Same => {}
     }
     // Listed is not enough: a token can be listed and refused (expired, its owner's rights gone).
     Ok(
         match proof::works(&session.with_token(stored), spec, &config.workspace.id).await? {
-            Works::Yes { .. } => None,
+            Works::Yes => None,
             Works::NotAuthenticated { call } => Some(format!(
-                "the token labeled {}, which no longer authenticates ({call} answered 401)",
-                spec.label
+                "the token labeled {label}{of}, which no longer authenticates ({call} answered 401)"
             )),
             Works::Granted { call } => Some(format!(
-                "the token labeled {}, which Windmill granted {call}, a read its scopes do not cover",
-                spec.label
+                "the token labeled {label}{of}, which Windmill granted {call}, a read its scopes do not cover"
             )),
+            Works::Bound { call, status, bound } => {
+                let (is, configured) = if bound {
+                    ("bound to a workspace".to_owned(), "none is".to_owned())
+                } else {
+                    (
+                        "bound to no workspace".to_owned(),
+                        format!("workspace {} is", config.workspace.id),
+                    )
+                };
+                Some(format!(
+                    "the token labeled {label}{of}, which is {is} ({call} answered {status}) where {configured} configured"
+                ))
+            }
         },
     )
 }
 
-/// Step 7: the token OpenBao holds must be a live token of the front-end's label, with the
-/// configured scopes and binding, that authenticates. Its value: that token (which joins
-/// `secrets`) and the live tokens, which steps 8 and 9 compare with too.
+/// Step 7: the token OpenBao holds must be a live token of the operator's, of the front-end's
+/// label, with the configured scopes and binding, that works. Its value: that token (which
+/// joins `secrets`) and the live tokens, which steps 8 and 9 compare with too.
 pub(super) async fn openbao(
     session: &Windmill,
     bao: &OpenBao,
     config: &Config,
+    operator: Option<&Operator>,
     secrets: &mut Vec<Secret>,
-) -> Result<Noted<(Option<Secret>, Vec<TokenInfo>)>> {
+) -> Result<Noted<(Option<Secret>, Listed)>> {
     let spec = TokenSpec::front_end(config);
     let place = format!("{} field {}", config.openbao.path, config.openbao.field);
     let stored = bao.get(&config.openbao.path, &config.openbao.field).await?;
     secrets.extend(stored.clone());
-    let listed = session.list_tokens().await?;
+    let admin = session.list_tokens().await?;
+    let listed = match operator {
+        Some(operator) => Listed {
+            admin,
+            operator: Some((operator.clone(), operator::tokens(session, operator, secrets).await?)),
+        },
+        None => Listed { admin, operator: None },
+    };
     let Some(stored) = stored else {
         return Ok(noted(
             format!("{place} holds no token"),
@@ -67,12 +99,30 @@ pub(super) async fn openbao(
             (None, listed),
         ));
     };
-    let (what, outcome) = match judge(session, config, &listed, &stored, &spec).await? {
-        None => (
-            format!("{place} holds a live token {} that authenticates", spec.describe()),
-            Outcome::Unchanged,
-        ),
-        Some(what) => (format!("{place} holds {what}"), Outcome::Updated),
+    let Some((operator, theirs)) = &listed.operator else {
+        let what = format!(
+            "{place} holds a token, but there is no operator {} to own it",
+            config.token.user_email
+        );
+        return Ok(noted(what, Outcome::Updated, (Some(stored), listed)));
+    };
+    let of = format!(" of the operator {}", operator.username);
+    let (what, outcome) = if token::compare(&listed.admin, &stored, &spec) != Compared::NotLive {
+        (
+            format!(
+                "{place} holds a token {} of the superadmin's, where the front-end's belongs to the operator {}",
+                spec.label, operator.username
+            ),
+            Outcome::Updated,
+        )
+    } else {
+        match judge(session, config, theirs, &stored, &spec, &of).await? {
+            None => (
+                format!("{place} holds a live token {}{of} that works", spec.describe()),
+                Outcome::Unchanged,
+            ),
+            Some(what) => (format!("{place} holds {what}"), Outcome::Updated),
+        }
     };
     Ok(noted(what, outcome, (Some(stored), listed)))
 }
@@ -110,7 +160,7 @@ pub(super) async fn include(
         None => differs.push("holds no token line".to_owned()),
         Some(stored) => {
             secrets.push(stored.clone());
-            if let Some(what) = judge(session, config, listed, stored, &spec).await? {
+            if let Some(what) = judge(session, config, listed, stored, &spec, "").await? {
                 differs.push(format!("holds {what}"));
             }
         }
@@ -133,10 +183,40 @@ pub(super) async fn include(
     }
 }
 
-/// Step 9: with `token.revoke_previous`, tokens of either label besides the stored ones
-/// (`stored`: OpenBao's, the include's), and every token of a label the state file lists that is
-/// no longer configured, are what a run would delete.
+/// Step 9: the operator's tokens besides the one OpenBao holds (with `token.revoke_previous` off,
+/// but for older ones of its label) and, with `token.revoke_previous`, the superadmin's tokens
+/// of either label besides the include's, and every token of a label the state file lists that
+/// is no longer configured, are what a run would delete.
 pub(super) fn revoke(
+    config: &Config,
+    listed: &Listed,
+    state: &State,
+    stored: [Option<Secret>; 2],
+) -> Result<Noted<()>> {
+    let theirs = listed.operator.as_ref().map(|(operator, tokens)| {
+        let kept = stored[0].as_ref().map(Secret::prefix);
+        let n = operator::doomed(
+            tokens,
+            kept.as_ref(),
+            &config.token.label,
+            !config.token.revoke_previous,
+        )
+        .len();
+        (format!("{n} of the operator {}", operator.username), n)
+    });
+    let (of_operator, n_operator) = theirs.unwrap_or_else(|| ("no operator yet".to_owned(), 0));
+    let admin = admin_tokens(config, &listed.admin, state, [None, stored[1].clone()])?;
+    let any = n_operator > 0 || admin.outcome != Outcome::Unchanged;
+    let what = if config.token.revoke_previous {
+        format!("tokens besides the stored ones: {of_operator}, {}", admin.what)
+    } else {
+        format!("{}; tokens besides the stored one: {of_operator}", admin.what)
+    };
+    Ok(noted(what, if any { Outcome::Updated } else { Outcome::Unchanged }, ()))
+}
+
+/// The superadmin's side of step 9's comparison.
+fn admin_tokens(
     config: &Config,
     listed: &[TokenInfo],
     state: &State,
@@ -172,7 +252,14 @@ pub(super) fn revoke(
     let counts: Vec<(String, usize)> = current
         .iter()
         .zip(&stored)
-        .map(|(l, kept)| (format!("labeled {l}"), count(l, kept.as_ref())))
+        .map(|(l, kept)| {
+            let what = if *l == config.token.label {
+                format!("of the superadmin's labeled {l}")
+            } else {
+                format!("labeled {l}")
+            };
+            (what, count(l, kept.as_ref()))
+        })
         .chain(
             former
                 .iter()
@@ -182,7 +269,7 @@ pub(super) fn revoke(
     let shown: Vec<String> = counts.iter().map(|(what, n)| format!("{n} {what}")).collect();
     let any = counts.iter().any(|(_, n)| *n > 0);
     Ok(noted(
-        format!("tokens besides the stored ones: {}", shown.join(", ")),
+        shown.join(", "),
         if any { Outcome::Updated } else { Outcome::Unchanged },
         (),
     ))

@@ -4,7 +4,7 @@
 //! it in a failure.
 //!
 //! - `access`: 1 ready, 2 login;
-//! - `converge`: 4 workspace, 5 scripts, 6 settings;
+//! - `converge`: 4 workspace (and the front-end's operator), 5 scripts, 6 settings;
 //! - `tokens`: 3 token, 7 openbao, 8 ui-auth, 9 revoke;
 //! - `check_tokens`: what `--check` compares in 7, 8 and 9.
 //!
@@ -41,7 +41,13 @@ pub enum Finish {
 pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets: &mut Vec<Secret>) -> Result<Finish> {
     let client = http::client(&config.retry)?;
     let policy = Policy::new(&config.retry);
-    let anonymous = Windmill::new(client.clone(), &config.windmill.url, policy.clone());
+    // A server still migrating its job tables is waited for as long as one not answering yet.
+    let anonymous = Windmill::new(
+        client.clone(),
+        &config.windmill.url,
+        policy.clone(),
+        config.retry.ready_timeout,
+    );
     let bao = OpenBao::new(client, &config.openbao.addr, config.openbao.token.clone(), policy);
     let mut notes = Notes::new(check);
     tokens::warn_if_unscoped(config);
@@ -65,12 +71,18 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     if check {
         // --check: steps 4 to 9 read-only, with the login session, which is then logged out.
         let compared = async {
-            compare(&session, config, local, &mut state, &mut notes).await?;
+            let (workspace, _) = compare(&session, config, local, &mut state, &mut notes).await?;
             let (front, listed) = notes
-                .step(Step::OpenBao, check_tokens::openbao(&session, &bao, config, secrets))
+                .step(
+                    Step::OpenBao,
+                    check_tokens::openbao(&session, &bao, config, workspace.operator.as_ref(), secrets),
+                )
                 .await?;
             let ui = notes
-                .step(Step::UiAuth, check_tokens::include(&session, config, &listed, secrets))
+                .step(
+                    Step::UiAuth,
+                    check_tokens::include(&session, config, &listed.admin, secrets),
+                )
                 .await?;
             notes
                 .step(Step::Revoke, async {
@@ -93,33 +105,62 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
     let mut ui = ui?;
     let api = anonymous.with_token(ui.secret());
 
-    // 4 to 8. A token that no sink holds when a step fails is deleted again. Step 7 mints,
-    // proves and stores the front-end's token; the old tokens stay valid until step 9, so a
-    // failure in between leaves the previous OpenBao secret and include working.
+    // 4 to 8. A token that no sink holds when a step fails is deleted again. Step 7 mints (as
+    // the operator of step 4), proves and stores the front-end's token; the old tokens stay
+    // valid until step 9, so a failure in between leaves the previous OpenBao secret and include
+    // working.
     let mut front: Option<Minted> = None;
     let stored = async {
-        compare(&api, config, local, &mut state, &mut notes).await?;
+        let (workspace, scripts) = compare(&api, config, local, &mut state, &mut notes).await?;
+        let operator = workspace.operator.expect("a run adds the operator in step 4");
         notes
             .step(
                 Step::OpenBao,
-                tokens::openbao(&api, &bao, config, &version, &mut front, secrets),
+                tokens::openbao(
+                    &api,
+                    &bao,
+                    config,
+                    &version,
+                    &operator,
+                    &scripts.probes,
+                    &mut front,
+                    secrets,
+                ),
             )
             .await?;
         notes
             .step(Step::UiAuth, async { tokens::ui_auth(config, &mut ui) })
-            .await
+            .await?;
+        Ok::<_, Error>((operator, scripts.failed_locks))
     }
     .await;
     let minted: Vec<&Minted> = front.iter().chain([&ui]).collect();
-    if let Err(error) = stored {
-        token::discard(&api, &minted, |e| scrubbed(e, config, secrets)).await;
-        return Err(error);
-    }
+    let (operator, failed_locks) = match stored {
+        Ok(done) => done,
+        Err(error) => {
+            token::discard(&api, &minted, |e| scrubbed(e, config, secrets)).await;
+            return Err(error);
+        }
+    };
+    let front = front.as_ref().expect("stored in step 7");
 
-    // 9. Revoke the older tokens of both labels.
+    // 9. Revoke the older tokens: the operator's, and the superadmin's of both labels.
     notes
-        .step(Step::Revoke, tokens::revoke(&api, config, &minted, &mut state, secrets))
+        .step(
+            Step::Revoke,
+            tokens::revoke(&api, config, &minted, &operator, front, &mut state, secrets),
+        )
         .await?;
+    // A version whose dependency job failed in step 5 does not run: the run fails, so that
+    // systemd runs it again, which uploads it again (with the settings of step 6 in place).
+    if !failed_locks.is_empty() {
+        return Err(Error::Step {
+            step: Step::Scripts.to_string(),
+            source: Box::new(Error::LocksFailed {
+                paths: failed_locks.join(" "),
+            }),
+        });
+    }
     Ok(Finish::Converged)
 }
 
@@ -139,20 +180,21 @@ async fn compare(
     local: Vec<LocalScript>,
     state: &mut State,
     notes: &mut Notes,
-) -> Result<()> {
+) -> Result<(converge::Workspace, converge::Scripts)> {
     let check = notes.check();
-    let workspace_exists = notes
+    let workspace = notes
         .step(Step::Workspace, converge::workspace(api, config, check))
         .await?;
-    notes
+    let scripts = notes
         .step(
             Step::Scripts,
-            converge::scripts(api, config, local, state, check, workspace_exists),
+            converge::scripts(api, config, local, state, check, workspace.exists),
         )
         .await?;
     notes
         .step(Step::Settings, converge::settings(api, &config.settings, check))
-        .await
+        .await?;
+    Ok((workspace, scripts))
 }
 
 /// Logs out a login session of this run, best effort: a session that stays behind expires by

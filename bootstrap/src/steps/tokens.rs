@@ -1,14 +1,17 @@
-//! Steps 3, 7, 8 and 9 of a run: the two tokens minted, the front-end's proved and stored in
-//! OpenBao, the UI's in the nginx include, the older ones of each label (and every token of a
-//! label used before) revoked. A token's own life (mint, discard, revoke) is [`crate::token`]'s,
-//! its proof [`crate::proof`]'s; what `--check` compares of them is `check_tokens`'.
+//! Steps 3, 7, 8 and 9 of a run: the two tokens minted (the front-end's by its operator), the
+//! front-end's proved and stored in OpenBao, the UI's in the nginx include, the older ones
+//! revoked (the UI's label, the operator's every other token, every token of a label used
+//! before). A token's own life (mint, discard, revoke) is [`crate::token`]'s and, for the
+//! operator's, [`crate::operator`]'s; its proof [`crate::proof`]'s; what `--check` compares of
+//! them is `check_tokens`'.
 
 use safe_io::secret::Secret;
 
 use crate::config::Config;
 use crate::error::Result;
 use crate::openbao::OpenBao;
-use crate::proof;
+use crate::operator::{self, Operator};
+use crate::proof::{self, Targets};
 use crate::report::{Noted, Outcome, noted};
 use crate::state::State;
 use crate::token::{self, InOpenBao, Minted, TokenSpec};
@@ -25,7 +28,7 @@ pub(super) fn warn_if_unscoped(config: &Config) {
             String::new()
         };
         tracing::warn!(
-            "token.scopes is []: the token labeled {} that OpenBao holds is unscoped, with the superadmin's full rights{bound}: whoever holds it can run any code on the worker",
+            "token.scopes is []: the token labeled {} that OpenBao holds is unscoped, with its operator's full rights{bound}: whoever holds it runs every script of the folder and reads the workspace's users",
             t.label
         );
     }
@@ -50,26 +53,31 @@ pub(super) async fn mint_ui(
     Ok(noted(what, Outcome::Created, minted))
 }
 
-/// Step 7: the front-end's token, minted now (its workspace exists since step 4), its limit
-/// proved, then written as `bao kv put` writes `{field: token}`. The minted token is handed
-/// out through `front` before anything can fail, so that a failure can delete it.
+/// Step 7: the front-end's token, minted now by its operator (both exist since step 4), what it
+/// may and may not do proved, then written as `bao kv put` writes `{field: token}`. The minted
+/// token is handed out through `front` before anything can fail, so that a failure can delete
+/// it.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn openbao(
     api: &Windmill,
     bao: &OpenBao,
     config: &Config,
     version: &str,
+    operator: &Operator,
+    probes: &[String; 2],
     front: &mut Option<Minted>,
     secrets: &mut Vec<Secret>,
 ) -> Result<Noted<()>> {
-    let minted = front.insert(token::mint(api, TokenSpec::front_end(config), secrets).await?);
-    let proof = proof::prove(
-        &api.with_token(minted.secret()),
-        &minted.spec,
-        &config.workspace.id,
-        &config.workspace.folder,
-        version,
-    )
-    .await?;
+    operator::mint(api, operator, TokenSpec::front_end(config), front, secrets).await?;
+    let minted = front.as_mut().expect("minted by the operator");
+    let targets = Targets {
+        workspace: &config.workspace.id,
+        folder: &config.workspace.folder,
+        probe_inside: &probes[0],
+        probe_outside: &probes[1],
+    };
+    let proof = proof::prove(&api.with_token(minted.secret()), api, &minted.spec, &targets, version).await?;
+    proof.warn_of_gaps(version);
     let (how, outcome, unknown) = match token::store_in_openbao(bao, config, minted).await? {
         InOpenBao::Written(written) => {
             let mount = match &written.mount {
@@ -93,10 +101,11 @@ pub(super) async fn openbao(
         ),
     };
     let what = format!(
-        "{} field {} ({how}) holds the new token {}, {}{unknown}",
+        "{} field {} ({how}) holds the new token {} of the operator {}, {}{unknown}",
         config.openbao.path,
         config.openbao.field,
         minted.spec.describe(),
+        operator.username,
         proof.describe()
     );
     Ok(noted(what, outcome, ()))
@@ -121,12 +130,17 @@ pub(super) fn ui_auth(config: &Config, ui: &mut Minted) -> Result<Noted<()>> {
     Ok(noted(what, outcome, ()))
 }
 
-/// Step 9: the older tokens of both labels deleted, and every token of the labels the state file
-/// lists that are no longer configured; then the state file lists only the two.
+/// Step 9: every token of the operator but the one OpenBao holds now (with
+/// `token.revoke_previous` off, older ones of its label are kept); with `token.revoke_previous`,
+/// the superadmin's older tokens of both labels (the UI's, and the front-end's of before it was
+/// an operator's) and every token of the labels the state file lists that are no longer
+/// configured; then the state file lists only the two.
 pub(super) async fn revoke(
     api: &Windmill,
     config: &Config,
     minted: &[&Minted],
+    operator: &Operator,
+    front: &Minted,
     state: &mut State,
     secrets: &mut Vec<Secret>,
 ) -> Result<Noted<()>> {
@@ -137,29 +151,38 @@ pub(super) async fn revoke(
         .filter(|l| !labels.contains(&l.as_str()))
         .cloned()
         .collect();
+    let theirs = operator::revoke(api, config, operator, &front.secret().prefix(), secrets).await?;
+    let of_operator = format!("{theirs} of the operator {}", operator.username);
     if !config.token.revoke_previous {
         let mut all = labels.clone();
         all.extend(former.iter().map(String::as_str));
         let what = format!(
-            "token.revoke_previous is false; older tokens labeled {} kept",
+            "token.revoke_previous is false; older tokens labeled {} kept, other tokens deleted: {of_operator}",
             all.join(" and ")
         );
-        return Ok(noted(what, Outcome::Unchanged, ()));
+        let outcome = if theirs > 0 {
+            Outcome::Updated
+        } else {
+            Outcome::Unchanged
+        };
+        return Ok(noted(what, outcome, ()));
     }
     let deleted = token::revoke(api, minted, &former, secrets).await?;
     state.keep_labels(labels.iter().copied());
     state.save()?;
-    let counts: Vec<String> = deleted
-        .iter()
-        .map(|(label, n)| {
+    let front_label = &config.token.label;
+    let counts: Vec<String> = std::iter::once(of_operator)
+        .chain(deleted.iter().map(|(label, n)| {
             if former.contains(label) {
                 format!("{n} labeled {label} (a former label)")
+            } else if label == front_label {
+                format!("{n} of the superadmin's labeled {label}")
             } else {
                 format!("{n} labeled {label}")
             }
-        })
+        }))
         .collect();
-    let outcome = if deleted.iter().any(|(_, n)| *n > 0) {
+    let outcome = if theirs > 0 || deleted.iter().any(|(_, n)| *n > 0) {
         Outcome::Updated
     } else {
         Outcome::Unchanged

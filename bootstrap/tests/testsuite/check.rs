@@ -8,7 +8,7 @@ use fediversity_testkit::bootstrap_bin;
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao;
 use fediversity_testkit::postgres::{ADMIN_EMAIL, SEED_HASH};
-use fediversity_testkit::windmill_fake::Recorded;
+use fediversity_testkit::windmill_fake::{Profile, Recorded};
 use serde_json::{Value, json};
 
 use crate::support;
@@ -40,17 +40,22 @@ fn snapshot(node: &Node) -> Snapshot {
 }
 
 /// Requests that change something (a login only adds a session and the logout removes it
-/// again; `workspaces/exists` reads).
+/// again; an impersonation only adds a token that deletes itself again, which is checked;
+/// `workspaces/exists` reads).
 fn writes(requests: &[Recorded]) -> Vec<String> {
     requests
         .iter()
         .filter(|r| {
-            r.method != "GET"
-                && !r.is("POST", "/api/auth/login")
-                && !r.is("POST", "/api/auth/logout")
-                && !r.is("POST", "/api/workspaces/exists")
+            // A token that deletes itself: the impersonation of the check.
+            let by_itself = r.method == "DELETE" && r.token.as_ref().is_some_and(|t| r.path.ends_with(&t[..10]));
+            let reads_or_looks = r.method == "GET"
+                || r.is("POST", "/api/auth/login")
+                || r.is("POST", "/api/auth/logout")
+                || r.is("POST", "/api/users/tokens/impersonate")
+                || r.is("POST", "/api/workspaces/exists");
+            !(reads_or_looks || by_itself)
         })
-        .map(|r| format!("{} {}", r.method, r.path))
+        .map(|r| format!("{} {}", r.method, support::without_ids(&r.path)))
         .collect()
 }
 
@@ -76,11 +81,19 @@ fn positive_control_writes_flags_what_a_converging_run_sends() {
             "POST /api/settings/global/instance_python_version",
             "POST /api/users/tokens/create",
             "POST /api/users/tokens/create",
+            "POST /api/w/fediversity/acls/add/folder/fediversity",
             "POST /api/w/fediversity/folders/create",
+            "POST /api/w/fediversity/jobs/run/p/u/admin/bootstrap_probe",
+            "POST /api/w/fediversity/jobs_u/queue/cancel/{id}",
+            "POST /api/w/fediversity/jobs_u/queue/cancel/{id}",
+            "POST /api/w/fediversity/jobs_u/queue/cancel/{id}",
             "POST /api/w/fediversity/scripts/create",
             "POST /api/w/fediversity/scripts/create",
             "POST /api/w/fediversity/scripts/create",
             "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/scripts/create",
+            "POST /api/w/fediversity/workspaces/add_user",
             "POST /api/workspaces/create",
         ]
     );
@@ -115,8 +128,9 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
         run.step_line(7),
         &format!(
             "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds a live token labeled fediversity \
-             (scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy; bound to workspace fediversity) that authenticates: unchanged",
-            node.bao_path
+             (scopes {}; bound to workspace fediversity) of the operator frontend that works: unchanged",
+            node.bao_path,
+            support::DEFAULT_SCOPES
         ),
     );
     support::assert_line(
@@ -128,7 +142,8 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     );
     support::assert_line(
         run.step_line(9),
-        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged",
+        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 of the operator frontend, \
+         0 of the superadmin's labeled fediversity, 0 labeled fediversity-ui: unchanged",
     );
     support::assert_line(
         run.stderr.lines().last().unwrap(),
@@ -136,8 +151,23 @@ fn converged_is_0_and_drift_is_1_and_nothing_is_written() {
     );
     assert_eq!(writes(&node.windmill.requests_since(mark)), Vec::<String>::new());
     assert_eq!(snapshot(&node), before);
-    // Its login session was logged out.
+    // Its login session was logged out, and the impersonation token it listed the operator's
+    // tokens with deleted itself: no token of either is left.
     assert_eq!(node.sessions(), Vec::<String>::new());
+    assert_eq!(
+        support::of(&node, support::OPERATOR_EMAIL),
+        vec![support::stored_token(&node).unwrap()]
+    );
+    // Positive control: it did impersonate the operator (once), so the deletion was seen.
+    let looked = node.windmill.requests_since(mark);
+    assert_eq!(
+        looked
+            .iter()
+            .filter(|r| r.is("POST", "/api/users/tokens/impersonate"))
+            .count(),
+        1
+    );
+    assert_eq!(looked.iter().filter(|r| r.method == "DELETE").count(), 1);
 
     // A script edited locally, a setting changed remotely: drift, reported, not fixed.
     node.write_script("f/fediversity/destroy.py", "def main():\n    return 'changed'\n");
@@ -197,7 +227,8 @@ fn a_fresh_node_is_drift_in_every_step_and_stays_fresh() {
     );
     support::assert_line(
         run.step_line(9),
-        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 0 labeled fediversity-ui: unchanged",
+        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: no operator yet, \
+         0 of the superadmin's labeled fediversity, 0 labeled fediversity-ui: unchanged",
     );
     assert_eq!(writes(&node.windmill.requests()), Vec::<String>::new());
     // The session of the default password it compared with was logged out.
@@ -240,17 +271,19 @@ fn a_stored_token_with_other_scopes_or_binding_is_drift() {
     // Positive control: as configured, it checks clean.
     assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 
-    // The configuration now wants the front-end to read jobs only: the stored token has more.
-    node.config["token"]["scopes"] = json!(["jobs:read"]);
+    // The configuration now wants the front-end not to cancel: the stored token has more.
+    node.config["token"]["scopes"] = json!([support::RUN_SCOPE]);
     let before = snapshot(&node);
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
     support::assert_line(
         run.step_line(7),
         &format!(
-            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity, minted with \
-             scopes jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy where jobs:read are configured: would update",
-            node.bao_path
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity of the operator frontend, \
+             minted with scopes {} where {} are configured: would update",
+            node.bao_path,
+            support::DEFAULT_SCOPES,
+            support::RUN_SCOPE
         ),
     );
     support::assert_line(
@@ -259,17 +292,21 @@ fn a_stored_token_with_other_scopes_or_binding_is_drift() {
     );
     assert_eq!(snapshot(&node), before);
 
-    // Unbound, as a front-end that uses the wmill CLI needs it: the binding differs.
+    // Unbound, as a front-end that uses the wmill CLI needs it: the binding differs. 1.587's
+    // `tokens/list` does not say; the token, asked, shows it.
     node.config["token"] = json!({"bind_to_workspace": false});
     let run = node.run(bootstrap_bin!(), &["--check"]);
     assert_eq!(run.code, 1, "{run:?}");
-    assert!(
-        run.step_line(7)
-            .ends_with("minted with bound to workspace fediversity where no workspace is configured: would update"),
-        "{run:?}"
+    support::assert_line(
+        run.step_line(7),
+        &format!(
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity of the operator frontend, \
+             which is bound to a workspace (GET /api/users/whoami answered 401) where none is configured: would update",
+            node.bao_path
+        ),
     );
 
-    // A run mints it as now configured, and the check agrees.
+    // A run mints it as now configured, and the check agrees; bound again, it is drift again.
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     assert_eq!(
         node.windmill
@@ -281,6 +318,29 @@ fn a_stored_token_with_other_scopes_or_binding_is_drift() {
         None
     );
     assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+    node.config["token"] = json!({});
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.step_line(7).ends_with(
+            "which is bound to no workspace (GET /api/users/whoami answered 401) where workspace fediversity is configured: would update"
+        ),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn a_newer_windmill_lists_the_binding_and_the_check_compares_it_there() {
+    let mut node = support::node_on(Profile::V1_743);
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    node.config["token"] = json!({"bind_to_workspace": false});
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.step_line(7)
+            .ends_with("minted with bound to workspace fediversity where no workspace is configured: would update"),
+        "{run:?}"
+    );
 }
 
 #[test]
@@ -288,12 +348,20 @@ fn a_stored_token_that_is_no_live_token_of_its_label_is_drift() {
     let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let stored = support::stored_token(&node).unwrap();
-    // Someone revoked it in the UI.
+    // An admin revoked it: as the operator (an impersonation), whose tokens only it deletes.
     let session = node.login(&node.password).unwrap();
+    let as_admin = format!("Bearer {session}");
+    let impersonation = fediversity_testkit::http::request(
+        "POST",
+        &format!("{}/api/users/tokens/impersonate", node.windmill.url),
+        &[("Authorization", &as_admin)],
+        Some(&json!({"impersonate_email": support::OPERATOR_EMAIL, "label": "admin"}).to_string()),
+    );
+    assert_eq!(impersonation.status, 201);
     let url = format!("{}/api/users/tokens/delete/{}", node.windmill.url, &stored[..10]);
+    let as_operator = format!("Bearer {}", impersonation.body);
     assert_eq!(
-        fediversity_testkit::http::request("DELETE", &url, &[("Authorization", &format!("Bearer {session}"))], None)
-            .status,
+        fediversity_testkit::http::request("DELETE", &url, &[("Authorization", &as_operator)], None).status,
         200
     );
     let run = node.run(bootstrap_bin!(), &["--check"]);
@@ -301,10 +369,12 @@ fn a_stored_token_that_is_no_live_token_of_its_label_is_drift() {
     support::assert_line(
         run.step_line(7),
         &format!(
-            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no live token labeled fediversity: would update",
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds no live token labeled fediversity of the operator frontend: would update",
             node.bao_path
         ),
     );
+    // The impersonation token the admin left: a token of the operator's a run would revoke.
+    assert!(run.step_line(9).contains("1 of the operator frontend"), "{run:?}");
     // A token of another label in its place is no better: the UI's token, say.
     let rest = node.bao_path.strip_prefix("secret/").unwrap();
     openbao::shared().api(
@@ -316,9 +386,42 @@ fn a_stored_token_that_is_no_live_token_of_its_label_is_drift() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(
         run.step_line(7)
-            .ends_with("holds no live token labeled fediversity: would update"),
+            .ends_with("holds no live token labeled fediversity of the operator frontend: would update"),
         "{run:?}"
     );
+    // A token of the superadmin's of the front-end's label (what OpenBao held before the
+    // front-end was an operator): not the operator's.
+    let theirs = fediversity_testkit::http::request(
+        "POST",
+        &format!("{}/api/users/tokens/create", node.windmill.url),
+        &[("Authorization", &as_admin)],
+        Some(
+            &json!({"label": "fediversity", "scopes": [support::RUN_SCOPE], "workspace_id": "fediversity"}).to_string(),
+        ),
+    );
+    assert_eq!(theirs.status, 201);
+    openbao::shared().api(
+        "POST",
+        &format!("secret/data/{rest}"),
+        Some(&json!({"data": {"value": theirs.body}})),
+    );
+    let run = node.run(bootstrap_bin!(), &["--check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.step_line(7).ends_with(
+            "holds a token fediversity of the superadmin's, where the front-end's belongs to the operator frontend: would update"
+        ),
+        "{run:?}"
+    );
+    // A run puts the operator's in its place, and revokes the superadmin's.
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.step_line(9).contains("1 of the superadmin's labeled fediversity"),
+        "{run:?}"
+    );
+    assert!(!node.windmill.has_token(&theirs.body));
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
 }
 
 #[test]
@@ -428,7 +531,8 @@ fn the_include_and_tokens_beside_the_stored_ones_are_compared_too() {
     assert_eq!(run.code, 1, "{run:?}");
     support::assert_line(
         run.step_line(9),
-        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 labeled fediversity, 1 labeled fediversity-ui: would update",
+        "fediversity-windmill-bootstrap: step 9/9 revoke: tokens besides the stored ones: 0 of the operator frontend, \
+         0 of the superadmin's labeled fediversity, 1 labeled fediversity-ui: would update",
     );
     support::assert_line(
         run.stderr.lines().last().unwrap(),
@@ -461,7 +565,8 @@ fn a_stored_token_that_is_listed_but_no_longer_authenticates_is_drift() {
     let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
     let (front, ui) = (support::stored_token(&node).unwrap(), node.include_token().unwrap());
-    // Positive control: both authenticate, each as it must (the front-end's refused its read).
+    // Positive control: both work, each as it must (the front-end's reads its jobs, is bound,
+    // and is refused a read of another domain).
     let mark = node.windmill.requests().len();
     assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
     let probes: Vec<String> = node
@@ -473,7 +578,12 @@ fn a_stored_token_that_is_listed_but_no_longer_authenticates_is_drift() {
         .collect();
     assert_eq!(
         probes,
-        ["GET /api/w/fediversity/variables/list", "GET /api/users/whoami"]
+        [
+            "GET /api/w/fediversity/jobs/list",
+            "GET /api/users/whoami",
+            "GET /api/w/fediversity/variables/list",
+            "GET /api/users/whoami"
+        ]
     );
 
     // Both expire: still listed, but refused.
@@ -484,8 +594,8 @@ fn a_stored_token_that_is_listed_but_no_longer_authenticates_is_drift() {
     support::assert_line(
         run.step_line(7),
         &format!(
-            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity, which no longer authenticates \
-             (GET /api/w/fediversity/variables/list answered 401): would update",
+            "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value holds the token labeled fediversity of the operator frontend, \
+             which no longer authenticates (GET /api/w/fediversity/jobs/list?per_page=1 answered 401): would update",
             node.bao_path
         ),
     );

@@ -34,7 +34,7 @@ fn two_runs_started_together_end_like_one() {
     let w = &node.windmill;
     assert_eq!(w.workspaces(), vec!["admins".to_owned(), "fediversity".to_owned()]);
     assert_eq!(w.folders().len(), 1);
-    assert_eq!(w.script_count(), 4);
+    assert_eq!(w.script_count(), 6);
     let requests = w.requests();
     assert_eq!(
         requests
@@ -110,5 +110,5 @@ fn a_run_waits_while_another_holds_the_lock() {
     let run = node.finish(child.wait_with_output().unwrap());
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stderr.contains("another bootstrap holds"), "{run:?}");
-    assert_eq!(node.windmill.script_count(), 4);
+    assert_eq!(node.windmill.script_count(), 6);
 }

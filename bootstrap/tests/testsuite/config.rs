@@ -333,12 +333,20 @@ fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
             "error: token.scopes[0] \"*\" is refused: \"*\" is Windmill's scope for everything: previews, script uploads and every other route",
         ),
         (
-            json!({"token": {"scopes": ["jobs:run:scripts:f/fediversity/deploy", "jobs:write"]}}),
-            "error: token.scopes[1] \"jobs:write\" is refused: it grants POST jobs/add_batch_jobs (a flow sent with the request) and jobs/queue/import (jobs with any code and any owner's rights): with a token owned by the superadmin, that runs any code on the worker",
+            json!({"token": {"user_email": "not an email"}}),
+            "error: token.user_email \"not an email\" is not an email address",
+        ),
+        (
+            json!({"token": {"user_email": "Admin@windmill.dev"}}),
+            "error: token.user_email is the superadmin's (windmill.admin_email): the front-end needs a user of its own, an operator",
+        ),
+        (
+            json!({"token": {"username": "front end"}}),
+            "error: token.username \"front end\" is invalid: a letter, then letters, digits and underscores (Windmill's usernames)",
         ),
         (
             json!({"token": {"scopes": ["jobs:run"]}}),
-            "error: token.scopes[0] \"jobs:run\" is refused: a run scope without a kind runs previews (code sent with the request): with a token owned by the superadmin, that runs any code on the worker",
+            "error: token.scopes[0] \"jobs:run\" is refused: a run scope without a kind runs previews (code sent with the request): code of the token holder's choosing, run on the worker",
         ),
         (
             json!({"token": {"scopes": ["jobs:run:scripts"]}}),
@@ -350,11 +358,11 @@ fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
         ),
         (
             json!({"token": {"scopes": ["scripts:write"]}}),
-            "error: token.scopes[0] \"scripts:write\" is refused: it creates and replaces scripts, the deploy script included, whose code the next deploy runs: with a token owned by the superadmin, that runs any code on the worker",
+            "error: token.scopes[0] \"scripts:write\" is refused: it creates and replaces scripts, the deploy script included, whose code the next deploy runs: code of the token holder's choosing, run on the worker",
         ),
         (
             json!({"token": {"scopes": ["flows:write"]}}),
-            "error: token.scopes[0] \"flows:write\" is refused: it creates flows, whose inline steps are any code: with a token owned by the superadmin, that runs any code on the worker",
+            "error: token.scopes[0] \"flows:write\" is refused: it creates flows, whose inline steps are any code: code of the token holder's choosing, run on the worker",
         ),
         (
             json!({"token": {"scopes": ["varibles:read"]}}),

@@ -60,7 +60,7 @@ fn node_on(first: &str, ident: &str) -> Node {
         &OpenBao::unique("reader-writer"),
         &format!("path \"secret/data/{name}/apiToken\" {{ capabilities = [\"read\", \"create\", \"update\"] }}\n"),
     );
-    let mut node = Node::with_openbao_on(
+    let mut node = Node::with_openbao_in(
         cluster.windmill_database_named(DATABASE),
         &bao.addr,
         &format!("secret/{name}/apiToken"),

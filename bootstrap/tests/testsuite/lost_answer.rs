@@ -58,9 +58,9 @@ fn a_write_whose_answer_is_lost_but_that_happened_stores_the_token_and_the_run_g
         run.step_line(7),
         &format!(
             "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value (the write failed: OpenBao PUT /v1/secret/data/[..]: [..] (after 3 tries); \
-             read back, the secret holds the new token) holds the new token labeled fediversity ([..]), {}: updated",
+             read back, the secret holds the new token) holds the new token labeled fediversity ([..]) of the operator frontend, {}: updated",
             node.bao_path,
-            support::refused("variables/list")
+            support::proof(node.windmill.profile())
         ),
     );
     // OpenBao holds the new token, which lives; the old one was revoked, nothing was deleted as unstored.
@@ -134,6 +134,7 @@ fn a_lost_answer_that_cannot_be_read_back_keeps_the_new_token_and_fails_the_step
     assert_eq!(run.code, 0, "{run:?}");
     assert_line(
         run.step_line(9),
-        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 2 labeled fediversity, 1 labeled fediversity-ui: updated",
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 2 of the operator frontend, 0 of the superadmin's labeled fediversity, \
+         1 labeled fediversity-ui: updated",
     );
 }

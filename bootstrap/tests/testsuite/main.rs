@@ -21,3 +21,4 @@ mod scripts;
 mod secrets_never_logged;
 mod support;
 mod tokens;
+mod versions;

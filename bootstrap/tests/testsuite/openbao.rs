@@ -27,13 +27,19 @@ fn kv_v2_under_a_prefix_like_bao_kv_put() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let place = format!("{prefix}/secret/windmill/apiToken field value (mount {prefix}/, KV v2)");
-    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": created"));
+    support::assert_line(
+        run.step_line(7),
+        &support::openbao_line(&place, node.windmill.profile(), ": created"),
+    );
     let stored = bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap();
     assert_eq!(stored, json!({"value": support::front_token(&node)}));
     // A second run writes a new version holding only the new token (a full `kv put`).
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": updated"));
+    support::assert_line(
+        run.step_line(7),
+        &support::openbao_line(&place, node.windmill.profile(), ": updated"),
+    );
     assert_eq!(
         bao.read_kv2(&prefix, "secret/windmill/apiToken").unwrap(),
         json!({"value": support::front_token(&node)})
@@ -59,6 +65,7 @@ fn kv_v1_mount_gets_the_flat_map_at_the_path() {
         run.step_line(7),
         &support::openbao_line(
             &place,
+            node.windmill.profile(),
             "; whether it existed before is unknown: the token may not read it: updated",
         ),
     );
@@ -78,10 +85,16 @@ fn kv_v1_with_a_token_that_may_read_tells_created_from_updated() {
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
     let place = format!("{path} field value (mount {mount}/, KV v1)");
-    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": created"));
+    support::assert_line(
+        run.step_line(7),
+        &support::openbao_line(&place, node.windmill.profile(), ": created"),
+    );
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    support::assert_line(run.step_line(7), &support::openbao_line(&place, ": updated"));
+    support::assert_line(
+        run.step_line(7),
+        &support::openbao_line(&place, node.windmill.profile(), ": updated"),
+    );
     assert_eq!(bao.read_kv1(&path), Some(json!({"value": support::front_token(&node)})));
 }
 
@@ -172,8 +185,9 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
         );
         assert_discarded(&run);
     }
-    // Positive control: each run did mint both (and logged in once: one session each).
-    assert_eq!(node.windmill.ever_minted().len(), minted + 3 * 3);
+    // Positive control: each run did mint both (and logged in once: one session each, and
+    // impersonated the operator once).
+    assert_eq!(node.windmill.ever_minted().len(), minted + 3 * 4);
     // No extra token: those of the last good run, still in the include and working.
     assert_eq!(support::labeled(&node, support::FRONT_END), before);
     assert_eq!(support::labeled(&node, support::UI), vec![ui.clone()]);
@@ -185,7 +199,8 @@ fn runs_failing_at_step_7_leave_no_token_behind_and_a_rerun_converges() {
     assert_eq!(run.code, 0, "{run:?}");
     support::assert_line(
         run.step_line(9),
-        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 labeled fediversity, 1 labeled fediversity-ui: updated",
+        "fediversity-windmill-bootstrap: step 9/9 revoke: older tokens deleted: 1 of the operator frontend, 0 of the superadmin's labeled fediversity, \
+         1 labeled fediversity-ui: updated",
     );
     let after = support::labeled(&node, support::FRONT_END);
     assert_eq!(after.len(), 1);
@@ -201,16 +216,23 @@ fn a_cleanup_that_fails_is_a_warning_and_the_run_still_names_its_step() {
     let bao = openbao::shared();
     let path = format!("secret/{}/apiToken", OpenBao::unique("windmill"));
     let node = Node::with_openbao(&bao.addr, &path, "s.this-token-does-not-exist");
-    // Every try of both deletes fails (the test node allows three each).
+    // Every try of both deletes fails (the test node allows three each): the front-end's token,
+    // the operator's, logs itself out (the login session's logout comes first, and works); the
+    // UI's is deleted by prefix (the impersonation token's own deletion comes first, and works).
     node.windmill
-        .fail("DELETE", "/api/users/tokens/delete/", Fault::Status(500), 6);
+        .fail_after("POST", "/api/auth/logout", 1, Fault::Status(500), 3);
+    node.windmill
+        .fail_after("DELETE", "/api/users/tokens/delete/", 1, Fault::Status(500), 3);
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 3, "{run:?}");
-    for label in [support::FRONT_END, support::UI] {
+    for (label, call) in [
+        (support::FRONT_END, "POST /api/auth/logout"),
+        (support::UI, "DELETE /api/users/tokens/delete/{prefix}"),
+    ] {
         support::assert_has_line(
             &run.stderr,
             &format!(
-                "fediversity-windmill-bootstrap: warning: could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): Windmill DELETE /api/users/tokens/delete/{{prefix}} answered 500 after 3 tries: Internal: injected fault"
+                "fediversity-windmill-bootstrap: warning: could not delete the token labeled {label} that this run minted (a later run revokes it in step 9): Windmill {call} answered 500 after 3 tries: Internal: injected fault"
             ),
         );
     }
@@ -294,14 +316,15 @@ fn a_sealed_server_is_a_503_after_retries() {
     );
     assert!(run.stderr.contains("Vault is sealed"), "{run:?}");
     assert!(node.include_meta().is_none());
-    // The tokens it minted are gone again.
+    // The tokens it minted are gone again (the third `tokens/create`: the new token's, refused
+    // by the proof).
     assert_eq!(
         node.windmill
             .requests()
             .iter()
             .filter(|r| r.is("POST", "/api/users/tokens/create"))
             .count(),
-        2
+        3
     );
     assert_discarded(&run);
     assert_eq!(

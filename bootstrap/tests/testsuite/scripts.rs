@@ -36,7 +36,8 @@ fn an_edited_script_gets_exactly_one_new_version_on_its_parent() {
     assert_eq!(run.code, 0, "{run:?}");
     support::assert_line(
         run.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy (content), 3 unchanged: updated",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, updated f/fediversity/deploy (content), \
+         5 unchanged, waited [..] s for a worker to lock f/fediversity/deploy: updated",
     );
 
     let after = one_new_version_on(&node, mark, &before);
@@ -91,7 +92,8 @@ fn added_archived_and_remotely_changed_scripts_are_converged_and_removed_files_l
     assert!(!hello[0].archived);
     support::assert_line(
         run.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], created f/fediversity/new_one, updated f/fediversity/destroy (archived), 2 unchanged: updated",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, created f/fediversity/new_one, \
+         updated f/fediversity/destroy (archived), 4 unchanged, waited [..] s for a worker to lock f/fediversity/destroy: updated",
     );
 }
 
@@ -107,7 +109,7 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
     }
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(node.windmill.script_count(), 44);
+    assert_eq!(node.windmill.script_count(), 46);
     let mark = node.windmill.requests().len();
     let run = node.run(bootstrap_bin!(), &[]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -116,9 +118,9 @@ fn many_scripts_converge_then_cost_one_get_each_and_no_write() {
         .iter()
         .filter(|r| r.method == "GET" && r.path.starts_with("/api/w/fediversity/scripts/get/p/"))
         .collect();
-    assert_eq!(gets.len(), 44);
+    assert_eq!(gets.len(), 46);
     assert!(creates(&node, mark).is_empty());
-    assert_eq!(node.windmill.script_count(), 44);
+    assert_eq!(node.windmill.script_count(), 46);
 }
 
 #[test]
@@ -137,7 +139,8 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
     assert_eq!(check.code, 1, "{check:?}");
     support::assert_line(
         check.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy (its dependency job failed), 3 unchanged: would update",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, would update f/fediversity/deploy \
+         (its dependency job failed), 5 unchanged: would update",
     );
 
     let mark = node.windmill.requests().len();
@@ -145,7 +148,8 @@ fn a_version_whose_dependency_job_failed_is_uploaded_again() {
     assert_eq!(run.code, 0, "{run:?}");
     support::assert_line(
         run.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/deploy (its dependency job failed), 3 unchanged: updated",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, updated f/fediversity/deploy \
+         (its dependency job failed), 5 unchanged, waited [..] s for a worker to lock f/fediversity/deploy: updated",
     );
     let after = one_new_version_on(&node, mark, &before);
     assert_eq!(after[1].content, before[0].content);
@@ -170,7 +174,8 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     let run = node.run(bootstrap_bin!(), &[]);
     support::assert_line(
         run.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner (content), 3 unchanged: updated",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, updated f/fediversity/_runner \
+         (content, lock), 5 unchanged, waited [..] s for a worker to lock f/fediversity/_runner: updated",
     );
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 3);
@@ -183,7 +188,8 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     let run = node.run(bootstrap_bin!(), &[]);
     support::assert_line(
         run.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], updated f/fediversity/_runner (summary), 3 unchanged: updated",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, updated f/fediversity/_runner \
+         (summary, lock), 5 unchanged, waited [..] s for a worker to lock f/fediversity/_runner: updated",
     );
     let versions = node.windmill.versions("fediversity", "f/fediversity/_runner");
     assert_eq!(versions.len(), 5);
@@ -196,7 +202,7 @@ fn a_remote_change_of_content_or_summary_is_overwritten() {
     let run = node.run(bootstrap_bin!(), &[]);
     support::assert_line(
         run.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], 4 unchanged: unchanged",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, 6 unchanged: unchanged",
     );
     assert_eq!(node.windmill.versions("fediversity", "f/fediversity/_runner").len(), 5);
 }
@@ -245,8 +251,8 @@ fn a_version_with_runtime_settings_of_someone_elses_is_replaced_by_the_bootstrap
     assert_eq!(check.code, 1, "{check:?}");
     support::assert_line(
         check.step_line(5),
-        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..], would update f/fediversity/deploy (envs, on_behalf_of_email, tag, timeout) \
-         f/fediversity/destroy (lock), 2 unchanged: would update",
+        "fediversity-windmill-bootstrap: step 5/9 scripts: 4 scripts in [..] and the 2 probes of step 7, would update f/fediversity/deploy \
+         (envs, on_behalf_of_email, tag, timeout, lock) f/fediversity/destroy (lock), 4 unchanged: would update",
     );
     // Field names only: the values (a secret in `envs`) are not shown.
     assert!(
@@ -260,11 +266,22 @@ fn a_version_with_runtime_settings_of_someone_elses_is_replaced_by_the_bootstrap
     let mut created = creates(&node, mark);
     created.sort();
     assert_eq!(created, ["f/fediversity/deploy", "f/fediversity/destroy"]);
-    // The new versions carry the bootstrap's fields only: no setting, no lock sent.
+    // The new versions carry the bootstrap's fields only: no setting, no lock sent (the worker
+    // locked them).
     for path in ["f/fediversity/deploy", "f/fediversity/destroy"] {
         let head = node.windmill.versions("fediversity", path).last().unwrap().clone();
-        assert!(head.settings.is_empty() && head.lock.is_none(), "{path}: {head:?}");
+        assert!(
+            head.settings.is_empty() && head.lock.as_deref() == Some("# py: 3.12\n"),
+            "{path}: {head:?}"
+        );
     }
+    assert!(
+        node.windmill
+            .requests_since(mark)
+            .iter()
+            .filter(|r| support::is_upload(r))
+            .all(|r| !r.body.contains("lock")),
+    );
     // Once the server locks them, they are left alone: they are the bootstrap's own.
     node.windmill
         .set_lock("fediversity", "f/fediversity/destroy", "# py: 3.12\n");

@@ -33,6 +33,12 @@ fn positive_control_a_secret_the_bootstrap_prints_is_caught() {
     std::fs::write(node.path().join("admin-password"), &password).unwrap();
     node.password = password.clone();
     node.config["workspace"] = json!({"folder": password});
+    // The scripts in that folder, for the front-end's token to run.
+    std::fs::rename(
+        node.scripts_dir().join("f/fediversity"),
+        node.scripts_dir().join(format!("f/{password}")),
+    )
+    .unwrap();
     let out = Node::command(bootstrap_bin!(), &node.write_config(), &[])
         .output()
         .unwrap();
@@ -138,11 +144,10 @@ fn debug_logging_through_retries_drops_and_failures_prints_no_secret() {
 #[test]
 fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     // Windmill's delete answers quote the prefix (`deleted 1 tokens ["QedeJtIbdx*****"] with
-    // prefix QedeJtIbdx`, observed): here an error answer to the revocation does the same.
+    // prefix QedeJtIbdx`, observed): here an error answer to a deletion does the same.
     let node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
-    // Step 9 deletes the front-end's older token first.
-    let first = support::stored_token(&node).unwrap();
+    // Step 7's impersonation token deletes itself first.
     node.windmill
         .fail("DELETE", "/api/users/tokens/delete/", Fault::StatusQuotingPath(400), 1);
     let run = node.run(bootstrap_bin!(), &[]);
@@ -151,15 +156,101 @@ fn an_error_that_quotes_a_token_prefix_is_scrubbed() {
     // for every token and its prefix).
     support::assert_line(
         run.stderr.lines().last().unwrap(),
-        "fediversity-windmill-bootstrap: error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]",
+        "fediversity-windmill-bootstrap: error: step 7/9 openbao failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]",
     );
-    // Positive control: the call was about the first token, whose prefix the answer quoted.
+    // Positive control: the call was about the impersonation token, whose prefix the answer
+    // quoted.
+    let impersonation = node.windmill.impersonations().pop().unwrap();
     assert!(
         node.windmill
             .requests()
             .iter()
-            .any(|r| r.method == "DELETE" && r.path.ends_with(&first[..10]))
+            .any(|r| r.method == "DELETE" && r.path.ends_with(&impersonation[..10]))
     );
+
+    // Step 9 deletes an older token of the operator's first (after its impersonation token's own
+    // deletion in step 7): the first run's, or the impersonation token the failed run left.
+    let mut older = node.windmill.impersonations();
+    older.push(support::stored_token(&node).unwrap());
+    node.windmill.fail_after(
+        "DELETE",
+        "/api/users/tokens/delete/",
+        1,
+        Fault::StatusQuotingPath(400),
+        1,
+    );
+    let mark = node.windmill.requests().len();
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 3, "{run:?}");
+    support::assert_line(
+        run.stderr.lines().last().unwrap(),
+        "fediversity-windmill-bootstrap: error: step 9/9 revoke failed: Windmill DELETE /api/users/tokens/delete/{prefix} answered 400: Bad request: injected fault for [REDACTED]",
+    );
+    let refused = node
+        .windmill
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .nth(1)
+        .unwrap();
+    assert!(older.iter().any(|t| refused.path.ends_with(&t[..10])), "{refused:?}");
+}
+
+#[test]
+fn the_impersonation_tokens_never_reach_openbao_or_a_log() {
+    let node = support::node();
+    for args in [&[][..], &[][..], &["--check"][..]] {
+        assert!(node.run(bootstrap_bin!(), args).code <= 1);
+    }
+    // A run that fails in step 7 after minting, as well.
+    node.windmill.fail(
+        "POST",
+        "/api/w/fediversity/jobs/run/p/f/fediversity/deploy",
+        Fault::Status(403),
+        1,
+    );
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 3);
+    // Each run impersonated the operator (the check too): seven tokens, all deleted.
+    let impersonations = node.windmill.impersonations();
+    assert_eq!(impersonations.len(), 2 + 2 + 1 + 1);
+    assert!(impersonations.iter().all(|t| !node.windmill.has_token(t)));
+    // In no line printed, as they are, escaped, or by their prefix.
+    let secrets: Vec<(String, String)> = impersonations
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| {
+            [
+                (format!("impersonation token #{i}"), t.clone()),
+                (format!("the prefix of impersonation token #{i}"), t[..10].to_owned()),
+            ]
+        })
+        .collect();
+    let printed = node.printed.lock().unwrap().join("\n");
+    assert!(!printed.is_empty());
+    assert_eq!(find_secrets(&printed, &secrets), Vec::<String>::new());
+    // In no version of the OpenBao secret: each holds a token of the front-end's label.
+    let rest = node.bao_path.strip_prefix("secret/").unwrap();
+    let (_, meta) = fediversity_testkit::openbao::shared().get(&format!("secret/metadata/{rest}"));
+    let versions = meta["data"]["current_version"].as_u64().unwrap();
+    assert_eq!(versions, 2, "two runs stored a token");
+    let front: Vec<String> = support::labeled(&node, support::FRONT_END);
+    for version in 1..=versions {
+        let (_, held) = fediversity_testkit::openbao::shared().get(&format!("secret/data/{rest}?version={version}"));
+        let value = held["data"]["data"]["value"].as_str().unwrap().to_owned();
+        assert!(!impersonations.contains(&value), "version {version}");
+        assert!(version < versions || front.contains(&value), "version {version}");
+    }
+    // Positive control: the scan finds one that is printed, and the node's own scan too.
+    let leak = format!("oops {}", impersonations[0]);
+    assert_eq!(
+        find_secrets(&leak, &secrets),
+        vec![
+            "impersonation token #0".to_owned(),
+            "the prefix of impersonation token #0".to_owned()
+        ]
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| node.assert_no_secrets(&leak)));
+    assert!(caught.is_err());
 }
 
 /// A node whose password holds what JSON encoders escape differently: a quote, a slash, `<>&`,

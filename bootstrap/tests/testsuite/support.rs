@@ -52,21 +52,61 @@ fn wildcards_stand_for_any_text_and_the_rest_must_match_whole() {
 
 use fediversity_testkit::node::Node;
 use fediversity_testkit::openbao::{self, OpenBao};
+use fediversity_testkit::windmill_fake::{Profile, Recorded};
 
 /// The front-end token's label and the UI token's, by default.
 pub const FRONT_END: &str = "fediversity";
 pub const UI: &str = "fediversity-ui";
+/// The front-end's operator, by default.
+pub const OPERATOR_EMAIL: &str = "frontend@fediversity.invalid";
+pub const OPERATOR: &str = "frontend";
 
 /// A fresh node (see [`Node::new`]) whose OpenBao token may also read its secret, as `--check`
-/// needs to compare the stored token.
+/// needs to compare the stored token; its Windmill answers as nixpkgs' (1.587).
 pub fn node() -> Node {
+    node_on(fediversity_testkit::windmill_fake::DEFAULT_PROFILE)
+}
+
+/// [`node`], with a Windmill that answers as `profile`.
+pub fn node_on(profile: Profile) -> Node {
     let bao = openbao::shared();
     let name = OpenBao::unique("windmill");
     let token = bao.token_with_policy(
         &OpenBao::unique("reader-writer"),
         &format!("path \"secret/data/{name}/apiToken\" {{ capabilities = [\"read\", \"create\", \"update\"] }}\n"),
     );
-    Node::with_openbao(&bao.addr, &format!("secret/{name}/apiToken"), &token)
+    Node::with_openbao_on(&bao.addr, &format!("secret/{name}/apiToken"), &token, profile)
+}
+
+/// A test per profile: `on_every_profile!(name, |profile| body)` makes the module `name` with one
+/// test per version profile of the fake (`v1_509` … `v1_788`), each running `body`.
+#[macro_export]
+macro_rules! on_every_profile {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use fediversity_testkit::windmill_fake::Profile;
+            fn body(profile: Profile) {
+                let body: fn(Profile) = $body;
+                body(profile)
+            }
+            #[test]
+            fn v1_509() {
+                body(Profile::V1_509)
+            }
+            #[test]
+            fn v1_587() {
+                body(Profile::V1_587)
+            }
+            #[test]
+            fn v1_743() {
+                body(Profile::V1_743)
+            }
+            #[test]
+            fn v1_788() {
+                body(Profile::V1_788)
+            }
+        }
+    };
 }
 
 /// The token the node's OpenBao secret holds (KV v2 at the shared server's `secret/`).
@@ -79,7 +119,7 @@ pub fn stored_token(node: &Node) -> Option<String> {
     Some(secret["value"].as_str().expect("a string field `value`").to_owned())
 }
 
-/// The tokens of `label` in the fake's token table.
+/// The tokens of `label` in the fake's token table, whoever's.
 pub fn labeled(node: &Node, label: &str) -> Vec<String> {
     node.windmill
         .tokens()
@@ -89,61 +129,128 @@ pub fn labeled(node: &Node, label: &str) -> Vec<String> {
         .collect()
 }
 
-/// The one front-end token of the node (the one a run stores in OpenBao).
-#[track_caller]
-pub fn front_token(node: &Node) -> String {
-    let tokens = labeled(node, FRONT_END);
-    assert_eq!(tokens.len(), 1, "one token labeled {FRONT_END}");
-    tokens[0].clone()
-}
-
-/// The default scopes of the front-end's token, for the folder `fediversity`.
-pub const DEFAULT_SCOPES: &str = "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy";
-
-/// What step 7's line says of the proof: the five calls refused, `read` the read probe.
-pub fn refused(read: &str) -> String {
-    format!(
-        "refused GET /api/w/fediversity/{read}, POST /api/w/fediversity/jobs/run/preview, POST /api/w/fediversity/scripts/create, \
-         POST /api/w/fediversity/jobs/run/p/f/fediversity/probe_[..], POST /api/w/fediversity/jobs/add_batch_jobs/0 (403 each) as its scopes require"
-    )
-}
-
-/// The whole line of step 7 for the default scopes: `place` is `<path> field <field> (<mount>)`.
-pub fn openbao_line(place: &str, outcome: &str) -> String {
-    format!(
-        "fediversity-windmill-bootstrap: step 7/9 openbao: {place} holds the new token labeled fediversity \
-         (scopes {DEFAULT_SCOPES}; bound to workspace fediversity), {}{outcome}",
-        refused("variables/list")
-    )
-}
-
-/// The calls of step 7's proof, as the fake recorded them (the run probe's random name as
-/// `probe_*`), in order.
-pub fn proof_calls(requests: &[fediversity_testkit::windmill_fake::Recorded], token: &str) -> Vec<String> {
-    requests
-        .iter()
-        .filter(|r| r.token.as_deref() == Some(token))
-        .map(|r| {
-            let path = match r.path.split_once("/probe_") {
-                Some((before, _)) => format!("{before}/probe_*"),
-                None => r.path.clone(),
-            };
-            format!("{} {path} {}", r.method, r.body)
-        })
+/// The tokens of the user `email` in the fake's token table.
+pub fn of(node: &Node, email: &str) -> Vec<String> {
+    node.windmill
+        .tokens()
+        .into_iter()
+        .filter(|t| t.email == email)
+        .map(|t| t.token)
         .collect()
 }
 
-/// What [`proof_calls`] must be for the default scopes.
-pub const PROOF: [&str; 5] = [
-    "GET /api/w/fediversity/variables/list ",
-    "POST /api/w/fediversity/jobs/run/preview {}",
-    "POST /api/w/fediversity/scripts/create {}",
-    "POST /api/w/fediversity/jobs/run/p/f/fediversity/probe_* {}",
-    r#"POST /api/w/fediversity/jobs/add_batch_jobs/0 {"kind":"noop"}"#,
+/// The one front-end token of the node (the one a run stores in OpenBao): the operator's only.
+#[track_caller]
+pub fn front_token(node: &Node) -> String {
+    let tokens = of(node, OPERATOR_EMAIL);
+    assert_eq!(tokens.len(), 1, "one token of the operator");
+    tokens[0].clone()
+}
+
+/// The default scopes of the front-end's token, for the folder `fediversity`, as the line names
+/// them.
+pub const DEFAULT_SCOPES: &str = "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy jobs:write";
+/// The default run scope.
+pub const RUN_SCOPE: &str = "jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy";
+
+/// What step 7's line says of the proof on `profile` with the default scopes.
+pub fn proof(profile: Profile) -> String {
+    let absent: &[&str] = match profile {
+        Profile::V1_509 => &["a dynamic select", "importing jobs", "deleting jobs"],
+        Profile::V1_587 => &["importing jobs", "deleting jobs"],
+        _ => &[],
+    };
+    let gaps: &[(&str, &str)] = match profile {
+        Profile::V1_509 | Profile::V1_587 => &[
+            ("reading a job of the superadmin's", "1.715"),
+            ("cancelling a job of the superadmin's", "1.772"),
+        ],
+        Profile::V1_743 => &[("cancelling a job of the superadmin's", "1.772")],
+        Profile::V1_788 => &[],
+    };
+    let refused: Vec<&str> = REFUSALS
+        .iter()
+        .copied()
+        .filter(|r| !absent.contains(r) && !gaps.iter().any(|(g, _)| g == r))
+        .collect();
+    let mut text = format!(
+        "which ran, read and cancelled a job of f/fediversity/deploy and f/fediversity/destroy, and was refused {} (401 or 403 each)",
+        refused.join(", ")
+    );
+    if !absent.is_empty() {
+        text.push_str(&format!("; this Windmill has no route for {}", absent.join(", ")));
+    }
+    if !gaps.is_empty() {
+        let gaps: Vec<String> = gaps
+            .iter()
+            .map(|(what, since)| format!("{what} (refused from Windmill {since} on)"))
+            .collect();
+        text.push_str(&format!("; granted by this Windmill: {}", gaps.join(", ")));
+    }
+    text
+}
+
+/// Every call the proof makes the token be refused, in order.
+pub const REFUSALS: [&str; 22] = [
+    "a preview",
+    "a preview waiting for its result",
+    "a flow preview",
+    "a dynamic select",
+    "a dependency job",
+    "another script of the folder",
+    "a script outside the folder",
+    "a batch of jobs",
+    "importing jobs",
+    "deleting jobs",
+    "deleting its own job",
+    "reading a job of the superadmin's",
+    "cancelling a job of the superadmin's",
+    "creating a script",
+    "creating a flow",
+    "creating a variable",
+    "creating a resource",
+    "creating a folder",
+    "changing the folder's ACL",
+    "reading a global setting",
+    "minting a token",
+    "another workspace",
 ];
+
+/// The whole line of step 7 for the default scopes: `place` is `<path> field <field> (<mount>)`.
+pub fn openbao_line(place: &str, profile: Profile, outcome: &str) -> String {
+    format!(
+        "fediversity-windmill-bootstrap: step 7/9 openbao: {place} holds the new token labeled fediversity \
+         (scopes {DEFAULT_SCOPES}; bound to workspace fediversity) of the operator frontend, {}{outcome}",
+        proof(profile)
+    )
+}
+
+/// The calls the front-end's token `token` made (step 7's proof), as `<method> <path>` with job
+/// ids as `{id}`, in order.
+pub fn proof_calls(requests: &[Recorded], token: &str) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.token.as_deref() == Some(token))
+        .map(|r| format!("{} {}", r.method, without_ids(&r.path)))
+        .collect()
+}
+
+/// A path with every job id (a UUID) replaced by `{id}`.
+pub fn without_ids(path: &str) -> String {
+    path.split('/')
+        .map(|part| {
+            if part.len() == 36 && part.chars().filter(|c| *c == '-').count() == 4 {
+                "{id}"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
 
 /// Whether `request` is a script upload of the bootstrap: a `scripts/create` with a script in its
 /// body (step 7's proof sends one with an empty body, with the front-end's new token).
-pub fn is_upload(request: &fediversity_testkit::windmill_fake::Recorded) -> bool {
+pub fn is_upload(request: &Recorded) -> bool {
     request.is("POST", "/api/w/fediversity/scripts/create") && request.body != "{}"
 }

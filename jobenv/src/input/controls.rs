@@ -326,8 +326,10 @@ pub fn takes_row_secrets(node: &NodeValues) -> bool {
 /// The event target of a job, if the node configures events: `EVENTS_URL` (deploy-env.json or
 /// a secrets source), `EVENTS_SECRET` (a secrets source only) and `EVENTS_FORMAT`. In jobenv's
 /// format both keys or neither, and the events go to `EVENTS_URL`; in DD-0012's, `EVENTS_URL`
-/// is the base of the `row`'s address and the secret the node's, else the payload's
-/// (`row_secret`). Every problem is a configuration or input error (exit 2, nothing runs).
+/// is the base of the `row`'s address and the secret the payload's (`row_secret`), the row's
+/// own: who can write a row is who holds its secret. A node's `EVENTS_SECRET` is refused there,
+/// since with it the payload alone would choose the row it writes to. Every problem is a
+/// configuration or input error (exit 2, nothing runs).
 pub fn events_target(
     node: &NodeValues,
     row: Option<Row>,
@@ -418,6 +420,14 @@ pub fn events_target(
             });
             None
         }
+        // A DD-0012 row is written with its own secret; the node's would open every row to
+        // every job (and to whoever holds the front-end's token).
+        Some((Text::Secret(_), secret)) if dd0012 => {
+            problems.push(Problem::NodeSecretForRows {
+                origin: secret.origin.clone(),
+            });
+            None
+        }
         Some((Text::Secret(value), _)) => Some(value.clone()),
     };
     let Some(url) = url.filter(|_| problems.is_empty()) else {
@@ -434,19 +444,18 @@ pub fn events_target(
     if row.kind == RowKind::Deployments && !matches!(verb, "apply" | "destroy") {
         return Err(vec![Problem::DeploymentRowVerb { verb: verb.to_owned() }]);
     }
-    // The node's secret wins; the payload's is taken only here.
-    let secret = match (node_secret, row_secret) {
-        (Some(secret), _) => secret,
-        (None, Some(secret)) if is_valid_events_secret(secret) => Secret::new(secret),
-        (None, Some(_)) => {
+    // The row's secret, which only the payload brings (a node's was refused above).
+    let secret = match row_secret {
+        Some(secret) if is_valid_events_secret(secret) => Secret::new(secret),
+        Some(_) => {
             return Err(vec![Problem::BadControl {
                 key: "EVENTS_SECRET",
                 shown: hidden(),
                 rule: EVENTS_SECRET_RULE,
             }]);
         }
-        (None, None) => {
-            let hint = " (a dd-0012 node without a secret of its own takes the row's secret from the payload)";
+        None => {
+            let hint = " (a payload that names a DD-0012 row brings the row's own secret)";
             return Err(vec![Problem::MissingControl {
                 key: "EVENTS_SECRET",
                 hint,
@@ -499,7 +508,7 @@ mod tests {
         assert!(super::super::check(&i).is_ok());
         // A program without verb siblings deploys when run; any other verb needs its own.
         i.set_payload("EXECUTABLE", json!("web"));
-        assert_eq!(crate::plan::plan(&i).unwrap().argv[7], "exec web");
+        assert_eq!(crate::plan::plan(&i).unwrap().argv[5], "exec web");
         i.verb = "destroy".into();
         assert_eq!(
             problems(&i),
@@ -757,29 +766,31 @@ mod tests {
         );
     }
 
+    /// With one secret for every row, the payload alone would choose which row it writes to: a
+    /// dd-0012 node with a secret of its own is refused, whatever the job, with what to do.
     #[test]
-    fn the_nodes_secret_wins_over_the_rows() {
+    fn a_node_wide_secret_is_refused_on_a_dd0012_node() {
+        let refused = "test:EVENTS_SECRET sets EVENTS_SECRET, but EVENTS_FORMAT is dd-0012, whose rows have secrets of their own: one secret for every row would let any job post to any row. Remove EVENTS_SECRET from the node; the front-end sends each row's secret in the payload's EVENTS_SECRET";
         let mut i = dd0012_inputs(&[("EVENTS_SECRET", SECRET, true)]);
+        assert_eq!(problems(&i), [refused], "a job that names no row");
         i.set_payload("EVENTS_KIND", json!("jobs"));
         i.set_payload("EVENTS_ROW_ID", json!(7));
+        assert_eq!(problems(&i), [refused], "a job that names a row");
         i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
-        let plan = crate::plan::plan(&i).unwrap();
-        assert_eq!(plan.events.as_ref().unwrap().secret.expose(), SECRET);
-        assert_eq!(
-            plan.warnings,
-            ["payload value for EVENTS_SECRET ignored: the node sets it"]
-        );
+        assert_eq!(problems(&i), [refused], "a job that brings the row's secret too");
         // Without a secret anywhere, the row cannot be written to.
         let mut i = dd0012_inputs(&[]);
         i.set_payload("EVENTS_KIND", json!("jobs"));
         i.set_payload("EVENTS_ROW_ID", json!(7));
         assert_eq!(
             problems(&i),
-            [
-                "EVENTS_SECRET is required but not set (a dd-0012 node without a secret of its own takes the row's secret from the payload)"
-            ]
+            ["EVENTS_SECRET is required but not set (a payload that names a DD-0012 row brings the row's own secret)"]
         );
-        // Positive control: a dd-0012 node without a secret and a payload without a row: no events.
+        // Positive controls: the same node without its secret takes the row's from the payload,
+        // and a job that names no row gets no events.
+        i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+        let plan = crate::plan::plan(&i).unwrap();
+        assert_eq!(plan.events.unwrap().secret.expose(), ROW_SECRET);
         let plan = crate::plan::plan(&dd0012_inputs(&[])).unwrap();
         assert!(plan.events.is_none());
     }

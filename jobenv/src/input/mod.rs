@@ -172,6 +172,13 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
         .map_err(|p| problems.push(p))
         .ok();
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
+    // The evaluation runs Nix's other programs of the same installation.
+    for tool in ["nix-instantiate", "nix-store"] {
+        let path = nix_shell.as_deref().map(|shell| crate::evaluation::beside(shell, tool));
+        if let Some(path) = path.filter(|path| !is_executable(path)) {
+            problems.push(Problem::NixToolNotFound { tool, path });
+        }
+    }
     let events = node
         .as_ref()
         .zip(payload.as_ref())
@@ -251,14 +258,17 @@ fn stack_limit() -> u64 {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_STACK).map_or(8 << 20, |(soft, _)| soft)
 }
 
+/// A file anyone may execute (links followed).
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// A program named by path must be an executable file; a bare name is looked up in jobenv's
 /// own PATH (the node's), never in the program's.
 fn resolve_program(name: &str) -> Result<PathBuf, Problem> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
+    let executable = |p: &Path| is_executable(p);
     let not_found = || Problem::NixShellNotFound(name.to_owned());
     if name.contains('/') {
         let path = PathBuf::from(name);
@@ -320,7 +330,11 @@ pub(crate) mod test_support {
         .collect();
         Inputs {
             verb: "apply".into(),
-            node: node(&[("DEPLOYMENT_ROOT", "/", false), ("NIXPKGS", "/nixpkgs", false)]),
+            node: node(&[
+                ("DEPLOYMENT_ROOT", "/", false),
+                ("NIXPKGS", "/nixpkgs", false),
+                ("NIX_BUILD_SHELL", "/bin/bash", false),
+            ]),
             declared,
             attributes: vec!["web".into()],
             payload: Hidden(json::members(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns1"}))),

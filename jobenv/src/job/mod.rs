@@ -138,7 +138,10 @@ impl<'a> Run<'a> {
         let ending = match (store.local().draining(), &leases) {
             (Some(since), _) => not_started_on_a_draining_node(&since),
             (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
-            (None, _) => self.program(&mut plan, namespace.for_tree, namespace.tree, cancel, leases),
+            (None, _) => {
+                let guard = namespace.guard_deadline();
+                self.program(&mut plan, namespace.for_tree, namespace.tree, cancel, leases, guard)
+            }
         };
         Ok(self.terminal_entry(&*store, entry, ending))
     }
@@ -224,21 +227,23 @@ impl<'a> Run<'a> {
         let Some(id) = self.job_id.clone() else {
             return Ok((None, Vec::new()));
         };
-        let known = store.claim_job(&id, cancel).map_err(|refused| {
+        let identity = payload.as_ref().map(input::identity_of).unwrap_or_default();
+        let asked = journal::Request {
+            verb: &self.settings.job.verb,
+            attribute: identity.attribute.as_deref(),
+            namespace: identity.namespace.as_deref(),
+        };
+        // The request goes with the claim: a store with leases takes none for a run that is
+        // refused as another request.
+        let known = store.claim_job(&id, &asked, cancel).map_err(|refused| {
             self.refused(refused, |holder| Problem::JobRunning {
                 job_id: id.clone(),
                 holder,
             })
         })?;
-        let asked = payload.as_ref().map(input::identity_of).unwrap_or_default();
         // Whatever became of it: a job id names one request.
-        let verb = &self.settings.job.verb;
-        if let Some(error) = known
-            .entry
-            .as_ref()
-            .and_then(|e| e.another_request(verb, asked.attribute.as_deref(), asked.namespace.as_deref()))
-        {
-            self.identity = asked;
+        if let Some(error) = known.entry.as_ref().and_then(|e| e.another_request(&asked)) {
+            self.identity = identity;
             return Err(error.into());
         }
         let holder = known.live.clone();
@@ -317,7 +322,8 @@ impl<'a> Run<'a> {
         Ok(Some(entry))
     }
 
-    /// Step 8.
+    /// Step 8: the shell's evaluation (cached, or waited for while another job of the same key
+    /// evaluates it: [`crate::evaluation`]), then the program.
     fn program(
         &self,
         plan: &mut Plan,
@@ -325,13 +331,14 @@ impl<'a> Run<'a> {
         tree: Tree,
         cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
+        guard: Option<crate::run::tree::guard::Deadline>,
     ) -> Ending {
         // The program runs in a span of its own, and continues the trace from it.
         let stage = crate::telemetry::enter(crate::telemetry::Stage::Program);
         if let Some((traceparent, tracestate)) = stage.traceparent() {
             plan.set_trace_context(traceparent, tracestate);
         }
-        let ending = self.run_program(plan, tree_lock, tree, cancel, lease);
+        let ending = self.run_program(plan, tree_lock, tree, cancel, lease, guard);
         match ending.status {
             Status::Succeeded => stage.done(),
             status => stage.failed(&format!("{status}, exit code {}", ending.exit_code)),
@@ -344,8 +351,9 @@ impl<'a> Run<'a> {
         plan: &Plan,
         tree_lock: OwnedFd,
         tree: Tree,
-        cancel: Cancel,
+        mut cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
+        guard: Option<crate::run::tree::guard::Deadline>,
     ) -> Ending {
         tracing::info!(
             "running {} in namespace {} (system {}, verb {})",
@@ -354,6 +362,14 @@ impl<'a> Run<'a> {
             plan.system,
             plan.verb
         );
+        // The shell's evaluation is a stage of its own in the trace, inside the program's.
+        let evaluating = crate::telemetry::enter(crate::telemetry::Stage::Evaluation);
+        let shell = match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel)
+        {
+            Ok(shell) => shell,
+            Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+        };
+        let mut shell = crate::telemetry::Evaluating::new(shell, evaluating);
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
@@ -361,6 +377,8 @@ impl<'a> Run<'a> {
             stop_request: self.stop_request.as_ref(),
             tree_lock: Some(tree_lock),
             lease,
+            guard,
+            before: Some(&mut shell),
         };
         match run::run(plan, options, cancel, tree) {
             Ok(outcome) => {

@@ -23,8 +23,9 @@ use crate::run::tree::{self, Tree, guard, hierarchy};
 pub(super) struct NamespaceLocks {
     pub(super) tree: Tree,
     /// Cluster mode: kills the tree's cgroup if jobenv dies before it is done (see
-    /// `run::tree::guard`); told it is done once the tree is gone.
-    _guard: Option<guard::Guard>,
+    /// `run::tree::guard`) or cannot kill it by the time its leases run out; told it is done
+    /// once the tree is gone.
+    guard: Option<guard::Guard>,
     _recorded: Option<Recorded>,
     /// The store's claim (a lease, in cluster mode), let go after the tree is gone and before
     /// the node-local locks.
@@ -32,6 +33,13 @@ pub(super) struct NamespaceLocks {
     _own: locks::Held,
     _tree: locks::Held,
     pub(super) for_tree: OwnedFd,
+}
+
+impl NamespaceLocks {
+    /// The guard's deadline, which the supervisor moves on with the leases' renewals.
+    pub(super) fn guard_deadline(&self) -> Option<guard::Deadline> {
+        self.guard.as_ref().map(guard::Guard::deadline)
+    }
 }
 
 impl Run<'_> {
@@ -124,7 +132,7 @@ impl Run<'_> {
         stage.done();
         Ok(NamespaceLocks {
             tree: program_tree,
-            _guard: guard,
+            guard,
             _recorded: recorded,
             _shared: shared,
             _own: own,

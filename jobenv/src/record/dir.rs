@@ -123,6 +123,12 @@ impl Dir {
     /// `name`'s whole content, or `None` if it is missing. Refused: a link, anything but a
     /// regular file of one link, and more than [`MAX_READ`] bytes.
     pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.read_with_status(name)?.map(|(bytes, _)| bytes))
+    }
+
+    /// [`Dir::read`], with the status of the file that was read (its owner, say), taken from the
+    /// open file: no other file can have taken its place in between.
+    pub fn read_with_status(&self, name: &str) -> io::Result<Option<(Vec<u8>, FileStat)>> {
         let Some((file, stat)) = self.open_file(name, OFlag::O_RDONLY)? else {
             return Ok(None);
         };
@@ -144,7 +150,7 @@ impl Dir {
         if bytes.len() as u64 > MAX_READ {
             return Err(too_large());
         }
-        Ok(Some(bytes))
+        Ok(Some((bytes, stat)))
     }
 
     /// `name` open for reading and writing, as [`Dir::read`] checks it; created (mode 0600) if
@@ -227,6 +233,44 @@ impl Dir {
             nix::unistd::fsync(&self.fd).map_err(|errno| failed("sync the directory of", &path, errno))?;
         }
         Ok(())
+    }
+
+    /// Creates `name` with `bytes` (mode 0600, given to `owner`) unless it exists: written and
+    /// synced beside it, then renamed into place only where nothing has the name (so of two
+    /// processes that make it at once, one wins and the other reads its file). False when it
+    /// existed.
+    pub fn create_new(&self, name: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> io::Result<bool> {
+        let path = self.path_of(name)?;
+        let (temp, file) = self.create_temp(name)?;
+        let written = (|| {
+            (&file).write_all(bytes)?;
+            if let Some((uid, gid)) = owner {
+                nix::unistd::fchown(&file, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
+            }
+            file.sync_all()?;
+            let flags = nix::fcntl::RenameFlags::RENAME_NOREPLACE;
+            match nix::fcntl::renameat2(&self.fd, temp.as_str(), &self.fd, name, flags) {
+                Ok(()) => Ok(true),
+                Err(Errno::EEXIST) => Ok(false),
+                // A file system without RENAME_NOREPLACE: a hard link fails alike where the
+                // name exists (the file has two links for a moment, until the temporary goes).
+                Err(Errno::EINVAL) => {
+                    match nix::unistd::linkat(&self.fd, temp.as_str(), &self.fd, name, AtFlags::empty()) {
+                        Ok(()) => Ok(true),
+                        Err(Errno::EEXIST) => Ok(false),
+                        Err(errno) => Err(io::Error::from(errno)),
+                    }
+                }
+                Err(errno) => Err(io::Error::from(errno)),
+            }
+        })();
+        // Gone already when it was renamed; otherwise (a link made, or nothing) removed now.
+        let _ = nix::unistd::unlinkat(&self.fd, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+        let created = written.map_err(|error| failed_io("write", &path, error))?;
+        if created {
+            nix::unistd::fsync(&self.fd).map_err(|errno| failed("sync the directory of", &path, errno))?;
+        }
+        Ok(created)
     }
 
     /// A new file `.<name>.<pid>.<n>.tmp`, made here and nowhere else (`O_EXCL`).

@@ -167,8 +167,13 @@ impl Entry {
     }
 
     /// A job id names one request: the problem, if this entry holds it for another verb,
-    /// attribute or namespace than a run asks for.
-    pub fn another_request(&self, verb: &str, attribute: Option<&str>, namespace: Option<&str>) -> Option<Problem> {
+    /// attribute or namespace than `asked`.
+    pub fn another_request(&self, asked: &Request<'_>) -> Option<Problem> {
+        let Request {
+            verb,
+            attribute,
+            namespace,
+        } = *asked;
         let differs = self.verb != verb || attribute != Some(&self.attribute) || namespace != Some(&self.namespace);
         differs.then(|| Problem::AnotherRequest {
             job_id: self.job_id.clone(),
@@ -260,6 +265,15 @@ impl Entry {
             earlier,
         }
     }
+}
+
+/// What a run asks of a job id (what its payload says, as far as it could be read): a job id
+/// names one request ([`Entry::another_request`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub verb: &'a str,
+    pub attribute: Option<&'a str>,
+    pub namespace: Option<&'a str>,
 }
 
 /// What to do with a job id, given its entry.

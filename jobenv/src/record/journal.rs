@@ -16,8 +16,8 @@ use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
 pub use super::entry::{
-    Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, STOP_MARGIN, decide, decide_known, is_valid_job_id,
-    note_orphans, now,
+    Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, Request, STOP_MARGIN, decide, decide_known,
+    is_valid_job_id, note_orphans, now,
 };
 use super::locks;
 use crate::error::EXIT_INTERNAL;

@@ -6,6 +6,8 @@
 //! - [`ending`]: how a job ended (one [`Status`], one [`Ending`], the typed [`Reason`] and
 //!   [`InterruptedBy`]), and the table from the run's outcome to each record of it;
 //! - [`entry`]: a job id's journal entry, and what a second run of the same job id does;
+//! - [`identity`]: who this node is to the other nodes of a cluster (a random id made once in
+//!   its state directory, and the boot id);
 //! - [`journal`]: the entries in the state directory, written before the program runs and when
 //!   it ends, and its locks;
 //! - [`locks`]: one run per job id, one deploy per namespace (`flock`s);
@@ -20,6 +22,7 @@
 pub mod dir;
 pub mod ending;
 pub mod entry;
+pub mod identity;
 pub mod journal;
 pub mod locks;
 pub mod orphans;

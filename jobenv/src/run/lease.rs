@@ -1,7 +1,8 @@
 //! The supervisor's view of the leases a run holds on a shared journal (cluster mode, see
 //! `record::store::postgres`): when all of them were last renewed, and whether one was lost. A
-//! run whose leases were not renewed within the renew deadline stops its program tree, so that
-//! the tree is gone before any of them can expire and another node may take it.
+//! run whose leases were not renewed within the renew deadline stops its program tree, and
+//! every stop of the tree, whatever started it, ends before any of them can expire
+//! ([`LeaseWatch::kill_by`]), so that another node may take them then.
 //!
 //! The deadline is judged here, by jobenv's own monotonic clock from the moment each renewal was
 //! *sent*, not by the thread that talks to the database: a renewal stuck in a partitioned
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::settings::LEASE_STOP_MARGIN;
+
 /// What the holder knows of its leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
@@ -19,7 +22,7 @@ pub enum Renewal {
     /// Every lease held was renewed (or taken) by a statement sent at this instant or later: by
     /// the database's clock, none expires before this instant plus the lease.
     At(Instant),
-    /// A lease was taken over or found expired: stop at once.
+    /// A lease was taken over or found expired by the database: stop at once.
     Lost,
 }
 
@@ -29,8 +32,8 @@ pub struct LeaseWatch {
     pub renewals: watch::Receiver<Renewal>,
     /// Without a renewal for this long, the program is stopped.
     pub renew_deadline: Duration,
-    /// The grace of that stop (see `settings::Cluster::stop_grace`).
-    pub stop_grace: Duration,
+    /// How long a lease lasts after its renewal.
+    pub lease: Duration,
 }
 
 impl LeaseWatch {
@@ -40,6 +43,19 @@ impl LeaseWatch {
             Renewal::None => false,
             Renewal::At(at) => at.elapsed() >= self.renew_deadline,
             Renewal::Lost => true,
+        }
+    }
+
+    /// When the program tree must be killed at the latest, whatever stop is under way (a
+    /// cancel's, a timeout's, the lease's own): the leases' expiry as this node can vouch for
+    /// it (the last renewal's send time plus the lease), less the margin SIGKILL and the
+    /// emptying of the tree need; now, once a lease was lost. `None` without a lease. Later
+    /// renewals move it on.
+    pub fn kill_by(&self) -> Option<Instant> {
+        match *self.renewals.borrow() {
+            Renewal::None => None,
+            Renewal::At(at) => Some(at + self.lease.saturating_sub(LEASE_STOP_MARGIN)),
+            Renewal::Lost => Some(Instant::now()),
         }
     }
 
@@ -87,7 +103,7 @@ mod tests {
             LeaseWatch {
                 renewals: rx,
                 renew_deadline: Duration::from_millis(200),
-                stop_grace: Duration::ZERO,
+                lease: Duration::from_millis(1300),
             },
         )
     }
@@ -127,5 +143,20 @@ mod tests {
         tx.send_replace(Renewal::Lost);
         lease.lost().await;
         assert!(started.elapsed() < Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_stop_must_end_by_the_last_renewal_plus_the_lease_less_the_margin_and_at_once_when_lost() {
+        let (tx, lease) = watch(Renewal::None);
+        assert_eq!(lease.kill_by(), None, "no lease, no bound");
+        let renewed = Instant::now();
+        tx.send_replace(Renewal::At(renewed));
+        assert_eq!(lease.kill_by(), Some(renewed + Duration::from_millis(300)));
+        // A later renewal moves it on.
+        let later = renewed + Duration::from_millis(100);
+        tx.send_replace(Renewal::At(later));
+        assert_eq!(lease.kill_by(), Some(later + Duration::from_millis(300)));
+        tx.send_replace(Renewal::Lost);
+        assert!(lease.kill_by().unwrap() <= Instant::now());
     }
 }

@@ -56,8 +56,56 @@ pub struct RunOptions<'a> {
     pub stop_request: Option<&'a StopRequest>,
     /// A descriptor of the namespace's tree lock, for the program tree to keep.
     pub tree_lock: Option<OwnedFd>,
-    /// Cluster mode: the run's leases, whose loss stops the program tree.
+    /// Cluster mode: the run's leases, whose loss stops the program tree, and by whose expiry
+    /// every stop of it ends.
     pub lease: Option<lease::LeaseWatch>,
+    /// Cluster mode: the deadline of the program tree's guard, moved on with the leases.
+    pub guard: Option<tree::guard::Deadline>,
+    /// What runs before the program, in its tree and under the same supervision (the
+    /// evaluation of its shell: [`crate::evaluation`]); it also gives the program's argv.
+    /// `None`: the plan's argv runs at once.
+    pub before: Option<&'a mut dyn Before>,
+}
+
+/// The steps of a job before its program (see [`RunOptions::before`]), asked one at a time: each
+/// runs in the program tree with the environment it names, its stderr copied through the
+/// redactor like the program's, its stdout given back when it asks for it (else discarded); a
+/// cancel, the timeout, a lost worker or lease stop it as they would stop the program.
+pub trait Before {
+    /// What comes next, given how the last step ended (`None` before the first).
+    fn next(&mut self, last: Option<StepEnd>) -> Result<Next, Error>;
+
+    /// How long the job already waited for what comes before (another job's evaluation of the
+    /// same shell): it counts against the timeout.
+    fn waited(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A process run before the program.
+pub struct Step {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Give back what it prints on stdout (at most [`MAX_CAPTURED`] bytes).
+    pub capture: bool,
+}
+
+/// How a step ended.
+pub struct StepEnd {
+    pub outcome: Outcome,
+    pub stdout: Vec<u8>,
+}
+
+/// The most of a step's stdout that is given back.
+pub const MAX_CAPTURED: u64 = 64 << 10;
+
+pub enum Next {
+    Step(Step),
+    /// The program, with this argv.
+    Program(Vec<String>),
+    /// The job ends here, as a step's end says (an evaluation that failed is the job's failure,
+    /// with its exit code).
+    End(Outcome),
 }
 
 /// How often jobenv looks whether its worker is still its parent.
@@ -149,6 +197,22 @@ async fn supervise<T: ProgramTree>(
     }
     let mut cancels = cancel.into_stream();
 
+    // The guard kills the tree by the leases' expiry, whatever becomes of this jobenv (frozen,
+    // it renews nothing and stops nothing): from before the program starts, each renewal moves
+    // that on.
+    let guard_feed = match (&options.guard, &options.lease) {
+        (Some(guard), Some(lease)) => {
+            let (guard, mut lease) = (guard.clone(), lease.clone());
+            guard.set(lease.kill_by());
+            Some(tokio::spawn(async move {
+                while lease.renewals.changed().await.is_ok() {
+                    guard.set(lease.kill_by());
+                }
+            }))
+        }
+        _ => None,
+    };
+
     let env: Vec<(&str, &str)> = plan
         .env
         .iter()
@@ -167,11 +231,11 @@ async fn supervise<T: ProgramTree>(
         options.events.watch_ready(read.into());
         passed.ready = Some(write);
     }
-    let spawned = spawn::spawn(&plan.argv, &env, own_group, passed, tree.place()).map_err(|source| Error::Spawn {
-        program: plan.argv[0].clone().into(),
-        source,
-    })?;
-    let mut reaper = reaper::start(spawned.pid);
+    // The output pipes of every process of the job (the steps before the program write into the
+    // same ones); jobenv's own write ends close once the program is spawned.
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("cannot make a pipe", e));
+    let ((stdout_read, stdout_write), (stderr_read, stderr_write)) = (pipe()?, pipe()?);
+    let mut reaper = reaper::start();
 
     let redactor = match redactor {
         Ok(building) => building.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
@@ -184,7 +248,7 @@ async fn supervise<T: ProgramTree>(
     let exported = |stream| crate::telemetry::tap(stream);
     pump::start(
         "stdout",
-        spawned.stdout,
+        std::fs::File::from(stdout_read),
         stdout,
         redactor.clone(),
         (stdout_tap, exported("stdout")),
@@ -192,16 +256,83 @@ async fn supervise<T: ProgramTree>(
     );
     pump::start(
         "stderr",
-        spawned.stderr,
+        std::fs::File::from(stderr_read),
         stderr,
         redactor,
         (stderr_tap, exported("stderr")),
         done_tx,
     );
 
+    let mut before = options.before.take();
+    let waited = before.as_ref().map_or(Duration::ZERO, |before| before.waited());
+    let placement = tree.place();
+    let program = Box::pin(async {
+        let output = |fd: &OwnedFd| fd.try_clone().map(std::process::Stdio::from);
+        let mut last = None;
+        let argv = loop {
+            let next = match before.as_mut() {
+                Some(before) => before.next(last.take())?,
+                None => Next::Program(plan.argv.clone()),
+            };
+            let step = match next {
+                Next::Step(step) => step,
+                Next::Program(argv) => break argv,
+                Next::End(outcome) => return Ok(outcome),
+            };
+            let captured = match step.capture {
+                true => Some(capture_file()?),
+                false => None,
+            };
+            let step_stdout = match &captured {
+                Some(file) => file.try_clone().map(std::process::Stdio::from),
+                None => Ok(std::process::Stdio::null()),
+            };
+            let lock = passed.lock.as_ref().map(OwnedFd::try_clone).transpose();
+            let step_env: Vec<(&str, &str)> = step.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let spawned = step_stdout.and_then(|out| {
+                let passed = spawn::Passed {
+                    ready: None,
+                    lock: lock?,
+                };
+                spawn::spawn_into(
+                    &step.argv,
+                    &step_env,
+                    own_group,
+                    passed,
+                    placement,
+                    out,
+                    output(&stderr_write)?,
+                )
+            });
+            let pid = spawned.map_err(|source| Error::Spawn {
+                program: step.argv[0].clone().into(),
+                source,
+            })?;
+            reaper.spawned();
+            let outcome = Outcome::from_wait(reaper.wait_for(pid).await);
+            let stdout = match captured {
+                Some(file) => read_captured(&file).map_err(|e| Error::io("cannot read what a step printed", e))?,
+                None => Vec::new(),
+            };
+            last = Some(StepEnd { outcome, stdout });
+        };
+        let passed = std::mem::take(&mut passed);
+        let spawned = output(&stdout_write)
+            .and_then(|out| spawn::spawn_into(&argv, &env, own_group, passed, placement, out, output(&stderr_write)?));
+        let pid = spawned.map_err(|source| Error::Spawn {
+            program: argv[0].clone().into(),
+            source,
+        })?;
+        reaper.spawned();
+        reaper.close();
+        // Only the job's processes hold the pipes now: the pumps end when the last one is gone.
+        drop((stdout_write, stderr_write));
+        Ok::<_, Error>(Outcome::from_wait(reaper.wait_for(pid).await))
+    });
+
     let timeout = async {
         match options.timeout {
-            Some(limit) => tokio::time::sleep(limit).await,
+            Some(limit) => tokio::time::sleep(limit.saturating_sub(waited)).await,
             None => std::future::pending().await,
         }
     };
@@ -221,13 +352,44 @@ async fn supervise<T: ProgramTree>(
             None => std::future::pending().await,
         }
     };
-    let outcome = tokio::select! {
-        status = &mut reaper.program => Outcome::from_wait(status.expect("the reaper reports the program's status")),
-        Some(signal) = cancels.recv() => stopped_by(signal, &options),
-        _ = timeout => Outcome::TimedOut,
-        () = worker_gone => Outcome::WorkerLost,
-        () = lease_lost => Outcome::LeaseLost,
+    let mut program = program;
+    let ended = tokio::select! {
+        ended = &mut program => ended,
+        Some(signal) = cancels.recv() => Ok(stopped_by(signal, &options)),
+        _ = timeout => Ok(Outcome::TimedOut),
+        () = worker_gone => Ok(Outcome::WorkerLost),
+        () = lease_lost => Ok(Outcome::LeaseLost),
     };
+    // Whatever step it was at, nothing more is spawned (its pipes close with it).
+    drop(program);
+    reaper.close();
+    let outcome = match ended {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            // jobenv could not go on between two steps (every step it spawned has ended): what
+            // they left is stopped like a program's leftovers.
+            if !tree.is_empty() {
+                stop(&tree, options.grace, &options.lease).await;
+            }
+            wait_for_output(&reaper, &done_rx).await;
+            return Err(error);
+        }
+    };
+    // A program SIGKILLed once its leases ran out was killed for that: by the guard, while this
+    // jobenv was frozen.
+    let outcome = match (outcome, &options.lease) {
+        (Outcome::Killed(signal), Some(lease))
+            if signal == Signal::SIGKILL as i32 && lease.kill_by().is_some_and(|at| Instant::now() >= at) =>
+        {
+            tracing::error!(
+                "the program was killed when this job's leases on the cluster journal ran out (this jobenv could not renew them or stop it in time)"
+            );
+            Outcome::LeaseLost
+        }
+        (outcome, _) => outcome,
+    };
+    // Every stop below ends before the leases can expire.
+    let kill_by = options.lease.clone();
 
     // The stop is a stage of its own in the job's trace (a program that ended by itself has
     // none, unless it left processes running).
@@ -249,7 +411,7 @@ async fn supervise<T: ProgramTree>(
                 "received {name}{why}: stopping the program tree (grace {:?})",
                 options.grace
             );
-            stop(&tree, options.grace).await;
+            stop(&tree, options.grace, &kill_by).await;
             stopping.done();
         }
         Outcome::WorkerLost => {
@@ -258,7 +420,7 @@ async fn supervise<T: ProgramTree>(
                 "the worker that started this job is gone: stopping the program tree (grace {:?})",
                 options.grace
             );
-            stop(&tree, options.grace).await;
+            stop(&tree, options.grace, &kill_by).await;
             stopping.done();
         }
         Outcome::LeaseLost => {
@@ -267,9 +429,9 @@ async fn supervise<T: ProgramTree>(
             tracing::error!(
                 "this job's leases on the cluster journal were not renewed within {:?}: stopping the program tree before they can expire (grace {:?})",
                 lease.renew_deadline,
-                lease.stop_grace
+                options.grace
             );
-            stop(&tree, lease.stop_grace).await;
+            stop(&tree, options.grace, &kill_by).await;
             stopping.done();
         }
         Outcome::TimedOut => {
@@ -279,7 +441,7 @@ async fn supervise<T: ProgramTree>(
                 options.timeout.unwrap_or_default(),
                 options.grace
             );
-            stop(&tree, options.grace).await;
+            stop(&tree, options.grace, &kill_by).await;
             stopping.done();
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
@@ -287,24 +449,39 @@ async fn supervise<T: ProgramTree>(
             // finished job leaves nothing behind. Normally the reaper reports at once that no
             // child is left (every process of the tree is jobenv's descendant: it is a child
             // subreaper); if not, the tree decides (a zombie not yet reaped is not left behind).
-            let reaped = tokio::time::timeout(Duration::from_millis(50), reaper.tree_gone.wait_for(|gone| *gone))
+            let mut gone = reaper.tree_gone.clone();
+            let reaped = tokio::time::timeout(Duration::from_millis(50), gone.wait_for(|gone| *gone))
                 .await
                 .is_ok();
             if !reaped && !tree.is_empty() {
                 let stopping = stage("left running");
                 tracing::warn!("the program exited but left processes running: stopping them");
-                stop(&tree, options.grace).await;
+                stop(&tree, options.grace, &kill_by).await;
                 stopping.done();
             }
         }
     }
 
-    // Every descendant is gone, so every write end of the pipes is closed: the pumps reach end
-    // of file. The bound only guards against a descriptor passed to an unrelated process.
-    let _ = tokio::time::timeout(Duration::from_secs(2), reaper.tree_gone.wait_for(|gone| *gone)).await;
+    wait_for_output(&reaper, &done_rx).await;
+    // The tree is gone: the guard has nothing left to kill by the leases' expiry (a final write
+    // may take until then).
+    if let Some(feed) = guard_feed {
+        feed.abort();
+        if let Some(guard) = &options.guard {
+            guard.set(None);
+        }
+    }
+    Ok(outcome)
+}
+
+/// Every descendant is gone, so every write end of the pipes is closed: the pumps reach end of
+/// file. The bound only guards against a descriptor passed to an unrelated process.
+async fn wait_for_output(reaper: &reaper::Reaper, done: &mpsc::Receiver<()>) {
+    let mut gone = reaper.tree_gone.clone();
+    let _ = tokio::time::timeout(Duration::from_secs(2), gone.wait_for(|gone| *gone)).await;
     let deadline = Instant::now() + Duration::from_secs(2);
     for _ in 0..2 {
-        if done_rx
+        if done
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .is_err()
         {
@@ -312,14 +489,35 @@ async fn supervise<T: ProgramTree>(
             break;
         }
     }
-    Ok(outcome)
 }
 
-/// Stops the tree ([`ProgramTree::stop`], which polls and sleeps) on the blocking pool: the
-/// runtime's own thread stays free.
-async fn stop<T: ProgramTree>(tree: &Arc<T>, grace: Duration) {
-    let tree = Arc::clone(tree);
-    if tokio::task::spawn_blocking(move || tree.stop(grace)).await.is_err() {
+/// A file in memory for a step's stdout.
+fn capture_file() -> Result<std::fs::File, Error> {
+    nix::sys::memfd::memfd_create(c"jobenv-step-stdout", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+        .map(std::fs::File::from)
+        .map_err(|e| Error::sys("cannot make a file for a step's output", e))
+}
+
+/// What a step printed, at most [`MAX_CAPTURED`] bytes of it.
+fn read_captured(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut file = file;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CAPTURED).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Stops the tree ([`ProgramTree::stop_by`], which polls and sleeps) on the blocking pool: the
+/// runtime's own thread stays free. With leases, SIGKILL comes by their expiry at the latest
+/// (less the margin), as renewals move it on, and at once when one is lost.
+async fn stop<T: ProgramTree>(tree: &Arc<T>, grace: Duration, lease: &Option<lease::LeaseWatch>) {
+    let (tree, lease) = (Arc::clone(tree), lease.clone());
+    let kill_by = move || lease.as_ref().and_then(lease::LeaseWatch::kill_by);
+    if tokio::task::spawn_blocking(move || tree.stop_by(grace, &kill_by))
+        .await
+        .is_err()
+    {
         tracing::error!("stopping the program tree failed");
     }
 }

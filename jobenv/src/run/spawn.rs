@@ -48,7 +48,8 @@ const PARKED: RawFd = 10;
 const MAX_PASSED: usize = 2;
 
 /// Starts `argv[0]` (a path) with `argv` and exactly `env`, placed in the program tree by
-/// `placement`; in a process group of its own when `own_group`.
+/// `placement`; in a process group of its own when `own_group`. Its stdout and stderr are pipes
+/// of their own.
 pub fn spawn(
     argv: &[String],
     env: &[(&str, &str)],
@@ -56,6 +57,43 @@ pub fn spawn(
     passed: Passed,
     placement: Placement,
 ) -> io::Result<Spawned> {
+    let mut child = start(argv, env, own_group, passed, placement, Stdio::piped(), Stdio::piped())?;
+    let pid = Pid::from_raw(child.id() as i32);
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    // The child is reaped by jobenv's reaper (it reaps every child), not by `Child::wait`.
+    drop(child);
+    Ok(Spawned {
+        pid,
+        stdout: stdout.expect("stdout is piped"),
+        stderr: stderr.expect("stderr is piped"),
+    })
+}
+
+/// [`spawn`], with stdout and stderr given: several processes of one job (the steps before its
+/// program, and the program) write into the same pipes, which jobenv made.
+pub fn spawn_into(
+    argv: &[String],
+    env: &[(&str, &str)],
+    own_group: bool,
+    passed: Passed,
+    placement: Placement,
+    stdout: Stdio,
+    stderr: Stdio,
+) -> io::Result<Pid> {
+    let child = start(argv, env, own_group, passed, placement, stdout, stderr)?;
+    // Reaped by jobenv's reaper, as above.
+    Ok(Pid::from_raw(child.id() as i32))
+}
+
+fn start(
+    argv: &[String],
+    env: &[(&str, &str)],
+    own_group: bool,
+    passed: Passed,
+    placement: Placement,
+    stdout: Stdio,
+    stderr: Stdio,
+) -> io::Result<std::process::Child> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program"))?;
@@ -65,8 +103,8 @@ pub fn spawn(
         .env_clear()
         .envs(env.iter().copied())
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stdout(stdout)
+        .stderr(stderr);
     if own_group {
         command.process_group(0);
     }
@@ -79,18 +117,10 @@ pub fn spawn(
     // SAFETY: `prepare_child` runs between fork and exec and makes only async-signal-safe system
     // calls on data prepared before the fork; it allocates nothing and takes no lock.
     unsafe { command.pre_exec(move || prepare_child(parent, moves, placement)) };
-    let mut child = command.spawn()?;
+    let child = command.spawn()?;
     // Our copies of the passed descriptors close here: only the program tree holds them now.
     drop(passed);
-    let pid = Pid::from_raw(child.id() as i32);
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    // The child is reaped by jobenv's reaper (it reaps every child), not by `Child::wait`.
-    drop(child);
-    Ok(Spawned {
-        pid,
-        stdout: stdout.expect("stdout is piped"),
-        stderr: stderr.expect("stderr is piped"),
-    })
+    Ok(child)
 }
 
 /// The child's side of [`spawn`]; see the module comment for what and why. `moves` are

@@ -3,7 +3,7 @@
 //!
 //! - **A trace per job**: the job's span (`deploy <attribute> <verb>`, its identity and ending as
 //!   attributes, an error status unless it succeeded), a child span per stage it passes
-//!   ([`Stage`]: admission, namespace, lease, program, stop), and as events of the stage the
+//!   ([`Stage`]: admission, namespace, lease, program, evaluation, stop), and as events of the stage the
 //!   lines jobenv printed in it (a refused key, an orphan stopped, a lease renewed late).
 //! - **Joined to the front-end's**: a valid `TRACEPARENT` in the payload ([`context`]) makes the
 //!   job's span its child; the program gets the `TRACEPARENT` of its own stage.
@@ -59,6 +59,9 @@ pub enum Stage {
     Namespace,
     /// Cluster mode: the namespace's lease on the shared journal.
     Lease,
+    /// Inside the program's: the shell's evaluation (the cache's decision, a wait for another
+    /// job's evaluation, nix-instantiate, the inputs' realisation), up to the program's spawn.
+    Evaluation,
     /// The program, from its spawn to its end.
     Program,
     /// Stopping the program tree, and why (`cancel`, `timeout`, `drain`, `worker lost`,
@@ -72,6 +75,7 @@ impl Stage {
             Stage::Admission => "admission",
             Stage::Namespace => "namespace",
             Stage::Lease => "lease",
+            Stage::Evaluation => "evaluation",
             Stage::Program => "program",
             Stage::Stop(_) => "stop",
         }
@@ -208,6 +212,39 @@ impl Drop for Guard {
         if let Some((job, id)) = self.0.take() {
             job.abandon(id);
         }
+    }
+}
+
+/// What runs before the program (the shell's evaluation), its stage ending when the program
+/// is next: done; or failed when the job ends there, the error that follows saying why.
+pub struct Evaluating<B> {
+    inner: B,
+    stage: Option<Guard>,
+}
+
+impl<B: crate::run::Before> Evaluating<B> {
+    pub fn new(inner: B, stage: Guard) -> Self {
+        Evaluating {
+            inner,
+            stage: Some(stage),
+        }
+    }
+}
+
+impl<B: crate::run::Before> crate::run::Before for Evaluating<B> {
+    fn next(&mut self, last: Option<crate::run::StepEnd>) -> Result<crate::run::Next, crate::error::Error> {
+        let next = self.inner.next(last);
+        match &next {
+            Ok(crate::run::Next::Step(_)) => {}
+            Ok(crate::run::Next::Program(_)) => self.stage.take().into_iter().for_each(Guard::done),
+            // Left unsaid: open for the lines that say why (see [`Guard`]'s drop).
+            Ok(crate::run::Next::End(_)) | Err(_) => drop(self.stage.take()),
+        }
+        next
+    }
+
+    fn waited(&self) -> std::time::Duration {
+        self.inner.waited()
     }
 }
 

@@ -53,6 +53,10 @@ pub struct Job {
     program_bytes: std::sync::atomic::AtomicU64,
     over_bound: std::sync::atomic::AtomicU64,
     bound_said: std::sync::atomic::AtomicBool,
+    /// The evaluation's span while it is open: what the pumps carry then is its steps' output,
+    /// not the program's. The flag spares the pumps a lock per line otherwise.
+    evaluating: std::sync::atomic::AtomicBool,
+    evaluation: Mutex<Option<SpanContext>>,
 }
 
 #[derive(Default)]
@@ -112,6 +116,8 @@ impl Job {
             program_bytes: Default::default(),
             over_bound: Default::default(),
             bound_said: Default::default(),
+            evaluating: Default::default(),
+            evaluation: Mutex::default(),
         };
         // Open from the start: everything up to the plan is admission.
         lock(&job.state).open.push(Open {
@@ -215,6 +221,10 @@ impl Job {
             (true, None, Some(job)) => Some(self.stage_span(stage, start, &job.span_context().clone())),
             _ => None,
         };
+        if let (Stage::Evaluation, Some(span)) = (stage, &span) {
+            *lock(&self.evaluation) = Some(span.span_context().clone());
+            self.evaluating.store(true, Ordering::Relaxed);
+        }
         state.open.push(Open {
             id,
             stage,
@@ -258,6 +268,9 @@ impl Job {
     }
 
     fn end_stage(&self, open: Open, failed: Option<String>, at: SystemTime) {
+        if open.stage == Stage::Evaluation {
+            self.evaluating.store(false, Ordering::Relaxed);
+        }
         let Some(mut span) = open.span else { return };
         let failed = failed.or_else(|| open.abandoned.then(|| "did not complete".to_owned()));
         if let Some(why) = failed {
@@ -386,7 +399,16 @@ impl Job {
     /// bytes as they come.
     pub fn tap(self: &Arc<Self>, stream: &'static str) -> Option<Tap> {
         self.logger.as_ref()?;
-        let context = Self::current(&lock(&self.state));
+        // The program's stage (the taps are made while its shell's evaluation, inside it, is
+        // open: that one's lines are told apart as they come).
+        let context = {
+            let state = lock(&self.state);
+            let program = state.open.iter().rev().find(|o| o.stage != Stage::Evaluation);
+            program
+                .and_then(|o| o.span.as_ref())
+                .or(state.job.as_ref())
+                .map(|span| span.span_context().clone())
+        };
         Some(Tap {
             job: Arc::clone(self),
             stream,
@@ -627,12 +649,17 @@ impl Tap {
             // A cut may split a character; other invalid UTF-8 is shown as the job log shows it.
             Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
         };
+        // While the shell is evaluated, what comes is the evaluation's (nix-instantiate's stderr).
+        let evaluation = match self.job.evaluating.load(Ordering::Relaxed) {
+            true => lock(&self.job.evaluation).clone(),
+            false => None,
+        };
         self.job.emit(
             body,
             self.severity,
             self.stream,
             "program",
-            self.context.as_ref(),
+            evaluation.as_ref().or(self.context.as_ref()),
             cut,
             SystemTime::now(),
         );

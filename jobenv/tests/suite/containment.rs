@@ -26,7 +26,10 @@ use serde_json::{Value, json};
 /// A node whose program does what the payload's `STEP` says, then runs until `go` exists:
 /// `escape` starts a helper in a session of its own (`setsid`) and a double-forked daemon;
 /// `step` execs Python, whose step (`subprocess.run`, descriptors closed) runs until stopped;
-/// `stubborn` starts a helper in a session of its own that ignores SIGTERM; `plain` only logs. Every process logs `<name> TERM` when it gets SIGTERM, then exits.
+/// `stubborn` starts a helper in a session of its own that ignores SIGTERM; `capture` moves its
+/// jobenv into the program's own cgroup (as any process of the worker's user may) and logs
+/// `captured`; `plain` only logs. Every process logs `<name> TERM` when it gets SIGTERM, then
+/// exits.
 struct Deploy {
     f: Fixture,
     dir: PathBuf,
@@ -66,6 +69,9 @@ impl Deploy {
                  escape) setsid {d}/escapee helper </dev/null >/dev/null 2>&1 &\n  ( setsid {d}/escapee daemon </dev/null >/dev/null 2>&1 & ) ;;\n\
                  step) exec /usr/bin/python3 {d}/step.py ;;\n\
                  stubborn) setsid {d}/stubborn \"stubborn-$DEPLOYMENT_NAMESPACE\" </dev/null >/dev/null 2>&1 & ;;\n\
+                 capture) p=$$; while [ \"$(cat /proc/$p/comm)\" != fediversity-job ]; do p=$(cut -d' ' -f4 /proc/$p/stat); done\n  \
+                 mnt=$(awk '{{for (i = 1; i <= NF; i++) if ($i == \"-\") {{ if ($(i + 1) == \"cgroup2\") print $5; break }}}}' /proc/self/mountinfo | head -n 1)\n  \
+                 echo $p > \"$mnt$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.procs\" && echo captured >> {d}/log ;;\n\
                  esac\n\
                  while [ ! -e {d}/go ]; do sleep 0.05; done\necho \"end $STEP\" >> {d}/log"
             ),
@@ -216,6 +222,44 @@ fn a_cancel_stops_a_setsid_helper_and_a_double_forked_daemon() {
     );
     // jobenv has exited: anything still running would be left for good.
     assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::ZERO);
+}
+
+/// A program can move its jobenv into its own cgroup (the worker's user may write the
+/// `cgroup.procs` of jobenv's cgroup and of the deploy's): a cancel must not make jobenv kill
+/// itself with the tree (its entry would stay `running`, and the job run again). It moves
+/// itself back out, and stops the tree as always.
+#[test]
+fn a_program_that_moves_jobenv_into_its_cgroup_does_not_make_it_kill_itself_on_a_cancel() {
+    let d = Deploy::new("cgroup");
+    let mut jobenv =
+        d.f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .args(["--grace", "1", "--job-id", "captured-1"])
+            .payload(&Deploy::payload("capture"))
+            .spawn();
+    let program = d.pid("program");
+    assert!(
+        wait_until(Duration::from_secs(10), || d.log().contains(&"captured".to_owned())),
+        "{:?}",
+        d.log()
+    );
+    // Positive control: jobenv is in its program's cgroup now.
+    assert_eq!(cgroup_of(jobenv.id() as i32), cgroup_of(program));
+    kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGTERM).unwrap();
+    let status = wait_exit(&mut jobenv, Duration::from_secs(10));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut jobenv.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(143),
+        "jobenv did not end as a cancel: {stderr}"
+    );
+    assert!(!is_alive(program));
+    assert!(
+        stderr.contains("jobenv: warning: jobenv was moved into the program tree's cgroup "),
+        "{stderr}"
+    );
+    assert_eq!(d.entry("captured-1")["status"], "canceled");
 }
 
 #[test]

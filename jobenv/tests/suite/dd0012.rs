@@ -277,19 +277,98 @@ fn a_wrong_row_secret_is_refused_once_and_changes_nothing_else() {
     assert_eq!(receiver.row(Kind::Jobs, id).statuses.len(), 0);
 }
 
+/// Who can write a row is who holds its secret. A job (or whoever holds the front-end's token
+/// and queues jobs of its own) that names another row than its own, with its own row's secret
+/// or any other, is refused by the back-end: the other row gets nothing, and no more requests
+/// are sent. Positive control: the same job, naming its own row, writes it.
 #[test]
-fn the_nodes_secret_wins_over_the_rows() {
+fn a_job_cannot_write_a_row_whose_secret_it_does_not_hold() {
+    let receiver = Dd0012Receiver::start();
+    let own = receiver.add_row(Kind::Jobs, ROW_SECRET);
+    let victim = receiver.add_row(Kind::Jobs, "the-victims-own-row-secret-42");
+    let other_kind = receiver.add_row(Kind::Deployments, "a-deployment-row-secret-0042");
+    let f = node(&receiver, "apply", "echo 'status: all good'; exit 0");
+    for (kind, row) in [(Kind::Jobs, victim), (Kind::Deployments, other_kind)] {
+        let done = f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .payload(&payload(kind, row))
+            .expect_success()
+            .expect_stderr_contains("jobenv: error: progress events: the receiver refused jobenv's EVENTS_SECRET (HTTP 403 Forbidden); no more events are sent for this job")
+            .run();
+        assert_eq!(done.stdout, "status: all good\n", "the job itself ran");
+    }
+    let requests = receiver.requests();
+    assert_eq!(
+        requests.iter().map(|r| r.answer).collect::<Vec<_>>(),
+        [403, 403],
+        "one refused request per job, none after it"
+    );
+    for (kind, row) in [(Kind::Jobs, victim), (Kind::Deployments, other_kind), (Kind::Jobs, own)] {
+        let row = receiver.row(kind, row);
+        assert!(row.notifications.is_empty() && row.status == "pending", "{row:?}");
+    }
+    // Positive control: its own row, with its own secret.
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&payload(Kind::Jobs, own))
+        .expect_success()
+        .run();
+    let row = receiver.row(Kind::Jobs, own);
+    assert_eq!(changes(&row), ["preparing", "running", "succeeded"]);
+    assert!(
+        log_lines(&row).contains(&"info: status: all good".to_owned()),
+        "{row:?}"
+    );
+    assert!(receiver.row(Kind::Jobs, victim).notifications.is_empty());
+}
+
+/// A node-wide `EVENTS_SECRET` on a dd-0012 node was the secret of every row (a back-end set up
+/// to take it for all of them), so the payload alone chose which row it wrote to. Such a node
+/// is refused now, every job of it, before anything runs or is sent, with a line that says what
+/// to change. Positive control: the node without its secret, and the payload with the row's.
+#[test]
+fn a_node_wide_secret_on_a_dd0012_node_is_refused_and_says_what_to_do() {
     let node_secret = "node-events-secret-0123456789";
     let receiver = Dd0012Receiver::start();
-    let id = receiver.add_row(Kind::Jobs, node_secret);
+    // The back-end as a node-wide secret needed it: every row with that one secret.
+    let own = receiver.add_row(Kind::Jobs, node_secret);
+    let victim = receiver.add_row(Kind::Deployments, node_secret);
     let mut f = node(&receiver, "apply", "true");
-    f.secret("EVENTS_SECRET", node_secret);
+    let ran = f.path().join("ran");
+    f.program("web", "apply", &format!("touch '{}'; echo hello", ran.display()))
+        .secret("EVENTS_SECRET", node_secret);
+    let secrets_dir = f.secrets_dir();
+    for payload in [
+        payload(Kind::Deployments, victim),
+        payload(Kind::Jobs, own),
+        json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}),
+    ] {
+        let done = f
+            .jobenv(jobenv_bin!())
+            .verb("apply")
+            .payload(&payload)
+            .expect_code(2)
+            .expect_stdout("")
+            .expect_nowhere("the node's secret", node_secret)
+            .run();
+        let expected = format!(
+            "jobenv: error: {}/EVENTS_SECRET sets EVENTS_SECRET, but EVENTS_FORMAT is dd-0012, whose rows have secrets of their own: one secret for every row would let any job post to any row. Remove EVENTS_SECRET from the node; the front-end sends each row's secret in the payload's EVENTS_SECRET",
+            secrets_dir.display()
+        );
+        assert!(done.stderr_lines().contains(&expected.as_str()), "{}", done.stderr);
+        assert!(!ran.exists(), "the program ran");
+    }
+    assert!(receiver.requests().is_empty(), "a refused node sent a request");
+    assert!(receiver.row(Kind::Deployments, victim).notifications.is_empty());
+
+    // Positive control: without the node's secret, the row's own (which the front-end sends).
+    let f = node(&receiver, "apply", "echo hello");
+    let id = receiver.add_row(Kind::Jobs, ROW_SECRET);
     f.jobenv(jobenv_bin!())
         .verb("apply")
         .payload(&payload(Kind::Jobs, id))
         .expect_success()
-        .expect_stderr_contains("jobenv: warning: payload value for EVENTS_SECRET ignored: the node sets it")
-        .expect_nowhere("the node's secret", node_secret)
         .run();
     assert_eq!(
         changes(&receiver.row(Kind::Jobs, id)),

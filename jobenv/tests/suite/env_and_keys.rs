@@ -26,18 +26,65 @@ fn env_json_shows_argv_and_every_source() {
     assert!(!started.exists(), "env ran the program");
     let shown: Value = serde_json::from_str(&done.stdout).unwrap();
     let root = f.root().display().to_string();
+    // The run step: the derivation the evaluation makes, and the program.
     assert_eq!(
         shown["argv"],
         json!([
             which_nix_shell(),
+            "<the derivation the evaluation makes>",
+            "-I",
+            format!("nixpkgs={root}"),
+            "--run",
+            "exec web-apply"
+        ])
+    );
+    // The evaluation before it: what nix-shell would have evaluated, rooted in a directory of
+    // the job's own (the fixture's tree is not in the store: it is not cached).
+    let nix_instantiate = which_nix_shell().replace("nix-shell", "nix-instantiate");
+    assert_eq!(
+        shown["evaluation"]["argv"],
+        json!([
+            nix_instantiate,
             root,
             "-I",
             format!("nixpkgs={root}"),
             "-A",
             format!("devShells.{}-linux.web", std::env::consts::ARCH),
-            "--run",
-            "exec web-apply"
+            "--arg",
+            "inNixShell",
+            "true",
+            "--add-root",
+            format!("{}/shells/job-<pid>-<start>/shell.drv", f.state_dir().display())
         ])
+    );
+    assert_eq!(shown["evaluation"]["cache"], "off");
+    assert_eq!(
+        shown["evaluation"]["why"],
+        format!("DEPLOYMENT_ROOT {root} is not in the Nix store (/nix/store)")
+    );
+    // Its environment: the node's, never the payload's, a secret's or a default's of a key
+    // that is not node-only.
+    let evaluated: Vec<&str> = shown["evaluation"]["env"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        evaluated,
+        [
+            "HOME",
+            "IN_NIX_SHELL",
+            "NIX_PATH",
+            "NIX_USER_CONF_FILES",
+            "PATH",
+            "XDG_CACHE_HOME"
+        ]
+    );
+    assert_eq!(shown["evaluation"]["env"]["HOME"]["value"], "/homeless-shelter");
+    assert_eq!(
+        shown["evaluation"]["env"]["NIX_PATH"]["value"],
+        format!("nixpkgs={root}")
     );
     let source = |key: &str| shown["env"][key]["source"].as_str().unwrap_or("absent").to_owned();
     assert_eq!(source("FROM_NODE"), "node");
@@ -65,6 +112,17 @@ fn env_text_has_one_line_per_variable_with_its_source() {
     assert!(text.contains("DOMAIN=example.org  # default\n"), "{text}");
     assert!(text.contains("DEPLOYMENT_NAMESPACE=ns  # derived\n"), "{text}");
     assert!(text.contains("exec web-apply\n"), "{text}");
+    assert!(
+        text.starts_with("# cache: off, evaluated by every job: DEPLOYMENT_ROOT "),
+        "{text}"
+    );
+    let evaluation = text
+        .split("# evaluation environment: KEY=VALUE  # source\n")
+        .nth(1)
+        .and_then(|rest| rest.split("# argv, one argument per line\n").next())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(evaluation.contains("HOME=/homeless-shelter  # derived\n"), "{text}");
+    assert!(!evaluation.contains("DOMAIN"), "{text}");
 }
 
 #[test]
@@ -164,7 +222,8 @@ fn keys_and_env_say_which_keys_are_node_only() {
 fn the_nix_shell_option_picks_the_program_that_runs() {
     let mut f = Fixture::new();
     f.program("web", "apply", "true");
-    let stand_in = f.path().join("fake-nix-shell");
+    // nix-instantiate and nix-store stand in too: beside the nix-shell given.
+    let stand_in = f.nix_shell_stand_in();
     fediversity_testkit::nix_fixture::write_executable(&stand_in, "#!/bin/sh\necho stand-in \"$@\"\n");
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"});
     let done = f
@@ -173,7 +232,30 @@ fn the_nix_shell_option_picks_the_program_that_runs() {
         .args(["--nix-shell", stand_in.to_str().unwrap()])
         .payload(&payload)
         .run();
-    assert!(done.stdout.starts_with("stand-in "), "{done:?}");
+    assert_eq!(
+        done.stdout,
+        format!(
+            "stand-in {} -I nixpkgs={} --run exec web-apply\n",
+            fediversity_testkit::nix_fixture::STAND_IN_DRV,
+            f.root().display()
+        ),
+        "{done:?}"
+    );
+    // A nix-shell without Nix's other programs beside it is refused before anything runs.
+    let alone = f.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    fediversity_testkit::nix_fixture::write_executable(&alone.join("nix-shell"), "#!/bin/sh\nexit 0\n");
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(["--nix-shell", alone.join("nix-shell").to_str().unwrap()])
+        .payload(&payload)
+        .expect_code(2)
+        .expect_stderr_contains(format!(
+            "nix-instantiate {}/nix-instantiate (beside nix-shell) was not found or is not executable",
+            alone.display()
+        ))
+        .expect_stderr_contains("nix-store ")
+        .run();
     f.jobenv(jobenv_bin!())
         .verb("apply")
         .args(["--nix-shell", "/nonexistent/nix-shell"])

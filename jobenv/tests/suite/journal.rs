@@ -242,7 +242,7 @@ fn prune_deletes_what_finished_before_the_retention_and_says_how_many() {
     f.jobenv(jobenv_bin!())
         .args(["prune", "--retain-days", "30"])
         .expect_success()
-        .expect_stdout("{\"pruned\":1}\n")
+        .expect_stdout("{\"pruned\":1,\"shells_pruned\":0}\n")
         .run();
     assert!(!path.exists(), "the old entry was kept");
     assert!(
@@ -252,7 +252,7 @@ fn prune_deletes_what_finished_before_the_retention_and_says_how_many() {
     f.jobenv(jobenv_bin!())
         .args(["prune", "--retain-days", "30"])
         .expect_success()
-        .expect_stdout("{\"pruned\":0}\n")
+        .expect_stdout("{\"pruned\":0,\"shells_pruned\":0}\n")
         .run();
     f.jobenv(jobenv_bin!())
         .args(["prune", "--retain-days", "0"])

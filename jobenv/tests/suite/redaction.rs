@@ -424,6 +424,77 @@ print("xml: " + xml.escape(s))
     );
 }
 
+/// Node.js's `util.inspect`, which `console.log` uses for an object or an array, quotes a string
+/// in one of three ways, chosen by what the whole string holds (Node's `strEscape`): single
+/// quotes, double quotes when it holds `'` and no `"`, backticks when it holds both and no
+/// backtick (nor `${`), and else single quotes with `\'`; a backslash is doubled in each, and
+/// controls are `\t`, `\x01`, .... Each way, for a secret of its own and for a secret inside a
+/// longer string whose other text picks the quotes; the positive control is what node printed.
+#[test]
+fn node_util_inspect_and_console_log_of_an_object_are_redacted() {
+    let script = r#"/usr/bin/node -e '
+const util = require("util");
+const s = process.env.S;
+console.log({ k: s });
+console.log(util.inspect(s));
+console.log([s]);
+console.log({ k: "say \"x\" " + s });
+console.log({ k: "say \"x\" `y` " + s });
+'"#;
+    // (secret, how node quoted it alone, its spelling with `"` and with `"` and a backtick
+    // around it): each branch of the quoting.
+    let cases = [
+        // Both quotes and a backslash: backticks, the backslash doubled.
+        ("pa\\ss'wo\"rd-1", "`", "pa\\\\ss'wo\"rd-1", "pa\\\\ss\\'wo\"rd-1"),
+        // `'` alone: double quotes.
+        ("it's\\a-secret-2", "\"", "it's\\\\a-secret-2", "it\\'s\\\\a-secret-2"),
+        // `"` alone: single quotes, nothing but the backslash escaped.
+        ("say \"hi\"\\now-3", "'", "say \"hi\"\\\\now-3", "say \"hi\"\\\\now-3"),
+        // Both quotes and a backtick: single quotes, `'` as `\'`.
+        ("a'b\"c`d\\e-4", "'", "a\\'b\"c`d\\\\e-4", "a\\'b\"c`d\\\\e-4"),
+        // Both quotes and `${`: the same.
+        ("a'b\"c${d}-5", "'", "a\\'b\"c${d}-5", "a\\'b\"c${d}-5"),
+        // Controls: named, or in upper-case hex.
+        (
+            "tab\there\u{1}\u{7f}-6",
+            "'",
+            "tab\\there\\x01\\x7F-6",
+            "tab\\there\\x01\\x7F-6",
+        ),
+    ];
+    // Node's choice, for the lines where other text of the string decides it.
+    let quote_of = |text: &str| match (text.contains('\''), text.contains('"')) {
+        (false, _) => '\'',
+        (true, false) => '"',
+        (true, true) if !text.contains('`') && !text.contains("${") => '`',
+        (true, true) => '\'',
+    };
+    for (secret, q, spelled, in_single_quotes) in cases {
+        let (redacted, shown) = printed_both_ways(secret, script);
+        let (q4, q5) = (
+            quote_of(&format!("say \"x\" {secret}")),
+            quote_of(&format!("say \"x\" `y` {secret}")),
+        );
+        assert_eq!(
+            redacted,
+            format!(
+                "{{ k: {q}[REDACTED]{q} }}\n{q}[REDACTED]{q}\n[ {q}[REDACTED]{q} ]\n{{ k: {q4}say \"x\" [REDACTED]{q4} }}\n{{ k: {q5}say \"x\" `y` [REDACTED]{q5} }}\n"
+            ),
+            "{secret:?}: {shown}"
+        );
+        assert_forms_shown(secret, &redacted, &shown);
+        // The control: node printed these spellings, and not the value as it is.
+        assert!(
+            shown.starts_with(&format!("{{ k: {q}{spelled}{q} }}\n")),
+            "{secret:?}: {shown}"
+        );
+        assert!(
+            shown.ends_with(&format!("`y` {in_single_quotes}' }}\n")),
+            "{secret:?}: {shown}"
+        );
+    }
+}
+
 #[test]
 fn base64_at_every_offset_in_both_alphabets_and_wrapped_is_redacted() {
     let script = r#"printf %s "$S" | base64 -w0; echo
@@ -521,4 +592,49 @@ curl -sv -o /dev/null "http://deploy:$url@127.0.0.1:{port}/" 2>&1 | grep -i -e '
     let visible = &plain[0][..header.len() + 10];
     assert_eq!(redacted, format!("{visible}[REDACTED]\r\n{visible}[REDACTED]\r\n"));
     assert_forms_shown(QUOTABLE, &redacted, &shown);
+}
+
+/// A payload's `TF_HTTP_PASSWORD` of 4096 `a`s (the longest a payload may bring), and a program
+/// that prints what agrees with it from every byte on: 4 MiB of `a`s in one line, then the
+/// password cut one byte short on 256 lines. Redacting it once took seconds per MiB (each place
+/// compared again as far as the text went on agreeing); now each byte is read a bounded number
+/// of times, and the bound here only tells a hang (minutes) from a run. The figures are in
+/// BENCHMARKS.md (benchmark 7).
+#[test]
+fn a_long_repeating_password_costs_no_more_than_its_output() {
+    let password = "a".repeat(4096);
+    let mut f = Fixture::new();
+    f.program(
+        "web",
+        "apply",
+        r#"head -c 4194304 /dev/zero | tr '\0' a; echo
+line=$(printf %s "$TF_HTTP_PASSWORD" | head -c 4095)
+i=0; while [ $i -lt 256 ]; do printf '%s\n' "$line"; i=$((i + 1)); done"#,
+    );
+    let started = std::time::Instant::now();
+    let done = f
+        .jobenv(jobenv_bin!())
+        .verb("apply")
+        .payload(&json!({
+            "ATTRIBUTE": "web",
+            "TF_HTTP_ADDRESS": "https://state.example/tf/ns",
+            "TF_HTTP_PASSWORD": password,
+        }))
+        .expect_success()
+        .run();
+    let took = started.elapsed();
+    // The run of `a`s holds the password everywhere; a line one `a` short holds it nowhere.
+    let near = format!("{}\n", &password[..4095]);
+    assert!(
+        done.raw_stdout.starts_with(b"[REDACTED]\n"),
+        "{:?}",
+        &done.stdout[..100]
+    );
+    assert_eq!(done.raw_stdout.len(), 11 + 256 * near.len());
+    assert!(
+        done.raw_stdout[11..]
+            .chunks(near.len())
+            .all(|line| line == near.as_bytes())
+    );
+    assert!(took < Duration::from_secs(60), "redaction took {took:?}");
 }

@@ -1,8 +1,9 @@
 //! Fuzz-style property test of the streaming redactor: for random secrets, random surrounding
 //! bytes and every way of cutting the stream, no secret survives and every other byte comes
 //! out unchanged (the output equals the whole-buffer reference redaction). Each case runs with
-//! the secrets of 10 bytes and more found by the sampled search (as jobenv does), and with every
-//! secret found by its beginning, in groups of every size.
+//! the secrets of 10 bytes and more found by the sampled search (as jobenv does), with every
+//! secret found by its beginning, in groups of every size, and with every sampled secret
+//! verified by the search for repeating secrets (which jobenv uses for those only).
 
 use jobenv::run::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
 use proptest::prelude::*;
@@ -24,7 +25,13 @@ fn stream_grouped(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usiz
 
 /// With no secret found by the sampled search: every one by its beginning.
 fn stream_unsampled(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize], group: usize) -> Vec<u8> {
-    streamed_with(Redactor::tuned(secrets, group, |_| false), input, cuts)
+    streamed_with(Redactor::tuned(secrets, group, |_| false, u32::MAX), input, cuts)
+}
+
+/// With every secret of 10 bytes or more verified by the search for repeating secrets (KMP),
+/// as jobenv verifies those that repeat themselves.
+fn stream_periodic(secrets: &[Vec<u8>], input: &[u8], cuts: &[usize]) -> Vec<u8> {
+    streamed_with(Redactor::tuned(secrets, 64, |_| true, 0), input, cuts)
 }
 
 fn streamed_with(mut redactor: Redactor, input: &[u8], cuts: &[usize]) -> Vec<u8> {
@@ -69,6 +76,7 @@ proptest! {
         for group in 1..=secrets.len() {
             prop_assert_eq!(&stream_unsampled(&secrets, &input, &cuts, group), &expected, "unsampled, group size {}", group);
         }
+        prop_assert_eq!(&stream_periodic(&secrets, &input, &cuts), &expected, "as repeating secrets");
         for secret in secrets.iter().filter(|s| !can_be_spelled_by_marker(s)) {
             prop_assert!(!contains(&got, secret), "secret {:?} survived", secret);
         }
@@ -81,6 +89,7 @@ proptest! {
         for cut in 0..=input.len() {
             prop_assert_eq!(&stream(std::slice::from_ref(&secret), &input, &[cut]), &expected);
             prop_assert_eq!(&stream_unsampled(std::slice::from_ref(&secret), &input, &[cut], 1), &expected);
+            prop_assert_eq!(&stream_periodic(std::slice::from_ref(&secret), &input, &[cut]), &expected);
         }
         // Positive control: the input did hold the secret, and the reference removed it.
         prop_assert!(contains(&input, &secret));
@@ -115,6 +124,48 @@ proptest! {
         let expected = redact_all(&needles, &input);
         prop_assert_eq!(&stream(&needles, &input, &cuts), &expected);
         prop_assert_eq!(&stream_grouped(&needles, &input, &cuts, 2), &expected);
+        prop_assert_eq!(&stream_periodic(&needles, &input, &cuts), &expected);
+    }
+
+    /// Secrets that repeat themselves (a unit over and over, perhaps with another last byte or a
+    /// few other bytes at the start), among text made of the same units, whole and cut short:
+    /// the shapes where verification by comparison would be slow. Redacted as the reference
+    /// does, as jobenv tunes it and with each verification alone, at random cuts.
+    #[test]
+    fn repeating_secrets_match_the_reference(
+        shapes in prop::collection::vec((prop::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), any::<u8>()], 1..4), 3..40usize, prop::collection::vec(prop_oneof![Just(b'a'), Just(b'c')], 0..3), any::<bool>()), 1..4),
+        pieces in prop::collection::vec((any::<prop::sample::Index>(), 0..120usize, prop::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b'c'), any::<u8>()], 0..4)), 1..10),
+        cut_seed in prop::collection::vec(any::<prop::sample::Index>(), 0..10),
+    ) {
+        let secrets: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|(unit, times, lead, odd_end)| {
+                let mut secret = lead.clone();
+                secret.extend(unit.iter().cycle().take(unit.len() * times));
+                if *odd_end {
+                    secret.push(b'z');
+                }
+                secret
+            })
+            .filter(|secret| secret.len() >= 4)
+            .collect();
+        prop_assume!(!secrets.is_empty());
+        let mut input = Vec::new();
+        for (pick, len, other) in &pieces {
+            let (unit, _, lead, _) = &shapes[pick.index(shapes.len())];
+            input.extend_from_slice(other);
+            if len % 2 == 0 {
+                input.extend_from_slice(lead);
+            }
+            input.extend(unit.iter().cycle().take(*len));
+        }
+        let mut cuts: Vec<usize> = cut_seed.iter().map(|ix| ix.index(input.len() + 1)).collect();
+        cuts.sort_unstable();
+        let expected = redact_all(&secrets, &input);
+        prop_assert_eq!(&stream(&secrets, &input, &cuts), &expected);
+        prop_assert_eq!(&stream_periodic(&secrets, &input, &cuts), &expected, "as repeating secrets");
+        prop_assert_eq!(&streamed_with(Redactor::tuned(&secrets, 64, |_| true, u32::MAX), &input, &cuts), &expected, "by comparison");
+        prop_assert_eq!(&stream_unsampled(&secrets, &input, &cuts, 2), &expected, "unsampled");
     }
 
     /// Each form of a secret that a tool prints (written apart from the needles, in the test
@@ -140,7 +191,8 @@ proptest! {
         for cut in 0..=input.len() {
             prop_assert_eq!(&streamed_with(redactor.clone(), &input, &[cut]), &expected, "cut at {}", cut);
         }
-        prop_assert_eq!(&streamed_with(Redactor::tuned(&needles, 2, |_| false), &input, &[input.len() / 2]), &expected);
+        prop_assert_eq!(&streamed_with(Redactor::tuned(&needles, 2, |_| false, u32::MAX), &input, &[input.len() / 2]), &expected);
+        prop_assert_eq!(&stream_periodic(&needles, &input, &[input.len() / 2]), &expected);
     }
 
     #[test]

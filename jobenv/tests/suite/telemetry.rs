@@ -93,7 +93,7 @@ fn a_job_is_one_trace_with_a_span_per_stage_joined_to_the_front_ends() {
     let spans = by_name(&recorded.spans);
     assert_eq!(
         spans.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["admission", "deploy web apply", "namespace", "program"],
+        ["admission", "deploy web apply", "evaluation", "namespace", "program"],
         "{spans:#?}"
     );
     let job = &spans["deploy web apply"];
@@ -114,6 +114,11 @@ fn a_job_is_one_trace_with_a_span_per_stage_joined_to_the_front_ends() {
     }
     assert!(spans["admission"].end_ns <= spans["namespace"].start_ns);
     assert!(spans["namespace"].end_ns <= spans["program"].start_ns);
+    // The shell's evaluation is the first thing of the program's stage.
+    let (evaluation, program) = (&spans["evaluation"], &spans["program"]);
+    assert_eq!(evaluation.parent_span_id, program.span_id);
+    assert_eq!(evaluation.status.0, 0, "{evaluation:#?}");
+    assert!(program.start_ns <= evaluation.start_ns && evaluation.end_ns <= program.end_ns);
     for (key, value) in [
         ("jobenv.job.id", "job-7"),
         ("jobenv.job.attempt", "1"),
@@ -408,7 +413,7 @@ fn a_collector_that_answers_in_time_costs_no_line() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(telemetry_lines(&text(&out.stderr)), Vec::<&str>::new());
     let recorded = slow.recorded();
-    assert_eq!(recorded.spans.len(), 4, "{:#?}", recorded.spans);
+    assert_eq!(recorded.spans.len(), 5, "{:#?}", recorded.spans);
     assert_eq!(bodies(&recorded.records, "stdout", None), ["one", "two"]);
 }
 
@@ -488,7 +493,7 @@ fn without_an_endpoint_nothing_runs_no_thread_no_export() {
     assert_eq!(with.len(), without.len() + 3, "{without:?} {with:?}");
     // Only the second run sent anything.
     let spans = by_name(&receiver.recorded().spans);
-    assert_eq!(spans.len(), 4, "{spans:#?}");
+    assert_eq!(spans.len(), 5, "{spans:#?}");
     assert_eq!(spans["deploy web apply"].attributes["jobenv.job.id"], "job-7");
 }
 
@@ -859,7 +864,7 @@ fn through_a_real_collector() {
     let out = run_with_payload(command(&f, &rotel.endpoint, &[]), &payload);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        receiver.wait_for(Duration::from_secs(20), |r| r.spans.len() >= 4
+        receiver.wait_for(Duration::from_secs(20), |r| r.spans.len() >= 5
             && r.records.iter().any(|l| l.body.starts_with("deploying"))),
         "the collector passed nothing on: {:?}",
         receiver.recorded()

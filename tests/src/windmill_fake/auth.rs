@@ -3,7 +3,9 @@
 //! `create_token`; `windmill-api-auth/src/auth.rs`: token resolution) and what CE 1.743.0
 //! answered (the "Auth and tokens" rows: status codes, texts, `tokens/list` fields, the 120 s
 //! cache that keeps a deleted non-session token working). A token's scopes and workspace are
-//! checked on every authenticated call (`scopes.rs`).
+//! checked on every authenticated call (`scopes.rs`). `tokens/impersonate` (server code, the same
+//! in every profile; observed on 1.587 and 1.788): the superadmin mints a token of another user,
+//! unscoped and unbound, which that user can then mint its own tokens with.
 
 use std::time::Instant;
 
@@ -14,15 +16,16 @@ use hyper::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::TokenRow;
-use super::reply::{Call, Reply, json_reply, random_token, text};
+use super::reply::{Call, Reply, absent, json_reply, random_token, text};
 use super::scopes;
 use super::server::Shared;
+use super::{TokenRow, UserRow};
 
 /// The page size of `tokens/list` when none is asked for, and the most a page holds (server
-/// code: `paginate`; 100 and 1000 in the version matching CE 1.743.0).
-pub const DEFAULT_PAGE: usize = 100;
-pub const MAX_PAGE: usize = 1000;
+/// code: `paginate`, `DEFAULT_PER_PAGE` and `MAX_PER_PAGE` of `windmill-common/src/utils.rs`,
+/// the same from 1.509 to 1.788).
+pub const DEFAULT_PAGE: usize = 1000;
+pub const MAX_PAGE: usize = 10000;
 
 /// The fake's "now", as its answers give times.
 const NOW: &str = "2026-11-29T12:00:00Z";
@@ -34,8 +37,9 @@ pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -
         ("POST", ["auth", "logout"]) => logout(shared, call),
         ("GET", ["users", "whoami"]) => {
             let user = authed(shared, call)?;
+            let username = username_of(shared, &user);
             Ok(json_reply(
-                &json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": "admin"}),
+                &json!({"email": user.email, "login_type": "password", "super_admin": user.super_admin, "verified": true, "username": username}),
             ))
         }
         // observed: the OSS stub.
@@ -47,9 +51,10 @@ pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -
             ))
         }
         ("POST", ["users", "tokens", "create"]) => create_token(shared, call),
+        ("POST", ["users", "tokens", "impersonate"]) => impersonate(shared, call),
         ("GET", ["users", "tokens", "list"]) => list_tokens(shared, call),
         ("DELETE", ["users", "tokens", "delete", prefix]) => delete_tokens(shared, call, prefix),
-        _ => Ok(text(404, "Not found")),
+        _ => Ok(absent()),
     }
 }
 
@@ -57,9 +62,83 @@ pub(super) async fn route(shared: &Shared, call: &Call<'_>, segments: &[&str]) -
 /// with an unknown one (observed); then the token's binding and scopes against the route.
 pub(super) fn authed(shared: &Shared, call: &Call) -> Result<TokenRow, Reply> {
     let row = resolve(shared, call)?;
-    let enforce = shared.state().enforce_scopes;
-    scopes::check(&row, call, enforce)?;
+    let (enforce, profile) = {
+        let state = shared.state();
+        (state.enforce_scopes, state.profile)
+    };
+    scopes::check(&row, call, enforce, profile)?;
     Ok(row)
+}
+
+/// Who calls a route of a workspace: the token, and what its owner is there.
+#[derive(Debug, Clone)]
+pub(super) struct Caller {
+    pub token: TokenRow,
+    pub username: String,
+    /// A superadmin, or an admin of the workspace.
+    pub is_admin: bool,
+    pub operator: bool,
+}
+
+impl Caller {
+    /// The `created_by` of the jobs it starts: a labeled token's `label-<label>` (before 1.788,
+    /// observed on 1.743), the user's name for a session (and on 1.788, observed).
+    pub fn created_by(&self, shared: &Shared) -> String {
+        let label = &self.token.label;
+        if label == "session" || label.is_empty() || shared.state().profile.created_by_is_the_user() {
+            self.username.clone()
+        } else {
+            format!("label-{label}")
+        }
+    }
+
+    pub fn permissioned_as(&self) -> String {
+        format!("u/{}", self.username)
+    }
+}
+
+/// [`authed`], then the token's owner as a member of `workspace` (server code, token
+/// resolution): a superadmin is admin everywhere; anyone else must be a member who is not
+/// disabled (the fake answers 401 otherwise; the text was not checked on a real server).
+pub(super) fn caller(shared: &Shared, call: &Call, workspace: &str) -> Result<Caller, Reply> {
+    let token = authed(shared, call)?;
+    if token.super_admin {
+        let username = username_of(shared, &token);
+        return Ok(Caller {
+            token,
+            username,
+            is_admin: true,
+            operator: false,
+        });
+    }
+    let member: Option<UserRow> = shared
+        .state()
+        .users
+        .get(&(workspace.to_owned(), token.email.clone()))
+        .cloned();
+    match member {
+        Some(user) if !user.disabled => Ok(Caller {
+            token,
+            username: user.username,
+            is_admin: user.is_admin,
+            operator: user.operator,
+        }),
+        _ => Err(text(401, "Not authorized: Unauthorized")),
+    }
+}
+
+/// The instance-wide username of a token's owner: `admin` for the seed superadmin (its
+/// `password` row), the derived one of anyone added to a workspace.
+fn username_of(shared: &Shared, token: &TokenRow) -> String {
+    if token.email == crate::postgres::ADMIN_EMAIL {
+        return "admin".to_owned();
+    }
+    shared
+        .state()
+        .usernames
+        .get(&token.email)
+        .cloned()
+        .unwrap_or_else(|| token.email.split('@').next().unwrap_or_default().to_owned())
 }
 
 /// The token's row, through the auth cache (module comment): an entry younger than its
@@ -207,10 +286,44 @@ fn create_token(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     Ok(text(201, token))
 }
 
+/// server code (`impersonate`, the same from 1.509 to 1.788; observed on 1.587 and 1.788):
+/// superadmin only; a token of `impersonate_email` with the given label, no scopes, no
+/// workspace, `super_admin` as that email's `password` row says (none: false); 201 with it.
+fn impersonate(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct Impersonate {
+        label: Option<String>,
+        impersonate_email: Option<String>,
+        expiration: Option<String>,
+    }
+    let user = authed(shared, call)?;
+    require_super_admin(&user)?;
+    let new: Impersonate = call.json()?;
+    let Some(email) = new.impersonate_email else {
+        return Err(text(400, "Bad request: impersonate_username is required"));
+    };
+    let token = random_token();
+    let mut state = shared.state();
+    let super_admin = email == crate::postgres::ADMIN_EMAIL;
+    state.tokens.push(TokenRow {
+        token: token.clone(),
+        label: new.label.unwrap_or_default(),
+        email,
+        super_admin,
+        scopes: None,
+        workspace_id: None,
+        expiration: new.expiration,
+    });
+    state.ever_minted.push(token.clone());
+    state.impersonations.push(token.clone());
+    Ok(text(201, token))
+}
+
 /// observed: only the first 10 characters come back. server code (`list_tokens`): the caller's
 /// own tokens, newest first, a page at a time (`page` from 1, `per_page` at most
 /// [`MAX_PAGE`], [`DEFAULT_PAGE`] when not given), `exclude_ephemeral=true` leaving out the
-/// tokens Windmill gives jobs (label `ephemeral-script`).
+/// tokens Windmill gives jobs (label `ephemeral-script`). The rows carry `workspace_id` and
+/// `read_only` only on the profiles that list them (1.509 and 1.587 do not: source).
 fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let user = authed(shared, call)?;
     let number = |name: &str, default: usize| match call.param(name) {
@@ -223,6 +336,18 @@ fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
     let per_page = number("per_page", DEFAULT_PAGE)?.clamp(1, MAX_PAGE);
     let exclude_ephemeral = call.param("exclude_ephemeral") == Some("true");
     let state = shared.state();
+    if let Some(label_len) = state.endless_token_pages {
+        // A full page of tokens never seen, whatever page is asked for.
+        let label = "x".repeat(label_len);
+        let list: Vec<Value> = (0..per_page)
+            .map(|_| {
+                json!({"label": label, "token_prefix": random_token()[..10], "expiration": null, "created_at": NOW,
+                            "last_used_at": NOW, "scopes": null})
+            })
+            .collect();
+        return Ok(json_reply(&Value::Array(list)));
+    }
+    let with_workspace = state.profile.lists_token_workspace();
     let list: Vec<Value> = state
         .tokens
         .iter()
@@ -231,8 +356,13 @@ fn list_tokens(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
         .skip((page - 1) * per_page)
         .take(per_page)
         .map(|t| {
-            json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": t.expiration, "created_at": NOW,
-                   "last_used_at": "2026-11-29T12:00:00Z", "scopes": t.scopes, "workspace_id": t.workspace_id, "read_only": false})
+            let mut row = json!({"label": t.label, "token_prefix": &t.token[..10], "expiration": t.expiration, "created_at": NOW,
+                   "last_used_at": "2026-11-29T12:00:00Z", "scopes": t.scopes});
+            if with_workspace {
+                row["workspace_id"] = json!(t.workspace_id);
+                row["read_only"] = json!(false);
+            }
+            row
         })
         .collect();
     Ok(json_reply(&Value::Array(list)))

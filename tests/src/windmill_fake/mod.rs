@@ -5,6 +5,8 @@
 //! `windmill-api-scripts/src/scripts.rs`, `windmill-api/src/settings.rs`,
 //! `windmill-api-auth/src/auth.rs`), "OpenAPI" its `backend/windmill-api/openapi.yaml`,
 //! "observed" what a real Windmill CE 1.743.0 answered, "nixpkgs" its package of 1.587.0.
+//! Where versions differ, the fake answers as its [`Profile`] (see [`profile`] for each
+//! difference and whether a real server of that version was checked for it).
 //!
 //! Design decisions:
 //! - Users are not held here: login reads the admin's `password_hash` from the test's real
@@ -29,19 +31,27 @@
 //!   loses the answer of a call that took effect); let a "concurrent writer" create a version
 //!   just before a script upload.
 //!
+//! - A worker is simulated: a version that needs a lock (python3) gets one once its dependency
+//!   job is due ([`WindmillFake::set_worker`]; at once by default), and a run by path finds only
+//!   locked versions (server code, observed on 1.587 and 1.788).
+//!
 //! One module per API area, each naming where its behaviour comes from: [`auth`] (auth, tokens,
-//! `tokens/list` by pages), [`scopes`] (scoped tokens: the route check, then the run handlers'
-//! own), [`workspaces`] (workspaces, archived ones included, and folders), [`scripts`] (with the
-//! runtime settings and lock a writer gives), [`settings`] (global settings), [`jobs`] (runs by
-//! path and hash, previews, batches and imports, cancels, and the workspace reads a scoped token
-//! is refused); [`server`] is the core (listener, recording, faults, dispatch), [`state`] the
-//! tables, [`reply`] Windmill's forms of requests and answers.
+//! impersonation, `tokens/list` by pages), [`scopes`] (scoped tokens: the route check, then the
+//! run handlers' own), [`workspaces`] (workspaces, archived ones included, folders and their
+//! ACLs), [`members`] (workspace users: operators, roles), [`scripts`] (with the runtime
+//! settings and lock a writer gives), [`settings`] (global settings), [`jobs`] (runs by path
+//! and hash, scheduled runs, previews, batches and imports, reads and cancels, and the operator
+//! role's refusals); [`profile`] the version profiles; [`server`] is the core (listener,
+//! recording, faults, dispatch), [`state`] the tables, [`reply`] Windmill's forms of requests
+//! and answers.
 
 // Handlers return the error reply itself as `Err`: its size is of no concern in a test fake.
 #![allow(clippy::result_large_err)]
 
 mod auth;
 mod jobs;
+mod members;
+mod profile;
 mod reply;
 mod scopes;
 mod scripts;
@@ -56,11 +66,14 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Notify;
 
+pub use profile::Profile;
 pub use server::Fault;
 use server::{FaultRule, Shared};
 pub use state::AUTH_CACHE_TTL;
 use state::State;
 
+/// The profile a fake answers as unless told otherwise: nixpkgs' Windmill.
+pub const DEFAULT_PROFILE: Profile = Profile::V1_587;
 /// `GET /api/version` of the nixpkgs build (nixpkgs: postPatch makes it `CE v1.587.0`).
 pub const VERSION: &str = "CE v1.587.0";
 
@@ -97,22 +110,48 @@ pub struct TokenRow {
     pub expiration: Option<String>,
 }
 
-/// A queued job (the fake has no worker: jobs never run).
+/// A job (the fake's worker runs none: a job stays queued until it is cancelled).
 #[derive(Debug, Clone)]
 pub struct JobRow {
     pub id: String,
     pub workspace: String,
-    /// `script` (a deployed script by path) or `preview` (code sent with the request).
+    /// `script` (a deployed script by path), `preview` (code sent with the request),
+    /// `flowpreview`, `dependencies`, `noop`, `flow`.
     pub kind: String,
     pub script_path: Option<String>,
-    /// `label-<label>` for a labeled token, `admin` for a login session.
+    /// `label-<label>` for a labeled token (before 1.788), the user's name otherwise.
     pub created_by: String,
-    /// Whose rights the job runs with (`u/admin` for the admin's own jobs).
+    /// Whose rights the job runs with (`u/<username>` of whoever started it).
     pub permissioned_as: String,
+    /// The email of whoever started it.
+    pub email: String,
     /// The code a job carries itself (a preview, an inline flow, an imported job).
     pub raw_code: Option<String>,
     pub args: Value,
+    /// `scheduled_in_secs` of the run: how far in the future it was scheduled.
+    pub scheduled_in_secs: Option<i64>,
     pub canceled: bool,
+    /// The name of whoever cancelled it.
+    pub canceled_by: Option<String>,
+    /// Done: cancelled before it started (it completes at once, server code), or deleted.
+    pub completed: bool,
+}
+
+/// A member of a workspace (a row of `usr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRow {
+    pub email: String,
+    pub username: String,
+    pub is_admin: bool,
+    pub operator: bool,
+    pub disabled: bool,
+}
+
+/// A folder's owners (`u/<name>` or `g/<group>`) and ACL (`extra_perms`: owner → write).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FolderRow {
+    pub owners: Vec<String>,
+    pub extra_perms: std::collections::BTreeMap<String, bool>,
 }
 
 /// A row of the `script` table: one version of a script.
@@ -134,6 +173,8 @@ pub struct ScriptRow {
     pub lock_error_logs: Option<String>,
     pub archived: bool,
     pub created_by: String,
+    /// When it was created: its dependency job is due [`WindmillFake::set_worker`]'s delay later.
+    pub created_at: std::time::Instant,
 }
 
 pub struct WindmillFake {
@@ -145,21 +186,32 @@ pub struct WindmillFake {
 }
 
 impl WindmillFake {
-    /// A fake backed by the `password` table of the database at `dsn`, answering at once.
+    /// A fake backed by the `password` table of the database at `dsn`, answering at once as
+    /// [`DEFAULT_PROFILE`].
     pub fn start(dsn: &str) -> WindmillFake {
         Self::start_refusing(dsn, Duration::ZERO)
+    }
+
+    /// A fake that answers as `profile`.
+    pub fn start_profile(dsn: &str, profile: Profile) -> WindmillFake {
+        Self::start_with(dsn, Duration::ZERO, profile)
     }
 
     /// Like [`start`](Self::start), but connections are refused for the first `refuse_for`, or
     /// until [`listen_now`](Self::listen_now).
     pub fn start_refusing(dsn: &str, refuse_for: Duration) -> WindmillFake {
+        Self::start_with(dsn, refuse_for, DEFAULT_PROFILE)
+    }
+
+    /// The fake of `profile`, refusing connections for the first `refuse_for`.
+    pub fn start_with(dsn: &str, refuse_for: Duration, profile: Profile) -> WindmillFake {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime");
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State::new(profile)),
             dsn: dsn.to_owned(),
         });
         let listen = Arc::new(Notify::new());
@@ -251,6 +303,120 @@ impl WindmillFake {
         self.state().version = version.to_owned();
     }
 
+    /// The profile this fake answers as.
+    pub fn profile(&self) -> Profile {
+        self.state().profile
+    }
+
+    /// The worker that locks new versions: after `delay` (their dependency job runs then), or,
+    /// with `None`, never (no worker: such versions do not run).
+    pub fn set_worker(&self, delay: Option<Duration>) {
+        self.state().worker = delay;
+    }
+
+    /// The next dependency job of `path` fails: its version gets `lock_error_logs`, no lock.
+    pub fn fail_next_lock(&self, path: &str) {
+        self.state().failing_locks.push(path.to_owned());
+    }
+
+    /// A server that has just started: for `duration`, every job submission (a python3 script's
+    /// creation queues its dependency job) answers the 400 of a job table still being migrated,
+    /// as 1.587 does until its "v2 finalization" ran. Only for the profiles that migrate at start.
+    pub fn start_migrating(&self, duration: Duration) {
+        let mut state = self.state();
+        assert!(
+            state.profile.migrates_at_start(),
+            "{} does not migrate its job tables at start",
+            state.profile
+        );
+        state.migrating_until = Some(std::time::Instant::now() + duration);
+    }
+
+    /// Ends the migration [`start_migrating`](Self::start_migrating) began, now: a test that
+    /// checks both sides of it need not race a clock.
+    pub fn finish_migrating(&self) {
+        self.state().migrating_until = None;
+    }
+
+    /// `tokens/list` answers every page, whatever is asked, with a full page of tokens never
+    /// seen, each labeled with `label_len` characters: a broken or hostile server.
+    pub fn answer_endless_token_pages(&self, label_len: usize) {
+        self.state().endless_token_pages = Some(label_len);
+    }
+
+    /// Whether new workspace members get a derived username (the global setting
+    /// `automate_username_creation`; on by default, as on a fresh database).
+    pub fn set_automate_usernames(&self, automate: bool) {
+        self.state().automate_usernames = automate;
+    }
+
+    /// The members of `workspace` (the superadmin is none of them).
+    pub fn users(&self, workspace: &str) -> Vec<UserRow> {
+        self.state()
+            .users
+            .iter()
+            .filter(|((w, _), _)| w == workspace)
+            .map(|(_, u)| u.clone())
+            .collect()
+    }
+
+    /// Changes a member's role behind the bootstrap's back (as an admin in the UI would).
+    pub fn update_user(&self, workspace: &str, email: &str, change: impl FnOnce(&mut UserRow)) {
+        let mut state = self.state();
+        let user = state
+            .users
+            .get_mut(&(workspace.to_owned(), email.to_owned()))
+            .expect("the user is a member");
+        change(user);
+    }
+
+    /// Adds a member behind the bootstrap's back.
+    pub fn add_user(&self, workspace: &str, user: UserRow) {
+        self.state()
+            .users
+            .insert((workspace.to_owned(), user.email.clone()), user);
+    }
+
+    /// A folder's owners and ACL.
+    pub fn folder(&self, workspace: &str, name: &str) -> Option<FolderRow> {
+        self.state()
+            .folders
+            .get(&(workspace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Changes a folder's owners and ACL behind the bootstrap's back.
+    pub fn update_folder(&self, workspace: &str, name: &str, change: impl FnOnce(&mut FolderRow)) {
+        let mut state = self.state();
+        let folder = state
+            .folders
+            .get_mut(&(workspace.to_owned(), name.to_owned()))
+            .expect("the folder exists");
+        change(folder);
+    }
+
+    /// Queues a job of the superadmin's (as the UI would), `scheduled_in_secs` in the future:
+    /// its id.
+    pub fn queue_admin_job(&self, workspace: &str, script_path: &str, scheduled_in_secs: Option<i64>) -> String {
+        let id = jobs::job_id();
+        self.state().jobs.push(JobRow {
+            id: id.clone(),
+            workspace: workspace.to_owned(),
+            kind: "script".to_owned(),
+            script_path: Some(script_path.to_owned()),
+            created_by: "admin".to_owned(),
+            permissioned_as: "u/admin".to_owned(),
+            email: crate::postgres::ADMIN_EMAIL.to_owned(),
+            raw_code: None,
+            args: serde_json::json!({}),
+            scheduled_in_secs,
+            canceled: false,
+            canceled_by: None,
+            completed: false,
+        });
+        id
+    }
+
     /// The jobs queued so far, oldest first.
     pub fn jobs(&self) -> Vec<JobRow> {
         self.state().jobs.clone()
@@ -260,12 +426,17 @@ impl WindmillFake {
         self.state().ever_minted.clone()
     }
 
+    /// The tokens `tokens/impersonate` handed out, revoked or not.
+    pub fn impersonations(&self) -> Vec<String> {
+        self.state().impersonations.clone()
+    }
+
     pub fn workspaces(&self) -> Vec<String> {
         self.state().workspaces.keys().cloned().collect()
     }
 
     pub fn folders(&self) -> Vec<(String, String)> {
-        self.state().folders.iter().cloned().collect()
+        self.state().folders.keys().cloned().collect()
     }
 
     /// Every version of `path` in `workspace`, oldest first.
@@ -350,14 +521,20 @@ impl WindmillFake {
     /// Adds `count` tokens of the admin with `label` straight to the `token` table, newest last
     /// (as `count` calls of `tokens/create` would, without the HTTP round trips).
     pub fn insert_tokens(&self, label: &str, count: usize) -> Vec<String> {
+        self.insert_tokens_of(crate::postgres::ADMIN_EMAIL, label, count)
+    }
+
+    /// Adds `count` tokens of the user `email` (the superadmin's are the superadmin's), unscoped
+    /// and unbound, with `label`: as a leaked impersonation, or that user's own `tokens/create`.
+    pub fn insert_tokens_of(&self, email: &str, label: &str, count: usize) -> Vec<String> {
         let mut state = self.state();
         let tokens: Vec<String> = (0..count).map(|_| reply::random_token()).collect();
         for token in &tokens {
             state.tokens.push(TokenRow {
                 token: token.clone(),
                 label: label.to_owned(),
-                email: crate::postgres::ADMIN_EMAIL.to_owned(),
-                super_admin: true,
+                email: email.to_owned(),
+                super_admin: email == crate::postgres::ADMIN_EMAIL,
                 scopes: None,
                 workspace_id: None,
                 expiration: None,

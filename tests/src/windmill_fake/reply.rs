@@ -28,6 +28,15 @@ pub(super) fn json_reply(value: &Value) -> Reply {
         .expect("response")
 }
 
+/// 404 with an empty body: what Windmill answers a route it does not have (server code:
+/// `static_assets::serve_path` for every unmatched `api/` path).
+pub(super) fn absent() -> Reply {
+    Response::builder()
+        .status(404)
+        .body(Full::new(Bytes::new()))
+        .expect("response")
+}
+
 /// 200 with an empty body and no content type (settings POST, observed).
 pub(super) fn empty() -> Reply {
     Response::builder()

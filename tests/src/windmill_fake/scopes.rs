@@ -21,6 +21,14 @@
 //!   are tried in order, so a scope that grants first hides it). `if_jobs:filter_tags:` scopes
 //!   are skipped; a token with only those is unscoped.
 //!
+//! Where versions differ ([`Profile`]): before about 1.6xx a refusal is `Error::NotAuthorized`,
+//! 401 `Not authorized: Access denied. Required scope: …` at the route, `Not authorized:
+//! Required scope: …` in a handler (source of 1.509 and 1.587, observed on 1.587); later 403
+//! `Permission denied: Required scope: …` (observed on 1.743 and 1.788). And 1.509 and 1.587
+//! count a preview (`jobs/run/preview`, and by prefix `jobs/run_wait_result/preview`) as a run of
+//! kind `scripts`, so a run scope passes their route check (the handler then refuses operators
+//! by role, and grants anyone else).
+//!
 //! [`WindmillFake::set_enforce_scopes`](super::WindmillFake::set_enforce_scopes) turns the scope
 //! check off, as on a Windmill before 1.509 (which stores `scopes` and does not enforce them on
 //! every route); binding to a workspace is still enforced.
@@ -28,6 +36,7 @@
 use std::fmt;
 
 use super::TokenRow;
+use super::profile::Profile;
 use super::reply::{Call, Reply, text};
 
 /// `ScopeDomain::from_str`: the domains and their aliases.
@@ -215,9 +224,9 @@ fn parse(scope: &str) -> Option<Scope<'_>> {
     }
 }
 
-/// What the route of `method path` needs; `None` for the routes outside the scope system (the
-/// version, login and logout).
-pub(super) fn needed(method: &str, path: &str) -> Option<Needed> {
+/// What the route of `method path` needs on `profile`; `None` for the routes outside the scope
+/// system (the version, login and logout).
+pub(super) fn needed(method: &str, path: &str, profile: Profile) -> Option<Needed> {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let (domain, suffix) = match segments.as_slice() {
         ["api", "version"] | ["api", "auth", ..] => return None,
@@ -235,7 +244,12 @@ pub(super) fn needed(method: &str, path: &str) -> Option<Needed> {
     } else {
         "write"
     };
-    let kind = if suffix.starts_with("jobs/run/preview") || suffix.starts_with("jobs/run_wait_result/preview") {
+    let preview = suffix.starts_with("jobs/run/preview") || suffix.starts_with("jobs/run_wait_result/preview");
+    let flow = suffix.starts_with("jobs/run/preview_flow") || suffix.starts_with("jobs/run_wait_result/preview_flow");
+    let kind = if preview && profile.preview_is_a_script_run() {
+        // Their route lists: flows first (`preview_flow`), then scripts (`preview`).
+        Some(if flow { "flows" } else { "scripts" })
+    } else if preview {
         None
     } else if FLOW_RUNS.iter().any(|p| suffix.starts_with(p)) {
         Some("flows")
@@ -317,26 +331,37 @@ pub(super) fn allows(token: &TokenRow, needed: &Needed, enforce: bool) -> Result
     Ok(false)
 }
 
-/// A handler's own check (`check_scopes`): 403 naming what it requires.
-pub(super) fn require(token: &TokenRow, needed: &Needed, enforce: bool) -> Result<(), Reply> {
+/// A handler's own check (`check_scopes`): a refusal naming what it requires.
+pub(super) fn require(token: &TokenRow, needed: &Needed, enforce: bool, profile: Profile) -> Result<(), Reply> {
     if allows(token, needed, enforce)? {
         Ok(())
+    } else if profile.scope_refusals_are_401() {
+        Err(text(401, format!("Not authorized: Required scope: {needed}")))
     } else {
         Err(text(403, format!("Permission denied: Required scope: {needed}")))
     }
 }
 
 /// The binding and the route check of `token` for `call` (see the module comment).
-pub(super) fn check(token: &TokenRow, call: &Call, enforce: bool) -> Result<(), Reply> {
+pub(super) fn check(token: &TokenRow, call: &Call, enforce: bool, profile: Profile) -> Result<(), Reply> {
     if let Some(bound) = &token.workspace_id {
         let segments: Vec<&str> = call.path.trim_start_matches('/').split('/').collect();
         if !matches!(segments.as_slice(), ["api", "w", w, ..] if w == bound) {
             return Err(text(401, "Not authorized: Unauthorized"));
         }
     }
-    match needed(call.method, call.path) {
-        Some(needed) => require(token, &needed, enforce),
-        None => Ok(()),
+    let Some(needed) = needed(call.method, call.path, profile) else {
+        return Ok(());
+    };
+    if allows(token, &needed, enforce)? {
+        Ok(())
+    } else if profile.scope_refusals_are_401() {
+        Err(text(
+            401,
+            format!("Not authorized: Access denied. Required scope: {needed}"),
+        ))
+    } else {
+        Err(text(403, format!("Permission denied: Required scope: {needed}")))
     }
 }
 
@@ -357,12 +382,12 @@ mod tests {
     }
 
     fn allowed(scopes: &[&str], method: &str, path: &str) -> bool {
-        allows(&scoped(scopes), &needed(method, path).unwrap(), true).unwrap()
+        allows(&scoped(scopes), &needed(method, path, Profile::V1_743).unwrap(), true).unwrap()
     }
 
     #[test]
     fn what_routes_need() {
-        let n = |m, p| needed(m, p).unwrap().to_string();
+        let n = |m, p| needed(m, p, Profile::V1_743).unwrap().to_string();
         assert_eq!(n("POST", "/api/w/ws/jobs/run/p/f/a/b"), "jobs:run:scripts");
         assert_eq!(n("POST", "/api/w/ws/jobs/run/h/0123456789abcdef"), "jobs:run:scripts");
         assert_eq!(n("POST", "/api/w/ws/jobs/run/f/f/a/b"), "jobs:run:flows");
@@ -378,7 +403,17 @@ mod tests {
         assert_eq!(n("GET", "/api/w/ws/jobs_u/get/x"), "jobs:read");
         assert_eq!(n("POST", "/api/users/tokens/create"), "users:write");
         assert_eq!(n("GET", "/api/settings/global/x"), "settings:read");
-        assert_eq!(needed("POST", "/api/auth/logout"), None);
+        assert_eq!(needed("POST", "/api/auth/logout", Profile::V1_743), None);
+        // Before 1.6xx a preview is a run of scripts at the route (the handler refuses operators).
+        let old = |m, p| needed(m, p, Profile::V1_587).unwrap().to_string();
+        assert_eq!(old("POST", "/api/w/ws/jobs/run/preview"), "jobs:run:scripts");
+        assert_eq!(
+            old("POST", "/api/w/ws/jobs/run_wait_result/preview"),
+            "jobs:run:scripts"
+        );
+        assert_eq!(old("POST", "/api/w/ws/jobs/run/preview_flow"), "jobs:run:flows");
+        assert_eq!(old("POST", "/api/w/ws/jobs/run/dependencies"), "jobs:run");
+        assert_eq!(old("POST", "/api/w/ws/jobs/run/dynamic_select"), "jobs:write");
     }
 
     #[test]
@@ -428,12 +463,19 @@ mod tests {
         assert!(!allowed(&["jobs", "*"], "GET", "/api/w/ws/jobs_u/get/x"));
         assert!(allowed(&["if_jobs:filter_tags:a"], "POST", "/api/w/ws/scripts/create"));
         // No scopes: the owner's full rights.
-        assert!(allows(&scoped(&[]), &needed("POST", "/api/w/ws/scripts/create").unwrap(), true).unwrap());
+        assert!(
+            allows(
+                &scoped(&[]),
+                &needed("POST", "/api/w/ws/scripts/create", Profile::V1_743).unwrap(),
+                true
+            )
+            .unwrap()
+        );
         // Not enforced: everything.
         assert!(
             allows(
                 &scoped(&runs),
-                &needed("POST", "/api/w/ws/scripts/create").unwrap(),
+                &needed("POST", "/api/w/ws/scripts/create", Profile::V1_743).unwrap(),
                 false
             )
             .unwrap()
@@ -442,7 +484,7 @@ mod tests {
 
     #[test]
     fn an_unknown_domain_or_action_is_a_400_where_it_is_reached() {
-        let run = needed("POST", "/api/w/ws/jobs/run/p/f/a/b").unwrap();
+        let run = needed("POST", "/api/w/ws/jobs/run/p/f/a/b", Profile::V1_743).unwrap();
         let status =
             |scopes: &[&str], needed: &Needed| allows(&scoped(scopes), needed, true).map_err(|r| r.status().as_u16());
         assert_eq!(status(&["varibles:read", "jobs:run:scripts:f/a/b"], &run), Err(400));

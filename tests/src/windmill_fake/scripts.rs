@@ -3,18 +3,34 @@
 //! `get_script_by_path`; the path check constraint of the `script` table) and what CE 1.743.0
 //! answered (the "Scripts" rows: 201 with 16 hex digits, the 400 texts, the `get/p` JSON of the
 //! python build). The hash is the fake's own (see the module comment of the fake).
+//!
+//! An operator may not create scripts (observed on 1.788: 401 `Operators cannot create …`; not
+//! checked on older servers). A version that needs a lock (python3) queues a dependency job:
+//! on a server still migrating its job tables that is the 400 of [`MIGRATING`] (observed on
+//! 1.587), and nothing is created.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::ScriptRow;
-use super::reply::{Call, Reply, json_reply, text};
+use super::auth::Caller;
+use super::reply::{Call, Reply, absent, json_reply, text};
 use super::server::Shared;
 use super::state::State;
 
+/// What a server still running its startup migration of the job tables answers a job submission
+/// (observed on 1.587: the "v2 finalization" about 5 s after a fresh start).
+pub(super) const MIGRATING: &str = "SqlErr: error returned from database: null value in column \"__job_kind\" of relation \"v2_job_queue\" violates not-null constraint @jobs.rs:4208:10";
+
 /// `/api/w/{workspace}/scripts/…`.
-pub(super) fn route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     match (call.method, rest) {
         ("GET", ["scripts", "get", "p", path @ ..]) => {
             let path = path.join("/");
@@ -31,10 +47,16 @@ pub(super) fn route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]
             }
         }
         ("POST", ["scripts", "create"]) => {
+            if !caller.is_admin {
+                return Err(text(
+                    401,
+                    "Not authorized: Operators cannot create scripts for security reasons",
+                ));
+            }
             let exists = shared.state().workspaces.contains_key(workspace);
             create_script(shared, call, workspace, exists)
         }
-        _ => Ok(text(404, "Not found")),
+        _ => Ok(absent()),
     }
 }
 
@@ -160,6 +182,12 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         ));
     }
     let mut state = shared.state();
+    if new.language == "python3"
+        && raw.get("lock").and_then(Value::as_str).is_none_or(str::is_empty)
+        && state.migrating()
+    {
+        return Err(text(400, MIGRATING));
+    }
     // The "concurrent writer": its version lands between the bootstrap's read and write.
     if let Some(index) = state.concurrent_writes.iter().position(|(p, _)| *p == new.path) {
         let (_, content) = state.concurrent_writes.remove(index);
@@ -267,6 +295,7 @@ fn create_script(shared: &Shared, call: &Call, workspace: &str, exists: bool) ->
         lock_error_logs: None,
         archived: false,
         created_by: "admin".into(),
+        created_at: std::time::Instant::now(),
     });
     Ok(text(201, hash))
 }
@@ -310,6 +339,7 @@ pub(super) fn push_other_version(state: &mut State, workspace: &str, path: &str,
         lock_error_logs: None,
         archived: false,
         created_by: "other".into(),
+        created_at: std::time::Instant::now(),
     });
 }
 

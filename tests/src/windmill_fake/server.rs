@@ -19,9 +19,9 @@ use serde_json::Value;
 use tokio::net::TcpSocket;
 use tokio::sync::Notify;
 
-use super::reply::{Call, Reply, bearer, text};
+use super::reply::{Call, Reply, absent, bearer, text};
 use super::state::State;
-use super::{Recorded, auth, jobs, scripts, settings, workspaces};
+use super::{Recorded, auth, jobs, members, scripts, settings, workspaces};
 
 pub(super) struct Shared {
     pub state: Mutex<State>,
@@ -30,8 +30,11 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The tables, with what the worker did since the last look applied.
     pub fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.settle();
+        state
     }
 }
 
@@ -221,30 +224,31 @@ async fn route(shared: &Shared, call: &Call<'_>) -> Reply {
         ["api", rest @ ..] if rest.first() == Some(&"workspaces") => workspaces::route(shared, call, rest),
         ["api", rest @ ..] if rest.first() == Some(&"settings") => settings::route(shared, call, rest),
         ["api", "w", workspace, rest @ ..] => workspace_route(shared, call, workspace, rest),
-        _ => Ok(text(404, "Not found")),
+        _ => Ok(absent()),
     };
     match answered {
         Ok(reply) | Err(reply) => reply,
     }
 }
 
-/// `/api/w/{workspace}/…`: the caller must be admin there, which a superadmin is in every
-/// workspace (server code, token resolution); a scoped token must also have a scope for the
-/// route (`authed`).
+/// `/api/w/{workspace}/…`: the caller must be a member there (a superadmin is admin in every
+/// workspace, server code, token resolution); a scoped token must also have a scope for the
+/// route (`authed`). Each area checks the role its routes need.
 fn workspace_route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
     // `jobs_u` routes take an optional caller: a token that does not pass is an anonymous one.
     if let ("POST", ["jobs_u", "queue", "cancel", id]) = (call.method, rest) {
-        return jobs::cancel(shared, auth::authed(shared, call).ok(), workspace, id);
+        return jobs::cancel(shared, call, auth::caller(shared, call, workspace).ok(), workspace, id);
     }
-    let user = auth::authed(shared, call)?;
-    if !user.super_admin {
-        return Err(text(401, "Not authorized: Unauthorized"));
-    }
+    let caller = auth::caller(shared, call, workspace)?;
     match rest.first() {
-        Some(&"folders") => workspaces::folder_route(shared, call, workspace, rest),
-        Some(&"workspaces") => workspaces::workspaced_route(shared, call, &user, workspace, rest),
-        Some(&"scripts") => scripts::route(shared, call, workspace, rest),
-        Some(&"jobs" | &"jobs_u" | &"variables" | &"users") => jobs::route(shared, call, &user, workspace, rest),
-        _ => Ok(text(404, "Not found")),
+        Some(&"folders") => workspaces::folder_route(shared, call, &caller, workspace, rest),
+        Some(&"acls") => workspaces::acl_route(shared, call, &caller, workspace, rest),
+        Some(&"workspaces") => workspaces::workspaced_route(shared, call, &caller, workspace, rest),
+        Some(&"users") => members::route(shared, call, &caller, workspace, rest),
+        Some(&"scripts") => scripts::route(shared, call, &caller, workspace, rest),
+        Some(&"jobs" | &"jobs_u" | &"flows" | &"variables" | &"resources") => {
+            jobs::route(shared, call, &caller, workspace, rest)
+        }
+        _ => Ok(absent()),
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::{authed, require_super_admin};
-use super::reply::{Call, Reply, empty, json_reply, text};
+use super::reply::{Call, Reply, absent, empty, json_reply};
 use super::server::Shared;
 
 /// `/api/settings/…`.
@@ -36,6 +36,6 @@ pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<R
             }
             Ok(empty())
         }
-        _ => Ok(text(404, "Not found")),
+        _ => Ok(absent()),
     }
 }

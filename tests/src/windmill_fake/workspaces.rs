@@ -2,15 +2,19 @@
 //! (`backend/windmill-api-workspaces/src/workspaces.rs`: `create_workspace`, the CE cap,
 //! `exists_workspace`, `get_workspace_as_superadmin` (the row with its `deleted` flag: an
 //! archived workspace still exists), `unarchive_workspace` (admin, `deleted = false`);
-//! `windmill-api-groups/src/folders.rs`: `create_folder`, `get_folder`) and what CE 1.743.0 answered (the "Workspaces and folders" rows: 200 rather than the OpenAPI's
-//! 201, the texts of duplicates, the cap checked before the duplicate, the folder JSON).
+//! `windmill-api-groups/src/folders.rs`: `create_folder` (its creator its owner, with write),
+//! `get_folder`, `remove_owner`; `granular_acls.rs`: `add_granular_acl` (a folder owner cannot be
+//! given read only), the same from 1.509 to 1.788) and what CE 1.743.0 answered (the "Workspaces
+//! and folders" rows: 200 rather than the OpenAPI's 201, the texts of duplicates, the cap
+//! checked before the duplicate, the folder JSON) and 1.788 (`acls/add/folder/…` 200).
 
 use serde::Deserialize;
 use serde_json::json;
 
-use super::TokenRow;
-use super::auth::{authed, require_super_admin};
-use super::reply::{Call, Reply, json_reply, text};
+use super::FolderRow;
+use super::auth::{Caller, authed, require_super_admin};
+use super::members;
+use super::reply::{Call, Reply, absent, json_reply, text};
 use super::server::Shared;
 
 /// `/api/workspaces/…`.
@@ -34,7 +38,7 @@ pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<R
             // server code: a JSON bool; archived workspaces count too.
             Ok(json_reply(&json!(shared.state().workspaces.contains_key(&id.id))))
         }
-        _ => Ok(text(404, "Not found")),
+        _ => Ok(absent()),
     }
 }
 
@@ -42,11 +46,13 @@ pub(super) fn route(shared: &Shared, call: &Call, segments: &[&str]) -> Result<R
 pub(super) fn workspaced_route(
     shared: &Shared,
     call: &Call,
-    user: &TokenRow,
+    caller: &Caller,
     workspace: &str,
     rest: &[&str],
 ) -> Result<Reply, Reply> {
+    let user = &caller.token;
     match (call.method, rest) {
+        ("POST", ["workspaces", "add_user"]) => members::add_user(shared, call, caller, workspace),
         ("GET", ["workspaces", "get_as_superadmin"]) => {
             require_super_admin(user)?;
             let state = shared.state();
@@ -58,17 +64,91 @@ pub(super) fn workspaced_route(
                 "premium": false, "color": null, "parent_workspace_id": null}),
             ))
         }
-        _ => Ok(text(404, "Not found")),
+        _ => Ok(absent()),
     }
 }
 
 /// `/api/w/{workspace}/folders/…`.
-pub(super) fn folder_route(shared: &Shared, call: &Call, workspace: &str, rest: &[&str]) -> Result<Reply, Reply> {
+pub(super) fn folder_route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
     match (call.method, rest) {
         ("GET", ["folders", "get", name]) => get_folder(shared, workspace, name),
-        ("POST", ["folders", "create"]) => create_folder(shared, call, workspace),
-        _ => Ok(text(404, "Not found")),
+        ("POST", ["folders", "create"]) => create_folder(shared, call, caller, workspace),
+        ("POST", ["folders", "removeowner", name]) => remove_owner(shared, call, caller, workspace, name),
+        _ => Ok(absent()),
     }
+}
+
+/// Whether the caller owns the folder (`is_owner`: an admin, or listed among its owners).
+fn is_owner(caller: &Caller, folder: &FolderRow) -> bool {
+    caller.is_admin || folder.owners.contains(&caller.permissioned_as())
+}
+
+/// `/api/w/{workspace}/acls/…`: `add/folder/<name> {"owner","write"}`.
+pub(super) fn acl_route(
+    shared: &Shared,
+    call: &Call,
+    caller: &Caller,
+    workspace: &str,
+    rest: &[&str],
+) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct Acl {
+        owner: String,
+        write: Option<bool>,
+    }
+    let ("POST", ["acls", "add", "folder", name]) = (call.method, rest) else {
+        return Ok(absent());
+    };
+    let acl: Acl = call.json()?;
+    let mut state = shared.state();
+    let Some(folder) = state.folders.get_mut(&(workspace.to_owned(), (*name).to_owned())) else {
+        return Err(text(404, format!("Not found: folder not found at name {name}")));
+    };
+    if !is_owner(caller, folder) {
+        return Err(text(
+            401,
+            format!("Not authorized: You are not owner of the folder {name}"),
+        ));
+    }
+    if folder.owners.contains(&acl.owner) && acl.write != Some(true) {
+        return Err(text(
+            400,
+            "Bad request: Cannot remove write permission for folder owner",
+        ));
+    }
+    folder.extra_perms.insert(acl.owner, acl.write.unwrap_or(false));
+    Ok(text(200, "Successfully modified granular acl"))
+}
+
+/// `remove_owner {"owner","write"?}`: out of the owners, and with `write` into the ACL.
+fn remove_owner(shared: &Shared, call: &Call, caller: &Caller, workspace: &str, name: &str) -> Result<Reply, Reply> {
+    #[derive(Deserialize)]
+    struct Owner {
+        owner: String,
+        write: Option<bool>,
+    }
+    let owner: Owner = call.json()?;
+    let mut state = shared.state();
+    let Some(folder) = state.folders.get_mut(&(workspace.to_owned(), name.to_owned())) else {
+        return Err(text(404, format!("Not found: Folder not found: {name}")));
+    };
+    if !is_owner(caller, folder) {
+        return Err(text(
+            401,
+            format!("Not authorized: You are not owner of the folder {name}"),
+        ));
+    }
+    folder.owners.retain(|o| *o != owner.owner);
+    if let Some(write) = owner.write {
+        folder.extra_perms.insert(owner.owner.clone(), write);
+    }
+    Ok(text(200, format!("Removed {} from folder {name}", owner.owner)))
 }
 
 /// Windmill's `workspace.id` check constraint `^\w+(-\w+)*$` (server code).
@@ -124,18 +204,20 @@ fn create_workspace(shared: &Shared, call: &Call) -> Result<Reply, Reply> {
 
 fn get_folder(shared: &Shared, workspace: &str, name: &str) -> Result<Reply, Reply> {
     let state = shared.state();
-    if !state.folders.contains(&(workspace.to_owned(), name.to_owned())) {
+    let Some(folder) = state.folders.get(&(workspace.to_owned(), name.to_owned())) else {
         return Err(text(404, format!("Not found: Folder {name} not found")));
-    }
+    };
     // observed: the folder JSON.
     Ok(json_reply(
-        &json!({"workspace_id": workspace, "name": name, "display_name": name, "owners": ["u/admin"],
-        "extra_perms": {"u/admin": true}, "summary": null, "created_by": "admin", "edited_at": "2026-11-29T12:00:00Z",
+        &json!({"workspace_id": workspace, "name": name, "display_name": name, "owners": folder.owners,
+        "extra_perms": folder.extra_perms, "summary": null, "created_by": "admin", "edited_at": "2026-11-29T12:00:00Z",
         "default_permissioned_as": []}),
     ))
 }
 
-fn create_folder(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply, Reply> {
+/// Any member may create a folder, and owns it (server code; no real server was checked for an
+/// operator's).
+fn create_folder(shared: &Shared, call: &Call, caller: &Caller, workspace: &str) -> Result<Reply, Reply> {
     #[derive(Deserialize)]
     struct NewFolder {
         name: String,
@@ -155,7 +237,7 @@ fn create_folder(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply,
         ));
     }
     let mut state = shared.state();
-    if state.folders.contains(&(workspace.to_owned(), new.name.clone())) {
+    if state.folders.contains_key(&(workspace.to_owned(), new.name.clone())) {
         return Err(text(400, format!("Bad request: Folder {} already exists", new.name)));
     }
     if !exists {
@@ -164,6 +246,13 @@ fn create_folder(shared: &Shared, call: &Call, workspace: &str) -> Result<Reply,
             "Internal: Failed to create folder: error returned from database: insert or update on table \"folder\" violates foreign key constraint \"folder_workspace_id_fkey\"",
         ));
     }
-    state.folders.insert((workspace.to_owned(), new.name.clone()));
+    let owner = caller.permissioned_as();
+    state.folders.insert(
+        (workspace.to_owned(), new.name.clone()),
+        FolderRow {
+            owners: vec![owner.clone()],
+            extra_perms: [(owner, true)].into_iter().collect(),
+        },
+    );
     Ok(text(200, format!("Created folder {}", new.name)))
 }

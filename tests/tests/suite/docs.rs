@@ -667,14 +667,26 @@ impl Shell {
     }
 
     /// Runs `command` as a reader's shell would after `. examples/node.sh`; its stdout and stderr
-    /// as one text, and its exit code.
+    /// as one text, and its exit code. In a `console bootstrap` block, `WINDMILL` is the node's
+    /// Windmill, `BAO_ADDR`, `BAO_TOKEN` and `TOKEN_PATH` where the bootstrap stores the
+    /// front-end's token, and `bao` (the test venv's) is on the `PATH`.
     fn run(&self, command: &str) -> (String, i32) {
         let script = format!("EXAMPLE_NODE=\"$PWD/.node\" . examples/node.sh\nexec 2>&1\n{command}\n");
-        let out = Command::new("bash")
+        let mut path = format!("{}:{TEST_PATH}", self.dir.path().join("bin").display());
+        let mut bash = Command::new("bash");
+        bash.env_clear();
+        if let Some(node) = &self.node {
+            let venv = fediversity_testkit::venv::bao();
+            path = format!("{path}:{}", venv.parent().unwrap().display());
+            bash.env("WINDMILL", &node.windmill.url)
+                .env("BAO_ADDR", &node.bao_addr)
+                .env("BAO_TOKEN", &node.bao_token)
+                .env("TOKEN_PATH", &node.bao_path);
+        }
+        let out = bash
             .args(["-c", &script])
             .current_dir(self.dir.path())
-            .env_clear()
-            .env("PATH", format!("{}:{TEST_PATH}", self.dir.path().join("bin").display()))
+            .env("PATH", path)
             .env("HOME", self.dir.path())
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::null())
@@ -1196,7 +1208,7 @@ fn the_error_checks_catch_a_wrong_message() {
     assert!(regex.is_match("keys file <path> does not exist"));
     assert!(!regex.is_match("keys file <path> is missing"));
     let bootstrap = variants_of_bootstrap();
-    let scopes = bootstrap.iter().find(|v| v.name == "ScopesNotEnforced").unwrap();
+    let scopes = bootstrap.iter().find(|v| v.name == "Granted").unwrap();
     assert!(
         scopes.template.starts_with("Windmill {version} granted")
             && scopes.template.ends_with("the token was not stored"),

@@ -1077,6 +1077,32 @@ fn cluster_mode_is_off_by_default_and_its_dsn_file_reaches_every_job_when_set() 
     );
 }
 
+/// jobenv refuses, in cluster mode, a grace that cannot end before a lease can expire (every
+/// job exit 2): the node's evaluation refuses it first, with the longest grace that fits.
+#[test]
+fn cluster_mode_refuses_a_grace_longer_than_its_leases_allow() {
+    let fits = jobenv_facts()["defaults"]["clusterMaxGraceSeconds"].as_u64().unwrap();
+    assert_eq!(
+        fits, 4,
+        "jobenv's default lease 15 s, less its renew deadline 10 s and 1 s"
+    );
+    let cluster = |grace: u64| {
+        assertions(&format!(
+            r#"s: s // {{ cluster.dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; jobs.grace = {grace}; }}"#
+        ))
+    };
+    assert_eq!(
+        cluster(fits + 1),
+        [format!(
+            "services.fediversity-windmill: jobs.grace is {} s, and cluster mode (cluster.dsnFile) takes at most {fits} s: a stop must end before the namespace's lease can expire on another node (jobenv would refuse every job with exit 2)",
+            fits + 1
+        )]
+    );
+    // The controls: the longest grace that fits, and a long grace without cluster mode.
+    assert_eq!(cluster(fits), Vec::<String>::new());
+    assert_eq!(assertions("s: s // { jobs.grace = 60; }"), Vec::<String>::new());
+}
+
 #[test]
 fn cluster_modes_ca_file_reaches_every_job_and_the_prune_and_needs_a_dsn_file() {
     let both = r#"s: s // { cluster = { dsnFile = "/run/fediversity-windmill/jobenv-cluster-dsn"; caFile = "/etc/fediversity-windmill/db-ca.pem"; }; }"#;
@@ -1610,7 +1636,7 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(
         unscoped["warnings"],
         json!([
-            "services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with the superadmin's full rights in the workspace: whoever holds it can run any code on the worker, which reads every deploy secret of the node. Leave it null for the scoped default"
+            "services.fediversity-windmill: bootstrap.token.scopes is [ ]: the front-end's token (label \"fediversity\", stored in OpenBao) is unscoped, with its operator's full rights in the workspace: whoever holds it runs every script of the folder, which may read deploy secrets of the node. Leave it null for the scoped default"
         ])
     );
     assert_eq!(unscoped["token"]["scopes"], json!([]));
@@ -1619,7 +1645,8 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(default["warnings"], json!([]));
     assert_eq!(
         default["token"],
-        json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true})
+        json!({"label": "fediversity", "revoke_previous": true, "scopes": null, "bind_to_workspace": true,
+               "user_email": "frontend@fediversity.invalid", "username": "frontend"})
     );
     // Labels the bootstrap refuses (empty, a control character) are refused by their type.
     let typed = module(
@@ -1640,7 +1667,8 @@ fn an_unscoped_front_end_token_is_accepted_with_a_warning() {
     assert_eq!(scoped["warnings"], json!([]));
     assert_eq!(
         scoped["token"],
-        json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false})
+        json!({"label": "fediversity", "revoke_previous": true, "scopes": ["jobs:read"], "bind_to_workspace": false,
+               "user_email": "frontend@fediversity.invalid", "username": "frontend"})
     );
 }
 
@@ -1866,6 +1894,8 @@ fn spec_fields() -> Vec<(&'static str, Value)> {
         // null: the bootstrap's default scopes (checked below).
         ("/token/scopes", Value::Null),
         ("/token/bind_to_workspace", json!(true)),
+        ("/token/user_email", json!("frontend@fediversity.invalid")),
+        ("/token/username", json!("frontend")),
         ("/settings", json!({"instance_python_version": "3.12"})),
         ("/openbao/addr", Value::Null),
         ("/openbao/token_file", Value::Null),
@@ -1945,7 +1975,7 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
              bootstrap = {
                windmill = { url = "http://127.0.0.1:9001"; adminEmail = "root@example.org"; adminPasswordFile = "/p"; defaultPassword = "fresh"; databaseUrlFile = "/d"; databaseRole = "other_admin"; };
                workspace = { id = "ws"; name = "Workspace"; folder = "deploys"; };
-               token = { label = "front"; revokePrevious = false; scopes = [ "jobs:read" ]; bindToWorkspace = false; };
+               token = { label = "front"; revokePrevious = false; scopes = [ "jobs:read" ]; bindToWorkspace = false; userEmail = "deploys@example.org"; username = "deploys"; };
                settings = { instance_python_version = "3.12"; base_url = "https://jobs.example.org"; };
                openbao = { addr = "http://127.0.0.1:8100"; tokenFile = "/t"; path = "p/secret/x"; field = "token"; };
                uiAuth = { file = "/run/ui/token.conf"; owner = "root"; group = "www"; mode = "0400"; tokenLabel = "admins"; };
@@ -1959,7 +1989,8 @@ fn the_bootstrap_configuration_renders_every_option_that_is_set() {
             "windmill": {"url": "http://127.0.0.1:9001", "admin_email": "root@example.org", "admin_password_file": "/p", "default_password": "fresh", "database_url_file": "/d", "database_role": "other_admin"},
             "workspace": {"id": "ws", "name": "Workspace", "folder": "deploys"},
             "scripts": {"dir": "/s"},
-            "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false},
+            "token": {"label": "front", "revoke_previous": false, "scopes": ["jobs:read"], "bind_to_workspace": false,
+                      "user_email": "deploys@example.org", "username": "deploys"},
             "settings": {"instance_python_version": "3.12", "base_url": "https://jobs.example.org"},
             "openbao": {"addr": "http://127.0.0.1:8100", "token_file": "/t", "path": "p/secret/x", "field": "token"},
             "state_file": "/var/lib/fediversity-windmill/bootstrap-state.json",
@@ -3046,6 +3077,8 @@ fn the_module_renders_the_node_files_and_the_agents_templates() {
         json!({
             "DEPLOYMENT_ROOT": "/nix/store/00000000000000000000000000000000-deployments",
             "DEPLOYMENT_NIXPKGS": "/nix/store/00000000000000000000000000000000-source",
+            // The bash nix-shell enters a cached shell with, so that it evaluates nothing.
+            "NIX_BUILD_SHELL": "/nix/store/00000000000000000000000000000000-bash-interactive/bin/bash",
             "STATE_BASE_ADDRESS": "https://state.example.org/tofu",
             // SC-002: where the programs find the Incus store's key, a node-owned key.
             "INCUS_STORE_SSH_KEY_FILE": "/run/incus-deploy/incus-store-ssh.key"

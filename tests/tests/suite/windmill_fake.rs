@@ -1,16 +1,20 @@
-//! The Windmill fake behaves as a real Windmill CE server does (observed on 1.743.0, and per its
-//! server code), for the behaviours the bootstrap's tests lean on: the auth cache that keeps a
-//! deleted non-session token working, logout, script hashes that do not tell an absent
-//! `parent_hash` from a `null` one, `lock_error_logs` and other script fields, archived
-//! workspaces, `tokens/list` by pages, and scoped tokens request by request (the table CE
+//! The Windmill fake behaves as real Windmill CE servers do (observed on 1.587.0, 1.743.0 and
+//! 1.788.0, and per their server code), for the behaviours the bootstrap's tests lean on: the
+//! auth cache that keeps a deleted non-session token working, logout, script hashes that do not
+//! tell an absent `parent_hash` from a `null` one, `lock_error_logs` and other script fields,
+//! archived workspaces, `tokens/list` by pages, scoped tokens request by request (the table CE
 //! 1.743.0 answered a token bound to a workspace with scopes to run two scripts, and what its
-//! server code grants `jobs:write` and a run scope).
+//! server code grants `jobs:write` and a run scope); and, by version profile, what differs
+//! between versions (a run's lookup before its scope check, locked versions only, 401 or 403
+//! refusals, `tokens/list`'s fields, the startup migration of 1.587, who reads and cancels a job
+//! by id) and the workspace operator ("Worker 10": added without a password, impersonated, its
+//! own scoped token, its role's refusals).
 
 use std::time::Duration;
 
 use fediversity_testkit::http::{self, Reply};
 use fediversity_testkit::postgres::{self, ADMIN_EMAIL};
-use fediversity_testkit::windmill_fake::WindmillFake;
+use fediversity_testkit::windmill_fake::{Profile, WindmillFake};
 use serde_json::json;
 
 struct Fake {
@@ -18,9 +22,14 @@ struct Fake {
     fake: WindmillFake,
 }
 
+/// A fake answering as 1.743.0, the version most of the reference's observations are of.
 fn fake() -> Fake {
+    fake_on(Profile::V1_743)
+}
+
+fn fake_on(profile: Profile) -> Fake {
     let db = postgres::cluster().windmill_database();
-    let fake = WindmillFake::start(&db.superuser_dsn());
+    let fake = WindmillFake::start_profile(&db.superuser_dsn(), profile);
     Fake { _db: db, fake }
 }
 
@@ -237,7 +246,12 @@ const FRONT_END_SCOPES: [&str; 3] = [
 
 /// A fake with the workspace `fediversity` and three scripts, and an admin session.
 fn workspace_with_scripts() -> (Fake, String) {
-    let f = fake();
+    workspace_with_scripts_on(fake())
+}
+
+/// `f` with the workspace `fediversity` and the scripts `f/fediversity/deploy`, `destroy` and
+/// `other` (python3, locked by the fake's worker unless it has none).
+fn workspace_with_scripts_on(f: Fake) -> (Fake, String) {
     let session = f.session();
     assert_eq!(
         f.call(
@@ -761,12 +775,13 @@ fn tokens_list_answers_the_callers_tokens_newest_first_by_pages() {
             .map(|t| t["token_prefix"].as_str().unwrap().to_owned())
             .collect()
     };
-    // The default page is 100; a page is at most 1000; newest first (the session is the oldest).
-    assert_eq!(page("").len(), 100);
+    // The default page is 1000; a page is at most 10000; newest first (the session is the oldest).
+    assert_eq!(page("").len(), 1000);
     let first = page("?page=1&per_page=1000&exclude_ephemeral=true");
     assert_eq!(first.len(), 1000);
     assert_eq!(first[0], inserted[1099][..10]);
-    assert_eq!(page("?page=1&per_page=5000").len(), 1000);
+    assert_eq!(page("?page=1&per_page=5000").len(), 1101);
+    assert_eq!(page("?page=1&per_page=50").len(), 50);
     let second = page("?page=2&per_page=1000");
     assert_eq!(second.len(), 101);
     assert_eq!(
@@ -830,7 +845,10 @@ fn an_archived_workspace_exists_is_read_as_deleted_and_unarchived() {
 
 #[test]
 fn get_p_answers_the_runtime_settings_and_lock_a_writer_gave() {
-    let (f, session) = workspace_with_scripts();
+    let f = fake();
+    // No worker: the versions keep the lock they were created with.
+    f.fake.set_worker(None);
+    let (f, session) = workspace_with_scripts_on(f);
     let head = f.fake.versions("fediversity", "f/fediversity/deploy")[0].hash.clone();
     let get = || {
         f.call(
@@ -872,4 +890,554 @@ fn get_p_answers_the_runtime_settings_and_lock_a_writer_gave() {
         )
         .json();
     assert_eq!(destroy["lock"], "# py: 3.12\n");
+}
+
+// ---- version profiles and the workspace operator ("Worker 10"; see the fake's `profile`) --------
+
+/// A fake of `profile` with the workspace, the scripts of [`workspace_with_scripts_on`], a bash
+/// script outside the folder (`u/admin/outside`), and the operator `frontend@fediversity.invalid`
+/// with read on the folder: the superadmin's session, the operator's impersonation token (its full
+/// rights) and its token scoped as the bootstrap mints it.
+fn with_operator(profile: Profile) -> (Fake, String, String, String) {
+    let (f, session) = workspace_with_scripts_on(fake_on(profile));
+    let post = |path: &str, token: &str, body: serde_json::Value| f.call("POST", path, Some(token), Some(body));
+    let folder = post(
+        "/api/w/fediversity/folders/create",
+        &session,
+        json!({"name": "fediversity"}),
+    );
+    assert_eq!(folder.status, 200, "{}", folder.body);
+    let outside =
+        json!({"path": "u/admin/outside", "summary": "", "description": "", "content": "exit 0\n", "language": "bash"});
+    assert_eq!(post("/api/w/fediversity/scripts/create", &session, outside).status, 201);
+    let added = post(
+        "/api/w/fediversity/workspaces/add_user",
+        &session,
+        json!({"email": "frontend@fediversity.invalid", "is_admin": false, "operator": true}),
+    );
+    assert_eq!(
+        (added.status, added.body.as_str()),
+        (201, "user with email frontend@fediversity.invalid added")
+    );
+    let acl = post(
+        "/api/w/fediversity/acls/add/folder/fediversity",
+        &session,
+        json!({"owner": "u/frontend", "write": false}),
+    );
+    assert_eq!(
+        (acl.status, acl.body.as_str()),
+        (200, "Successfully modified granular acl")
+    );
+    let impersonation = post(
+        "/api/users/tokens/impersonate",
+        &session,
+        json!({"impersonate_email": "frontend@fediversity.invalid", "label": "x"}),
+    );
+    assert_eq!(impersonation.status, 201);
+    let scoped = post(
+        "/api/users/tokens/create",
+        &impersonation.body,
+        json!({"label": "fediversity", "scopes": ["jobs:run:scripts:f/fediversity/deploy,f/fediversity/destroy", "jobs:write"], "workspace_id": "fediversity"}),
+    );
+    assert_eq!(scoped.status, 201, "{}", scoped.body);
+    (f, session, impersonation.body, scoped.body)
+}
+
+#[test]
+fn every_profile_answers_get_version_as_its_version() {
+    for profile in Profile::ALL {
+        let f = fake_on(profile);
+        assert_eq!(f.call("GET", "/api/version", None, None).body, profile.version());
+    }
+}
+
+#[test]
+fn a_run_looks_the_script_up_before_its_scope_check_but_on_1_743() {
+    for profile in Profile::ALL {
+        let (f, _, _, scoped) = with_operator(profile);
+        let (status, body) = f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/missing", &scoped);
+        let refusal = if profile.scope_refusals_are_401() { 401 } else { 403 };
+        if profile == Profile::V1_743 {
+            // observed: the scope first.
+            assert_eq!(status, 403, "{profile}: {body}");
+        } else {
+            assert_eq!(
+                (status, body.as_str()),
+                (404, "Not found: script not found at name f/fediversity/missing"),
+                "{profile}"
+            );
+        }
+        // An existing script outside the scopes: refused by them on every version.
+        let (status, body) = f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &scoped);
+        assert_eq!(status, refusal, "{profile}: {body}");
+        assert!(
+            body.ends_with("Required scope: jobs:run:scripts:f/fediversity/other"),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn a_new_version_runs_only_once_a_worker_locked_it_on_every_profile() {
+    for profile in Profile::ALL {
+        let f = fake_on(profile);
+        f.fake.set_worker(None);
+        let (f, session) = workspace_with_scripts_on(f);
+        assert_eq!(
+            f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &session),
+            (
+                404,
+                "Not found: script not found at name f/fediversity/deploy".to_owned()
+            ),
+            "{profile}"
+        );
+        let head = || {
+            f.call(
+                "GET",
+                "/api/w/fediversity/scripts/get/p/f/fediversity/deploy",
+                Some(&session),
+                None,
+            )
+            .json()
+        };
+        assert_eq!(head().get("lock"), None);
+        // The worker locks it: then it runs.
+        f.fake.set_worker(Some(Duration::ZERO));
+        assert_eq!(head()["lock"], "# py: 3.12\n");
+        assert_eq!(
+            f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &session)
+                .0,
+            201,
+            "{profile}"
+        );
+        // A new version that is not locked yet: the previous one still runs.
+        f.fake.set_worker(None);
+        let parent = head()["hash"].as_str().unwrap().to_owned();
+        let v2 = json!({"path": "f/fediversity/deploy", "parent_hash": parent, "summary": "deploy", "description": "", "content": "def main():\n    return 2\n", "language": "python3"});
+        assert_eq!(
+            f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(v2))
+                .status,
+            201
+        );
+        assert_eq!(head().get("lock"), None);
+        assert_eq!(
+            f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &session)
+                .0,
+            201
+        );
+        // A failed dependency job: that version never runs.
+        f.fake.fail_next_lock("f/fediversity/destroy");
+        let parent = f.fake.versions("fediversity", "f/fediversity/destroy")[0].hash.clone();
+        let v2 = json!({"path": "f/fediversity/destroy", "parent_hash": parent, "summary": "destroy", "description": "", "content": "def main():\n    return 2\n", "language": "python3"});
+        assert_eq!(
+            f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(v2))
+                .status,
+            201
+        );
+        f.fake.set_worker(Some(Duration::ZERO));
+        let destroy = f
+            .call(
+                "GET",
+                "/api/w/fediversity/scripts/get/p/f/fediversity/destroy",
+                Some(&session),
+                None,
+            )
+            .json();
+        assert!(
+            destroy["lock_error_logs"].as_str().is_some_and(|l| !l.is_empty()),
+            "{destroy}"
+        );
+    }
+}
+
+#[test]
+fn a_fresh_1_509_or_1_587_refuses_job_submissions_until_it_migrated_its_job_tables() {
+    for profile in [Profile::V1_509, Profile::V1_587] {
+        let (f, session) = workspace_with_scripts_on(fake_on(profile));
+        f.fake.start_migrating(Duration::from_secs(600));
+        let python = json!({"path": "f/fediversity/new", "summary": "", "description": "", "content": "def main():\n    pass\n", "language": "python3"});
+        let reply = f.call(
+            "POST",
+            "/api/w/fediversity/scripts/create",
+            Some(&session),
+            Some(python.clone()),
+        );
+        assert_eq!(reply.status, 400, "{profile}");
+        assert!(
+            reply.body.starts_with(
+                "SqlErr: error returned from database: null value in column \"__job_kind\" of relation \"v2_job_queue\""
+            ),
+            "{}",
+            reply.body
+        );
+        assert!(
+            f.fake.versions("fediversity", "f/fediversity/new").is_empty(),
+            "nothing created"
+        );
+        assert_eq!(
+            f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/deploy", &session)
+                .0,
+            400
+        );
+        // A bash script queues no dependency job: created meanwhile.
+        let bash = json!({"path": "f/fediversity/b", "summary": "", "description": "", "content": "exit 0\n", "language": "bash"});
+        assert_eq!(
+            f.call("POST", "/api/w/fediversity/scripts/create", Some(&session), Some(bash))
+                .status,
+            201
+        );
+        f.fake.finish_migrating();
+        assert_eq!(
+            f.call(
+                "POST",
+                "/api/w/fediversity/scripts/create",
+                Some(&session),
+                Some(python)
+            )
+            .status,
+            201
+        );
+    }
+}
+
+#[test]
+fn token_list_rows_carry_the_binding_from_1_743_only() {
+    for profile in Profile::ALL {
+        let (f, session, _, _) = with_operator(profile);
+        let listed = f.call("GET", "/api/users/tokens/list", Some(&session), None).json();
+        let row = &listed[0];
+        assert_eq!(
+            row.get("workspace_id").is_some(),
+            profile.lists_token_workspace(),
+            "{profile}"
+        );
+        assert_eq!(
+            row.get("read_only").is_some(),
+            profile.lists_token_workspace(),
+            "{profile}"
+        );
+    }
+}
+
+#[test]
+fn the_operator_is_added_without_a_password_and_a_username_only_where_none_is_derived() {
+    let (f, session) = workspace_with_scripts();
+    let add = |body: serde_json::Value| {
+        f.call(
+            "POST",
+            "/api/w/fediversity/workspaces/add_user",
+            Some(&session),
+            Some(body),
+        )
+    };
+    assert_eq!(
+        add(json!({"email": "a@x.invalid", "operator": true, "is_admin": false, "username": "a"})).body,
+        "Bad request: username is not allowed when username creation is automated"
+    );
+    assert_eq!(
+        add(json!({"email": "A@x.invalid", "operator": true, "is_admin": false})).status,
+        201
+    );
+    assert_eq!(
+        add(json!({"email": "a@x.invalid", "operator": true, "is_admin": false})).body,
+        "Bad request: user with email a@x.invalid already exists in workspace fediversity"
+    );
+    // Derived from the email, made unique.
+    assert_eq!(
+        add(json!({"email": "a@y.invalid", "operator": true, "is_admin": false})).status,
+        201
+    );
+    let users: Vec<String> = f.fake.users("fediversity").into_iter().map(|u| u.username).collect();
+    assert_eq!(users, ["a", "a1"]);
+    f.fake.set_automate_usernames(false);
+    assert_eq!(
+        add(json!({"email": "b@x.invalid", "operator": true, "is_admin": false})).body,
+        "Bad request: username is required"
+    );
+    assert_eq!(
+        add(json!({"email": "b@x.invalid", "operator": true, "is_admin": false, "username": "bee"})).status,
+        201
+    );
+}
+
+#[test]
+fn impersonation_is_the_superadmins_and_gives_a_token_of_the_users_full_rights() {
+    for profile in Profile::ALL {
+        let (f, _, unscoped, scoped) = with_operator(profile);
+        // Only a superadmin impersonates.
+        let again = f.call(
+            "POST",
+            "/api/users/tokens/impersonate",
+            Some(&unscoped),
+            Some(json!({"impersonate_email": "admin@windmill.dev", "label": "x"})),
+        );
+        assert_eq!(again.status, 401, "{profile}");
+        // The operator's own token: no scopes, no workspace.
+        let row = f.fake.tokens().into_iter().find(|t| t.token == unscoped).unwrap();
+        assert_eq!((row.scopes, row.workspace_id, row.super_admin), (None, None, false));
+        let whoami = f
+            .call("GET", "/api/w/fediversity/users/whoami", Some(&unscoped), None)
+            .json();
+        assert_eq!(
+            (whoami["operator"].clone(), whoami["is_admin"].clone()),
+            (json!(true), json!(false))
+        );
+        // It lists and deletes its own tokens only.
+        let listed = f.call("GET", "/api/users/tokens/list", Some(&unscoped), None).json();
+        assert_eq!(listed.as_array().unwrap().len(), 2);
+        assert_eq!(f.delete(&unscoped, &scoped).status, 200);
+        assert!(!f.fake.has_token(&scoped));
+    }
+}
+
+/// What the operator's unscoped token (its full rights) is refused, and how ("Worker 10", U).
+const OPERATOR_REFUSED: [(&str, &str, u16, &str); 9] = [
+    (
+        "POST",
+        "/api/w/fediversity/jobs/run/preview",
+        401,
+        "Not authorized: Operators cannot run preview jobs for security reasons",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/jobs/run/preview_flow",
+        401,
+        "Not authorized: Operators cannot run preview jobs for security reasons",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/jobs/run/dynamic_select",
+        401,
+        "Not authorized: Operators cannot run preview jobs for security reasons",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/jobs/add_batch_jobs/0",
+        401,
+        "Not authorized: This endpoint requires the caller to be a super admin",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/scripts/create",
+        401,
+        "Not authorized: Operators cannot create scripts for security reasons",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/flows/create",
+        401,
+        "Not authorized: Operators cannot create flows for security reasons",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/variables/create",
+        401,
+        "Not authorized: You do not have write permission on this path",
+    ),
+    (
+        "POST",
+        "/api/w/fediversity/acls/add/folder/fediversity",
+        401,
+        "Not authorized: You are not owner of the folder fediversity",
+    ),
+    (
+        "GET",
+        "/api/settings/global/instance_python_version",
+        401,
+        "Not authorized: This endpoint requires the caller to be a super admin",
+    ),
+];
+
+fn operator_body(path: &str) -> Option<serde_json::Value> {
+    Some(match path {
+        p if p.ends_with("/preview") => json!({"content": "exit 0\n", "language": "bash"}),
+        p if p.ends_with("/preview_flow") => json!({"value": {"modules": []}}),
+        p if p.ends_with("/dynamic_select") => {
+            json!({"runnable_ref": {"source": "inline", "code": "x"}, "entrypoint_function": "main"})
+        }
+        p if p.contains("/add_batch_jobs/") => json!({"kind": "noop"}),
+        p if p.ends_with("/flows/create") => json!({"path": "f/fediversity/fl", "value": {"modules": []}}),
+        p if p.ends_with("/variables/create") => json!({"path": "f/fediversity/v"}),
+        p if p.contains("/acls/") => json!({"owner": "u/frontend", "write": true}),
+        p if p.ends_with("/scripts/create") => {
+            json!({"path": "f/fediversity/mine", "summary": "", "description": "", "content": "x", "language": "python3"})
+        }
+        _ => return None,
+    })
+}
+
+#[test]
+fn the_operator_is_refused_what_runs_code_of_its_choosing_by_its_role() {
+    for profile in Profile::ALL {
+        let (f, session, unscoped, _) = with_operator(profile);
+        for (method, path, status, text) in OPERATOR_REFUSED {
+            if path.ends_with("/dynamic_select") && !profile.has_dynamic_select() {
+                continue;
+            }
+            let reply = f.call(method, path, Some(&unscoped), operator_body(path));
+            assert_eq!(
+                (reply.status, reply.body.as_str()),
+                (status, text),
+                "{profile} {method} {path}"
+            );
+        }
+        if profile.has_job_import_and_delete() {
+            let reply = f.call(
+                "POST",
+                "/api/w/fediversity/jobs/queue/import",
+                Some(&unscoped),
+                Some(json!([])),
+            );
+            assert_eq!(
+                (reply.status, reply.body.as_str()),
+                (403, "Require Admin privileges for frontend")
+            );
+        } else {
+            let reply = f.call(
+                "POST",
+                "/api/w/fediversity/jobs/queue/import",
+                Some(&unscoped),
+                Some(json!([])),
+            );
+            assert_eq!((reply.status, reply.body.as_str()), (404, ""), "{profile}: not a route");
+        }
+        // What it may: run a script of its folder (any, unscoped), read users, mint for itself.
+        assert_eq!(
+            f.answer("POST", "/api/w/fediversity/jobs/run/p/f/fediversity/other", &unscoped)
+                .0,
+            201
+        );
+        let (status, body) = f.answer("POST", "/api/w/fediversity/jobs/run/p/u/admin/outside", &unscoped);
+        assert_eq!(status, 401, "{body}");
+        assert!(
+            body.starts_with("Not authorized: You are not authorized to access this script"),
+            "{body}"
+        );
+        assert_eq!(
+            f.call("GET", "/api/w/fediversity/users/list", Some(&unscoped), None)
+                .status,
+            200
+        );
+        // Positive control: the superadmin is refused none of it.
+        for (method, path, _, _) in OPERATOR_REFUSED {
+            let reply = f.call(method, path, Some(&session), operator_body(path));
+            assert!(
+                ![401, 403].contains(&reply.status),
+                "{profile} {method} {path}: {}",
+                reply.body
+            );
+        }
+    }
+}
+
+#[test]
+fn the_operators_scoped_token_reads_and_cancels_its_jobs_and_others_as_its_version_lets_it() {
+    for profile in Profile::ALL {
+        let (f, session, _, scoped) = with_operator(profile);
+        let later = "?scheduled_in_secs=3155760000";
+        let (status, id) = f.answer(
+            "POST",
+            &format!("/api/w/fediversity/jobs/run/p/f/fediversity/deploy{later}"),
+            &scoped,
+        );
+        assert_eq!(status, 201, "{profile}: {id}");
+        let job = f.fake.jobs().into_iter().find(|j| j.id == id).unwrap();
+        assert_eq!(job.permissioned_as, "u/frontend");
+        assert_eq!(job.scheduled_in_secs, Some(3_155_760_000));
+        let created_by = if profile.created_by_is_the_user() {
+            "frontend"
+        } else {
+            "label-fediversity"
+        };
+        assert_eq!(job.created_by, created_by, "{profile}");
+        let read = f
+            .call(
+                "GET",
+                &format!("/api/w/fediversity/jobs_u/get/{id}"),
+                Some(&scoped),
+                None,
+            )
+            .json();
+        assert_eq!(
+            (read["type"].clone(), read["canceled"].clone()),
+            (json!("QueuedJob"), json!(false))
+        );
+        assert_eq!(
+            f.answer("POST", &format!("/api/w/fediversity/jobs_u/queue/cancel/{id}"), &scoped),
+            (200, id.clone())
+        );
+        let read = f
+            .call(
+                "GET",
+                &format!("/api/w/fediversity/jobs_u/get/{id}"),
+                Some(&scoped),
+                None,
+            )
+            .json();
+        assert_eq!(
+            (
+                read["type"].clone(),
+                read["canceled"].clone(),
+                read["canceled_by"].clone()
+            ),
+            (json!("CompletedJob"), json!(true), json!("frontend"))
+        );
+        // A job of the superadmin's outside the folder: read and cancelled by id before 1.715 and
+        // 1.772; refused after.
+        let theirs = f
+            .answer(
+                "POST",
+                &format!("/api/w/fediversity/jobs/run/p/u/admin/outside{later}"),
+                &session,
+            )
+            .1;
+        let read = f
+            .answer("GET", &format!("/api/w/fediversity/jobs_u/get/{theirs}"), &scoped)
+            .0;
+        assert_eq!(read, if profile.checks_job_reads() { 403 } else { 200 }, "{profile}");
+        let cancel = f
+            .answer(
+                "POST",
+                &format!("/api/w/fediversity/jobs_u/queue/cancel/{theirs}"),
+                &scoped,
+            )
+            .0;
+        assert_eq!(
+            cancel,
+            if profile.checks_job_cancels() { 403 } else { 200 },
+            "{profile}"
+        );
+        // jobs/list: the jobs it may see, on every version.
+        let listed = f.call("GET", "/api/w/fediversity/jobs/list", Some(&scoped), None).body;
+        assert!(listed.contains(&id) && !listed.contains(&theirs), "{profile}: {listed}");
+        // Deleting jobs: an admin's.
+        assert_eq!(
+            f.answer(
+                "POST",
+                &format!("/api/w/fediversity/jobs/completed/delete/{id}"),
+                &scoped
+            )
+            .0,
+            403
+        );
+    }
+}
+
+#[test]
+fn a_1_509_or_1_587_lets_a_run_scope_through_the_route_check_of_a_preview() {
+    for profile in Profile::ALL {
+        let (f, session) = workspace_with_scripts_on(fake_on(profile));
+        // A superadmin-owned token scoped to run one script: what the front-end had before.
+        let runner = f.mint_with(
+            &session,
+            json!({"label": "old", "scopes": ["jobs:run:scripts:f/fediversity/deploy"], "workspace_id": "fediversity"}),
+        );
+        let (status, body) = f.answer("POST", "/api/w/fediversity/jobs/run/preview", &runner);
+        if profile.preview_is_a_script_run() {
+            // Granted: a preview, code of the request's choosing, as the superadmin.
+            assert_eq!(status, 201, "{profile}: {body}");
+        } else {
+            assert_eq!(status, 403, "{profile}: {body}");
+        }
+    }
 }

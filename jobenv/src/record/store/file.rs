@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Claim, Refused, Store};
-use crate::record::entry::{Entry, Known};
+use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::Journal;
 use crate::run::cancel::Cancel;
 use crate::run::lease::LeaseWatch;
@@ -25,7 +25,7 @@ impl Store for FileStore {
     }
 
     /// The entry; an attempt is live while its jobenv runs.
-    fn claim_job(&self, job_id: &str, _cancel: &mut Cancel) -> Result<Known, Refused> {
+    fn claim_job(&self, job_id: &str, _asked: &Request<'_>, _cancel: &mut Cancel) -> Result<Known, Refused> {
         Ok(Known::local(self.journal.read(job_id).map_err(Refused::of_read)?))
     }
 

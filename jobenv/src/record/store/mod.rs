@@ -16,7 +16,7 @@ pub mod postgres;
 
 use std::time::Duration;
 
-use super::entry::{Entry, Known};
+use super::entry::{Entry, Known, Request};
 use super::journal::Journal;
 use super::locks;
 use crate::error::Problem;
@@ -29,10 +29,12 @@ pub trait Store {
     /// This node's own journal: its locks, its record of program trees, its drain mark.
     fn local(&self) -> &Journal;
 
-    /// Step 4, under the job's node-local lock: what the journal knows of `job_id`. A store with
-    /// leases holds the job id's lease from here on, unless the job already ended (then there
-    /// is nothing to hold: it is replayed) or another node holds it (refused as busy).
-    fn claim_job(&self, job_id: &str, cancel: &mut Cancel) -> Result<Known, Refused>;
+    /// Step 4, under the job's node-local lock: what the journal knows of `job_id`, for a run
+    /// that asks `asked` of it. A store with leases holds the job id's lease from here on,
+    /// unless the job already ended (then there is nothing to hold: it is replayed), its entry
+    /// is of another request (refused: a lease taken for it would end the run that holds the
+    /// job id), or another node holds it (refused as busy).
+    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refused>;
 
     /// Step 6, under the namespace's node-local locks: the namespace, for `job_id`'s deploy,
     /// waiting up to `wait` for another node's deploy of it. Held until the returned claim is

@@ -7,17 +7,20 @@
 //! the text is sampled: the [`GRAM`] bytes there are looked up in a hash table of the needles'
 //! grams at each of their first [`STRIDE`] offsets. An occurrence of a needle of [`MIN_LEN`]
 //! bytes or more always has a sampled position within its first [`STRIDE`] bytes whose gram
-//! lies inside it, so it cannot be missed. Each gram found tells where a needle would start,
-//! and the needles with that gram there are narrowed down in sorted order as for a beginning
-//! (`longest_at`), so a gram that many needles share (a public start such as `https://` or
-//! `eyJhbGciOi`, an escape such as `\u00`) costs a binary search, not one comparison per needle.
+//! lies inside it, so it cannot be missed. Each gram found tells where a needle would start:
+//! a candidate, which the caller verifies (`super::Redactor::process`).
+//!
+//! The same argument finds every place where the end of the text is a proper prefix of a needle
+//! at least [`MIN_LEN`] bytes long: such a tail has a sampled gram inside its first
+//! [`STRIDE`] bytes too. So the caller learns what to hold back from the candidates, and checks
+//! only the last `MIN_LEN - 1` positions of a chunk on its own.
 
 /// Bytes read at each sampled position.
 const GRAM: usize = 4;
 /// Needles shorter than this are searched by their beginnings.
 pub const MIN_LEN: usize = 10;
 /// Bytes between sampled positions: any `MIN_LEN` bytes hold a sampled gram.
-const STRIDE: usize = MIN_LEN - GRAM + 1;
+pub const STRIDE: usize = MIN_LEN - GRAM + 1;
 
 /// Whether a needle is searched here (and not by its beginning): the tests and the fuzzer choose
 /// others through [`super::Redactor::tuned`].
@@ -28,10 +31,10 @@ pub fn takes(needle: &[u8]) -> bool {
 pub struct Sampled {
     /// The entries of bucket `b` are `entries[starts[b]..starts[b + 1]]`.
     starts: Vec<u32>,
-    /// A gram and where it sits in which needle, as `(gram, offset << ID_BITS | id)`, the id an
-    /// index into the sorted needles. Sorted, so the needles with a gram at an offset are
-    /// consecutive and in sorted order themselves. Eight bytes each: a node's 1 MiB of secrets
-    /// may have millions of needles, and each has [`STRIDE`] entries.
+    /// A gram and where it sits in which needle, as `(gram, offset << 29 | class << 28 | id)`.
+    /// Sorted, so the needles of one class with a gram at an offset are consecutive and in the
+    /// order of their ids. Eight bytes each: a node's 1 MiB of secrets may have millions of
+    /// needles, and each has up to [`STRIDE`] entries.
     entries: Vec<(u32, u32)>,
     /// `32 - log2(bucket count)`.
     shift: u32,
@@ -43,24 +46,56 @@ pub struct Sampled {
     seen_shift: u32,
 }
 
-/// Bits of an entry's needle id: the offset (below 8) takes the other three.
-const ID_BITS: u32 = 29;
+/// Bits of an entry's needle id: the class takes one more and the offset (below 8) the last
+/// three.
+const ID_BITS: u32 = 28;
+/// The most needles of one class.
+pub const MAX_IDS: usize = 1 << ID_BITS;
+
+/// The needles of one class with one gram at one offset, in the order of their ids.
+pub struct Group<'a> {
+    entries: &'a [(u32, u32)],
+}
+
+impl Group<'_> {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The class the needles were given ([`Sampled::new`]).
+    pub fn class(&self) -> bool {
+        self.entries[0].1 >> ID_BITS & 1 != 0
+    }
+
+    /// The `i`th needle's id.
+    pub fn id(&self, i: usize) -> usize {
+        (self.entries[i].1 & ((1 << ID_BITS) - 1)) as usize
+    }
+}
 
 impl Sampled {
-    /// From the ids (indices into the sorted needles) of the needles to search here, each at
-    /// least `MIN_LEN` bytes, and fewer than 2^29 of them (a node's secrets make far fewer);
-    /// `None` when there are none.
-    pub fn new<'a>(chosen: impl Iterator<Item = usize>, needle: impl Fn(usize) -> &'a [u8]) -> Option<Self> {
+    /// From the needles to search here, each at least `MIN_LEN` bytes, as `(class, id, bytes)`:
+    /// ids below [`MAX_IDS`], unique within a class; the caller tells the classes apart when it
+    /// verifies a candidate. `None` when there are none.
+    pub fn new<'a>(needles: impl Iterator<Item = (bool, usize, &'a [u8])>) -> Option<Self> {
         let mut entries: Vec<(u32, u32)> = Vec::new();
-        for id in chosen {
-            let needle = needle(id);
+        for (class, id, needle) in needles {
             debug_assert!(needle.len() >= MIN_LEN);
             let id = u32::try_from(id)
                 .ok()
-                .filter(|&id| id < 1 << ID_BITS)
-                .expect("fewer than 2^29 needles");
+                .filter(|&id| (id as usize) < MAX_IDS)
+                .expect("fewer than 2^28 needles");
             for offset in 0..STRIDE {
-                entries.push((gram(&needle[offset..]), (offset as u32) << ID_BITS | id));
+                let gram = gram(&needle[offset..]);
+                // A needle of class `true` is searched from its candidate on, and that search
+                // also settles every candidate that starts before it (`super::Periodic::walk`):
+                // of the offsets where it has a gram, the first will do. A repeating needle
+                // (`aaaa…`) then makes one candidate per sampled position, not seven.
+                if class && (0..offset).any(|before| self::gram(&needle[before..]) == gram) {
+                    continue;
+                }
+                let tag = (offset as u32) << (ID_BITS + 1) | u32::from(class) << ID_BITS | id;
+                entries.push((gram, tag));
             }
         }
         // One bucket per one or two entries: most buckets hold a few at most, and the buckets
@@ -93,12 +128,27 @@ impl Sampled {
         })
     }
 
-    /// Every occurrence in `buf` of the needles searched here, as `(start, end)`; `needle`
-    /// gives a needle's bytes from its id.
-    pub fn find<'a>(&self, buf: &[u8], needle: impl Fn(usize) -> &'a [u8], found: &mut Vec<(usize, usize)>) {
+    /// Every candidate in `buf`, in the order of the sampled positions, and at one position in
+    /// the order of the offsets (so the latest start first): `candidate(at, start, group)` for
+    /// the needles of `group`, whose gram is the one at `at` if they start at `start` (at most
+    /// [`STRIDE`] - 1 bytes before `at`).
+    ///
+    /// `candidate` returns a place before which every candidate of these needles is settled
+    /// (0: none is): when every needle with the gram at `at` says so past the next sampled
+    /// positions with the same gram, those are not looked up. Text made of a repeating secret's
+    /// repetition has the same gram at every sampled position, and one search settles them all.
+    pub fn find(&self, buf: &[u8], mut candidate: impl FnMut(usize, usize, Group<'_>) -> usize) {
         let seen = |at: usize| {
             let bit = seen_bit(gram(&buf[at..]), self.seen_shift);
             self.seen[bit / 64] >> (bit % 64) & 1 != 0
+        };
+        // The last gram looked up, and before which sampled position its candidates are settled.
+        let mut settled = (0u32, 0usize);
+        let mut look = |at: usize| {
+            let gram = gram(&buf[at..]);
+            if gram != settled.0 || at >= settled.1 {
+                settled = (gram, self.look(gram, at, &mut candidate));
+            }
         };
         // Four sampled positions at a time: most have no gram of a needle, and four independent
         // lookups keep the processor busy where one waits for each load.
@@ -106,35 +156,40 @@ impl Sampled {
         while at + 3 * STRIDE + GRAM <= buf.len() {
             if seen(at) | seen(at + STRIDE) | seen(at + 2 * STRIDE) | seen(at + 3 * STRIDE) {
                 for k in 0..4 {
-                    self.look(buf, at + k * STRIDE, &needle, found);
+                    look(at + k * STRIDE);
                 }
             }
             at += 4 * STRIDE;
         }
         while at + GRAM <= buf.len() {
             if seen(at) {
-                self.look(buf, at, &needle, found);
+                look(at);
             }
             at += STRIDE;
         }
     }
 
-    /// The occurrences that the gram at `at` tells.
-    fn look<'a>(&self, buf: &[u8], at: usize, needle: &impl Fn(usize) -> &'a [u8], found: &mut Vec<(usize, usize)>) {
-        let gram = gram(&buf[at..]);
+    /// The candidates that `gram`, at `at`, tells; and the first sampled position where the
+    /// same gram may tell one that is not settled yet.
+    fn look(&self, gram: u32, at: usize, candidate: &mut impl FnMut(usize, usize, Group<'_>) -> usize) -> usize {
         let b = bucket(gram, self.shift);
         let bucket = &self.entries[self.starts[b] as usize..self.starts[b + 1] as usize];
+        let mut settled = usize::MAX;
         for same in bucket.chunk_by(|x, y| (x.0, x.1 >> ID_BITS) == (y.0, y.1 >> ID_BITS)) {
             let (entry_gram, tag) = same[0];
-            let offset = (tag >> ID_BITS) as usize;
-            if entry_gram == gram && offset <= at {
-                let start = at - offset;
-                let id = |i: usize| (same[i].1 & ((1 << ID_BITS) - 1)) as usize;
-                if let Some(len) = super::longest_at(&buf[start..], same.len(), |i| needle(id(i))) {
-                    found.push((start, start + len));
-                }
+            let offset = (tag >> (ID_BITS + 1)) as usize;
+            if entry_gram != gram {
+                continue;
             }
+            // A later candidate of these needles starts at (a later `at`) - `offset`.
+            let before = if offset <= at {
+                candidate(at, at - offset, Group { entries: same })
+            } else {
+                0
+            };
+            settled = settled.min(before.saturating_add(offset));
         }
+        settled
     }
 }
 

@@ -36,6 +36,22 @@ pub struct Cgroup {
     procs: Option<OwnedFd>,
     /// Left as it is when dropped (see [`Cgroup::leave`]).
     keep: bool,
+    /// The cgroup it was made in, jobenv's own (only a cgroup this jobenv created has it): where
+    /// jobenv moves itself back to when a program moved it into the tree ([`Cgroup::holds_me`]).
+    home: Option<OwnedFd>,
+    /// Whether jobenv said so already.
+    said_moved: std::sync::atomic::AtomicBool,
+}
+
+/// Whether this jobenv is in a cgroup it stops ([`Cgroup::holds_me`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Me {
+    Out,
+    /// It was, and moved itself back out just now.
+    MovedOut,
+    /// It is, and could not move out: its own pid is skipped, and the cgroup is never killed
+    /// whole.
+    In,
 }
 
 /// A directory of the cgroup hierarchy, never through a link (cgroupfs has none; a path that
@@ -69,6 +85,8 @@ impl Cgroup {
             fd,
             procs: None,
             keep: false,
+            home: open_dir(None, &parent).ok(),
+            said_moved: false.into(),
         };
         cgroup.limit_nesting();
         cgroup.give_to(owner)?;
@@ -151,6 +169,8 @@ impl Cgroup {
             fd,
             procs: None,
             keep: false,
+            home: None,
+            said_moved: false.into(),
         })
     }
 
@@ -173,6 +193,39 @@ impl Cgroup {
         open_at(&self.fd, name, flags)
     }
 
+    /// Whether this jobenv itself is in the cgroup or below it. A program of the worker's user
+    /// can put it there (moving a process needs write access to the `cgroup.procs` of the two
+    /// cgroups' common ancestor, jobenv's own cgroup, which that user has as jobenv does): a
+    /// jobenv that then killed the cgroup would kill itself, leaving its job's entry `running`.
+    /// So it moves itself back where it came from first; where it cannot, it stays
+    /// ([`Me::In`]): its own pid is then skipped, and the cgroup is never killed whole.
+    fn holds_me(&self) -> Me {
+        let me = std::process::id() as i32;
+        let mut pids = Vec::new();
+        pids_below(&self.fd, &mut pids);
+        if !pids.contains(&me) {
+            return Me::Out;
+        }
+        let moved = self
+            .home
+            .as_ref()
+            .is_some_and(|home| write_at(home, "cgroup.procs", me.to_string().as_bytes()).is_ok());
+        if !self.said_moved.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            if moved {
+                tracing::warn!(
+                    "jobenv was moved into the program tree's cgroup {} (by a process of the worker's user): it moved itself back out",
+                    self.dir.display()
+                );
+            } else {
+                tracing::warn!(
+                    "jobenv was moved into the program tree's cgroup {} (by a process of the worker's user), and cannot move out: it stops every other process there one by one",
+                    self.dir.display()
+                );
+            }
+        }
+        if moved { Me::MovedOut } else { Me::In }
+    }
+
     /// `populated 1` in `cgroup.events`: a process is left in the cgroup or below it. A cgroup
     /// that cannot be read for another reason than its removal counts as populated: a stop
     /// then ends by its bound rather than by a guess that nothing runs.
@@ -193,13 +246,24 @@ impl ProgramTree for Cgroup {
     }
 
     fn is_empty(&self) -> bool {
-        !self.populated()
+        if !self.populated() {
+            return true;
+        }
+        // Populated, maybe by this jobenv alone.
+        match self.holds_me() {
+            Me::Out => false,
+            Me::MovedOut => !self.populated(),
+            Me::In => self.members().is_empty(),
+        }
     }
 
+    /// Every process of the tree but this jobenv.
     fn members(&self) -> Vec<Process> {
+        let me = std::process::id() as i32;
         let mut pids = Vec::new();
         pids_below(&self.fd, &mut pids);
         pids.into_iter()
+            .filter(|&pid| pid != me)
             .filter_map(|pid| {
                 Some(Process {
                     pid: nix::unistd::Pid::from_raw(pid),
@@ -210,9 +274,9 @@ impl ProgramTree for Cgroup {
     }
 
     fn kill(&self) {
-        if write_at(&self.fd, "cgroup.kill", b"1").is_err() {
-            // Before Linux 5.14: each process, as often as the stop repeats this (one that forks
-            // meanwhile has its child killed in the next round).
+        if self.holds_me() == Me::In || write_at(&self.fd, "cgroup.kill", b"1").is_err() {
+            // Before Linux 5.14, or with this jobenv inside: each process, as often as the stop
+            // repeats this (one that forks meanwhile has its child killed in the next round).
             for process in self.members() {
                 process.signal(Signal::SIGKILL);
             }

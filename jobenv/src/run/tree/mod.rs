@@ -58,7 +58,16 @@ pub trait ProgramTree: Send + Sync + 'static {
     where
         Self: Sized,
     {
-        stop_together(&[(self as &dyn ProgramTree, grace)])[0]
+        self.stop_by(grace, &|| None)
+    }
+
+    /// [`ProgramTree::stop`], with SIGKILL no later than what `kill_by` says whenever it is
+    /// asked (cluster mode: before the run's leases can expire, see `run::lease`).
+    fn stop_by(&self, grace: Duration, kill_by: &dyn Fn() -> Option<Instant>) -> Stopped
+    where
+        Self: Sized,
+    {
+        stop_within(&[(self as &dyn ProgramTree, grace)], kill_by)[0]
     }
 }
 
@@ -66,6 +75,12 @@ pub trait ProgramTree: Send + Sync + 'static {
 /// under one deadline (the longest grace, then SIGKILL for up to `KILL_BOUND`), not one after
 /// the other. Returns what was done to each, in order.
 pub fn stop_together(trees: &[(&dyn ProgramTree, Duration)]) -> Vec<Stopped> {
+    stop_within(trees, &|| None)
+}
+
+/// [`stop_together`], with SIGKILL to every tree no later than `kill_by` (asked at every look,
+/// so that it can move).
+fn stop_within(trees: &[(&dyn ProgramTree, Duration)], kill_by: &dyn Fn() -> Option<Instant>) -> Vec<Stopped> {
     let start = Instant::now();
     let mut stopped = vec![
         Stopped {
@@ -76,9 +91,13 @@ pub fn stop_together(trees: &[(&dyn ProgramTree, Duration)]) -> Vec<Stopped> {
         trees.len()
     ];
     let mut signalled: Vec<HashSet<Process>> = vec![HashSet::new(); trees.len()];
+    // Since when each tree gets SIGKILL.
+    let mut killing: Vec<Option<Instant>> = vec![None; trees.len()];
     // Still being stopped: neither empty nor given up on.
     let mut stopping = vec![true; trees.len()];
     while stopping.iter().any(|&s| s) {
+        let now = Instant::now();
+        let bound_passed = kill_by().is_some_and(|at| now >= at);
         for (i, &(tree, grace)) in trees.iter().enumerate() {
             if !stopping[i] {
                 continue;
@@ -86,19 +105,25 @@ pub fn stop_together(trees: &[(&dyn ProgramTree, Duration)]) -> Vec<Stopped> {
             if tree.is_empty() {
                 stopped[i].empty = true;
                 stopping[i] = false;
-            } else if start.elapsed() < grace {
+            } else if killing[i].is_none() && start.elapsed() < grace && !bound_passed {
                 for process in tree.members() {
                     if signalled[i].insert(process) {
                         process.signal(Signal::SIGTERM);
                     }
                 }
-            } else if start.elapsed() >= grace + KILL_BOUND {
+            } else if killing[i].is_some_and(|since| since.elapsed() >= KILL_BOUND) {
                 tracing::error!("processes of the program tree survived SIGKILL for {KILL_BOUND:?}");
                 stopping[i] = false;
             } else {
-                if stopped[i].killed == 0 {
+                if killing[i].is_none() {
+                    killing[i] = Some(now);
                     let left = tree.members().len();
-                    if left > 0 {
+                    if left > 0 && start.elapsed() < grace {
+                        tracing::warn!(
+                            "{left} process(es) still running {:?} into the grace period: sending SIGKILL, before this run's leases can expire",
+                            Duration::from_millis(start.elapsed().as_millis() as u64)
+                        );
+                    } else if left > 0 {
                         tracing::warn!("{left} process(es) still running after the grace period: sending SIGKILL");
                     }
                     stopped[i].killed = left.max(1);

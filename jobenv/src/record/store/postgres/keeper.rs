@@ -19,7 +19,7 @@ use tokio_postgres::{Client, NoTls, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::dsn::Dsn;
-use super::tables::{self, Failed, Table};
+use super::tables::{self, Failed, Renewed, Table};
 use crate::run::lease::Renewal;
 
 /// The times of the run's leases (`settings::Cluster`).
@@ -76,8 +76,18 @@ pub(super) struct Shared {
     pub timing: Timing,
     client: tokio::sync::Mutex<Option<Client>>,
     leases: Mutex<Vec<Held>>,
-    lost: Mutex<bool>,
+    lost: Mutex<Option<Lost>>,
     renewals: watch::Sender<Renewal>,
+}
+
+/// Why the run renews its leases no more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// Not renewed within the renew deadline: the supervisor stops the program by its own clock
+    /// (the leases' last renewal stands, see `run::lease`).
+    GaveUp,
+    /// The database says a lease is no longer this run's (taken over, or expired): stop at once.
+    TakenOver,
 }
 
 impl Keeper {
@@ -108,7 +118,7 @@ impl Keeper {
             timing,
             client: tokio::sync::Mutex::new(None),
             leases: Mutex::new(Vec::new()),
-            lost: Mutex::new(false),
+            lost: Mutex::new(None),
             renewals: watch::channel(Renewal::None).0,
         });
         handle.spawn(renew(Arc::clone(&shared)));
@@ -245,6 +255,15 @@ impl Shared {
         self.publish();
     }
 
+    /// As [`Shared::forget`], if the lease is still at `epoch`.
+    fn forget_epoch(&self, table: Table, key: &str, epoch: i64) {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|h| !(h.table == table && h.key == key && h.epoch == epoch));
+        self.publish();
+    }
+
     /// Renewed (or written under a renewal) by a statement sent at `sent`.
     pub fn renewed(&self, table: Table, key: &str, sent: Instant) {
         for held in self
@@ -269,12 +288,18 @@ impl Shared {
             .map(|h| (h.epoch, h.renewed + self.timing.lease))
     }
 
+    /// The run renews its leases no more (see [`Lost`]).
     pub fn is_lost(&self) -> bool {
-        *self.lost.lock().unwrap_or_else(|p| p.into_inner())
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
-    fn lose(&self) {
-        *self.lost.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    fn lose(&self, why: Lost) {
+        let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        // Taken over says more than given up.
+        if *lost != Some(Lost::TakenOver) {
+            *lost = Some(why);
+        }
+        drop(lost);
         self.publish();
     }
 
@@ -284,7 +309,8 @@ impl Shared {
 
     /// The supervisor's view: the oldest renewal of the leases held.
     fn publish(&self) {
-        let renewal = if self.is_lost() {
+        let taken_over = *self.lost.lock().unwrap_or_else(|p| p.into_inner()) == Some(Lost::TakenOver);
+        let renewal = if taken_over {
             Renewal::Lost
         } else {
             match self
@@ -406,21 +432,29 @@ async fn renew(shared: Arc<Shared>) {
                 "the leases on the cluster journal were not renewed within {:?}: no more renewals",
                 timing.renew_deadline
             );
-            shared.lose();
+            shared.lose(Lost::GaveUp);
             return;
         }
         let renewed = shared
             .run(deadline - sent, async |client| {
+                let mut let_go = Vec::new();
                 for held in &leases {
-                    if !tables::renew(client, held.table, &held.key, held.epoch, timing.lease).await? {
-                        return Ok(Some(held.clone()));
+                    match tables::renew(client, held.table, &held.key, held.epoch, timing.lease).await? {
+                        Renewed::Yes => {}
+                        Renewed::LetGo => let_go.push(held.clone()),
+                        Renewed::Lost => return Ok(Err(held.clone())),
                     }
                 }
-                Ok(None)
+                Ok(Ok(let_go))
             })
             .await;
         match renewed {
-            Ok(None) => {
+            Ok(Ok(let_go)) => {
+                // Ended or let go by this run meanwhile (its final write, a release raced this
+                // renewal): no longer held, and no loss.
+                for held in &let_go {
+                    shared.forget_epoch(held.table, &held.key, held.epoch);
+                }
                 for held in &leases {
                     shared.renewed(held.table, &held.key, sent);
                 }
@@ -430,13 +464,13 @@ async fn renew(shared: Arc<Shared>) {
                 failing = false;
                 next = tokio::time::Instant::from_std(sent) + timing.renew_every;
             }
-            Ok(Some(gone)) => {
+            Ok(Err(gone)) => {
                 let what = match gone.table {
                     Table::Jobs => format!("job {}", gone.key),
                     Table::Namespaces => format!("namespace {}", gone.key),
                 };
                 tracing::error!("the lease of {what} on the cluster journal expired or was taken over: this run stops");
-                shared.lose();
+                shared.lose(Lost::TakenOver);
                 return;
             }
             Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) => {

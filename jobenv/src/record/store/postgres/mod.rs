@@ -15,6 +15,12 @@
 //! expires_at > now()`; every write it makes to a held row is fenced the same way, so a stale
 //! holder's late write changes nothing. The lease of the job id is taken at step 4 and ends
 //! with the terminal entry; the namespace's at step 6, let go after the program tree is gone.
+//! A run of a job id whose entry is of another request takes no lease (it is refused).
+//!
+//! "This node" is [`crate::record::identity`]: the boot id and a random id made once in the
+//! state directory, whose locks are the proof. The boot id alone is shared by containers on one
+//! host, and a state directory's path may be too: two of them would each take the other's live
+//! leases for their own.
 //!
 //! # Why two nodes never run one namespace at once
 //!
@@ -31,12 +37,19 @@
 //!   entry was written under a live job lease (step 7): a newcomer cannot hold either then;
 //! - while the program runs, the supervisor (`run::lease`) watches the oldest renewal `s` of
 //!   H's leases by H's clock alone (a renewal stuck in a partition cannot delay it); at
-//!   `s + renew_deadline` it stops the program tree: SIGTERM, a grace shortened to
-//!   `lease − renew_deadline − 1 s` at most (`settings::Cluster::stop_grace`), SIGKILL, and the
-//!   tree is gone before `s + lease`. The 1 s margin holds SIGKILL and the emptying of the tree,
-//!   the watchdog's wake-up, and the difference of two clocks' rates over one lease (ppm);
-//! - a renewal that finds its row taken over or expired stops the program at once, and no
-//!   lease is renewed after the deadline passed.
+//!   `s + renew_deadline` it stops the program tree: SIGTERM, the grace, SIGKILL;
+//! - every stop of the tree, whatever began it (that one, a cancel, the timeout, a lost worker,
+//!   `drain`), sends SIGKILL by `s + lease − 1 s` at the latest, `s` moving on with the renewals
+//!   that go on during it (`run::lease::LeaseWatch::kill_by`), and at once when a renewal finds
+//!   a row taken over or expired; and the grace is at most `lease − renew_deadline − 1 s`
+//!   (`settings::Cluster::max_grace`, a longer `--grace` is refused at start), so a stop begun
+//!   before the deadline gives its whole grace within that. The 1 s margin holds SIGKILL and
+//!   the emptying of the tree, the watchdog's wake-up, and the difference of two clocks' rates
+//!   over one lease (ppm);
+//! - the tree's guard (`run::tree::guard`), a process of its own that a signal to jobenv does
+//!   not reach, kills the tree by the same time by itself: a jobenv frozen (SIGSTOP) renews
+//!   nothing and cannot stop its tree, which would run on;
+//! - no lease is renewed after the deadline passed.
 //!
 //! So every moment at which H's program runs lies before the expiry of a lease H holds, and N's
 //! program starts only after N took that lease, after that expiry: the two never overlap,
@@ -46,14 +59,13 @@
 //! fenced writes refused.
 //!
 //! What it assumes: the database's clock does not jump forward by more than the margin within a
-//! lease (a slewing NTP, not a stepping one), and jobenv is not frozen (SIGSTOP, a paused VM)
-//! for longer than `lease − renew_deadline` while its program runs. A SIGKILLed jobenv renews
-//! nothing, but its tree does not outlive it (the renewal is tied to the tree's life): its
-//! program dies with it (the parent-death signal), and what of the tree left its process group
-//! is killed at once by the tree's guard (`run::tree::guard`), long before the lease expires.
-//! Without a cgroup (the `/proc` walk) there is no guard, and such a leftover is not covered.
-//! The deployment's own state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds
-//! at the resource.
+//! lease (a slewing NTP, not a stepping one), and the node as a whole (jobenv and the guard
+//! together: a paused VM, a frozen cgroup of the worker) is not stalled across `s + lease − 1 s`
+//! while it cannot renew. A SIGKILLed jobenv renews nothing, but its tree does not outlive it
+//! (the renewal is tied to the tree's life): its program dies with it (the parent-death
+//! signal), and what of the tree left its process group is killed at once by the guard. Without
+//! a cgroup (the `/proc` walk) there is no guard: cluster mode refuses it. The deployment's own
+//! state lock (OpenTofu's `TF_HTTP_LOCK_ADDRESS`) is the fence that holds at the resource.
 //!
 //! # The decision
 //!
@@ -62,8 +74,15 @@
 //! is waited for up to its grace plus a margin (a re-run that comes while that attempt still
 //! stops), then refused; anything else runs as the next attempt, a `running` entry whose
 //! lease expired recorded as interrupted (`lease_lost`). A database that cannot be reached
-//! before the program starts is a node that is not ready (exit 75): nothing runs without the
-//! guarantees.
+//! before the program starts (each statement tried again for up to the renew deadline) is a
+//! node that is not ready (exit 75): nothing runs without the guarantees.
+//!
+//! # Ends
+//!
+//! An end is made durable as an intent to hand it on ([`unshared`]) before it is written
+//! anywhere, then written to the node's journal and to the shared one: whenever jobenv dies,
+//! `recover`, `prune` or the node's next job hands on an end the shared journal did not take;
+//! `recover` also hands on an end whose shared row still shows that attempt running.
 
 mod dsn;
 mod keeper;
@@ -76,9 +95,8 @@ use std::time::{Duration, Instant};
 
 use super::{Claim, Refused, Store};
 use crate::error::Problem;
-use crate::process;
 use crate::record::ending::InterruptedBy;
-use crate::record::entry::{Entry, Known};
+use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
 use crate::run::cancel::Cancel;
 use crate::run::lease::LeaseWatch;
@@ -99,7 +117,6 @@ pub struct PgStore {
     dsn: Arc<dsn::Dsn>,
     timing: Timing,
     me: Holder,
-    stop_grace: Duration,
     /// Started by the first statement the run needs: a replay from the node's own journal
     /// needs none.
     keeper: OnceCell<Keeper>,
@@ -118,17 +135,18 @@ impl PgStore {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_default();
-        let state_dir = std::fs::canonicalize(&settings.state_dir).unwrap_or_else(|_| settings.state_dir.clone());
+        // Read (or made) in the state directory whose locks the run takes: a lease of this
+        // identity whose jobenv is gone is this node's, as those locks prove (`record::identity`).
+        let node = local.node_identity().map_err(|source| Problem::Journal {
+            path: settings.state_dir.clone(),
+            source,
+        })?;
         let me = Holder {
             text: format!(
                 "{holder} on {}",
                 if host.is_empty() { "an unnamed host" } else { &host }
             ),
-            node: format!(
-                "{} {}",
-                process::boot_id().unwrap_or("unknown-boot"),
-                state_dir.display()
-            ),
+            node,
         };
         Ok(PgStore {
             local,
@@ -139,7 +157,6 @@ impl PgStore {
                 renew_deadline: cluster.renew_deadline,
             },
             me,
-            stop_grace: cluster.stop_grace(settings.grace),
             keeper: OnceCell::new(),
             job: std::cell::RefCell::new(None),
             said_waiting: Cell::new(false),
@@ -157,15 +174,23 @@ impl PgStore {
     }
 
     /// Runs statements from the main thread, bounded by the renew deadline: before the program
-    /// starts no statement may take longer than a renewal could.
-    fn run<T>(
-        &self,
-        op: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tables::Failed>,
-    ) -> Result<T, Refused> {
+    /// starts no statement may take longer than a renewal could. A database that cannot be
+    /// reached (a connection dropped, a restart) is tried again, on a new connection, until
+    /// then, as the renewals are: each of these statements may be made twice (a claim whose
+    /// answer was lost is this node's own, and taken again under the same locks).
+    fn run<T>(&self, op: impl AsyncFn(&mut tokio_postgres::Client) -> Result<T, tables::Failed>) -> Result<T, Refused> {
         let keeper = self.keeper()?;
-        keeper
-            .block_on(keeper.shared.run(self.timing.renew_deadline, op))
-            .map_err(refused)
+        let until = Instant::now() + self.timing.renew_deadline;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match keeper.block_on(keeper.shared.run(left, &op)) {
+                Err(Trouble::Unreachable(why)) if Instant::now() + POLL < until => {
+                    tracing::debug!("the cluster journal cannot be reached ({why}): trying again");
+                    std::thread::sleep(POLL);
+                }
+                done => return done.map_err(refused),
+            }
+        }
     }
 
     /// A pause while waiting for a lease: ends early on a cancel, or when the job's own lease
@@ -200,7 +225,7 @@ impl Store for PgStore {
         &self.local
     }
 
-    fn claim_job(&self, job_id: &str, cancel: &mut Cancel) -> Result<Known, Refused> {
+    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refused> {
         // A result is final: this node's own record of it needs no database.
         let local = self.local.read(job_id).map_err(Refused::of_read)?;
         if local.as_ref().is_some_and(Entry::is_result) {
@@ -210,7 +235,7 @@ impl Store for PgStore {
         loop {
             let sent = Instant::now();
             let lease = self.timing.lease;
-            match self.run(async |client| tables::claim_job(client, job_id, &self.me, lease).await)? {
+            match self.run(async |client| tables::claim_job(client, job_id, asked, &self.me, lease).await)? {
                 JobRow::Claimed {
                     epoch,
                     previous,
@@ -231,7 +256,8 @@ impl Store for PgStore {
                         gone,
                     });
                 }
-                JobRow::Ended(entry) => {
+                // Refused by the caller, nothing held.
+                JobRow::Ended(entry) | JobRow::Another(entry) => {
                     return Ok(Known {
                         entry: Some(entry),
                         live: None,
@@ -314,24 +340,33 @@ impl Store for PgStore {
         self.local.write(entry).map_err(Refused::Journal)
     }
 
-    /// The node's own entry (with its fallback, see [`Journal::write_end`]), then the shared
-    /// one, retried while the lease is still this run's: a result that only this node knows
-    /// is lost to the others, who would run the job again once its lease expired. One the
-    /// database does not take in that time is kept, and handed on when it answers again
-    /// ([`unshared`]); after an end that it took, this run hands on a few kept ones. An attempt
-    /// without a result of its own (interrupted) loses nothing when its shared entry stays
-    /// `running`: its lease expires and the next run records it interrupted.
+    /// The end of an attempt with a result: first the intent to hand it on (the attempt and
+    /// its lease's epoch, [`unshared`], synced), then the node's own entry (with its fallback,
+    /// see [`Journal::write_end`]), then the shared one, retried while the lease is still this
+    /// run's; the intent goes once the database took it. Whenever this jobenv dies from the
+    /// first write on (Windmill's group SIGKILL, the OOM killer, power), an end in this node's
+    /// journal has its intent beside it, and `recover`, `prune` or the node's next job hands it
+    /// on: a result that only this node knew would be lost to the others, who would run the job
+    /// again once its lease expired. One the database does not take while the lease lasts stays
+    /// kept the same way; after an end that it took, this run hands on a few kept ones. An
+    /// attempt without a result of its own (interrupted) loses nothing when its shared entry
+    /// stays `running`: its lease expires and the next run records it interrupted.
     fn write_end(&self, entry: &Entry) -> std::io::Result<()> {
+        let job_id = self.job.borrow_mut().take();
+        let held = job_id
+            .as_deref()
+            .and_then(|id| Some((self.keeper.get()?, id)))
+            .and_then(|(keeper, id)| Some((keeper, id, keeper.shared.held(Table::Jobs, id)?)));
+        let Some((keeper, job_id, (epoch, expires))) = held else {
+            return self.local.write_end(entry);
+        };
+        let intent = if entry.is_result() {
+            unshared::keep(&self.local, entry, epoch)
+                .inspect_err(|error| tracing::error!("the end of job {job_id} cannot be kept to hand it on: {error}"))
+        } else {
+            Ok(())
+        };
         let local = self.local.write_end(entry);
-        let Some(job_id) = self.job.borrow_mut().take() else {
-            return local;
-        };
-        let keeper = self
-            .keeper()
-            .map_err(|_| std::io::Error::other("the cluster journal's thread is gone"))?;
-        let Some((epoch, expires)) = keeper.shared.held(Table::Jobs, &job_id) else {
-            return local;
-        };
         let until = if entry.is_result() {
             expires
                 .checked_sub(crate::settings::LEASE_STOP_MARGIN)
@@ -361,9 +396,12 @@ impl Store for PgStore {
                 Err(_) => std::thread::sleep(POLL),
             }
         };
-        keeper.shared.forget(Table::Jobs, &job_id);
+        keeper.shared.forget(Table::Jobs, job_id);
         match shared {
             Ok(()) => {
+                if entry.is_result() && intent.is_ok() {
+                    unshared::taken(&self.local, job_id);
+                }
                 // The database answers: ends kept by earlier runs go along, once this run has
                 // let its leases go (see `Drop`).
                 self.hand_on.set(true);
@@ -377,7 +415,7 @@ impl Store for PgStore {
             }
             Err(why) => {
                 local?;
-                unshared::keep(&self.local, entry, epoch)?;
+                intent?;
                 Err(std::io::Error::other(format!(
                     "the cluster journal did not take it ({why}); this node keeps it and hands it on when it can (its next job, recover, prune), but until then another node may run the job again once its lease expired"
                 )))
@@ -394,7 +432,7 @@ impl Store for PgStore {
         Some(LeaseWatch {
             renewals: keeper.shared.subscribe(),
             renew_deadline: self.timing.renew_deadline,
-            stop_grace: self.stop_grace,
+            lease: self.timing.lease,
         })
     }
 }
@@ -416,22 +454,25 @@ pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, reta
 }
 
 /// `recover` and `prune` in cluster mode: hands on every end this node keeps that the cluster
-/// journal did not take ([`unshared`]). Returns how many it took; a database that does not
-/// answer is an error (the ends stay kept).
+/// journal did not take ([`unshared`]), and with `reconcile` (`recover`) every end of this
+/// node's journal whose shared row still shows that attempt running. Returns how many it took;
+/// a database that does not answer is an error (the ends stay kept).
 pub fn hand_on_kept(
     journal: &Journal,
     dsn_file: &std::path::Path,
     ca_file: Option<&std::path::Path>,
+    reconcile: bool,
 ) -> Result<usize, Problem> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
     // As long as it takes, each statement within a renewal's bound.
-    let handed = unshared::hand_on(
-        journal,
-        &keeper,
-        usize::MAX,
-        Duration::MAX,
-        UPKEEP_TIMING.renew_deadline,
-    );
+    let each = UPKEEP_TIMING.renew_deadline;
+    let mut handed = unshared::hand_on(journal, &keeper, usize::MAX, Duration::MAX, each);
+    if reconcile && handed.unreachable.is_none() {
+        let reconciled = unshared::reconcile(journal, &keeper, each);
+        handed.taken += reconciled.taken;
+        handed.left += reconciled.left;
+        handed.unreachable = reconciled.unreachable;
+    }
     match handed.unreachable {
         Some(why) => Err(Problem::NodeNotReady(format!(
             "the cluster journal cannot be reached: {why}; {} kept end(s) wait for it",

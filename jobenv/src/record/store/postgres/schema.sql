@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS fediversity_jobenv.jobs (
     finished_at timestamptz
 );
 CREATE INDEX IF NOT EXISTS jobs_finished_at ON fediversity_jobenv.jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- The rows whose attempt has not ended: what `recover` compares with the node's own journal.
+CREATE INDEX IF NOT EXISTS jobs_unended ON fediversity_jobenv.jobs (job_id) WHERE expires_at IS NOT NULL;
 
 -- One row per namespace that was ever deployed: the lease of the deploy that holds it. Rows are
 -- never deleted; a released lease has expired (`-infinity`).

@@ -8,15 +8,15 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use crate::error::Problem;
-use crate::record::entry::{Entry, parse};
+use crate::record::entry::{Entry, Request, parse};
 
 pub(super) const SCHEMA: &str = "fediversity_jobenv";
 /// The `format` of every row this jobenv writes, and the newest it acts on.
 pub(super) const FORMAT: i32 = 1;
 const DDL: &str = include_str!("schema.sql");
 
-/// Who holds a lease: `text` for messages, `node` (boot id and state directory) to tell this
-/// node's own rows.
+/// Who holds a lease: `text` for messages, `node` (`record::identity`: the boot id and the
+/// state directory's random id) to tell this node's own rows.
 #[derive(Debug, Clone)]
 pub(super) struct Holder {
     pub text: String,
@@ -63,7 +63,7 @@ fn millis(duration: Duration) -> i64 {
 /// both create them.
 pub(super) async fn ensure_schema(client: &mut Client) -> Result<(), Failed> {
     let ready = "SELECT to_regclass('fediversity_jobenv.jobs') IS NOT NULL AND to_regclass('fediversity_jobenv.namespaces') IS NOT NULL \
-                 AND to_regclass('fediversity_jobenv.epochs') IS NOT NULL";
+                 AND to_regclass('fediversity_jobenv.epochs') IS NOT NULL AND to_regclass('fediversity_jobenv.jobs_unended') IS NOT NULL";
     if client.query_one(ready, &[]).await?.get::<_, bool>(0) {
         return Ok(());
     }
@@ -101,6 +101,9 @@ pub(super) enum JobRow {
     },
     /// The job ended with a result: nothing to hold, it is replayed.
     Ended(Entry),
+    /// The job id's entry is of another request than the run's: nothing is taken, the run is
+    /// refused.
+    Another(Entry),
     /// Another node's run holds its lease.
     Held { holder: String, entry: Option<Entry> },
 }
@@ -126,10 +129,12 @@ fn known_format(format: i32, what: &str) -> Result<(), Failed> {
     Ok(())
 }
 
-/// Takes the job id's lease unless a result is recorded or another node's lease on it is live.
+/// Takes the job id's lease unless its entry is of another request than `asked`, a result is
+/// recorded, or another node's lease on it is live.
 pub(super) async fn claim_job(
     client: &mut Client,
     job_id: &str,
+    asked: &Request<'_>,
     me: &Holder,
     lease: Duration,
 ) -> Result<JobRow, Failed> {
@@ -158,6 +163,11 @@ pub(super) async fn claim_job(
     known_format(row.get(0), &format!("the cluster journal's row of job {job_id}"))?;
     let (holder, node, live): (String, String, bool) = (row.get(1), row.get(2), row.get(3));
     let entry = entry_of(job_id, row.get(4))?;
+    // Before anything is taken: a run of another request must not end the one that holds the
+    // job id (its lease would be this run's, the holder's fenced writes refused).
+    if let Some(entry) = entry.as_ref().filter(|e| e.another_request(asked).is_some()) {
+        return Ok(JobRow::Another(entry.clone()));
+    }
     if let Some(entry) = entry.as_ref().filter(|e| e.is_result()) {
         return Ok(JobRow::Ended(entry.clone()));
     }
@@ -266,33 +276,68 @@ pub(super) enum HandedOn {
     Superseded,
 }
 
-/// A kept end (see `unshared`), fenced: taken where the row is still at the lease it was written
-/// under, or where it still shows that very attempt `running` under a lease that expired (a run
-/// on another node claimed the job id meanwhile but never got to run it: nothing later is
-/// recorded). Never over a later attempt, an end, or a live lease.
-pub(super) async fn hand_on_end(client: &mut Client, entry: &Entry, epoch: i64) -> Result<HandedOn, Failed> {
+/// An end this node holds that the shared row may lack (see `unshared`), fenced: taken where
+/// the row has not ended and is still at the lease it was written under (`epoch`), or still
+/// shows that very attempt `running` (its number, start and jobenv) under a lease that expired
+/// (a run on another node claimed the job id meanwhile but never got to run it: nothing later
+/// is recorded) or that `mine` (this node's identity) holds: the caller holds the job's
+/// node-local lock, so that holder is a jobenv of this node that is gone. Never over a later
+/// attempt, an end, or another's live lease. Found already taken where the row ended at that
+/// lease (this end was written, and its jobenv died before it knew).
+pub(super) async fn hand_on_end(
+    client: &mut Client,
+    entry: &Entry,
+    epoch: Option<i64>,
+    mine: Option<&str>,
+) -> Result<HandedOn, Failed> {
     let text = serde_json::to_string(entry).map_err(|e| Failed::Row(e.to_string()))?;
     let n = client
         .execute(
             "UPDATE fediversity_jobenv.jobs SET entry = $2::text::jsonb, format = $3, expires_at = NULL, finished_at = now() \
-             WHERE job_id = $1 AND format <= $3 AND (epoch = $4 OR (expires_at <= now() AND entry->>'status' = 'running' AND entry->>'attempt' = $5))",
-            &[&entry.job_id, &text, &FORMAT, &epoch, &entry.attempt.to_string()],
+             WHERE job_id = $1 AND format <= $3 AND expires_at IS NOT NULL AND (epoch = $4 OR ((expires_at <= now() OR holder_node = $9) \
+             AND entry->>'status' = 'running' AND entry->>'attempt' = $5 AND entry->>'started_at' = $6 \
+             AND entry->>'pid' = $7 AND entry->>'pid_start' = $8))",
+            &[
+                &entry.job_id,
+                &text,
+                &FORMAT,
+                &epoch,
+                &entry.attempt.to_string(),
+                &entry.started_at,
+                &entry.pid.to_string(),
+                &entry.pid_start.to_string(),
+                &mine,
+            ],
         )
         .await?;
     if n == 1 {
         return Ok(HandedOn::Taken);
     }
-    let live = client
+    let row = client
         .query_opt(
-            "SELECT coalesce(expires_at > now(), false) FROM fediversity_jobenv.jobs WHERE job_id = $1",
-            &[&entry.job_id],
+            "SELECT coalesce(expires_at > now(), false), epoch = $2 AND expires_at IS NULL FROM fediversity_jobenv.jobs WHERE job_id = $1",
+            &[&entry.job_id, &epoch],
         )
         .await?;
-    Ok(if live.is_some_and(|row| row.get::<_, bool>(0)) {
-        HandedOn::Held
-    } else {
-        HandedOn::Superseded
+    Ok(match row {
+        Some(row) if row.get::<_, Option<bool>>(1) == Some(true) => HandedOn::Taken,
+        Some(row) if row.get::<_, bool>(0) => HandedOn::Held,
+        _ => HandedOn::Superseded,
     })
+}
+
+/// The job ids whose shared row has not ended and shows an attempt `running`, with that entry:
+/// where an end this node holds may be missing (`recover`'s reconciliation).
+pub(super) async fn unended(client: &mut Client) -> Result<Vec<(String, String)>, Failed> {
+    Ok(client
+        .query(
+            "SELECT job_id, entry::text FROM fediversity_jobenv.jobs WHERE expires_at IS NOT NULL AND entry->>'status' = 'running'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect())
 }
 
 /// The rows of attempts that ended longer ago than `retain`, by the database's clock, as the
@@ -306,19 +351,40 @@ pub(super) async fn prune(client: &mut Client, retain: Duration) -> Result<u64, 
         .await?)
 }
 
-/// Renews one lease if it is still this run's and live: false when it is not.
+/// What a renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Renewed {
+    Yes,
+    /// The row is still at this run's epoch, ended or let go by the run itself (its final write
+    /// or a release, made while this renewal waited): nothing is lost.
+    LetGo,
+    /// Taken over, or expired.
+    Lost,
+}
+
+/// Renews one lease if it is still this run's and live.
 pub(super) async fn renew(
     client: &Client,
     table: Table,
     key: &str,
     epoch: i64,
     lease: Duration,
-) -> Result<bool, Failed> {
+) -> Result<Renewed, Failed> {
     let (name, column) = table.name_and_key();
     let sql = format!(
         "UPDATE {SCHEMA}.{name} SET expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {column} = $1 AND epoch = $2 AND expires_at > now()"
     );
-    Ok(client.execute(&sql, &[&key, &epoch, &millis(lease)]).await? == 1)
+    if client.execute(&sql, &[&key, &epoch, &millis(lease)]).await? == 1 {
+        return Ok(Renewed::Yes);
+    }
+    let sql = format!(
+        "SELECT 1 FROM {SCHEMA}.{name} WHERE {column} = $1 AND epoch = $2 AND (expires_at IS NULL OR expires_at = '-infinity')"
+    );
+    Ok(if client.query_opt(&sql, &[&key, &epoch]).await?.is_some() {
+        Renewed::LetGo
+    } else {
+        Renewed::Lost
+    })
 }
 
 /// Lets a lease go: it has expired from now on (the row and its entry stay).

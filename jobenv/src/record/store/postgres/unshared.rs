@@ -30,7 +30,9 @@ struct Kept {
     attempt: u32,
 }
 
-/// Keeps `entry`'s end (its attempt's lease had epoch `epoch`) to hand it on later.
+/// Keeps `entry`'s end (its attempt's lease had epoch `epoch`) to hand it on later: written
+/// and synced before the end is written anywhere else, so that no end reaches this node's
+/// journal without it.
 pub(super) fn keep(journal: &Journal, entry: &Entry, epoch: i64) -> std::io::Result<()> {
     let dir = journal.state.subdir(DIR, Some(0o750))?.expect("created if missing");
     if let Some(owner) = journal.owner {
@@ -41,6 +43,16 @@ pub(super) fn keep(journal: &Journal, entry: &Entry, epoch: i64) -> std::io::Res
         attempt: entry.attempt,
     })?;
     dir.write_atomically(&format!("{}.json", entry.job_id), &kept, journal.owner, true)
+}
+
+/// The cluster journal took the end of `job_id`: it is kept no more. One left (this jobenv died
+/// first, or the removal failed) is found taken when it is handed on.
+pub(super) fn taken(journal: &Journal, job_id: &str) {
+    match journal.state.subdir(DIR, None) {
+        Ok(Some(dir)) => forget(&dir, job_id),
+        Ok(None) => {}
+        Err(error) => tracing::warn!("{error}: the kept end of job {job_id} is left as it is"),
+    }
 }
 
 /// What handing kept ends on did.
@@ -112,7 +124,7 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
         };
         let Some((kept, entry)) = found else { continue };
         let written = keeper.block_on(keeper.shared.run(left.min(each), async |client| {
-            tables::hand_on_end(client, &entry, kept.epoch).await
+            tables::hand_on_end(client, &entry, Some(kept.epoch), None).await
         }));
         let done = match written {
             Ok(HandedOn::Taken) => {
@@ -153,6 +165,85 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
     handed
 }
 
+/// `recover`: the ends in this node's journal whose shared row still shows that very attempt
+/// `running` (its number, start and jobenv) with no kept file naming them (a jobenv of before
+/// the kept intent, or a kept file lost), handed on as kept ends are (fenced the same way, read
+/// and written under the job's lock, which proves a holder of this node's identity gone). What a
+/// row shows comes from the database; only an end this node's
+/// journal holds is ever written.
+pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> Handed {
+    let mut handed = Handed::default();
+    let rows = match keeper.block_on(keeper.shared.run(each, async |client| tables::unended(client).await)) {
+        Ok(rows) => rows,
+        Err(Trouble::Unreachable(why)) => {
+            handed.unreachable = Some(why);
+            return handed;
+        }
+        Err(Trouble::Newer(why) | Trouble::Refused(why)) => {
+            tracing::warn!("the cluster journal's running attempts cannot be compared with this node's journal: {why}");
+            return handed;
+        }
+    };
+    let kept = journal.state.subdir(DIR, None).ok().flatten();
+    let holder = format!("jobenv reconciling ends, pid {}", std::process::id());
+    // A row this node's gone jobenv holds is taken as a run would take it (the job's lock, held
+    // below, proves that jobenv gone); without the identity, only one whose lease expired.
+    let mine = journal
+        .node_identity()
+        .inspect_err(|error| tracing::warn!("{error}"))
+        .ok();
+    for (job_id, text) in rows {
+        if !is_valid_job_id(&job_id) {
+            continue;
+        }
+        if kept
+            .as_ref()
+            .is_some_and(|dir| dir.stat(&format!("{job_id}.json")).ok().flatten().is_some())
+        {
+            continue;
+        }
+        let Ok(shared) = crate::record::entry::parse(&job_id, "the cluster journal's row", text.as_bytes()) else {
+            continue;
+        };
+        let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
+            continue;
+        };
+        let Ok(Some(entry)) = journal.read(&job_id) else {
+            continue;
+        };
+        let same_attempt = entry.attempt == shared.attempt
+            && entry.started_at == shared.started_at
+            && entry.pid == shared.pid
+            && entry.pid_start == shared.pid_start;
+        if !entry.is_result() || !same_attempt {
+            continue;
+        }
+        match keeper.block_on(keeper.shared.run(each, async |client| {
+            tables::hand_on_end(client, &entry, None, mine.as_deref()).await
+        })) {
+            Ok(HandedOn::Taken) => {
+                tracing::info!(
+                    "job {job_id}: the end of attempt {} is on the cluster journal now (its row still showed that attempt running)",
+                    entry.attempt
+                );
+                handed.taken += 1;
+            }
+            Ok(HandedOn::Held) => handed.left += 1,
+            Ok(HandedOn::Superseded) => handed.superseded += 1,
+            Err(Trouble::Unreachable(why)) => {
+                handed.left += 1;
+                handed.unreachable = Some(why);
+                break;
+            }
+            Err(Trouble::Newer(why) | Trouble::Refused(why)) => {
+                tracing::warn!("job {job_id}: its end is not handed on: {why}");
+                handed.left += 1;
+            }
+        }
+    }
+    handed
+}
+
 /// Removes the kept file of `job_id`; one that cannot be removed is said and left.
 fn forget(dir: &Dir, job_id: &str) {
     if let Err(error) = dir.remove(&format!("{job_id}.json")) {
@@ -186,6 +277,9 @@ fn kept_end(journal: &Journal, dir: &Dir, job_id: &str) -> Option<(Kept, Entry)>
             let why = match (kept, entry) {
                 (None, _) => "it is not one as jobenv writes them",
                 (_, None) => "this node's journal has no entry of the job any more",
+                (Some(kept), Some(entry)) if entry.attempt == kept.attempt => {
+                    "its jobenv died before it wrote the end anywhere (the attempt was interrupted)"
+                }
                 _ => "this node's journal holds another attempt of the job now",
             };
             tracing::info!("job {job_id}: its kept end is dropped: {why}");

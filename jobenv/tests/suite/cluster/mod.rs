@@ -1,7 +1,8 @@
 //! Cluster mode: nodes that share one PostgreSQL database (`--cluster-dsn-file`) keep one deploy
 //! per namespace and a job's result never lost or executed twice by accident across them, as
 //! one node does. Two state directories stand for two nodes; the database is the test kit's
-//! real PostgreSQL. Leases are short here (4 s, renewed every 0.5 s, deadline 2 s).
+//! real PostgreSQL. Leases are short here (4 s, renewed every 0.5 s, deadline 2 s, and so a
+//! grace of 1 s at most).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -14,8 +15,30 @@ use fediversity_testkit::process::{Running, StreamWatch, is_alive, kill_all, rea
 use fediversity_testkit::tcp_proxy::Proxy;
 use serde_json::{Value, json};
 
+mod ends;
+mod identity;
+mod load;
+mod small;
+mod stops;
+
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The times of a node's leases, and its `--grace` (the longest that fits, by default).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    lease: Duration,
+    renew_every: Duration,
+    renew_deadline: Duration,
+    grace: Duration,
+}
+
+const TIMING: Timing = Timing {
+    lease: LEASE,
+    renew_every: Duration::from_millis(500),
+    renew_deadline: RENEW_DEADLINE,
+    grace: Duration::from_secs(1),
+};
 
 /// A node: its own fixture (state directory, job directory, programs) and the DSN file it
 /// gives jobenv. `body` is the program `web-apply`; `$NODE` in it is the node's name.
@@ -42,6 +65,11 @@ impl Node {
 
     /// `run --verb apply` of `namespace` on this node, as job `job_id` of a Windmill worker.
     fn job(&self, job_id: &str, namespace: &str) -> JobRun {
+        self.job_timed(job_id, namespace, TIMING)
+    }
+
+    /// [`Node::job`] with leases of `timing`.
+    fn job_timed(&self, job_id: &str, namespace: &str, timing: Timing) -> JobRun {
         let mut run = self
             .f
             .jobenv(jobenv_bin!())
@@ -51,12 +79,16 @@ impl Node {
         if let Some(dsn_file) = &self.dsn_file {
             run = run
                 .env("JOBENV_CLUSTER_DSN_FILE", dsn_file)
-                .env("JOBENV_CLUSTER_LEASE", LEASE.as_secs_f64().to_string())
-                .env("JOBENV_CLUSTER_RENEW_EVERY", "0.5")
+                .env("JOBENV_CLUSTER_LEASE", timing.lease.as_secs_f64().to_string())
+                .env(
+                    "JOBENV_CLUSTER_RENEW_EVERY",
+                    timing.renew_every.as_secs_f64().to_string(),
+                )
                 .env(
                     "JOBENV_CLUSTER_RENEW_DEADLINE",
-                    RENEW_DEADLINE.as_secs_f64().to_string(),
-                );
+                    timing.renew_deadline.as_secs_f64().to_string(),
+                )
+                .env("JOBENV_GRACE", timing.grace.as_secs_f64().to_string());
         }
         run
     }
@@ -108,6 +140,49 @@ fn overlaps(log: &Path) -> bool {
 fn timed(log: &Path, secs: &str) -> String {
     let log = log.display();
     format!("echo \"start $NODE $(date +%s.%N)\" >> {log}; sleep {secs}; echo \"end $NODE $(date +%s.%N)\" >> {log}")
+}
+
+/// A program whose runs check themselves: it takes its namespace's lock in `dir` (a directory
+/// every node shares) without waiting, and where another program of the namespace holds it
+/// (the lock goes with the last process of a program tree, however that ends) logs
+/// `overlap <node> <time>` to `dir/overlaps`. Then it logs `start <node> <time>` to `dir/log`,
+/// writes its pid to `dir/program-<node>.pid`, waits for `dir/go-<node>` (ignoring SIGTERM
+/// when `stubborn`, as a program that takes its time to stop does) and logs `end <node> <time>`.
+fn watched(dir: &Path, stubborn: bool) -> String {
+    let dir = dir.display();
+    let trap = if stubborn { "trap '' TERM; " } else { "" };
+    format!(
+        "exec 9>>{dir}/ns-$DEPLOYMENT_NAMESPACE.lock; flock -n 9 || echo \"overlap $NODE $(date +%s.%N)\" >> {dir}/overlaps; \
+         echo \"start $NODE $(date +%s.%N)\" >> {dir}/log; echo $$ > {dir}/program-$NODE.pid; {trap}\
+         while [ ! -e {dir}/go-$NODE ]; do sleep 0.05; done; echo \"end $NODE $(date +%s.%N)\" >> {dir}/log"
+    )
+}
+
+/// What the programs of [`watched`] found: every overlap they saw.
+fn overlaps_seen(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("overlaps")).unwrap_or_default()
+}
+
+/// The positive control of [`watched`]'s own check: two nodes without the shared journal run
+/// one namespace at once, and their programs see it.
+#[test]
+fn the_programs_own_check_sees_two_deploys_of_one_namespace_at_once() {
+    let shared = tempfile::tempdir().unwrap();
+    let body = watched(shared.path(), false);
+    let (a, b) = (Node::new("a", None, &body), Node::new("b", None, &body));
+    let first = a.job("self-check-a", "ns").spawn();
+    read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
+    let second = b.job("self-check-b", "ns").spawn();
+    read_pids(&shared.path().join("program-b.pid"), 1, Duration::from_secs(20));
+    for node in ["a", "b"] {
+        std::fs::write(shared.path().join(format!("go-{node}")), "").unwrap();
+    }
+    assert!(finish(first).success() && finish(second).success());
+    assert!(
+        overlaps_seen(shared.path()).starts_with("overlap b "),
+        "the second program did not see the first: {:?}",
+        overlaps_seen(shared.path())
+    );
 }
 
 /// A few random bytes, for the delays between two nodes' starts.
@@ -277,8 +352,8 @@ fn in_cluster_mode_the_namespaces_lease_is_a_stage_of_the_jobs_trace() {
     assert_eq!(job.attributes["jobenv.job.attempt"], "1");
     assert_eq!(
         spans.len(),
-        5,
-        "admission, namespace, lease, program, the job: {spans:#?}"
+        6,
+        "admission, namespace, lease, program, evaluation, the job: {spans:#?}"
     );
 }
 
