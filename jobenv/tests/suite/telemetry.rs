@@ -851,6 +851,69 @@ fn a_cancel_is_a_stop_stage_and_a_black_hole_adds_at_most_the_flush_bound() {
 }
 
 #[test]
+fn a_drain_is_a_stop_stage_and_ends_as_fast_as_without_export() {
+    // A node of its own per run: a drained node takes no new job.
+    let drained = |endpoint: Option<&str>| -> (Output, Duration) {
+        let f = node("apply", "echo started; exec sleep 60");
+        let mut cmd = f.command(
+            jobenv_bin!(),
+            &["run", "--verb", "apply", "--job-id", "drained-1", "--grace", "1"],
+        );
+        if let Some(endpoint) = endpoint {
+            cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+                .env("JOBENV_OTLP_FLUSH_TIMEOUT", "0.5");
+        }
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload().to_string().as_bytes())
+            .unwrap();
+        let mut stdout = fediversity_testkit::process::StreamWatch::new(child.stdout.take().unwrap());
+        assert!(stdout.wait_for(b"started", Duration::from_secs(30)));
+        let start = Instant::now();
+        let drain = f.jobenv(jobenv_bin!()).args(["drain", "--wait", "0"]).run();
+        assert_eq!(drain.code, Some(0), "{drain:?}");
+        let out = child.wait_with_output().unwrap();
+        (out, start.elapsed())
+    };
+    let (out, without) = drained(None);
+    let code = out.status.code();
+    assert!(
+        text(&out.stderr).contains("(the node is stopping)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let receiver = Receiver::start();
+    let (out, with) = drained(Some(&receiver.endpoint()));
+    assert_eq!(out.status.code(), code, "{}", text(&out.stderr));
+    let spans = by_name(&receiver.recorded().spans);
+    assert_eq!(spans["stop"].attributes["jobenv.stop.reason"], "drain", "{spans:#?}");
+    assert_eq!(spans["stop"].parent_span_id, spans["program"].span_id);
+    assert_eq!(
+        spans["deploy web apply"].attributes["jobenv.job.interrupted_by"],
+        "node_stopped"
+    );
+    let hole = otlp_receiver::black_hole();
+    let (out, black_hole) = drained(Some(&hole.endpoint()));
+    assert_eq!(out.status.code(), code, "{}", text(&out.stderr));
+    assert_eq!(telemetry_lines(&text(&out.stderr)).len(), 1, "{}", text(&out.stderr));
+    eprintln!("drain: {without:?} without export, {with:?} with, {black_hole:?} with a black hole");
+    assert!(with <= without + Duration::from_secs(2), "{with:?} vs {without:?}");
+    assert!(
+        black_hole <= without + Duration::from_millis(500) + Duration::from_secs(2),
+        "{black_hole:?}"
+    );
+}
+
+#[test]
 fn through_a_real_collector() {
     let receiver = Receiver::start();
     let Some(rotel) = otlp_receiver::Rotel::start(&receiver) else {
