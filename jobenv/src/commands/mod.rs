@@ -26,7 +26,13 @@ use crate::settings::Runner;
 pub fn main() -> ExitCode {
     drop_empty_options();
     // Only jobenv's own events: a library's debug line could hold the events URL.
-    let logging = safe_io::log::init("jobenv: ", "JOBENV_LOG", &["jobenv", "fediversity_jobenv"]);
+    // Through the tee: while a job exports, its log gets jobenv's lines as printed.
+    let logging = safe_io::log::init_writing_to(
+        "jobenv: ",
+        "JOBENV_LOG",
+        &["jobenv", "fediversity_jobenv"],
+        crate::telemetry::LogTee,
+    );
     let cli = match (Cli::try_parse(), logging) {
         (Err(error), _) if !error.use_stderr() => {
             // --help, --version
@@ -110,7 +116,7 @@ fn exit_code(result: Result<Exit, Error>) -> i32 {
 
 fn run(command: Command) -> Result<Exit, Error> {
     match command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Env(args) => env::env(args),
         Command::Keys(args) => keys::keys(args),
         Command::Recover(args) => recover::recover(args),
