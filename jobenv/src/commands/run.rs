@@ -1,14 +1,14 @@
-//! `run`: one job, through the spine (`jobenv::job`).
+//! `run`: one job, through the spine (`crate::job`).
 
-use jobenv::cli::RunArgs;
-use jobenv::error::Error;
-use jobenv::settings::Runner;
+use crate::cli::RunArgs;
+use crate::error::Error;
+use crate::settings::Runner;
 
 use super::{Exit, rejected_before_start};
 
-pub fn run(args: RunArgs) -> Result<Exit, Error> {
+pub(crate) fn run(args: RunArgs) -> Result<Exit, Error> {
     Ok(match args.settings(Runner::from_environment()) {
-        Ok(settings) => Exit::Job(jobenv::job::run(&settings)),
+        Ok(settings) => Exit::Job(crate::job::run(&settings)),
         Err(error) => rejected_before_start(&[error]),
     })
 }
