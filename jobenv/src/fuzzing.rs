@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::error::Problem;
 use crate::input::Inputs;
-use crate::input::keys::DeclaredKey;
 use crate::input::names as policy;
+use crate::input::names::DeclaredKey;
 use crate::input::node::NodeValue;
 use crate::plan::plan;
 use crate::run::redact::{Redactor, can_be_spelled_by_marker, redact_all};
@@ -71,7 +71,7 @@ pub fn payload(data: &[u8]) {
             policy::is_valid_key(key) && !var.value.expose().contains('\0'),
             "an invalid variable reached the plan"
         );
-        if payload.contains_key(key) && var.source == crate::plan::Source::Payload {
+        if payload.contains_key(key) && var.source == crate::input::Source::Payload {
             assert!(!policy::is_reserved(key), "the payload set reserved {key}");
         }
     }

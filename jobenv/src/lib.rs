@@ -22,6 +22,7 @@
 //! [`show`] (what `env` and `keys` print), [`schema`] (the front-end contract as JSON Schemas).
 //! jobenv's own lines go through [`safe_io::log`].
 
+pub mod cancel;
 pub mod cli;
 pub mod error;
 pub mod evaluation;

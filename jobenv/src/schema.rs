@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use crate::events::dd0012::AnyNotification;
 use crate::events::envelope::Event;
 use crate::input::NodeValues;
-use crate::input::controls::takes_row_secrets;
-use crate::input::keys::DeclaredKey;
+use crate::input::names::DeclaredKey;
 use crate::input::names::{self, KeyClass};
+use crate::input::node::takes_row_secrets;
 use crate::record::journal::Entry;
 use crate::record::result_file::JobResult;
 

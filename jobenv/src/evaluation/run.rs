@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use super::cache::{self, Cache, Entry, Kind, Lock, Refused, TempRoot};
 use super::{Evaluation, Resolved, drv, store};
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::Error;
 use crate::plan::Plan;
-use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::{Before, Next, Outcome, Step, StepEnd};
 
 /// The largest `.drv` jobenv reads for its inputs.
@@ -219,7 +219,7 @@ impl Prepared {
 }
 
 /// A step with this environment.
-fn step(argv: Vec<String>, env: &BTreeMap<String, crate::plan::Var>, capture: bool) -> Next {
+fn step(argv: Vec<String>, env: &BTreeMap<String, crate::input::Var>, capture: bool) -> Next {
     let env = env
         .iter()
         .map(|(k, v)| (k.clone(), v.value.expose().to_owned()))

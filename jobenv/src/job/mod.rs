@@ -26,6 +26,7 @@
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::{EXIT_INTERNAL, Error, Problem};
 use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
@@ -37,7 +38,6 @@ use crate::record::result_file::{self, JobResult};
 use crate::record::store::{self, Refused, Store};
 use crate::record::upkeep::StopRequest;
 use crate::record::{Ending, Status};
-use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
@@ -143,7 +143,7 @@ impl<'a> Run<'a> {
                 error.log();
                 Ending::rejected(&error)
             }
-            Stop::Cancelled(cancelled) => Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+            Stop::Cancelled(cancelled) => Ending::not_started(run::not_started(cancelled, self.stop_requested())),
             Stop::Replayed(entry) => self.replay(&entry),
         }
     }
@@ -162,6 +162,13 @@ impl<'a> Run<'a> {
             Refused::NotReady(why) => Problem::NodeNotReady(why).into(),
             Refused::Shared(why) => Problem::ClusterJournal(why).into(),
         }
+    }
+
+    /// The job's stop request, as the run asks it.
+    fn stop_requested(&self) -> Option<&dyn run::StopRequested> {
+        self.stop_request
+            .as_ref()
+            .map(|request| request as &dyn run::StopRequested)
     }
 
     fn journal_problem(&self, source: std::io::Error) -> Problem {
@@ -331,15 +338,15 @@ impl<'a> Run<'a> {
             plan.verb
         );
         let mut shell =
-            match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
+            match crate::evaluation::run::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
                 Ok(shell) => shell,
-                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_requested())),
             };
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
             events: self.events.clone(),
-            stop_request: self.stop_request.as_ref(),
+            stop_request: self.stop_requested(),
             tree_lock: Some(tree_lock),
             lease,
             guard,

@@ -5,6 +5,7 @@
 use std::os::fd::OwnedFd;
 
 use super::{Run, Stop};
+use crate::cancel::Cancel;
 use crate::error::{Error, Problem};
 use crate::plan::Plan;
 use crate::process;
@@ -12,7 +13,6 @@ use crate::record::journal::{self, Attempt, Journal};
 use crate::record::locks;
 use crate::record::orphans::{self, Recorded, TreeRecord};
 use crate::record::store::{Claim, Store};
-use crate::run::cancel::Cancel;
 use crate::run::tree::{self, Tree, guard, hierarchy};
 
 /// What a deploy holds of its namespace (step 6): the program tree it runs in and the record of

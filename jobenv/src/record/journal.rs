@@ -20,8 +20,8 @@ pub use super::entry::{
     is_valid_job_id, note_orphans, now,
 };
 use super::locks;
+use crate::cancel::Cancel;
 use crate::error::EXIT_INTERNAL;
-use crate::run::cancel::Cancel;
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.

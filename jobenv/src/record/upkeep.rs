@@ -27,6 +27,12 @@ pub struct StopRequest {
     name: String,
 }
 
+impl crate::run::StopRequested for StopRequest {
+    fn exists(&self) -> bool {
+        StopRequest::exists(self)
+    }
+}
+
 impl StopRequest {
     pub fn of(journal: &Journal, job_id: &str) -> std::io::Result<StopRequest> {
         Ok(StopRequest {

@@ -135,7 +135,7 @@ fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED], placement: Pl
     // SAFETY: plain system calls on signal and descriptor numbers (a default disposition
     // installs no handler code); errors are reported, nothing else.
     unsafe {
-        for cancel in super::cancel::CANCEL {
+        for cancel in crate::cancel::CANCEL {
             libc::signal(cancel as libc::c_int, libc::SIG_DFL);
         }
         let all = libc::syscall(

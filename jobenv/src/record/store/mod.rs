@@ -19,8 +19,8 @@ use std::time::Duration;
 use super::entry::{Entry, Known, Request};
 use super::journal::Journal;
 use super::locks;
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::Problem;
-use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::lease::LeaseWatch;
 use crate::settings::RunSettings;
 

@@ -94,11 +94,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Claim, Refused, Store};
+use crate::cancel::Cancel;
 use crate::error::Problem;
 use crate::record::ending::InterruptedBy;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
-use crate::run::cancel::Cancel;
 use crate::run::lease::LeaseWatch;
 use crate::settings::{Cluster, RunSettings};
 use keeper::{Keeper, Timing, Trouble};

@@ -5,8 +5,8 @@
 //! action (a silent death: no result.json, no journal end, no final event) but an ordinary
 //! `canceled` ending: the job checks [`Cancel::pending`] before it starts the program. Once the
 //! program runs, the supervisor gets each signal from [`Cancel::into_stream`] and stops the
-//! program tree (grace, then SIGKILL: [`super::tree::ProgramTree::stop`]). The child resets the three to
-//! their defaults before it execs (see [`super::spawn`]).
+//! program tree (grace, then SIGKILL: [`crate::run::tree::ProgramTree::stop`]). The child resets the three to
+//! their defaults before it execs (see [`crate::run::spawn`]).
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
