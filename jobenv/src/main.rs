@@ -6,7 +6,9 @@ use jobenv::cli::{
 };
 use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error, Problem};
 use jobenv::input::keys;
-use jobenv::record::journal::{self, Journal};
+use jobenv::record::entry;
+use jobenv::record::journal::Journal;
+use jobenv::record::upkeep;
 use jobenv::settings::Runner;
 use jobenv::show;
 
@@ -180,19 +182,18 @@ fn recover(args: RecoverArgs) -> i32 {
     // `recover` runs when the worker starts again: programs may start from now on. First, and
     // whatever becomes of the rest: a drain mark left by a recover that failed would refuse every
     // job of this boot.
-    let ended = Journal::end_draining(&dir).map_err(journal_problem);
+    let ended = upkeep::end_draining(&dir).map_err(journal_problem);
     let mut printed = JsonArray::new();
     let recovered = open_journal(&dir).and_then(|journal| {
-        journal
-            .recover(|entry| {
-                tracing::warn!(
-                    "job {} (attempt {}) was interrupted: its jobenv is gone; marked failed",
-                    entry.job_id,
-                    entry.attempt
-                );
-                printed.push(entry)
-            })
-            .map_err(journal_problem)?;
+        upkeep::recover(&journal, |entry| {
+            tracing::warn!(
+                "job {} (attempt {}) was interrupted: its jobenv is gone; marked failed",
+                entry.job_id,
+                entry.attempt
+            );
+            printed.push(entry)
+        })
+        .map_err(journal_problem)?;
         // Cluster mode: the ends the shared journal did not take, and the ends whose shared row
         // still shows their attempt running. They stay kept if it does not answer now (and
         // their entries are not pruned): the node's next job or `prune` hands them on.
@@ -203,7 +204,7 @@ fn recover(args: RecoverArgs) -> i32 {
                 tracing::warn!("{problem}");
             }
         }
-        if let Err(error) = journal.prune(jobenv::cli::days(args.retain_days)) {
+        if let Err(error) = upkeep::prune(&journal, jobenv::cli::days(args.retain_days)) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(())
@@ -245,7 +246,7 @@ fn prune(args: PruneArgs) -> i32 {
                 tracing::warn!("{problem}");
             }
         }
-        let pruned = journal.prune(retain).map_err(|source| Problem::Journal {
+        let pruned = upkeep::prune(&journal, retain).map_err(|source| Problem::Journal {
             path: dir.clone(),
             source,
         })?;
@@ -283,14 +284,14 @@ fn drain(args: DrainArgs) -> i32 {
     let dir = args.state.dir();
     let (mut printed, mut stopped, mut left) = (JsonArray::new(), 0, Vec::new());
     let drained = open_journal(&dir).and_then(|journal| {
-        let each = |entry: &journal::Entry| {
+        let each = |entry: &entry::Entry| {
             match entry.status {
                 jobenv::record::Status::Running => left.push(entry.job_id.clone()),
                 _ => stopped += 1,
             }
             printed.push(entry)
         };
-        journal.drain(args.wait, each).map_err(|source| {
+        upkeep::drain(&journal, args.wait, each).map_err(|source| {
             Problem::Journal {
                 path: dir.clone(),
                 source,
@@ -316,7 +317,7 @@ fn drain(args: DrainArgs) -> i32 {
 
 fn status(args: StatusArgs) -> i32 {
     // A job id names a file in the journal: never a path that leaves it.
-    if let Some(id) = args.job_id.as_ref().filter(|id| !journal::is_valid_job_id(id)) {
+    if let Some(id) = args.job_id.as_ref().filter(|id| !entry::is_valid_job_id(id)) {
         let error = Error::from(Problem::InvalidJobId(id.clone()));
         error.log();
         return error.exit_code();
@@ -344,7 +345,7 @@ fn status(args: StatusArgs) -> i32 {
     }
     let shown = match (&journal, &args.job_id) {
         (None, Some(_)) => Ok(None),
-        (None, None) => Ok(Some(json_line(&Vec::<journal::Entry>::new()))),
+        (None, None) => Ok(Some(json_line(&Vec::<entry::Entry>::new()))),
         (Some(journal), Some(id)) => journal.read(id).map(|entry| entry.map(|e| json_line(&e))),
         (Some(_), None) => unreachable!("printed above"),
     };

@@ -17,7 +17,7 @@ use crate::input::NodeValues;
 use crate::input::names::DeclaredKey;
 use crate::input::names::{self, KeyClass};
 use crate::input::node::takes_row_secrets;
-use crate::record::journal::Entry;
+use crate::record::entry::Entry;
 use crate::record::result_file::JobResult;
 
 /// What makes one schema.

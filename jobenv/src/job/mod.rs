@@ -32,11 +32,12 @@ use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
 use crate::plan::Plan;
 use crate::process;
-use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
+use crate::record::entry::{self, Attempt, Decision, Entry};
+use crate::record::journal::Journal;
 use crate::record::locks;
 use crate::record::result_file::{self, JobResult};
 use crate::record::store::{self, Refused, Store};
-use crate::record::upkeep::StopRequest;
+use crate::record::upkeep::{self, StopRequest};
 use crate::record::{Ending, Status};
 use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
@@ -125,7 +126,7 @@ impl<'a> Run<'a> {
         let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
         // The tree goes to the program (and is gone when it returns), the locks stay held.
         let leases = store.leases();
-        let ending = match (store.local().draining(), &leases) {
+        let ending = match (upkeep::draining(store.local()), &leases) {
             (Some(since), _) => not_started_on_a_draining_node(&since),
             (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
             (None, _) => {
@@ -187,7 +188,7 @@ impl<'a> Run<'a> {
     fn journal(&mut self) -> Result<Journal, Stop> {
         let journal = Journal::open(&self.settings.state_dir).map_err(|source| self.journal_problem(source))?;
         if let Some(id) = &self.settings.job_id {
-            if !journal::is_valid_job_id(id) {
+            if !entry::is_valid_job_id(id) {
                 return Err(Problem::InvalidJobId(id.clone()).into());
             }
             self.holder = format!("job {id}, {}", self.holder);
@@ -225,7 +226,7 @@ impl<'a> Run<'a> {
             return Ok((None, Vec::new()));
         };
         let identity = payload.as_ref().map(input::identity_of).unwrap_or_default();
-        let asked = journal::Request {
+        let asked = entry::Request {
             verb: &self.settings.job.verb,
             attribute: identity.attribute.as_deref(),
             namespace: identity.namespace.as_deref(),
@@ -244,7 +245,7 @@ impl<'a> Run<'a> {
             return Err(error.into());
         }
         let holder = known.live.clone();
-        match journal::decide_known(known) {
+        match entry::decide_known(known) {
             Decision::Replay(entry) => Err(Stop::Replayed(Box::new(entry))),
             Decision::Refuse(_) => Err(Problem::JobRunning {
                 job_id: id.clone(),

@@ -9,7 +9,8 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Problem};
 use crate::plan::Plan;
 use crate::process;
-use crate::record::journal::{self, Attempt, Journal};
+use crate::record::entry::{self, Attempt};
+use crate::record::journal::Journal;
 use crate::record::locks;
 use crate::record::orphans::{self, Recorded, TreeRecord};
 use crate::record::store::{Claim, Store};
@@ -79,7 +80,7 @@ impl Run<'_> {
             // An earlier attempt of this very job: its entry is this run's to write (step 7).
             if let (Some(id), Some(number)) = (&left.job_id, left.attempt) {
                 if self.job_id.as_ref() == Some(id) {
-                    journal::note_orphans(earlier, number, left.orphans);
+                    entry::note_orphans(earlier, number, left.orphans);
                 }
             }
         }

@@ -137,7 +137,7 @@ impl PgStore {
             .unwrap_or_default();
         // Read (or made) in the state directory whose locks the run takes: a lease of this
         // identity whose jobenv is gone is this node's, as those locks prove (`record::identity`).
-        let node = local.node_identity().map_err(|source| Problem::Journal {
+        let node = crate::record::identity::node_identity(&local).map_err(|source| Problem::Journal {
             path: settings.state_dir.clone(),
             source,
         })?;
