@@ -49,7 +49,9 @@ pub fn payload(data: &[u8]) {
         running_system: "x86_64-linux".into(),
         exec_budget: crate::input::exec_budget(8 << 20),
     };
-    let Ok(plan) = plan(&inputs) else { return };
+    let Ok(plan) = crate::input::check(&inputs).and_then(|checked| plan(&inputs, checked)) else {
+        return;
+    };
     assert!(
         ["web", "db-1"].contains(&plan.attribute.as_str()),
         "an unpublished attribute was accepted"

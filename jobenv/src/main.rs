@@ -113,7 +113,7 @@ fn run(args: RunArgs) -> i32 {
 fn env(args: EnvArgs) -> i32 {
     match jobenv::input::gather(&args.job.settings())
         .inputs
-        .and_then(|inputs| jobenv::plan::plan(&inputs))
+        .and_then(|inputs| jobenv::input::check(&inputs).and_then(|checked| jobenv::plan::plan(&inputs, checked)))
         .map_err(Error::Rejected)
     {
         Err(error) => {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Problem;
 use crate::events::Target;
-use crate::input::{self, Checked, Inputs, admit};
+use crate::input::{self, Checked, Inputs, MAX_ARG_STRLEN, admit};
 use crate::input::{Source, Var};
 use safe_io::secret::{Hidden, Secret, Text};
 
@@ -44,15 +44,14 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-/// Checks `inputs` and merges them: the whole of stages 1 (validation) and 2, with the check
-/// that the kernel can pass what the merge made.
-pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
-    let plan = input::check(inputs).map(|checked| merge(inputs, checked))?;
+/// Merges `inputs`, which [`input::check`] found valid (`checked`, its product: the caller runs
+/// the check first), and checks that the kernel can pass what the merge made: argv and
+/// environment within [`MAX_ARG_STRLEN`] and the exec budget.
+pub fn plan(inputs: &Inputs, checked: Checked) -> Result<Plan, Vec<Problem>> {
+    let plan = merge(inputs, checked);
     let problems = exec_problems(&plan, inputs.exec_budget);
     if problems.is_empty() { Ok(plan) } else { Err(problems) }
 }
-
-pub use crate::input::{MAX_ARG_STRLEN, exec_budget};
 
 /// What exec could not pass: one string over [`MAX_ARG_STRLEN`], or more than `budget` bytes
 /// in all (each string with its NUL, and a pointer to each).
@@ -292,12 +291,18 @@ pub(crate) fn redaction_needles<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::exec_budget;
+
+    /// Step 5 as a run takes it: the check of the inputs, then the plan.
+    pub(super) fn planned(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
+        crate::input::check(inputs).and_then(|checked| plan(inputs, checked))
+    }
     use crate::input::test_support::{inputs, node};
     use serde_json::json;
 
     #[test]
     fn argv_is_fixed_shape() {
-        let plan = plan(&inputs()).unwrap();
+        let plan = planned(&inputs()).unwrap();
         assert_eq!(
             plan.argv,
             [
@@ -330,7 +335,7 @@ mod tests {
     fn a_node_without_nix_build_shell_is_warned_of() {
         let mut i = inputs();
         i.node.remove("NIX_BUILD_SHELL");
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.warnings.len(), 1);
         assert!(
             plan.warnings[0].starts_with("NIX_BUILD_SHELL is not set"),
@@ -339,7 +344,7 @@ mod tests {
         );
         // Positive control: from jobenv's own environment, it counts.
         i.environ.0 = vec![("NIX_BUILD_SHELL".into(), "/bin/bash".into())];
-        assert!(super::plan(&i).unwrap().warnings.is_empty());
+        assert!(planned(&i).unwrap().warnings.is_empty());
     }
 
     #[test]
@@ -349,7 +354,7 @@ mod tests {
         i.set_payload("A", json!("payload"));
         i.set_payload("C", json!("payload"));
         i.environ.0 = vec![("A".into(), "environ".into()), ("C".into(), "environ".into())];
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.env["A"], Var::plain("node".into(), Source::Node));
         assert_eq!(plan.env["C"], Var::plain("payload".into(), Source::Payload));
         assert_eq!(plan.env["B"], Var::plain("b-default".into(), Source::Default));
@@ -370,7 +375,7 @@ mod tests {
         .iter()
         .map(|(k, v)| ((*k).into(), (*v).into()))
         .collect();
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.env["PATH"].source, Source::Environ);
         assert_eq!(plan.env["C"].value.expose(), "c");
         for k in ["WM_TOKEN", "PYTHONPATH", "RANDOM_VAR"] {
@@ -383,7 +388,7 @@ mod tests {
         let mut i = inputs();
         i.node
             .extend(node(&[("STATE_BASE_ADDRESS", "https://state.example/tf/", false)]));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(
             plan.env["TF_HTTP_ADDRESS"].value.expose(),
             "https://state.example/tf/ns1"
@@ -408,7 +413,7 @@ mod tests {
             ("EVENTS_SECRET", "events-secret-0123456789", true),
         ]));
         i.set_payload("BUILD_ID", json!("build-7"));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert!(plan.events.is_some());
         for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
             assert!(!plan.env.contains_key(key), "{key} reached the program");
@@ -424,7 +429,7 @@ mod tests {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "aarch64-linux", false)]));
         i.set_payload("SYSTEM", json!("x86_64-linux"));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.system, "aarch64-linux");
         assert_eq!(plan.warnings, ["payload value for SYSTEM ignored: the node sets it"]);
     }
@@ -434,7 +439,7 @@ mod tests {
         let mut i = inputs();
         i.node
             .extend(node(&[("NIX_PATH", "nixpkgs=/elsewhere:other=/o", false)]));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(
             plan.env["NIX_PATH"],
             Var::plain("nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), Source::Derived)
@@ -451,7 +456,7 @@ mod tests {
         i.set_payload("TF_HTTP_ADDRESS", json!("https://state.example/tf/ns1"));
         i.set_payload("TF_HTTP_PASSWORD", json!("payload-password-value"));
         i.set_payload("DEPLOYMENT_ROOT", json!("/elsewhere"));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         let shown = format!("{plan:?}");
         let inputs_shown = format!("{i:?}");
         for secret in ["debug-secret-value", "payload-password-value"] {
@@ -496,7 +501,7 @@ mod tests {
             ("TF_VAR_tiny", "abc", true),
             ("A", "not-a-secret", false),
         ]));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         let needles: Vec<String> = plan
             .secrets
             .iter()
@@ -530,7 +535,7 @@ mod tests {
             ("A", &"a".repeat(200_000), false),
         ]));
         i.exec_budget = 300_000;
-        let problems: Vec<String> = plan(&i).unwrap_err().iter().map(ToString::to_string).collect();
+        let problems: Vec<String> = planned(&i).unwrap_err().iter().map(ToString::to_string).collect();
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert_eq!(
             problems[0],
@@ -559,7 +564,7 @@ mod tests {
             &"s".repeat(MAX_ARG_STRLEN - "TF_VAR_big=".len() - 1),
             true,
         )]));
-        assert!(plan(&i).is_ok());
+        assert!(planned(&i).is_ok());
     }
 
     /// The control keys' rules, as the merged plan shows them (here, not in `input::controls`,
@@ -587,7 +592,7 @@ mod tests {
             assert!(crate::input::check(&i).is_ok());
             // A program without verb siblings deploys when run; any other verb needs its own.
             i.set_payload("EXECUTABLE", json!("web"));
-            assert_eq!(crate::plan::plan(&i).unwrap().argv[5], "exec web");
+            assert_eq!(super::planned(&i).unwrap().argv[5], "exec web");
             i.verb = "destroy".into();
             assert_eq!(
                 problems(&i),
@@ -600,7 +605,7 @@ mod tests {
             let mut i = inputs();
             i.set_payload("EVENTS_URL", json!("http://evil/"));
             i.set_payload("EVENTS_SECRET", json!("x"));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             assert!(plan.events.is_none(), "the payload's event settings took effect");
             assert_eq!(plan.ignored, ["EVENTS_SECRET", "EVENTS_URL"]);
             assert_eq!(
@@ -643,7 +648,7 @@ mod tests {
             i.set_payload("EVENTS_KIND", json!("deployments"));
             i.set_payload("EVENTS_ROW_ID", json!(42));
             i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             let target = plan.events.as_ref().unwrap();
             assert_eq!(
                 target.url.as_str(),
@@ -673,7 +678,7 @@ mod tests {
             // A row id given as a string is the same row.
             i.set_payload("EVENTS_ROW_ID", json!("42"));
             assert_eq!(
-                crate::plan::plan(&i).unwrap().events.unwrap().url.as_str(),
+                super::planned(&i).unwrap().events.unwrap().url.as_str(),
                 "https://web.example/api/deployments/42/notifications"
             );
         }
@@ -703,9 +708,9 @@ mod tests {
             // Positive controls: the same node without its secret takes the row's from the payload,
             // and a job that names no row gets no events.
             i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             assert_eq!(plan.events.unwrap().secret.expose(), ROW_SECRET);
-            let plan = crate::plan::plan(&dd0012_inputs(&[])).unwrap();
+            let plan = super::planned(&dd0012_inputs(&[])).unwrap();
             assert!(plan.events.is_none());
         }
 
@@ -720,7 +725,7 @@ mod tests {
             i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
             i.set_payload("EVENTS_KIND", json!("jobs"));
             i.set_payload("EVENTS_ROW_ID", json!(7));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             let target = plan.events.unwrap();
             assert_eq!(
                 (target.url.as_str(), target.secret.expose(), target.wire),
@@ -734,7 +739,7 @@ mod tests {
             let mut i = inputs();
             i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
             assert_eq!(
-                crate::plan::plan(&i).unwrap().warnings,
+                super::planned(&i).unwrap().warnings,
                 ["payload value for EVENTS_SECRET ignored: only the node may set it"]
             );
         }
@@ -787,7 +792,7 @@ mod tests {
             i.set_payload("EVENTS_ROW_ID", json!(7));
             i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
             i.set_payload("EVENTS_URL", json!("https://evil.example/"));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             assert_eq!(
                 plan.events.unwrap().url.as_str(),
                 "https://web.example/api/jobs/7/notifications"
@@ -818,7 +823,7 @@ mod tests {
                 ["EVENTS_KIND deployments is for apply and destroy: a plan job reports on a jobs row"]
             );
             i.verb = "destroy".into();
-            assert!(crate::plan::plan(&i).is_ok());
+            assert!(super::planned(&i).is_ok());
             let mut i = dd0012_inputs(&[]);
             i.set_payload("EVENTS_ROW_ID", json!(3));
             assert_eq!(
@@ -891,7 +896,7 @@ mod tests {
             i.set_payload("EVENTS_SECRET", json!("events-secret-0123456789"));
             i.set_payload("EVENTS_URL", json!("http://events.example/e"));
             i.set_payload("A", json!("plain"));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             assert_eq!(
                 plan.warnings,
                 ["payload value for EVENTS_SECRET ignored: the node sets it"]
@@ -912,7 +917,7 @@ mod tests {
             i.set_payload("NIXPKGS", json!("/elsewhere"));
             i.set_payload("TF_HTTP_PASSWORD", json!("payload-password"));
             i.set_payload("STATE_BASE_ADDRESS", json!("https://state.example/tf"));
-            let plan = crate::plan::plan(&i).unwrap();
+            let plan = super::planned(&i).unwrap();
             assert_eq!(
                 plan.warnings,
                 [

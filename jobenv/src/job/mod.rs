@@ -272,7 +272,7 @@ impl<'a> Run<'a> {
         self.identity = gathered.identity;
         let plan = gathered
             .inputs
-            .and_then(|inputs| crate::plan::plan(&inputs))
+            .and_then(|inputs| input::check(&inputs).and_then(|checked| crate::plan::plan(&inputs, checked)))
             .map_err(Error::Rejected);
         let target = match &plan {
             Ok(plan) => plan.events.as_ref(),
