@@ -1,4 +1,6 @@
-//! Everything about the signals that cancel a job: SIGTERM, SIGINT and SIGHUP.
+//! Everything about the signals that cancel a job: SIGTERM, SIGINT and SIGHUP. Step 1 of a job
+//! (the spine: [`crate::job`]); every later step that waits (for a lock, the evaluation, the
+//! program) watches them.
 //!
 //! They are caught from the very start of `run` ([`Cancel::install`]), so a cancel that
 //! arrives while jobenv validates, waits for a lock or writes its journal is not the default

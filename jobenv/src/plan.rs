@@ -1,4 +1,4 @@
-//! Stage 2 of a job: the merge. From the checked inputs (node layer, payload, jobenv's own
+//! Step 6 of a job (the spine: [`crate::job`]): the merge. From the checked inputs (node layer, payload, jobenv's own
 //! environment) to the exact argv and environment of the deployment program. A pure function of
 //! its inputs, so the priority rules are unit-tested without a process, and `env` shows exactly
 //! what `run` would do.

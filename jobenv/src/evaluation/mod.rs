@@ -1,4 +1,6 @@
-//! The evaluation of a job's shell, apart from its run, and the cache of instantiated shells.
+//! The evaluation of a job's shell, apart from its run, and the cache of instantiated shells:
+//! step 9 of a job (the spine: [`crate::job`]), before the program; described by step 6
+//! ([`describe`]), looked at by `env`, pruned by `prune`.
 //!
 //! nix-shell given a tree evaluates it (nixpkgs included) before anything runs: seconds and
 //! hundreds of MiB for the seeds' deployments, every job; and it evaluates in the job's

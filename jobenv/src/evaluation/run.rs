@@ -14,7 +14,7 @@
 //!    the run).
 //!
 //! A failed step leaves no entry: the next job of the key evaluates again. A job that is not
-//! cached runs step 2 alone, rooted in a directory of its own that goes when it ends (or, run
+//! cached runs the evaluation's step 2 alone, rooted in a directory of its own that goes when it ends (or, run
 //! as root in another user's state directory, without a root).
 
 use std::collections::BTreeMap;

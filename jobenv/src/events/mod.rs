@@ -1,4 +1,5 @@
-//! Progress events (optional; docs/front-ends/events.md): while a job runs, jobenv POSTs its
+//! Progress events (optional; docs/front-ends/events.md), from step 6 of a job (the spine:
+//! [`crate::job`]) to its last, step 11: while a job runs, jobenv POSTs its
 //! status changes and its redacted output lines as JSON to the node's `EVENTS_URL`, in jobenv's
 //! own format ([`envelope`]) or as DD-0012 notifications of the row the payload names
 //! ([`dd0012`]); [`wire::encode`] is the one place that tells them apart. Only

@@ -1,4 +1,5 @@
-//! Stage 1 of a job: everything it is made of, read and checked before anything runs.
+//! Step 5 of a job (the spine: [`crate::job`]): everything it is made of, read and checked before
+//! anything runs ([`gather`], then [`check`]). `env` and `keys` read the same.
 //!
 //! - [`payload`]: the job's JSON object, and how a JSON value becomes a variable's text;
 //! - [`node`]: the node layer (deploy-env.json, secrets directories, [`env_file`]s);

@@ -1,27 +1,35 @@
-//! One `run`, step by step. Nothing runs unless every step before the program held; a step that
-//! cannot go on returns a [`Stop`], and [`Run::stopped`] turns each into the job's [`Ending`]
-//! the last step reports (exit code, `result.json`, the final progress event).
+//! One `run`, step by step: the spine of a job's path through jobenv, and the one numbering of
+//! it (each folder's header says which of these steps it serves). Nothing runs unless every step
+//! before the program held; a step that cannot go on returns a [`Stop`], and [`Run::stopped`]
+//! turns each into the job's [`Ending`] the last step reports (exit code, `result.json`, the
+//! final progress event).
 //!
-//! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on; one that comes before the
-//!    program starts ends the job as `canceled` without starting it.
+//! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on ([`crate::cancel`]); one
+//!    that comes before the program starts ends the job as `canceled` without starting it.
 //! 2. **journal**: the state directory, the job id (a file name), and the store of the job's
 //!    record: the node's own journal, or in cluster mode the shared one ([`crate::record::store`]).
+//!    The payload is read here too, once: the decision compares what it asks for with the journal.
 //! 3. **job lock**: one run per job id at a time. An attempt that is stopping because its worker
 //!    died (Windmill re-runs such a job with the same id) is waited for, up to its grace.
 //! 4. **decision**: a job id names one request (another verb, attribute or namespace is
 //!    refused); a job that already ended is replayed; one running under a live jobenv (in
 //!    cluster mode: under a live lease) is refused; anything else runs as the next attempt.
-//! 5. **inputs and plan**: read, check and merge every input ([`crate::input`],
-//!    [`crate::plan`]); from here front-ends see the job (`preparing`).
-//! 6. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
+//! 5. **inputs**: the node's files, keys and attributes read, and every input checked, all
+//!    problems at once ([`crate::input`], [`crate::input::check`]).
+//! 6. **plan**: the checked inputs merged into the program's exact argv and environment, which
+//!    the kernel must be able to pass ([`crate::plan`]); from here front-ends see the job
+//!    (`preparing`), also when step 5 or 6 rejected it.
+//! 7. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
 //!    without its jobenv is stopped first ([`crate::record::orphans`]); the program tree (a
 //!    cgroup of its own, recorded, or jobenv's descendants) is made, and holds a lock too; in
 //!    cluster mode the namespace's lease is taken too.
-//! 7. **running entry** in the journal.
-//! 8. **program**: run and supervise it ([`crate::run`]); in cluster mode, stop it when its
-//!    leases cannot be renewed in time.
-//! 9. **terminal entry** in the journal, and pruning.
-//! 10. **report**: `result.json` for Windmill, then the final progress event.
+//! 8. **running entry** in the journal; if it cannot be written, nothing runs.
+//! 9. **program**: the shell's evaluation decided ([`crate::evaluation`]), then the program run
+//!    and supervised in its tree ([`crate::run`]); in cluster mode, stopped when its leases
+//!    cannot be renewed in time.
+//! 10. **terminal entry** in the journal (or `result_unknown` in place); never a pass over the
+//!     journal (pruning is `recover`'s and `prune`'s, [`crate::record::upkeep`]).
+//! 11. **report**: `result.json` for Windmill, then the final progress event.
 
 use std::os::fd::OwnedFd;
 use std::time::Instant;
@@ -53,6 +61,13 @@ pub fn run(settings: &RunSettings) -> i32 {
         Err(stop) => run.stopped(stop),
     };
     run.conclude(ending)
+}
+
+/// What step 5 hands to step 6: the inputs and the check's product, or every problem found;
+/// and where progress events go even for a job that is rejected.
+struct CheckedInputs {
+    checked: Result<(input::Inputs, input::Checked), Vec<Problem>>,
+    events: Option<crate::events::Target>,
 }
 
 /// Why a step ends the job instead of going on.
@@ -91,7 +106,7 @@ struct Run<'a> {
     identity: Identity,
     attempt: Option<u32>,
     replayed: bool,
-    /// The job's progress events (off until step 5).
+    /// The job's progress events (off until step 6).
     events: Events,
 }
 
@@ -110,7 +125,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Steps 1 to 9: the ending of a job whose program ran.
+    /// Steps 1 to 10: the ending of a job whose program ran.
     fn steps(&mut self) -> Result<Ending, Stop> {
         let mut cancel = catch_cancels(&self.settings.runner)?;
         let store = self.store()?;
@@ -120,7 +135,8 @@ impl<'a> Run<'a> {
             input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
         let _job_lock = self.job_lock(store.local(), &mut cancel)?;
         let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
-        let mut plan = self.plan(payload)?;
+        let checked = self.inputs(payload);
+        let mut plan = self.plan(checked)?;
         redact_store_secrets(&mut plan, &*store);
         let namespace = self.namespace_locks(&*store, &plan, attempt, &mut earlier, &mut cancel)?;
         let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
@@ -264,19 +280,31 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Step 5. From here on, front-ends see the job: `preparing` now, and every way it ends
-    /// below. A replay above is not shown again, nor a job refused before its node files were
-    /// read.
-    fn plan(&mut self, payload: Result<Members, Problem>) -> Result<Plan, Stop> {
+    /// Step 5: the inputs, read and checked. A rejection is not a [`Stop`] yet: step 6 shows it
+    /// to front-ends first (`gathered.events`, where the node's event settings are good).
+    fn inputs(&mut self, payload: Result<Members, Problem>) -> CheckedInputs {
         let gathered = input::gather_with(&self.settings.job, payload);
         self.identity = gathered.identity;
-        let plan = gathered
+        let checked = gathered
             .inputs
-            .and_then(|inputs| input::check(&inputs).and_then(|checked| crate::plan::plan(&inputs, checked)))
+            .and_then(|inputs| input::check(&inputs).map(|checked| (inputs, checked)));
+        CheckedInputs {
+            checked,
+            events: gathered.events,
+        }
+    }
+
+    /// Step 6. From here on, front-ends see the job: `preparing` now, and every way it ends
+    /// below. A replay above is not shown again, nor a job refused before its node files were
+    /// read.
+    fn plan(&mut self, inputs: CheckedInputs) -> Result<Plan, Stop> {
+        let plan = inputs
+            .checked
+            .and_then(|(inputs, checked)| crate::plan::plan(&inputs, checked))
             .map_err(Error::Rejected);
         let target = match &plan {
             Ok(plan) => plan.events.as_ref(),
-            Err(_) => gathered.events.as_ref(),
+            Err(_) => inputs.events.as_ref(),
         };
         self.events = start_events(target, &self.identity, &self.settings.job.verb, self.job_id.as_deref());
         let plan = plan?;
@@ -286,7 +314,7 @@ impl<'a> Run<'a> {
         Ok(plan)
     }
 
-    /// Step 7: if it cannot be written, nothing runs.
+    /// Step 8: if it cannot be written, nothing runs.
     fn running_entry(
         &mut self,
         store: &dyn Store,
@@ -320,7 +348,7 @@ impl<'a> Run<'a> {
         Ok(Some(entry))
     }
 
-    /// Step 8: the shell's evaluation (cached, or waited for while another job of the same key
+    /// Step 9: the shell's evaluation (cached, or waited for while another job of the same key
     /// evaluates it: [`crate::evaluation`]), then the program.
     fn program(
         &self,
@@ -375,7 +403,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Step 9. The program has run: an end that cannot be recorded is jobenv's failure (125),
+    /// Step 10. The program has run: an end that cannot be recorded is jobenv's failure (125),
     /// and the entry says `result_unknown` if it can, so that a rerun neither runs the job again
     /// nor reports a result that was never recorded.
     fn terminal_entry(&self, store: &dyn Store, entry: Option<Entry>, ending: Ending) -> Ending {
@@ -425,7 +453,7 @@ impl<'a> Run<'a> {
         ending
     }
 
-    /// Step 10, report: `result.json` (under Windmill), then at most
+    /// Step 11, report: `result.json` (under Windmill), then at most
     /// [`crate::events::FINAL_WAIT`] for the final progress event. Returns the exit code.
     fn conclude(self, ending: Ending) -> i32 {
         let verb = &self.settings.job.verb;
@@ -453,7 +481,7 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Step 8, on a node that drains (from `drain`'s start until the worker starts again): the program
+/// Step 9, on a node that drains (from `drain`'s start until the worker starts again): the program
 /// is not started, and the job ends as a drained one (interrupted by the node, a retry is safe).
 /// Its running entry was written before this look, so a drain that began later sees the job.
 fn not_started_on_a_draining_node(since: &str) -> Ending {
@@ -463,7 +491,7 @@ fn not_started_on_a_draining_node(since: &str) -> Ending {
     ending
 }
 
-/// Step 8, in cluster mode, when the run's leases were lost before the program started (not
+/// Step 9, in cluster mode, when the run's leases were lost before the program started (not
 /// renewed in time while it waited): the program is not started, and the job ends as an
 /// interrupted one (a retry is safe), exit 75 like a node that is not ready.
 fn not_started_without_its_lease() -> Ending {

@@ -10,7 +10,7 @@
 //!   deploy's grace ([`stop_left`]), and records it in that job's journal entry (`orphans`); the
 //!   namespace stays locked until it is empty.
 //!
-//! Holding the namespace's lock (jobenv's own, held from step 6 until it exits) is what tells
+//! Holding the namespace's lock (jobenv's own, held from step 7 until it exits) is what tells
 //! that the deploy's jobenv is gone.
 
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! died), `prune` (old entries) and `drain` (a node that stops).
 //!
 //! Each touches an entry only under that job's lock and only by the file it read: an entry's
-//! identity is its file name, checked when it is read ([`Journal::entries`]). A file it cannot
+//! identity is its file name, checked when it is read ([`Journal::for_each_entry`]). A file it cannot
 //! use (a link, a FIFO, a lock file it cannot open) is skipped with a warning: one planted file
 //! must not keep `recover` or `drain` from the rest.
 

@@ -1,4 +1,5 @@
-//! Stage 3 of a job: running the program. Spawn it with exactly the planned environment
+//! Step 9 of a job (the spine: [`crate::job`]), and the program tree step 7 makes ([`tree`]):
+//! running the program. Spawn it with exactly the planned environment
 //! ([`spawn`]), in its program tree ([`tree`]: a cgroup of its own, or jobenv's descendants
 //! where there is none), copy its output through the redactor ([`pump`], [`redact`]), reap
 //! every child ([`reaper`]), and stop the whole tree on a cancel signal ([`crate::cancel`]), on the

@@ -1,4 +1,5 @@
-//! Streaming redaction of secret values in a byte stream.
+//! Streaming redaction of secret values in a byte stream: the program's output at step 9 of a job
+//! (the spine: [`crate::job`]), and what `env` prints.
 //!
 //! Written by hand because no crate does this right (see the notes on chunk-boundary leaks in
 //! buildkite, goreleaser, concourse, varlock): aho-corasick's own stream replacer only supports

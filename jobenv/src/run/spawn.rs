@@ -3,7 +3,7 @@
 //! before the exec:
 //! - entering the program tree ([`super::tree::Placement`]: its cgroup, where there is one), so
 //!   that no process of the program ever runs outside it;
-//! - the cancel signals back to their default (jobenv catches them; see [`super::cancel`]);
+//! - the cancel signals back to their default (jobenv catches them; see [`crate::cancel`]);
 //! - `PR_SET_PDEATHSIG`, so the program dies with jobenv even when jobenv alone is SIGKILLed
 //!   (tied to the thread that spawns: jobenv spawns from its main thread, which lives until
 //!   jobenv exits), and the check that jobenv is still its parent (if jobenv died before the
