@@ -31,6 +31,7 @@ pub mod cli;
 pub mod error;
 pub mod evaluation;
 pub mod events;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;
