@@ -48,8 +48,8 @@ fn random_id() -> std::io::Result<String> {
 /// first use; an error when the state directory cannot hold it (then no run can vouch for
 /// its leases).
 pub fn node_identity(journal: &Journal) -> std::io::Result<String> {
-    let stat = nix::sys::stat::fstat(&journal.state).map_err(std::io::Error::from)?;
-    let here = (stat.st_dev, stat.st_ino);
+    let here = journal.state_dir_id()?;
+    let here = (here.dev, here.ino);
     let id = match stored_id(journal, here)? {
         Found::Here(id) => id,
         Found::Missing => {
