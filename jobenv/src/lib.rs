@@ -20,6 +20,9 @@
 //! 10. terminal entry ([`record`]);
 //! 11. report: `result.json` ([`record`]) and the final progress event ([`events`]).
 //!
+//! Beside them, from the start of `run` to step 11: [`telemetry`] (optional), the job's trace and
+//! log over OTLP to the node's collector; its hooks in the steps are one call each.
+//!
 //! Around them: [`cli`] (the command line, resolved once into [`settings`]), [`process`] (a
 //! process's identity in `/proc`, for the tree and the journal), [`error`] (the one error type and
 //! the exit codes), [`show`] (what `env` and `keys` print), [`schema`] (the front-end contract as
@@ -43,3 +46,4 @@ pub mod run;
 pub mod schema;
 pub mod settings;
 pub mod show;
+pub mod telemetry;

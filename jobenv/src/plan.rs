@@ -171,6 +171,17 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         _ => format!("nixpkgs={}", controls.nixpkgs),
     };
     env.insert("NIX_PATH".into(), derived(nix_path));
+    // A front-end's valid trace context, passed on as it came (jobenv's own span's replaces it
+    // when jobenv exports traces: [`Plan::set_trace_context`]).
+    if let Some(trace) = &controls.trace {
+        env.insert(
+            "TRACEPARENT".into(),
+            Var::plain(trace.traceparent.clone(), Source::Payload),
+        );
+        if let Some(state) = &trace.tracestate {
+            env.insert("TRACESTATE".into(), Var::plain(state.clone(), Source::Payload));
+        }
+    }
 
     // The shell is evaluated apart (its derivation goes in at DRV), so the run step evaluates
     // nothing; `-I` is for the node without NIX_BUILD_SHELL, where nix-shell evaluates nixpkgs'
@@ -238,6 +249,23 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         ignored,
         node_only,
         warnings,
+    }
+}
+
+impl Plan {
+    /// The program's W3C trace context: the span it runs in (`TRACEPARENT`), and the trace's
+    /// vendor state (`TRACESTATE`, none when `tracestate` is `None`).
+    pub fn set_trace_context(&mut self, traceparent: String, tracestate: Option<String>) {
+        self.env
+            .insert("TRACEPARENT".into(), Var::plain(traceparent, Source::Derived));
+        match tracestate {
+            Some(state) => {
+                self.env.insert("TRACESTATE".into(), Var::plain(state, Source::Derived));
+            }
+            None => {
+                self.env.remove("TRACESTATE");
+            }
+        }
     }
 }
 
@@ -875,6 +903,53 @@ mod tests {
                     "test:EVENTS_KIND sets EVENTS_KIND, which only a job payload may set",
                     r#"EVENTS_KIND "rows" is invalid: must be jobs or deployments"#
                 ]
+            );
+        }
+
+        #[test]
+        fn a_bad_trace_context_is_dropped_with_a_warning_never_refused() {
+            const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let planned = |pairs: &[(&str, &str)]| {
+                let mut i = inputs();
+                for (key, value) in pairs {
+                    i.set_payload(key, json!(value));
+                }
+                super::planned(&i).expect("never refused")
+            };
+            let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "fe=1")]);
+            assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+            assert_eq!(plan.env["TRACEPARENT"].value.expose(), GOOD);
+            assert_eq!(plan.env["TRACESTATE"].value.expose(), "fe=1");
+            assert_eq!(plan.env["TRACEPARENT"].source, crate::input::Source::Payload);
+            let plan = planned(&[("TRACEPARENT", "00-ab-cd-01"), ("TRACESTATE", "fe=1")]);
+            assert_eq!(
+                plan.warnings,
+                [format!(
+                    "payload TRACEPARENT \"00-ab-cd-01\" dropped (and TRACESTATE with it): {}",
+                    crate::telemetry::context::TRACEPARENT_RULE
+                )]
+            );
+            assert!(!plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+            let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "BAD=1")]);
+            assert_eq!(
+                plan.warnings,
+                [format!(
+                    "payload TRACESTATE \"BAD=1\" dropped: {}",
+                    crate::telemetry::context::TRACESTATE_RULE
+                )]
+            );
+            assert!(plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+            let plan = planned(&[("TRACESTATE", "fe=1")]);
+            assert_eq!(
+                plan.warnings,
+                ["payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none"]
+            );
+            // A node cannot set them: they are a job's.
+            let mut i = inputs();
+            i.node.extend(node(&[("TRACEPARENT", GOOD, false)]));
+            assert_eq!(
+                problems(&i),
+                ["test:TRACEPARENT sets TRACEPARENT, which only a job payload may set"]
             );
         }
     }

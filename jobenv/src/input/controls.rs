@@ -34,6 +34,8 @@ pub struct Controls {
     /// The payload's `EVENTS_SECRET`, when the node took it: redacted like every secret,
     /// whether or not events are sent.
     pub row_secret: Option<Secret>,
+    /// The payload's W3C trace context, when its `TRACEPARENT` is valid ([`trace_context`]).
+    pub trace: Option<crate::telemetry::context::Parent>,
 }
 
 /// How a value from a job appears in an error: quoted, and cut short.
@@ -223,7 +225,40 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         state,
         events,
         row_secret: row_secret.map(Secret::new),
+        trace: None,
     })
+}
+
+/// The payload's `TRACEPARENT` and `TRACESTATE`, checked by the W3C rules: a bad one never
+/// refuses a job (its trace simply starts at jobenv), it is dropped with a warning naming the
+/// rule; a `TRACESTATE` without a valid `TRACEPARENT` goes with it.
+pub fn trace_context(
+    payload: &std::collections::BTreeMap<&'static str, String>,
+    warnings: &mut Vec<String>,
+) -> Option<crate::telemetry::context::Parent> {
+    let traceparent = payload.get("TRACEPARENT");
+    let tracestate = payload.get("TRACESTATE");
+    let Some(traceparent) = traceparent else {
+        if tracestate.is_some() {
+            warnings.push("payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none".to_owned());
+        }
+        return None;
+    };
+    let (parent, problem) = crate::telemetry::context::parse(traceparent, tracestate.map(String::as_str));
+    if let Some((key, rule)) = problem {
+        let value = if key == "TRACEPARENT" {
+            traceparent
+        } else {
+            tracestate.expect("a bad TRACESTATE is one given")
+        };
+        let also = if key == "TRACEPARENT" && tracestate.is_some() {
+            " (and TRACESTATE with it)"
+        } else {
+            ""
+        };
+        warnings.push(format!("payload {key} {} dropped{also}: {rule}", shown(value)));
+    }
+    parent
 }
 
 /// A shorter shared secret is too easy to guess (and one under 4 bytes would not be redacted).
