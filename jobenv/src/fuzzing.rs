@@ -175,7 +175,7 @@ pub fn escaped_redaction(data: &[u8]) {
     let Ok(secret) = std::str::from_utf8(secret) else {
         return;
     };
-    if secret.len() < crate::plan::MIN_SECRET_LEN {
+    if secret.len() < crate::run::redact::MIN_SECRET_LEN {
         return;
     }
     let debug = format!("{secret:?}");
@@ -194,7 +194,7 @@ pub fn escaped_redaction(data: &[u8]) {
         (json, all)
     };
     let mut warnings = Vec::new();
-    let needles = crate::plan::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
+    let needles = crate::run::redact::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
     // The secret's spelling in the middle of the rest of the input, written in pieces.
     let (before, after) = around.split_at(around.len() / 2);
     let input = [before, spelled.as_bytes(), after].concat();

@@ -3,18 +3,14 @@
 //! its inputs, so the priority rules are unit-tested without a process, and `env` shows exactly
 //! what `run` would do.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::error::Problem;
 use crate::events::Target;
 use crate::input::{self, Checked, Inputs, MAX_ARG_STRLEN, admit};
 use crate::input::{Source, Var};
+use crate::run::redact::redaction_needles;
 use safe_io::secret::{Hidden, Secret, Text};
-
-/// Secrets shorter than this would shred the log if redacted; they draw a warning instead.
-pub const MIN_SECRET_LEN: usize = 4;
-/// Lines of a multi-line secret are redacted on their own from this length up.
-pub const MIN_SECRET_LINE_LEN: usize = 8;
 
 /// What `run` executes, and what `env` prints. Its Debug output holds no secret value: secret
 /// variables are [`Text::Secret`]s and the redaction needles are [`Hidden`].
@@ -282,38 +278,6 @@ pub fn run_string(executable: &str, events: bool) -> String {
     } else {
         format!("exec {executable}")
     }
-}
-
-/// Every secret value and each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
-/// secret, each in every form a program may print it ([`safe_io::secret::forms`]): as it is,
-/// inside JSON strings, URLs, markup and shell quoting, and in base64 at any byte offset. Longest
-/// first is not needed: the redactor merges overlapping matches.
-pub(crate) fn redaction_needles<'a>(
-    secrets: impl Iterator<Item = (&'a str, &'a str)>,
-    warnings: &mut Vec<String>,
-) -> Vec<Vec<u8>> {
-    let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for (key, text) in secrets {
-        if text.len() < MIN_SECRET_LEN {
-            warnings.push(format!(
-                "secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"
-            ));
-            continue;
-        }
-        let lines = text
-            .split('\n')
-            .map(|line| line.strip_suffix('\r').unwrap_or(line))
-            .filter(|line| line.len() >= MIN_SECRET_LINE_LEN);
-        let lines = if text.contains('\n') {
-            lines.collect()
-        } else {
-            Vec::new()
-        };
-        for part in std::iter::once(text).chain(lines) {
-            needles.extend(safe_io::secret::forms(part).into_iter().map(String::into_bytes));
-        }
-    }
-    needles.into_iter().collect()
 }
 
 #[cfg(test)]

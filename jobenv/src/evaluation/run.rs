@@ -374,7 +374,7 @@ fn not_a_derivation(made: &str) -> Error {
         "the evaluation did not make a derivation of the Nix store",
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("{:?}", crate::input::cut(made, 200)),
+            format!("{:?}", crate::error::cut(made, 200)),
         ),
     )
 }

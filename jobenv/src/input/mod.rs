@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::Problem;
+use crate::error::{SHOWN_CHARS, cut};
 use crate::events::Target;
 use crate::settings::JobSettings;
 use controls::Controls;
@@ -139,9 +140,6 @@ pub struct Checked {
     pub warnings: Vec<String>,
 }
 
-/// How many characters of a value from a job an error shows, unless it says otherwise.
-pub const SHOWN_CHARS: usize = 64;
-
 /// The kernel's limit for one string of argv or the environment, its NUL included
 /// (`MAX_ARG_STRLEN`, 32 pages). No node secret may be this long: no program could be given it,
 /// and a stray large file must not become a needle of megabytes in every form.
@@ -157,16 +155,6 @@ pub fn shown(value: &str, max: usize) -> String {
     } else {
         format!("{cut:?}")
     }
-}
-
-/// A value for a message that quotes it itself: at most `max` characters, `...` at the end when
-/// it was cut.
-pub fn cut(value: &str, max: usize) -> String {
-    let mut cut: String = value.chars().take(max).collect();
-    if cut.len() < value.len() {
-        cut.push_str("...");
-    }
-    cut
 }
 
 /// How many bytes of argv and environment jobenv lets a program have under the stack limit

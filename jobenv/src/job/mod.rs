@@ -141,7 +141,7 @@ impl<'a> Run<'a> {
         let checked = self.inputs(payload);
         let mut plan = self.plan(checked)?;
         redact_store_secrets(&mut plan, &*store);
-        crate::telemetry::secrets(&mut plan);
+        crate::telemetry::secrets(&mut plan.secrets.0);
         crate::telemetry::identify(crate::telemetry::Identity {
             system: Some(&plan.system),
             attempt,
@@ -405,7 +405,7 @@ impl<'a> Run<'a> {
                 Ok(shell) => shell,
                 Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_requested())),
             };
-        let mut shell = crate::telemetry::Evaluating::new(shell, evaluating);
+        let mut shell = Evaluating::new(shell, evaluating);
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
@@ -565,7 +565,7 @@ fn redact_store_secrets(plan: &mut Plan, store: &dyn Store) {
     }
     let mut warnings = Vec::new();
     let needles =
-        crate::plan::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
+        crate::run::redact::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
     plan.secrets.0.extend(needles);
 }
 
@@ -604,4 +604,39 @@ fn start_events(
             verb: verb.to_owned(),
         },
     )
+}
+
+/// What runs before the program (the shell's evaluation), as a stage of the job's trace
+/// ([`crate::telemetry`]): here, where the run and the trace meet, so that neither names the
+/// other. The stage ends when the program
+/// is next: done; or failed when the job ends there, the error that follows saying why.
+pub struct Evaluating<B> {
+    inner: B,
+    stage: Option<crate::telemetry::Guard>,
+}
+
+impl<B: crate::run::Before> Evaluating<B> {
+    pub fn new(inner: B, stage: crate::telemetry::Guard) -> Self {
+        Evaluating {
+            inner,
+            stage: Some(stage),
+        }
+    }
+}
+
+impl<B: crate::run::Before> crate::run::Before for Evaluating<B> {
+    fn next(&mut self, last: Option<crate::run::StepEnd>) -> Result<crate::run::Next, crate::error::Error> {
+        let next = self.inner.next(last);
+        match &next {
+            Ok(crate::run::Next::Step(_)) => {}
+            Ok(crate::run::Next::Program(_)) => self.stage.take().into_iter().for_each(crate::telemetry::Guard::done),
+            // Left unsaid: open for the lines that say why (see [`crate::telemetry::Guard`]'s drop).
+            Ok(crate::run::Next::End(_)) | Err(_) => drop(self.stage.take()),
+        }
+        next
+    }
+
+    fn waited(&self) -> std::time::Duration {
+        self.inner.waited()
+    }
 }
