@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-pub use checks::{is_reserved_label, is_username};
+pub use checks::{IMPERSONATION_LABEL, is_reserved_label, is_username};
 pub use file::{DEFAULT_LOCK_FILE, DEFAULT_STATE_FILE, DEFAULT_USER_EMAIL};
 
 #[derive(Debug)]

@@ -17,15 +17,11 @@
 
 use safe_io::secret::Secret;
 
-use crate::config::{Config, is_username};
+use crate::config::{Config, IMPERSONATION_LABEL, is_username};
 use crate::error::{Error, Result};
 use crate::report::Outcome;
 use crate::token::{self, Minted, TokenSpec};
 use crate::windmill::{AddedUser, TokenInfo, Windmill};
-
-/// The label of the short-lived impersonation tokens: names the bootstrap in Windmill's audit
-/// log, and marks a token left behind by a run that died as one the next run revokes.
-pub const IMPERSONATION_LABEL: &str = "fediversity-windmill-bootstrap";
 
 /// The operator as Windmill knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

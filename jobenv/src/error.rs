@@ -6,6 +6,19 @@
 use std::io;
 use std::path::PathBuf;
 
+/// How many characters of a value from a job an error shows, unless it says otherwise.
+pub const SHOWN_CHARS: usize = 64;
+
+/// A value for a message that quotes it itself: at most `max` characters, `...` at the end when
+/// it was cut.
+pub fn cut(value: &str, max: usize) -> String {
+    let mut cut: String = value.chars().take(max).collect();
+    if cut.len() < value.len() {
+        cut.push_str("...");
+    }
+    cut
+}
+
 /// Exit code for jobenv's own configuration or input errors (nothing was started).
 pub const EXIT_REJECTED: i32 = 2;
 /// Exit code when the node is not ready for a job (a secret it declares is not rendered yet, the

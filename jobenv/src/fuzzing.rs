@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::error::Problem;
 use crate::input::Inputs;
-use crate::input::keys::DeclaredKey;
 use crate::input::names as policy;
+use crate::input::names::DeclaredKey;
 use crate::input::node::NodeValue;
 use crate::plan::plan;
 use crate::run::redact::{Redactor, can_be_spelled_by_marker, redact_all};
@@ -55,7 +55,9 @@ pub fn payload(data: &[u8]) {
         running_system: "x86_64-linux".into(),
         exec_budget: crate::input::exec_budget(8 << 20),
     };
-    let Ok(plan) = plan(&inputs) else { return };
+    let Ok(plan) = crate::input::check(&inputs).and_then(|checked| plan(&inputs, checked)) else {
+        return;
+    };
     assert!(
         ["web", "db-1"].contains(&plan.attribute.as_str()),
         "an unpublished attribute was accepted"
@@ -77,7 +79,7 @@ pub fn payload(data: &[u8]) {
             policy::is_valid_key(key) && !var.value.expose().contains('\0'),
             "an invalid variable reached the plan"
         );
-        if payload.contains_key(key) && var.source == crate::plan::Source::Payload {
+        if payload.contains_key(key) && var.source == crate::input::Source::Payload {
             assert!(!policy::is_reserved(key), "the payload set reserved {key}");
         }
     }
@@ -179,7 +181,7 @@ pub fn escaped_redaction(data: &[u8]) {
     let Ok(secret) = std::str::from_utf8(secret) else {
         return;
     };
-    if secret.len() < crate::plan::MIN_SECRET_LEN {
+    if secret.len() < crate::run::redact::MIN_SECRET_LEN {
         return;
     }
     let debug = format!("{secret:?}");
@@ -198,7 +200,7 @@ pub fn escaped_redaction(data: &[u8]) {
         (json, all)
     };
     let mut warnings = Vec::new();
-    let needles = crate::plan::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
+    let needles = crate::run::redact::redaction_needles(std::iter::once(("SECRET", secret)), &mut warnings);
     // The secret's spelling in the middle of the rest of the input, written in pieces.
     let (before, after) = around.split_at(around.len() / 2);
     let input = [before, spelled.as_bytes(), after].concat();

@@ -1,34 +1,41 @@
 //! fediversity-jobenv: the one runner of deployment programs on a node.
 //!
-//! A job's path through jobenv, in the order of `job` (the numbered spine of `run`):
+//! A job's path through jobenv is the spine of `job`: the numbered steps of `run`, from its
+//! start to its exit. They are the one numbering of that path (each folder's header says which of
+//! them it serves):
 //!
-//! 1. `input`: everything the job is made of (payload, node files, keys, attributes), read and
-//!    checked: which key may come from where, and every control key against its rule.
-//! 2. `plan`: the merge of the three layers into the exact argv and environment of the
-//!    program; a pure function, which `env` prints.
-//! 3. `evaluation`: the shell's evaluation, apart from the run and in an environment of the
-//!    node's alone, and the cache of instantiated shells (a warm node runs a job's shell without
-//!    evaluating it).
-//! 4. `run`: spawning the program in its program tree (a cgroup of its own, or jobenv's
-//!    descendants where there is none), streaming its output through the redactor, stopping the
-//!    whole tree on a cancel, the timeout or a lost worker.
-//! 5. `record`: how the job ended, the journal, the locks, what a deploy whose jobenv is gone
-//!    left running, and `result.json`.
-//! 6. `events` (optional): progress events to a front-end; takes plain data and depends on
-//!    nothing above.
-//! 7. `telemetry` (optional): the job's trace and log over OTLP to the node's collector; its
-//!    hooks in the steps above are one call each.
+//! 1. cancel: the cancel signals caught (`cancel`);
+//! 2. journal, 3. job lock, 4. decision: the job's record (`record`: the journal, its locks,
+//!    the store, local or shared);
+//! 5. inputs: everything the job is made of, read and checked (`input`);
+//! 6. plan: the merge of the checked inputs into the program's exact argv and environment, a
+//!    pure function, which `env` prints (`plan`); progress events to a front-end
+//!    (`events`, optional) from here to the last step;
+//! 7. namespace lock: one deploy per namespace (`job::namespace`, with `record`'s locks and
+//!    orphans and `run`'s program tree);
+//! 8. running entry (`record`);
+//! 9. program: the shell's evaluation and its cache (`evaluation`), then the program run in
+//!    its program tree, its output through the redactor, the whole tree stopped on a cancel, the
+//!    timeout or a lost worker (`run`);
+//! 10. terminal entry (`record`);
+//! 11. report: `result.json` (`record`) and the final progress event (`events`).
+//!
+//! Beside them, from the start of `run` to step 11: `telemetry` (optional), the job's trace and
+//! log over OTLP to the node's collector; its hooks in the steps are one call each.
 //!
 //! Around them: `cli` (the command line, resolved once into `settings`), `process` (a
-//! process's identity in `/proc`, for the tree and the journal), `error` (the one error type and the exit codes),
-//! `show` (what `env` and `keys` print), [`schema`] (the front-end contract as JSON Schemas).
-//! jobenv's own lines go through [`safe_io::log`].
+//! process's identity in `/proc`, for the tree and the journal), `error` (the one error type and
+//! the exit codes), `show` (what `env` and `keys` print), [`schema`] (the front-end contract as
+//! JSON Schemas). The other commands (`recover`, `drain`, `prune`, `status`) are the journal's
+//! upkeep (`record`). jobenv's own lines go through [`safe_io::log`].
 //!
 //! The modules are private: the dead-code lint sees every item. What is public is what others
-//! need: [`main`] (all the binary calls, in `commands/`), [`schema`] and [`module_names`] (the
-//! generated files the suite keeps current), [`JournalEntry`] (what `status` prints, for the
-//! suite), [`telemetry_bounds`] (what the telemetry page states), and with the `fuzzing` feature the invariant checks of the fuzz targets.
+//! need: [`main`] (all the binary calls, the commands in `commands/`), [`schema`] and
+//! [`module_names`] (the generated files the suite keeps current), [`JournalEntry`] (what
+//! `status` prints, for the suite), [`telemetry_bounds`] (what the telemetry page states), and
+//! with the `fuzzing` feature the invariant checks of the fuzz targets.
 
+mod cancel;
 mod cli;
 mod commands;
 mod error;
@@ -49,7 +56,7 @@ mod show;
 mod telemetry;
 
 pub use commands::main;
-pub use record::journal::Entry as JournalEntry;
+pub use record::entry::Entry as JournalEntry;
 pub use show::module_names;
 
 /// The bounds of OTLP export, which the operators' telemetry page states (the suite checks it).

@@ -1,65 +1,16 @@
-//! Stage 2 of a job: the merge. From the checked inputs (node layer, payload, jobenv's own
+//! Step 6 of a job (the spine: [`crate::job`]): the merge. From the checked inputs (node layer, payload, jobenv's own
 //! environment) to the exact argv and environment of the deployment program. A pure function of
 //! its inputs, so the priority rules are unit-tested without a process, and `env` shows exactly
 //! what `run` would do.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use serde::Serialize;
+use std::collections::BTreeMap;
 
 use crate::error::Problem;
 use crate::events::Target;
-use crate::input::{self, Checked, Inputs, admit};
+use crate::input::{self, Checked, Inputs, MAX_ARG_STRLEN, admit};
+use crate::input::{Source, Var};
+use crate::run::redact::redaction_needles;
 use safe_io::secret::{Hidden, Secret, Text};
-
-/// Secrets shorter than this would shred the log if redacted; they draw a warning instead.
-pub const MIN_SECRET_LEN: usize = 4;
-/// Lines of a multi-line secret are redacted on their own from this length up.
-pub const MIN_SECRET_LINE_LEN: usize = 8;
-
-/// Where a variable of the final environment came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    Node,
-    Secret,
-    Payload,
-    Environ,
-    Default,
-    Derived,
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = match self {
-            Source::Node => "node",
-            Source::Secret => "secret",
-            Source::Payload => "payload",
-            Source::Environ => "environ",
-            Source::Default => "default",
-            Source::Derived => "derived",
-        };
-        f.write_str(text)
-    }
-}
-
-/// One variable of the program's environment. A secret value (from a secrets source, or the
-/// payload's `TF_HTTP_PASSWORD`) is a [`Text::Secret`]: redacted everywhere jobenv shows output,
-/// never in a `Debug` output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Var {
-    pub value: Text,
-    pub source: Source,
-}
-
-impl Var {
-    fn plain(value: String, source: Source) -> Self {
-        Var {
-            value: Text::Plain(value),
-            source,
-        }
-    }
-}
 
 /// What `run` executes, and what `env` prints. Its Debug output holds no secret value: secret
 /// variables are [`Text::Secret`]s and the redaction needles are [`Hidden`].
@@ -89,15 +40,14 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-/// Checks `inputs` and merges them: the whole of stages 1 (validation) and 2, with the check
-/// that the kernel can pass what the merge made.
-pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
-    let plan = input::check(inputs).map(|checked| merge(inputs, checked))?;
+/// Merges `inputs`, which [`input::check`] found valid (`checked`, its product: the caller runs
+/// the check first), and checks that the kernel can pass what the merge made: argv and
+/// environment within [`MAX_ARG_STRLEN`] and the exec budget.
+pub fn plan(inputs: &Inputs, checked: Checked) -> Result<Plan, Vec<Problem>> {
+    let plan = merge(inputs, checked);
     let problems = exec_problems(&plan, inputs.exec_budget);
     if problems.is_empty() { Ok(plan) } else { Err(problems) }
 }
-
-pub use crate::input::MAX_ARG_STRLEN;
 
 /// What exec could not pass: one string over [`MAX_ARG_STRLEN`], or more than `budget` bytes
 /// in all (each string with its NUL, and a pointer to each).
@@ -330,47 +280,21 @@ pub fn run_string(executable: &str, events: bool) -> String {
     }
 }
 
-/// Every secret value and each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
-/// secret, each in every form a program may print it ([`safe_io::secret::forms`]): as it is,
-/// inside JSON strings, URLs, markup and shell quoting, and in base64 at any byte offset. Longest
-/// first is not needed: the redactor merges overlapping matches.
-pub(crate) fn redaction_needles<'a>(
-    secrets: impl Iterator<Item = (&'a str, &'a str)>,
-    warnings: &mut Vec<String>,
-) -> Vec<Vec<u8>> {
-    let mut needles: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for (key, text) in secrets {
-        if text.len() < MIN_SECRET_LEN {
-            warnings.push(format!(
-                "secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"
-            ));
-            continue;
-        }
-        let lines = text
-            .split('\n')
-            .map(|line| line.strip_suffix('\r').unwrap_or(line))
-            .filter(|line| line.len() >= MIN_SECRET_LINE_LEN);
-        let lines = if text.contains('\n') {
-            lines.collect()
-        } else {
-            Vec::new()
-        };
-        for part in std::iter::once(text).chain(lines) {
-            needles.extend(safe_io::secret::forms(part).into_iter().map(String::into_bytes));
-        }
-    }
-    needles.into_iter().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::exec_budget;
+
+    /// Step 5 as a run takes it: the check of the inputs, then the plan.
+    pub(super) fn planned(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
+        crate::input::check(inputs).and_then(|checked| plan(inputs, checked))
+    }
     use crate::input::test_support::{inputs, node};
     use serde_json::json;
 
     #[test]
     fn argv_is_fixed_shape() {
-        let plan = plan(&inputs()).unwrap();
+        let plan = planned(&inputs()).unwrap();
         assert_eq!(
             plan.argv,
             [
@@ -403,7 +327,7 @@ mod tests {
     fn a_node_without_nix_build_shell_is_warned_of() {
         let mut i = inputs();
         i.node.remove("NIX_BUILD_SHELL");
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.warnings.len(), 1);
         assert!(
             plan.warnings[0].starts_with("NIX_BUILD_SHELL is not set"),
@@ -412,7 +336,7 @@ mod tests {
         );
         // Positive control: from jobenv's own environment, it counts.
         i.environ.0 = vec![("NIX_BUILD_SHELL".into(), "/bin/bash".into())];
-        assert!(super::plan(&i).unwrap().warnings.is_empty());
+        assert!(planned(&i).unwrap().warnings.is_empty());
     }
 
     #[test]
@@ -422,7 +346,7 @@ mod tests {
         i.set_payload("A", json!("payload"));
         i.set_payload("C", json!("payload"));
         i.environ.0 = vec![("A".into(), "environ".into()), ("C".into(), "environ".into())];
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.env["A"], Var::plain("node".into(), Source::Node));
         assert_eq!(plan.env["C"], Var::plain("payload".into(), Source::Payload));
         assert_eq!(plan.env["B"], Var::plain("b-default".into(), Source::Default));
@@ -443,7 +367,7 @@ mod tests {
         .iter()
         .map(|(k, v)| ((*k).into(), (*v).into()))
         .collect();
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.env["PATH"].source, Source::Environ);
         assert_eq!(plan.env["C"].value.expose(), "c");
         for k in ["WM_TOKEN", "PYTHONPATH", "RANDOM_VAR"] {
@@ -456,7 +380,7 @@ mod tests {
         let mut i = inputs();
         i.node
             .extend(node(&[("STATE_BASE_ADDRESS", "https://state.example/tf/", false)]));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(
             plan.env["TF_HTTP_ADDRESS"].value.expose(),
             "https://state.example/tf/ns1"
@@ -481,7 +405,7 @@ mod tests {
             ("EVENTS_SECRET", "events-secret-0123456789", true),
         ]));
         i.set_payload("BUILD_ID", json!("build-7"));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert!(plan.events.is_some());
         for key in ["EVENTS_URL", "EVENTS_SECRET", "BUILD_ID"] {
             assert!(!plan.env.contains_key(key), "{key} reached the program");
@@ -497,7 +421,7 @@ mod tests {
         let mut i = inputs();
         i.node.extend(node(&[("SYSTEM", "aarch64-linux", false)]));
         i.set_payload("SYSTEM", json!("x86_64-linux"));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(plan.system, "aarch64-linux");
         assert_eq!(plan.warnings, ["payload value for SYSTEM ignored: the node sets it"]);
     }
@@ -507,7 +431,7 @@ mod tests {
         let mut i = inputs();
         i.node
             .extend(node(&[("NIX_PATH", "nixpkgs=/elsewhere:other=/o", false)]));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         assert_eq!(
             plan.env["NIX_PATH"],
             Var::plain("nixpkgs=/nixpkgs:nixpkgs=/elsewhere:other=/o".into(), Source::Derived)
@@ -524,7 +448,7 @@ mod tests {
         i.set_payload("TF_HTTP_ADDRESS", json!("https://state.example/tf/ns1"));
         i.set_payload("TF_HTTP_PASSWORD", json!("payload-password-value"));
         i.set_payload("DEPLOYMENT_ROOT", json!("/elsewhere"));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         let shown = format!("{plan:?}");
         let inputs_shown = format!("{i:?}");
         for secret in ["debug-secret-value", "payload-password-value"] {
@@ -569,7 +493,7 @@ mod tests {
             ("TF_VAR_tiny", "abc", true),
             ("A", "not-a-secret", false),
         ]));
-        let plan = plan(&i).unwrap();
+        let plan = planned(&i).unwrap();
         let needles: Vec<String> = plan
             .secrets
             .iter()
@@ -589,14 +513,10 @@ mod tests {
 
     #[test]
     fn the_exec_budget_is_half_of_what_the_kernel_allows_under_the_stack_limit() {
-        assert_eq!(crate::input::exec_budget(8 << 20), 1 << 20);
-        assert_eq!(crate::input::exec_budget(1 << 20), 128 << 10);
-        assert_eq!(
-            crate::input::exec_budget(u64::MAX),
-            3 << 20,
-            "an unlimited stack: the kernel's 6 MiB"
-        );
-        assert_eq!(crate::input::exec_budget(0), 64 << 10, "the kernel's floor of 128 KiB");
+        assert_eq!(exec_budget(8 << 20), 1 << 20);
+        assert_eq!(exec_budget(1 << 20), 128 << 10);
+        assert_eq!(exec_budget(u64::MAX), 3 << 20, "an unlimited stack: the kernel's 6 MiB");
+        assert_eq!(exec_budget(0), 64 << 10, "the kernel's floor of 128 KiB");
     }
 
     #[test]
@@ -607,7 +527,7 @@ mod tests {
             ("A", &"a".repeat(200_000), false),
         ]));
         i.exec_budget = 300_000;
-        let problems: Vec<String> = plan(&i).unwrap_err().iter().map(ToString::to_string).collect();
+        let problems: Vec<String> = planned(&i).unwrap_err().iter().map(ToString::to_string).collect();
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert_eq!(
             problems[0],
@@ -636,6 +556,419 @@ mod tests {
             &"s".repeat(MAX_ARG_STRLEN - "TF_VAR_big=".len() - 1),
             true,
         )]));
-        assert!(plan(&i).is_ok());
+        assert!(planned(&i).is_ok());
+    }
+
+    /// The control keys' rules, as the merged plan shows them (here, not in `input::controls`,
+    /// so that the input's own tests need nothing of the merge that comes after it).
+    mod controls {
+        use crate::events::Wire;
+        use crate::events::dd0012::RowKind;
+        use crate::input::controls::*;
+        use crate::input::test_support::{inputs, node, problems};
+        use serde_json::json;
+
+        const SECRET: &str = "events-secret-0123456789";
+
+        #[test]
+        fn executable_must_be_attribute_dash_verb() {
+            let mut i = inputs();
+            i.set_payload("EXECUTABLE", json!("web-apply; rm -rf /"));
+            assert_eq!(
+                problems(&i),
+                [
+                    r#"EXECUTABLE "web-apply; rm -rf /" is not allowed: it must be "web-apply" (<ATTRIBUTE>-<VERB>, or <ATTRIBUTE> for apply)"#
+                ]
+            );
+            i.set_payload("EXECUTABLE", json!("web-apply"));
+            assert!(crate::input::check(&i).is_ok());
+            // A program without verb siblings deploys when run; any other verb needs its own.
+            i.set_payload("EXECUTABLE", json!("web"));
+            assert_eq!(super::planned(&i).unwrap().argv[5], "exec web");
+            i.verb = "destroy".into();
+            assert_eq!(
+                problems(&i),
+                [r#"EXECUTABLE "web" is not allowed: it must be "web-destroy" (<ATTRIBUTE>-<VERB>)"#]
+            );
+        }
+
+        #[test]
+        fn event_keys_are_the_nodes_and_a_payload_cannot_set_them() {
+            let mut i = inputs();
+            i.set_payload("EVENTS_URL", json!("http://evil/"));
+            i.set_payload("EVENTS_SECRET", json!("x"));
+            let plan = super::planned(&i).unwrap();
+            assert!(plan.events.is_none(), "the payload's event settings took effect");
+            assert_eq!(plan.ignored, ["EVENTS_SECRET", "EVENTS_URL"]);
+            assert_eq!(
+                plan.warnings,
+                [
+                    "payload value for EVENTS_SECRET ignored: only the node may set it",
+                    "payload value for EVENTS_URL ignored: only the node may set it"
+                ]
+            );
+            i.set_payload("BUILD_ID", json!("../x"));
+            assert_eq!(
+                problems(&i),
+                [r#"BUILD_ID "../x" is invalid: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"#]
+            );
+            let mut i = inputs();
+            i.node
+                .extend(node(&[("EVENTS_URL", "http://events.example/hook", false)]));
+            assert_eq!(
+                problems(&i),
+                ["EVENTS_URL is set but EVENTS_SECRET is not: progress events need both"]
+            );
+        }
+
+        const ROW_SECRET: &str = "row-secret-abcdef0123456";
+
+        /// A node whose events are DD-0012's, at `https://web.example/api`, with `pairs` added.
+        fn dd0012_inputs(pairs: &[(&str, &str, bool)]) -> crate::input::Inputs {
+            let mut i = inputs();
+            i.node.extend(node(&[
+                ("EVENTS_URL", "https://web.example/api", false),
+                ("EVENTS_FORMAT", "dd-0012", false),
+            ]));
+            i.node.extend(node(pairs));
+            i
+        }
+
+        #[test]
+        fn a_dd0012_row_is_addressed_from_its_parts_with_the_rows_secret() {
+            let mut i = dd0012_inputs(&[]);
+            i.set_payload("EVENTS_KIND", json!("deployments"));
+            i.set_payload("EVENTS_ROW_ID", json!(42));
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            let plan = super::planned(&i).unwrap();
+            let target = plan.events.as_ref().unwrap();
+            assert_eq!(
+                target.url.as_str(),
+                "https://web.example/api/deployments/42/notifications"
+            );
+            assert_eq!(
+                (target.secret.expose(), target.wire),
+                (ROW_SECRET, Wire::Dd0012(RowKind::Deployments))
+            );
+            assert!(
+                plan.warnings.is_empty() && plan.ignored.is_empty(),
+                "{:?}",
+                plan.warnings
+            );
+            // Redacted like any secret, and never given to the program.
+            assert!(plan.secrets.contains(&ROW_SECRET.as_bytes().to_vec()));
+            assert!(plan.env.values().all(|var| !var.value.expose().contains(ROW_SECRET)));
+            for key in [
+                "EVENTS_KIND",
+                "EVENTS_ROW_ID",
+                "EVENTS_SECRET",
+                "EVENTS_URL",
+                "EVENTS_FORMAT",
+            ] {
+                assert!(!plan.env.contains_key(key), "{key} reached the program");
+            }
+            // A row id given as a string is the same row.
+            i.set_payload("EVENTS_ROW_ID", json!("42"));
+            assert_eq!(
+                super::planned(&i).unwrap().events.unwrap().url.as_str(),
+                "https://web.example/api/deployments/42/notifications"
+            );
+        }
+
+        /// With one secret for every row, the payload alone would choose which row it writes to: a
+        /// dd-0012 node with a secret of its own is refused, whatever the job, with what to do.
+        #[test]
+        fn a_node_wide_secret_is_refused_on_a_dd0012_node() {
+            let refused = "test:EVENTS_SECRET sets EVENTS_SECRET, but EVENTS_FORMAT is dd-0012, whose rows have secrets of their own: one secret for every row would let any job post to any row. Remove EVENTS_SECRET from the node; the front-end sends each row's secret in the payload's EVENTS_SECRET";
+            let mut i = dd0012_inputs(&[("EVENTS_SECRET", SECRET, true)]);
+            assert_eq!(problems(&i), [refused], "a job that names no row");
+            i.set_payload("EVENTS_KIND", json!("jobs"));
+            i.set_payload("EVENTS_ROW_ID", json!(7));
+            assert_eq!(problems(&i), [refused], "a job that names a row");
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            assert_eq!(problems(&i), [refused], "a job that brings the row's secret too");
+            // Without a secret anywhere, the row cannot be written to.
+            let mut i = dd0012_inputs(&[]);
+            i.set_payload("EVENTS_KIND", json!("jobs"));
+            i.set_payload("EVENTS_ROW_ID", json!(7));
+            assert_eq!(
+                problems(&i),
+                [
+                    "EVENTS_SECRET is required but not set (a payload that names a DD-0012 row brings the row's own secret)"
+                ]
+            );
+            // Positive controls: the same node without its secret takes the row's from the payload,
+            // and a job that names no row gets no events.
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            let plan = super::planned(&i).unwrap();
+            assert_eq!(plan.events.unwrap().secret.expose(), ROW_SECRET);
+            let plan = super::planned(&dd0012_inputs(&[])).unwrap();
+            assert!(plan.events.is_none());
+        }
+
+        #[test]
+        fn a_payloads_events_secret_is_taken_only_in_the_dd0012_format() {
+            let mut i = inputs();
+            i.node.extend(node(&[
+                ("EVENTS_URL", "http://events.example/hook", false),
+                ("EVENTS_SECRET", SECRET, true),
+                ("EVENTS_FORMAT", "jobenv", false),
+            ]));
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            i.set_payload("EVENTS_KIND", json!("jobs"));
+            i.set_payload("EVENTS_ROW_ID", json!(7));
+            let plan = super::planned(&i).unwrap();
+            let target = plan.events.unwrap();
+            assert_eq!(
+                (target.url.as_str(), target.secret.expose(), target.wire),
+                ("http://events.example/hook", SECRET, Wire::Jobenv)
+            );
+            assert_eq!(
+                plan.warnings,
+                ["payload value for EVENTS_SECRET ignored: the node sets it"]
+            );
+            // On a node without events it is the node's key alone, as before.
+            let mut i = inputs();
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            assert_eq!(
+                super::planned(&i).unwrap().warnings,
+                ["payload value for EVENTS_SECRET ignored: only the node may set it"]
+            );
+        }
+
+        #[test]
+        fn a_payload_cannot_send_a_request_anywhere_but_its_row_under_the_nodes_base() {
+            for (kind, row) in [
+                (json!("jobs"), json!("7/../../../evil.example/x")),
+                (json!("jobs"), json!("7%2F..%2F..%2Fx")),
+                (json!("jobs"), json!("7/")),
+                (json!("jobs"), json!("007")),
+                (json!("jobs"), json!("+7")),
+                (json!("jobs"), json!(-7)),
+                (json!("jobs"), json!(0)),
+                (json!("jobs"), json!(7.0)),
+                (json!("jobs"), json!(1e3)),
+                (json!("jobs"), json!("12345678901234567890123456789")),
+                (json!("jobs"), json!(12345678901234567890u64)),
+                (json!("jobs"), json!("7?x=1")),
+                (json!("jobs"), json!("7#x")),
+                (json!("jobs"), json!("@evil.example")),
+                (json!("../jobs"), json!(7)),
+                (json!("jobs/../../x"), json!(7)),
+                (json!("JOBS"), json!(7)),
+                (json!("https://evil.example/"), json!(7)),
+                (json!(["jobs"]), json!(7)),
+            ] {
+                let mut i = dd0012_inputs(&[]);
+                i.set_payload("EVENTS_KIND", kind.clone());
+                i.set_payload("EVENTS_ROW_ID", row.clone());
+                i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+                i.set_payload("EVENTS_URL", json!("https://evil.example/"));
+                let p = problems(&i);
+                assert!(
+                    !p.is_empty()
+                        && p.iter()
+                            .all(|l| l.starts_with("EVENTS_KIND ") || l.starts_with("EVENTS_ROW_ID ")),
+                    "{kind} {row}: {p:?}"
+                );
+                let payload = i.payload.0.clone();
+                assert!(
+                    target_of_rejected(&i.node, &payload, "apply").is_none(),
+                    "{kind} {row}: a rejected job's events went somewhere"
+                );
+            }
+            // Positive control: the same payload with a good row reaches the node's host only, even
+            // with the payload's own EVENTS_URL (dropped: the node sets it).
+            let mut i = dd0012_inputs(&[]);
+            i.set_payload("EVENTS_KIND", json!("jobs"));
+            i.set_payload("EVENTS_ROW_ID", json!(7));
+            i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            i.set_payload("EVENTS_URL", json!("https://evil.example/"));
+            let plan = super::planned(&i).unwrap();
+            assert_eq!(
+                plan.events.unwrap().url.as_str(),
+                "https://web.example/api/jobs/7/notifications"
+            );
+            assert_eq!(
+                plan.warnings,
+                ["payload value for EVENTS_URL ignored: the node sets it"]
+            );
+            let payload = i.payload.0.clone();
+            assert_eq!(
+                target_of_rejected(&i.node, &payload, "apply").unwrap().url.as_str(),
+                "https://web.example/api/jobs/7/notifications"
+            );
+        }
+
+        #[test]
+        fn dd0012_settings_are_checked() {
+            let row = |i: &mut crate::input::Inputs| {
+                i.set_payload("EVENTS_KIND", json!("deployments"));
+                i.set_payload("EVENTS_ROW_ID", json!(3));
+                i.set_payload("EVENTS_SECRET", json!(ROW_SECRET));
+            };
+            let mut i = dd0012_inputs(&[]);
+            row(&mut i);
+            i.verb = "plan".into();
+            assert_eq!(
+                problems(&i),
+                ["EVENTS_KIND deployments is for apply and destroy: a plan job reports on a jobs row"]
+            );
+            i.verb = "destroy".into();
+            assert!(super::planned(&i).is_ok());
+            let mut i = dd0012_inputs(&[]);
+            i.set_payload("EVENTS_ROW_ID", json!(3));
+            assert_eq!(
+                problems(&i),
+                ["EVENTS_ROW_ID is set but EVENTS_KIND is not: progress events need both"]
+            );
+            let mut i = dd0012_inputs(&[]);
+            row(&mut i);
+            i.set_payload("EVENTS_SECRET", json!("short"));
+            assert_eq!(
+                problems(&i),
+                [
+                    "EVENTS_SECRET (value not shown) is invalid: must be 16 to 1024 printable ASCII characters without spaces"
+                ]
+            );
+            let mut i = dd0012_inputs(&[]);
+            i.node
+                .extend(node(&[("EVENTS_URL", "https://web.example/api?token=x", false)]));
+            assert_eq!(
+                problems(&i),
+                [
+                    "EVENTS_URL (value not shown) is invalid: must be an http:// or https:// URL without a query or a fragment: the base of <kind>/<row>/notifications"
+                ]
+            );
+            let mut i = inputs();
+            i.node.extend(node(&[("EVENTS_FORMAT", "dd-0012", false)]));
+            assert_eq!(
+                problems(&i),
+                ["EVENTS_FORMAT is set but EVENTS_URL is not: progress events need both"]
+            );
+            let mut i = dd0012_inputs(&[("EVENTS_FORMAT", "webhook", false)]);
+            assert_eq!(
+                problems(&i),
+                [r#"EVENTS_FORMAT "webhook" is invalid: must be jobenv or dd-0012"#]
+            );
+            i.node.extend(node(&[("EVENTS_FORMAT", "DD-0012", true)]));
+            assert_eq!(
+                problems(&i),
+                ["EVENTS_FORMAT (value not shown: it comes from a secret) is invalid: must be jobenv or dd-0012"]
+            );
+            // The row keys are payload keys, checked on every node.
+            let mut i = inputs();
+            i.node.extend(node(&[("EVENTS_KIND", "jobs", false)]));
+            i.set_payload("EVENTS_KIND", json!("rows"));
+            i.set_payload("EVENTS_ROW_ID", json!(1));
+            assert_eq!(
+                problems(&i),
+                [
+                    "test:EVENTS_KIND sets EVENTS_KIND, which only a job payload may set",
+                    r#"EVENTS_KIND "rows" is invalid: must be jobs or deployments"#
+                ]
+            );
+        }
+
+        #[test]
+        fn a_bad_trace_context_is_dropped_with_a_warning_never_refused() {
+            const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let planned = |pairs: &[(&str, &str)]| {
+                let mut i = inputs();
+                for (key, value) in pairs {
+                    i.set_payload(key, json!(value));
+                }
+                super::planned(&i).expect("never refused")
+            };
+            let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "fe=1")]);
+            assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+            assert_eq!(plan.env["TRACEPARENT"].value.expose(), GOOD);
+            assert_eq!(plan.env["TRACESTATE"].value.expose(), "fe=1");
+            assert_eq!(plan.env["TRACEPARENT"].source, crate::input::Source::Payload);
+            let plan = planned(&[("TRACEPARENT", "00-ab-cd-01"), ("TRACESTATE", "fe=1")]);
+            assert_eq!(
+                plan.warnings,
+                [format!(
+                    "payload TRACEPARENT \"00-ab-cd-01\" dropped (and TRACESTATE with it): {}",
+                    crate::telemetry::context::TRACEPARENT_RULE
+                )]
+            );
+            assert!(!plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+            let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "BAD=1")]);
+            assert_eq!(
+                plan.warnings,
+                [format!(
+                    "payload TRACESTATE \"BAD=1\" dropped: {}",
+                    crate::telemetry::context::TRACESTATE_RULE
+                )]
+            );
+            assert!(plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+            let plan = planned(&[("TRACESTATE", "fe=1")]);
+            assert_eq!(
+                plan.warnings,
+                ["payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none"]
+            );
+            // A node cannot set them: they are a job's.
+            let mut i = inputs();
+            i.node.extend(node(&[("TRACEPARENT", GOOD, false)]));
+            assert_eq!(
+                problems(&i),
+                ["test:TRACEPARENT sets TRACEPARENT, which only a job payload may set"]
+            );
+        }
+    }
+
+    /// Which layer wins, as the merged plan's warnings say it (here, not in `input::admit`, for
+    /// the same reason).
+    mod admit {
+        use crate::input::test_support::{inputs, node};
+        use serde_json::json;
+
+        #[test]
+        fn a_payload_equal_to_a_node_secret_still_draws_its_warning() {
+            let mut i = inputs();
+            i.node.extend(node(&[
+                ("EVENTS_URL", "http://events.example/e", false),
+                ("EVENTS_SECRET", "events-secret-0123456789", true),
+            ]));
+            i.node.extend(node(&[("A", "plain", false)]));
+            i.set_payload("EVENTS_SECRET", json!("events-secret-0123456789"));
+            i.set_payload("EVENTS_URL", json!("http://events.example/e"));
+            i.set_payload("A", json!("plain"));
+            let plan = super::planned(&i).unwrap();
+            assert_eq!(
+                plan.warnings,
+                ["payload value for EVENTS_SECRET ignored: the node sets it"]
+            );
+            assert_eq!(plan.ignored, ["A", "EVENTS_SECRET", "EVENTS_URL"]);
+        }
+
+        #[test]
+        fn the_warning_says_why_the_node_won() {
+            let mut i = inputs();
+            // The node's pin under its other name, and one of the two state credentials.
+            i.node.remove("NIXPKGS");
+            i.node.extend(node(&[
+                ("DEPLOYMENT_NIXPKGS", "/nixpkgs", false),
+                ("TF_HTTP_USERNAME", "node-user", false),
+                ("STATE_BASE_ADDRESS", "https://state.example/node", false),
+            ]));
+            i.set_payload("NIXPKGS", json!("/elsewhere"));
+            i.set_payload("TF_HTTP_PASSWORD", json!("payload-password"));
+            i.set_payload("STATE_BASE_ADDRESS", json!("https://state.example/tf"));
+            let plan = super::planned(&i).unwrap();
+            assert_eq!(
+                plan.warnings,
+                [
+                    "payload value for NIXPKGS ignored: the node sets it",
+                    "payload value for STATE_BASE_ADDRESS ignored: the node sets it",
+                    "payload value for TF_HTTP_PASSWORD ignored: the node sets the state backend's credentials",
+                ]
+            );
+            assert!(
+                !plan.env.contains_key("TF_HTTP_PASSWORD"),
+                "the payload's password passed beside the node's user"
+            );
+        }
     }
 }

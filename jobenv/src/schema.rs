@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 use crate::events::dd0012::AnyNotification;
 use crate::events::envelope::Event;
 use crate::input::NodeValues;
-use crate::input::controls::takes_row_secrets;
-use crate::input::keys::DeclaredKey;
+use crate::input::names::DeclaredKey;
 use crate::input::names::{self, KeyClass};
-use crate::record::journal::Entry;
+use crate::input::node::takes_row_secrets;
+use crate::record::entry::Entry;
 use crate::record::result_file::JobResult;
 
 /// What makes one schema.

@@ -8,8 +8,9 @@ use serde_json::json;
 
 use crate::cli::Format;
 use crate::evaluation::{Cached, Look};
-use crate::input::keys::DeclaredKey;
-use crate::plan::{Plan, Var};
+use crate::input::Var;
+use crate::input::names::DeclaredKey;
+use crate::plan::Plan;
 use crate::run::redact::Redactor;
 
 /// What `run` would do: the evaluation (where the job stands with the cache, the argv and

@@ -57,6 +57,11 @@ pub fn is_setting_name(name: &str) -> bool {
 /// of the admin or break every running job.
 const RESERVED_LABELS: [&str; 2] = ["session", "ephemeral-script"];
 
+/// The label of the short-lived impersonation tokens: names the bootstrap in Windmill's audit
+/// log, and marks a token left behind by a run that died as one the next run revokes. Here,
+/// beside the labels Windmill keeps, because `token.label` may not be it either.
+pub const IMPERSONATION_LABEL: &str = "fediversity-windmill-bootstrap";
+
 /// Whether `label` is one Windmill uses itself, in any case and with any surrounding whitespace
 /// (a label that only differs so is refused too: it is a mistake, not a label of its own).
 pub fn is_reserved_label(label: &str) -> bool {

@@ -185,7 +185,7 @@ fn scripts(raw: file::Scripts, problems: &mut Problems) -> Option<Scripts> {
 
 fn token(raw: file::Token, folder: &str, admin_email: &str, problems: &mut Problems) -> Token {
     checks::token_label("token.label", &raw.label, problems);
-    if raw.label == crate::operator::IMPERSONATION_LABEL {
+    if raw.label == checks::IMPERSONATION_LABEL {
         // Step 9 keeps the operator's older tokens of token.label when revoke_previous is off:
         // an impersonation token a dead run left behind (unscoped) would be kept with them.
         problems.add(format!(

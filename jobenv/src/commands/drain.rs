@@ -4,7 +4,8 @@
 use crate::cli::DrainArgs;
 use crate::error::Error;
 use crate::record::Status;
-use crate::record::journal::Entry;
+use crate::record::entry::Entry;
+use crate::record::upkeep;
 
 use super::output::JsonArray;
 use super::{Exit, journal_problem, open_journal};
@@ -20,9 +21,7 @@ pub(crate) fn drain(args: DrainArgs) -> Result<Exit, Error> {
             }
             printed.push(entry)
         };
-        journal
-            .drain(args.wait, each)
-            .map_err(|source| journal_problem(&dir, source))
+        upkeep::drain(&journal, args.wait, each).map_err(|source| journal_problem(&dir, source))
     });
     if let Err(error) = drained {
         printed.finish();

@@ -4,7 +4,7 @@
 
 use crate::cli::RecoverArgs;
 use crate::error::Error;
-use crate::record::journal::Journal;
+use crate::record::upkeep;
 
 use super::output::JsonArray;
 use super::{Exit, journal_problem, open_journal, rejected_before_start};
@@ -17,19 +17,18 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
     let dir = args.state.dir();
     // Programs may start from now on. First, and whatever becomes of the rest: a drain mark left
     // by a recover that failed would refuse every job of this boot.
-    let ended = Journal::end_draining(&dir).map_err(|source| journal_problem(&dir, source));
+    let ended = upkeep::end_draining(&dir).map_err(|source| journal_problem(&dir, source));
     let mut printed = JsonArray::new();
     let recovered = open_journal(&dir).and_then(|journal| {
-        journal
-            .recover(|entry| {
-                tracing::warn!(
-                    "job {} (attempt {}) was interrupted: its jobenv is gone; marked failed",
-                    entry.job_id,
-                    entry.attempt
-                );
-                printed.push(entry)
-            })
-            .map_err(|source| journal_problem(&dir, source))?;
+        upkeep::recover(&journal, |entry| {
+            tracing::warn!(
+                "job {} (attempt {}) was interrupted: its jobenv is gone; marked failed",
+                entry.job_id,
+                entry.attempt
+            );
+            printed.push(entry)
+        })
+        .map_err(|source| journal_problem(&dir, source))?;
         // Cluster mode: the ends the shared journal did not take, and the ends whose shared row
         // still shows their attempt running. They stay kept if it does not answer now (and
         // their entries are not pruned): the node's next job or `prune` hands them on.
@@ -40,7 +39,7 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
                 tracing::warn!("{problem}");
             }
         }
-        if let Err(error) = journal.prune(args.retain.retention()) {
+        if let Err(error) = upkeep::prune(&journal, args.retain.retention()) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(())

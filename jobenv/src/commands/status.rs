@@ -3,21 +3,22 @@
 
 use crate::cli::StatusArgs;
 use crate::error::{Error, Problem};
-use crate::record::journal::{self, Journal};
+use crate::record::entry;
+use crate::record::journal::Journal;
 
 use super::output::{JsonArray, json_line, print};
 use super::{Exit, journal_problem};
 
 pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     // A job id names a file in the journal: never a path that leaves it.
-    if let Some(id) = args.job_id.as_ref().filter(|id| !journal::is_valid_job_id(id)) {
+    if let Some(id) = args.job_id.as_ref().filter(|id| !entry::is_valid_job_id(id)) {
         return Err(Problem::InvalidJobId(id.clone()).into());
     }
     let dir = args.state.dir();
     let journal = Journal::at(&dir).map_err(|source| journal_problem(&dir, source))?;
     let Some(id) = &args.job_id else {
         let Some(journal) = journal else {
-            return Ok(print(json_line(&Vec::<journal::Entry>::new()).as_bytes()));
+            return Ok(print(json_line(&Vec::<entry::Entry>::new()).as_bytes()));
         };
         // Every entry, printed as it is read: the journal may hold more than fits in memory.
         let mut printed = JsonArray::new();

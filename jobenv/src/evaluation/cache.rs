@@ -33,8 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use super::key::is_key;
 use super::store::{is_drv_path, store_path_of};
+use crate::cancel::{Cancel, Cancelled};
 use crate::record::dir::Dir;
-use crate::run::cancel::{Cancel, Cancelled};
 
 /// The cache's directory in the state directory.
 pub const SHELLS: &str = "shells";

@@ -1,4 +1,6 @@
-//! The evaluation of a job's shell, apart from its run, and the cache of instantiated shells.
+//! The evaluation of a job's shell, apart from its run, and the cache of instantiated shells:
+//! step 9 of a job (the spine: [`crate::job`]), before the program; described by step 6
+//! ([`describe`]), looked at by `env`, pruned by `prune`.
 //!
 //! nix-shell given a tree evaluates it (nixpkgs included) before anything runs: seconds and
 //! hundreds of MiB for the seeds' deployments, every job; and it evaluates in the job's
@@ -18,25 +20,23 @@
 //!
 //! - [`describe`] (from the plan, a pure function): the evaluation's argv and environment;
 //! - [`look`] (`env`): whether the job would hit, miss or not be cached, and why;
-//! - [`prepare`] (`run`, with the namespace lock held): the decision, with the key's locks
+//! - [`run::prepare`] (`run`, with the namespace lock held): the decision, with the key's locks
 //!   (a hit holds its entry for the whole run; a miss evaluates while jobs of the same key wait
 //!   for it);
-//! - [`Prepared`] (the steps of the run before the program, see [`crate::run::Before`]): the
+//! - [`run::Prepared`] (the steps of the run before the program, see [`crate::run::Before`]): the
 //!   evaluation in the program tree, its roots, the entry;
 //! - [`prune`] (`prune`): entries of trees no longer deployed.
 
 pub mod cache;
 pub mod drv;
 pub mod key;
-mod run;
+pub mod run;
 pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use run::prepare;
-
-use crate::plan::{Source, Var};
+use crate::input::{Source, Var};
 use safe_io::secret::Text;
 
 /// The home evaluation runs with: a directory that does not exist (and no one but root can
@@ -122,19 +122,14 @@ pub fn describe(
     let nix_path_rest = node_nix_path.filter(|rest| !rest.is_empty()).map(str::to_owned);
     eval.insert("NIX_PATH".into(), derived(&nix_path(nixpkgs, nix_path_rest.as_deref())));
     Evaluation {
-        nix_instantiate: beside(nix_shell, "nix-instantiate"),
-        nix_store: beside(nix_shell, "nix-store"),
+        nix_instantiate: crate::input::beside(nix_shell, "nix-instantiate"),
+        nix_store: crate::input::beside(nix_shell, "nix-store"),
         root: root.to_owned(),
         nixpkgs: nixpkgs.to_owned(),
         attr_path,
         env: eval,
         nix_path_rest,
     }
-}
-
-/// A program of Nix's installed beside `nix_shell` (they are one binary's names).
-pub fn beside(nix_shell: &Path, name: &str) -> PathBuf {
-    nix_shell.with_file_name(name)
 }
 
 /// `NIX_PATH` with the pin first (Nix takes the first match).

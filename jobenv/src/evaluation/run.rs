@@ -14,7 +14,7 @@
 //!    the run).
 //!
 //! A failed step leaves no entry: the next job of the key evaluates again. A job that is not
-//! cached runs step 2 alone, rooted in a directory of its own that goes when it ends (or, run
+//! cached runs the evaluation's step 2 alone, rooted in a directory of its own that goes when it ends (or, run
 //! as root in another user's state directory, without a root).
 
 use std::collections::BTreeMap;
@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use super::cache::{self, Cache, Entry, Kind, Lock, Refused, TempRoot};
 use super::{Evaluation, Resolved, drv, store};
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::Error;
 use crate::plan::Plan;
-use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::{Before, Next, Outcome, Step, StepEnd};
 
 /// The largest `.drv` jobenv reads for its inputs.
@@ -212,7 +212,7 @@ pub fn prepare(
 }
 
 /// A step with this environment.
-fn step(argv: Vec<String>, env: &BTreeMap<String, crate::plan::Var>, capture: bool) -> Next {
+fn step(argv: Vec<String>, env: &BTreeMap<String, crate::input::Var>, capture: bool) -> Next {
     let env = env
         .iter()
         .map(|(k, v)| (k.clone(), v.value.expose().to_owned()))
@@ -367,7 +367,7 @@ fn not_a_derivation(made: &str) -> Error {
         "the evaluation did not make a derivation of the Nix store",
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("{:?}", crate::input::cut(made, 200)),
+            format!("{:?}", crate::error::cut(made, 200)),
         ),
     )
 }

@@ -51,15 +51,37 @@ impl RowKind {
         (self == RowKind::Jobs || progress == Progress::Preparing).then(|| self.standing(progress))
     }
 
-    fn ended(self, end: &End) -> RowStatus {
+    fn ended(self, progress: Progress, end: &End) -> RowStatus {
+        let (job, deployment) = ended(progress, end);
         match self {
-            RowKind::Jobs => RowStatus::Job(end.job),
-            RowKind::Deployments => RowStatus::Deployment(end.deployment),
+            RowKind::Jobs => RowStatus::Job(job),
+            RowKind::Deployments => RowStatus::Deployment(deployment),
         }
     }
 }
 
+/// DD-0012's column of the outcome table (`record::ending`): the status a job that ended at
+/// `progress` gives a jobs row and a deployments row. A row stays in its kind's set of
+/// statuses: a deploy that succeeded leaves its deployment running; a job someone else stopped
+/// (canceled, interrupted) leaves it stopped; anything else that did not succeed is `failed`.
+pub fn ended(progress: Progress, end: &End) -> (JobStatus, DeploymentStatus) {
+    use DeploymentStatus as D;
+    use JobStatus as J;
+    match progress {
+        Progress::Destroyed => (J::Destroyed, D::Destroyed),
+        Progress::Succeeded => (J::Succeeded, D::Running),
+        Progress::Canceled => (J::Failed, D::Stopped),
+        Progress::Failed if end.interrupted => (J::Failed, D::Stopped),
+        Progress::Failed | Progress::TimedOut | Progress::Preparing | Progress::Running => (J::Failed, D::Failed),
+    }
+}
+
 /// The statuses of a jobs row.
+// Every status DD-0012 defines is in the schema; jobenv itself never sends the front-end's own.
+#[expect(
+    dead_code,
+    reason = "the schema lists DD-0012's statuses that only a front-end writes"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
@@ -73,6 +95,10 @@ pub enum JobStatus {
 }
 
 /// The statuses of a deployments row.
+#[expect(
+    dead_code,
+    reason = "the schema lists DD-0012's statuses that only a front-end writes"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeploymentStatus {
@@ -150,8 +176,8 @@ pub enum AnyNotification {
 pub(super) fn encode(kind: RowKind, event: &Envelope) -> Option<Vec<u8>> {
     let (status, log) = match event.item {
         Item::Status { status, .. } => (kind.changed(*status)?, None),
-        Item::End { end, .. } => (
-            kind.ended(end),
+        Item::End { status, end, .. } => (
+            kind.ended(*status, end),
             Some(Log {
                 level: end.level,
                 message: last_message(&event.ids.verb, end, event.dropped),
@@ -312,8 +338,7 @@ mod tests {
 
         let end = End {
             exit_code: 143,
-            job: JobStatus::Failed,
-            deployment: DeploymentStatus::Stopped,
+            interrupted: false,
             level: Level::Warning,
             said: "was canceled",
         };

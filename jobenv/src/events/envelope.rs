@@ -73,7 +73,6 @@ pub(super) fn encode(event: &Envelope) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::dd0012::{DeploymentStatus, JobStatus};
     use super::super::model::{End, Level};
     use super::*;
     use serde_json::{Value, json};
@@ -102,8 +101,7 @@ mod tests {
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
         let end = End {
             exit_code: 124,
-            job: JobStatus::Failed,
-            deployment: DeploymentStatus::Failed,
+            interrupted: false,
             level: Level::Warning,
             said: "timed out",
         };

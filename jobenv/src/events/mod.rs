@@ -1,7 +1,8 @@
-//! Progress events (optional; docs/front-ends/events.md): while a job runs, jobenv POSTs its
+//! Progress events (optional; docs/front-ends/events.md), from step 6 of a job (the spine:
+//! [`crate::job`]) to its last, step 11: while a job runs, jobenv POSTs its
 //! status changes and its redacted output lines as JSON to the node's `EVENTS_URL`, in jobenv's
 //! own format ([`envelope`]) or as DD-0012 notifications of the row the payload names
-//! ([`dd0012`]); [`model::encode`] is the one place that tells them apart. Only
+//! ([`dd0012`]); [`wire::encode`] is the one place that tells them apart. Only
 //! redacted bytes become events; a push never waits (lines beyond the budget are dropped and
 //! counted, statuses never are); at exit jobenv waits at most [`FINAL_WAIT`] for the final
 //! status. Without `EVENTS_URL` nothing of this exists. This module takes plain data (a
@@ -18,6 +19,7 @@ pub mod envelope;
 pub mod lines;
 pub mod model;
 mod sender;
+pub mod wire;
 
 use std::fs::File;
 use std::io::Read;
@@ -29,7 +31,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use reqwest::Url;
 pub use safe_io::secret::{Hidden, Secret};
 
-pub use model::{End, Level, Progress, Wire};
+pub use model::{End, Level, Progress};
+pub use wire::Wire;
 
 use lines::LineSplitter;
 use model::{Item, Line};

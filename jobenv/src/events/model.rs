@@ -1,7 +1,7 @@
-//! What a progress event is, whatever the wire: the statuses, the log levels, what one event
-//! carries ([`Item`]), and [`encode`], the one place where a wire format is chosen. The sender
-//! hands every item to [`encode`] and posts what comes back; it never looks at a format itself.
-//! The formats: [`super::envelope`] (jobenv's own, the default) and [`super::dd0012`].
+//! What a progress event is, whatever the wire: the statuses, the log levels, how a job ended
+//! ([`End`]) and what one event carries ([`Item`]). Nothing here is a wire format's own: each
+//! format ([`super::envelope`], jobenv's own, and [`super::dd0012`]) says the model in its words,
+//! and [`super::wire`] chooses between them.
 
 use std::time::SystemTime;
 
@@ -9,7 +9,6 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::Ids;
-use super::dd0012::{self, DeploymentStatus, JobStatus, RowKind};
 
 /// Where a job is, as front-ends see it. `preparing` covers validation and nix-shell
 /// instantiating the dev shell; `running` starts when the deployment program itself is exec'd;
@@ -49,15 +48,17 @@ pub struct Line {
     pub at: SystemTime,
 }
 
-/// How a job ended, in the words of every wire format: one row of the outcome table in
-/// `record::ending`. jobenv's own events say the terminal [`Progress`] and the exit code; a
-/// DD-0012 row says the status of its kind, and its last log message says how the job ended
-/// (a canceled or timed-out job is `failed` on a jobs row: the message says which).
+/// How a job ended, whatever the wire: one row of the outcome table in `record::ending`, with
+/// the terminal [`Progress`] beside it ([`Item::End`]). jobenv's own events say the terminal
+/// status and the exit code; a DD-0012 row says the status of its kind (DD-0012's column of the
+/// table, `dd0012::ended`), and its last log message says how the job ended (a canceled or
+/// timed-out job is `failed` on a jobs row: the message says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct End {
     pub exit_code: i32,
-    pub job: JobStatus,
-    pub deployment: DeploymentStatus,
+    /// Stopped without a result of its own (a lost worker, a node that stopped, a lost lease):
+    /// someone else stopped it, and a retry is safe.
+    pub interrupted: bool,
     /// The level and the words of the last message: `<verb> <said> with exit code <code>`.
     pub level: Level,
     pub said: &'static str,
@@ -96,37 +97,10 @@ impl Item {
     }
 }
 
-/// The wire format of a job's events, chosen by the node (`EVENTS_FORMAT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
-    /// jobenv's own envelope, to the node's `EVENTS_URL` (docs/front-ends/events.md).
-    Jobenv,
-    /// DD-0012's notifications, to the row the payload names.
-    Dd0012(RowKind),
-}
-
 /// What one event of a job says: its number, the running total of lines lost, and the item.
 pub struct Envelope<'a> {
     pub ids: &'a Ids,
     pub seq: u64,
     pub dropped: u64,
     pub item: &'a Item,
-}
-
-/// The JSON body of one event, or `None` when this format has nothing to say for the item (a
-/// deployments row stays `preparing` while the program runs: jobenv's `running` changes
-/// nothing there).
-pub fn encode(wire: Wire, event: &Envelope) -> Option<Vec<u8>> {
-    match wire {
-        Wire::Jobenv => Some(super::envelope::encode(event)),
-        Wire::Dd0012(kind) => dd0012::encode(kind, event),
-    }
-}
-
-/// Whether `next` may go in the same event as `first`: a DD-0012 message has one level.
-pub fn joins(wire: Wire, first: &Line, next: &Line) -> bool {
-    match wire {
-        Wire::Jobenv => true,
-        Wire::Dd0012(_) => first.level == next.level,
-    }
 }

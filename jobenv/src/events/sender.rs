@@ -3,7 +3,7 @@
 //! the HTTP client and posts one event at a time, in the order the messages came: lines in
 //! batches, always all of them before a status change that came after them; statuses retried
 //! until delivered, batches three times; 401/403 end the job's events. It knows no wire format:
-//! [`model::encode`] makes each body, and [`model::joins`] says which lines may share one.
+//! [`wire::encode`] makes each body, and [`wire::joins`] says which lines may share one.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,7 +15,8 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, StatusCode, Url};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::model::{self, Envelope, Item, Line, Wire};
+use super::model::{Envelope, Item, Line};
+use super::wire::{self, Wire};
 use super::{Ids, Msg, Secret, Shared, Target, lock};
 
 const BATCH_LINES: usize = 64;
@@ -146,7 +147,7 @@ impl Sender<'_> {
             let full = batch.len() == BATCH_LINES || size + line.line.len() > BATCH_BYTES;
             if batch
                 .first()
-                .is_some_and(|first| full || !model::joins(self.wire, first, line))
+                .is_some_and(|first| full || !wire::joins(self.wire, first, line))
             {
                 break;
             }
@@ -174,7 +175,7 @@ impl Sender<'_> {
     /// when the receiver refused jobenv for good.
     async fn send(&mut self, item: Item, is_status: bool) -> Result<bool, Refused> {
         let dropped = lock(&self.shared.state).dropped;
-        let Some(body) = model::encode(
+        let Some(body) = wire::encode(
             self.wire,
             &Envelope {
                 ids: &self.ids,

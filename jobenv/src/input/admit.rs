@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::json::text as env_text;
-use super::keys::DeclaredKey;
+use super::names::DeclaredKey;
 use super::names::{self, KeyClass};
 use super::node::NodeValue;
 use super::{Inputs, NodeValues};
@@ -96,7 +96,7 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             );
         // A row's secret only where events are DD-0012's: elsewhere it is the node's alone.
         let node_only =
-            class.is_node_only() || (key == "EVENTS_SECRET" && !super::controls::takes_row_secrets(&inputs.node));
+            class.is_node_only() || (key == "EVENTS_SECRET" && !super::node::takes_row_secrets(&inputs.node));
         if node_sets || node_only || (credential && node_has_credentials) {
             // Silent only for an equal value the job could know anyway: for a secret, silence
             // would tell the job whether its guess was right.
@@ -243,25 +243,6 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_equal_to_a_node_secret_still_draws_its_warning() {
-        let mut i = inputs();
-        i.node.extend(node(&[
-            ("EVENTS_URL", "http://events.example/e", false),
-            ("EVENTS_SECRET", "events-secret-0123456789", true),
-        ]));
-        i.node.extend(node(&[("A", "plain", false)]));
-        i.set_payload("EVENTS_SECRET", json!("events-secret-0123456789"));
-        i.set_payload("EVENTS_URL", json!("http://events.example/e"));
-        i.set_payload("A", json!("plain"));
-        let plan = crate::plan::plan(&i).unwrap();
-        assert_eq!(
-            plan.warnings,
-            ["payload value for EVENTS_SECRET ignored: the node sets it"]
-        );
-        assert_eq!(plan.ignored, ["A", "EVENTS_SECRET", "EVENTS_URL"]);
-    }
-
-    #[test]
     fn long_key_names_are_cut_in_errors() {
         let mut i = inputs();
         i.set_payload(&"U".repeat(5000), json!("x"));
@@ -274,34 +255,6 @@ mod tests {
         assert!(
             p.contains(&format!("invalid variable name \"{}...\" in payload", "E".repeat(64))),
             "{p}"
-        );
-    }
-
-    #[test]
-    fn the_warning_says_why_the_node_won() {
-        let mut i = inputs();
-        // The node's pin under its other name, and one of the two state credentials.
-        i.node.remove("NIXPKGS");
-        i.node.extend(node(&[
-            ("DEPLOYMENT_NIXPKGS", "/nixpkgs", false),
-            ("TF_HTTP_USERNAME", "node-user", false),
-            ("STATE_BASE_ADDRESS", "https://state.example/node", false),
-        ]));
-        i.set_payload("NIXPKGS", json!("/elsewhere"));
-        i.set_payload("TF_HTTP_PASSWORD", json!("payload-password"));
-        i.set_payload("STATE_BASE_ADDRESS", json!("https://state.example/tf"));
-        let plan = crate::plan::plan(&i).unwrap();
-        assert_eq!(
-            plan.warnings,
-            [
-                "payload value for NIXPKGS ignored: the node sets it",
-                "payload value for STATE_BASE_ADDRESS ignored: the node sets it",
-                "payload value for TF_HTTP_PASSWORD ignored: the node sets the state backend's credentials",
-            ]
-        );
-        assert!(
-            !plan.env.contains_key("TF_HTTP_PASSWORD"),
-            "the payload's password passed beside the node's user"
         );
     }
 }

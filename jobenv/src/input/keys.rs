@@ -1,5 +1,6 @@
 //! The deployment repository's two published lists, as the node renders them: the declared keys
-//! (each with a description and maybe a default) and the attribute names that exist.
+//! (each with a description and maybe a default: a [`DeclaredKey`], which lives with the key
+//! classes it is one of) and the attribute names that exist.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,22 +8,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::json::{object, read_json, read_object, text};
+use super::names::DeclaredKey;
 use crate::error::Problem;
-
-/// One declared key: what it means, what it is when no layer sets it, and whether only the node
-/// may set it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DeclaredKey {
-    pub description: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub default: Option<String>,
-    /// The node sets it (deploy-env.json, a secret) or its default applies; a payload value is
-    /// dropped with a warning, and jobenv's own environment (the job runner's) never passes it:
-    /// the node's files are its only source. For what decides which code a deploy evaluates:
-    /// the structural pins.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub node_only: bool,
-}
 
 /// The fields of a keys-file entry.
 const FIELDS: &[&str] = &["description", "default", "node_only"];

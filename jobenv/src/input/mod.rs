@@ -1,4 +1,5 @@
-//! Stage 1 of a job: everything it is made of, read and checked before anything runs.
+//! Step 5 of a job (the spine: [`crate::job`]): everything it is made of, read and checked before
+//! anything runs ([`gather`], then [`check`]). `env` and `keys` read the same.
 //!
 //! - [`payload`]: the job's JSON object, and how a JSON value becomes a variable's text;
 //! - [`node`]: the node layer (deploy-env.json, secrets directories, [`env_file`]s);
@@ -25,13 +26,16 @@ pub mod state;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::error::Problem;
+use crate::error::{SHOWN_CHARS, cut};
 use crate::events::Target;
 use crate::settings::JobSettings;
 use controls::Controls;
-use keys::DeclaredKey;
+use names::DeclaredKey;
 use node::NodeValue;
-use safe_io::secret::Hidden;
+use safe_io::secret::{Hidden, Text};
 
 /// Every value the node sets, by key.
 pub type NodeValues = BTreeMap<String, NodeValue>;
@@ -53,6 +57,53 @@ pub struct Inputs {
     pub running_system: String,
     /// Bytes of argv and environment the program may have ([`exec_budget`]).
     pub exec_budget: usize,
+}
+
+/// Which layer a variable of the program's environment came from: the node's (a plain value or
+/// a secret), the payload, jobenv's own environment, a declared key's default, or derived by
+/// jobenv from them. The merge ([`crate::plan`]) makes [`Var`]s; the evaluation and `env` read
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Node,
+    Secret,
+    Payload,
+    Environ,
+    Default,
+    Derived,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self {
+            Source::Node => "node",
+            Source::Secret => "secret",
+            Source::Payload => "payload",
+            Source::Environ => "environ",
+            Source::Default => "default",
+            Source::Derived => "derived",
+        };
+        f.write_str(text)
+    }
+}
+
+/// One variable of the program's environment. A secret value (from a secrets source, or the
+/// payload's `TF_HTTP_PASSWORD`) is a [`Text::Secret`]: redacted everywhere jobenv shows output,
+/// never in a `Debug` output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Var {
+    pub value: Text,
+    pub source: Source,
+}
+
+impl Var {
+    pub(crate) fn plain(value: String, source: Source) -> Self {
+        Var {
+            value: Text::Plain(value),
+            source,
+        }
+    }
 }
 
 /// What a job says it is about, known as soon as its payload is read (for the job result,
@@ -89,9 +140,6 @@ pub struct Checked {
     pub warnings: Vec<String>,
 }
 
-/// How many characters of a value from a job an error shows, unless it says otherwise.
-pub const SHOWN_CHARS: usize = 64;
-
 /// The kernel's limit for one string of argv or the environment, its NUL included
 /// (`MAX_ARG_STRLEN`, 32 pages). No node secret may be this long: no program could be given it,
 /// and a stray large file must not become a needle of megabytes in every form.
@@ -107,16 +155,6 @@ pub fn shown(value: &str, max: usize) -> String {
     } else {
         format!("{cut:?}")
     }
-}
-
-/// A value for a message that quotes it itself: at most `max` characters, `...` at the end when
-/// it was cut.
-pub fn cut(value: &str, max: usize) -> String {
-    let mut cut: String = value.chars().take(max).collect();
-    if cut.len() < value.len() {
-        cut.push_str("...");
-    }
-    cut
 }
 
 /// How many bytes of argv and environment jobenv lets a program have under the stack limit
@@ -174,7 +212,7 @@ pub fn gather_with(job: &JobSettings, payload: Result<json::Members, Problem>) -
     let nix_shell = resolve_program(&job.node.nix_shell).map_err(|p| problems.push(p)).ok();
     // The evaluation runs Nix's other programs of the same installation.
     for tool in ["nix-instantiate", "nix-store"] {
-        let path = nix_shell.as_deref().map(|shell| crate::evaluation::beside(shell, tool));
+        let path = nix_shell.as_deref().map(|shell| beside(shell, tool));
         if let Some(path) = path.filter(|path| !is_executable(path)) {
             problems.push(Problem::NixToolNotFound { tool, path });
         }
@@ -263,6 +301,11 @@ fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A program of Nix's installed beside `nix_shell` (they are one binary's names).
+pub fn beside(nix_shell: &Path, name: &str) -> PathBuf {
+    nix_shell.with_file_name(name)
 }
 
 /// A program named by path must be an executable file; a bare name is looked up in jobenv's

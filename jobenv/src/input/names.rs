@@ -1,10 +1,8 @@
 //! Which names may come from where. These lists are the security boundary of jobenv: a name
 //! that is not admitted here never reaches a deployment program. [`class`] is what a key is,
-//! made of them.
+//! made of them and of the keys the node declares ([`DeclaredKey`], read by `keys`).
 
 use std::collections::BTreeMap;
-
-use super::keys::DeclaredKey;
 
 /// The verbs of the deployment programs (`<group>-<method>-<machine>-<verb>`).
 pub const VERBS: &[&str] = &[
@@ -53,7 +51,7 @@ pub const PAYLOAD_CONTROL_KEYS: &[&str] = &[
 
 /// Control keys that the node may also set (node wins, like any key). A payload's
 /// `EVENTS_SECRET` is taken only by a node whose events are DD-0012's (see
-/// [`super::controls::takes_row_secrets`]); elsewhere only the node may set it.
+/// [`super::node::takes_row_secrets`]); elsewhere only the node may set it.
 pub const SHARED_CONTROL_KEYS: &[&str] = &["SYSTEM", "EVENTS_SECRET"];
 
 /// Variables jobenv computes itself; no layer may set them.
@@ -198,6 +196,21 @@ fn is_stdenv_code(key: &str) -> bool {
 }
 
 pub const STDENV_CODE_SUFFIXES: &[&str] = &["Hook", "Hooks", "Phase", "Phases"];
+
+/// One declared key: what it means, what it is when no layer sets it, and whether only the node
+/// may set it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeclaredKey {
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// The node sets it (deploy-env.json, a secret) or its default applies; a payload value is
+    /// dropped with a warning, and jobenv's own environment (the job runner's) never passes it:
+    /// the node's files are its only source. For what decides which code a deploy evaluates:
+    /// the structural pins.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub node_only: bool,
+}
 
 /// What a key is to jobenv: which layer may set it, and whether it reaches the program. The
 /// one classification admission ([`super::admit`]) and the merge ([`crate::plan`]) share; each

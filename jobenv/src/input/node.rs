@@ -24,6 +24,13 @@ pub struct NodeValue {
     pub hidden_key: bool,
 }
 
+/// Whether the node's events are DD-0012's, whose rows have secrets of their own: only then is
+/// a payload's `EVENTS_SECRET` taken (and a node's still wins).
+pub fn takes_row_secrets(node: &BTreeMap<String, NodeValue>) -> bool {
+    node.get("EVENTS_FORMAT")
+        .is_some_and(|format| format.value.expose() == "dd-0012")
+}
+
 /// The values one secrets env file of this text sets, as [`load`] reads it from `path`, and its
 /// problems (for the fuzzers, which check that no problem quotes the file's text).
 #[cfg(any(test, feature = "fuzzing"))]

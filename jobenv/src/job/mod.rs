@@ -1,43 +1,52 @@
-//! One `run`, step by step. Nothing runs unless every step before the program held; a step that
-//! cannot go on returns a [`Stop`], and [`Run::stopped`] turns each into the job's [`Ending`]
-//! the last step reports (exit code, `result.json`, the final progress event).
+//! One `run`, step by step: the spine of a job's path through jobenv, and the one numbering of
+//! it (each folder's header says which of these steps it serves). Nothing runs unless every step
+//! before the program held; a step that cannot go on returns a [`Stop`], and [`Run::stopped`]
+//! turns each into the job's [`Ending`] the last step reports (exit code, `result.json`, the
+//! final progress event).
 //!
-//! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on; one that comes before the
-//!    program starts ends the job as `canceled` without starting it.
+//! 1. **cancel**: SIGTERM, SIGINT and SIGHUP are caught from here on ([`crate::cancel`]); one
+//!    that comes before the program starts ends the job as `canceled` without starting it.
 //! 2. **journal**: the state directory, the job id (a file name), and the store of the job's
 //!    record: the node's own journal, or in cluster mode the shared one ([`crate::record::store`]).
+//!    The payload is read here too, once: the decision compares what it asks for with the journal.
 //! 3. **job lock**: one run per job id at a time. An attempt that is stopping because its worker
 //!    died (Windmill re-runs such a job with the same id) is waited for, up to its grace.
 //! 4. **decision**: a job id names one request (another verb, attribute or namespace is
 //!    refused); a job that already ended is replayed; one running under a live jobenv (in
 //!    cluster mode: under a live lease) is refused; anything else runs as the next attempt.
-//! 5. **inputs and plan**: read, check and merge every input ([`crate::input`],
-//!    [`crate::plan`]); from here front-ends see the job (`preparing`).
-//! 6. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
+//! 5. **inputs**: the node's files, keys and attributes read, and every input checked, all
+//!    problems at once ([`crate::input`], [`crate::input::check`]).
+//! 6. **plan**: the checked inputs merged into the program's exact argv and environment, which
+//!    the kernel must be able to pass ([`crate::plan`]); from here front-ends see the job
+//!    (`preparing`), also when step 5 or 6 rejected it.
+//! 7. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
 //!    without its jobenv is stopped first ([`crate::record::orphans`]); the program tree (a
 //!    cgroup of its own, recorded, or jobenv's descendants) is made, and holds a lock too; in
 //!    cluster mode the namespace's lease is taken too.
-//! 7. **running entry** in the journal.
-//! 8. **program**: run and supervise it ([`crate::run`]); in cluster mode, stop it when its
-//!    leases cannot be renewed in time.
-//! 9. **terminal entry** in the journal, and pruning.
-//! 10. **report**: `result.json` for Windmill, then the final progress event.
+//! 8. **running entry** in the journal; if it cannot be written, nothing runs.
+//! 9. **program**: the shell's evaluation decided ([`crate::evaluation`]), then the program run
+//!    and supervised in its tree ([`crate::run`]); in cluster mode, stopped when its leases
+//!    cannot be renewed in time.
+//! 10. **terminal entry** in the journal (or `result_unknown` in place); never a pass over the
+//!     journal (pruning is `recover`'s and `prune`'s, [`crate::record::upkeep`]).
+//! 11. **report**: `result.json` for Windmill, then the final progress event.
 
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::{EXIT_INTERNAL, Error, Problem};
 use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
 use crate::plan::Plan;
 use crate::process;
-use crate::record::journal::{self, Attempt, Decision, Entry, Journal};
+use crate::record::entry::{self, Attempt, Decision, Entry};
+use crate::record::journal::Journal;
 use crate::record::locks;
 use crate::record::result_file::{self, JobResult};
 use crate::record::store::{self, Refused, Store};
-use crate::record::upkeep::StopRequest;
+use crate::record::upkeep::{self, StopRequest};
 use crate::record::{Ending, Status};
-use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
@@ -54,6 +63,13 @@ pub fn run(settings: &RunSettings) -> i32 {
         Err(stop) => run.stopped(stop),
     };
     run.conclude(ending)
+}
+
+/// What step 5 hands to step 6: the inputs and the check's product, or every problem found;
+/// and where progress events go even for a job that is rejected.
+struct CheckedInputs {
+    checked: Result<(input::Inputs, input::Checked), Vec<Problem>>,
+    events: Option<crate::events::Target>,
 }
 
 /// Why a step ends the job instead of going on.
@@ -92,7 +108,7 @@ struct Run<'a> {
     identity: Identity,
     attempt: Option<u32>,
     replayed: bool,
-    /// The job's progress events (off until step 5).
+    /// The job's progress events (off until step 6).
     events: Events,
 }
 
@@ -111,7 +127,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Steps 1 to 9: the ending of a job whose program ran.
+    /// Steps 1 to 10: the ending of a job whose program ran.
     fn steps(&mut self) -> Result<Ending, Stop> {
         let mut cancel = catch_cancels(&self.settings.runner)?;
         let store = self.store()?;
@@ -122,9 +138,10 @@ impl<'a> Run<'a> {
         crate::telemetry::payload(payload.as_ref().ok());
         let _job_lock = self.job_lock(store.local(), &mut cancel)?;
         let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
-        let mut plan = self.plan(payload)?;
+        let checked = self.inputs(payload);
+        let mut plan = self.plan(checked)?;
         redact_store_secrets(&mut plan, &*store);
-        crate::telemetry::secrets(&mut plan);
+        crate::telemetry::secrets(&mut plan.secrets.0);
         crate::telemetry::identify(crate::telemetry::Identity {
             system: Some(&plan.system),
             attempt,
@@ -135,7 +152,7 @@ impl<'a> Run<'a> {
         let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
         // The tree goes to the program (and is gone when it returns), the locks stay held.
         let leases = store.leases();
-        let ending = match (store.local().draining(), &leases) {
+        let ending = match (upkeep::draining(store.local()), &leases) {
             (Some(since), _) => not_started_on_a_draining_node(&since),
             (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
             (None, _) => {
@@ -153,7 +170,7 @@ impl<'a> Run<'a> {
                 error.log();
                 Ending::rejected(&error)
             }
-            Stop::Cancelled(cancelled) => Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+            Stop::Cancelled(cancelled) => Ending::not_started(run::not_started(cancelled, self.stop_requested())),
             Stop::Replayed(entry) => self.replay(&entry),
         }
     }
@@ -174,6 +191,13 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// The job's stop request, as the run asks it.
+    fn stop_requested(&self) -> Option<&dyn run::StopRequested> {
+        self.stop_request
+            .as_ref()
+            .map(|request| request as &dyn run::StopRequested)
+    }
+
     fn journal_problem(&self, source: std::io::Error) -> Problem {
         Problem::Journal {
             path: self.settings.state_dir.clone(),
@@ -190,7 +214,7 @@ impl<'a> Run<'a> {
     fn journal(&mut self) -> Result<Journal, Stop> {
         let journal = Journal::open(&self.settings.state_dir).map_err(|source| self.journal_problem(source))?;
         if let Some(id) = &self.settings.job_id {
-            if !journal::is_valid_job_id(id) {
+            if !entry::is_valid_job_id(id) {
                 return Err(Problem::InvalidJobId(id.clone()).into());
             }
             self.holder = format!("job {id}, {}", self.holder);
@@ -228,7 +252,7 @@ impl<'a> Run<'a> {
             return Ok((None, Vec::new()));
         };
         let identity = payload.as_ref().map(input::identity_of).unwrap_or_default();
-        let asked = journal::Request {
+        let asked = entry::Request {
             verb: &self.settings.job.verb,
             attribute: identity.attribute.as_deref(),
             namespace: identity.namespace.as_deref(),
@@ -247,7 +271,7 @@ impl<'a> Run<'a> {
             return Err(error.into());
         }
         let holder = known.live.clone();
-        match journal::decide_known(known) {
+        match entry::decide_known(known) {
             Decision::Replay(entry) => Err(Stop::Replayed(entry)),
             Decision::Refuse => Err(Problem::JobRunning {
                 job_id: id.clone(),
@@ -266,19 +290,31 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Step 5. From here on, front-ends see the job: `preparing` now, and every way it ends
-    /// below. A replay above is not shown again, nor a job refused before its node files were
-    /// read.
-    fn plan(&mut self, payload: Result<Members, Problem>) -> Result<Plan, Stop> {
+    /// Step 5: the inputs, read and checked. A rejection is not a [`Stop`] yet: step 6 shows it
+    /// to front-ends first (`gathered.events`, where the node's event settings are good).
+    fn inputs(&mut self, payload: Result<Members, Problem>) -> CheckedInputs {
         let gathered = input::gather_with(&self.settings.job, payload);
         self.identity = gathered.identity;
-        let plan = gathered
+        let checked = gathered
             .inputs
-            .and_then(|inputs| crate::plan::plan(&inputs))
+            .and_then(|inputs| input::check(&inputs).map(|checked| (inputs, checked)));
+        CheckedInputs {
+            checked,
+            events: gathered.events,
+        }
+    }
+
+    /// Step 6. From here on, front-ends see the job: `preparing` now, and every way it ends
+    /// below. A replay above is not shown again, nor a job refused before its node files were
+    /// read.
+    fn plan(&mut self, inputs: CheckedInputs) -> Result<Plan, Stop> {
+        let plan = inputs
+            .checked
+            .and_then(|(inputs, checked)| crate::plan::plan(&inputs, checked))
             .map_err(Error::Rejected);
         let target = match &plan {
             Ok(plan) => plan.events.as_ref(),
-            Err(_) => gathered.events.as_ref(),
+            Err(_) => inputs.events.as_ref(),
         };
         self.events = start_events(target, &self.identity, &self.settings.job.verb, self.job_id.as_deref());
         let plan = plan?;
@@ -288,7 +324,7 @@ impl<'a> Run<'a> {
         Ok(plan)
     }
 
-    /// Step 7: if it cannot be written, nothing runs.
+    /// Step 8: if it cannot be written, nothing runs.
     fn running_entry(
         &mut self,
         store: &dyn Store,
@@ -322,7 +358,7 @@ impl<'a> Run<'a> {
         Ok(Some(entry))
     }
 
-    /// Step 8: the shell's evaluation (cached, or waited for while another job of the same key
+    /// Step 9: the shell's evaluation (cached, or waited for while another job of the same key
     /// evaluates it: [`crate::evaluation`]), then the program.
     fn program(
         &self,
@@ -364,17 +400,17 @@ impl<'a> Run<'a> {
         );
         // The shell's evaluation is a stage of its own in the trace, inside the program's.
         let evaluating = crate::telemetry::enter(crate::telemetry::Stage::Evaluation);
-        let shell = match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel)
-        {
-            Ok(shell) => shell,
-            Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
-        };
-        let mut shell = crate::telemetry::Evaluating::new(shell, evaluating);
+        let shell =
+            match crate::evaluation::run::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
+                Ok(shell) => shell,
+                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_requested())),
+            };
+        let mut shell = Evaluating::new(shell, evaluating);
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
             events: self.events.clone(),
-            stop_request: self.stop_request.as_ref(),
+            stop_request: self.stop_requested(),
             tree_lock: Some(tree_lock),
             lease,
             guard,
@@ -402,7 +438,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Step 9. The program has run: an end that cannot be recorded is jobenv's failure (125),
+    /// Step 10. The program has run: an end that cannot be recorded is jobenv's failure (125),
     /// and the entry says `result_unknown` if it can, so that a rerun neither runs the job again
     /// nor reports a result that was never recorded.
     fn terminal_entry(&self, store: &dyn Store, entry: Option<Entry>, ending: Ending) -> Ending {
@@ -452,7 +488,7 @@ impl<'a> Run<'a> {
         ending
     }
 
-    /// Step 10, report: `result.json` (under Windmill), then at most
+    /// Step 11, report: `result.json` (under Windmill), then at most
     /// [`crate::events::FINAL_WAIT`] for the final progress event. Returns the exit code.
     fn conclude(self, ending: Ending) -> i32 {
         let verb = &self.settings.job.verb;
@@ -501,7 +537,7 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Step 8, on a node that drains (from `drain`'s start until the worker starts again): the program
+/// Step 9, on a node that drains (from `drain`'s start until the worker starts again): the program
 /// is not started, and the job ends as a drained one (interrupted by the node, a retry is safe).
 /// Its running entry was written before this look, so a drain that began later sees the job.
 fn not_started_on_a_draining_node(since: &str) -> Ending {
@@ -511,7 +547,7 @@ fn not_started_on_a_draining_node(since: &str) -> Ending {
     ending
 }
 
-/// Step 8, in cluster mode, when the run's leases were lost before the program started (not
+/// Step 9, in cluster mode, when the run's leases were lost before the program started (not
 /// renewed in time while it waited): the program is not started, and the job ends as an
 /// interrupted one (a retry is safe), exit 75 like a node that is not ready.
 fn not_started_without_its_lease() -> Ending {
@@ -529,7 +565,7 @@ fn redact_store_secrets(plan: &mut Plan, store: &dyn Store) {
     }
     let mut warnings = Vec::new();
     let needles =
-        crate::plan::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
+        crate::run::redact::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
     plan.secrets.0.extend(needles);
 }
 
@@ -568,4 +604,39 @@ fn start_events(
             verb: verb.to_owned(),
         },
     )
+}
+
+/// What runs before the program (the shell's evaluation), as a stage of the job's trace
+/// ([`crate::telemetry`]): here, where the run and the trace meet, so that neither names the
+/// other. The stage ends when the program
+/// is next: done; or failed when the job ends there, the error that follows saying why.
+pub struct Evaluating<B> {
+    inner: B,
+    stage: Option<crate::telemetry::Guard>,
+}
+
+impl<B: crate::run::Before> Evaluating<B> {
+    pub fn new(inner: B, stage: crate::telemetry::Guard) -> Self {
+        Evaluating {
+            inner,
+            stage: Some(stage),
+        }
+    }
+}
+
+impl<B: crate::run::Before> crate::run::Before for Evaluating<B> {
+    fn next(&mut self, last: Option<crate::run::StepEnd>) -> Result<crate::run::Next, crate::error::Error> {
+        let next = self.inner.next(last);
+        match &next {
+            Ok(crate::run::Next::Step(_)) => {}
+            Ok(crate::run::Next::Program(_)) => self.stage.take().into_iter().for_each(crate::telemetry::Guard::done),
+            // Left unsaid: open for the lines that say why (see [`crate::telemetry::Guard`]'s drop).
+            Ok(crate::run::Next::End(_)) | Err(_) => drop(self.stage.take()),
+        }
+        next
+    }
+
+    fn waited(&self) -> std::time::Duration {
+        self.inner.waited()
+    }
 }

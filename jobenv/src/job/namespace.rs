@@ -1,21 +1,22 @@
-//! Step 6 of a run: the namespace. One deploy per namespace: jobenv's own lock of it, what an
+//! Step 7 of a run: the namespace. One deploy per namespace: jobenv's own lock of it, what an
 //! earlier deploy of it left running without its jobenv stopped first, the program tree's lock,
 //! and the program tree itself (a cgroup of its own, recorded, or jobenv's descendants).
 
 use std::os::fd::OwnedFd;
 
 use super::{Run, Stop};
+use crate::cancel::Cancel;
 use crate::error::{Error, Problem};
 use crate::plan::Plan;
 use crate::process;
-use crate::record::journal::{self, Attempt, Journal};
+use crate::record::entry::{self, Attempt};
+use crate::record::journal::Journal;
 use crate::record::locks;
 use crate::record::orphans::{self, Recorded, TreeRecord};
 use crate::record::store::{Claim, Store};
-use crate::run::cancel::Cancel;
 use crate::run::tree::{self, Tree, guard, hierarchy};
 
-/// What a deploy holds of its namespace (step 6): the program tree it runs in and the record of
+/// What a deploy holds of its namespace (step 7): the program tree it runs in and the record of
 /// where that is; the two namespace locks, jobenv's own and the program tree's, with the
 /// descriptor of the latter the program tree gets. The locks are held until jobenv exits
 /// (dropping a [`locks::Held`] unlocks the file for every descriptor of it); the record goes
@@ -43,9 +44,9 @@ impl NamespaceLocks {
 }
 
 impl Run<'_> {
-    /// Step 6. Holding jobenv's own lock of the namespace, this run stops what an earlier deploy
+    /// Step 7. Holding jobenv's own lock of the namespace, this run stops what an earlier deploy
     /// of it left running in its cgroup; an earlier attempt of this very job is recorded in
-    /// `earlier` (step 7 writes it). The program tree keeps a lock of its own (see
+    /// `earlier` (step 8 writes it). The program tree keeps a lock of its own (see
     /// `run::spawn::Passed::lock`): held, it means the tree of an earlier deploy whose jobenv
     /// was killed still runs, where no cgroup shows it.
     pub(super) fn namespace_locks(
@@ -78,10 +79,10 @@ impl Run<'_> {
                 ))
                 .into());
             }
-            // An earlier attempt of this very job: its entry is this run's to write (step 7).
+            // An earlier attempt of this very job: its entry is this run's to write (step 8).
             if let (Some(id), Some(number)) = (&left.job_id, left.attempt) {
                 if self.job_id.as_ref() == Some(id) {
-                    journal::note_orphans(earlier, number, left.orphans);
+                    entry::note_orphans(earlier, number, left.orphans);
                 }
             }
         }
@@ -141,7 +142,7 @@ impl Run<'_> {
         })
     }
 
-    /// Step 6, the program tree, chosen once: a cgroup of its own, recorded before it is made
+    /// Step 7, the program tree, chosen once: a cgroup of its own, recorded before it is made
     /// (so that a later run finds it whenever this jobenv dies); or the /proc walk.
     fn program_tree(
         &self,

@@ -5,7 +5,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EXIT_INTERNAL, Error};
-use crate::events::dd0012::{DeploymentStatus, JobStatus};
 use crate::events::{End, Level, Progress};
 use crate::run::Outcome;
 
@@ -172,36 +171,34 @@ impl Ending {
     }
 
     /// How front-ends see a job that ended so: the terminal status of jobenv's own events, and
-    /// the end as every format says it ([`End`]). One row per ending, one column per format (the
-    /// table of docs/front-ends/events.md, "DD-0012"): a DD-0012 row stays in its kind's set of statuses,
-    /// and its last message says what the status cannot (canceled, timed out, rejected).
+    /// the end as every format says it ([`End`]). One row per ending (the table of
+    /// docs/front-ends/events.md, "DD-0012"; DD-0012's status column is `dd0012::ended` of this
+    /// row): a DD-0012 row stays in its kind's set of statuses, and its last message says what
+    /// the status cannot (canceled, timed out, rejected).
     pub fn progress(&self, verb: &str) -> (Progress, End) {
-        use DeploymentStatus as D;
-        use JobStatus as J;
         use Level::{Error, Info, Warning};
         let destroy = verb == "destroy";
-        let (progress, job, deployment, level, said) = match (self.status, self.interrupted_by) {
-            (Status::Succeeded, _) if destroy => (Progress::Destroyed, J::Destroyed, D::Destroyed, Info, "succeeded"),
+        let (progress, interrupted, level, said) = match (self.status, self.interrupted_by) {
+            (Status::Succeeded, _) if destroy => (Progress::Destroyed, false, Info, "succeeded"),
             // A deployments row takes apply and destroy only (`EVENTS_KIND`): a deploy that
             // succeeded leaves its deployment running.
-            (Status::Succeeded, _) => (Progress::Succeeded, J::Succeeded, D::Running, Info, "succeeded"),
+            (Status::Succeeded, _) => (Progress::Succeeded, false, Info, "succeeded"),
             // Stopped without a result of its own (a lost worker, a node that stopped): someone
             // else stopped it, and a retry is safe.
-            (Status::Failed, Some(_)) => (Progress::Failed, J::Failed, D::Stopped, Warning, "was interrupted"),
-            (Status::Failed, None) => (Progress::Failed, J::Failed, D::Failed, Error, "failed"),
+            (Status::Failed, Some(_)) => (Progress::Failed, true, Warning, "was interrupted"),
+            (Status::Failed, None) => (Progress::Failed, false, Error, "failed"),
             // A job refused before it ran has failed for its watchers.
-            (Status::Rejected, _) => (Progress::Failed, J::Failed, D::Failed, Error, "was rejected"),
-            (Status::Canceled, _) => (Progress::Canceled, J::Failed, D::Stopped, Warning, "was canceled"),
-            (Status::TimedOut, _) => (Progress::TimedOut, J::Failed, D::Failed, Warning, "timed out"),
+            (Status::Rejected, _) => (Progress::Failed, false, Error, "was rejected"),
+            (Status::Canceled, _) => (Progress::Canceled, false, Warning, "was canceled"),
+            (Status::TimedOut, _) => (Progress::TimedOut, false, Warning, "timed out"),
             // A job is never `Running` when it ends.
-            (Status::Running, _) => (Progress::Failed, J::Failed, D::Failed, Error, "failed"),
+            (Status::Running, _) => (Progress::Failed, false, Error, "failed"),
         };
         (
             progress,
             End {
                 exit_code: self.exit_code,
-                job,
-                deployment,
+                interrupted,
                 level,
                 said,
             },
@@ -236,8 +233,7 @@ mod tests {
 
     #[test]
     fn every_ending_has_one_status_per_format() {
-        use DeploymentStatus as D;
-        use JobStatus as J;
+        use crate::events::dd0012::{self, DeploymentStatus as D, JobStatus as J};
         let ending = |status, interrupted_by| Ending {
             status,
             exit_code: 9,
@@ -320,16 +316,20 @@ mod tests {
         ];
         for (ending, verb, progress, job, deployment, said) in table {
             let (shown, end) = ending.progress(verb);
+            let (end_job, end_deployment) = dd0012::ended(shown, &end);
             assert_eq!(
-                (shown, end.job, end.deployment, end.said, end.exit_code),
+                (shown, end_job, end_deployment, end.said, end.exit_code),
                 (progress, job, deployment, said, 9),
                 "{ending:?} {verb}"
             );
         }
         // Canceled and timed out are both `failed` on a jobs row: the message tells them apart.
-        let (_, canceled) = ending(Status::Canceled, None).progress("apply");
-        let (_, timed_out) = ending(Status::TimedOut, None).progress("apply");
-        assert_eq!(canceled.job, timed_out.job);
+        let (canceled_progress, canceled) = ending(Status::Canceled, None).progress("apply");
+        let (timed_out_progress, timed_out) = ending(Status::TimedOut, None).progress("apply");
+        assert_eq!(
+            dd0012::ended(canceled_progress, &canceled).0,
+            dd0012::ended(timed_out_progress, &timed_out).0
+        );
         assert_ne!(canceled.said, timed_out.said);
     }
 

@@ -44,71 +44,69 @@ fn random_id() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-impl Journal {
-    /// This node's identity: `<boot id> <node id>` (see the module's documentation). Made on
-    /// first use; an error when the state directory cannot hold it (then no run can vouch for
-    /// its leases).
-    pub fn node_identity(&self) -> std::io::Result<String> {
-        let here = self.state_dir_id()?;
-        let here = (here.dev, here.ino);
-        let id = match self.stored_id(here)? {
-            Found::Here(id) => id,
-            Found::Missing => {
-                let id = random_id()?;
-                let bytes = serde_json::to_vec(&Stored {
-                    id: id.clone(),
-                    dev: here.0,
-                    ino: here.1,
-                })?;
-                if self.state.create_new(FILE, &bytes, self.owner)? {
-                    tracing::debug!("this node's identity in the cluster journal is new: {id}");
-                    id
-                } else {
-                    // Another jobenv of this state directory made it first: its id is the node's.
-                    match self.stored_id(here)? {
-                        Found::Here(id) => id,
-                        _ => return Err(self.unusable()),
-                    }
+/// This node's identity: `<boot id> <node id>` (see the module's documentation). Made on
+/// first use; an error when the state directory cannot hold it (then no run can vouch for
+/// its leases).
+pub fn node_identity(journal: &Journal) -> std::io::Result<String> {
+    let here = journal.state_dir_id()?;
+    let here = (here.dev, here.ino);
+    let id = match stored_id(journal, here)? {
+        Found::Here(id) => id,
+        Found::Missing => {
+            let id = random_id()?;
+            let bytes = serde_json::to_vec(&Stored {
+                id: id.clone(),
+                dev: here.0,
+                ino: here.1,
+            })?;
+            if journal.state.create_new(FILE, &bytes, journal.owner)? {
+                tracing::debug!("this node's identity in the cluster journal is new: {id}");
+                id
+            } else {
+                // Another jobenv of this state directory made it first: its id is the node's.
+                match stored_id(journal, here)? {
+                    Found::Here(id) => id,
+                    _ => return Err(unusable(journal)),
                 }
             }
-            Found::Elsewhere => {
-                let id = random_id()?;
-                let bytes = serde_json::to_vec(&Stored {
-                    id: id.clone(),
-                    dev: here.0,
-                    ino: here.1,
-                })?;
-                self.state.write_atomically(FILE, &bytes, self.owner, true)?;
-                tracing::warn!(
-                    "{} was made for another state directory (a copy of one?): this node gets an identity of its own, {id}",
-                    self.state.shown(FILE.as_ref())
-                );
-                id
-            }
-        };
-        Ok(format!("{} {id}", process::boot_id().unwrap_or("unknown-boot")))
-    }
-
-    fn stored_id(&self, here: (u64, u64)) -> std::io::Result<Found> {
-        let Some(bytes) = self.state.read(FILE)? else {
-            return Ok(Found::Missing);
-        };
-        match serde_json::from_slice::<Stored>(&bytes) {
-            Ok(stored) if is_id(&stored.id) && (stored.dev, stored.ino) == here => Ok(Found::Here(stored.id)),
-            Ok(stored) if is_id(&stored.id) => Ok(Found::Elsewhere),
-            _ => Err(self.unusable()),
         }
-    }
+        Found::Elsewhere => {
+            let id = random_id()?;
+            let bytes = serde_json::to_vec(&Stored {
+                id: id.clone(),
+                dev: here.0,
+                ino: here.1,
+            })?;
+            journal.state.write_atomically(FILE, &bytes, journal.owner, true)?;
+            tracing::warn!(
+                "{} was made for another state directory (a copy of one?): this node gets an identity of its own, {id}",
+                journal.state.shown(FILE.as_ref())
+            );
+            id
+        }
+    };
+    Ok(format!("{} {id}", process::boot_id().unwrap_or("unknown-boot")))
+}
 
-    fn unusable(&self) -> std::io::Error {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{} is not a node identity as jobenv writes it (delete it: a new one is made)",
-                self.state.shown(FILE.as_ref())
-            ),
-        )
+fn stored_id(journal: &Journal, here: (u64, u64)) -> std::io::Result<Found> {
+    let Some(bytes) = journal.state.read(FILE)? else {
+        return Ok(Found::Missing);
+    };
+    match serde_json::from_slice::<Stored>(&bytes) {
+        Ok(stored) if is_id(&stored.id) && (stored.dev, stored.ino) == here => Ok(Found::Here(stored.id)),
+        Ok(stored) if is_id(&stored.id) => Ok(Found::Elsewhere),
+        _ => Err(unusable(journal)),
     }
+}
+
+fn unusable(journal: &Journal) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{} is not a node identity as jobenv writes it (delete it: a new one is made)",
+            journal.state.shown(FILE.as_ref())
+        ),
+    )
 }
 
 enum Found {
@@ -125,10 +123,10 @@ mod tests {
     fn an_identity_is_made_once_per_state_directory_and_a_copy_gets_its_own() {
         let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let a = Journal::open(one.path()).unwrap();
-        let first = a.node_identity().unwrap();
-        assert_eq!(a.node_identity().unwrap(), first, "made once, then read");
+        let first = node_identity(&a).unwrap();
+        assert_eq!(node_identity(&a).unwrap(), first, "made once, then read");
         assert_eq!(
-            Journal::open(one.path()).unwrap().node_identity().unwrap(),
+            node_identity(&Journal::open(one.path()).unwrap()).unwrap(),
             first,
             "another jobenv of the same state directory"
         );
@@ -140,17 +138,17 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600, "the owner's only");
         // Another state directory, on the same boot: another identity.
         let b = Journal::open(two.path()).unwrap();
-        assert_ne!(b.node_identity().unwrap(), first);
+        assert_ne!(node_identity(&b).unwrap(), first);
         // A copy of the first one's file in the second: it was not made there, a new one is.
         std::fs::copy(one.path().join(FILE), two.path().join(FILE)).unwrap();
-        let copied = b.node_identity().unwrap();
+        let copied = node_identity(&b).unwrap();
         assert_ne!(copied, first, "a copied identity was taken for this state directory's");
-        assert_eq!(b.node_identity().unwrap(), copied);
+        assert_eq!(node_identity(&b).unwrap(), copied);
         // Positive control: the original keeps its own.
-        assert_eq!(a.node_identity().unwrap(), first);
+        assert_eq!(node_identity(&a).unwrap(), first);
         // What is not one is an error naming the file, never taken for an identity.
         std::fs::write(two.path().join(FILE), "{\"id\":\"x\",\"dev\":0,\"ino\":0}").unwrap();
-        let error = b.node_identity().unwrap_err().to_string();
+        let error = node_identity(&b).unwrap_err().to_string();
         assert!(
             error.contains("node-id is not a node identity as jobenv writes it"),
             "{error}"
@@ -162,7 +160,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ids: Vec<String> = std::thread::scope(|scope| {
             let made: Vec<_> = (0..8)
-                .map(|_| scope.spawn(|| Journal::open(dir.path()).unwrap().node_identity().unwrap()))
+                .map(|_| scope.spawn(|| node_identity(&Journal::open(dir.path()).unwrap()).unwrap()))
                 .collect();
             made.into_iter().map(|t| t.join().unwrap()).collect()
         });

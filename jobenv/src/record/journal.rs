@@ -15,13 +15,10 @@ use std::time::Duration;
 use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
-pub use super::entry::{
-    Attempt, Decision, Entry, MAX_STOP_GRACE, Orphans, Request, STOP_MARGIN, decide_known, is_valid_job_id,
-    note_orphans, now,
-};
+use super::entry::{Entry, is_valid_job_id};
 use super::locks;
+use crate::cancel::Cancel;
 use crate::error::EXIT_INTERNAL;
-use crate::run::cancel::Cancel;
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.
@@ -145,6 +142,19 @@ impl Journal {
                 _ => self.acquire(&name, JOB_LOCK_WAIT, holder, Some(cancel)),
             },
             other => other,
+        }
+    }
+
+    /// The lock `name`, if nobody holds it; a lock file that cannot be used (a link planted in
+    /// its place) is left as it is, with a warning.
+    pub fn try_lock(&self, name: &str, holder: &str) -> Option<locks::Held> {
+        match self.acquire(name, Duration::ZERO, holder, None) {
+            Ok(held) => Some(held),
+            Err(locks::Refused::Io(error)) => {
+                tracing::warn!("{error}: left as it is");
+                None
+            }
+            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => None,
         }
     }
 
@@ -350,7 +360,7 @@ fn text(entry: &Entry) -> Vec<u8> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::super::ending::{Ending, InterruptedBy};
-    use super::super::entry::decide;
+    use super::super::entry::{Decision, MAX_STOP_GRACE, STOP_MARGIN, decide, now};
     use super::*;
     use crate::process;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use safe_io::lock::LockFile;
 
 use super::dir::Dir;
-use crate::run::cancel::{Cancel, Cancelled};
+use crate::cancel::{Cancel, Cancelled};
 
 /// A held lock; dropping it releases the lock.
 pub struct Held {

@@ -1,5 +1,8 @@
-//! Stage 4 of a job: what is recorded of it, so that its result is never lost or executed twice
-//! by accident.
+//! What is recorded of a job, so that its result is never lost or executed twice by accident:
+//! steps 2 (journal), 3 (job lock), 4 (decision), 7 (the namespace's lock and what an earlier
+//! deploy left), 8 (running entry), 10 (terminal entry) and 11 (`result.json`) of the spine
+//! ([`crate::job`]), and the commands that keep the journal true between runs (`recover`,
+//! `drain`, `prune`, `status`).
 //!
 //! - [`dir`]: a directory of the state directory, held by its descriptor: nothing there is
 //!   reached through a link, and only regular files of a bounded size are read;

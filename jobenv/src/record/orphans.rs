@@ -10,7 +10,7 @@
 //!   deploy's grace ([`stop_left`]), and records it in that job's journal entry (`orphans`); the
 //!   namespace stays locked until it is empty.
 //!
-//! Holding the namespace's lock (jobenv's own, held from step 6 until it exits) is what tells
+//! Holding the namespace's lock (jobenv's own, held from step 7 until it exits) is what tells
 //! that the deploy's jobenv is gone.
 
 use std::path::PathBuf;
@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::dir::Dir;
 use super::ending::{InterruptedBy, Status};
-use super::journal::{Journal, MAX_STOP_GRACE, Orphans, StateDirId, is_valid_job_id, now};
+use super::entry::{MAX_STOP_GRACE, Orphans, is_valid_job_id, now};
+use super::journal::{Journal, StateDirId};
 use super::locks;
 use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
@@ -246,7 +247,7 @@ fn settle(journal: &Journal, found: Found, stopped: Stopped, by: &str, own_job: 
     };
     if let (Some(id), Some(attempt)) = (&record.job_id, record.attempt) {
         if own_job != Some(id.as_str()) {
-            match journal.record_orphans(id, attempt, &left.orphans) {
+            match record_orphans(journal, id, attempt, &left.orphans) {
                 Ok(true) => {}
                 Ok(false) => tracing::warn!(
                     "namespace {namespace}: the stopped processes of {} cannot be recorded in its journal entry (a run of that job holds it, or it is gone)",
@@ -280,89 +281,87 @@ fn forget(locks: &Dir, name: &str, why: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-impl Journal {
-    /// Under the job's lock: records `orphans` in attempt `attempt` of job `job_id`, and the
-    /// attempt as interrupted if it is still `running` under a dead jobenv. False when a run of
-    /// that job holds its lock (it owns the entry), or there is no such attempt.
-    fn record_orphans(&self, job_id: &str, attempt: u32, orphans: &Orphans) -> std::io::Result<bool> {
-        let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match self.acquire(&locks::job_name(job_id), Duration::ZERO, &holder, None) {
-            Ok(lock) => lock,
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(false),
-            Err(locks::Refused::Io(error)) => {
-                tracing::warn!("job {job_id}: its job lock cannot be taken: {error}");
-                return Ok(false);
-            }
-        };
-        let Some(mut entry) = self.read(job_id)? else {
-            return Ok(false);
-        };
-        if !entry.note_orphans(attempt, orphans.clone()) {
+/// Under the job's lock: records `orphans` in attempt `attempt` of job `job_id`, and the
+/// attempt as interrupted if it is still `running` under a dead jobenv. False when a run of
+/// that job holds its lock (it owns the entry), or there is no such attempt.
+fn record_orphans(journal: &Journal, job_id: &str, attempt: u32, orphans: &Orphans) -> std::io::Result<bool> {
+    let holder = format!("jobenv upkeep, pid {}", std::process::id());
+    let _lock = match journal.acquire(&locks::job_name(job_id), Duration::ZERO, &holder, None) {
+        Ok(lock) => lock,
+        Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(false),
+        Err(locks::Refused::Io(error)) => {
+            tracing::warn!("job {job_id}: its job lock cannot be taken: {error}");
             return Ok(false);
         }
-        if entry.status == Status::Running && !entry.is_live() {
-            entry.mark_interrupted(InterruptedBy::JobenvGone);
-        }
-        self.write(&entry)?;
-        Ok(true)
+    };
+    let Some(mut entry) = journal.read(job_id)? else {
+        return Ok(false);
+    };
+    if !entry.note_orphans(attempt, orphans.clone()) {
+        return Ok(false);
     }
+    if entry.status == Status::Running && !entry.is_live() {
+        entry.mark_interrupted(InterruptedBy::JobenvGone);
+    }
+    journal.write(&entry)?;
+    Ok(true)
+}
 
-    /// For `recover`: stops what every deploy whose jobenv is gone left running (see
-    /// [`stop_left`]); a namespace whose lock a live jobenv holds is left alone. They are
-    /// stopped together, under one deadline (the longest of their graces), [`BATCH`] at a time
-    /// (each holds two descriptors until it is recorded). What goes wrong with one namespace is
-    /// said and the others go on. Returns the jobs whose entries now record it.
-    pub fn stop_orphans(&self, by: &str) -> std::io::Result<Vec<String>> {
-        let holder = format!("jobenv {by}, pid {}", std::process::id());
-        let mut recorded = Vec::new();
-        // Each namespace's lock is held until what its deploy left is stopped and recorded.
-        let mut found = Vec::new();
-        for name in self.locks().names()? {
-            let namespace = match namespace_of(&name) {
-                None => continue,
-                Some(Ok(namespace)) => namespace,
-                Some(Err(())) => {
-                    tracing::warn!(
-                        "skipping {}: its name is not that of a program tree's record (namespace-<namespace>.tree.json)",
-                        self.locks().shown(&name)
-                    );
-                    continue;
-                }
-            };
-            let Some(held) = self.try_lock(&locks::namespace_name(namespace), &holder) else {
+/// For `recover`: stops what every deploy whose jobenv is gone left running (see
+/// [`stop_left`]); a namespace whose lock a live jobenv holds is left alone. They are
+/// stopped together, under one deadline (the longest of their graces), [`BATCH`] at a time
+/// (each holds two descriptors until it is recorded). What goes wrong with one namespace is
+/// said and the others go on. Returns the jobs whose entries now record it.
+pub fn stop_orphans(journal: &Journal, by: &str) -> std::io::Result<Vec<String>> {
+    let holder = format!("jobenv {by}, pid {}", std::process::id());
+    let mut recorded = Vec::new();
+    // Each namespace's lock is held until what its deploy left is stopped and recorded.
+    let mut found = Vec::new();
+    for name in journal.locks().names()? {
+        let namespace = match namespace_of(&name) {
+            None => continue,
+            Some(Ok(namespace)) => namespace,
+            Some(Err(())) => {
+                tracing::warn!(
+                    "skipping {}: its name is not that of a program tree's record (namespace-<namespace>.tree.json)",
+                    journal.locks().shown(&name)
+                );
                 continue;
-            };
-            match find_left(self, namespace) {
-                Ok(Some(left)) => found.push((left, held)),
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::warn!("namespace {namespace}: what its deploy left cannot be looked at: {error}")
-                }
             }
-            if found.len() >= BATCH {
-                self.stop_found(std::mem::take(&mut found), by, &mut recorded);
+        };
+        let Some(held) = journal.try_lock(&locks::namespace_name(namespace), &holder) else {
+            continue;
+        };
+        match find_left(journal, namespace) {
+            Ok(Some(left)) => found.push((left, held)),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!("namespace {namespace}: what its deploy left cannot be looked at: {error}")
             }
         }
-        self.stop_found(found, by, &mut recorded);
-        Ok(recorded)
+        if found.len() >= BATCH {
+            stop_found(journal, std::mem::take(&mut found), by, &mut recorded);
+        }
     }
+    stop_found(journal, found, by, &mut recorded);
+    Ok(recorded)
+}
 
-    /// Stops what `found` names together, and records each (adding its job to `recorded`).
-    fn stop_found(&self, found: Vec<(Found, locks::Held)>, by: &str, recorded: &mut Vec<String>) {
-        let trees: Vec<(&dyn ProgramTree, Duration)> = found
-            .iter()
-            .map(|(f, _)| (&f.cgroup as &dyn ProgramTree, f.grace))
-            .collect();
-        let stopped = stop_together(&trees);
-        drop(trees);
-        for ((left, _held), stopped) in found.into_iter().zip(stopped) {
-            let namespace = left.namespace.clone();
-            match settle(self, left, stopped, by, None) {
-                Ok(left) => recorded.extend(left.job_id),
-                Err(error) => tracing::warn!(
-                    "namespace {namespace}: what its deploy left was stopped but cannot be recorded: {error}"
-                ),
-            }
+/// Stops what `found` names together, and records each (adding its job to `recorded`).
+fn stop_found(journal: &Journal, found: Vec<(Found, locks::Held)>, by: &str, recorded: &mut Vec<String>) {
+    let trees: Vec<(&dyn ProgramTree, Duration)> = found
+        .iter()
+        .map(|(f, _)| (&f.cgroup as &dyn ProgramTree, f.grace))
+        .collect();
+    let stopped = stop_together(&trees);
+    drop(trees);
+    for ((left, _held), stopped) in found.into_iter().zip(stopped) {
+        let namespace = left.namespace.clone();
+        match settle(journal, left, stopped, by, None) {
+            Ok(left) => recorded.extend(left.job_id),
+            Err(error) => tracing::warn!(
+                "namespace {namespace}: what its deploy left was stopped but cannot be recorded: {error}"
+            ),
         }
     }
 }

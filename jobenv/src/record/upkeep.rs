@@ -2,7 +2,7 @@
 //! died), `prune` (old entries) and `drain` (a node that stops).
 //!
 //! Each touches an entry only under that job's lock and only by the file it read: an entry's
-//! identity is its file name, checked when it is read ([`Journal::entries`]). A file it cannot
+//! identity is its file name, checked when it is read ([`Journal::for_each_entry`]). A file it cannot
 //! use (a link, a FIFO, a lock file it cannot open) is skipped with a warning: one planted file
 //! must not keep `recover` or `drain` from the rest.
 
@@ -15,7 +15,8 @@ use nix::unistd::Pid;
 use super::dir::{self, Dir};
 use super::ending::InterruptedBy;
 use super::ending::Status;
-use super::journal::{Entry, Journal, STOP_MARGIN, is_valid_job_id};
+use super::entry::{Entry, STOP_MARGIN, is_valid_job_id};
+use super::journal::Journal;
 use super::locks;
 use crate::process;
 
@@ -25,6 +26,12 @@ use crate::process;
 pub struct StopRequest {
     jobs: Dir,
     name: String,
+}
+
+impl crate::run::StopRequested for StopRequest {
+    fn exists(&self) -> bool {
+        StopRequest::exists(self)
+    }
 }
 
 impl StopRequest {
@@ -62,348 +69,339 @@ struct Draining {
     since: String,
 }
 
-impl Journal {
-    /// Since when the node drains, when a drain of this boot is under way: then no program may
-    /// start. An unreadable or foreign mark (another boot's) is no drain; so is one that is no
-    /// regular file (the worker's user, who could plant it, can also delete it).
-    pub fn draining(&self) -> Option<String> {
-        let bytes = match self.state.read(DRAINING) {
-            Ok(bytes) => bytes?,
-            Err(error) => {
-                tracing::warn!("{error}: taken as no drain");
-                return None;
-            }
-        };
-        let mark: Draining = serde_json::from_slice(&bytes).ok()?;
-        let this_boot = mark.boot_id.as_deref() == process::boot_id();
-        let since = humantime::parse_rfc3339(&mark.since).is_ok().then_some(mark.since)?;
-        this_boot.then_some(since)
-    }
-
-    /// The node starts again: programs may start (`recover`, at the worker's start). Needs only
-    /// the state directory itself, so that it works whatever else there is broken.
-    pub fn end_draining(state_dir: &Path) -> std::io::Result<()> {
-        match Dir::open(state_dir) {
-            Ok(state) => state.remove(DRAINING).map(drop),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+/// Since when the node drains, when a drain of this boot is under way: then no program may
+/// start. An unreadable or foreign mark (another boot's) is no drain; so is one that is no
+/// regular file (the worker's user, who could plant it, can also delete it).
+pub fn draining(journal: &Journal) -> Option<String> {
+    let bytes = match journal.state.read(DRAINING) {
+        Ok(bytes) => bytes?,
+        Err(error) => {
+            tracing::warn!("{error}: taken as no drain");
+            return None;
         }
-    }
+    };
+    let mark: Draining = serde_json::from_slice(&bytes).ok()?;
+    let this_boot = mark.boot_id.as_deref() == process::boot_id();
+    let since = humantime::parse_rfc3339(&mark.since).is_ok().then_some(mark.since)?;
+    this_boot.then_some(since)
+}
 
-    /// Stops what deploys whose jobenv is gone left running in their cgroups (recording it in
-    /// their entries, see [`super::orphans`]), marks every `running` entry whose jobenv is gone
-    /// as failed (`interrupted`), and gives each entry it changed to `changed`, one at a time.
-    /// Each is re-read and rewritten under its job lock, so a run of that job id that starts
-    /// meanwhile either waits for it or has the lock first (then the entry is its own).
-    pub fn recover(&self, mut changed: impl FnMut(&Entry) -> std::io::Result<()>) -> std::io::Result<()> {
-        let orphaned = self.stop_orphans("recover")?;
-        self.for_each_entry(|entry| {
-            if orphaned.contains(&entry.job_id) {
-                return changed(&entry);
-            }
-            if entry.status != Status::Running || entry.is_live() {
-                return Ok(());
-            }
-            match self.interrupt(&entry.job_id, InterruptedBy::JobenvGone, Duration::ZERO)? {
-                Some(entry) => changed(&entry),
-                None => Ok(()),
-            }
-        })
+/// The node starts again: programs may start (`recover`, at the worker's start). Needs only
+/// the state directory itself, so that it works whatever else there is broken.
+pub fn end_draining(state_dir: &Path) -> std::io::Result<()> {
+    match Dir::open(state_dir) {
+        Ok(state) => state.remove(DRAINING).map(drop),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
+}
 
-    /// The lock `name`, if nobody holds it; a lock file that cannot be used (a link planted in
-    /// its place) is left as it is, with a warning.
-    pub(super) fn try_lock(&self, name: &str, holder: &str) -> Option<locks::Held> {
-        match self.acquire(name, Duration::ZERO, holder, None) {
-            Ok(held) => Some(held),
-            Err(locks::Refused::Io(error)) => {
-                tracing::warn!("{error}: left as it is");
-                None
-            }
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => None,
+/// Stops what deploys whose jobenv is gone left running in their cgroups (recording it in
+/// their entries, see [`super::orphans`]), marks every `running` entry whose jobenv is gone
+/// as failed (`interrupted`), and gives each entry it changed to `changed`, one at a time.
+/// Each is re-read and rewritten under its job lock, so a run of that job id that starts
+/// meanwhile either waits for it or has the lock first (then the entry is its own).
+pub fn recover(journal: &Journal, mut changed: impl FnMut(&Entry) -> std::io::Result<()>) -> std::io::Result<()> {
+    let orphaned = super::orphans::stop_orphans(journal, "recover")?;
+    journal.for_each_entry(|entry| {
+        if orphaned.contains(&entry.job_id) {
+            return changed(&entry);
         }
-    }
-
-    /// Under the job's lock (waited for up to `wait`): if the entry is still `running` and its
-    /// jobenv gone, records it interrupted by `by`. `None` when a live run owns it, or it ended
-    /// meanwhile, or its lock file cannot be used (a warning says why).
-    fn interrupt(&self, job_id: &str, by: InterruptedBy, wait: Duration) -> std::io::Result<Option<Entry>> {
-        let holder = format!("jobenv upkeep, pid {}", std::process::id());
-        let _lock = match self.acquire(&locks::job_name(job_id), wait, &holder, None) {
-            Ok(lock) => lock,
-            // Held: a live run of this job id owns the entry.
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
-            Err(locks::Refused::Io(error)) => {
-                tracing::warn!("job {job_id} is left as it is: its job lock cannot be taken: {error}");
-                return Ok(None);
-            }
-        };
-        let Some(mut entry) = self.read(job_id)? else {
-            return Ok(None);
-        };
         if entry.status != Status::Running || entry.is_live() {
+            return Ok(());
+        }
+        match interrupt(journal, &entry.job_id, InterruptedBy::JobenvGone, Duration::ZERO)? {
+            Some(entry) => changed(&entry),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Under the job's lock (waited for up to `wait`): if the entry is still `running` and its
+/// jobenv gone, records it interrupted by `by`. `None` when a live run owns it, or it ended
+/// meanwhile, or its lock file cannot be used (a warning says why).
+fn interrupt(journal: &Journal, job_id: &str, by: InterruptedBy, wait: Duration) -> std::io::Result<Option<Entry>> {
+    let holder = format!("jobenv upkeep, pid {}", std::process::id());
+    let _lock = match journal.acquire(&locks::job_name(job_id), wait, &holder, None) {
+        Ok(lock) => lock,
+        // Held: a live run of this job id owns the entry.
+        Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
+        Err(locks::Refused::Io(error)) => {
+            tracing::warn!("job {job_id} is left as it is: its job lock cannot be taken: {error}");
             return Ok(None);
         }
-        entry.mark_interrupted(by);
-        self.write(&entry)?;
-        Ok(Some(entry))
+    };
+    let Some(mut entry) = journal.read(job_id)? else {
+        return Ok(None);
+    };
+    if entry.status != Status::Running || entry.is_live() {
+        return Ok(None);
     }
+    entry.mark_interrupted(by);
+    journal.write(&entry)?;
+    Ok(Some(entry))
+}
 
-    /// Deletes what is older than `retain` (at least a day: see `--retain-days`,
-    /// docs/operators/jobenv.md): entries that finished then, with their job locks and stop
-    /// requests; job locks that never got an entry (jobs refused or cancelled before they
-    /// started); temporary files an interrupted write left behind. Only files read and checked
-    /// here are deleted, by name in their own directory (a link is deleted, never its target);
-    /// one that is gone meanwhile is skipped. `recover` and `prune` (the module's timer) call it,
-    /// never a run: a run's cost must not grow with the journal.
-    pub fn prune(&self, retain: Duration) -> std::io::Result<usize> {
-        // A retention longer than the clock's past keeps everything.
-        let Some(cutoff) = SystemTime::now().checked_sub(retain) else {
-            return Ok(0);
-        };
-        let older = |dir: &Dir, name: &str| {
-            dir.stat(name)
-                .ok()
-                .flatten()
-                .is_some_and(|stat| dir::modified(&stat) < cutoff)
-        };
-        let mut pruned = 0;
-        // An entry whose end the shared journal did not take yet is kept with it, however old.
-        let unshared = self.state.subdir(super::journal::UNSHARED, None).ok().flatten();
-        let kept = |job_id: &str| {
-            unshared
-                .as_ref()
-                .is_some_and(|dir| dir.stat(&format!("{job_id}.json")).ok().flatten().is_some())
-        };
-        // Only entries whose file is older than the cutoff are read: an entry's end is written
-        // before its file's time, so a newer file holds no entry to prune (a file made to look
-        // older is read and checked like any other). A pass costs a stat per entry, not a parse.
-        for name in self.jobs.names()? {
-            let Some(Some(job_id)) = super::journal::entry_of(&name) else {
-                continue;
-            };
-            if !is_valid_job_id(job_id) || !older(&self.jobs, &Journal::entry_name(job_id)) || kept(job_id) {
-                continue;
-            }
-            let entry = match self.read(job_id) {
-                Ok(Some(entry)) => entry,
-                Ok(None) => continue,
-                Err(error) => {
-                    tracing::warn!("skipping a journal entry: {error}");
-                    continue;
-                }
-            };
-            let finished = entry
-                .finished_at
-                .as_deref()
-                .and_then(|t| humantime::parse_rfc3339(t).ok());
-            if entry.status == Status::Running || finished.is_none_or(|t| t >= cutoff) {
-                continue;
-            }
-            // Under the job's lock, and only if nobody holds it: a run of this job id that is
-            // starting owns the entry and its lock file (deleting them under it would let a
-            // second run of the same id start beside it).
-            let lock = locks::job_name(&entry.job_id);
-            let Some(_held) = self.try_lock(&lock, "jobenv prune") else {
-                continue;
-            };
-            pruned += usize::from(self.jobs.remove(&Journal::entry_name(&entry.job_id))?);
-            if let Ok(request) = StopRequest::of(self, &entry.job_id) {
-                request.remove();
-            }
-            let _ = self.locks.remove(&lock);
-        }
-        for name in self.locks.names()? {
-            let Some(job_id) = locks::job_of(&name) else { continue };
-            let lock = locks::job_name(job_id);
-            if self.jobs.stat(&Journal::entry_name(job_id))?.is_none() && older(&self.locks, &lock) {
-                // Only when nobody holds it: a run that is starting keeps its lock file.
-                if let Some(_held) = self.try_lock(&lock, "jobenv prune") {
-                    pruned += usize::from(self.locks.remove(&lock)?);
-                }
-            }
-        }
-        for name in self.jobs.names()? {
-            let Some(name) = name.to_str().filter(|n| n.starts_with('.')) else {
-                continue;
-            };
-            if older(&self.jobs, name) {
-                pruned += usize::from(self.jobs.remove(name)?);
-            }
-        }
-        Ok(pruned)
-    }
-
-    /// For a node that stops: lets the running journaled jobs finish for up to `wait`, then
-    /// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
-    /// tree with its grace and records the attempt interrupted by the node). The jobenvs stop
-    /// together, under one deadline: the longest of their graces plus a margin
-    /// ([`Entry::stop_wait`]), however many there are. One that has not ended by then is
-    /// SIGKILLed with its process group if it leads one, what its program tree left running in
-    /// its cgroup is stopped too, and its entry recorded here. Gives what it did to `done`, one
-    /// entry per job.
-    ///
-    /// From its start on, no program starts on the node ([`Journal::draining`]): a job that was
-    /// waiting for a lock or still being validated refuses at its program's start, recorded like
-    /// a drained job; those that did so while this drain ran are given to `done` too.
-    pub fn drain(&self, wait: Duration, mut done: impl FnMut(&Entry) -> std::io::Result<()>) -> std::io::Result<()> {
-        let since = super::journal::now();
-        let mark = Draining {
-            boot_id: process::boot_id().map(str::to_owned),
-            since: since.clone(),
-        };
-        self.state
-            .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, self.owner, true)?;
-        // As many as jobenvs of this state directory ran (each holds its own job lock).
-        let stopped = self.drain_live(wait)?;
-        for entry in &stopped {
-            done(entry)?;
-        }
-        // Runs of a job id that were still before their program (waiting for a lock, being
-        // validated) hold their job lock: they refuse at their program's start now; a moment is
-        // given to them to do so and be counted.
-        let until = Instant::now() + STOP_MARGIN;
-        while !self.busy_job_ids()?.is_empty() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let began = humantime::parse_rfc3339(&since).expect("written just now");
-        self.for_each_entry(|entry| {
-            let ended = entry
-                .finished_at
-                .as_deref()
-                .and_then(|t| humantime::parse_rfc3339(t).ok());
-            let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
-            if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
-                done(&entry)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Whether the jobenv an entry names holds the entry's job lock (in `flocks`, a reading of
-    /// `/proc/locks`), as a jobenv of this state directory does while its job runs: a pid, its
-    /// start time and jobenv's name are all a planted entry can copy from /proc of another
-    /// jobenv (another node's state directory, an operator's run), which `drain` must leave
-    /// alone.
-    fn holds_its_job_lock(&self, flocks: &str, entry: &Entry) -> bool {
-        self.locks
-            .stat(&locks::job_name(&entry.job_id))
+/// Deletes what is older than `retain` (at least a day: see `--retain-days`,
+/// docs/operators/jobenv.md): entries that finished then, with their job locks and stop
+/// requests; job locks that never got an entry (jobs refused or cancelled before they
+/// started); temporary files an interrupted write left behind. Only files read and checked
+/// here are deleted, by name in their own directory (a link is deleted, never its target);
+/// one that is gone meanwhile is skipped. `recover` and `prune` (the module's timer) call it,
+/// never a run: a run's cost must not grow with the journal.
+pub fn prune(journal: &Journal, retain: Duration) -> std::io::Result<usize> {
+    // A retention longer than the clock's past keeps everything.
+    let Some(cutoff) = SystemTime::now().checked_sub(retain) else {
+        return Ok(0);
+    };
+    let older = |dir: &Dir, name: &str| {
+        dir.stat(name)
             .ok()
             .flatten()
-            .is_some_and(|stat| process::holds_flock(flocks, entry.pid, stat.st_dev, stat.st_ino))
-    }
-
-    /// The job ids whose job lock a run holds right now (a lock file that cannot be opened as
-    /// one is no run's).
-    fn busy_job_ids(&self) -> std::io::Result<Vec<String>> {
-        let names = self.locks.names()?;
-        Ok(names
-            .iter()
-            .filter_map(|name| locks::job_of(name))
-            .filter(|id| locks::is_held(&self.locks, &locks::job_name(id)))
-            .map(str::to_owned)
-            .collect())
-    }
-
-    fn drain_live(&self, wait: Duration) -> std::io::Result<Vec<Entry>> {
-        // Said once per job, not at every look.
-        let mut left_alone = std::collections::BTreeSet::new();
-        let mut running = || -> std::io::Result<Vec<Entry>> {
-            let flocks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-            let mut live = Vec::new();
-            self.for_each_entry(|entry| {
-                if entry.is_live() {
-                    if self.holds_its_job_lock(&flocks, &entry) {
-                        live.push(entry);
-                    } else if left_alone.insert(entry.job_id.clone()) {
-                        tracing::warn!(
-                            "draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone",
-                            entry.job_id,
-                            entry.pid
-                        );
-                    }
-                }
-                Ok(())
-            })?;
-            Ok(live)
+            .is_some_and(|stat| dir::modified(&stat) < cutoff)
+    };
+    let mut pruned = 0;
+    // An entry whose end the shared journal did not take yet is kept with it, however old.
+    let unshared = journal.state.subdir(super::journal::UNSHARED, None).ok().flatten();
+    let kept = |job_id: &str| {
+        unshared
+            .as_ref()
+            .is_some_and(|dir| dir.stat(&format!("{job_id}.json")).ok().flatten().is_some())
+    };
+    // Only entries whose file is older than the cutoff are read: an entry's end is written
+    // before its file's time, so a newer file holds no entry to prune (a file made to look
+    // older is read and checked like any other). A pass costs a stat per entry, not a parse.
+    for name in journal.jobs.names()? {
+        let Some(Some(job_id)) = super::journal::entry_of(&name) else {
+            continue;
         };
-        let deadline = Instant::now() + wait;
-        let mut live = running()?;
-        if !live.is_empty() {
-            tracing::info!(
-                "draining: {} running job(s); waiting up to {wait:?} for them to finish",
-                live.len()
-            );
+        if !is_valid_job_id(job_id) || !older(&journal.jobs, &Journal::entry_name(job_id)) || kept(job_id) {
+            continue;
         }
-        while !live.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())));
-            live = running()?;
-        }
-        for entry in &live {
-            StopRequest::of(self, &entry.job_id)
-                .and_then(|request| self.jobs.write_atomically(&request.name, b"", self.owner, true))?;
-            tracing::warn!(
-                "draining: stopping job {} (attempt {}, jobenv pid {})",
-                entry.job_id,
-                entry.attempt,
-                entry.pid
-            );
-            signal(entry, Signal::SIGTERM, false);
-        }
-        // One deadline for all, each waited for in a thread of its own: N jobs stop in the time
-        // of the slowest, not in N times that.
-        let bound = live.iter().map(Entry::stop_wait).max().unwrap_or_default();
-        let until = Instant::now() + bound;
-        std::thread::scope(|scope| {
-            let stopping: Vec<_> = live
-                .into_iter()
-                .map(|entry| scope.spawn(move || self.stop_one(entry, bound, until)))
-                .collect();
-            stopping
-                .into_iter()
-                .map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
-        })
-    }
-
-    /// One job `drain` signalled: waits for its jobenv until `until` (`bound` from the start),
-    /// SIGKILLs it then, and records what its jobenv could not.
-    fn stop_one(&self, entry: Entry, bound: Duration, until: Instant) -> std::io::Result<Entry> {
-        while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // A jobenv that ended on its own recorded its end: its lock is free, or taken by nobody
-        // who matters.
-        let mut lock_wait = Duration::ZERO;
-        if process::is_jobenv(entry.pid, entry.pid_start) {
-            tracing::error!(
-                "draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL",
-                entry.pid,
-                entry.job_id
-            );
-            signal(&entry, Signal::SIGKILL, true);
-            // Its locks go once its last thread has exited, which on a loaded node can be a
-            // while after the process shows as gone: its job lock is waited for, as long.
-            let until = Instant::now() + KILL_WAIT;
-            while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
+        let entry = match journal.read(job_id) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::warn!("skipping a journal entry: {error}");
+                continue;
             }
-            lock_wait = until.saturating_duration_since(Instant::now());
+        };
+        let finished = entry
+            .finished_at
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
+        if entry.status == Status::Running || finished.is_none_or(|t| t >= cutoff) {
+            continue;
         }
-        // jobenv records its own end; one that could not is recorded here.
-        self.interrupt(&entry.job_id, InterruptedBy::NodeStopped, lock_wait)?;
-        // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
-        // helper) is still in its cgroup.
-        if let Ok(_held) = self.acquire(
-            &locks::namespace_name(&entry.namespace),
-            Duration::from_secs(1),
-            "jobenv drain",
-            None,
-        ) {
-            super::orphans::stop_left(self, &entry.namespace, "drain", None)?;
+        // Under the job's lock, and only if nobody holds it: a run of this job id that is
+        // starting owns the entry and its lock file (deleting them under it would let a
+        // second run of the same id start beside it).
+        let lock = locks::job_name(&entry.job_id);
+        let Some(_held) = journal.try_lock(&lock, "jobenv prune") else {
+            continue;
+        };
+        pruned += usize::from(journal.jobs.remove(&Journal::entry_name(&entry.job_id))?);
+        if let Ok(request) = StopRequest::of(journal, &entry.job_id) {
+            request.remove();
         }
-        Ok(self.read(&entry.job_id)?.unwrap_or(entry))
+        let _ = journal.locks.remove(&lock);
     }
+    for name in journal.locks.names()? {
+        let Some(job_id) = locks::job_of(&name) else { continue };
+        let lock = locks::job_name(job_id);
+        if journal.jobs.stat(&Journal::entry_name(job_id))?.is_none() && older(&journal.locks, &lock) {
+            // Only when nobody holds it: a run that is starting keeps its lock file.
+            if let Some(_held) = journal.try_lock(&lock, "jobenv prune") {
+                pruned += usize::from(journal.locks.remove(&lock)?);
+            }
+        }
+    }
+    for name in journal.jobs.names()? {
+        let Some(name) = name.to_str().filter(|n| n.starts_with('.')) else {
+            continue;
+        };
+        if older(&journal.jobs, name) {
+            pruned += usize::from(journal.jobs.remove(name)?);
+        }
+    }
+    Ok(pruned)
+}
+
+/// For a node that stops: lets the running journaled jobs finish for up to `wait`, then
+/// stops each through its own jobenv (a stop request, then SIGTERM: jobenv stops its program
+/// tree with its grace and records the attempt interrupted by the node). The jobenvs stop
+/// together, under one deadline: the longest of their graces plus a margin
+/// ([`Entry::stop_wait`]), however many there are. One that has not ended by then is
+/// SIGKILLed with its process group if it leads one, what its program tree left running in
+/// its cgroup is stopped too, and its entry recorded here. Gives what it did to `done`, one
+/// entry per job.
+///
+/// From its start on, no program starts on the node ([`draining`]): a job that was
+/// waiting for a lock or still being validated refuses at its program's start, recorded like
+/// a drained job; those that did so while this drain ran are given to `done` too.
+pub fn drain(
+    journal: &Journal,
+    wait: Duration,
+    mut done: impl FnMut(&Entry) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let since = super::entry::now();
+    let mark = Draining {
+        boot_id: process::boot_id().map(str::to_owned),
+        since: since.clone(),
+    };
+    journal
+        .state
+        .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, journal.owner, true)?;
+    // As many as jobenvs of this state directory ran (each holds its own job lock).
+    let stopped = drain_live(journal, wait)?;
+    for entry in &stopped {
+        done(entry)?;
+    }
+    // Runs of a job id that were still before their program (waiting for a lock, being
+    // validated) hold their job lock: they refuse at their program's start now; a moment is
+    // given to them to do so and be counted.
+    let until = Instant::now() + STOP_MARGIN;
+    while !busy_job_ids(journal)?.is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let began = humantime::parse_rfc3339(&since).expect("written just now");
+    journal.for_each_entry(|entry| {
+        let ended = entry
+            .finished_at
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
+        let refused = entry.interrupted_by == Some(InterruptedBy::NodeStopped) && ended.is_some_and(|t| t >= began);
+        if refused && !stopped.iter().any(|e: &Entry| e.job_id == entry.job_id) {
+            done(&entry)?;
+        }
+        Ok(())
+    })
+}
+
+/// Whether the jobenv an entry names holds the entry's job lock (in `flocks`, a reading of
+/// `/proc/locks`), as a jobenv of this state directory does while its job runs: a pid, its
+/// start time and jobenv's name are all a planted entry can copy from /proc of another
+/// jobenv (another node's state directory, an operator's run), which `drain` must leave
+/// alone.
+fn holds_its_job_lock(journal: &Journal, flocks: &str, entry: &Entry) -> bool {
+    journal
+        .locks
+        .stat(&locks::job_name(&entry.job_id))
+        .ok()
+        .flatten()
+        .is_some_and(|stat| process::holds_flock(flocks, entry.pid, stat.st_dev, stat.st_ino))
+}
+
+/// The job ids whose job lock a run holds right now (a lock file that cannot be opened as
+/// one is no run's).
+fn busy_job_ids(journal: &Journal) -> std::io::Result<Vec<String>> {
+    let names = journal.locks.names()?;
+    Ok(names
+        .iter()
+        .filter_map(|name| locks::job_of(name))
+        .filter(|id| locks::is_held(&journal.locks, &locks::job_name(id)))
+        .map(str::to_owned)
+        .collect())
+}
+
+fn drain_live(journal: &Journal, wait: Duration) -> std::io::Result<Vec<Entry>> {
+    // Said once per job, not at every look.
+    let mut left_alone = std::collections::BTreeSet::new();
+    let mut running = || -> std::io::Result<Vec<Entry>> {
+        let flocks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+        let mut live = Vec::new();
+        journal.for_each_entry(|entry| {
+            if entry.is_live() {
+                if holds_its_job_lock(journal, &flocks, &entry) {
+                    live.push(entry);
+                } else if left_alone.insert(entry.job_id.clone()) {
+                    tracing::warn!(
+                        "draining: job {} names jobenv pid {}, which does not hold the job's lock: left alone",
+                        entry.job_id,
+                        entry.pid
+                    );
+                }
+            }
+            Ok(())
+        })?;
+        Ok(live)
+    };
+    let deadline = Instant::now() + wait;
+    let mut live = running()?;
+    if !live.is_empty() {
+        tracing::info!(
+            "draining: {} running job(s); waiting up to {wait:?} for them to finish",
+            live.len()
+        );
+    }
+    while !live.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())));
+        live = running()?;
+    }
+    for entry in &live {
+        StopRequest::of(journal, &entry.job_id)
+            .and_then(|request| journal.jobs.write_atomically(&request.name, b"", journal.owner, true))?;
+        tracing::warn!(
+            "draining: stopping job {} (attempt {}, jobenv pid {})",
+            entry.job_id,
+            entry.attempt,
+            entry.pid
+        );
+        signal(entry, Signal::SIGTERM, false);
+    }
+    // One deadline for all, each waited for in a thread of its own: N jobs stop in the time
+    // of the slowest, not in N times that.
+    let bound = live.iter().map(Entry::stop_wait).max().unwrap_or_default();
+    let until = Instant::now() + bound;
+    std::thread::scope(|scope| {
+        let stopping: Vec<_> = live
+            .into_iter()
+            .map(|entry| scope.spawn(move || stop_one(journal, entry, bound, until)))
+            .collect();
+        stopping
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    })
+}
+
+/// One job `drain` signalled: waits for its jobenv until `until` (`bound` from the start),
+/// SIGKILLs it then, and records what its jobenv could not.
+fn stop_one(journal: &Journal, entry: Entry, bound: Duration, until: Instant) -> std::io::Result<Entry> {
+    while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A jobenv that ended on its own recorded its end: its lock is free, or taken by nobody
+    // who matters.
+    let mut lock_wait = Duration::ZERO;
+    if process::is_jobenv(entry.pid, entry.pid_start) {
+        tracing::error!(
+            "draining: jobenv pid {} of job {} did not end within {bound:?}: SIGKILL",
+            entry.pid,
+            entry.job_id
+        );
+        signal(&entry, Signal::SIGKILL, true);
+        // Its locks go once its last thread has exited, which on a loaded node can be a
+        // while after the process shows as gone: its job lock is waited for, as long.
+        let until = Instant::now() + KILL_WAIT;
+        while process::is_jobenv(entry.pid, entry.pid_start) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        lock_wait = until.saturating_duration_since(Instant::now());
+    }
+    // jobenv records its own end; one that could not is recorded here.
+    interrupt(journal, &entry.job_id, InterruptedBy::NodeStopped, lock_wait)?;
+    // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
+    // helper) is still in its cgroup.
+    if let Ok(_held) = journal.acquire(
+        &locks::namespace_name(&entry.namespace),
+        Duration::from_secs(1),
+        "jobenv drain",
+        None,
+    ) {
+        super::orphans::stop_left(journal, &entry.namespace, "drain", None)?;
+    }
+    Ok(journal.read(&entry.job_id)?.unwrap_or(entry))
 }
 
 /// Signals the jobenv of `entry` if it is still that process, and a jobenv (an entry names a pid;
@@ -456,12 +454,11 @@ mod tests {
     /// What `drain --wait 0` gives out.
     fn drained(journal: &Journal) -> Vec<Entry> {
         let mut drained = Vec::new();
-        journal
-            .drain(Duration::ZERO, |e| {
-                drained.push(e.clone());
-                Ok(())
-            })
-            .unwrap();
+        drain(journal, Duration::ZERO, |e| {
+            drained.push(e.clone());
+            Ok(())
+        })
+        .unwrap();
         drained
     }
 
@@ -471,7 +468,7 @@ mod tests {
         let journal = Journal::open(dir.path()).unwrap();
         write_then(&journal, &finished("j1", 40));
         write_then(&journal, &finished("j2", 0));
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
+        assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 1);
         assert_eq!(journal.read("j1").unwrap(), None);
         assert!(journal.read("j2").unwrap().is_some());
     }
@@ -497,7 +494,7 @@ mod tests {
         age(&dir.path().join("jobs/forged.json"), &forged);
         write_then(&journal, &finished("old", 40));
         assert_eq!(
-            journal.prune(Duration::from_secs(30 * 86400)).unwrap(),
+            prune(&journal, Duration::from_secs(30 * 86400)).unwrap(),
             1,
             "only `old` goes"
         );
@@ -523,7 +520,7 @@ mod tests {
         journal.write(&fresh).unwrap();
         // A file that is not an entry, but new: never read, so not even reported.
         std::fs::write(journal.jobs.path().join("new-garbage.json"), "{not json").unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
+        assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 1);
         assert_eq!(
             journal.read("backdated").unwrap(),
             None,
@@ -535,7 +532,7 @@ mod tests {
         );
         age(&journal.jobs.path().join(Journal::entry_name("fresh-file")), &fresh);
         assert_eq!(
-            journal.prune(Duration::from_secs(30 * 86400)).unwrap(),
+            prune(&journal, Duration::from_secs(30 * 86400)).unwrap(),
             1,
             "once its file is as old as its end, it goes"
         );
@@ -555,14 +552,14 @@ mod tests {
         )
         .ok()
         .unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 0);
+        assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 0);
         assert!(
             journal.read("starting").unwrap().is_some()
                 && journal.locks().stat(&locks::job_name("starting")).unwrap().is_some()
         );
         // Positive control: once the run let go, the old entry goes.
         drop(held);
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 1);
+        assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 1);
     }
 
     #[test]
@@ -663,7 +660,7 @@ mod tests {
         )
         .ok()
         .unwrap();
-        assert_eq!(journal.prune(Duration::from_secs(30 * 86400)).unwrap(), 2);
+        assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 2);
         assert!(!orphan.exists() && !temp.exists());
         assert!(recent.exists(), "a lock younger than the retention was removed");
         assert!(held_path.exists(), "a held lock was removed");

@@ -1,7 +1,8 @@
-//! Stage 3 of a job: running the program. Spawn it with exactly the planned environment
+//! Step 9 of a job (the spine: [`crate::job`]), and the program tree step 7 makes ([`tree`]):
+//! running the program. Spawn it with exactly the planned environment
 //! ([`spawn`]), in its program tree ([`tree`]: a cgroup of its own, or jobenv's descendants
 //! where there is none), copy its output through the redactor ([`pump`], [`redact`]), reap
-//! every child ([`reaper`]), and stop the whole tree on a cancel signal ([`cancel`]), on the
+//! every child ([`reaper`]), and stop the whole tree on a cancel signal ([`crate::cancel`]), on the
 //! timeout, or when the worker is gone.
 //!
 //! How each way a job can end is covered (the guarantee of docs/operators/lifecycle.md,
@@ -19,7 +20,6 @@
 //! 4. When jobenv does not lead its process group (a front-end runs it as a subprocess), the
 //!    program gets a group of its own, and jobenv never signals a group at all.
 
-pub mod cancel;
 pub mod lease;
 pub mod pump;
 pub mod reaper;
@@ -36,13 +36,20 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
 use crate::plan::Plan;
-use crate::record::upkeep::StopRequest;
-use cancel::{Cancel, Cancelled};
 use redact::Redactor;
 use tree::{ProgramTree, Tree};
+
+/// What tells a cancel signal from a node that stops: `drain` leaves a request for the job
+/// before it signals the job's jobenv (`record::upkeep::StopRequest`). A trait, so that the run
+/// knows nothing of the journal that keeps the request.
+pub trait StopRequested {
+    /// Whether `drain` asked for this job's stop.
+    fn exists(&self) -> bool;
+}
 
 pub struct RunOptions<'a> {
     /// Time between SIGTERM and SIGKILL of the program tree.
@@ -53,7 +60,7 @@ pub struct RunOptions<'a> {
     pub events: Events,
     /// The file `drain` creates before it signals this job: a cancel signal then means that
     /// the node is stopping.
-    pub stop_request: Option<&'a StopRequest>,
+    pub stop_request: Option<&'a dyn StopRequested>,
     /// A descriptor of the namespace's tree lock, for the program tree to keep.
     pub tree_lock: Option<OwnedFd>,
     /// Cluster mode: the run's leases, whose loss stops the program tree, and by whose expiry
@@ -532,7 +539,7 @@ fn stopped_by(signal: Signal, options: &RunOptions<'_>) -> Outcome {
     signalled(signal, options.stop_request)
 }
 
-fn signalled(signal: Signal, stop_request: Option<&StopRequest>) -> Outcome {
+fn signalled(signal: Signal, stop_request: Option<&dyn StopRequested>) -> Outcome {
     match stop_request {
         Some(request) if request.exists() => Outcome::NodeStopped(signal as i32),
         _ => Outcome::Cancelled(signal as i32),
@@ -541,7 +548,7 @@ fn signalled(signal: Signal, stop_request: Option<&StopRequest>) -> Outcome {
 
 /// The job ends before its program started (nothing ran), wherever jobenv finds out: while it
 /// validates, waits for a lock, or is about to spawn. One line says why.
-pub fn not_started(cancelled: Cancelled, stop_request: Option<&StopRequest>) -> Outcome {
+pub fn not_started(cancelled: Cancelled, stop_request: Option<&dyn StopRequested>) -> Outcome {
     match cancelled {
         Cancelled::Signal(signal) => {
             tracing::warn!(

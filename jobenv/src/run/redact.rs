@@ -1,4 +1,5 @@
-//! Streaming redaction of secret values in a byte stream.
+//! Streaming redaction of secret values in a byte stream: the program's output at step 9 of a job
+//! (the spine: [`crate::job`]), and what `env` prints.
 //!
 //! Written by hand because no crate does this right (see the notes on chunk-boundary leaks in
 //! buildkite, goreleaser, concourse, varlock): aho-corasick's own stream replacer only supports
@@ -40,6 +41,43 @@ use std::sync::Arc;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, Input, MatchKind};
 
 use sampled::{STRIDE, Sampled};
+
+/// Secrets shorter than this would shred the log if redacted; they draw a warning instead.
+pub const MIN_SECRET_LEN: usize = 4;
+/// Lines of a multi-line secret are redacted on their own from this length up.
+pub const MIN_SECRET_LINE_LEN: usize = 8;
+
+/// Every secret value and each line of at least [`MIN_SECRET_LINE_LEN`] bytes of a multi-line
+/// secret, each in every form a program may print it ([`safe_io::secret::forms`]): as it is,
+/// inside JSON strings, URLs, markup and shell quoting, and in base64 at any byte offset. Longest
+/// first is not needed: the redactor merges overlapping matches.
+pub(crate) fn redaction_needles<'a>(
+    secrets: impl Iterator<Item = (&'a str, &'a str)>,
+    warnings: &mut Vec<String>,
+) -> Vec<Vec<u8>> {
+    let mut needles: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
+    for (key, text) in secrets {
+        if text.len() < MIN_SECRET_LEN {
+            warnings.push(format!(
+                "secret {key} is shorter than {MIN_SECRET_LEN} bytes and will not be redacted"
+            ));
+            continue;
+        }
+        let lines = text
+            .split('\n')
+            .map(|line| line.strip_suffix('\r').unwrap_or(line))
+            .filter(|line| line.len() >= MIN_SECRET_LINE_LEN);
+        let lines = if text.contains('\n') {
+            lines.collect()
+        } else {
+            Vec::new()
+        };
+        for part in std::iter::once(text).chain(lines) {
+            needles.extend(safe_io::secret::forms(part).into_iter().map(String::into_bytes));
+        }
+    }
+    needles.into_iter().collect()
+}
 
 pub const MARKER: &[u8] = b"[REDACTED]";
 

@@ -3,7 +3,7 @@
 //! before the exec:
 //! - entering the program tree ([`super::tree::Placement`]: its cgroup, where there is one), so
 //!   that no process of the program ever runs outside it;
-//! - the cancel signals back to their default (jobenv catches them; see [`super::cancel`]);
+//! - the cancel signals back to their default (jobenv catches them; see [`crate::cancel`]);
 //! - `PR_SET_PDEATHSIG`, so the program dies with jobenv even when jobenv alone is SIGKILLed
 //!   (tied to the thread that spawns: jobenv spawns from its main thread, which lives until
 //!   jobenv exits), and the check that jobenv is still its parent (if jobenv died before the
@@ -140,7 +140,7 @@ fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED], placement: Pl
     // SAFETY: plain system calls on signal and descriptor numbers (a default disposition
     // installs no handler code); errors are reported, nothing else.
     unsafe {
-        for cancel in super::cancel::CANCEL {
+        for cancel in crate::cancel::CANCEL {
             libc::signal(cancel as libc::c_int, libc::SIG_DFL);
         }
         let all = libc::syscall(

@@ -94,7 +94,7 @@ pub struct Config {
     /// The headers file's headers (the variables' are read by the exporter itself).
     pub file_headers: Hidden<Vec<(String, String)>>,
     /// Every header value of the file and of the variables, and each of their words of
-    /// [`crate::plan::MIN_SECRET_LINE_LEN`] bytes or more: redacted wherever jobenv shows output.
+    /// [`crate::run::redact::MIN_SECRET_LINE_LEN`] bytes or more: redacted wherever jobenv shows output.
     pub secrets: Hidden<Vec<String>>,
     /// The exporter's request timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`, per signal), the longer of
     /// the two signals'.
@@ -135,7 +135,7 @@ pub fn decide(var: &dyn Fn(&str) -> Option<String>, options: &Options) -> Decisi
         if let Some((name, protocol)) = protocol.filter(|(_, p)| p.trim() != PROTOCOL) {
             warnings.push(format!(
                 "telemetry: {name} is {:?}: jobenv exports {PROTOCOL} only; no {} are exported",
-                super::cut(&protocol),
+                crate::error::cut(&protocol, crate::error::SHOWN_CHARS),
                 signal.name().to_lowercase()
             ));
             return false;
@@ -174,7 +174,7 @@ pub fn decide(var: &dyn Fn(&str) -> Option<String>, options: &Options) -> Decisi
         secrets.extend(
             value
                 .split_whitespace()
-                .filter(|word| word.len() >= crate::plan::MIN_SECRET_LINE_LEN && *word != value)
+                .filter(|word| word.len() >= crate::run::redact::MIN_SECRET_LINE_LEN && *word != value)
                 .map(str::to_owned),
         );
     };
@@ -255,7 +255,7 @@ fn exporter_is_otlp(value: Option<&str>, signal: Signal, warnings: &mut Vec<Stri
         warnings.push(format!(
             "telemetry: {} is {:?}: jobenv has only the otlp exporter; no {} are exported",
             signal.exporter_var(),
-            super::cut(value),
+            crate::error::cut(value, crate::error::SHOWN_CHARS),
             signal.name().to_lowercase()
         ));
     }

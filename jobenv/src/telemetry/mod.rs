@@ -1,5 +1,7 @@
 //! OpenTelemetry (optional; docs/operators/telemetry.md): a job's trace and its log, exported
-//! over OTLP/HTTP to the collector the standard `OTEL_*` variables name ([`config`]).
+//! over OTLP/HTTP to the collector the standard `OTEL_*` variables name ([`config`]). It serves
+//! every step of the spine ([`crate::job`]), from the start of `run` to step 11, with one call at
+//! each step it watches.
 //!
 //! - **A trace per job**: the job's span (`deploy <attribute> <verb>`, its identity and ending as
 //!   attributes, an error status unless it succeeded), a child span per stage it passes
@@ -37,7 +39,6 @@ pub use export::{QUEUE_BYTES, QUEUE_RECORDS};
 pub use trace::{JOB_BYTES, JOB_RECORDS, LINE_BYTES, Tap};
 
 use crate::input::json::{self, Members};
-use crate::plan::Plan;
 use trace::Job;
 
 /// The job's telemetry, once [`start`] found something to export.
@@ -148,17 +149,17 @@ pub fn payload(payload: Option<&Members>) {
 
 /// The plan is made: its secrets (with the collector's headers, added here so that the program's
 /// output is redacted of them too) are what every exported value passes from now on.
-pub fn secrets(plan: &mut Plan) {
+pub fn secrets(secrets: &mut Vec<Vec<u8>>) {
     let Some(active) = ACTIVE.get() else { return };
     let headers = active
         .headers
         .0
         .iter()
-        .filter(|h| h.len() >= crate::plan::MIN_SECRET_LEN)
+        .filter(|h| h.len() >= crate::run::redact::MIN_SECRET_LEN)
         .map(|h| ("the collector's headers", h.as_str()));
-    let needles = crate::plan::redaction_needles(headers, &mut Vec::new());
-    plan.secrets.0.extend(needles);
-    active.job.secrets(&plan.secrets.0, &active.headers.0);
+    let needles = crate::run::redact::redaction_needles(headers, &mut Vec::new());
+    secrets.extend(needles);
+    active.job.secrets(secrets, &active.headers.0);
     // The program's TRACEPARENT is its own stage's (set at the program stage), not the payload's.
 }
 
@@ -212,39 +213,6 @@ impl Drop for Guard {
         if let Some((job, id)) = self.0.take() {
             job.abandon(id);
         }
-    }
-}
-
-/// What runs before the program (the shell's evaluation), its stage ending when the program
-/// is next: done; or failed when the job ends there, the error that follows saying why.
-pub struct Evaluating<B> {
-    inner: B,
-    stage: Option<Guard>,
-}
-
-impl<B: crate::run::Before> Evaluating<B> {
-    pub fn new(inner: B, stage: Guard) -> Self {
-        Evaluating {
-            inner,
-            stage: Some(stage),
-        }
-    }
-}
-
-impl<B: crate::run::Before> crate::run::Before for Evaluating<B> {
-    fn next(&mut self, last: Option<crate::run::StepEnd>) -> Result<crate::run::Next, crate::error::Error> {
-        let next = self.inner.next(last);
-        match &next {
-            Ok(crate::run::Next::Step(_)) => {}
-            Ok(crate::run::Next::Program(_)) => self.stage.take().into_iter().for_each(Guard::done),
-            // Left unsaid: open for the lines that say why (see [`Guard`]'s drop).
-            Ok(crate::run::Next::End(_)) | Err(_) => drop(self.stage.take()),
-        }
-        next
-    }
-
-    fn waited(&self) -> std::time::Duration {
-        self.inner.waited()
     }
 }
 
@@ -314,9 +282,4 @@ impl Drop for TeeWriter {
             job.line(self.level, line);
         }
     }
-}
-
-/// A value from a job as a warning quotes it: at most 64 characters.
-fn cut(value: &str) -> String {
-    crate::input::cut(value, crate::input::SHOWN_CHARS)
 }

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::{Claim, Refused, Store};
+use crate::cancel::Cancel;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::Journal;
-use crate::run::cancel::Cancel;
 use crate::run::lease::LeaseWatch;
 
 pub struct FileStore {

@@ -1,5 +1,6 @@
 //! Where a job's record lives, and who may act on a job id and on a namespace: the seam between
-//! one node and a cluster of them, chosen once per run ([`open`]).
+//! one node and a cluster of them, chosen once per run ([`open`], step 2 of the spine:
+//! [`crate::job`]), and acted on at steps 4, 7, 8 and 10.
 //!
 //! - [`file::FileStore`]: the node's own journal in the state directory; the node-local locks
 //!   (`flock`s, taken by the run itself) are all there is to one deploy per namespace and one
@@ -19,8 +20,8 @@ use std::time::Duration;
 use super::entry::{Entry, Known, Request};
 use super::journal::Journal;
 use super::locks;
+use crate::cancel::{Cancel, Cancelled};
 use crate::error::Problem;
-use crate::run::cancel::{Cancel, Cancelled};
 use crate::run::lease::LeaseWatch;
 use crate::settings::RunSettings;
 
@@ -36,7 +37,7 @@ pub trait Store {
     /// job id), or another node holds it (refused as busy).
     fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refused>;
 
-    /// Step 6, under the namespace's node-local locks: the namespace, for `job_id`'s deploy,
+    /// Step 7, under the namespace's node-local locks: the namespace, for `job_id`'s deploy,
     /// waiting up to `wait` for another node's deploy of it. Held until the returned claim is
     /// dropped.
     fn claim_namespace(
@@ -47,11 +48,11 @@ pub trait Store {
         cancel: &mut Cancel,
     ) -> Result<Claim, Refused>;
 
-    /// Step 7: the `running` entry, before the program starts; if it cannot be written,
+    /// Step 8: the `running` entry, before the program starts; if it cannot be written,
     /// nothing runs.
     fn write_running(&self, entry: &Entry) -> Result<(), Refused>;
 
-    /// Step 9: the end of the attempt. An error means the end is not recorded where the next
+    /// Step 10: the end of the attempt. An error means the end is not recorded where the next
     /// run of the job id would look (see [`Journal::write_end`]).
     fn write_end(&self, entry: &Entry) -> std::io::Result<()>;
 

@@ -1,4 +1,6 @@
-//! The program tree: every process a deploy starts, how the program enters it, how jobenv knows
+//! The program tree, made at step 7 of a job (the spine: [`crate::job`]), run in and stopped at
+//! step 9, and stopped for a deploy whose jobenv is gone (`record::orphans`, at step 7 and by
+//! `recover` and `drain`): every process a deploy starts, how the program enters it, how jobenv knows
 //! whether any of it still runs, and how it is stopped. Two kinds, chosen once per run
 //! ([`site`]):
 //!

@@ -268,7 +268,7 @@ impl Shared {
     /// gave up, no more: their last renewal stands. A write under a lease made since (the
     /// running entry of a run that waited for a node-local lock meanwhile) renews nothing to
     /// come, and a program started on it would be stopped one renew deadline later, half done:
-    /// the run starts none (see `job`'s step 8).
+    /// the run starts none (see `job`'s step 9).
     pub fn renewed(&self, table: Table, key: &str, sent: Instant) {
         let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
         // Under the leases' lock, as the renewals give up (`give_up_if_due`).

@@ -1,4 +1,5 @@
-//! Cluster mode: the journal's decision and the namespace lock on PostgreSQL, shared by every
+//! Cluster mode (steps 2, 4, 7, 8 and 10 of the spine, [`crate::job`], on a shared journal): the
+//! journal's decision and the namespace lock on PostgreSQL, shared by every
 //! node whose jobenv is given the same database (`--cluster-dsn-file`). The tables
 //! (`schema.sql`, schema `fediversity_jobenv`) hold, per job id, its journal entry and the
 //! lease of the run that holds it, and per namespace the lease of the deploy that holds it.
@@ -14,7 +15,7 @@
 //! `renew_every` by `UPDATE … SET expires_at = now() + lease WHERE epoch = <mine> AND
 //! expires_at > now()`; every write it makes to a held row is fenced the same way, so a stale
 //! holder's late write changes nothing. The lease of the job id is taken at step 4 and ends
-//! with the terminal entry; the namespace's at step 6, let go after the program tree is gone.
+//! with the terminal entry; the namespace's at step 7, let go after the program tree is gone.
 //! A run of a job id whose entry is of another request takes no lease (it is refused).
 //!
 //! "This node" is [`crate::record::identity`]: the boot id and a random id made once in the
@@ -33,8 +34,8 @@
 //! and the second one's check sees the first one's expiry.
 //!
 //! H, for its part, never runs its program past `s + lease`:
-//! - its program starts only after the namespace lease was taken (step 6) and the running
-//!   entry was written under a live job lease (step 7), with renewals still going on (a run
+//! - its program starts only after the namespace lease was taken (step 7) and the running
+//!   entry was written under a live job lease (step 8), with renewals still going on (a run
 //!   whose renewals gave up while it waited for a node-local lock starts nothing): a newcomer
 //!   cannot hold either then; and its first process, once in the tree's cgroup and before it
 //!   execs, kills itself if the time below (`s + lease − 1 s`, the guard's deadline) has
@@ -99,11 +100,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Claim, Refused, Store};
+use crate::cancel::Cancel;
 use crate::error::Problem;
 use crate::record::ending::InterruptedBy;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
-use crate::run::cancel::Cancel;
 use crate::run::lease::LeaseWatch;
 use crate::settings::{Cluster, RunSettings};
 use keeper::{Keeper, Timing, Trouble};
@@ -142,7 +143,7 @@ impl PgStore {
             .unwrap_or_default();
         // Read (or made) in the state directory whose locks the run takes: a lease of this
         // identity whose jobenv is gone is this node's, as those locks prove (`record::identity`).
-        let node = local.node_identity().map_err(|source| Problem::Journal {
+        let node = crate::record::identity::node_identity(&local).map_err(|source| Problem::Journal {
             path: settings.state_dir.clone(),
             source,
         })?;

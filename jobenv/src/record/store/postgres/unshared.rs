@@ -188,8 +188,7 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
     let holder = format!("jobenv reconciling ends, pid {}", std::process::id());
     // A row this node's gone jobenv holds is taken as a run would take it (the job's lock, held
     // below, proves that jobenv gone); without the identity, only one whose lease expired.
-    let mine = journal
-        .node_identity()
+    let mine = crate::record::identity::node_identity(journal)
         .inspect_err(|error| tracing::warn!("{error}"))
         .ok();
     for (job_id, text) in rows {

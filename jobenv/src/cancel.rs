@@ -1,12 +1,14 @@
-//! Everything about the signals that cancel a job: SIGTERM, SIGINT and SIGHUP.
+//! Everything about the signals that cancel a job: SIGTERM, SIGINT and SIGHUP. Step 1 of a job
+//! (the spine: [`crate::job`]); every later step that waits (for a lock, the evaluation, the
+//! program) watches them.
 //!
 //! They are caught from the very start of `run` ([`Cancel::install`]), so a cancel that
 //! arrives while jobenv validates, waits for a lock or writes its journal is not the default
 //! action (a silent death: no result.json, no journal end, no final event) but an ordinary
 //! `canceled` ending: the job checks [`Cancel::pending`] before it starts the program. Once the
 //! program runs, the supervisor gets each signal from [`Cancel::into_stream`] and stops the
-//! program tree (grace, then SIGKILL: [`super::tree::ProgramTree::stop`]). The child resets the three to
-//! their defaults before it execs (see [`super::spawn`]).
+//! program tree (grace, then SIGKILL: [`crate::run::tree::ProgramTree::stop`]). The child resets the three to
+//! their defaults before it execs (see [`crate::run::spawn`]).
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
