@@ -101,7 +101,27 @@ fn rejected_before_start(errors: &[String]) -> i32 {
     EXIT_REJECTED
 }
 
+/// Root on a state directory of another user's becomes that user before anything touches it
+/// (see `record::owner`): every command that takes `--state-dir` calls this first. The error is
+/// the exit code of its refusal, said.
+fn as_owner(state_dir: &std::path::Path) -> Result<(), i32> {
+    match jobenv::record::owner::become_owner(state_dir) {
+        Ok(jobenv::record::owner::Identity::Unchanged) => Ok(()),
+        Ok(jobenv::record::owner::Identity::Became { uid, gid, name }) => {
+            tracing::debug!(
+                "the state directory {} is {name}'s: jobenv runs as that user (uid {uid}, gid {gid}), not as root",
+                jobenv::error::shown_path(state_dir)
+            );
+            Ok(())
+        }
+        Err(problem) => Err(rejected_before_start(&[problem.to_string()])),
+    }
+}
+
 fn run(args: RunArgs) -> i32 {
+    if let Err(code) = as_owner(&args.state.dir()) {
+        return code;
+    }
     match args.settings(Runner::from_environment()) {
         Ok(settings) => jobenv::job::run(&settings),
         Err(error) => rejected_before_start(&[error]),
@@ -109,6 +129,9 @@ fn run(args: RunArgs) -> i32 {
 }
 
 fn env(args: EnvArgs) -> i32 {
+    if let Err(code) = as_owner(&args.state.dir()) {
+        return code;
+    }
     match jobenv::input::gather(&args.job.settings())
         .inputs
         .and_then(|inputs| jobenv::plan::plan(&inputs))
@@ -171,6 +194,9 @@ fn recover(args: RecoverArgs) -> i32 {
         return error;
     }
     let dir = args.state.dir();
+    if let Err(code) = as_owner(&dir) {
+        return code;
+    }
     let journal_problem = |source| {
         Error::from(Problem::Journal {
             path: dir.clone(),
@@ -234,6 +260,9 @@ fn prune(args: PruneArgs) -> i32 {
         return error;
     }
     let dir = args.state.dir();
+    if let Err(code) = as_owner(&dir) {
+        return code;
+    }
     let retain = jobenv::cli::days(args.retain_days);
     let pruned = open_journal(&dir).and_then(|journal| {
         // Cluster mode: first the ends the shared journal did not take (its rows are pruned
@@ -281,6 +310,9 @@ fn prune(args: PruneArgs) -> i32 {
 
 fn drain(args: DrainArgs) -> i32 {
     let dir = args.state.dir();
+    if let Err(code) = as_owner(&dir) {
+        return code;
+    }
     let (mut printed, mut stopped, mut left) = (JsonArray::new(), 0, Vec::new());
     let drained = open_journal(&dir).and_then(|journal| {
         let each = |entry: &journal::Entry| {
@@ -322,6 +354,9 @@ fn status(args: StatusArgs) -> i32 {
         return error.exit_code();
     }
     let dir = args.state.dir();
+    if let Err(code) = as_owner(&dir) {
+        return code;
+    }
     // Only reads: a node where no job ran yet has no journal, and `status` makes none.
     let journal = match Journal::at(&dir) {
         Ok(journal) => journal,

@@ -105,15 +105,12 @@ pub fn prepare(
         });
         Stage::Uncached { root, started: false }
     };
-    let resolved = match eval.resolve(state_dir) {
+    let resolved = match eval.resolve() {
         Ok(resolved) => resolved,
         Err(why) => {
             // As every job was evaluated before the cache: `env` says why, at any level.
             tracing::debug!("evaluating {attr} (not cached: {why})");
-            let cache = match super::foreign_owner(state_dir) {
-                Some(_) => None,
-                None => Cache::open(state_dir, true).ok().flatten(),
-            };
+            let cache = Cache::open(state_dir, true).ok().flatten();
             return Ok(prepared(uncached(cache.as_ref())));
         }
     };

@@ -60,7 +60,7 @@ impl Journal {
                     dev: here.0,
                     ino: here.1,
                 })?;
-                if self.state.create_new(FILE, &bytes, self.owner)? {
+                if self.state.create_new(FILE, &bytes)? {
                     tracing::debug!("this node's identity in the cluster journal is new: {id}");
                     id
                 } else {
@@ -78,7 +78,7 @@ impl Journal {
                     dev: here.0,
                     ino: here.1,
                 })?;
-                self.state.write_atomically(FILE, &bytes, self.owner, true)?;
+                self.state.write_atomically(FILE, &bytes, true)?;
                 tracing::warn!(
                     "{} was made for another state directory (a copy of one?): this node gets an identity of its own, {id}",
                     self.state.shown(FILE.as_ref())

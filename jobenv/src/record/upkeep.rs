@@ -253,7 +253,7 @@ impl Journal {
             since: since.clone(),
         };
         self.state
-            .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, self.owner, true)?;
+            .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, true)?;
         // As many as jobenvs of this state directory ran (each holds its own job lock).
         let stopped = self.drain_live(wait)?;
         for entry in &stopped {
@@ -341,7 +341,7 @@ impl Journal {
         }
         for entry in &live {
             StopRequest::of(self, &entry.job_id)
-                .and_then(|request| self.jobs.write_atomically(&request.name, b"", self.owner, true))?;
+                .and_then(|request| self.jobs.write_atomically(&request.name, b"", true))?;
             tracing::warn!(
                 "draining: stopping job {} (attempt {}, jobenv pid {})",
                 entry.job_id,

@@ -252,7 +252,7 @@ mod tests {
         let own = crate::run::tree::hierarchy::own_cgroup().expect("a writable cgroup v2 (run the tests as root)");
         let cgroup = Cgroup::create(
             &own.join(format!("jobenv-unit-guard-{tag}-{}", std::process::id())),
-            (0, 0),
+            0,
         )
         .expect("a writable cgroup v2 (run the tests as root)");
         let placement = cgroup.place();
