@@ -349,8 +349,7 @@ impl Cache {
     pub fn write(&self, entry: &Entry) -> io::Result<()> {
         let mut text = serde_json::to_vec_pretty(entry).map_err(io::Error::other)?;
         text.push(b'\n');
-        self.shells
-            .write_atomically(&Self::entry_name(&entry.key), &text, true)
+        self.shells.write_atomically(&Self::entry_name(&entry.key), &text, true)
     }
 
     /// Removes `key`'s entry and the roots in `<key>/` (keeping the directory, for a new

@@ -456,7 +456,12 @@ pub(crate) mod tests {
         std::os::unix::fs::chown(temp.path(), Some(65534), Some(65534)).unwrap();
         let error = Dir::open(temp.path()).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
-        assert!(error.to_string().contains("belongs to uid 65534, and jobenv runs as root"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("belongs to uid 65534, and jobenv runs as root"),
+            "{error}"
+        );
         // Positive control: the same directory, root's again, is opened.
         std::os::unix::fs::chown(temp.path(), Some(0), Some(0)).unwrap();
         assert!(Dir::open(temp.path()).is_ok());

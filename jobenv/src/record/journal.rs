@@ -52,8 +52,8 @@ impl Journal {
             .mode(0o750)
             .create(state_dir)?;
         let state = Dir::open(state_dir)?;
-        let [jobs, locks] =
-            ["jobs", "locks"].map(|name| -> std::io::Result<Dir> { Ok(state.subdir(name, Some(0o750))?.expect("created if missing")) });
+        let [jobs, locks] = ["jobs", "locks"]
+            .map(|name| -> std::io::Result<Dir> { Ok(state.subdir(name, Some(0o750))?.expect("created if missing")) });
         Ok(Journal {
             state,
             jobs: jobs?,

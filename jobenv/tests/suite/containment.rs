@@ -634,7 +634,14 @@ fn a_deploy_run_as_root_in_the_workers_state_directory_is_the_workers_and_so_is_
     d.f.hand_to(WORKER_UID);
     // The program's pid files and log, written as the worker's user.
     std::fs::set_permissions(&d.dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let args = ["--job-id", "by-hand", "--grace", "1", "--nix-shell", stand_in.to_str().unwrap()];
+    let args = [
+        "--job-id",
+        "by-hand",
+        "--grace",
+        "1",
+        "--nix-shell",
+        stand_in.to_str().unwrap(),
+    ];
     // In this test's cgroup, root's: refused, nothing ran.
     d.f.jobenv(jobenv_bin!())
         .verb("apply")

@@ -79,7 +79,9 @@ fn roots_file(f: &Fixture, name: &str, text: &str) -> PathBuf {
 fn as_root(f: &Fixture, args: &[&str]) -> JobRun {
     let run = f.jobenv(jobenv_bin!()).args(args.iter().copied());
     match args.first() {
-        Some(&"run") if !args.contains(&"--nix-shell") => run.args(["--nix-shell", f.nix_shell_stand_in().to_str().unwrap()]),
+        Some(&"run") if !args.contains(&"--nix-shell") => {
+            run.args(["--nix-shell", f.nix_shell_stand_in().to_str().unwrap()])
+        }
         _ => run,
     }
 }
@@ -153,8 +155,14 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
     // always one of its own (outside the state directory: the worker's key, say).
     std::fs::hard_link(&shadow, f.state_dir().join("locks/job-hard.lock")).unwrap();
     let workers = f.job_dir().join("workers-key");
-    plant(&f, &format!("echo the-workers-key > {0}
-ln {0} locks/job-own.lock", workers.display()));
+    plant(
+        &f,
+        &format!(
+            "echo the-workers-key > {0}
+ln {0} locks/job-own.lock",
+            workers.display()
+        ),
+    );
 
     as_root(&f, &["run", "--verb", "apply", "--job-id", "victim"])
         .payload(&payload("ns"))
@@ -753,13 +761,18 @@ fn recover_goes_on_past_a_planted_record_and_past_a_stdout_that_is_gone() {
 fn identity(status: &str) -> Vec<String> {
     status
         .lines()
-        .filter(|l| ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:"].iter().any(|k| l.starts_with(k)))
+        .filter(|l| {
+            ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect()
 }
 
 /// A run by hand as root of a program that records who it is, then waits for the test: who
-/// jobenv itself is while it waits, and who its program was.
+/// jobenv itself is while it waits (and whether its `/proc` entry is still sealed: its
+/// `environ` root's, as for a process that is not dumpable), and who its program was.
 fn who_runs(f: &Fixture) -> (Vec<String>, Vec<String>) {
     let mut running = as_root(f, &["run", "--verb", "apply", "--job-id", "who"])
         .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}))
@@ -769,10 +782,15 @@ fn who_runs(f: &Fixture) -> (Vec<String>, Vec<String>) {
         std::fs::read_to_string(&ids).is_ok_and(|t| t.ends_with("end\n"))
     });
     let jobenv = std::fs::read_to_string(format!("/proc/{}/status", running.id())).unwrap_or_default();
+    let sealed = std::fs::metadata(format!("/proc/{}/environ", running.id())).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    });
     std::fs::write(&go, "").unwrap();
     let status = wait_exit(&mut running, Duration::from_secs(20));
     assert!(recorded, "the program did not record who it is");
     assert_eq!(status.and_then(|s| s.code()), Some(0));
+    assert_eq!(sealed.ok(), Some(0), "jobenv's /proc entry is not sealed");
     (identity(&jobenv), identity(&std::fs::read_to_string(&ids).unwrap()))
 }
 
@@ -832,7 +850,10 @@ fn jobenv_started_as_root_on_the_workers_state_directory_is_the_worker() {
     // there is root's), so the lines above do tell who a process is.
     let f = who_node();
     let (jobenv, program) = who_runs(&f);
-    assert!(jobenv[0].starts_with("Uid: 0 0 0 0") && program[0] == jobenv[0], "{jobenv:?} {program:?}");
+    assert!(
+        jobenv[0].starts_with("Uid: 0 0 0 0") && program[0] == jobenv[0],
+        "{jobenv:?} {program:?}"
+    );
     assert_ne!(jobenv[3], "CapPrm: 0000000000000000", "{jobenv:?}");
     as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
     assert_eq!(std::fs::metadata(f.state_dir().join("draining")).unwrap().uid(), 0);
@@ -864,7 +885,10 @@ fn root_that_cannot_become_the_owner_is_refused_and_touches_nothing() {
         f.state_dir().display()
     );
     for args in [&["status"][..], &["drain", "--wait", "0"], &["recover"], &["prune"]] {
-        let done = without_setid(as_root(&f, args)).expect_code(2).expect_stderr_contains(&said).run();
+        let done = without_setid(as_root(&f, args))
+            .expect_code(2)
+            .expect_stderr_contains(&said)
+            .run();
         assert_eq!(done.stdout, "", "{args:?}: {done:?}");
     }
     without_setid(as_root(&f, &["run", "--verb", "apply", "--job-id", "refused"]).payload(&payload("ns")))
@@ -876,6 +900,8 @@ fn root_that_cannot_become_the_owner_is_refused_and_touches_nothing() {
     assert_eq!(runs(&f), 1);
     // Positive control: the same root, on a state directory of its own, goes on.
     let own = Fixture::new();
-    let done = without_setid(own.jobenv(jobenv_bin!()).args(["status"])).expect_success().run();
+    let done = without_setid(own.jobenv(jobenv_bin!()).args(["status"]))
+        .expect_success()
+        .run();
     assert_eq!(done.stdout, "[]\n");
 }

@@ -575,7 +575,10 @@ mod tests {
         let own = super::super::hierarchy::own_cgroup().expect("a writable cgroup v2");
         let dir = own.join(format!("jobenv-unit-foreign-{}", std::process::id()));
         let error = Cgroup::create(&dir, 65534).err().expect("refused");
-        assert!(error.contains("would belong to uid 0, not to the state directory's owner (uid 65534)"), "{error}");
+        assert!(
+            error.contains("would belong to uid 0, not to the state directory's owner (uid 65534)"),
+            "{error}"
+        );
         assert!(!dir.exists(), "the refused cgroup was left");
         // Positive control: for root's own state directory, it is made, and root's.
         let cgroup = Cgroup::create(&dir, 0).unwrap();
