@@ -14,8 +14,7 @@
 //!    the run).
 //!
 //! A failed step leaves no entry: the next job of the key evaluates again. A job that is not
-//! cached runs step 2 alone, rooted in a directory of its own that goes when it ends (or, run
-//! as root in another user's state directory, without a root).
+//! cached runs step 2 alone, rooted in a directory of its own that goes when it ends.
 
 use std::collections::BTreeMap;
 use std::io::Read;

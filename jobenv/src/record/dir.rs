@@ -40,7 +40,7 @@ use crate::error::shown_path;
 /// The most jobenv reads of one file in the state directory. The largest file it writes there is
 /// a journal entry: a few KiB (one attempt is a few hundred bytes, and a job id has few: Windmill
 /// runs a job at most three times, a front-end resubmits an interrupted one now and then). 1 MiB
-/// leaves room for thousands of attempts, and is little for root to hold in memory however many
+/// leaves room for thousands of attempts, and is little for jobenv to hold in memory however many
 /// planted files there are.
 pub const MAX_READ: u64 = 1 << 20;
 

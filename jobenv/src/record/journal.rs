@@ -192,7 +192,7 @@ impl Journal {
 
     /// Every entry, one at a time, in no particular order: `each` is given each in turn, and
     /// nothing holds more than one (a state directory of the worker's user may hold 100,000
-    /// entries of up to 1 MiB: root's `recover`, `drain` and `status` must not hold them all).
+    /// entries of up to 1 MiB: `recover`, `drain` and `status` must not hold them all).
     /// Files that are no entry are skipped: temporary files and stop requests (`.`-names) and
     /// other names silently, a `.json` not named for a valid job id, or corrupt (unreadable, no
     /// regular file of its own, too large, not JSON, not named for its `job_id`, of a newer
