@@ -162,17 +162,17 @@ pub async fn converge(
     Ok((Some(operator), outcome, what))
 }
 
-/// Runs `work` with an impersonation token of the operator (and its prefix), which is deleted,
-/// by itself, as soon as `work` is done, whatever it came to. Its deletion failing fails the
-/// whole (the token has the operator's full rights): the next run revokes it with the
+/// Runs `work` with an impersonation token of the operator `email` (and its prefix), which is
+/// deleted, by itself, as soon as `work` is done, whatever it came to. Its deletion failing fails
+/// the whole (the token has the operator's full rights): the next run revokes it with the
 /// operator's other tokens.
 async fn as_operator<T>(
     api: &Windmill,
-    operator: &Operator,
+    email: &str,
     secrets: &mut Vec<Secret>,
     work: impl AsyncFnOnce(&Windmill, &Secret, &mut Vec<Secret>) -> Result<T>,
 ) -> Result<T> {
-    let impersonation = api.impersonate(&operator.email, IMPERSONATION_LABEL).await?;
+    let impersonation = api.impersonate(email, IMPERSONATION_LABEL).await?;
     secrets.push(impersonation.clone());
     let prefix = impersonation.prefix();
     secrets.push(prefix.clone());
@@ -195,7 +195,7 @@ pub async fn mint(
     front: &mut Option<Minted>,
     secrets: &mut Vec<Secret>,
 ) -> Result<()> {
-    as_operator(api, operator, secrets, async |as_it, _, secrets| {
+    as_operator(api, &operator.email, secrets, async |as_it, _, secrets| {
         let minted = token::mint(as_it, spec, secrets).await?;
         *front = Some(minted.owned_by_itself());
         Ok(())
@@ -206,7 +206,12 @@ pub async fn mint(
 /// The operator's tokens (`tokens/list` as the operator), without the impersonation token
 /// that listed them.
 pub async fn tokens(api: &Windmill, operator: &Operator, secrets: &mut Vec<Secret>) -> Result<Vec<TokenInfo>> {
-    as_operator(api, operator, secrets, async |as_it, own, secrets| {
+    tokens_of(api, &operator.email, secrets).await
+}
+
+/// The tokens of the user `email` (an operator, now or before), listed as it.
+pub async fn tokens_of(api: &Windmill, email: &str, secrets: &mut Vec<Secret>) -> Result<Vec<TokenInfo>> {
+    as_operator(api, email, secrets, async |as_it, own, secrets| {
         let listed = as_it.list_tokens().await?;
         secrets.extend(listed.iter().map(|t| Secret::new(&t.token_prefix)));
         Ok(listed.into_iter().filter(|t| t.token_prefix != own.expose()).collect())
@@ -235,7 +240,7 @@ pub async fn revoke(
 ) -> Result<usize> {
     let keep_older = !config.token.revoke_previous;
     let label = config.token.label.clone();
-    as_operator(api, operator, secrets, async |as_it, own, secrets| {
+    as_operator(api, &operator.email, secrets, async |as_it, own, secrets| {
         let listed = as_it.list_tokens().await?;
         let mut deleted = 0;
         // The listing's own impersonation token goes last, by `as_operator`.
@@ -243,6 +248,23 @@ pub async fn revoke(
             .into_iter()
             .filter(|t| t.token_prefix != own.expose())
         {
+            let prefix = Secret::new(&token.token_prefix);
+            secrets.push(prefix.clone());
+            as_it.delete_token(&prefix).await?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    })
+    .await
+}
+
+/// Step 9's part for an operator the bootstrap minted as before (`email`, no longer
+/// `token.user_email`): every one of its tokens deleted, as it; how many.
+pub async fn revoke_all(api: &Windmill, email: &str, secrets: &mut Vec<Secret>) -> Result<usize> {
+    as_operator(api, email, secrets, async |as_it, own, secrets| {
+        let listed = as_it.list_tokens().await?;
+        let mut deleted = 0;
+        for token in listed.iter().filter(|t| t.token_prefix != own.expose()) {
             let prefix = Secret::new(&token.token_prefix);
             secrets.push(prefix.clone());
             as_it.delete_token(&prefix).await?;

@@ -7,15 +7,17 @@
 //!   again cancelled. A 404 there is a script with no runnable version (Windmill runs a version
 //!   only once a worker locked it: step 5 waits for that).
 //! - **What it must be refused**: the calls that would run code or reach jobs that are not its
-//!   own (previews, flow previews, dynamic selects, dependency jobs, another script of the
-//!   folder and one outside it, batches, imports, deleting jobs, reading and cancelling a job of
+//!   own (previews, flow previews, dynamic selects, dependency jobs, inline previews, another
+//!   script of the folder and one outside it, batches, imports, deleting jobs, reading and
+//!   cancelling a job of
 //!   the superadmin's), write code or rights (scripts, flows, variables, resources, folders, the
 //!   folder's ACL, tokens), settings and another workspace. Each targets something that exists
 //!   (the probe scripts of step 5, a job of the superadmin's queued for the proof, its own job)
 //!   and sends a body that would be read, so that only a refusal keeps it from happening: 401 or
 //!   403 (or the 500 `Permission denied` of versions that mapped it so, or the cancel route's 400
 //!   `You are not logged in` to a token its scopes do not let through) is a refusal; a 404 with
-//!   no body is a route this version does not have (nobody can use it); 2xx is a grant and fails
+//!   no body is a route this version does not have (nobody can use it), and so is the 500 of a
+//!   route whose code was not built in (`… requires the worker feature`); 2xx is a grant and fails
 //!   the step; any other answer (a 404 `not found`, a 400 or 422 about the body) is about
 //!   something else and fails the step too: it proves no refusal. A call that a configured
 //!   scope names the domain of is not proved (the configuration grants it), and said so.
@@ -24,6 +26,10 @@
 //! - Windmill before 1.715 lets any member read a job of the workspace by its id, and before
 //!   1.772 cancel one: on those versions reading and cancelling the superadmin's job are granted,
 //!   which the step reports with a warning rather than failing (nixpkgs' 1.587 is one of them).
+//! - What no call can show: a flaw of older Windmills that lets whoever may run a script choose
+//!   the code its worker runs ([`FLAWS`]). It shows only on the worker, in a job that runs, so it
+//!   is judged by the version the server names, and reported with a warning (a version that
+//!   names none may have it).
 //!
 //! `--check`'s test that a stored token works: the front-end's reads the jobs it may see (200)
 //! and is refused a read its scopes do not cover; the UI's gets `GET /api/users/whoami` (200).
@@ -43,6 +49,29 @@ pub const FAR_AHEAD_SECS: i64 = 3_155_760_000;
 /// The harmless code of the previews the token must be refused (were one granted, it would be
 /// scheduled a century ahead and cancelled).
 const PROBE_CODE: &str = "# fediversity-windmill-bootstrap: a preview the front-end must be refused\nexit 0\n";
+
+/// A flaw of Windmill before `fixed` that lets whoever may run a script run code of its choosing
+/// on the worker: nothing the API answers shows it (it happens when a worker runs the job), so it
+/// is judged by the version the server names.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Flaw {
+    pub advisory: &'static str,
+    pub fixed: &'static str,
+    /// What the flawed versions do, after "it".
+    pub what: &'static str,
+}
+
+/// The flaws of the versions the bootstrap speaks to (1.509 to 1.788) that a token which runs
+/// the deploy script reaches: Windmill takes a job's `_ENTRYPOINT_OVERRIDE` argument (any caller
+/// of `jobs/run/p/<path>` sets it) as the function its wrapper calls, and until 1.703.3 its
+/// workers pasted it unchecked into the Python (and Bun, Deno, PHP) wrapper they run
+/// (`python_executor.rs`, `prepare_wrapper`; fixed by "validate entrypoint override to prevent
+/// worker code injection", upstream #9204).
+pub const FLAWS: &[Flaw] = &[Flaw {
+    advisory: "GHSA-wxjq-w5pj-jqhx",
+    fixed: "1.703.3",
+    what: "pastes a job's _ENTRYPOINT_OVERRIDE argument unchecked into the code its worker runs",
+}];
 
 /// What the proof reaches: the workspace, the folder, the probe scripts of step 5 (in the folder,
 /// outside it).
@@ -71,6 +100,10 @@ pub struct Proof {
     pub gaps: Vec<(&'static str, &'static str, String)>,
     /// An unscoped token: nothing to be refused.
     pub unscoped: bool,
+    /// The flaws of this version that let the token run code of its choosing (see [`FLAWS`]),
+    /// and whether the version is known (`false`: it names none, so it may have them).
+    pub flaws: Vec<&'static Flaw>,
+    pub version_known: bool,
 }
 
 impl Proof {
@@ -93,10 +126,35 @@ impl Proof {
         );
     }
 
+    /// One warning line per flaw of this version (or, when it names none, that it may have).
+    pub fn warn_of_flaws(&self, version: &str) {
+        for flaw in &self.flaws {
+            let (is, it) = if self.version_known {
+                (format!("is older than {}", flaw.fixed), "it")
+            } else {
+                (
+                    format!(
+                        "does not name its version, and one older than {} would be open",
+                        flaw.fixed
+                    ),
+                    "such a version",
+                )
+            };
+            tracing::warn!(
+                "Windmill {version} {is}: {it} {} ({}), so whoever holds the front-end's token runs code of its choosing on the worker, \
+                 which reads the node's deploy secrets, whatever the token's scopes; upgrade Windmill to {} or later",
+                flaw.what,
+                flaw.advisory,
+                flaw.fixed
+            );
+        }
+    }
+
     pub fn describe(&self) -> String {
         let mut text = format!("which {} a job of {}", self.did, self.ran.join(" and "));
         if self.unscoped {
             text.push_str(", unscoped, so no limit to prove");
+            text.push_str(&self.describe_flaws());
             return text;
         }
         text.push_str(&format!(
@@ -120,7 +178,24 @@ impl Proof {
                 .collect();
             text.push_str(&format!("; granted by this Windmill: {}", gaps.join(", ")));
         }
+        text.push_str(&self.describe_flaws());
         text
+    }
+
+    fn describe_flaws(&self) -> String {
+        if self.flaws.is_empty() {
+            return String::new();
+        }
+        let flaws: Vec<String> = self
+            .flaws
+            .iter()
+            .map(|f| format!("{} (fixed in Windmill {})", f.advisory, f.fixed))
+            .collect();
+        let open = if self.version_known { "open" } else { "maybe open" };
+        format!(
+            "; {open} to code of the token's choosing on the worker: {}",
+            flaws.join(", ")
+        )
     }
 }
 
@@ -185,6 +260,15 @@ fn refusals(t: &Targets, own_job: &str, admin_job: &str) -> Vec<Refusal> {
             Method::POST,
             format!("{w}/jobs/run/dependencies"),
             Some(json!({"raw_scripts": [], "entrypoint": "main"})),
+            None,
+        ),
+        // Runs the code at once, in the server's process (1.590 on): `jobs:write` passes its route
+        // check, and before 1.703.3 its handler refused neither operators nor scoped tokens.
+        call(
+            "an inline preview",
+            Method::POST,
+            format!("{w}/jobs/run_inline/preview"),
+            Some(json!({"content": "SELECT 1", "language": "duckdb", "args": {}})),
             None,
         ),
         call(
@@ -338,6 +422,8 @@ fn verdict(status: u16, body: &str) -> Verdict {
         // whom it refuses a job that is not an anonymous one's.
         400 if body.contains("You are not logged in") => Verdict::Refused,
         404 if body.trim().is_empty() => Verdict::Absent,
+        // The stub a build without the route's code answers (nixpkgs builds no `run_inline`).
+        500 if body.contains("requires the worker feature") => Verdict::Absent,
         200..=299 => Verdict::Granted(status),
         other => Verdict::Other(other),
     }
@@ -496,6 +582,12 @@ async fn prove_queuing(
             "token.scopes name no script to run (jobs:run:scripts:<paths>): the front-end could not deploy".to_owned(),
         ));
     };
+    // It runs a script: what the version lets a run do that no answer shows.
+    proof.version_known = at_least(version, "1.0").is_some();
+    proof.flaws = FLAWS
+        .iter()
+        .filter(|flaw| at_least(version, flaw.fixed) != Some(true))
+        .collect();
     if spec.scopes.is_empty() {
         proof.unscoped = true;
         return Ok(proof);
@@ -686,6 +778,10 @@ mod tests {
         );
         assert_eq!(verdict(404, ""), Verdict::Absent);
         assert_eq!(
+            verdict(500, "Internal: inline preview requires the worker feature"),
+            Verdict::Absent
+        );
+        assert_eq!(
             verdict(201, "0190aaaa-0000-4000-a000-000000000001"),
             Verdict::Granted(201)
         );
@@ -707,6 +803,11 @@ mod tests {
         assert_eq!(at_least("EE v1.1000.2", "1.772"), Some(true));
         assert_eq!(at_least("CE unknown-version", "1.772"), None);
         assert_eq!(at_least("", "1.772"), None);
+        // Three parts: the flaw fixed in 1.703.3.
+        assert_eq!(at_least("CE v1.703.2", "1.703.3"), Some(false));
+        assert_eq!(at_least("CE v1.703.3", "1.703.3"), Some(true));
+        assert_eq!(at_least("CE v1.704.0", "1.703.3"), Some(true));
+        assert_eq!(at_least("CE v1.704", "1.703.3"), Some(true));
     }
 
     #[test]
@@ -728,8 +829,14 @@ mod tests {
             probe_outside: "u/admin/bootstrap_probe",
         };
         let all = refusals(&t, "own", "theirs");
-        assert_eq!(all.len(), 22);
+        assert_eq!(all.len(), 23);
         for r in &all {
+            // An inline preview queues nothing, it runs at once: were it granted, only a query
+            // of nothing would have run.
+            if r.path.contains("/jobs/run_inline/") {
+                assert_eq!(r.body.as_ref().unwrap()["content"], "SELECT 1");
+                continue;
+            }
             // Whatever would queue a job is scheduled a century ahead.
             if r.path.contains("/jobs/run") {
                 assert!(
@@ -749,6 +856,6 @@ mod tests {
             workspace: "admins",
             ..t
         };
-        assert_eq!(refusals(&admins, "own", "theirs").len(), 21);
+        assert_eq!(refusals(&admins, "own", "theirs").len(), 22);
     }
 }

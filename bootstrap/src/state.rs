@@ -6,6 +6,11 @@
 //!   live and forgotten: step 9 revokes the tokens of each label listed, `--check` reports those
 //!   still live. A label is written before the first token of it is minted (step 3), so a run
 //!   that dies in between still knows it.
+//! - `operators`: the email of every workspace operator (`token.user_email`) it minted the
+//!   front-end's token as and has not revoked every token of. An operator changed in the
+//!   configuration would otherwise keep its tokens, a leaked one included, live and able to run
+//!   the deploy script: step 9 revokes every token of each one listed but the current, `--check`
+//!   reports those still live. Written, like the labels, before the first token is minted.
 //! - `scripts`: per workspace and script path, the hash of the last version the bootstrap created.
 //!   Windmill fills a python3 script's `lock` itself (its dependency job) on the versions the
 //!   bootstrap creates; on anyone else's version a lock may be one they wrote (pinned packages of
@@ -27,6 +32,8 @@ use crate::error::{Error, Result};
 struct Stored {
     #[serde(default)]
     labels: BTreeSet<String>,
+    #[serde(default)]
+    operators: BTreeSet<String>,
     #[serde(default)]
     scripts: BTreeMap<String, BTreeMap<String, String>>,
 }
@@ -92,6 +99,20 @@ impl State {
         self.stored.labels.retain(|l| keep.contains(l.as_str()));
     }
 
+    /// The operators the bootstrap minted a front-end token as and may still have tokens of.
+    pub fn operators(&self) -> &BTreeSet<String> {
+        &self.stored.operators
+    }
+
+    pub fn add_operator(&mut self, email: &str) {
+        self.stored.operators.insert(email.to_owned());
+    }
+
+    /// After every token of the others was revoked: only `email` remains.
+    pub fn keep_operator(&mut self, email: &str) {
+        self.stored.operators.retain(|o| o == email);
+    }
+
     /// The hash of the last version of `path` the bootstrap created in `workspace`.
     pub fn created(&self, workspace: &str, path: &str) -> Option<&str> {
         self.stored
@@ -154,6 +175,8 @@ mod tests {
         let mut state = State::load(&path).unwrap();
         assert!(state.labels().is_empty() && state.created("w", "f/a/b").is_none());
         state.add_labels(["front", "ui", "old"]);
+        state.add_operator("old@example.invalid");
+        state.add_operator("front@example.invalid");
         state.record_created("w", "f/a/b", "0123456789abcdef");
         assert!(state.save().unwrap());
         assert!(!state.save().unwrap(), "unchanged: not written again");
@@ -168,9 +191,15 @@ mod tests {
             ["front", "old", "ui"]
         );
         assert_eq!(again.created("w", "f/a/b"), Some("0123456789abcdef"));
+        assert_eq!(again.operators().len(), 2);
         again.keep_labels(["front", "ui"]);
+        again.keep_operator("front@example.invalid");
         assert!(again.save().unwrap());
         assert_eq!(State::load(&path).unwrap().labels().len(), 2);
+        assert_eq!(
+            State::load(&path).unwrap().operators().iter().collect::<Vec<_>>(),
+            ["front@example.invalid"]
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod cli;
 pub mod error;
 pub mod evaluation;
 pub mod events;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;

@@ -185,6 +185,14 @@ fn scripts(raw: file::Scripts, problems: &mut Problems) -> Option<Scripts> {
 
 fn token(raw: file::Token, folder: &str, admin_email: &str, problems: &mut Problems) -> Token {
     checks::token_label("token.label", &raw.label, problems);
+    if raw.label == crate::operator::IMPERSONATION_LABEL {
+        // Step 9 keeps the operator's older tokens of token.label when revoke_previous is off:
+        // an impersonation token a dead run left behind (unscoped) would be kept with them.
+        problems.add(format!(
+            "token.label must not be {:?}: the bootstrap labels the operator's short-lived impersonation tokens so, and revokes every one a run left behind",
+            raw.label
+        ));
+    }
     let user_email = raw.user_email.trim().to_lowercase();
     checks::email("token.user_email", &user_email, problems);
     if user_email == admin_email.trim().to_lowercase() {

@@ -3,7 +3,7 @@
 //! the include's of the superadmin's, each of its label, minted as configured, and still
 //! working; the include is as a run writes it, in a directory others cannot write; the operator
 //! has no other token, and no other token of the UI's label, nor any of a label the bootstrap
-//! used before, is live. The operator's tokens are listed as the operator, with an
+//! used before, nor any of an operator it minted as before, is live. The operator's tokens are listed as the operator, with an
 //! impersonation token that is deleted right after (like the login session, a credential for
 //! looking that does not outlive the check).
 
@@ -25,6 +25,8 @@ pub(super) struct Listed {
     pub admin: Vec<TokenInfo>,
     /// None: there is no operator to own any.
     pub operator: Option<(Operator, Vec<TokenInfo>)>,
+    /// The operators the bootstrap minted as before, and their tokens.
+    pub former: Vec<(String, Vec<TokenInfo>)>,
 }
 
 /// A stored token against the live ones of its owner (`of`: who, for the line) and, when live,
@@ -78,6 +80,7 @@ pub(super) async fn openbao(
     bao: &OpenBao,
     config: &Config,
     operator: Option<&Operator>,
+    former: &[String],
     secrets: &mut Vec<Secret>,
 ) -> Result<Noted<(Option<Secret>, Listed)>> {
     let spec = TokenSpec::front_end(config);
@@ -85,13 +88,24 @@ pub(super) async fn openbao(
     let stored = bao.get(&config.openbao.path, &config.openbao.field).await?;
     secrets.extend(stored.clone());
     let admin = session.list_tokens().await?;
-    let listed = match operator {
+    let mut listed = match operator {
         Some(operator) => Listed {
             admin,
             operator: Some((operator.clone(), operator::tokens(session, operator, secrets).await?)),
+            former: Vec::new(),
         },
-        None => Listed { admin, operator: None },
+        None => Listed {
+            admin,
+            operator: None,
+            former: Vec::new(),
+        },
     };
+    if config.token.revoke_previous {
+        for email in former {
+            let tokens = operator::tokens_of(session, email, secrets).await?;
+            listed.former.push((email.clone(), tokens));
+        }
+    }
     let Some(stored) = stored else {
         return Ok(noted(
             format!("{place} holds no token"),
@@ -206,9 +220,18 @@ pub(super) fn revoke(
     });
     let (of_operator, n_operator) = theirs.unwrap_or_else(|| ("no operator yet".to_owned(), 0));
     let admin = admin_tokens(config, &listed.admin, state, [None, stored[1].clone()])?;
-    let any = n_operator > 0 || admin.outcome != Outcome::Unchanged;
+    // Every token of a former operator is one a run would delete (listed with revoke_previous only).
+    let of_former: String = listed
+        .former
+        .iter()
+        .map(|(email, tokens)| format!(", {} of the former operator {email}", tokens.len()))
+        .collect();
+    let any = n_operator > 0 || admin.outcome != Outcome::Unchanged || listed.former.iter().any(|(_, t)| !t.is_empty());
     let what = if config.token.revoke_previous {
-        format!("tokens besides the stored ones: {of_operator}, {}", admin.what)
+        format!(
+            "tokens besides the stored ones: {of_operator}, {}{of_former}",
+            admin.what
+        )
     } else {
         format!("{}; tokens besides the stored one: {of_operator}", admin.what)
     };

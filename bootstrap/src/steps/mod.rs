@@ -75,7 +75,14 @@ pub async fn run(config: &Config, local: Vec<LocalScript>, check: bool, secrets:
             let (front, listed) = notes
                 .step(
                     Step::OpenBao,
-                    check_tokens::openbao(&session, &bao, config, workspace.operator.as_ref(), secrets),
+                    check_tokens::openbao(
+                        &session,
+                        &bao,
+                        config,
+                        workspace.operator.as_ref(),
+                        &tokens::former_operators(config, &state),
+                        secrets,
+                    ),
                 )
                 .await?;
             let ui = notes

@@ -35,8 +35,9 @@ pub(super) fn warn_if_unscoped(config: &Config) {
 }
 
 /// Step 3: the UI's token, with the login session. Every later call of the run uses it, so a
-/// run that gets further proves it works. Both labels are written to the state file first, so
-/// that a later run knows to revoke their tokens even if this one dies right after minting.
+/// run that gets further proves it works. Both labels and the operator are written to the state
+/// file first, so that a later run knows to revoke their tokens even if this one dies right after
+/// minting.
 pub(super) async fn mint_ui(
     session: &Windmill,
     config: &Config,
@@ -44,6 +45,7 @@ pub(super) async fn mint_ui(
     secrets: &mut Vec<Secret>,
 ) -> Result<Noted<Minted>> {
     state.add_labels([config.token.label.as_str(), config.ui_auth.label.as_str()]);
+    state.add_operator(&config.token.user_email);
     state.save()?;
     let minted = token::mint(session, TokenSpec::ui(config), secrets).await?;
     let what = format!(
@@ -78,6 +80,7 @@ pub(super) async fn openbao(
     };
     let proof = proof::prove(&api.with_token(minted.secret()), api, &minted.spec, &targets, version).await?;
     proof.warn_of_gaps(version);
+    proof.warn_of_flaws(version);
     let (how, outcome, unknown) = match token::store_in_openbao(bao, config, minted).await? {
         InOpenBao::Written(written) => {
             let mount = match &written.mount {
@@ -133,8 +136,9 @@ pub(super) fn ui_auth(config: &Config, ui: &mut Minted) -> Result<Noted<()>> {
 /// Step 9: every token of the operator but the one OpenBao holds now (with
 /// `token.revoke_previous` off, older ones of its label are kept); with `token.revoke_previous`,
 /// the superadmin's older tokens of both labels (the UI's, and the front-end's of before it was
-/// an operator's) and every token of the labels the state file lists that are no longer
-/// configured; then the state file lists only the two.
+/// an operator's), every token of the labels the state file lists that are no longer
+/// configured, and every token of the operators it lists that are no longer `token.user_email`;
+/// then the state file lists only the two labels and the operator.
 pub(super) async fn revoke(
     api: &Windmill,
     config: &Config,
@@ -168,7 +172,13 @@ pub(super) async fn revoke(
         return Ok(noted(what, outcome, ()));
     }
     let deleted = token::revoke(api, minted, &former, secrets).await?;
+    let mut of_former = Vec::new();
+    for email in former_operators(config, state) {
+        let n = operator::revoke_all(api, &email, secrets).await?;
+        of_former.push((email, n));
+    }
     state.keep_labels(labels.iter().copied());
+    state.keep_operator(&config.token.user_email);
     state.save()?;
     let front_label = &config.token.label;
     let counts: Vec<String> = std::iter::once(of_operator)
@@ -181,8 +191,13 @@ pub(super) async fn revoke(
                 format!("{n} labeled {label}")
             }
         }))
+        .chain(
+            of_former
+                .iter()
+                .map(|(email, n)| format!("{n} of the former operator {email}")),
+        )
         .collect();
-    let outcome = if theirs > 0 || deleted.iter().any(|(_, n)| *n > 0) {
+    let outcome = if theirs > 0 || deleted.iter().any(|(_, n)| *n > 0) || of_former.iter().any(|(_, n)| *n > 0) {
         Outcome::Updated
     } else {
         Outcome::Unchanged
@@ -192,4 +207,16 @@ pub(super) async fn revoke(
         outcome,
         (),
     ))
+}
+
+/// The operators the state file lists besides `token.user_email`: the bootstrap minted as them
+/// before. Never the superadmin (the configuration refuses it as the operator; a state file
+/// edited to list it would have step 9 delete the run's own tokens).
+pub(super) fn former_operators(config: &Config, state: &State) -> Vec<String> {
+    state
+        .operators()
+        .iter()
+        .filter(|email| **email != config.token.user_email && !email.eq_ignore_ascii_case(&config.windmill.admin_email))
+        .cloned()
+        .collect()
 }

@@ -321,6 +321,12 @@ fn the_two_token_labels_and_the_scopes_are_checked_before_anything_is_sent() {
         ),
         (json!({"ui_auth": {"label": ""}}), "error: ui_auth.label is empty"),
         (
+            // With token.revoke_previous off, the operator's older tokens of token.label are
+            // kept: a left-over impersonation token (unscoped) would be kept with them.
+            json!({"token": {"label": "fediversity-windmill-bootstrap", "revoke_previous": false}}),
+            "error: token.label must not be \"fediversity-windmill-bootstrap\": the bootstrap labels the operator's short-lived impersonation tokens so, and revokes every one a run left behind",
+        ),
+        (
             json!({"token": {"label": "two\nlines"}}),
             "error: token.label must be at most 255 characters without control characters",
         ),

@@ -160,7 +160,7 @@ fn a_fresh_node_converges(profile: Profile) {
             "GET /api/w/fediversity/jobs_u/get/{id}",
         ]
     );
-    assert_eq!(calls.len(), 8 + 22);
+    assert_eq!(calls.len(), 8 + 23);
     let jobs = w.jobs();
     assert!(!jobs.is_empty());
     assert!(jobs.iter().all(|j| j.completed && j.canceled), "{jobs:?}");

@@ -72,6 +72,52 @@ fn a_label_that_changes_leaves_no_token_of_the_old_one() {
 }
 
 #[test]
+fn an_operator_that_changes_leaves_no_token_of_the_old_one() {
+    let mut node = support::node();
+    assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);
+    let front_a = support::stored_token(&node).unwrap();
+    // A copy of the front-end's token leaked, and another token of the operator's.
+    let leaked = node
+        .windmill
+        .insert_tokens_of(support::OPERATOR_EMAIL, "someone-minted-it", 1);
+    // (The state file lists the operators minted as.)
+
+    // The front-end gets an operator of its own name.
+    node.config["token"]["user_email"] = json!("deployer@fediversity.invalid");
+    let check = node.run(bootstrap_bin!(), &["--check"]);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    // Neither the old front-end token nor any other of the old operator is live.
+    for gone in leaked.iter().chain([&front_a]) {
+        assert!(!node.windmill.has_token(gone));
+    }
+    assert_eq!(support::of(&node, support::OPERATOR_EMAIL), Vec::<String>::new());
+    assert_eq!(
+        support::of(&node, "deployer@fediversity.invalid"),
+        vec![support::stored_token(&node).unwrap()]
+    );
+    assert!(
+        run.step_line(9)
+            .contains(", 2 of the former operator frontend@fediversity.invalid: updated"),
+        "{run:?}"
+    );
+    // --check had seen them.
+    assert_eq!(check.code, 1, "{check:?}");
+    assert!(
+        check
+            .step_line(9)
+            .contains(", 2 of the former operator frontend@fediversity.invalid: would update"),
+        "{check:?}"
+    );
+    // Revoked, it leaves the state file; the node checks clean.
+    assert_eq!(
+        node.state().unwrap()["operators"],
+        json!(["deployer@fediversity.invalid"])
+    );
+    assert_eq!(node.run(bootstrap_bin!(), &["--check"]).code, 0);
+}
+
+#[test]
 fn a_run_that_dies_after_minting_under_a_new_label_still_has_it_revoked_later() {
     let mut node = support::node();
     assert_eq!(node.run(bootstrap_bin!(), &[]).code, 0);

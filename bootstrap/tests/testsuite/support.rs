@@ -156,8 +156,13 @@ pub const RUN_SCOPE: &str = "jobs:run:scripts:f/fediversity/deploy,f/fediversity
 /// What step 7's line says of the proof on `profile` with the default scopes.
 pub fn proof(profile: Profile) -> String {
     let absent: &[&str] = match profile {
-        Profile::V1_509 => &["a dynamic select", "importing jobs", "deleting jobs"],
-        Profile::V1_587 => &["importing jobs", "deleting jobs"],
+        Profile::V1_509 => &[
+            "a dynamic select",
+            "an inline preview",
+            "importing jobs",
+            "deleting jobs",
+        ],
+        Profile::V1_587 => &["an inline preview", "importing jobs", "deleting jobs"],
         _ => &[],
     };
     let gaps: &[(&str, &str)] = match profile {
@@ -187,16 +192,24 @@ pub fn proof(profile: Profile) -> String {
             .collect();
         text.push_str(&format!("; granted by this Windmill: {}", gaps.join(", ")));
     }
+    if profile.pastes_entrypoint_override() {
+        text.push_str(&format!("; {FLAWED}"));
+    }
     text
 }
 
+/// What step 7's line adds on a version with the flaw no call shows (see `flaws`).
+pub const FLAWED: &str =
+    "open to code of the token's choosing on the worker: GHSA-wxjq-w5pj-jqhx (fixed in Windmill 1.703.3)";
+
 /// Every call the proof makes the token be refused, in order.
-pub const REFUSALS: [&str; 22] = [
+pub const REFUSALS: [&str; 23] = [
     "a preview",
     "a preview waiting for its result",
     "a flow preview",
     "a dynamic select",
     "a dependency job",
+    "an inline preview",
     "another script of the folder",
     "a script outside the folder",
     "a batch of jobs",

@@ -69,6 +69,13 @@ fn refusals() -> Vec<(&'static str, &'static str, &'static str, usize, serde_jso
             json!({"raw_scripts": [], "entrypoint": "main"}),
         ),
         (
+            "an inline preview",
+            "POST",
+            "/api/w/fediversity/jobs/run_inline/preview",
+            0,
+            json!({"content": "SELECT 1", "language": "duckdb", "args": {}}),
+        ),
+        (
             "another script of the folder",
             "POST",
             "/api/w/fediversity/jobs/run/p/f/fediversity/bootstrap_probe",
@@ -162,7 +169,9 @@ fn refusals() -> Vec<(&'static str, &'static str, &'static str, usize, serde_jso
 fn has(profile: Profile, what: &str) -> bool {
     match what {
         "a dynamic select" => profile != Profile::V1_509,
-        "importing jobs" | "deleting jobs" => matches!(profile, Profile::V1_743 | Profile::V1_788),
+        "importing jobs" | "deleting jobs" | "an inline preview" => {
+            matches!(profile, Profile::V1_743 | Profile::V1_788)
+        }
         _ => true,
     }
 }
@@ -404,6 +413,62 @@ fn reading_and_cancelling_a_job_that_is_not_its_own_is_a_warning_where_windmill_
     );
 }
 
+crate::on_every_profile!(
+    a_version_that_lets_a_run_choose_its_code_is_warned_of_by_its_version,
+    |profile| super::a_version_that_lets_a_run_choose_its_code_is_warned_of_by_its_version(profile)
+);
+
+/// The warning of a version before 1.703.3 (`is`: how the version is said to be one).
+fn flaw_warning(version: &str, is: &str) -> String {
+    format!(
+        "fediversity-windmill-bootstrap: warning: Windmill {version} {is} pastes a job's _ENTRYPOINT_OVERRIDE argument unchecked into the code \
+         its worker runs (GHSA-wxjq-w5pj-jqhx), so whoever holds the front-end's token runs code of its choosing on the worker, which reads the \
+         node's deploy secrets, whatever the token's scopes; upgrade Windmill to 1.703.3 or later"
+    )
+}
+
+fn a_version_that_lets_a_run_choose_its_code_is_warned_of_by_its_version(profile: Profile) {
+    // Before 1.703.3 a run of the deploy script with `_ENTRYPOINT_OVERRIDE` in its arguments runs
+    // code of the caller's choosing on the worker. The API takes that run like any other (the
+    // worker pastes it), so no call of the proof shows it: the version does.
+    let node = support::node_on(profile);
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let warning = flaw_warning(profile.version(), "is older than 1.703.3: it");
+    let flawed = profile.pastes_entrypoint_override();
+    assert_eq!(run.stderr.lines().any(|l| l == warning), flawed, "{run:?}");
+    assert_eq!(run.step_line(7).contains(support::FLAWED), flawed, "{run:?}");
+    // Every run says so, not only the first.
+    let again = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(again.stderr.lines().any(|l| l == warning), flawed, "{again:?}");
+}
+
+#[test]
+fn a_windmill_that_names_no_version_may_let_a_run_choose_its_code_and_is_warned_of() {
+    // As the 1.788 server built outside git answered: the version cannot rule the flaw out.
+    let node = support::node_on(Profile::V1_788);
+    node.windmill.set_version("CE unknown-version");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_has_line(
+        &run.stderr,
+        &flaw_warning(
+            "CE unknown-version",
+            "does not name its version, and one older than 1.703.3 would be open: such a version",
+        ),
+    );
+    assert!(
+        run.step_line(7)
+            .ends_with("; maybe open to code of the token's choosing on the worker: GHSA-wxjq-w5pj-jqhx (fixed in Windmill 1.703.3): created"),
+        "{run:?}"
+    );
+    // Positive control: naming one from 1.703.3 on, it says nothing.
+    node.windmill.set_version("CE v1.703.3");
+    let run = node.run(bootstrap_bin!(), &[]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(!run.stderr.contains("warning:"), "{run:?}");
+}
+
 #[test]
 fn a_windmill_that_does_not_enforce_scopes_fails_step_7_naming_its_version_and_stores_nothing() {
     let node = support::node();
@@ -494,8 +559,9 @@ fn empty_scopes_give_an_unscoped_operator_token_with_a_warning_on_every_run() {
         &format!(
             "fediversity-windmill-bootstrap: step 7/9 openbao: {} field value (mount secret/, KV v2) holds the new token labeled fediversity \
              (the superadmin's full rights; bound to workspace fediversity) of the operator frontend, which ran, read and cancelled a job of \
-             f/fediversity/deploy and f/fediversity/destroy, unscoped, so no limit to prove: updated",
-            node.bao_path
+             f/fediversity/deploy and f/fediversity/destroy, unscoped, so no limit to prove; {}: updated",
+            node.bao_path,
+            support::FLAWED
         ),
     );
     // Minted without scopes, still bound: the operator's rights in the workspace, none outside.

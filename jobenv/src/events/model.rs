@@ -26,12 +26,6 @@ pub enum Progress {
     Destroyed,
 }
 
-impl Progress {
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, Progress::Preparing | Progress::Running)
-    }
-}
-
 /// `info`: the program's stdout; `warning`: its stderr; `error`: jobenv's own failures (a
 /// rejected job, jobenv failing to run the program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]

@@ -12,7 +12,7 @@
 //! canceled) and what real servers answered ("Worker 9" on 1.743, "Worker 10" on 1.587 and
 //! 1.788): a cancel by a token whose scopes do not reach the route (`jobs:write`) is handled as
 //! one by an anonymous caller, a 400; an operator is refused previews, flow previews, inline
-//! dynamic selects and dependency jobs (401 `Operators cannot …`), batches (401 super admin
+//! dynamic selects, dependency jobs and inline previews (401 `Operators cannot …`), batches (401 super admin
 //! only), imports and deletions (403 admin only), flows, variables and resources (401).
 //!
 //! Who may read and cancel a job by its id differs by version ([`Profile::checks_job_reads`],
@@ -63,6 +63,9 @@ pub(super) fn route(
             dynamic_select(shared, call, caller, workspace)
         }
         ("POST", ["jobs", "run", "dependencies"]) => dependencies(shared, call, caller),
+        ("POST", ["jobs", "run_inline", "preview"]) if profile.has_inline_preview() => {
+            inline_preview(shared, call, caller)
+        }
         ("POST", ["jobs", "add_batch_jobs", n]) => add_batch(shared, call, caller, workspace, n),
         ("POST", ["jobs", "queue", "import"]) if profile.has_job_import_and_delete() => {
             import(shared, call, caller, workspace)
@@ -423,6 +426,33 @@ fn dependencies(shared: &Shared, call: &Call, caller: &Caller) -> Result<Reply, 
         ));
     }
     Ok(text(501, "the Windmill fake runs no dependency jobs"))
+}
+
+/// `run_inline_preview_script` (1.703.3 and later): the body, then operators refused, then
+/// `check_scopes("jobs:run")`; past them the code would run at once, in the server's process.
+fn inline_preview(shared: &Shared, call: &Call, caller: &Caller) -> Result<Reply, Reply> {
+    let preview: Value = call.json()?;
+    if preview.get("content").and_then(Value::as_str).is_none() || preview.get("language").is_none() {
+        return Err(text(
+            422,
+            "Failed to deserialize the JSON body into the target type: missing field `content` or `language`",
+        ));
+    }
+    if caller.operator {
+        return Err(text(401, OPERATORS_PREVIEW));
+    }
+    let (enforce, profile) = {
+        let state = shared.state();
+        (state.enforce_scopes, state.profile)
+    };
+    let bare_run = Needed {
+        domain: "jobs",
+        action: "run",
+        kind: None,
+        resource: None,
+    };
+    scopes::require(&caller.token, &bare_run, enforce, profile)?;
+    Ok(text(501, "the Windmill fake runs no code inline"))
 }
 
 /// `add_batch_jobs`: `n` jobs as the caller, answered as a JSON list of their ids.

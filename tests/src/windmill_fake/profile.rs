@@ -18,6 +18,8 @@
 //! | a job submission answers 400 `null value in column "__job_kind"` until the startup "v2 finalization" ran | yes (source) | yes (observed, about 5 s after start) | no (source: a regular migration since about 1.615) | no |
 //! | `jobs/run/dynamic_select` exists | no (source) | yes (source) | yes | yes |
 //! | `jobs/queue/import` and `jobs/delete` exist | no (source) | no (source) | yes (source) | yes (source) |
+//! | `jobs/run_inline/preview` exists (since 1.590; code run at once in the server's process; `jobs:write` passes its route check; its handler refuses operators and requires `jobs:run` since 1.703.3) | no (source) | no (source) | yes, refused (source) | yes, refused (source) |
+//! | a job's `_ENTRYPOINT_OVERRIDE` argument is pasted unchecked into the worker's wrapper code (GHSA-wxjq-w5pj-jqhx, fixed in 1.703.3): whoever may run a script runs code of its choosing | yes (source) | yes (source) | no (source) | no (source) |
 //! | reading a job by id checks the caller may see it (else 403) | no: any job of the workspace (source) | no (source) | yes, since 1.715 (source) | yes (observed) |
 //! | cancelling a job by id checks the caller may see it (else 403) | no (source) | no (source) | no (source) | yes, since 1.772 (observed) |
 //! | a job started with a labeled token records `created_by` | `label-<label>` (source) | `label-<label>` (source) | `label-<label>` (observed) | the user's name (observed) |
@@ -101,6 +103,17 @@ impl Profile {
     /// `jobs/queue/import` and `jobs/delete`.
     pub fn has_job_import_and_delete(self) -> bool {
         matches!(self, Profile::V1_743 | Profile::V1_788)
+    }
+
+    /// `jobs/run_inline/preview` (upstream builds with its code; nixpkgs' does not).
+    pub fn has_inline_preview(self) -> bool {
+        matches!(self, Profile::V1_743 | Profile::V1_788)
+    }
+
+    /// Its workers paste a job's `_ENTRYPOINT_OVERRIDE` argument into the code they run. The fake
+    /// runs no job: this says what the version does, for what the bootstrap must report.
+    pub fn pastes_entrypoint_override(self) -> bool {
+        matches!(self, Profile::V1_509 | Profile::V1_587)
     }
 
     /// `jobs_u/get/{id}` checks that the caller may see the job.

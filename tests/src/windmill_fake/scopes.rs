@@ -396,6 +396,8 @@ mod tests {
         assert_eq!(n("POST", "/api/w/ws/jobs/run_wait_result/preview"), "jobs:run");
         assert_eq!(n("POST", "/api/w/ws/jobs/run/dependencies"), "jobs:run");
         assert_eq!(n("POST", "/api/w/ws/jobs/add_batch_jobs/0"), "jobs:write");
+        // Not in the run list: the route check of an inline preview is `jobs:write`'s.
+        assert_eq!(n("POST", "/api/w/ws/jobs/run_inline/preview"), "jobs:write");
         assert_eq!(n("POST", "/api/w/ws/jobs/queue/import"), "jobs:write");
         assert_eq!(n("POST", "/api/w/ws/jobs_u/queue/cancel/x"), "jobs:write");
         assert_eq!(n("POST", "/api/w/ws/scripts/create"), "scripts:write");

@@ -1441,3 +1441,70 @@ fn a_1_509_or_1_587_lets_a_run_scope_through_the_route_check_of_a_preview() {
         }
     }
 }
+
+#[test]
+fn an_inline_preview_is_reached_with_jobs_write_and_refused_to_operators_where_it_exists() {
+    let preview = json!({"content": "SELECT 1", "language": "duckdb", "args": {}});
+    for profile in Profile::ALL {
+        let (f, session, unscoped, scoped) = with_operator(profile);
+        let call = |token: &str| {
+            let reply = f.call(
+                "POST",
+                "/api/w/fediversity/jobs/run_inline/preview",
+                Some(token),
+                Some(preview.clone()),
+            );
+            (reply.status, reply.body)
+        };
+        if !profile.has_inline_preview() {
+            // Before 1.590 there is no such route.
+            assert_eq!(call(&scoped), (404, String::new()), "{profile}");
+            continue;
+        }
+        // Its route check is `jobs:write`'s (not a run's): the scoped token passes it, and the
+        // handler refuses the operator, as it refuses its unscoped token.
+        let refused = (
+            401,
+            "Not authorized: Operators cannot run preview jobs for security reasons".to_owned(),
+        );
+        assert_eq!(call(&scoped), refused, "{profile}");
+        assert_eq!(call(&unscoped), refused, "{profile}");
+        // A superadmin's token scoped to jobs:write passes the route and the role, and is refused
+        // by the handler's own scope check.
+        let writer = f.mint_with(&session, json!({"label": "w", "scopes": ["jobs:write"]}));
+        assert_eq!(
+            call(&writer),
+            (403, "Permission denied: Required scope: jobs:run".to_owned()),
+            "{profile}"
+        );
+        // Positive control: the superadmin's own token is refused none of it.
+        assert!(![401, 403].contains(&call(&session).0), "{profile}");
+    }
+}
+
+#[test]
+fn a_run_scope_runs_every_version_of_its_paths_by_hash_the_replaced_ones_included() {
+    // `run_job_by_hash` reads the hash's row whatever the version (archived too), then requires
+    // the run scope of its path: a scope names a path, not a version.
+    for profile in Profile::ALL {
+        let (f, _, _, scoped) = with_operator(profile);
+        let first = f.fake.versions("fediversity", "f/fediversity/deploy")[0].hash.clone();
+        f.fake.push_version(
+            "fediversity",
+            "f/fediversity/deploy",
+            "def main():\n    return 'replaced'\n",
+            "deploy",
+        );
+        let versions = f.fake.versions("fediversity", "f/fediversity/deploy");
+        assert_eq!(versions.len(), 2);
+        assert_ne!(versions.last().unwrap().hash, first);
+        let (status, id) = f.post(&format!("/api/w/fediversity/jobs/run/h/{first}"), &scoped, json!({}));
+        assert_eq!(status, 201, "{profile}: {id}");
+        // Positive control: the scope still refuses a version of another path.
+        let other = f.fake.versions("fediversity", "f/fediversity/other")[0].hash.clone();
+        let status = f
+            .post(&format!("/api/w/fediversity/jobs/run/h/{other}"), &scoped, json!({}))
+            .0;
+        assert!([401, 403].contains(&status), "{profile}: {status}");
+    }
+}
