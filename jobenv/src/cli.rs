@@ -107,35 +107,39 @@ pub struct PruneArgs {
     /// sets are dropped [JOBENV_DEPLOY_ENV]
     #[arg(long, value_name = "FILE", env = "JOBENV_DEPLOY_ENV", default_value = DEFAULT_DEPLOY_ENV)]
     pub deploy_env: PathBuf,
-    /// Delete entries that finished more than this many days ago, at least 1 (a job id must
-    /// never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
-    #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
-    pub retain_days: u32,
-    /// Cluster mode: prune the shared journal's ended rows too, by the same retention
-    /// [JOBENV_CLUSTER_DSN_FILE]
-    #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
-    pub cluster_dsn_file: Option<PathBuf>,
-    /// With sslmode=require in the DSN: the CA certificates (PEM) the database's certificate is
-    /// verified against, instead of the system's trust store [JOBENV_CLUSTER_CA_FILE]
-    #[arg(long = "cluster-ca-file", value_name = "FILE", env = "JOBENV_CLUSTER_CA_FILE")]
-    pub cluster_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub retain: RetainArgs,
+    /// Cluster mode: the ends the shared journal did not take are handed on first, and its
+    /// ended rows are pruned by the same retention.
+    #[command(flatten)]
+    pub cluster: ClusterDatabaseArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct RecoverArgs {
     #[command(flatten)]
     pub state: StateArgs,
-    /// Cluster mode: hand on to the shared journal the ends it did not take when their jobs
-    /// ended [JOBENV_CLUSTER_DSN_FILE]
-    #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
-    pub cluster_dsn_file: Option<PathBuf>,
-    /// With sslmode=require in the DSN: the CA certificates (PEM) the database's certificate is
-    /// verified against, instead of the system's trust store [JOBENV_CLUSTER_CA_FILE]
-    #[arg(long = "cluster-ca-file", value_name = "FILE", env = "JOBENV_CLUSTER_CA_FILE")]
-    pub cluster_ca_file: Option<PathBuf>,
-    /// Delete entries that finished more than this many days ago, at least 1 [JOBENV_RETAIN_DAYS]
+    /// Cluster mode: the ends the shared journal did not take when their jobs ended are handed
+    /// on to it.
+    #[command(flatten)]
+    pub cluster: ClusterDatabaseArgs,
+    #[command(flatten)]
+    pub retain: RetainArgs,
+}
+
+/// How long finished entries are kept (`recover` and `prune` prune by it).
+#[derive(Debug, Args)]
+pub struct RetainArgs {
+    /// Delete entries that finished more than this many days ago, at least 1 (a job id must
+    /// never run twice because its entry went too soon) [JOBENV_RETAIN_DAYS]
     #[arg(long, value_name = "DAYS", env = "JOBENV_RETAIN_DAYS", default_value = "30", value_parser = clap::value_parser!(u32).range(1..))]
     pub retain_days: u32,
+}
+
+impl RetainArgs {
+    pub fn retention(&self) -> Duration {
+        days(self.retain_days)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -264,9 +268,10 @@ pub struct RunArgs {
     pub cluster: ClusterArgs,
 }
 
-/// Cluster mode: off unless a DSN file is given.
+/// Cluster mode's database: off unless a DSN file is given. Declared once, for `run`,
+/// `recover` and `prune`.
 #[derive(Debug, Args)]
-pub struct ClusterArgs {
+pub struct ClusterDatabaseArgs {
     /// Cluster mode: a file holding the connection string (a secret) of the PostgreSQL database
     /// where the nodes share the journal and the namespace locks [JOBENV_CLUSTER_DSN_FILE]
     #[arg(long = "cluster-dsn-file", value_name = "FILE", env = "JOBENV_CLUSTER_DSN_FILE")]
@@ -275,6 +280,23 @@ pub struct ClusterArgs {
     /// verified against, instead of the system's trust store [JOBENV_CLUSTER_CA_FILE]
     #[arg(long = "cluster-ca-file", value_name = "FILE", env = "JOBENV_CLUSTER_CA_FILE")]
     pub ca_file: Option<PathBuf>,
+}
+
+impl ClusterDatabaseArgs {
+    /// The DSN file, if cluster mode is on; a CA file without one is a configuration error.
+    pub fn dsn_file(&self) -> Result<Option<&std::path::Path>, String> {
+        match (&self.dsn_file, &self.ca_file) {
+            (None, Some(_)) => Err(CA_WITHOUT_DSN.into()),
+            (dsn, _) => Ok(dsn.as_deref()),
+        }
+    }
+}
+
+/// Cluster mode for `run`: the database and the leases' timing.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub database: ClusterDatabaseArgs,
     /// Seconds a lease lasts after each renewal, by the database's clock [JOBENV_CLUSTER_LEASE]
     #[arg(long = "cluster-lease", value_name = "SECONDS", env = "JOBENV_CLUSTER_LEASE", default_value = settings::Cluster::LEASE, value_parser = parse_positive_seconds)]
     pub lease: Duration,
@@ -289,15 +311,12 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     fn settings(&self) -> Result<Option<settings::Cluster>, String> {
-        let Some(dsn_file) = &self.dsn_file else {
-            return match &self.ca_file {
-                Some(_) => Err(CA_WITHOUT_DSN.into()),
-                None => Ok(None),
-            };
+        let Some(dsn_file) = self.database.dsn_file()? else {
+            return Ok(None);
         };
         let cluster = settings::Cluster {
-            dsn_file: dsn_file.clone(),
-            ca_file: self.ca_file.clone(),
+            dsn_file: dsn_file.to_owned(),
+            ca_file: self.database.ca_file.clone(),
             lease: self.lease,
             renew_every: self.renew_every,
             renew_deadline: self.renew_deadline,

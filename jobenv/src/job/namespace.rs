@@ -155,6 +155,7 @@ impl Run<'_> {
                     attempt,
                     jobenv_pid: me,
                     grace_ms: self.settings.grace.as_millis() as u64,
+                    state_dir: Some(journal.state_dir_id().map_err(|source| self.journal_problem(source))?),
                 };
                 Some(Recorded::write(journal, namespace, &record).map_err(|source| self.journal_problem(source))?)
             }

@@ -49,8 +49,8 @@ impl Journal {
     /// first use; an error when the state directory cannot hold it (then no run can vouch for
     /// its leases).
     pub fn node_identity(&self) -> std::io::Result<String> {
-        let stat = nix::sys::stat::fstat(&self.state).map_err(std::io::Error::from)?;
-        let here = (stat.st_dev, stat.st_ino);
+        let here = self.state_dir_id()?;
+        let here = (here.dev, here.ino);
         let id = match self.stored_id(here)? {
             Found::Here(id) => id,
             Found::Missing => {

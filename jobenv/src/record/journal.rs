@@ -42,6 +42,14 @@ pub struct Journal {
     pub(super) locks: Dir,
 }
 
+/// A state directory's device and inode. Within one boot no two directories share them, and a
+/// copy of a state directory (`cp -a`, a restored backup, one baked into an image) has its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StateDirId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
 impl Journal {
     /// Creates the directories if needed (mode 0750: entries hold no secret, but no one else
     /// needs to read them).
@@ -113,6 +121,16 @@ impl Journal {
     /// (see `record::orphans`).
     pub fn owner_uid(&self) -> std::io::Result<u32> {
         Ok(nix::sys::stat::fstat(&self.state).map_err(std::io::Error::from)?.st_uid)
+    }
+
+    /// The state directory itself (its device and inode): what tells it from a copy of it,
+    /// which has its own (`record::identity`, `record::orphans`).
+    pub fn state_dir_id(&self) -> std::io::Result<StateDirId> {
+        let stat = nix::sys::stat::fstat(&self.state).map_err(std::io::Error::from)?;
+        Ok(StateDirId {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        })
     }
 
     pub fn locks(&self) -> &Dir {

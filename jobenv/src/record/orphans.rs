@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dir::Dir;
 use super::ending::{InterruptedBy, Status};
-use super::journal::{Journal, MAX_STOP_GRACE, Orphans, is_valid_job_id, now};
+use super::journal::{Journal, MAX_STOP_GRACE, Orphans, StateDirId, is_valid_job_id, now};
 use super::locks;
 use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
@@ -42,6 +42,13 @@ pub struct TreeRecord {
     pub jobenv_pid: i32,
     /// The deploy's `--grace`: its orphans get the same.
     pub grace_ms: u64,
+    /// The state directory whose jobenv wrote it. A copy of the state directory made while the
+    /// deploy ran holds the record too, and its own copies of the locks, which say nothing of
+    /// that deploy's jobenv: only the directory that wrote a record acts on it. (Absent in a
+    /// record written before jobenv recorded it, by a deploy that ran across an upgrade:
+    /// acted on, as it was then.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<StateDirId>,
 }
 
 /// The record of a namespace's program tree, in the locks directory.
@@ -134,8 +141,10 @@ pub fn stop_left(journal: &Journal, namespace: &str, by: &str, own_job: Option<&
 /// A record is a file of the worker's user, who can name any path in it. What makes a cgroup
 /// one of this state directory's deploys: under a cgroup2 mount, named for a deploy of the
 /// namespace (`jobenv-<namespace>-<pid>-<start>`), and owned by the state directory's owner (a
-/// jobenv of it makes its cgroups so, see `Cgroup::create`). Another node's, another state
-/// directory's or another service's cgroup, whatever it is named, is never stopped.
+/// jobenv of it makes its cgroups so, see `Cgroup::create`); and the record written in this
+/// very state directory, not copied into it with the rest (the copy's locks, free, say nothing
+/// of the jobenv that wrote it, which may be alive). Another node's, another state directory's
+/// or another service's cgroup, whatever it is named, is never stopped.
 fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found>> {
     let name = record_name(namespace);
     let forget = |why: &str| forget(journal.locks(), &name, why).map(|()| None);
@@ -161,6 +170,13 @@ fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found
     }
     if record.job_id.as_deref().is_some_and(|id| !is_valid_job_id(id)) {
         return forget("its job id is not one");
+    }
+    let here = journal.state_dir_id()?;
+    if let Some(there) = record.state_dir.filter(|there| *there != here) {
+        return forget(&format!(
+            "it was written in another state directory (device {}, inode {}; this one is a copy of it?): the program tree it names is that directory's to stop, not this one's",
+            there.dev, there.ino
+        ));
     }
     let Some(cgroup) = Cgroup::open(&record.cgroup) else {
         return forget("");

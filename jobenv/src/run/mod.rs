@@ -264,7 +264,12 @@ async fn supervise<T: ProgramTree>(
 
     let mut before = options.before.take();
     let waited = before.as_ref().map_or(Duration::ZERO, |before| before.waited());
-    let placement = tree.place();
+    // Each process of the job (the steps before the program, the program) looks at the guard's
+    // deadline once in the tree: a jobenv frozen since its last look at the leases starts
+    // nothing after they ran out.
+    let placement = tree
+        .place()
+        .guarded(options.guard.as_ref().map(tree::guard::Deadline::gate));
     let program = Box::pin(async {
         let output = |fd: &OwnedFd| fd.try_clone().map(std::process::Stdio::from);
         let mut last = None;

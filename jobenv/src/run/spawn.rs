@@ -180,7 +180,7 @@ mod tests {
     use std::io::Read;
 
     /// No program tree to enter (the /proc walk's placement).
-    const NOWHERE: Placement = Placement { procs: None };
+    const NOWHERE: Placement = Placement::new(None);
 
     fn run(argv: &[&str], env: &[(&str, &str)]) -> io::Result<(String, i32)> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();

@@ -222,9 +222,7 @@ impl Cgroup {
 
 impl ProgramTree for Cgroup {
     fn place(&self) -> Placement {
-        Placement {
-            procs: self.procs.as_ref().map(AsRawFd::as_raw_fd),
-        }
+        Placement::new(self.procs.as_ref().map(AsRawFd::as_raw_fd))
     }
 
     fn is_empty(&self) -> bool {

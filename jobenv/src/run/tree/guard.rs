@@ -14,7 +14,10 @@
 //! pipe between them reaches end of file), or when the time by which the tree must be killed
 //! passes ([`Deadline`]: the leases' expiry as jobenv vouches for it, less the margin, moved on
 //! by every renewal; see `run::lease`). jobenv kills the tree by then itself; the guard is what
-//! holds while jobenv cannot.
+//! holds while jobenv cannot. The guard kills once: what enters the cgroup later (the program's
+//! first process, or a step of the shell's evaluation before it) looks at the same deadline
+//! ([`Gate`]) once in the cgroup and kills itself if it passed (a jobenv frozen right before it
+//! started it).
 //!
 //! The guard is a grandchild (the child exits at once), so it is never jobenv's child: jobenv's
 //! reaper would otherwise wait for it. It runs only async-signal-safe system calls (jobenv has
@@ -121,6 +124,32 @@ impl Deadline {
             // Non-blocking: a guard that does not read (frozen itself) has a byte waiting.
             let _ = nix::unistd::write(&*self.pipe, b"w");
         }
+    }
+}
+
+/// The guard's deadline as each process jobenv starts in the tree looks at it, between fork and exec
+/// (`tree::Placement`): a copy of the page's address, valid while its [`Deadline`] lives
+/// (jobenv keeps it until the program tree is gone).
+#[derive(Debug, Clone, Copy)]
+pub struct Gate(*const AtomicU64);
+
+// SAFETY: the page holds one atomic word, read only through atomic operations.
+unsafe impl Send for Gate {}
+unsafe impl Sync for Gate {}
+
+impl Gate {
+    /// Whether the deadline has passed. Async-signal-safe: an atomic load and clock_gettime.
+    pub fn passed(self) -> bool {
+        // SAFETY: the mapping outlives every child that looks (see above).
+        let deadline = unsafe { &*self.0 }.load(Ordering::SeqCst);
+        deadline != NONE && deadline <= monotonic_now()
+    }
+}
+
+impl Deadline {
+    /// What each process jobenv starts in the tree looks at before it execs.
+    pub fn gate(&self) -> Gate {
+        Gate(self.page.0.cast_const())
     }
 }
 
@@ -284,6 +313,23 @@ mod tests {
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
         drop(guard);
         assert!(cgroup.is_empty());
+    }
+
+    #[test]
+    fn the_gate_is_passed_once_the_deadline_is_and_never_without_one() {
+        let (cgroup, mut child) = populated("gate");
+        let guard = start(cgroup.dir())
+            .unwrap()
+            .expect("cgroup.kill (Linux 5.14 and later)");
+        let (deadline, gate) = (guard.deadline(), guard.deadline().gate());
+        assert!(!gate.passed(), "no deadline");
+        deadline.set(Some(Instant::now() + Duration::from_secs(30)));
+        assert!(!gate.passed(), "a deadline to come");
+        // Positive control: one that passed.
+        deadline.set(Some(Instant::now()));
+        assert!(gate.passed());
+        child.wait().unwrap();
+        drop(guard);
     }
 
     #[test]

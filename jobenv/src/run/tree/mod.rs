@@ -155,22 +155,43 @@ pub struct Stopped {
 /// What the child does just before it execs to enter the program tree: nothing (the /proc walk
 /// follows jobenv's descendants), or write `0` (itself) into a cgroup's `cgroup.procs`, opened
 /// before the fork. Async-signal-safe: one `write` on a descriptor prepared before the fork.
+///
+/// In cluster mode the child then looks at the tree's guard's deadline ([`guard::Gate`]) and,
+/// once it passed, kills itself instead of running the program: a jobenv frozen between its
+/// last look at its leases and its program's start would otherwise start it after they ran out
+/// (the guard killed what was in the cgroup at the deadline: nothing yet).
 #[derive(Debug, Clone, Copy)]
 pub struct Placement {
     pub(super) procs: Option<RawFd>,
+    gate: Option<guard::Gate>,
 }
 
 impl Placement {
+    pub const fn new(procs: Option<RawFd>) -> Placement {
+        Placement { procs, gate: None }
+    }
+
+    /// The guard's deadline, looked at once the child is in the tree (see above).
+    pub fn guarded(self, gate: Option<guard::Gate>) -> Placement {
+        Placement { gate, ..self }
+    }
+
     pub fn enter(self) -> io::Result<()> {
         let Some(procs) = self.procs else { return Ok(()) };
         // SAFETY: a write of a static buffer to a descriptor the parent opened and keeps open
         // until the child has exec'd.
         let written = unsafe { nix::libc::write(procs, b"0".as_ptr().cast(), 1) };
-        if written == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
+        if written != 1 {
+            return Err(io::Error::last_os_error());
         }
+        // In the cgroup first, then the look: a deadline that passes after it finds the child
+        // in the cgroup, which the guard kills then.
+        if self.gate.is_some_and(guard::Gate::passed) {
+            // SAFETY: raise(3) is async-signal-safe; SIGKILL ends the child here, before it
+            // execs, and jobenv's reaper sees a program killed once its leases ran out.
+            unsafe { nix::libc::raise(nix::libc::SIGKILL) };
+        }
+        Ok(())
     }
 }
 

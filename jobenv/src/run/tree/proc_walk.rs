@@ -29,7 +29,7 @@ impl ProcTree {
 
 impl ProgramTree for ProcTree {
     fn place(&self) -> Placement {
-        Placement { procs: None }
+        Placement::new(None)
     }
 
     fn is_empty(&self) -> bool {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use fediversity_testkit::job_run::JobRun;
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::postgres;
-use fediversity_testkit::process::read_pids;
+use fediversity_testkit::process::{is_alive, kill_all, read_pids};
 
 use super::{Node, TIMING, Timing, finish, overlaps_seen, runs, watched};
 
@@ -163,4 +163,114 @@ fn a_run_of_another_request_is_refused_before_it_takes_the_jobs_lease() {
         .expect_stderr_contains("attempt 1 was interrupted; running it again as attempt 2")
         .run();
     assert_ne!(row().0, before.0);
+}
+
+/// A state directory copied while its node deployed (to set up another node, say: the copy gets
+/// an identity of its own) holds that deploy's record of its program tree. The copy's jobenv
+/// holds its own copies of the node-local locks, which prove nothing of the original's jobenv:
+/// neither its `recover` (the new worker's start) nor a deploy of the namespace on it may stop
+/// the original's live program tree (one host, one user: it could). A record of its own node is
+/// still acted on: the positive control, with the original's jobenv gone (SIGKILLed, its guard
+/// stopped so that the record alone can end what of the tree left its process group).
+#[test]
+fn a_copy_of_a_state_directory_made_during_a_deploy_leaves_that_deploys_tree_alone() {
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display();
+    // A helper in a session of its own, which outlives its jobenv's SIGKILL.
+    let body = format!(
+        "setsid sleep 120 & echo $! > {dir}/left-$NODE.pid; {}",
+        watched(shared.path(), false)
+    );
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    );
+    // Should the copy run its deploy, it ends at once (the assertions below say so).
+    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    let mut running = a.job("copied-1", "ns").spawn();
+    let program = read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20))[0];
+    let left = read_pids(&shared.path().join("left-a.pid"), 1, Duration::from_secs(20))[0];
+    let copy = shared.path().join("copy");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(a.f.state_dir())
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    assert!(
+        std::fs::read_dir(copy.join("locks"))
+            .unwrap()
+            .any(|e| e.unwrap().file_name() == "namespace-ns.tree.json"),
+        "the copy holds no record of the tree: the test proves nothing"
+    );
+    // The copy's worker starts (recover), then a deploy of the namespace comes to it: it waits
+    // for node a's lease of the namespace, and gives up.
+    let recovered =
+        b.f.jobenv(jobenv_bin!())
+            .args(["recover"])
+            .env("JOBENV_STATE_DIR", &copy)
+            .env("JOBENV_CLUSTER_DSN_FILE", b.dsn_file.as_ref().unwrap())
+            .run();
+    assert!(recovered.success(), "{recovered:?}");
+    assert!(
+        recovered
+            .stderr
+            .contains("namespace-ns.tree.json: it was written in another state directory"),
+        "{recovered:?}"
+    );
+    let busy = b
+        .job("copied-2", "ns")
+        .env("JOBENV_STATE_DIR", &copy)
+        .args(["--lock-timeout", "2"])
+        .run();
+    assert_eq!(busy.code, Some(2), "{busy:?}");
+    assert!(
+        is_alive(program) && is_alive(left),
+        "the copy's jobenv stopped the original's live program tree\n{recovered:?}\n{busy:?}"
+    );
+    assert!(
+        !shared.path().join("program-b.pid").exists(),
+        "the copy ran its deploy beside the original's"
+    );
+
+    // Positive control: node a's own record is acted on once its jobenv is gone. Its guard is
+    // stopped first (it would kill the tree by itself); the helper outlives the SIGKILL.
+    let jobenv = running.id() as i32;
+    let guard = guard_of(jobenv, "copied-1").expect("node a's deploy has a guard");
+    let signal = |pid: i32, signal| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+    signal(guard, nix::sys::signal::Signal::SIGSTOP);
+    signal(jobenv, nix::sys::signal::Signal::SIGKILL);
+    running.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let alive = is_alive(left);
+    let recovered = a.f.jobenv(jobenv_bin!()).args(["recover"]).run();
+    signal(guard, nix::sys::signal::Signal::SIGKILL);
+    kill_all(&[left, program]);
+    assert!(
+        alive,
+        "the control's helper is gone before recover: the control proves nothing"
+    );
+    assert!(recovered.success(), "{recovered:?}");
+    assert!(
+        recovered
+            .stderr
+            .contains("process(es) of the program tree of job copied-1 (attempt 1"),
+        "node a's recover left its own deploy's tree running\n{recovered:?}"
+    );
+}
+
+/// The guard of job `job_id`'s deploy run by jobenv `jobenv`: a process of jobenv's binary (a
+/// fork of it), not jobenv itself, with that job's environment.
+fn guard_of(jobenv: i32, job_id: &str) -> Option<i32> {
+    let needle = format!("WM_JOB_ID={job_id}\0");
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let ours =
+            pid != jobenv && exe == jobenv_bin!() && environ.windows(needle.len()).any(|w| w == needle.as_bytes());
+        ours.then_some(pid)
+    })
 }

@@ -216,3 +216,121 @@ fn a_frozen_jobenvs_program_is_killed_by_its_guard_before_the_lease_can_expire()
     assert_eq!(overlaps_seen(shared.path()), "", "{all:?}");
     let _ = TIMING;
 }
+
+/// The state of process `pid` (`/proc/<pid>/stat`'s third field: `T` when stopped).
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// jobenv frozen (SIGSTOP) at the last moment before its program starts: it took the
+/// namespace's lease, wrote the running entry, looked at its leases one last time and gave its
+/// guard the time by which the tree must die; it is making the program's pipes. It stays frozen
+/// until its lease expired and node b runs its deploy of the namespace. The guard killed the
+/// tree's cgroup at that time, while nothing was in it. Thawed, jobenv must not start its
+/// program: the program tree runs only while the leases hold. `strace` freezes it there (at the
+/// second `pipe2` once it waits for the namespace: the guard's pipe is the first) and sees
+/// whether the program was executed.
+#[test]
+fn a_jobenv_frozen_right_before_its_program_starts_does_not_start_it_once_its_lease_expired() {
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    let body = watched(shared.path(), false);
+    let a = Node::new("a", Some(&db.dsn()), &body);
+    let b = Node::new("b", Some(&db.dsn()), &body);
+    let holding = b.job("before-freeze", "ns").spawn();
+    read_pids(&shared.path().join("program-b.pid"), 1, Duration::from_secs(20));
+    let mut held = a.job("freeze", "ns").args(["--lock-timeout", "60"]).spawn();
+    let mut held_err = StreamWatch::new(held.stderr.take().unwrap());
+    assert!(
+        held_err.wait_for(b"is held on the cluster journal by", Duration::from_secs(20)),
+        "{}",
+        held_err.text()
+    );
+    let jobenv = held.id() as i32;
+    let traced_path = shared.path().join("strace");
+    let traced = &traced_path;
+    let mut strace = std::process::Command::new("/usr/bin/strace")
+        .args(["-f", "-qq", "-e", "trace=epoll_create1,pipe2,execve", "-e"])
+        .arg("inject=pipe2:signal=SIGSTOP:when=2")
+        .arg("-o")
+        .arg(traced)
+        .args(["-p", &jobenv.to_string()])
+        .spawn()
+        .unwrap();
+    assert!(
+        fediversity_testkit::process::wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{jobenv}/status"))
+                .is_ok_and(|s| s.lines().any(|l| l.starts_with("TracerPid:") && !l.ends_with("\t0")))
+        }),
+        "strace did not attach"
+    );
+    // Node b's deploy ends: node a takes the namespace, and is frozen before its program.
+    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    assert!(finish(holding).success());
+    std::fs::remove_file(shared.path().join("go-b")).unwrap();
+    std::fs::remove_file(shared.path().join("program-b.pid")).unwrap();
+    assert!(
+        fediversity_testkit::process::wait_until(Duration::from_secs(20), || state(jobenv) == Some('t')
+            || state(jobenv) == Some('T')),
+        "node a was not frozen: {:?}\n{}",
+        state(jobenv),
+        held_err.text()
+    );
+    let frozen = Frozen(jobenv);
+    // Node b's next deploy waits for node a's lease to expire, then runs.
+    let after = b.job("after-freeze", "ns").args(["--lock-timeout", "30"]).spawn();
+    read_pids(&shared.path().join("program-b.pid"), 1, Duration::from_secs(30));
+    drop(frozen);
+    let status = wait_exit(&mut held, Duration::from_secs(20)).expect("node a ends once it thaws");
+    let _ = nix::sys::signal::kill(Pid::from_raw(strace.id() as i32), Signal::SIGINT);
+    let _ = strace.wait();
+    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    std::fs::write(shared.path().join("go-a"), "").unwrap();
+    assert!(finish(after).success());
+    let stderr = String::from_utf8_lossy(&held_err.finish()).into_owned();
+    let traced = std::fs::read_to_string(traced).unwrap();
+    // Frozen after the program's runtime was made (after the last look at the leases).
+    let (before, after) = traced
+        .split_once("--- stopped by SIGSTOP ---")
+        .unwrap_or_else(|| panic!("not frozen\n{traced}"));
+    assert!(
+        before.contains("epoll_create1") && !after.contains("epoll_create1"),
+        "not frozen where meant\n{traced}"
+    );
+    assert_eq!(
+        executed(&traced),
+        Vec::<&str>::new(),
+        "node a started its program after its lease expired, beside node b's\n{stderr}"
+    );
+    assert_eq!(status.code(), Some(75), "{stderr}");
+    assert_eq!(a.result()["interrupted_by"], "lease_lost", "{}", a.result());
+    assert_eq!(overlaps_seen(shared.path()), "");
+
+    // Positive control: the same trace of a run that is not frozen shows its program started.
+    let _ = std::fs::remove_file(&traced_path);
+    a.job("not-frozen", "ns")
+        .wrapped(
+            "/usr/bin/strace",
+            [
+                "-f",
+                "-qq",
+                "-e",
+                "trace=execve",
+                "-o",
+                &traced_path.display().to_string(),
+            ],
+        )
+        .expect_success()
+        .run();
+    let traced = std::fs::read_to_string(&traced_path).unwrap();
+    assert!(!executed(&traced).is_empty(), "{traced}");
+}
+
+/// The programs a process traced by `strace` executed (jobenv itself, started by it, aside).
+fn executed(trace: &str) -> Vec<&str> {
+    trace
+        .lines()
+        .filter(|line| line.contains("execve(") && line.ends_with("= 0") && !line.contains("fediversity-jobenv"))
+        .collect()
+}

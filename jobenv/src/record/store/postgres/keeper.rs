@@ -264,18 +264,45 @@ impl Shared {
         self.publish();
     }
 
-    /// Renewed (or written under a renewal) by a statement sent at `sent`.
+    /// Renewed (or written under a renewal) by a statement sent at `sent`. Once the renewals
+    /// gave up, no more: their last renewal stands. A write under a lease made since (the
+    /// running entry of a run that waited for a node-local lock meanwhile) renews nothing to
+    /// come, and a program started on it would be stopped one renew deadline later, half done:
+    /// the run starts none (see `job`'s step 8).
     pub fn renewed(&self, table: Table, key: &str, sent: Instant) {
-        for held in self
-            .leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter_mut()
-            .filter(|h| h.table == table && h.key == key)
-        {
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the leases' lock, as the renewals give up (`give_up_if_due`).
+        if self.is_lost() {
+            return;
+        }
+        for held in leases.iter_mut().filter(|h| h.table == table && h.key == key) {
             held.renewed = held.renewed.max(sent);
         }
+        drop(leases);
         self.publish();
+    }
+
+    /// Gives the renewals up if the oldest renewal of the leases held is older than the renew
+    /// deadline at `now`: judged under the leases' lock, so that a renewal recorded meanwhile
+    /// ([`Shared::renewed`]) is either seen here or refused there.
+    fn give_up_if_due(&self, now: Instant) -> bool {
+        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        let due = leases
+            .iter()
+            .map(|h| h.renewed)
+            .min()
+            .is_some_and(|oldest| now >= oldest + self.timing.renew_deadline);
+        if due {
+            let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+            if *lost != Some(Lost::TakenOver) {
+                *lost = Some(Lost::GaveUp);
+            }
+        }
+        drop(leases);
+        if due {
+            self.publish();
+        }
+        due
     }
 
     /// The lease's epoch and its expiry as this node can vouch for it (its last renewal's
@@ -426,7 +453,7 @@ async fn renew(shared: Arc<Shared>) {
         };
         let deadline = oldest + timing.renew_deadline;
         let sent = Instant::now();
-        if sent >= deadline || shared.is_lost() {
+        if shared.is_lost() || shared.give_up_if_due(sent) {
             // The supervisor has said so and is stopping the program (`run::lease`).
             tracing::debug!(
                 "the leases on the cluster journal were not renewed within {:?}: no more renewals",

@@ -34,7 +34,12 @@
 //!
 //! H, for its part, never runs its program past `s + lease`:
 //! - its program starts only after the namespace lease was taken (step 6) and the running
-//!   entry was written under a live job lease (step 7): a newcomer cannot hold either then;
+//!   entry was written under a live job lease (step 7), with renewals still going on (a run
+//!   whose renewals gave up while it waited for a node-local lock starts nothing): a newcomer
+//!   cannot hold either then; and its first process, once in the tree's cgroup and before it
+//!   execs, kills itself if the time below (`s + lease − 1 s`, the guard's deadline) has
+//!   passed: a jobenv frozen between its last look at the leases and the start does not start
+//!   the program late;
 //! - while the program runs, the supervisor (`run::lease`) watches the oldest renewal `s` of
 //!   H's leases by H's clock alone (a renewal stuck in a partition cannot delay it); at
 //!   `s + renew_deadline` it stops the program tree: SIGTERM, the grace, SIGKILL;

@@ -1,0 +1,43 @@
+//! `status`: journal entries as JSON, one job's or all of them. Reads only: a node where no job
+//! ran yet has no journal, and `status` makes none.
+
+use jobenv::cli::StatusArgs;
+use jobenv::error::{Error, Problem};
+use jobenv::record::journal::{self, Journal};
+
+use super::output::{JsonArray, json_line, print};
+use super::{Exit, as_owner, journal_problem};
+
+pub fn status(args: StatusArgs) -> Result<Exit, Error> {
+    // A job id names a file in the journal: never a path that leaves it.
+    if let Some(id) = args.job_id.as_ref().filter(|id| !journal::is_valid_job_id(id)) {
+        return Err(Problem::InvalidJobId(id.clone()).into());
+    }
+    let dir = args.state.dir();
+    if let Err(exit) = as_owner(&dir) {
+        return Ok(exit);
+    }
+    let journal = Journal::at(&dir).map_err(|source| journal_problem(&dir, source))?;
+    let Some(id) = &args.job_id else {
+        let Some(journal) = journal else {
+            return Ok(print(json_line(&Vec::<journal::Entry>::new()).as_bytes()));
+        };
+        // Every entry, printed as it is read: the journal may hold more than fits in memory.
+        let mut printed = JsonArray::new();
+        let listed = journal.for_each_entry_by_start(|entry| printed.push(&entry));
+        let printed = printed.finish();
+        listed.map_err(|source| journal_problem(&dir, source))?;
+        return Ok(printed);
+    };
+    let entry = match journal {
+        None => None,
+        Some(journal) => journal.read(id).map_err(|source| journal_problem(&dir, source))?,
+    };
+    match entry {
+        Some(entry) => Ok(print(json_line(&entry).as_bytes())),
+        None => {
+            tracing::error!("no journal entry for job {id}");
+            Ok(Exit::NoEntry)
+        }
+    }
+}
