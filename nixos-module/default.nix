@@ -99,7 +99,21 @@ let
       });
   windmillPythonVersion = fw.majorMinor pkgs.${fw.windmillPythonAttr windmillArgs}.version;
   windmill = "${cfg.windmillPackage}/bin/windmill";
-  windmillLauncher = pkgs.writeShellScript "windmill-with-smtp-password" (fw.windmillLauncher { inherit windmill; });
+  # Each Windmill unit's ExecStart: Windmill itself, or a launcher that moves the unit's
+  # credentials (the SMTP password, the collector's headers) into their variables first.
+  windmillStart =
+    role:
+    let
+      credentials = fw.launchedCredentials {
+        inherit role;
+        smtpPasswordFile = cfg.smtp.passwordFile;
+        otelHeadersFile = if cfg.otel.endpoint != null then cfg.otel.headersFile else null;
+      };
+    in
+    if credentials == [ ] then
+      windmill
+    else
+      "${pkgs.writeShellScript "windmill-${role}-with-credentials" (fw.windmillLauncher { inherit windmill credentials; })}";
 
   # What the agent renders for the module, and the worker waits for.
   renderedFiles = fw.renderedFiles {
@@ -845,13 +859,60 @@ in
       default = null;
       example = "http://127.0.0.1:4318";
       description = ''
-        OTLP/HTTP endpoint for Windmill's traces, metrics and logs. Set, each Windmill unit gets
-        `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`,
-        `OTEL_SERVICE_NAME=windmill-<role>`, `OTEL_RESOURCE_ATTRIBUTES=service.namespace=fediversity`
-        and `OTEL_TRACING`, `OTEL_METRICS`, `OTEL_LOGS` set to `true`. Known deviation: Windmill
+        The OpenTelemetry collector's OTLP endpoint, for every deploy's trace and log
+        (`fediversity-jobenv`) and Windmill's traces, metrics and logs. Set, each Windmill unit
+        gets `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL` (`otel.protocol`),
+        `OTEL_SERVICE_NAME=windmill-<role>`, `OTEL_RESOURCE_ATTRIBUTES` (`otel.resourceAttributes`)
+        and `OTEL_TRACING`, `OTEL_METRICS`, `OTEL_LOGS` set to `true`; the worker passes the
+        endpoint, protocol and resource attributes to its jobs, where jobenv exports each deploy
+        as one trace with its log (docs/operators/telemetry.md). Known deviation: Windmill
         emits nothing unless it is built with its `otel` feature, which nixpkgs' package has
-        only with `withEnterpriseFeatures`; with nixpkgs' Windmill these variables are set but
-        no signal leaves the node.
+        only with `withEnterpriseFeatures`; with nixpkgs' Windmill only jobenv's signals leave
+        the node.
+      '';
+    };
+
+    otel.protocol = mkOption {
+      type = types.enum [
+        "http/protobuf"
+        "grpc"
+        "http/json"
+      ];
+      default = "http/protobuf";
+      description = ''
+        The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`). jobenv exports `http/protobuf` only:
+        with another protocol the node's deploys are not exported (the evaluation warns).
+      '';
+    };
+
+    otel.headersFile = mkOption {
+      type = types.nullOr absolutePath;
+      default = null;
+      example = "/run/fediversity-windmill/otel-headers";
+      description = ''
+        A file holding the headers of every export request, in `OTEL_EXPORTER_OTLP_HEADERS`'
+        form (`key=value`, values percent-encoded; one per line or separated by commas): the
+        collector's API key, e.g. `authorization=Bearer%20<key>` rendered by the OpenBao agent.
+        A secret: systemd reads it as root and hands it to each Windmill unit as a credential
+        (never in the Nix store or a unit file); Windmill gets it as
+        `OTEL_EXPORTER_OTLP_HEADERS`, jobenv reads it from the worker's credential
+        (`JOBENV_OTLP_HEADERS_FILE`), never from an environment variable, and redacts it from
+        every deploy's output. Null: no headers.
+      '';
+    };
+
+    otel.resourceAttributes = mkOption {
+      type = types.attrsOf types.str;
+      default = {
+        "service.namespace" = "fediversity";
+      };
+      example = {
+        "service.namespace" = "fediversity";
+        "deployment.environment.name" = "production";
+      };
+      description = ''
+        The resource attributes every service of the node reports (`OTEL_RESOURCE_ATTRIBUTES`,
+        values percent-encoded where needed): Windmill's units and jobenv alike.
       '';
     };
 
@@ -1063,6 +1124,7 @@ in
 
     warnings =
       map (w: "services.fediversity-windmill: ${w}") (fw.bootstrapWarnings cfg.bootstrap)
+      ++ map (w: "services.fediversity-windmill: ${w}") (fw.otelWarnings { inherit (cfg.otel) endpoint protocol; })
       ++ map (w: "services.fediversity-windmill: ${w}") (lib.optionals (published != null) (fw.repositoryWarnings published))
       ++ map (
         key:
@@ -1133,7 +1195,14 @@ in
 
     systemd.services = mkMerge [
       (fw.units {
-        otelEndpoint = cfg.otel.endpoint;
+        otel = {
+          inherit (cfg.otel)
+            endpoint
+            protocol
+            resourceAttributes
+            headersFile
+            ;
+        };
         nixShell = "${config.nix.package}/bin/nix-shell";
         uiAuthFile = cfg.bootstrap.uiAuth.file;
         inherit (cfg.bootstrap.retry) readyTimeoutSeconds;
@@ -1156,8 +1225,8 @@ in
       })
       {
         # nixpkgs' module runs `pkgs.windmill`; it has no package option.
-        windmill-server.serviceConfig.ExecStart = mkForce (if cfg.smtp.passwordFile != null then "${windmillLauncher}" else windmill);
-        windmill-worker-native.serviceConfig.ExecStart = mkForce windmill;
+        windmill-server.serviceConfig.ExecStart = mkForce (windmillStart "server");
+        windmill-worker-native.serviceConfig.ExecStart = mkForce (windmillStart "worker-native");
         windmill-worker = {
           path = map (name: workerPackages.${name}) fw.workerPath;
           serviceConfig =
@@ -1170,7 +1239,7 @@ in
               graceSeconds = cfg.jobs.grace;
             }
             // {
-              ExecStart = mkForce windmill;
+              ExecStart = mkForce (windmillStart "worker");
             };
         };
         fediversity-jobenv-prune = pruneUnits.service;

@@ -10,6 +10,7 @@ let
     any
     attrNames
     concatLists
+    concatMap
     concatStringsSep
     elem
     filter
@@ -1243,21 +1244,93 @@ rec {
     "fediversity-jobenv"
   ];
 
+  # The node's OpenTelemetry collector (the module's `otel.*`): where to, in which protocol,
+  # the resource attributes every service reports, and a file holding the headers of every
+  # request (a collector's API key: a secret, never in the store or a unit file).
+  otelDefaults = {
+    endpoint = null;
+    protocol = "http/protobuf";
+    resourceAttributes = {
+      "service.namespace" = "fediversity";
+    };
+    headersFile = null;
+  };
+
+  # OTEL_RESOURCE_ATTRIBUTES: `key=value` pairs separated by commas, each value percent-encoded
+  # where the list's own syntax (or a blank) would break it.
+  renderResourceAttributes =
+    attributes:
+    concatStringsSep "," (
+      map (
+        key: "${key}=${builtins.replaceStrings [ "%" "," "=" " " ";" ] [ "%25" "%2C" "%3D" "%20" "%3B" ] attributes.${key}}"
+      ) (attrNames attributes)
+    );
+
   # With an endpoint, what every Windmill unit gets: where to export to and who it is. Windmill
   # emits OpenTelemetry only when built with its `otel` feature (nixpkgs builds it only with
   # `withEnterpriseFeatures`) and only for the signals OTEL_TRACING, OTEL_METRICS and OTEL_LOGS
-  # switch on.
+  # switch on. The headers come through the unit's credential and its launcher
+  # (`otelHeadersCredential`).
   otelEnvironment =
-    endpoint: role:
-    optionalAttrs (endpoint != null) {
-      OTEL_EXPORTER_OTLP_ENDPOINT = endpoint;
-      OTEL_EXPORTER_OTLP_PROTOCOL = "http/protobuf";
-      OTEL_SERVICE_NAME = "windmill-${role}";
-      OTEL_RESOURCE_ATTRIBUTES = "service.namespace=fediversity";
-      OTEL_TRACING = "true";
-      OTEL_METRICS = "true";
-      OTEL_LOGS = "true";
-    };
+    otel: role:
+    let
+      o = otelDefaults // otel;
+    in
+    optionalAttrs (o.endpoint != null) (
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT = o.endpoint;
+        OTEL_EXPORTER_OTLP_PROTOCOL = o.protocol;
+        OTEL_SERVICE_NAME = "windmill-${role}";
+        OTEL_TRACING = "true";
+        OTEL_METRICS = "true";
+        OTEL_LOGS = "true";
+      }
+      // optionalAttrs (o.resourceAttributes != { }) {
+        OTEL_RESOURCE_ATTRIBUTES = renderResourceAttributes o.resourceAttributes;
+      }
+    );
+
+  # What jobenv, run by windmill-worker's jobs, takes of it (through WHITELIST_ENVS): the endpoint,
+  # the protocol and the resource attributes; not OTEL_SERVICE_NAME (jobenv reports as
+  # `fediversity-jobenv`, a service of its own), and the headers as the path of the worker's
+  # credential (`JOBENV_OTLP_HEADERS_FILE`), never as a value: a variable is in every job's
+  # environment and `/proc/<pid>/environ` of the job processes Windmill starts, a file path
+  # is not the key. jobenv speaks http/protobuf only: with another protocol it gets nothing.
+  jobenvOtelEnvironment =
+    otel:
+    let
+      o = otelDefaults // otel;
+    in
+    optionalAttrs (o.endpoint != null && o.protocol == "http/protobuf") (
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT = o.endpoint;
+        OTEL_EXPORTER_OTLP_PROTOCOL = o.protocol;
+      }
+      // optionalAttrs (o.resourceAttributes != { }) {
+        OTEL_RESOURCE_ATTRIBUTES = renderResourceAttributes o.resourceAttributes;
+      }
+      // optionalAttrs (o.headersFile != null) {
+        JOBENV_OTLP_HEADERS_FILE = unitCredential "windmill-worker" otelHeadersCredential;
+      }
+    );
+
+  # Why the node's configuration exports less than it asks for (NixOS warnings).
+  otelWarnings =
+    otel:
+    let
+      o = otelDefaults // otel;
+    in
+    optional (o.endpoint != null && o.protocol != "http/protobuf")
+      "otel.protocol is ${o.protocol}: fediversity-jobenv exports http/protobuf only, so deploys are not exported (Windmill's units still get the variables)";
+
+  # The collector's headers reach every Windmill unit as a systemd credential (read by systemd
+  # as root; the file need not be readable by Windmill's user), and the launcher moves them into
+  # OTEL_EXPORTER_OTLP_HEADERS, one line each joined by commas.
+  otelHeadersCredential = "otel-headers";
+
+  # Where systemd hands a unit its credential: the unit's processes (a job's jobenv among the
+  # worker's) read it there.
+  unitCredential = unit: name: "/run/credentials/${unit}.service/${name}";
 
   # SMTP of windmill-server (its own variables). The password is not here: it comes from a file
   # at start (see `smtpPasswordCredential`), never through the Nix store.
@@ -1288,18 +1361,58 @@ rec {
     LoadCredential = [ "${smtpPasswordCredential}:${passwordFile}" ];
   };
 
-  # The launcher's script (bash), for `windmill` (the program to exec).
+  # The credentials a Windmill unit's launcher moves into variables (`windmillLauncher`): the
+  # SMTP password (windmill-server's), the collector's headers (every unit's, lines joined by
+  # commas).
+  launchedCredentials =
+    {
+      role,
+      smtpPasswordFile ? null,
+      otelHeadersFile ? null,
+    }:
+    optional (role == "server" && smtpPasswordFile != null) {
+      variable = "SMTP_PASSWORD";
+      credential = smtpPasswordCredential;
+      file = smtpPasswordFile;
+      joinLines = false;
+    }
+    ++ optional (otelHeadersFile != null) {
+      variable = "OTEL_EXPORTER_OTLP_HEADERS";
+      credential = otelHeadersCredential;
+      file = otelHeadersFile;
+      joinLines = true;
+    };
+
+  # The launcher's script (bash), for `windmill` (the program to exec): each credential in its
+  # variable (by default the SMTP password).
   windmillLauncher =
-    { windmill }:
-    concatStringsSep "\n" [
-      "# Starts Windmill with its SMTP password taken from the unit's credential; without it,"
-      "# it does not start."
-      "set -e"
-      "SMTP_PASSWORD=\"$(< \"$CREDENTIALS_DIRECTORY/${smtpPasswordCredential}\")\""
-      "export SMTP_PASSWORD"
-      "exec ${shellQuote windmill} \"$@\""
-      ""
-    ];
+    {
+      windmill,
+      credentials ? [
+        {
+          variable = "SMTP_PASSWORD";
+          credential = smtpPasswordCredential;
+          joinLines = false;
+        }
+      ],
+    }:
+    concatStringsSep "\n" (
+      [
+        "# Starts Windmill with its credentials (${concatStringsSep ", " (map (c: c.variable) credentials)}) taken from the unit's"
+        "# credentials directory; without one, it does not start."
+        "set -e"
+      ]
+      ++ concatMap (
+        c:
+        [ "${c.variable}=\"$(< \"$CREDENTIALS_DIRECTORY/${c.credential}\")\"" ]
+        ++ optional c.joinLines "${c.variable}=\"\${${c.variable}//$'\\n'/,}\""
+        ++ [ "export ${c.variable}" ]
+      ) credentials
+      ++ [
+        "exec ${shellQuote windmill} \"$@\""
+        ""
+      ]
+    );
 
   # Readiness: the worker runs deploys only once the agent has rendered every file the node
   # declares (`renderedFiles`). This script (bash) waits for them, for at most `timeoutSeconds`;
@@ -1431,6 +1544,8 @@ rec {
   units =
     {
       otelEndpoint ? null,
+      # The rest of the collector's settings (`otelDefaults`'s fields); `otelEndpoint` wins.
+      otel ? { },
       nixShell ? null,
       uiAuthFile ? bootstrapDefaults.uiAuth.file,
       readyTimeoutSeconds ? bootstrapDefaults.retry.readyTimeoutSeconds,
@@ -1451,6 +1566,8 @@ rec {
       generatesAdminPassword ? false,
     }:
     let
+      otel' = otel // optionalAttrs (otelEndpoint != null) { endpoint = otelEndpoint; };
+      otelHeadersFile = (otelDefaults // otel').headersFile;
       limits = { grace = jobenvGraceSeconds; } // jobs;
       # What jobenv reads from its environment on the worker (passed through to jobs).
       jobenvEnvironment = {
@@ -1461,11 +1578,17 @@ rec {
       // optionalAttrs (nixShell != null) { JOBENV_NIX_SHELL = nixShell; }
       // optionalAttrs (secretsEnvFiles != [ ]) { JOBENV_SECRETS_ENV_FILES = concatStringsSep ":" secretsEnvFiles; }
       // optionalAttrs (clusterDsnFile != null) { JOBENV_CLUSTER_DSN_FILE = clusterDsnFile; }
-      // optionalAttrs (clusterCaFile != null) { JOBENV_CLUSTER_CA_FILE = clusterCaFile; };
+      // optionalAttrs (clusterCaFile != null) { JOBENV_CLUSTER_CA_FILE = clusterCaFile; }
+      // jobenvOtelEnvironment otel';
       windmillUnit = role: {
         after = [ agent ];
-        serviceConfig.RestartSec = "5s";
-        environment = otelEnvironment otelEndpoint role;
+        serviceConfig = {
+          RestartSec = "5s";
+        }
+        // optionalAttrs ((otelDefaults // otel').endpoint != null && otelHeadersFile != null) {
+          LoadCredential = [ "${otelHeadersCredential}:${otelHeadersFile}" ];
+        };
+        environment = otelEnvironment otel' role;
       };
       server = windmillUnit "server";
       worker = windmillUnit "worker";
@@ -1473,7 +1596,11 @@ rec {
     {
       windmill-server = server // {
         environment = server.environment // smtp;
-        serviceConfig = server.serviceConfig // optionalAttrs (smtpPasswordFile != null) (smtpPasswordSettings smtpPasswordFile);
+        serviceConfig =
+          server.serviceConfig
+          // optionalAttrs (smtpPasswordFile != null) {
+            LoadCredential = (server.serviceConfig.LoadCredential or [ ]) ++ (smtpPasswordSettings smtpPasswordFile).LoadCredential;
+          };
       };
       windmill-worker-native = windmillUnit "worker-native";
       windmill-worker = worker // {

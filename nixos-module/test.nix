@@ -867,7 +867,8 @@ in
           assert "recover --state-dir /var/lib/fediversity-jobenv" in prop("windmill-worker", "ExecStartPre")
           worker_env = prop("windmill-worker", "Environment").split()
           assert "MAX_WAIT_FOR_SIGINT=10" in worker_env, worker_env
-          assert "WHITELIST_ENVS=JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR" in worker_env, worker_env
+          # The collector (otel.endpoint) reaches every job's jobenv too, its service name aside.
+          assert "WHITELIST_ENVS=JOBENV_GRACE,JOBENV_LOCK_TIMEOUT,JOBENV_NIX_SHELL,JOBENV_REQUIRED_SECRETS,JOBENV_SECRETS_ENV_FILES,JOBENV_STATE_DIR,OTEL_EXPORTER_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_PROTOCOL,OTEL_RESOURCE_ATTRIBUTES" in worker_env, worker_env
           assert "JOBENV_SECRETS_ENV_FILES=/run/incus-deploy/tf-token.env" in worker_env, worker_env
           assert "JOBENV_LOCK_TIMEOUT=30" in worker_env and "JOBENV_GRACE=3" in worker_env, worker_env
           for unit in UNITS:

@@ -15,6 +15,7 @@ mod secrets;
 mod shells;
 mod startup;
 mod stats;
+mod telemetry;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,7 @@ enum Bench {
     Journal,
     Shells,
     SecretShape,
+    Telemetry,
 }
 
 #[derive(Debug, Parser)]
@@ -68,6 +70,7 @@ fn main() -> anyhow::Result<()> {
             Bench::Journal,
             Bench::Shells,
             Bench::SecretShape,
+            Bench::Telemetry,
         ]
     } else {
         cli.benches
@@ -108,6 +111,12 @@ fn main() -> anyhow::Result<()> {
                 if cli.quick { 1 } else { 21 },
             )?,
             Bench::Shells => shells::run(&tools, if cli.quick { 1 } else { 9 }, cli.quick)?,
+            Bench::Telemetry => telemetry::run(
+                &tools,
+                if cli.quick { 2 } else { 300 },
+                if cli.quick { 2_000_000 } else { 100_000_000 },
+                if cli.quick { 1 } else { 21 },
+            )?,
         });
     }
     let when = humantime_date();

@@ -31,6 +31,7 @@ fn every_benchmark_runs_in_quick_mode() {
         "### 5. Progress events with a slow receiver",
         "### 7. A job's start-up, cold against warm",
         "### 8. Redaction against the shape of the secret",
+        "### 9. OTLP export: start-up and throughput",
     ] {
         assert!(text.contains(title), "{title} missing:\n{text}");
     }

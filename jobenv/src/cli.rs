@@ -30,7 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the deployment program for a job payload.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print what `run` would execute and with which environment; run nothing.
     Env(EnvArgs),
     /// List the declared keys with their descriptions and defaults.
@@ -266,6 +266,22 @@ pub struct RunArgs {
     pub containment: ContainmentArg,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub otlp: OtlpArgs,
+}
+
+/// Export of the job's trace and log over OTLP: on when the OpenTelemetry variables name an
+/// endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`, ...); these are jobenv's own two settings of it.
+#[derive(Debug, Args)]
+pub struct OtlpArgs {
+    /// Seconds the end of a job waits, at most, for what is not yet delivered to the collector
+    /// [JOBENV_OTLP_FLUSH_TIMEOUT]
+    #[arg(long = "otlp-flush-timeout", value_name = "SECONDS", env = "JOBENV_OTLP_FLUSH_TIMEOUT", default_value = crate::telemetry::config::DEFAULT_FLUSH, value_parser = parse_seconds)]
+    pub flush_timeout: Duration,
+    /// A file holding the headers of every export request (a collector's API key), in
+    /// OTEL_EXPORTER_OTLP_HEADERS' form [JOBENV_OTLP_HEADERS_FILE]
+    #[arg(long = "otlp-headers-file", value_name = "FILE", env = "JOBENV_OTLP_HEADERS_FILE")]
+    pub headers_file: Option<PathBuf>,
 }
 
 /// Cluster mode's database: off unless a DSN file is given. Declared once, for `run`,
@@ -368,6 +384,10 @@ impl RunArgs {
             lock_timeout: self.lock_timeout,
             containment,
             cluster,
+            telemetry: crate::telemetry::Options {
+                flush: self.otlp.flush_timeout,
+                headers_file: self.otlp.headers_file.clone(),
+            },
         })
     }
 }

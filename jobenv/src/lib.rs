@@ -16,6 +16,8 @@
 //!    left running, and `result.json`.
 //! 6. [`events`] (optional): progress events to a front-end; takes plain data and depends on
 //!    nothing above.
+//! 6. [`telemetry`] (optional): the job's trace and log over OTLP to the node's collector; its
+//!    hooks in the steps above are one call each.
 //!
 //! Around them: [`cli`] (the command line, resolved once into [`settings`]), [`process`] (a
 //! process's identity in `/proc`, for the tree and the journal), [`error`] (the one error type and the exit codes),
@@ -38,3 +40,4 @@ pub mod run;
 pub mod schema;
 pub mod settings;
 pub mod show;
+pub mod telemetry;

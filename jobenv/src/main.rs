@@ -30,7 +30,13 @@ fn main() -> ExitCode {
     }
     drop_empty_options();
     // Only jobenv's own events: a library's debug line could hold the events URL.
-    let logging = safe_io::log::init("jobenv: ", "JOBENV_LOG", &["jobenv", "fediversity_jobenv"]);
+    // Through the tee: while a job exports, its log gets jobenv's lines as printed.
+    let logging = safe_io::log::init_writing_to(
+        "jobenv: ",
+        "JOBENV_LOG",
+        &["jobenv", "fediversity_jobenv"],
+        jobenv::telemetry::LogTee,
+    );
     let cli = match (Cli::try_parse(), logging) {
         (Err(error), _) if !error.use_stderr() => {
             // --help, --version

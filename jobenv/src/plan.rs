@@ -217,6 +217,17 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         _ => format!("nixpkgs={}", controls.nixpkgs),
     };
     env.insert("NIX_PATH".into(), derived(nix_path));
+    // A front-end's valid trace context, passed on as it came (jobenv's own span's replaces it
+    // when jobenv exports traces: [`Plan::set_trace_context`]).
+    if let Some(trace) = &controls.trace {
+        env.insert(
+            "TRACEPARENT".into(),
+            Var::plain(trace.traceparent.clone(), Source::Payload),
+        );
+        if let Some(state) = &trace.tracestate {
+            env.insert("TRACESTATE".into(), Var::plain(state.clone(), Source::Payload));
+        }
+    }
 
     // The shell is evaluated apart (its derivation goes in at DRV), so the run step evaluates
     // nothing; `-I` is for the node without NIX_BUILD_SHELL, where nix-shell evaluates nixpkgs'
@@ -284,6 +295,23 @@ pub fn merge(inputs: &Inputs, checked: Checked) -> Plan {
         ignored,
         node_only,
         warnings,
+    }
+}
+
+impl Plan {
+    /// The program's W3C trace context: the span it runs in (`TRACEPARENT`), and the trace's
+    /// vendor state (`TRACESTATE`, none when `tracestate` is `None`).
+    pub fn set_trace_context(&mut self, traceparent: String, tracestate: Option<String>) {
+        self.env
+            .insert("TRACEPARENT".into(), Var::plain(traceparent, Source::Derived));
+        match tracestate {
+            Some(state) => {
+                self.env.insert("TRACESTATE".into(), Var::plain(state, Source::Derived));
+            }
+            None => {
+                self.env.remove("TRACESTATE");
+            }
+        }
     }
 }
 

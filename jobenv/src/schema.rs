@@ -151,6 +151,20 @@ struct Payload {
     #[serde(rename = "EVENTS_SECRET")]
     #[schemars(regex(pattern = r"^[!-~]{16,1024}$"))]
     events_secret: Option<String>,
+    /// W3C Trace Context: the front-end's span, of which the job's trace becomes a child (on
+    /// a node that exports to an OpenTelemetry collector); the program gets a `TRACEPARENT`
+    /// either way. One that does not fit is dropped with a warning, never refused.
+    #[serde(rename = "TRACEPARENT")]
+    #[schemars(regex(
+        pattern = r"^(?:00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}|(?!00|ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(?:-.*)?)$"
+    ))]
+    traceparent: Option<String>,
+    /// W3C Trace Context: the trace's vendor state, passed on with `TRACEPARENT` (at most 32
+    /// `key=value` members); dropped with a warning when it does not fit, or without a valid
+    /// `TRACEPARENT`.
+    #[serde(rename = "TRACESTATE")]
+    #[schemars(length(max = 512))]
+    tracestate: Option<String>,
     /// The deployment repository's declared keys.
     #[serde(flatten)]
     declared: BTreeMap<String, Declared>,
@@ -325,6 +339,25 @@ mod tests {
                 fits("BUILD_ID", json!(sample)),
                 names::is_valid_build_id(sample),
                 "BUILD_ID {sample:?}"
+            );
+        }
+        // TRACEPARENT: the schema's pattern is the parser's rule.
+        for sample in [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-more",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-ab-cd-01",
+            "",
+        ] {
+            assert_eq!(
+                fits("TRACEPARENT", json!(sample)),
+                crate::telemetry::context::parse(sample, None).0.is_some(),
+                "TRACEPARENT {sample:?}"
             );
         }
         for (row, good) in [

@@ -82,6 +82,8 @@ pub struct RunSettings {
     pub containment: Containment,
     /// Cluster mode: the journal and the locks are shared by the nodes, in PostgreSQL.
     pub cluster: Option<Cluster>,
+    /// Export over OTLP: jobenv's own settings of it (the rest are the `OTEL_*` variables).
+    pub telemetry: crate::telemetry::Options,
 }
 
 /// Cluster mode (`--cluster-dsn-file`): the decision on a job id and the namespace lock are

@@ -32,6 +32,15 @@ use crate::{Error, Result};
 /// different level. The formatter is installed at `info` even then, so that the caller can log
 /// that error before it stops.
 pub fn init(prefix: &'static str, level_var: &str, targets: &[&'static str]) -> Result<()> {
+    init_writing_to(prefix, level_var, targets, std::io::stderr)
+}
+
+/// [`init`], writing each line through `writer` (which may copy it elsewhere too, as jobenv does
+/// for a job's exported log) instead of straight to stderr.
+pub fn init_writing_to<W>(prefix: &'static str, level_var: &str, targets: &[&'static str], writer: W) -> Result<()>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     let value = std::env::var(level_var).unwrap_or_default();
     let (level, result) = match parse_level(&value) {
         Some(level) => (level, Ok(())),
@@ -44,7 +53,7 @@ pub fn init(prefix: &'static str, level_var: &str, targets: &[&'static str]) -> 
         ),
     };
     // Already set (a second call, or a test harness): the first one stays.
-    let _ = tracing::subscriber::set_global_default(subscriber(prefix, level, targets, std::io::stderr));
+    let _ = tracing::subscriber::set_global_default(subscriber(prefix, level, targets, writer));
     result
 }
 

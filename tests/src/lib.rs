@@ -28,6 +28,9 @@
 //! - [`events_receiver`]: an HTTP receiver of jobenv's progress events (checks the secret by
 //!   its SHA-256, can be slow or dead); [`dd0012_receiver`]: a DD-0012 back-end (rows of both
 //!   kinds, each with its own secret).
+//! - [`otlp_receiver`]: an OTLP/HTTP receiver decoding what jobenv exports with the protocol's
+//!   own messages (can expect an API key, error, be slow; a black hole and a dead endpoint), and
+//!   a real collector (PyPI's `rotel`) in front of it.
 //! - [`binaries`]: the workspace's own binaries, for tests outside their crates.
 //! - [`schemas`]: the published JSON Schemas (`schemas/`), against which the kit checks every
 //!   `result.json`, journal entry and event it reads.
@@ -42,6 +45,7 @@ pub mod json_forms;
 pub mod nix_fixture;
 pub mod node;
 pub mod openbao;
+pub mod otlp_receiver;
 pub mod postgres;
 pub mod process;
 pub mod schemas;

@@ -54,7 +54,7 @@ pub fn exit_code(result: Result<Exit, Error>) -> i32 {
 
 pub fn run(command: Command) -> Result<Exit, Error> {
     match command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Env(args) => env::env(args),
         Command::Keys(args) => keys::keys(args),
         Command::Recover(args) => recover::recover(args),

@@ -33,6 +33,8 @@ pub struct Controls {
     /// The payload's `EVENTS_SECRET`, when the node took it: redacted like every secret,
     /// whether or not events are sent.
     pub row_secret: Option<Secret>,
+    /// The payload's W3C trace context, when its `TRACEPARENT` is valid ([`trace_context`]).
+    pub trace: Option<crate::telemetry::context::Parent>,
 }
 
 /// How a value from a job appears in an error: quoted, and cut short.
@@ -222,7 +224,40 @@ pub fn resolve(inputs: &Inputs, payload: &Payload, problems: &mut Vec<Problem>) 
         state,
         events,
         row_secret: row_secret.map(Secret::new),
+        trace: None,
     })
+}
+
+/// The payload's `TRACEPARENT` and `TRACESTATE`, checked by the W3C rules: a bad one never
+/// refuses a job (its trace simply starts at jobenv), it is dropped with a warning naming the
+/// rule; a `TRACESTATE` without a valid `TRACEPARENT` goes with it.
+pub fn trace_context(
+    payload: &std::collections::BTreeMap<&'static str, String>,
+    warnings: &mut Vec<String>,
+) -> Option<crate::telemetry::context::Parent> {
+    let traceparent = payload.get("TRACEPARENT");
+    let tracestate = payload.get("TRACESTATE");
+    let Some(traceparent) = traceparent else {
+        if tracestate.is_some() {
+            warnings.push("payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none".to_owned());
+        }
+        return None;
+    };
+    let (parent, problem) = crate::telemetry::context::parse(traceparent, tracestate.map(String::as_str));
+    if let Some((key, rule)) = problem {
+        let value = if key == "TRACEPARENT" {
+            traceparent
+        } else {
+            tracestate.expect("a bad TRACESTATE is one given")
+        };
+        let also = if key == "TRACEPARENT" && tracestate.is_some() {
+            " (and TRACESTATE with it)"
+        } else {
+            ""
+        };
+        warnings.push(format!("payload {key} {} dropped{also}: {rule}", shown(value)));
+    }
+    parent
 }
 
 /// A shorter shared secret is too easy to guess (and one under 4 bytes would not be redacted).
@@ -521,6 +556,53 @@ mod tests {
             problems(&i)
                 .join("\n")
                 .contains("SYSTEM \"x86_64-PLAINSYS\" is invalid")
+        );
+    }
+
+    #[test]
+    fn a_bad_trace_context_is_dropped_with_a_warning_never_refused() {
+        const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let planned = |pairs: &[(&str, &str)]| {
+            let mut i = inputs();
+            for (key, value) in pairs {
+                i.set_payload(key, json!(value));
+            }
+            crate::plan::plan(&i).expect("never refused")
+        };
+        let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "fe=1")]);
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+        assert_eq!(plan.env["TRACEPARENT"].value.expose(), GOOD);
+        assert_eq!(plan.env["TRACESTATE"].value.expose(), "fe=1");
+        assert_eq!(plan.env["TRACEPARENT"].source, crate::plan::Source::Payload);
+        let plan = planned(&[("TRACEPARENT", "00-ab-cd-01"), ("TRACESTATE", "fe=1")]);
+        assert_eq!(
+            plan.warnings,
+            [format!(
+                "payload TRACEPARENT \"00-ab-cd-01\" dropped (and TRACESTATE with it): {}",
+                crate::telemetry::context::TRACEPARENT_RULE
+            )]
+        );
+        assert!(!plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+        let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "BAD=1")]);
+        assert_eq!(
+            plan.warnings,
+            [format!(
+                "payload TRACESTATE \"BAD=1\" dropped: {}",
+                crate::telemetry::context::TRACESTATE_RULE
+            )]
+        );
+        assert!(plan.env.contains_key("TRACEPARENT") && !plan.env.contains_key("TRACESTATE"));
+        let plan = planned(&[("TRACESTATE", "fe=1")]);
+        assert_eq!(
+            plan.warnings,
+            ["payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none"]
+        );
+        // A node cannot set them: they are a job's.
+        let mut i = inputs();
+        i.node.extend(node(&[("TRACEPARENT", GOOD, false)]));
+        assert_eq!(
+            problems(&i),
+            ["test:TRACEPARENT sets TRACEPARENT, which only a job payload may set"]
         );
     }
 

@@ -240,8 +240,11 @@ pub fn check(inputs: &Inputs) -> Result<Checked, Vec<Problem>> {
     let payload = admit::payload(inputs, &mut problems, &mut warnings);
     let controls = controls::resolve(inputs, &payload, &mut problems);
     match controls {
-        Some(controls) if problems.is_empty() => Ok(Checked {
-            controls,
+        Some(mut controls) if problems.is_empty() => Ok(Checked {
+            controls: {
+                controls.trace = controls::trace_context(&payload.controls, &mut warnings);
+                controls
+            },
             payload: payload.values,
             ignored: payload.ignored,
             warnings,

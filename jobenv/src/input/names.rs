@@ -35,6 +35,9 @@ pub const NODE_CONTROL_KEYS: &[&str] = &[
 /// Control keys a job payload may set; jobenv consumes them and does not pass them on.
 /// `BUILD_ID` names the build in progress events, `EVENTS_KIND` and `EVENTS_ROW_ID` the DD-0012
 /// row they go to, `EVENTS_SECRET` that row's secret; the program needs none of them.
+/// `TRACEPARENT` and `TRACESTATE` (W3C Trace Context) join the job's trace to the front-end's:
+/// a bad one is dropped with a warning; the program gets a checked one (its own span's when
+/// jobenv exports traces).
 pub const PAYLOAD_CONTROL_KEYS: &[&str] = &[
     "SYSTEM",
     "ATTRIBUTE",
@@ -44,6 +47,8 @@ pub const PAYLOAD_CONTROL_KEYS: &[&str] = &[
     "EVENTS_KIND",
     "EVENTS_ROW_ID",
     "EVENTS_SECRET",
+    "TRACEPARENT",
+    "TRACESTATE",
 ];
 
 /// Control keys that the node may also set (node wins, like any key). A payload's

@@ -46,6 +46,8 @@ mod namespace;
 
 /// Runs the job and returns jobenv's exit code.
 pub fn run(settings: &RunSettings) -> i32 {
+    // Export of the job's trace and log, when the node names a collector (nothing otherwise).
+    crate::telemetry::start(&settings.telemetry, &settings.job.verb, settings.job_id.as_deref());
     let mut run = Run::new(settings);
     let ending = match run.steps() {
         Ok(ending) => ending,
@@ -117,10 +119,18 @@ impl<'a> Run<'a> {
         // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
         let payload =
             input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
+        crate::telemetry::payload(payload.as_ref().ok());
         let _job_lock = self.job_lock(store.local(), &mut cancel)?;
         let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
         let mut plan = self.plan(payload)?;
         redact_store_secrets(&mut plan, &*store);
+        crate::telemetry::secrets(&mut plan);
+        crate::telemetry::identify(crate::telemetry::Identity {
+            system: Some(&plan.system),
+            attempt,
+            ..crate::telemetry::Identity::default()
+        });
+        crate::telemetry::admitted();
         let namespace = self.namespace_locks(&*store, &plan, attempt, &mut earlier, &mut cancel)?;
         let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
         // The tree goes to the program (and is gone when it returns), the locks stay held.
@@ -130,7 +140,7 @@ impl<'a> Run<'a> {
             (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
             (None, _) => {
                 let guard = namespace.guard_deadline();
-                self.program(&plan, namespace.for_tree, namespace.tree, cancel, leases, guard)
+                self.program(&mut plan, namespace.for_tree, namespace.tree, cancel, leases, guard)
             }
         };
         Ok(self.terminal_entry(&*store, entry, ending))
@@ -316,6 +326,28 @@ impl<'a> Run<'a> {
     /// evaluates it: [`crate::evaluation`]), then the program.
     fn program(
         &self,
+        plan: &mut Plan,
+        tree_lock: OwnedFd,
+        tree: Tree,
+        cancel: Cancel,
+        lease: Option<crate::run::lease::LeaseWatch>,
+        guard: Option<crate::run::tree::guard::Deadline>,
+    ) -> Ending {
+        // The program runs in a span of its own, and continues the trace from it.
+        let stage = crate::telemetry::enter(crate::telemetry::Stage::Program);
+        if let Some((traceparent, tracestate)) = stage.traceparent() {
+            plan.set_trace_context(traceparent, tracestate);
+        }
+        let ending = self.run_program(plan, tree_lock, tree, cancel, lease, guard);
+        match ending.status {
+            Status::Succeeded => stage.done(),
+            status => stage.failed(&format!("{status}, exit code {}", ending.exit_code)),
+        }
+        ending
+    }
+
+    fn run_program(
+        &self,
         plan: &Plan,
         tree_lock: OwnedFd,
         tree: Tree,
@@ -330,11 +362,14 @@ impl<'a> Run<'a> {
             plan.system,
             plan.verb
         );
-        let mut shell =
-            match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
-                Ok(shell) => shell,
-                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
-            };
+        // The shell's evaluation is a stage of its own in the trace, inside the program's.
+        let evaluating = crate::telemetry::enter(crate::telemetry::Stage::Evaluation);
+        let shell = match crate::evaluation::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel)
+        {
+            Ok(shell) => shell,
+            Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_request.as_ref())),
+        };
+        let mut shell = crate::telemetry::Evaluating::new(shell, evaluating);
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
@@ -441,6 +476,27 @@ impl<'a> Run<'a> {
         }
         // Last, after result.json: a worker that kills jobenv during this wait loses nothing.
         self.events.wait();
+        // Then the job's trace and log: at most the flush bound for what is not delivered.
+        crate::telemetry::identify(crate::telemetry::Identity {
+            attribute: self.identity.attribute.as_deref(),
+            namespace: self.identity.namespace.as_deref(),
+            build_id: self.identity.build_id.as_deref(),
+            attempt: self.attempt,
+            system: None,
+        });
+        let interrupted_by = ending.interrupted_by.map(|by| {
+            serde_json::to_value(by)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        });
+        crate::telemetry::finish(crate::telemetry::Ended {
+            status: ending.status.as_str(),
+            exit_code: code,
+            interrupted_by: interrupted_by.as_deref(),
+            replayed: self.replayed,
+            errors: &ending.errors,
+        });
         code
     }
 }

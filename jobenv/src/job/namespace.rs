@@ -56,6 +56,8 @@ impl Run<'_> {
         earlier: &mut [Attempt],
         cancel: &mut Cancel,
     ) -> Result<NamespaceLocks, Stop> {
+        // A stage of the job's trace; an early return (a busy lock) ends it as failed.
+        let stage = crate::telemetry::enter(crate::telemetry::Stage::Namespace);
         let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
         let deadline = std::time::Instant::now() + wait;
         let journal = store.local();
@@ -96,9 +98,17 @@ impl Run<'_> {
             .map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
         // Other nodes' deploys of the namespace: this node's are behind the locks above.
         let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let lease = self
+            .settings
+            .cluster
+            .is_some()
+            .then(|| crate::telemetry::enter(crate::telemetry::Stage::Lease));
         let shared = store
             .claim_namespace(namespace, self.job_id.as_deref(), left, cancel)
             .map_err(|refused| self.refused(refused, locked))?;
+        if let Some(lease) = lease {
+            lease.done();
+        }
         let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
         // A lease that a dead jobenv no longer renews must not be outlived by its tree.
         let guard = match (&program_tree, store.leases()) {
@@ -119,6 +129,7 @@ impl Run<'_> {
             }
             _ => None,
         };
+        stage.done();
         Ok(NamespaceLocks {
             tree: program_tree,
             guard,

@@ -245,12 +245,13 @@ async fn supervise<T: ProgramTree>(
     let stdout = pump::own_stream(std::io::stdout()).map_err(|e| Error::io("cannot duplicate stdout", e))?;
     let stderr = pump::own_stream(std::io::stderr()).map_err(|e| Error::io("cannot duplicate stderr", e))?;
     let (stdout_tap, stderr_tap) = (options.events.tap(Level::Info), options.events.tap(Level::Warning));
+    let exported = |stream| crate::telemetry::tap(stream);
     pump::start(
         "stdout",
         std::fs::File::from(stdout_read),
         stdout,
         redactor.clone(),
-        stdout_tap,
+        (stdout_tap, exported("stdout")),
         done_tx.clone(),
     );
     pump::start(
@@ -258,7 +259,7 @@ async fn supervise<T: ProgramTree>(
         std::fs::File::from(stderr_read),
         stderr,
         redactor,
-        stderr_tap,
+        (stderr_tap, exported("stderr")),
         done_tx,
     );
 
@@ -395,8 +396,16 @@ async fn supervise<T: ProgramTree>(
     // Every stop below ends before the leases can expire.
     let kill_by = options.lease.clone();
 
+    // The stop is a stage of its own in the job's trace (a program that ended by itself has
+    // none, unless it left processes running).
+    let stage = |reason| crate::telemetry::enter(crate::telemetry::Stage::Stop(reason));
     match outcome {
         Outcome::Cancelled(signal) | Outcome::NodeStopped(signal) => {
+            let stopping = stage(if matches!(outcome, Outcome::NodeStopped(_)) {
+                "drain"
+            } else {
+                "cancel"
+            });
             let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
             let why = if matches!(outcome, Outcome::NodeStopped(_)) {
                 " (the node is stopping)"
@@ -408,15 +417,19 @@ async fn supervise<T: ProgramTree>(
                 options.grace
             );
             stop(&tree, options.grace, &kill_by).await;
+            stopping.done();
         }
         Outcome::WorkerLost => {
+            let stopping = stage("worker lost");
             tracing::warn!(
                 "the worker that started this job is gone: stopping the program tree (grace {:?})",
                 options.grace
             );
             stop(&tree, options.grace, &kill_by).await;
+            stopping.done();
         }
         Outcome::LeaseLost => {
+            let stopping = stage("lease lost");
             let lease = options.lease.as_ref().expect("a lease was watched");
             tracing::error!(
                 "this job's leases on the cluster journal were not renewed within {:?}: stopping the program tree before they can expire (grace {:?})",
@@ -424,14 +437,17 @@ async fn supervise<T: ProgramTree>(
                 options.grace
             );
             stop(&tree, options.grace, &kill_by).await;
+            stopping.done();
         }
         Outcome::TimedOut => {
+            let stopping = stage("timeout");
             tracing::warn!(
                 "timeout of {:?} reached: stopping the program tree (grace {:?})",
                 options.timeout.unwrap_or_default(),
                 options.grace
             );
             stop(&tree, options.grace, &kill_by).await;
+            stopping.done();
         }
         Outcome::Exited(_) | Outcome::Killed(_) => {
             // The program is gone; whatever it left running is stopped the same way, so a
@@ -443,8 +459,10 @@ async fn supervise<T: ProgramTree>(
                 .await
                 .is_ok();
             if !reaped && !tree.is_empty() {
+                let stopping = stage("left running");
                 tracing::warn!("the program exited but left processes running: stopping them");
                 stop(&tree, options.grace, &kill_by).await;
+                stopping.done();
             }
         }
     }

@@ -21,13 +21,14 @@ pub fn own_stream(stream: impl AsFd) -> std::io::Result<File> {
 }
 
 /// Copies `source` to `sink` through `redactor` until end of file, then sends on `done`. The
-/// `tap` (progress events) gets the same redacted bytes, after the sink: never the raw ones.
+/// `tap` (progress events) and the `exported` one (the job's log over OTLP) get the same
+/// redacted bytes, after the sink: never the raw ones.
 pub fn start(
     name: &str,
     mut source: impl Read + Send + 'static,
     sink: File,
     mut redactor: Redactor,
-    mut tap: Option<Tap>,
+    (mut tap, mut exported): (Option<Tap>, Option<crate::telemetry::Tap>),
     done: mpsc::Sender<()>,
 ) -> JoinHandle<()> {
     std::thread::Builder::new()
@@ -54,6 +55,9 @@ pub fn start(
                 if let Some(tap) = &mut tap {
                     tap.push(redacted);
                 }
+                if let Some(exported) = &mut exported {
+                    exported.push(redacted);
+                }
             }
             out.clear();
             redactor.finish(&mut out);
@@ -61,6 +65,10 @@ pub fn start(
             if let Some(tap) = &mut tap {
                 tap.push(&out);
                 tap.finish();
+            }
+            if let Some(exported) = &mut exported {
+                exported.push(&out);
+                exported.finish();
             }
             let _ = done.send(());
         })

@@ -66,6 +66,8 @@ fn fifty_concurrent_jobs_keep_their_outputs_apart() {
             into_state.len() == 1 && into_state[0].ends_with(&own_lock),
             "job {i}: a journal or lock descriptor reached the program: {stderr}"
         );
-        assert!(!stderr.contains("warning"), "job {i}: {stderr}");
+        // None of jobenv's warnings (Nix's, of its database busy with fifty evaluations at
+        // once, are Nix's).
+        assert!(!stderr.contains("jobenv: warning"), "job {i}: {stderr}");
     }
 }

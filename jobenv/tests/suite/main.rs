@@ -51,4 +51,5 @@ mod redactor_property;
 mod secrets_env_file;
 mod shell_cache;
 mod state_dir_attacks;
+mod telemetry;
 mod windmill_scripts;

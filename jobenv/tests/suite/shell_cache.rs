@@ -373,6 +373,47 @@ fn garbage_collection_between_two_jobs_does_not_break_the_second() {
 /// Jobs of one key that start together evaluate once: the others wait for it, then run what
 /// it cached. Outside the store (the control), each evaluates.
 #[test]
+fn the_evaluation_is_a_stage_of_the_jobs_trace_with_what_nix_instantiate_printed() {
+    let mut f = node();
+    f.store_tree(
+        "tree",
+        &tree_text(&f, "traced", 0, 0, Some(r#"throw "deployment is broken""#)),
+    );
+    let receiver = fediversity_testkit::otlp_receiver::Receiver::start();
+    f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .env("WM_JOB_ID", "traced-1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .payload(&payload("ns"))
+        .expect_code(1)
+        .expect_stderr_contains("error: deployment is broken")
+        .run();
+    let recorded = receiver.recorded();
+    let span = |name: &str| {
+        recorded
+            .spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no span {name}: {:#?}", recorded.spans))
+    };
+    let (evaluation, program) = (span("evaluation"), span("program"));
+    assert_eq!(evaluation.parent_span_id, program.span_id);
+    assert_eq!((evaluation.status.0, program.status.0), (2, 2), "{evaluation:#?}");
+    // What nix-instantiate printed is the evaluation's, and what jobenv said before it the
+    // program stage's (the positive control: not every record is the evaluation's).
+    let record = |text: &str| {
+        recorded
+            .records
+            .iter()
+            .find(|r| r.body.contains(text))
+            .unwrap_or_else(|| panic!("no record {text:?}: {:#?}", recorded.records))
+    };
+    assert_eq!(record("error: deployment is broken").span_id, evaluation.span_id);
+    assert_eq!(record("trace: EVALUATED traced").span_id, evaluation.span_id);
+    assert_eq!(record("jobenv: running web-apply").span_id, program.span_id);
+}
+
+#[test]
 fn concurrent_first_jobs_evaluate_once() {
     let mut f = node();
     f.store_tree("tree", &tree_text(&f, "together", 2, 0, None));

@@ -397,12 +397,20 @@ fn every_sh_block_is_valid_bash() {
 #[test]
 fn every_json_block_fits_its_schema() {
     let mut checked = Vec::new();
+    let mut otlp = Vec::new();
     for page in pages() {
         for block in page.blocks().into_iter().filter(|b| b.lang() == "json") {
             let values = serde_json::Deserializer::from_str(&block.text)
                 .into_iter::<Value>()
                 .collect::<Result<Vec<_>, _>>()
                 .unwrap_or_else(|e| panic!("{}: not JSON: {e}\n{}", block.place, block.text));
+            if let Some(signal @ ("otlp-traces" | "otlp-logs")) = block.tag() {
+                for value in &values {
+                    check_otlp(signal, value, &block.place);
+                    otlp.push(signal.to_owned());
+                }
+                continue;
+            }
             let contract = match block.tag() {
                 Some("payload") => Some(Contract::Payload),
                 Some("result") => Some(Contract::Result),
@@ -431,6 +439,10 @@ fn every_json_block_fits_its_schema() {
             }
         }
     }
+    assert!(
+        otlp.iter().any(|s| s == "otlp-traces") && otlp.iter().any(|s| s == "otlp-logs"),
+        "no example of what the collector receives: {otlp:?}"
+    );
     // Not vacuous: every schema has an example.
     for contract in [
         Contract::Payload,
@@ -440,6 +452,71 @@ fn every_json_block_fits_its_schema() {
         Contract::JournalEntry,
     ] {
         assert!(checked.contains(&contract), "no example of {}", contract.file());
+    }
+}
+
+/// An example of what a collector receives from jobenv, in OTLP's JSON form: it is an export
+/// request of that signal exactly as the protocol's own messages write it (nothing unknown,
+/// nothing misspelt), and every attribute it names is one jobenv sets (or the SDK's resource).
+fn check_otlp(signal: &str, value: &Value, place: &str) {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    let written = match signal {
+        "otlp-traces" => serde_json::from_value::<ExportTraceServiceRequest>(value.clone())
+            .map(|request| serde_json::to_value(request).unwrap()),
+        _ => serde_json::from_value::<ExportLogsServiceRequest>(value.clone())
+            .map(|request| serde_json::to_value(request).unwrap()),
+    }
+    .unwrap_or_else(|e| panic!("{place}: not an OTLP {signal} request: {e}"));
+    // The messages write every field; an example leaves out those at their default.
+    assert_eq!(
+        without_defaults(&written),
+        without_defaults(value),
+        "{place}: not as OTLP's JSON form writes it"
+    );
+    let telemetry = ["trace.rs", "export.rs", "mod.rs"]
+        .map(|file| std::fs::read_to_string(repo().join("jobenv/src/telemetry").join(file)).unwrap())
+        .concat();
+    let mut keys = Vec::new();
+    collect_keys(value, &mut keys);
+    assert!(keys.len() > 5, "{place}: {keys:?}");
+    for key in keys {
+        let sdk = key.starts_with("telemetry.sdk.") || ["service.name", "service.namespace"].contains(&key.as_str());
+        assert!(
+            sdk || telemetry.contains(&format!("\"{key}\"")),
+            "{place}: jobenv never sets the attribute {key}"
+        );
+    }
+}
+
+/// `value` without the fields at their default (0, "", [ ], { }).
+fn without_defaults(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), without_defaults(v)))
+                .filter(|(_, v)| !matches!(v, Value::Number(n) if n.as_u64() == Some(0)))
+                .filter(|(_, v)| !matches!(v, Value::String(s) if s.is_empty()))
+                .filter(|(_, v)| !matches!(v, Value::Array(a) if a.is_empty()))
+                .filter(|(_, v)| !matches!(v, Value::Object(o) if o.is_empty()))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_defaults).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Every `{"key": …}` of an OTLP attribute list in `value`.
+fn collect_keys(value: &Value, keys: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let (Some(Value::String(key)), Some(_)) = (map.get("key"), map.get("value")) {
+                keys.push(key.clone());
+            }
+            map.values().for_each(|v| collect_keys(v, keys));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_keys(v, keys)),
+        _ => {}
     }
 }
 

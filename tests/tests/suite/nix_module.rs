@@ -765,7 +765,7 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
     for name in env["WHITELIST_ENVS"].as_str().unwrap().split(',') {
         assert!(env.get(name).is_some(), "{name} is whitelisted but not set");
         // Read by jobenv's command line (a clap `env` or a variable it looks up itself).
-        assert!(cli.contains(&format!("\"{name}\"")), "jobenv does not read {name}");
+        assert!(reads(&cli, name), "jobenv does not read {name}");
     }
     assert_eq!(env["JOBENV_NIX_SHELL"], "/nix/store/abc-nix-2.28/bin/nix-shell");
     assert_eq!(env["JOBENV_STATE_DIR"], state_dir.as_str());
@@ -808,6 +808,178 @@ fn jobs_get_jobenvs_settings_through_windmills_env_whitelist() {
         units["windmill-worker"]["environment"]
             .get("JOBENV_SECRETS_ENV_FILES")
             .is_none()
+    );
+}
+
+/// jobenv reads `name`: its command line names it, or (an OpenTelemetry variable) its telemetry
+/// configuration does.
+fn reads(cli: &str, name: &str) -> bool {
+    let telemetry = std::fs::read_to_string(repo().join("jobenv/src/telemetry/config.rs")).unwrap();
+    let quoted = format!("\"{name}\"");
+    cli.contains(&quoted) || (name.starts_with("OTEL_") && telemetry.contains(&quoted))
+}
+
+#[test]
+fn the_collector_reaches_every_windmill_unit_and_every_job_its_key_only_as_a_credential() {
+    let units = eval(
+        r#"lib.units { otel = { endpoint = "https://otel.example:4318"; headersFile = "/run/keys/otel-headers"; resourceAttributes = { "service.namespace" = "fediversity"; "deployment.environment.name" = "prod, eu=1 100%"; }; }; }"#,
+    );
+    let attributes = "deployment.environment.name=prod%2C%20eu%3D1%20100%25,service.namespace=fediversity";
+    for (unit, role) in [
+        ("windmill-server", "server"),
+        ("windmill-worker", "worker"),
+        ("windmill-worker-native", "worker-native"),
+    ] {
+        let env = &units[unit]["environment"];
+        assert_eq!(
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"], "https://otel.example:4318",
+            "{unit}"
+        );
+        assert_eq!(env["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf", "{unit}");
+        assert_eq!(env["OTEL_SERVICE_NAME"], format!("windmill-{role}"), "{unit}");
+        assert_eq!(env["OTEL_RESOURCE_ATTRIBUTES"], attributes, "{unit}");
+        // The headers as a credential systemd reads, never a value of the configuration.
+        assert_eq!(
+            units[unit]["serviceConfig"]["LoadCredential"],
+            json!(["otel-headers:/run/keys/otel-headers"]),
+            "{unit}"
+        );
+        assert!(env.get("OTEL_EXPORTER_OTLP_HEADERS").is_none(), "{unit}");
+    }
+    // jobenv, in the worker's jobs: the endpoint, protocol and attributes, and the headers as the
+    // path of the worker's credential; its own service name.
+    let env = &units["windmill-worker"]["environment"];
+    let whitelist: Vec<&str> = env["WHITELIST_ENVS"].as_str().unwrap().split(',').collect();
+    for name in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "JOBENV_OTLP_HEADERS_FILE",
+    ] {
+        assert!(whitelist.contains(&name), "{name}: {whitelist:?}");
+    }
+    assert!(
+        !whitelist.contains(&"OTEL_SERVICE_NAME"),
+        "jobenv reports as a service of its own"
+    );
+    assert_eq!(
+        env["JOBENV_OTLP_HEADERS_FILE"],
+        "/run/credentials/windmill-worker.service/otel-headers"
+    );
+    // (jobenv decodes them back: telemetry::config's tests, with this very list.)
+    let cli = std::fs::read_to_string(repo().join("jobenv/src/cli.rs")).unwrap();
+    for name in &whitelist {
+        assert!(reads(&cli, name), "jobenv does not read {name}");
+    }
+
+    // Without headers: no credential, no headers file for jobenv.
+    let units = eval(r#"lib.units { otelEndpoint = "http://127.0.0.1:4318"; }"#);
+    assert!(
+        units["windmill-server"]["serviceConfig"]
+            .get("LoadCredential")
+            .is_none()
+    );
+    assert!(
+        units["windmill-worker"]["environment"]
+            .get("JOBENV_OTLP_HEADERS_FILE")
+            .is_none()
+    );
+    assert!(
+        units["windmill-worker"]["environment"]["WHITELIST_ENVS"]
+            .as_str()
+            .unwrap()
+            .contains("OTEL_EXPORTER_OTLP_ENDPOINT")
+    );
+    // A headers file without an endpoint does nothing.
+    let units = eval(r#"lib.units { otel.headersFile = "/run/keys/otel-headers"; }"#);
+    assert!(
+        units["windmill-worker"]["serviceConfig"]
+            .get("LoadCredential")
+            .is_none()
+    );
+    assert!(
+        !units["windmill-worker"]["environment"]["WHITELIST_ENVS"]
+            .as_str()
+            .unwrap()
+            .contains("OTLP")
+    );
+    // Another protocol: Windmill's units get it, jobenv nothing, and the evaluation says why.
+    let units = eval(r#"lib.units { otel = { endpoint = "http://c:4317"; protocol = "grpc"; }; }"#);
+    assert_eq!(
+        units["windmill-server"]["environment"]["OTEL_EXPORTER_OTLP_PROTOCOL"],
+        "grpc"
+    );
+    assert!(
+        !units["windmill-worker"]["environment"]["WHITELIST_ENVS"]
+            .as_str()
+            .unwrap()
+            .contains("OTEL_")
+    );
+    assert_eq!(
+        eval(r#"lib.otelWarnings { endpoint = "http://c:4317"; protocol = "grpc"; }"#),
+        json!([
+            "otel.protocol is grpc: fediversity-jobenv exports http/protobuf only, so deploys are not exported (Windmill's units still get the variables)"
+        ])
+    );
+    assert_eq!(eval(r#"lib.otelWarnings { endpoint = "http://c:4318"; }"#), json!([]));
+}
+
+#[test]
+fn the_launcher_moves_the_collectors_headers_into_windmills_variable_lines_joined() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("otel-headers"),
+        "authorization=Bearer%20k-1\nx-org=ops\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("smtp-password"), "pw\n").unwrap();
+    let printer = dir.path().join("windmill");
+    std::fs::write(
+        &printer,
+        "#!/bin/sh\nprintf '%s|%s|%s' \"$OTEL_EXPORTER_OTLP_HEADERS\" \"$SMTP_PASSWORD\" \"$*\"\n",
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&printer).status().unwrap();
+    let launch = |role: &str| {
+        let script = eval(&format!(
+            r#"lib.windmillLauncher {{ windmill = {}; credentials = lib.launchedCredentials {{ role = "{role}"; smtpPasswordFile = "/x"; otelHeadersFile = "/y"; }}; }}"#,
+            Value::from(printer.display().to_string())
+        ));
+        let out = Command::new("bash")
+            .args(["-c", script.as_str().unwrap(), "launcher", "--flag"])
+            .env("CREDENTIALS_DIRECTORY", dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(launch("server"), "authorization=Bearer%20k-1,x-org=ops|pw|--flag");
+    assert_eq!(launch("worker"), "authorization=Bearer%20k-1,x-org=ops||--flag");
+    // The module's units: a launcher for each when the collector has headers.
+    for unit in ["windmill-server", "windmill-worker", "windmill-worker-native"] {
+        let exec = module(
+            r#"s: s // { otel = { endpoint = "http://127.0.0.1:4318"; headersFile = "/run/keys/otel-headers"; }; }"#,
+            &format!("h: h.config.systemd.services.{unit}.serviceConfig.ExecStart"),
+        );
+        assert!(exec.as_str().unwrap().ends_with("-with-credentials"), "{unit}: {exec}");
+    }
+    // Without headers (and SMTP), Windmill itself.
+    let exec = module(
+        r#"s: s // { otel.endpoint = "http://127.0.0.1:4318"; }"#,
+        "h: h.config.systemd.services.windmill-worker.serviceConfig.ExecStart",
+    );
+    assert!(exec.as_str().unwrap().ends_with("/bin/windmill"), "{exec}");
+    // The module warns when its deploys cannot be exported.
+    let warnings = module(
+        r#"s: s // { otel = { endpoint = "http://c:4317"; protocol = "grpc"; }; }"#,
+        "h: h.config.warnings",
+    );
+    assert!(
+        warnings.as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("services.fediversity-windmill: otel.protocol is grpc")),
+        "{warnings}"
     );
 }
 
@@ -3174,7 +3346,7 @@ fn smtp_reaches_windmill_server_with_its_password_never_in_the_configuration() {
         server["serviceConfig"]["ExecStart"]
             .as_str()
             .unwrap()
-            .ends_with("-windmill-with-smtp-password"),
+            .ends_with("-windmill-server-with-credentials"),
         "{server}"
     );
     assert_eq!(

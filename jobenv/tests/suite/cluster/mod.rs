@@ -328,6 +328,36 @@ fn a_finished_job_re_run_on_the_other_node_is_replayed_without_running_it() {
 }
 
 #[test]
+fn in_cluster_mode_the_namespaces_lease_is_a_stage_of_the_jobs_trace() {
+    let db = postgres::cluster().jobenv_database();
+    let a = Node::new("a", Some(&db.dsn()), "echo ran");
+    let receiver = fediversity_testkit::otlp_receiver::Receiver::start();
+    a.job("traced-1", "ns")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .expect_success()
+        .run();
+    let spans = receiver.recorded().spans;
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no span {name}: {spans:#?}"))
+    };
+    let (job, namespace, lease) = (named("deploy web apply"), named("namespace"), named("lease"));
+    // Claimed while the namespace is held, before the program: inside the namespace's stage.
+    assert_eq!(lease.parent_span_id, namespace.span_id);
+    assert_eq!(namespace.parent_span_id, job.span_id);
+    assert_eq!((lease.status.0, namespace.status.0, job.status.0), (0, 0, 0));
+    assert!(lease.end_ns <= named("program").start_ns, "{spans:#?}");
+    assert_eq!(job.attributes["jobenv.job.attempt"], "1");
+    assert_eq!(
+        spans.len(),
+        6,
+        "admission, namespace, lease, program, evaluation, the job: {spans:#?}"
+    );
+}
+
+#[test]
 fn an_interrupted_job_re_run_on_the_other_node_runs_as_attempt_2_once_its_lease_expired() {
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
