@@ -12,6 +12,12 @@ use crate::input::node::NodeValue;
 use crate::plan::plan;
 use crate::run::redact::{Redactor, can_be_spelled_by_marker, redact_all};
 
+/// The streaming redactor and its whole-buffer reference, for the property test that checks one
+/// against the other (tests/suite/redactor_property.rs).
+pub mod redact {
+    pub use crate::run::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
+}
+
 /// Any bytes as a payload: parsing never panics, and whatever is accepted obeys the rules.
 pub fn payload(data: &[u8]) {
     let Ok(payload) = crate::input::payload::parse("fuzz", data) else {

@@ -97,7 +97,7 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Vec<Problem>> {
     if problems.is_empty() { Ok(plan) } else { Err(problems) }
 }
 
-pub use crate::input::{MAX_ARG_STRLEN, exec_budget};
+pub use crate::input::MAX_ARG_STRLEN;
 
 /// What exec could not pass: one string over [`MAX_ARG_STRLEN`], or more than `budget` bytes
 /// in all (each string with its NUL, and a pointer to each).
@@ -589,10 +589,14 @@ mod tests {
 
     #[test]
     fn the_exec_budget_is_half_of_what_the_kernel_allows_under_the_stack_limit() {
-        assert_eq!(exec_budget(8 << 20), 1 << 20);
-        assert_eq!(exec_budget(1 << 20), 128 << 10);
-        assert_eq!(exec_budget(u64::MAX), 3 << 20, "an unlimited stack: the kernel's 6 MiB");
-        assert_eq!(exec_budget(0), 64 << 10, "the kernel's floor of 128 KiB");
+        assert_eq!(crate::input::exec_budget(8 << 20), 1 << 20);
+        assert_eq!(crate::input::exec_budget(1 << 20), 128 << 10);
+        assert_eq!(
+            crate::input::exec_budget(u64::MAX),
+            3 << 20,
+            "an unlimited stack: the kernel's 6 MiB"
+        );
+        assert_eq!(crate::input::exec_budget(0), 64 << 10, "the kernel's floor of 128 KiB");
     }
 
     #[test]

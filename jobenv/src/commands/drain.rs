@@ -1,15 +1,15 @@
 //! `drain`: for a node that stops. Running journaled jobs may finish for up to `--wait`; each
 //! left is stopped through its own jobenv, recorded as interrupted, and printed.
 
-use jobenv::cli::DrainArgs;
-use jobenv::error::Error;
-use jobenv::record::Status;
-use jobenv::record::journal::Entry;
+use crate::cli::DrainArgs;
+use crate::error::Error;
+use crate::record::Status;
+use crate::record::journal::Entry;
 
 use super::output::JsonArray;
 use super::{Exit, as_owner, journal_problem, open_journal};
 
-pub fn drain(args: DrainArgs) -> Result<Exit, Error> {
+pub(crate) fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let dir = args.state.dir();
     if let Err(exit) = as_owner(&dir) {
         return Ok(exit);

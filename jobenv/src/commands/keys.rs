@@ -1,14 +1,14 @@
 //! `keys`: the declared keys with their descriptions and defaults.
 
-use jobenv::cli::KeysArgs;
-use jobenv::error::Error;
-use jobenv::input::keys::read_keys;
-use jobenv::show;
+use crate::cli::KeysArgs;
+use crate::error::Error;
+use crate::input::keys::read_keys;
+use crate::show;
 
 use super::Exit;
 use super::output::print;
 
-pub fn keys(args: KeysArgs) -> Result<Exit, Error> {
+pub(crate) fn keys(args: KeysArgs) -> Result<Exit, Error> {
     let declared = read_keys(&args.keys).map_err(Error::Rejected)?;
     Ok(print(show::keys(&declared, args.format).as_bytes()))
 }

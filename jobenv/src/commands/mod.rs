@@ -2,7 +2,7 @@
 //! [`Exit`] or jobenv's [`Error`]; [`exit_code`] alone turns that into the process's exit code
 //! (the table is in the operators' manual, "jobenv's exit codes").
 //!
-//! These belong to the binary: the library (`jobenv`) has the spine they call.
+//! [`main`] is all the binary calls (after it sealed itself).
 
 mod drain;
 mod env;
@@ -14,16 +14,78 @@ mod run;
 mod schema;
 mod status;
 
-use jobenv::cli::Command;
-use jobenv::error::{EXIT_INTERNAL, EXIT_REJECTED, Error};
-use jobenv::settings::Runner;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::error::{EXIT_INTERNAL, EXIT_REJECTED, Error};
+use crate::settings::Runner;
+
+/// jobenv's command line, from the process's arguments and environment to its exit code.
+pub fn main() -> ExitCode {
+    drop_empty_options();
+    // Only jobenv's own events: a library's debug line could hold the events URL.
+    // Through the tee: while a job exports, its log gets jobenv's lines as printed.
+    let logging = safe_io::log::init_writing_to(
+        "jobenv: ",
+        "JOBENV_LOG",
+        &["jobenv", "fediversity_jobenv"],
+        crate::telemetry::LogTee,
+    );
+    let cli = match (Cli::try_parse(), logging) {
+        (Err(error), _) if !error.use_stderr() => {
+            // --help, --version
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        (Err(error), _) => Err(clap_lines(&error)),
+        (Ok(_), Err(error)) => Err(vec![error.to_string()]),
+        (Ok(cli), Ok(())) => Ok(cli),
+    };
+    let result = match cli {
+        Ok(cli) => run(cli.command),
+        Err(errors) => Ok(rejected_before_start(&errors)),
+    };
+    exit(exit_code(result))
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// An empty `JOBENV_*` variable means "unset", for every option alike (a unit or a whitelist
+/// that passes a variable it does not set gives it empty: clap would take "" as a value).
+fn drop_empty_options() {
+    let empty: Vec<_> = std::env::vars_os()
+        .filter(|(key, value)| value.is_empty() && key.to_str().is_some_and(|k| k.starts_with("JOBENV_")))
+        .map(|(k, _)| k)
+        .collect();
+    for key in empty {
+        // SAFETY: the first thing main does, while jobenv has no other thread that could read
+        // the environment concurrently.
+        unsafe { std::env::remove_var(key) };
+    }
+}
+
+/// clap's message, without its `error: ` label and usage hints: the problem, naming the option.
+fn clap_lines(error: &clap::Error) -> Vec<String> {
+    let text = error.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    text.split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
 
 /// How a command ended, when it did not end in an [`Error`].
-pub enum Exit {
+pub(crate) enum Exit {
     /// Done, and everything it had to print was printed.
     Success,
     /// `run`: the job's exit code (the program's status, or jobenv's own for a job that did not
-    /// run it), decided by the spine (`jobenv::job`).
+    /// run it), decided by the spine (`crate::job`).
     Job(i32),
     /// `drain`: a job still running after being stopped.
     StillRunning,
@@ -38,7 +100,7 @@ pub enum Exit {
 
 /// The one place a command's result becomes an exit code. An error is logged here, one
 /// `jobenv: error:` line per line of it.
-pub fn exit_code(result: Result<Exit, Error>) -> i32 {
+fn exit_code(result: Result<Exit, Error>) -> i32 {
     match result {
         Ok(Exit::Success) => 0,
         Ok(Exit::Job(code)) => code,
@@ -52,7 +114,7 @@ pub fn exit_code(result: Result<Exit, Error>) -> i32 {
     }
 }
 
-pub fn run(command: Command) -> Result<Exit, Error> {
+fn run(command: Command) -> Result<Exit, Error> {
     match command {
         Command::Run(args) => run::run(*args),
         Command::Env(args) => env::env(args),
@@ -67,7 +129,7 @@ pub fn run(command: Command) -> Result<Exit, Error> {
 
 /// The command line or jobenv's own environment is wrong: every problem on its own
 /// `jobenv: error:` line, exit 2, and under a job runner a `result.json` that says so.
-pub fn rejected_before_start(errors: &[String]) -> Exit {
+pub(crate) fn rejected_before_start(errors: &[String]) -> Exit {
     for error in errors {
         tracing::error!("{error}");
     }
@@ -75,21 +137,21 @@ pub fn rejected_before_start(errors: &[String]) -> Exit {
         .skip_while(|arg| arg != "--verb")
         .nth(1)
         .unwrap_or_default();
-    jobenv::record::result_file::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
+    crate::record::result_file::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
     Exit::RejectedBeforeStart
 }
 
 /// Root on a state directory of another user's becomes that user before anything touches it
-/// (see `jobenv::record::owner`): every command that takes `--state-dir` calls this first. The
+/// (see `crate::record::owner`): every command that takes `--state-dir` calls this first. The
 /// error is its refusal, said.
 fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
-    use jobenv::record::owner::{Identity, become_owner};
+    use crate::record::owner::{Identity, become_owner};
     match become_owner(state_dir) {
         Ok(Identity::Unchanged) => Ok(()),
         Ok(Identity::Became { uid, gid, name }) => {
             tracing::debug!(
                 "the state directory {} is {name}'s: jobenv runs as that user (uid {uid}, gid {gid}), not as root",
-                jobenv::error::shown_path(state_dir)
+                crate::error::shown_path(state_dir)
             );
             Ok(())
         }
@@ -98,13 +160,13 @@ fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
 }
 
 /// The journal at `dir`, for the commands that change it.
-fn open_journal(dir: &std::path::Path) -> Result<jobenv::record::journal::Journal, Error> {
-    jobenv::record::journal::Journal::open(dir).map_err(|source| journal_problem(dir, source))
+fn open_journal(dir: &std::path::Path) -> Result<crate::record::journal::Journal, Error> {
+    crate::record::journal::Journal::open(dir).map_err(|source| journal_problem(dir, source))
 }
 
 /// The journal at `dir` could not be read or written.
 fn journal_problem(dir: &std::path::Path, source: std::io::Error) -> Error {
-    jobenv::error::Problem::Journal {
+    crate::error::Problem::Journal {
         path: dir.to_owned(),
         source,
     }

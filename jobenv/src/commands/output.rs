@@ -55,13 +55,13 @@ impl JsonArray {
     }
 }
 
-pub fn json_line(value: &impl serde::Serialize) -> String {
+pub(crate) fn json_line(value: &impl serde::Serialize) -> String {
     let mut text = serde_json::to_string_pretty(value).expect("journal entries serialize");
     text.push('\n');
     text
 }
 
-pub fn print(bytes: &[u8]) -> Exit {
+pub(crate) fn print(bytes: &[u8]) -> Exit {
     match std::io::stdout().lock().write_all(bytes) {
         Ok(()) => Exit::Success,
         Err(_) => Exit::OutputLost,

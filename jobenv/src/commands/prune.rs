@@ -1,13 +1,13 @@
 //! `prune`: for a timer (runs never prune). Finished entries past the retention, the cached
 //! shells of trees no longer deployed, and in cluster mode the shared journal's ended rows.
 
-use jobenv::cli::PruneArgs;
-use jobenv::error::Error;
+use crate::cli::PruneArgs;
+use crate::error::Error;
 
 use super::output::print;
 use super::{Exit, as_owner, journal_problem, open_journal, rejected_before_start};
 
-pub fn prune(args: PruneArgs) -> Result<Exit, Error> {
+pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
     let dsn_file = match args.cluster.dsn_file() {
         Ok(dsn_file) => dsn_file,
         Err(error) => return Ok(rejected_before_start(&[error])),
@@ -22,21 +22,21 @@ pub fn prune(args: PruneArgs) -> Result<Exit, Error> {
         // Cluster mode: first the ends the shared journal did not take (its rows are pruned
         // below; a failure to reach it fails that too).
         if let Some(dsn) = dsn_file {
-            if let Err(problem) = jobenv::record::store::postgres::hand_on_kept(&journal, dsn, ca_file, false) {
+            if let Err(problem) = crate::record::store::postgres::hand_on_kept(&journal, dsn, ca_file, false) {
                 tracing::warn!("{problem}");
             }
         }
         let pruned = journal.prune(retain).map_err(|source| journal_problem(&dir, source))?;
         // The cached shells of trees no longer deployed (they hold garbage-collector roots). A
         // cache that cannot be pruned keeps what it holds: jobs still run.
-        let shells = jobenv::evaluation::prune(&dir, &args.deploy_env).unwrap_or_else(|error| {
+        let shells = crate::evaluation::prune(&dir, &args.deploy_env).unwrap_or_else(|error| {
             tracing::warn!("cannot prune the cached shells: {error}");
             0
         });
         Ok((pruned, shells))
     });
     // Cluster mode: the shared journal's ended rows by the same retention.
-    let shared = dsn_file.map(|dsn| jobenv::record::store::postgres::prune(dsn, ca_file, retain).map_err(Error::from));
+    let shared = dsn_file.map(|dsn| crate::record::store::postgres::prune(dsn, ca_file, retain).map_err(Error::from));
     let (pruned, shells) = pruned?;
     let counts = match shared.transpose()? {
         None => serde_json::json!({ "pruned": pruned, "shells_pruned": shells }),

@@ -2,14 +2,14 @@
 //! marked interrupted (its orphans stopped) and printed; in cluster mode the ends the shared
 //! journal did not take are handed on; old entries are pruned.
 
-use jobenv::cli::RecoverArgs;
-use jobenv::error::Error;
-use jobenv::record::journal::Journal;
+use crate::cli::RecoverArgs;
+use crate::error::Error;
+use crate::record::journal::Journal;
 
 use super::output::JsonArray;
 use super::{Exit, as_owner, journal_problem, open_journal, rejected_before_start};
 
-pub fn recover(args: RecoverArgs) -> Result<Exit, Error> {
+pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
     let dsn_file = match args.cluster.dsn_file() {
         Ok(dsn_file) => dsn_file,
         Err(error) => return Ok(rejected_before_start(&[error])),
@@ -38,7 +38,7 @@ pub fn recover(args: RecoverArgs) -> Result<Exit, Error> {
         // their entries are not pruned): the node's next job or `prune` hands them on.
         if let Some(dsn) = dsn_file {
             if let Err(problem) =
-                jobenv::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster.ca_file.as_deref(), true)
+                crate::record::store::postgres::hand_on_kept(&journal, dsn, args.cluster.ca_file.as_deref(), true)
             {
                 tracing::warn!("{problem}");
             }

@@ -1,17 +1,17 @@
-//! `run`: one job, through the spine (`jobenv::job`).
+//! `run`: one job, through the spine (`crate::job`).
 
-use jobenv::cli::RunArgs;
-use jobenv::error::Error;
-use jobenv::settings::Runner;
+use crate::cli::RunArgs;
+use crate::error::Error;
+use crate::settings::Runner;
 
 use super::{Exit, as_owner, rejected_before_start};
 
-pub fn run(args: RunArgs) -> Result<Exit, Error> {
+pub(crate) fn run(args: RunArgs) -> Result<Exit, Error> {
     if let Err(exit) = as_owner(&args.state.dir()) {
         return Ok(exit);
     }
     Ok(match args.settings(Runner::from_environment()) {
-        Ok(settings) => Exit::Job(jobenv::job::run(&settings)),
+        Ok(settings) => Exit::Job(crate::job::run(&settings)),
         Err(error) => rejected_before_start(&[error]),
     })
 }

@@ -1,13 +1,13 @@
 //! `schema`: a JSON Schema of the front-end contract.
 
-use jobenv::cli::{SchemaArgs, SchemaName};
-use jobenv::error::Error;
-use jobenv::schema;
+use crate::cli::{SchemaArgs, SchemaName};
+use crate::error::Error;
+use crate::schema;
 
 use super::Exit;
 use super::output::print;
 
-pub fn schema(args: SchemaArgs) -> Result<Exit, Error> {
+pub(crate) fn schema(args: SchemaArgs) -> Result<Exit, Error> {
     let generated = match args.what {
         SchemaName::Payload => schema::of_node(&args.node.settings()).map_err(Error::Rejected)?,
         SchemaName::Result => schema::result(),

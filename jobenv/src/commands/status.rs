@@ -1,14 +1,14 @@
 //! `status`: journal entries as JSON, one job's or all of them. Reads only: a node where no job
 //! ran yet has no journal, and `status` makes none.
 
-use jobenv::cli::StatusArgs;
-use jobenv::error::{Error, Problem};
-use jobenv::record::journal::{self, Journal};
+use crate::cli::StatusArgs;
+use crate::error::{Error, Problem};
+use crate::record::journal::{self, Journal};
 
 use super::output::{JsonArray, json_line, print};
 use super::{Exit, as_owner, journal_problem};
 
-pub fn status(args: StatusArgs) -> Result<Exit, Error> {
+pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     // A job id names a file in the journal: never a path that leaves it.
     if let Some(id) = args.job_id.as_ref().filter(|id| !journal::is_valid_job_id(id)) {
         return Err(Problem::InvalidJobId(id.clone()).into());

@@ -34,7 +34,7 @@ pub mod store;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use run::{Prepared, prepare};
+pub use run::prepare;
 
 use crate::plan::{Source, Var};
 use safe_io::secret::Text;

@@ -207,13 +207,6 @@ pub fn prepare(
     }))))
 }
 
-impl Prepared {
-    /// Whether the job runs a cached shell without evaluating.
-    pub fn is_hit(&self) -> bool {
-        matches!(self.stage, Stage::Hit { .. })
-    }
-}
-
 /// A step with this environment.
 fn step(argv: Vec<String>, env: &BTreeMap<String, crate::plan::Var>, capture: bool) -> Next {
     let env = env

@@ -89,11 +89,13 @@ pub fn text(raw: &RawValue) -> Option<String> {
 
 /// `value` written as serde_json writes it, as a member's text (for unit tests and the fuzzers,
 /// which build inputs in code).
+#[cfg(test)]
 pub fn raw(value: &Value) -> Box<RawValue> {
     RawValue::from_string(value.to_string()).expect("serde_json writes JSON")
 }
 
 /// The members of an object built in code (see [`raw`]).
+#[cfg(test)]
 pub fn members(value: &Value) -> Members {
     value
         .as_object()

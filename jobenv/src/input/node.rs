@@ -26,6 +26,7 @@ pub struct NodeValue {
 
 /// The values one secrets env file of this text sets, as [`load`] reads it from `path`, and its
 /// problems (for the fuzzers, which check that no problem quotes the file's text).
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn env_file_values(path: &Path, text: &str) -> (BTreeMap<String, NodeValue>, Vec<Problem>) {
     let mut layer = Layer::default();
     layer.env_file_text(path, text);

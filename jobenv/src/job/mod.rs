@@ -248,8 +248,8 @@ impl<'a> Run<'a> {
         }
         let holder = known.live.clone();
         match journal::decide_known(known) {
-            Decision::Replay(entry) => Err(Stop::Replayed(Box::new(entry))),
-            Decision::Refuse(_) => Err(Problem::JobRunning {
+            Decision::Replay(entry) => Err(Stop::Replayed(entry)),
+            Decision::Refuse => Err(Problem::JobRunning {
                 job_id: id.clone(),
                 holder: holder.unwrap_or_default(),
             }

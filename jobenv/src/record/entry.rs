@@ -280,9 +280,9 @@ pub struct Request<'a> {
 #[derive(Debug)]
 pub enum Decision {
     /// It already ended: report the recorded result, run nothing.
-    Replay(Entry),
+    Replay(Box<Entry>),
     /// It is running under another jobenv right now.
-    Refuse(Entry),
+    Refuse,
     /// Run it as this attempt, keeping the earlier ones.
     Run { attempt: u32, earlier: Vec<Attempt> },
 }
@@ -313,6 +313,7 @@ impl Known {
     }
 }
 
+#[cfg(test)]
 pub fn decide(existing: Option<Entry>) -> Decision {
     decide_known(Known::local(existing))
 }
@@ -326,8 +327,8 @@ pub fn decide_known(known: Known) -> Decision {
             attempt: 1,
             earlier: Vec::new(),
         },
-        Some(entry) if entry.is_result() => Decision::Replay(entry),
-        Some(entry) if known.live.is_some() => Decision::Refuse(entry),
+        Some(entry) if entry.is_result() => Decision::Replay(Box::new(entry)),
+        Some(_) if known.live.is_some() => Decision::Refuse,
         Some(mut entry) => {
             if entry.status == Status::Running {
                 entry.mark_interrupted(known.gone);

@@ -16,8 +16,8 @@ use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
 pub use super::entry::{
-    Attempt, Decision, Entry, Known, MAX_STOP_GRACE, Orphans, Request, STOP_MARGIN, decide, decide_known,
-    is_valid_job_id, note_orphans, now,
+    Attempt, Decision, Entry, MAX_STOP_GRACE, Orphans, Request, STOP_MARGIN, decide_known, is_valid_job_id,
+    note_orphans, now,
 };
 use super::locks;
 use crate::error::EXIT_INTERNAL;
@@ -135,10 +135,6 @@ impl Journal {
 
     pub fn locks(&self) -> &Dir {
         &self.locks
-    }
-
-    pub fn jobs(&self) -> &Dir {
-        &self.jobs
     }
 
     /// The file name of `job_id`'s entry, in `jobs/`.
@@ -315,6 +311,7 @@ fn text(entry: &Entry) -> Vec<u8> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::super::ending::{Ending, InterruptedBy};
+    use super::super::entry::decide;
     use super::*;
     use crate::process;
 
@@ -407,7 +404,7 @@ pub(crate) mod tests {
     fn a_running_entry_of_a_live_jobenv_is_refused_and_of_another_process_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let (mut jobenv, live) = jobenv_named(dir.path());
-        assert!(matches!(decide(Some(live)), Decision::Refuse(_)));
+        assert!(matches!(decide(Some(live)), Decision::Refuse));
         let _ = jobenv.kill();
         let _ = jobenv.wait();
         // An entry that names a live process which is no jobenv (this test's own) is no live

@@ -34,7 +34,7 @@ pub mod upkeep;
 
 use std::path::Path;
 
-pub use ending::{Ending, InterruptedBy, Reason, Status};
+pub use ending::{Ending, Status};
 
 /// Replaces `dir/name` with `bytes` atomically (see [`safe_io::atomic`]): a crash leaves the old
 /// file or the new one, never a torn one.

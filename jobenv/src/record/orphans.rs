@@ -107,7 +107,6 @@ impl Drop for Recorded {
 pub struct Left {
     pub job_id: Option<String>,
     pub attempt: Option<u32>,
-    pub jobenv_pid: i32,
     pub orphans: Orphans,
     /// Still running after SIGKILL (uninterruptible): the namespace stays locked.
     pub survived: bool,
@@ -241,7 +240,6 @@ fn settle(journal: &Journal, found: Found, stopped: Stopped, by: &str, own_job: 
     let left = Left {
         job_id: record.job_id.clone(),
         attempt: record.attempt,
-        jobenv_pid: record.jobenv_pid,
         orphans,
         survived: !stopped.empty,
     };

@@ -246,7 +246,8 @@ impl Redactor {
         }
     }
 
-    /// How many bytes are held back right now (for tests and the memory bound).
+    /// How many bytes are held back right now (for tests of the memory bound).
+    #[cfg(test)]
     pub fn held_len(&self) -> usize {
         self.held.len()
     }
@@ -640,6 +641,7 @@ impl Engine {
 /// after `[REDACTED]` followed by `=`), or hold all of it. Output may then show such a secret
 /// although no input byte of it survived; checks of "no secret in the output" exclude these,
 /// and rely on the exact comparison with [`redact_all`] instead. Found by the fuzzer.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn can_be_spelled_by_marker(secret: &[u8]) -> bool {
     let inside = MARKER.windows(secret.len().max(1)).any(|w| w == secret);
     let starts_with_marker_tail = (1..MARKER.len()).any(|n| secret.starts_with(&MARKER[MARKER.len() - n..]));
@@ -649,6 +651,7 @@ pub fn can_be_spelled_by_marker(secret: &[u8]) -> bool {
 
 /// The reference semantics, whole-buffer and obviously correct: used by the tests to check
 /// the streaming version at every split point.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn redact_all<S: AsRef<[u8]>>(secrets: &[S], input: &[u8]) -> Vec<u8> {
     let mut covered = vec![false; input.len()];
     for secret in secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()) {

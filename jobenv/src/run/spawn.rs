@@ -14,7 +14,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::process::{ChildStderr, ChildStdout, Command, Stdio};
+#[cfg(test)]
+use std::process::{ChildStderr, ChildStdout};
+use std::process::{Command, Stdio};
 
 use nix::libc;
 use nix::unistd::{Pid, getpid};
@@ -22,10 +24,12 @@ use nix::unistd::{Pid, getpid};
 use super::tree::Placement;
 
 /// The started program: its pid and the read ends of its stdout and stderr.
+#[cfg(test)]
 pub struct Spawned {
     pub pid: Pid,
     pub stdout: ChildStdout,
-    pub stderr: ChildStderr,
+    /// Held open while the test reads stdout: the child's writes to stderr must not fail.
+    pub _stderr: ChildStderr,
 }
 
 /// Descriptors the program tree gets on purpose, at fixed numbers.
@@ -49,7 +53,8 @@ const MAX_PASSED: usize = 2;
 
 /// Starts `argv[0]` (a path) with `argv` and exactly `env`, placed in the program tree by
 /// `placement`; in a process group of its own when `own_group`. Its stdout and stderr are pipes
-/// of their own.
+/// of their own. (For tests: a job's processes write into pipes jobenv made, [`spawn_into`].)
+#[cfg(test)]
 pub fn spawn(
     argv: &[String],
     env: &[(&str, &str)],
@@ -65,7 +70,7 @@ pub fn spawn(
     Ok(Spawned {
         pid,
         stdout: stdout.expect("stdout is piped"),
-        stderr: stderr.expect("stderr is piped"),
+        _stderr: stderr.expect("stderr is piped"),
     })
 }
 

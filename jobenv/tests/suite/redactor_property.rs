@@ -5,7 +5,7 @@
 //! secret found by its beginning, in groups of every size, and with every sampled secret
 //! verified by the search for repeating secrets (which jobenv uses for those only).
 
-use jobenv::run::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
+use jobenv::fuzzing::redact::{MARKER, Redactor, can_be_spelled_by_marker, redact_all};
 use proptest::prelude::*;
 
 /// Small alphabets make overlaps, repeats and near-misses common.

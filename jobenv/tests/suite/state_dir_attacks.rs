@@ -421,7 +421,7 @@ fn a_journal_of_large_entries_is_listed_recovered_and_drained_in_bounded_memory(
             .expect_success()
             .expect_stderr_contains("jobs/long0.json is corrupt"),
     );
-    let listed: Vec<jobenv::record::journal::Entry> = serde_json::from_str(&status.stdout).unwrap();
+    let listed: Vec<jobenv::JournalEntry> = serde_json::from_str(&status.stdout).unwrap();
     let ids: Vec<&str> = listed.iter().map(|e| e.job_id.as_str()).collect();
     assert_eq!(
         (ids.len(), ids[0], ids[23], ids[24]),

@@ -707,7 +707,7 @@ fn a_timeout_is_a_stop_stage_and_ends_as_fast_as_without_export() {
 #[test]
 fn output_beyond_the_bound_is_not_exported_and_said_once_memory_stays_bounded() {
     let receiver = Receiver::start();
-    let lines = jobenv::telemetry::JOB_RECORDS + 50_000;
+    let lines = jobenv::telemetry_bounds::JOB_RECORDS + 50_000;
     // Lines of 40 bytes, then 200 MiB in long lines on stderr: more than the bound holds.
     let f = node(
         "apply",
@@ -768,7 +768,7 @@ fn output_beyond_the_bound_is_not_exported_and_said_once_memory_stays_bounded() 
         .iter()
         .filter(|r| r.attributes["jobenv.log.source"] == "program")
         .count() as u64;
-    assert!(program <= jobenv::telemetry::JOB_RECORDS, "{program}");
+    assert!(program <= jobenv::telemetry_bounds::JOB_RECORDS, "{program}");
     eprintln!("exported {program} program lines; jobenv's peak RSS {peak_kib} KiB");
     assert!(peak_kib < 256 << 10, "jobenv's memory grew to {peak_kib} KiB");
     // The note itself is exported.
@@ -792,7 +792,7 @@ fn a_long_line_is_cut_and_says_so() {
         .filter(|r| r.attributes["log.iostream"] == "stdout")
         .collect();
     assert_eq!(stdout.len(), 2, "{stdout:#?}");
-    assert_eq!(stdout[0].body, "y".repeat(jobenv::telemetry::LINE_BYTES));
+    assert_eq!(stdout[0].body, "y".repeat(jobenv::telemetry_bounds::LINE_BYTES));
     assert_eq!(stdout[0].attributes["jobenv.log.truncated"], "true");
     assert_eq!(stdout[1].body, "after");
     assert!(!stdout[1].attributes.contains_key("jobenv.log.truncated"));
@@ -955,7 +955,7 @@ fn through_a_real_collector() {
 
 #[test]
 fn the_operator_page_states_the_bounds_jobenv_has() {
-    use jobenv::telemetry::{JOB_BYTES, JOB_RECORDS, LINE_BYTES, QUEUE_BYTES, QUEUE_RECORDS};
+    use jobenv::telemetry_bounds::{JOB_BYTES, JOB_RECORDS, LINE_BYTES, QUEUE_BYTES, QUEUE_RECORDS};
     let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operators/telemetry.md");
     let page = std::fs::read_to_string(page).unwrap();
     // The page wraps its lines: compare with single spaces.
@@ -972,7 +972,7 @@ fn the_operator_page_states_the_bounds_jobenv_has() {
         format!("a line of more than {} KiB is cut there", LINE_BYTES >> 10),
         format!(
             "(`--otlp-flush-timeout`, {} s by default)",
-            jobenv::telemetry::config::DEFAULT_FLUSH
+            jobenv::telemetry_bounds::DEFAULT_FLUSH
         ),
     ] {
         assert!(page.contains(&stated), "the page does not say: {stated}");

@@ -11,8 +11,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::{Placement, ProgramTree};
+pub use crate::process::Process;
 use crate::process::read_stat;
-pub use crate::process::{Process, is_running, start_time};
 
 /// The descendants of one process (jobenv).
 pub struct ProcTree {
@@ -84,6 +84,7 @@ pub fn live_descendants(root: Pid) -> Vec<Process> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::{is_running, start_time};
 
     #[test]
     fn finds_a_grandchild() {
