@@ -271,6 +271,13 @@ pub enum Problem {
     InvalidJobId(String),
     #[error("the journal in {} cannot be used: {source}", shown_path(path))]
     Journal { path: PathBuf, source: io::Error },
+    /// jobenv started as root on a state directory of another user's becomes that user before
+    /// it touches the directory (`record::owner`); where it cannot, it does nothing there.
+    #[error(
+        "jobenv runs as root, and the state directory {} belongs to {user}, whom it cannot become ({why}): run it as that user",
+        shown_path(path)
+    )]
+    CannotBecomeOwner { path: PathBuf, user: String, why: String },
     #[error("job {job_id} was already run for {recorded}; this run asks for {asked}: a job id names one request")]
     AnotherRequest {
         job_id: String,

@@ -8,10 +8,13 @@ use crate::record::entry::Entry;
 use crate::record::upkeep;
 
 use super::output::JsonArray;
-use super::{Exit, journal_problem, open_journal};
+use super::{Exit, as_owner, journal_problem, open_journal};
 
 pub(crate) fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let dir = args.state.dir();
+    if let Err(exit) = as_owner(&dir) {
+        return Ok(exit);
+    }
     let (mut printed, mut stopped, mut left) = (JsonArray::new(), 0, Vec::new());
     let drained = open_journal(&dir).and_then(|journal| {
         let each = |entry: &Entry| {

@@ -141,6 +141,24 @@ pub(crate) fn rejected_before_start(errors: &[String]) -> Exit {
     Exit::RejectedBeforeStart
 }
 
+/// Root on a state directory of another user's becomes that user before anything touches it
+/// (see `crate::record::owner`): every command that takes `--state-dir` calls this first. The
+/// error is its refusal, said.
+fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
+    use crate::record::owner::{Identity, become_owner};
+    match become_owner(state_dir) {
+        Ok(Identity::Unchanged) => Ok(()),
+        Ok(Identity::Became { uid, gid, name }) => {
+            tracing::debug!(
+                "the state directory {} is {name}'s: jobenv runs as that user (uid {uid}, gid {gid}), not as root",
+                crate::error::shown_path(state_dir)
+            );
+            Ok(())
+        }
+        Err(problem) => Err(rejected_before_start(&[problem.to_string()])),
+    }
+}
+
 /// The journal at `dir`, for the commands that change it.
 fn open_journal(dir: &std::path::Path) -> Result<crate::record::journal::Journal, Error> {
     crate::record::journal::Journal::open(dir).map_err(|source| journal_problem(dir, source))

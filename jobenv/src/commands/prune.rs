@@ -5,7 +5,7 @@ use crate::cli::PruneArgs;
 use crate::error::Error;
 
 use super::output::print;
-use super::{Exit, journal_problem, open_journal, rejected_before_start};
+use super::{Exit, as_owner, journal_problem, open_journal, rejected_before_start};
 
 pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
     let dsn_file = match args.cluster.dsn_file() {
@@ -14,6 +14,9 @@ pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
     };
     let ca_file = args.cluster.ca_file.as_deref();
     let dir = args.state.dir();
+    if let Err(exit) = as_owner(&dir) {
+        return Ok(exit);
+    }
     let retain = args.retain.retention();
     let pruned = open_journal(&dir).and_then(|journal| {
         // Cluster mode: first the ends the shared journal did not take (its rows are pruned

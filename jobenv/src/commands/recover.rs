@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::record::upkeep;
 
 use super::output::JsonArray;
-use super::{Exit, journal_problem, open_journal, rejected_before_start};
+use super::{Exit, as_owner, journal_problem, open_journal, rejected_before_start};
 
 pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
     let dsn_file = match args.cluster.dsn_file() {
@@ -15,6 +15,9 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
         Err(error) => return Ok(rejected_before_start(&[error])),
     };
     let dir = args.state.dir();
+    if let Err(exit) = as_owner(&dir) {
+        return Ok(exit);
+    }
     // Programs may start from now on. First, and whatever becomes of the rest: a drain mark left
     // by a recover that failed would refuse every job of this boot.
     let ended = upkeep::end_draining(&dir).map_err(|source| journal_problem(&dir, source));

@@ -7,7 +7,7 @@ use crate::record::entry;
 use crate::record::journal::Journal;
 
 use super::output::{JsonArray, json_line, print};
-use super::{Exit, journal_problem};
+use super::{Exit, as_owner, journal_problem};
 
 pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     // A job id names a file in the journal: never a path that leaves it.
@@ -15,6 +15,9 @@ pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
         return Err(Problem::InvalidJobId(id.clone()).into());
     }
     let dir = args.state.dir();
+    if let Err(exit) = as_owner(&dir) {
+        return Ok(exit);
+    }
     let journal = Journal::at(&dir).map_err(|source| journal_problem(&dir, source))?;
     let Some(id) = &args.job_id else {
         let Some(journal) = journal else {

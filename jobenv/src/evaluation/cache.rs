@@ -173,8 +173,7 @@ impl From<io::Error> for Refused {
 impl Cache {
     /// The cache of `state_dir`, made when missing with `create`; `None` when missing without.
     /// It must belong to the state directory's owner, as the state directory must belong to the
-    /// user jobenv runs as (a root that runs in another user's state directory never gets here:
-    /// see [`super::Look`]).
+    /// user jobenv runs as (root becomes that owner first: see `record::owner`).
     pub fn open(state_dir: &Path, create: bool) -> io::Result<Option<Cache>> {
         let state = match Dir::open(state_dir) {
             Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -350,8 +349,7 @@ impl Cache {
     pub fn write(&self, entry: &Entry) -> io::Result<()> {
         let mut text = serde_json::to_vec_pretty(entry).map_err(io::Error::other)?;
         text.push(b'\n');
-        self.shells
-            .write_atomically(&Self::entry_name(&entry.key), &text, None, true)
+        self.shells.write_atomically(&Self::entry_name(&entry.key), &text, true)
     }
 
     /// Removes `key`'s entry and the roots in `<key>/` (keeping the directory, for a new

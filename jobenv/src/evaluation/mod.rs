@@ -199,12 +199,7 @@ impl Evaluation {
 
     /// Whether this job's evaluation can be cached, and if so its resolved inputs and key.
     /// Looks at files (links, nix-instantiate, nix.conf), never runs a process.
-    pub(crate) fn resolve(&self, state_dir: &Path) -> Result<Resolved, String> {
-        if let Some(owner) = foreign_owner(state_dir) {
-            return Err(format!(
-                "jobenv runs as root in a state directory of uid {owner}, whose programs could have chosen a cached shell"
-            ));
-        }
+    pub(crate) fn resolve(&self) -> Result<Resolved, String> {
         let nix_remote = self.env.get("NIX_REMOTE").map(|v| v.value.expose());
         let store_dir = store::store_dir(nix_remote)?;
         let root = store::resolve("DEPLOYMENT_ROOT", &self.root)?;
@@ -234,18 +229,6 @@ impl Evaluation {
     }
 }
 
-/// The owner of `state_dir` when jobenv runs as root and the directory is another user's (an
-/// operator's `run` by hand on a node whose worker has its own user): such a jobenv never runs a
-/// cached shell (that user's programs can write the cache) and caches nothing.
-pub(crate) fn foreign_owner(state_dir: &Path) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    let owner = std::fs::metadata(state_dir).ok()?.uid();
-    (owner != 0).then_some(owner)
-}
-
 /// What `env` shows of the evaluation: where the job stands with the cache (looked up, nothing
 /// changed), the argv a job would run now, and its environment.
 pub struct Look {
@@ -257,22 +240,19 @@ pub struct Look {
 /// [`Look`], for `env`: reads the cache, takes no lock, writes nothing.
 pub fn look(evaluation: &Evaluation, state_dir: &Path) -> Look {
     let uncached = |why: String| {
-        let root = match foreign_owner(state_dir) {
-            Some(_) => None,
-            None => Some(
-                Path::new(&std::path::absolute(state_dir).unwrap_or_default())
-                    .join(cache::SHELLS)
-                    .join("job-<pid>-<start>")
-                    .join(cache::SHELL_ROOT),
-            ),
-        };
+        let root = Some(
+            Path::new(&std::path::absolute(state_dir).unwrap_or_default())
+                .join(cache::SHELLS)
+                .join("job-<pid>-<start>")
+                .join(cache::SHELL_ROOT),
+        );
         Look {
             cached: Cached::Off(why),
             argv: evaluation.argv(&evaluation.root, &evaluation.nixpkgs, root.as_deref()),
             env: evaluation.env.clone(),
         }
     };
-    let resolved = match evaluation.resolve(state_dir) {
+    let resolved = match evaluation.resolve() {
         Ok(resolved) => resolved,
         Err(why) => return uncached(why),
     };

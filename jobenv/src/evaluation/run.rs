@@ -14,8 +14,7 @@
 //!    the run).
 //!
 //! A failed step leaves no entry: the next job of the key evaluates again. A job that is not
-//! cached runs the evaluation's step 2 alone, rooted in a directory of its own that goes when it ends (or, run
-//! as root in another user's state directory, without a root).
+//! cached runs the evaluation's step 2 alone, rooted in a directory of its own that goes when it ends.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -105,15 +104,12 @@ pub fn prepare(
         });
         Stage::Uncached { root, started: false }
     };
-    let resolved = match eval.resolve(state_dir) {
+    let resolved = match eval.resolve() {
         Ok(resolved) => resolved,
         Err(why) => {
             // As every job was evaluated before the cache: `env` says why, at any level.
             tracing::debug!("evaluating {attr} (not cached: {why})");
-            let cache = match super::foreign_owner(state_dir) {
-                Some(_) => None,
-                None => Cache::open(state_dir, true).ok().flatten(),
-            };
+            let cache = Cache::open(state_dir, true).ok().flatten();
             return Ok(prepared(uncached(cache.as_ref())));
         }
     };

@@ -173,7 +173,7 @@ impl Run<'_> {
             }
             None => None,
         };
-        let owner = journal.owner_ids().map_err(|source| self.journal_problem(source))?;
+        let owner = journal.owner_uid().map_err(|source| self.journal_problem(source))?;
         Ok((site.make(owner).map_err(no_cgroup)?, recorded))
     }
 }

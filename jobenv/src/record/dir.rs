@@ -3,9 +3,11 @@
 //! link.
 //!
 //! Why: the state directory belongs to the worker's user, and so to every deploy program, while
-//! jobenv also runs there as root (`recover`, `drain`, `status`, a run by hand). A path is
-//! resolved anew at each call, through whatever that user put there meanwhile (`jobs -> /etc`,
-//! `locks/job-x.lock -> /etc/shadow`); a descriptor names the one directory that was checked.
+//! jobenv keeps its journal there. jobenv itself runs there as that user (root becomes it first:
+//! see [`super::owner`]), so a program can never steer it to a file of root's; but it can to
+//! the worker's own files (`locks/job-x.lock -> ~/.ssh/id_ed25519`), or hang or flood the
+//! jobenv that reads what it planted. A path is resolved anew at each call, through whatever
+//! that user put there meanwhile; a descriptor names the one directory that was checked.
 //!
 //! - A subdirectory is opened `O_DIRECTORY | O_NOFOLLOW`: a link or a file in its place is
 //!   refused, and swapping it afterwards redirects nothing.
@@ -31,14 +33,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
-use nix::unistd::{Gid, Uid, UnlinkatFlags};
+use nix::unistd::UnlinkatFlags;
 
 use crate::error::shown_path;
 
 /// The most jobenv reads of one file in the state directory. The largest file it writes there is
 /// a journal entry: a few KiB (one attempt is a few hundred bytes, and a job id has few: Windmill
 /// runs a job at most three times, a front-end resubmits an interrupted one now and then). 1 MiB
-/// leaves room for thousands of attempts, and is little for root to hold in memory however many
+/// leaves room for thousands of attempts, and is little for jobenv to hold in memory however many
 /// planted files there are.
 pub const MAX_READ: u64 = 1 << 20;
 
@@ -60,6 +62,20 @@ impl Dir {
             Mode::empty(),
         )
         .map_err(|errno| failed("open", path, errno))?;
+        // Root is never in a state directory of another user's: it became that user first
+        // (`record::owner`). A path that leads to one only now (swapped since) is refused, so
+        // that what that user plants there never meets root.
+        let stat = nix::sys::stat::fstat(&fd).map_err(|errno| failed("inspect", path, errno))?;
+        if stat.st_uid != 0 && nix::unistd::geteuid().is_root() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to uid {}, and jobenv runs as root: it becomes the owner of a state directory before it opens it, and the directory changed since",
+                    shown_path(path),
+                    stat.st_uid
+                ),
+            ));
+        }
         Ok(Dir {
             fd,
             path: path.to_owned(),
@@ -209,17 +225,14 @@ impl Dir {
         }
     }
 
-    /// Replaces `name` with `bytes`: a new file beside it (mode 0600, given to `owner`), renamed
+    /// Replaces `name` with `bytes`: a new file beside it (mode 0600), renamed
     /// over it, so a reader sees the old file or the new one, never a torn one. With `sync`, the
     /// file and the rename are synced to disk too: a crash keeps one of them whole.
-    pub fn write_atomically(&self, name: &str, bytes: &[u8], owner: Option<(u32, u32)>, sync: bool) -> io::Result<()> {
+    pub fn write_atomically(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<()> {
         let path = self.path_of(name)?;
         let (temp, file) = self.create_temp(name)?;
         let written = (|| {
             (&file).write_all(bytes)?;
-            if let Some((uid, gid)) = owner {
-                nix::unistd::fchown(&file, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
-            }
             if sync {
                 file.sync_all()?;
             }
@@ -235,18 +248,15 @@ impl Dir {
         Ok(())
     }
 
-    /// Creates `name` with `bytes` (mode 0600, given to `owner`) unless it exists: written and
+    /// Creates `name` with `bytes` (mode 0600) unless it exists: written and
     /// synced beside it, then renamed into place only where nothing has the name (so of two
     /// processes that make it at once, one wins and the other reads its file). False when it
     /// existed.
-    pub fn create_new(&self, name: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> io::Result<bool> {
+    pub fn create_new(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
         let path = self.path_of(name)?;
         let (temp, file) = self.create_temp(name)?;
         let written = (|| {
             (&file).write_all(bytes)?;
-            if let Some((uid, gid)) = owner {
-                nix::unistd::fchown(&file, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
-            }
             file.sync_all()?;
             let flags = nix::fcntl::RenameFlags::RENAME_NOREPLACE;
             match nix::fcntl::renameat2(&self.fd, temp.as_str(), &self.fd, name, flags) {
@@ -290,12 +300,6 @@ impl Dir {
                 Err(errno) => return Err(failed("create a temporary file in", &self.path, errno)),
             }
         }
-    }
-
-    /// Gives this directory itself to `owner`.
-    pub fn chown(&self, (uid, gid): (u32, u32)) -> io::Result<()> {
-        nix::unistd::fchown(&self.fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
-            .map_err(|errno| failed("give away", &self.path, errno))
     }
 
     /// The names in this directory (`.` and `..` aside), read through a descriptor of its own.
@@ -387,8 +391,8 @@ pub(crate) mod tests {
     fn a_file_is_read_and_replaced_atomically_inside_the_directory() {
         let (temp, dir) = dir();
         assert_eq!(dir.read("x").unwrap(), None);
-        dir.write_atomically("x", b"one", None, true).unwrap();
-        dir.write_atomically("x", b"two", None, false).unwrap();
+        dir.write_atomically("x", b"one", true).unwrap();
+        dir.write_atomically("x", b"two", false).unwrap();
         assert_eq!(dir.read("x").unwrap().as_deref(), Some(&b"two"[..]));
         let names: Vec<_> = std::fs::read_dir(temp.path())
             .unwrap()
@@ -431,7 +435,7 @@ pub(crate) mod tests {
         }
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside");
         // A link is replaced, not written through; deleted, not its target.
-        dir.write_atomically("link", b"new", None, false).unwrap();
+        dir.write_atomically("link", b"new", false).unwrap();
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside");
         std::os::unix::fs::symlink(&outside, temp.path().join("link2")).unwrap();
         assert!(dir.remove("link2").unwrap() && outside.exists());
@@ -441,6 +445,26 @@ pub(crate) mod tests {
             .set_len(MAX_READ)
             .unwrap();
         assert_eq!(dir.read("huge").unwrap().map(|b| b.len() as u64), Some(MAX_READ));
+    }
+
+    /// Root never holds a state directory of another user's (it becomes that user first: a
+    /// directory that is another user's only when opened has changed since).
+    #[test]
+    fn root_is_refused_a_directory_of_another_users() {
+        assert!(nix::unistd::geteuid().is_root(), "this test runs as root");
+        let temp = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(temp.path(), Some(65534), Some(65534)).unwrap();
+        let error = Dir::open(temp.path()).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("belongs to uid 65534, and jobenv runs as root"),
+            "{error}"
+        );
+        // Positive control: the same directory, root's again, is opened.
+        std::os::unix::fs::chown(temp.path(), Some(0), Some(0)).unwrap();
+        assert!(Dir::open(temp.path()).is_ok());
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub fn node_identity(journal: &Journal) -> std::io::Result<String> {
                 dev: here.0,
                 ino: here.1,
             })?;
-            if journal.state.create_new(FILE, &bytes, journal.owner)? {
+            if journal.state.create_new(FILE, &bytes)? {
                 tracing::debug!("this node's identity in the cluster journal is new: {id}");
                 id
             } else {
@@ -77,7 +77,7 @@ pub fn node_identity(journal: &Journal) -> std::io::Result<String> {
                 dev: here.0,
                 ino: here.1,
             })?;
-            journal.state.write_atomically(FILE, &bytes, journal.owner, true)?;
+            journal.state.write_atomically(FILE, &bytes, true)?;
             tracing::warn!(
                 "{} was made for another state directory (a copy of one?): this node gets an identity of its own, {id}",
                 journal.state.shown(FILE.as_ref())

@@ -2,11 +2,11 @@
 //! atomically before the program starts (`running`) and again when it ends, and the locks in
 //! `locks/`. What an entry means and what a run does with it: [`super::entry`].
 //!
-//! The state directory is the worker's user's (and so every deploy program's), and root runs
-//! `recover`, `drain` and `status` there: it is reached only through [`Dir`], which never follows a
-//! link, reads only regular files and only so much of them, and names every file in messages
-//! escaped. `jobs/` and `locks/` themselves must be directories (not links): anything else is
-//! refused, whoever runs jobenv.
+//! The state directory is the worker's user's (and so every deploy program's), and jobenv runs
+//! there as that user (root becomes it first: see [`super::owner`]): it is reached only through
+//! [`Dir`], which never follows a link, reads only regular files and only so much of them, and
+//! names every file in messages escaped. `jobs/` and `locks/` themselves must be directories (not
+//! links): anything else is refused.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -37,11 +37,6 @@ pub struct Journal {
     pub(super) state: Dir,
     pub(super) jobs: Dir,
     pub(super) locks: Dir,
-    /// The state directory's owner, when jobenv runs as root in a directory that belongs to
-    /// someone else (an operator's `recover` or `run` by hand on a node whose worker runs as its
-    /// own user): whatever jobenv creates there is given to that owner, so the worker can go on
-    /// using it.
-    pub(super) owner: Option<(u32, u32)>,
 }
 
 /// A state directory's device and inode. Within one boot no two directories share them, and a
@@ -54,7 +49,7 @@ pub struct StateDirId {
 
 impl Journal {
     /// Creates the directories if needed (mode 0750: entries hold no secret, but no one else
-    /// needs to read them), given to the state directory's owner (see [`Journal::owner`]).
+    /// needs to read them).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -62,19 +57,12 @@ impl Journal {
             .mode(0o750)
             .create(state_dir)?;
         let state = Dir::open(state_dir)?;
-        let owner = owner_of(&state)?;
-        let [jobs, locks] = ["jobs", "locks"].map(|name| -> std::io::Result<Dir> {
-            let dir = state.subdir(name, Some(0o750))?.expect("created if missing");
-            if let Some(owner) = owner {
-                dir.chown(owner)?;
-            }
-            Ok(dir)
-        });
+        let [jobs, locks] = ["jobs", "locks"]
+            .map(|name| -> std::io::Result<Dir> { Ok(state.subdir(name, Some(0o750))?.expect("created if missing")) });
         Ok(Journal {
             state,
             jobs: jobs?,
             locks: locks?,
-            owner,
         })
     }
 
@@ -89,27 +77,10 @@ impl Journal {
         let (Some(jobs), Some(locks)) = (state.subdir("jobs", None)?, state.subdir("locks", None)?) else {
             return Ok(None);
         };
-        let owner = owner_of(&state)?;
-        Ok(Some(Journal {
-            state,
-            jobs,
-            locks,
-            owner,
-        }))
+        Ok(Some(Journal { state, jobs, locks }))
     }
 
-    /// Gives `file` (created by this jobenv) to the state directory's owner, when it has one of
-    /// its own.
-    pub(super) fn own(&self, file: &std::fs::File) -> std::io::Result<()> {
-        use std::os::unix::fs::MetadataExt;
-        match self.owner {
-            Some((uid, gid)) if file.metadata()?.uid() != uid => std::os::unix::fs::fchown(file, Some(uid), Some(gid)),
-            _ => Ok(()),
-        }
-    }
-
-    /// A lock of this state directory (`name` in `locks/`, [`locks::acquire`]), its file given
-    /// to the directory's owner.
+    /// A lock of this state directory (`name` in `locks/`, [`locks::acquire`]).
     pub fn acquire(
         &self,
         name: &str,
@@ -117,9 +88,7 @@ impl Journal {
         holder: &str,
         cancel: Option<&mut Cancel>,
     ) -> Result<locks::Held, locks::Refused> {
-        let held = locks::acquire(&self.locks, name, wait, holder, cancel)?;
-        self.own(held.file()).map_err(locks::Refused::Io)?;
-        Ok(held)
+        locks::acquire(&self.locks, name, wait, holder, cancel)
     }
 
     /// The job's lock. A run of the same job id holds it until it exits; if that run is an
@@ -158,11 +127,10 @@ impl Journal {
         }
     }
 
-    /// The state directory's owner (uid, gid): a deploy cgroup of this state directory belongs
-    /// to it (see `record::orphans`).
-    pub fn owner_ids(&self) -> std::io::Result<(u32, u32)> {
-        let stat = nix::sys::stat::fstat(&self.state).map_err(std::io::Error::from)?;
-        Ok((stat.st_uid, stat.st_gid))
+    /// The state directory's owner (uid): a deploy cgroup of this state directory belongs to it
+    /// (see `record::orphans`).
+    pub fn owner_uid(&self) -> std::io::Result<u32> {
+        Ok(nix::sys::stat::fstat(&self.state).map_err(std::io::Error::from)?.st_uid)
     }
 
     /// The state directory itself (its device and inode): what tells it from a copy of it,
@@ -199,7 +167,7 @@ impl Journal {
     /// is padded (see [`PADDING`]).
     pub fn write(&self, entry: &Entry) -> std::io::Result<()> {
         self.jobs
-            .write_atomically(&Self::entry_name(&entry.job_id), &text(entry), self.owner, true)
+            .write_atomically(&Self::entry_name(&entry.job_id), &text(entry), true)
     }
 
     /// The end of an attempt. If the new file cannot be written, the padded `running` entry is
@@ -248,7 +216,7 @@ impl Journal {
 
     /// Every entry, one at a time, in no particular order: `each` is given each in turn, and
     /// nothing holds more than one (a state directory of the worker's user may hold 100,000
-    /// entries of up to 1 MiB: root's `recover`, `drain` and `status` must not hold them all).
+    /// entries of up to 1 MiB: `recover`, `drain` and `status` must not hold them all).
     /// Files that are no entry are skipped: temporary files and stop requests (`.`-names) and
     /// other names silently, a `.json` not named for a valid job id, or corrupt (unreadable, no
     /// regular file of its own, too large, not JSON, not named for its `job_id`, of a newer
@@ -337,13 +305,6 @@ pub(super) fn entry_of(name: &OsStr) -> Option<Option<&str>> {
         return None;
     }
     Some(name.to_str().and_then(|n| n.strip_suffix(".json")))
-}
-
-/// Who owns the state directory, when that matters ([`Journal::owner`]).
-fn owner_of(state: &Dir) -> std::io::Result<Option<(u32, u32)>> {
-    let stat = nix::sys::stat::fstat(state).map_err(std::io::Error::from)?;
-    let owner = (stat.st_uid, stat.st_gid);
-    Ok((nix::unistd::geteuid().is_root() && owner != (0, 0)).then_some(owner))
 }
 
 /// An entry's text: pretty JSON, and for a `running` entry the padding.

@@ -16,6 +16,7 @@
 //! - [`locks`]: one run per job id, one deploy per namespace (`flock`s);
 //! - [`orphans`]: which cgroup holds a namespace's program tree, and what its deploy left
 //!   running there once its jobenv is gone, stopped and recorded;
+//! - [`owner`]: root on a state directory of another user's becomes that user first;
 //! - [`result_file`]: the Windmill job result, `result.json`;
 //! - [`store`]: where a run's record lives and who may act on a job id and a namespace: the
 //!   node's own journal, or in cluster mode a PostgreSQL database shared by the nodes, with
@@ -29,6 +30,7 @@ pub mod identity;
 pub mod journal;
 pub mod locks;
 pub mod orphans;
+pub mod owner;
 pub mod result_file;
 pub mod store;
 pub mod upkeep;

@@ -80,14 +80,13 @@ pub struct Recorded {
 
 impl Recorded {
     /// Written before the cgroup is made, under the namespace's lock: a new file renamed into
-    /// place, so a reader never sees half of one; readable by the worker's user, also when a
-    /// person ran jobenv as root. Not synced to disk: it must outlive jobenv, not the machine (a
+    /// place, so a reader never sees half of one. Not synced to disk: it must outlive jobenv, not the machine (a
     /// reboot ends every cgroup), and a sync would cost every run.
     pub fn write(journal: &Journal, namespace: &str, record: &TreeRecord) -> std::io::Result<Recorded> {
         let name = record_name(namespace);
         journal
             .locks()
-            .write_atomically(&name, &serde_json::to_vec(record)?, journal.owner, false)?;
+            .write_atomically(&name, &serde_json::to_vec(record)?, false)?;
         Ok(Recorded {
             locks: journal.locks().try_clone()?,
             name,
@@ -182,7 +181,7 @@ fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found
     let Some(cgroup) = Cgroup::open(&record.cgroup) else {
         return forget("");
     };
-    let (owner, _) = journal.owner_ids()?;
+    let owner = journal.owner_uid()?;
     let foreign = match cgroup.owner() {
         Ok(uid) if uid == owner => None,
         Ok(uid) => Some(format!(

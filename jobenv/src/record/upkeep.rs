@@ -251,7 +251,7 @@ pub fn drain(
     };
     journal
         .state
-        .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, journal.owner, true)?;
+        .write_atomically(DRAINING, &serde_json::to_vec(&mark)?, true)?;
     // As many as jobenvs of this state directory ran (each holds its own job lock).
     let stopped = drain_live(journal, wait)?;
     for entry in &stopped {
@@ -340,7 +340,7 @@ fn drain_live(journal: &Journal, wait: Duration) -> std::io::Result<Vec<Entry>> 
     }
     for entry in &live {
         StopRequest::of(journal, &entry.job_id)
-            .and_then(|request| journal.jobs.write_atomically(&request.name, b"", journal.owner, true))?;
+            .and_then(|request| journal.jobs.write_atomically(&request.name, b"", true))?;
         tracing::warn!(
             "draining: stopping job {} (attempt {}, jobenv pid {})",
             entry.job_id,

@@ -620,16 +620,67 @@ fn recover_stops_what_several_deploys_left_under_one_deadline() {
     }
 }
 
-/// A deploy run by hand as root in the worker's state directory: its cgroup is given to the
-/// state directory's owner, so that the node's own `recover` (which runs as the worker's user)
-/// takes it for one of its deploys and stops what it left when its jobenv was SIGKILLed. The
-/// worker's user may not signal root's processes: they get no grace, only `cgroup.kill`.
+/// A deploy run by hand as root in the worker's state directory runs as the worker (jobenv
+/// becomes the state directory's owner first), and so its cgroup is the worker's, made by the
+/// worker: the node's own `recover` (which runs as the worker's user) takes it for one of its
+/// deploys and stops what it left when its jobenv was SIGKILLed, with grace. Where the worker
+/// may not make a cgroup (root's own, a login session's), a deploy that must have one is
+/// refused and nothing runs.
 #[test]
-fn a_deploy_run_as_root_in_the_workers_state_directory_leaves_its_cgroup_to_the_worker() {
+fn a_deploy_run_as_root_in_the_workers_state_directory_is_the_workers_and_so_is_its_cgroup() {
     use std::os::unix::fs::MetadataExt;
     let d = Deploy::new("cgroup");
+    let stand_in = d.f.nix_shell_stand_in();
     d.f.hand_to(WORKER_UID);
-    let mut jobenv = d.start("escape", &["--job-id", "by-hand", "--grace", "1"]);
+    // The program's pid files and log, written as the worker's user.
+    std::fs::set_permissions(&d.dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let args = [
+        "--job-id",
+        "by-hand",
+        "--grace",
+        "1",
+        "--nix-shell",
+        stand_in.to_str().unwrap(),
+    ];
+    // In this test's cgroup, root's: refused, nothing ran.
+    d.f.jobenv(jobenv_bin!())
+        .verb("apply")
+        .args(args)
+        .payload(&Deploy::payload("escape"))
+        .expect_code(2)
+        .expect_stderr_contains("the program tree must be a cgroup of its own (JOBENV_CONTAINMENT=cgroup), and none can be made: cannot create the cgroup")
+        .expect_stderr_contains("Permission denied")
+        .run();
+    assert!(!d.dir.join("program.pid").exists(), "a program ran without its cgroup");
+    // In a cgroup delegated to the worker's user (`systemd-run --uid=<worker> -p Delegate=yes`
+    // gives one), started as root.
+    let own = fediversity_testkit::cgroup::dir_of(std::process::id() as i32).expect("this test's cgroup");
+    let unit = own.join(format!("by-hand-{}", std::process::id()));
+    std::fs::create_dir(&unit).unwrap();
+    for path in [
+        unit.clone(),
+        unit.join("cgroup.procs"),
+        unit.join("cgroup.threads"),
+        unit.join("cgroup.subtree_control"),
+    ] {
+        std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+    }
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(unit.join("cgroup.procs"))
+        .unwrap();
+    let procs_fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
+    let mut run = d.f.jobenv(jobenv_bin!()).verb("apply").args(args);
+    // SAFETY: one write(2) between fork and exec, on a descriptor opened before the fork.
+    unsafe {
+        run.command().pre_exec(move || {
+            if nix::libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut jobenv = run.payload(&Deploy::payload("escape")).spawn();
     let escapees = d.escapees();
     let dirs = recorded(&d.f.state_dir());
     assert_eq!(dirs.len(), 1, "{dirs:?}");
@@ -638,6 +689,7 @@ fn a_deploy_run_as_root_in_the_workers_state_directory_leaves_its_cgroup_to_the_
         WORKER_UID,
         "the deploy's cgroup is the state directory owner's"
     );
+    assert!(dirs[0].starts_with(&unit), "{dirs:?}");
     kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
     jobenv.wait().unwrap();
     assert!(
@@ -647,24 +699,20 @@ fn a_deploy_run_as_root_in_the_workers_state_directory_leaves_its_cgroup_to_the_
     let mut recover = d.f.jobenv(jobenv_bin!()).args(["recover"]);
     recover.command().uid(WORKER_UID).gid(WORKER_UID);
     let done = recover.expect_success().run();
-    let gone = wait_until(Duration::from_secs(2), || escapees.iter().all(|&p| !is_alive(p)));
-    kill_all(&escapees);
-    assert!(
-        gone,
-        "the worker's recover did not stop what a root deploy left: {done:?}"
-    );
+    // The worker's own processes: each gets its SIGTERM and its grace.
+    assert_stopped_with_grace(&d, &escapees, &["helper", "daemon"], Duration::from_secs(5));
     let entry = d.entry("by-hand");
     assert_eq!(
         (entry["status"].as_str(), entry["orphans"]["stopped_by"].as_str()),
         (Some("failed"), Some("recover")),
-        "{entry}"
+        "{entry} {done:?}"
     );
-    assert!(entry["orphans"]["killed"].as_u64().is_some_and(|n| n >= 2), "{entry}");
     assert!(
         recorded(&d.f.state_dir()).is_empty(),
         "the record goes once the cgroup is empty"
     );
-    // Removing the empty cgroup takes a parent the worker's user may write (under systemd, the
-    // unit's delegated one); here the parent is this test's, root's.
-    let _ = std::fs::remove_dir(&dirs[0]);
+    assert!(
+        wait_until(Duration::from_secs(2), || std::fs::remove_dir(&unit).is_ok()),
+        "the deploy's cgroup was left in the delegated one"
+    );
 }

@@ -611,7 +611,8 @@ fn an_interrupted_job_id_is_not_reused_for_another_request() {
 
 /// Operators run jobenv by hand as root on a node whose worker runs as its own user: nothing
 /// jobenv leaves in the state directory may then belong to root, or the worker's user would fail
-/// every later job of that namespace or job id. `status` creates nothing at all.
+/// every later job of that namespace or job id (jobenv becomes that user first: what it makes is
+/// that user's). `status` creates nothing at all.
 #[test]
 fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
     use fediversity_testkit::nix_fixture::WORKER_UID;
@@ -635,10 +636,12 @@ fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
         0,
         "status created something"
     );
-    // ...and a run and a recover leave only files of the worker's user.
+    // ...and a run and a recover leave only files of the worker's user (the run as that user:
+    // the stand-in nix-shell, as nix-shell cannot build as that user on a single-user store).
+    let stand_in = f.nix_shell_stand_in();
     f.jobenv(jobenv_bin!())
         .verb("apply")
-        .args(["--job-id", "by-hand-1"])
+        .args(["--job-id", "by-hand-1", "--nix-shell", stand_in.to_str().unwrap()])
         .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
         .expect_success()
         .run();
@@ -674,7 +677,6 @@ fn jobenv_run_by_hand_as_root_leaves_nothing_the_workers_user_cannot_use() {
         .collect();
     assert!(foreign.is_empty(), "not the worker's: {foreign:?}");
     // The worker's user goes on: the same namespace deploys, the same job id replays.
-    let stand_in = f.nix_shell_stand_in();
     for (job_id, code) in [("by-hand-2", 0), ("by-hand-1", 0)] {
         let mut run =
             f.jobenv(jobenv_bin!())

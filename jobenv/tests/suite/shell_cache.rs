@@ -657,41 +657,46 @@ fn an_entry_that_cannot_be_trusted_is_dropped_and_the_job_evaluates() {
     }
 }
 
-/// jobenv run as root in a state directory of another user (an operator's `run` by hand on a
-/// node whose worker has its own user) never runs a shell that user's programs could have
-/// cached, and caches nothing.
+/// jobenv run as root in a state directory of another user (an operator's `run` or `env` by
+/// hand on a node whose worker has its own user) never runs as root a shell that user's
+/// programs could have cached: it becomes that user first, and then uses the cache as that
+/// user's own jobs do (where it once turned the cache off for root).
 #[test]
-fn root_in_another_users_state_directory_neither_uses_nor_fills_the_cache() {
+fn root_in_another_users_state_directory_uses_the_cache_as_that_user() {
     let mut f = node();
     f.store_tree("tree", &tree_text(&f, "foreign", 0, 0, None));
     run_ok(&f, "ns");
     let before = entries(&f);
     assert_eq!(before.len(), 1);
+    let env = |f: &Fixture| -> Value {
+        let done = f
+            .jobenv(jobenv_bin!())
+            .args(["env", "--verb", "apply", "--format", "json"])
+            .payload(&payload("ns"))
+            .expect_success()
+            .run();
+        serde_json::from_str(&done.stdout).unwrap()
+    };
+    // Positive control: root's own state directory, root's own cache.
+    assert_eq!(env(&f)["evaluation"]["cache"], "hit");
+    // The worker's, as a program of the worker's could have left it: root looks it up as the
+    // worker, whose entry it is (as root it would be refused: not the directory's owner's,
+    // or not used at all).
     for entry in walkdir::WalkDir::new(f.state_dir()) {
         let entry = entry.unwrap();
         std::os::unix::fs::lchown(entry.path(), Some(WORKER_UID), Some(WORKER_UID)).unwrap();
     }
-    let done = run_ok(&f, "ns");
-    assert_eq!(evaluations(&done), 1, "root used the worker's entry: {done:?}");
-    assert_eq!(entries(&f), before);
-    let env = f
-        .jobenv(jobenv_bin!())
-        .args(["env", "--verb", "apply", "--format", "json"])
-        .payload(&payload("ns"))
-        .expect_success()
-        .run();
-    let shown: Value = serde_json::from_str(&env.stdout).unwrap();
-    assert_eq!(shown["evaluation"]["cache"], "off");
-    assert_eq!(
-        shown["evaluation"]["why"],
-        "jobenv runs as root in a state directory of uid 65534, whose programs could have chosen a cached shell"
-    );
+    f.hand_to(WORKER_UID);
+    let shown = env(&f);
+    assert_eq!(shown["evaluation"]["cache"], "hit", "{shown}");
+    let shells = f.state_dir().join("shells");
     assert!(
-        !shown["evaluation"]["argv"]
+        shown["evaluation"]["argv"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|a| a == "--add-root"),
-        "root roots in the worker's directory"
+            .any(|a| a.as_str().is_some_and(|a| a.starts_with(shells.to_str().unwrap()))),
+        "{shown}"
     );
+    assert_eq!(entries(&f), before);
 }

@@ -5,7 +5,10 @@
 //! `locks/` that is not a directory of its own is refused.
 //!
 //! Each test plants its files as the worker's user (uid 65534), runs jobenv as root, and has
-//! its positive control: the node's ordinary jobs still run beside what was planted.
+//! its positive control: the node's ordinary jobs still run beside what was planted. jobenv
+//! started as root becomes the state directory's owner before it touches the directory (the
+//! last tests here show it does, all the way): these tests are the proof that the guarantee
+//! then holds by construction.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -70,9 +73,17 @@ fn roots_file(f: &Fixture, name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// jobenv as root against the node.
+/// jobenv as root against the node. A `run` gets the stand-in nix-shell: jobenv runs it as the
+/// worker's user, and nix-shell cannot build as that user on the test machine's single-user
+/// Nix store.
 fn as_root(f: &Fixture, args: &[&str]) -> JobRun {
-    f.jobenv(jobenv_bin!()).args(args.iter().copied())
+    let run = f.jobenv(jobenv_bin!()).args(args.iter().copied());
+    match args.first() {
+        Some(&"run") if !args.contains(&"--nix-shell") => {
+            run.args(["--nix-shell", f.nix_shell_stand_in().to_str().unwrap()])
+        }
+        _ => run,
+    }
 }
 
 /// A journal entry as jobenv writes it, of a job that finished 40 days ago (older than the
@@ -140,8 +151,18 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
             old_entry("old-2"),
         ),
     );
-    // Where fs.protected_hardlinks is off, the worker's user can link a file of root's too.
+    // Where fs.protected_hardlinks is off, the worker's user can link a file of root's too, and
+    // always one of its own (outside the state directory: the worker's key, say).
     std::fs::hard_link(&shadow, f.state_dir().join("locks/job-hard.lock")).unwrap();
+    let workers = f.job_dir().join("workers-key");
+    plant(
+        &f,
+        &format!(
+            "echo the-workers-key > {0}
+ln {0} locks/job-own.lock",
+            workers.display()
+        ),
+    );
 
     as_root(&f, &["run", "--verb", "apply", "--job-id", "victim"])
         .payload(&payload("ns"))
@@ -153,10 +174,17 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
         .expect_code(2)
         .expect_stderr_contains("locks/namespace-ns2.lock is refused: it is a symbolic link")
         .run();
+    // jobenv, the worker's user by then, cannot open root's file at all...
     as_root(&f, &["run", "--verb", "apply", "--job-id", "hard"])
         .payload(&payload("ns"))
         .expect_code(2)
-        .expect_stderr_contains("locks/job-hard.lock is refused: it has more than one link")
+        .expect_stderr_contains("locks/job-hard.lock: Permission denied")
+        .run();
+    // ...and refuses the link to one of the worker's.
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "own"])
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains("locks/job-own.lock is refused: it has more than one link")
         .run();
     as_root(&f, &["recover"])
         .expect_success()
@@ -169,6 +197,11 @@ fn a_lock_file_planted_as_a_link_never_lets_root_write_the_file_it_names() {
         std::fs::read(&shadow).unwrap(),
         before,
         "root wrote through a link into a file of root's"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&workers).unwrap(),
+        "the-workers-key\n",
+        "jobenv wrote through a link into a file of the worker's"
     );
     assert!(
         f.state_dir().join("jobs/old.json").exists(),
@@ -561,6 +594,44 @@ impl Victim {
         Victim { dir, sleeper }
     }
 
+    /// What a deploy of the state directory's makes: a cgroup of the worker's user (its kill
+    /// file too), holding a process of that user's.
+    fn of_worker(tag: u32) -> Victim {
+        use std::os::fd::AsRawFd;
+        let own = fediversity_testkit::cgroup::dir_of(std::process::id() as i32).expect("this test's cgroup");
+        let dir = own.join(format!("jobenv-ns-{}-{tag}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        for path in [dir.clone(), dir.join("cgroup.kill"), dir.join("cgroup.procs")] {
+            std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+        }
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .unwrap();
+        let fd = procs.as_raw_fd();
+        let mut command = std::process::Command::new("/bin/sleep");
+        command.arg("60");
+        // SAFETY: only system calls between fork and exec: into the cgroup as root, then the
+        // worker's user.
+        unsafe {
+            command.pre_exec(move || {
+                let id = WORKER_UID;
+                if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+                    || nix::libc::setgroups(0, std::ptr::null()) != 0
+                    || nix::libc::setgid(id) != 0
+                    || nix::libc::setuid(id) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let sleeper = command.spawn().unwrap();
+        drop(procs);
+        assert!(fediversity_testkit::cgroup::populated(&dir));
+        Victim { dir, sleeper }
+    }
+
     fn alive(&mut self) -> bool {
         self.sleeper.try_wait().unwrap().is_none()
     }
@@ -607,9 +678,10 @@ fn a_tree_record_naming_a_cgroup_of_someone_elses_never_stops_its_processes() {
         .run();
     assert!(victim.alive(), "a run stopped a process of another cgroup");
     assert_eq!(runs(&f), 2);
-    // Positive control: the same cgroup, once it is the worker's (as a deploy of this state
-    // directory's is), is stopped by recover and recorded in the entry the record names.
-    std::os::unix::fs::chown(&victim.dir, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+    // Positive control: a cgroup of the worker's (as a deploy of this state directory's is: the
+    // worker's jobenv made it, the worker's program runs there) is stopped by recover and
+    // recorded in the entry the record names.
+    let mut victim = Victim::of_worker(2);
     victim.plant_record(&f);
     let done = as_root(&f, &["recover"]).expect_success().run();
     assert!(
@@ -682,4 +754,154 @@ fn recover_goes_on_past_a_planted_record_and_past_a_stdout_that_is_gone() {
         let entry: Value = serde_json::from_str(&as_root(&f, &["status", id]).expect_success().run().stdout).unwrap();
         assert_eq!(entry["reason"], "interrupted", "{id} was not marked: {entry}");
     }
+}
+
+/// The lines of a `/proc/<pid>/status` that say who a process is: its user and group ids (real,
+/// effective, saved, file system), its groups and its capabilities.
+fn identity(status: &str) -> Vec<String> {
+    status
+        .lines()
+        .filter(|l| {
+            ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// A run by hand as root of a program that records who it is, then waits for the test: who
+/// jobenv itself is while it waits (and whether its `/proc` entry is still sealed: its
+/// `environ` root's, as for a process that is not dumpable), and who its program was.
+fn who_runs(f: &Fixture) -> (Vec<String>, Vec<String>) {
+    let mut running = as_root(f, &["run", "--verb", "apply", "--job-id", "who"])
+        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}))
+        .spawn();
+    let (ids, go) = (f.job_dir().join("ids"), f.job_dir().join("go"));
+    let recorded = fediversity_testkit::process::wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(&ids).is_ok_and(|t| t.ends_with("end\n"))
+    });
+    let jobenv = std::fs::read_to_string(format!("/proc/{}/status", running.id())).unwrap_or_default();
+    let sealed = std::fs::metadata(format!("/proc/{}/environ", running.id())).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    });
+    std::fs::write(&go, "").unwrap();
+    let status = wait_exit(&mut running, Duration::from_secs(20));
+    assert!(recorded, "the program did not record who it is");
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+    assert_eq!(sealed.ok(), Some(0), "jobenv's /proc entry is not sealed");
+    (identity(&jobenv), identity(&std::fs::read_to_string(&ids).unwrap()))
+}
+
+/// A node whose program `who` writes its own identity to `ids` in the job directory, then waits
+/// for `go` there.
+fn who_node() -> Fixture {
+    let mut f = Fixture::new();
+    let job = f.job_dir();
+    f.program(
+        "who",
+        "apply",
+        &format!(
+            "cat /proc/self/status > {0}/ids.new; echo end >> {0}/ids.new; mv {0}/ids.new {0}/ids\nwhile [ ! -e {0}/go ]; do sleep 0.05; done",
+            job.display()
+        ),
+    );
+    f.write();
+    f
+}
+
+/// jobenv started as root on the worker's state directory is the worker, all the way: its real,
+/// effective, saved and file-system ids, its groups (the worker's own, none of root's), no
+/// capability left (so nothing can take root back), and so is its program; what it creates in
+/// the directory is the worker's. On a state directory of root's, root stays root.
+#[test]
+fn jobenv_started_as_root_on_the_workers_state_directory_is_the_worker() {
+    let f = who_node();
+    f.hand_to(WORKER_UID);
+    let (jobenv, program) = who_runs(&f);
+    let worker = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(WORKER_UID))
+        .unwrap()
+        .expect("the worker's user has a name");
+    let name = std::ffi::CString::new(worker.name).unwrap();
+    let groups: Vec<String> = nix::unistd::getgrouplist(&name, worker.gid)
+        .unwrap()
+        .iter()
+        .map(|g| g.to_string())
+        .collect();
+    let gid = worker.gid.as_raw();
+    let expected = [
+        format!("Uid: {WORKER_UID} {WORKER_UID} {WORKER_UID} {WORKER_UID}"),
+        format!("Gid: {gid} {gid} {gid} {gid}"),
+        format!("Groups: {}", groups.join(" ")).trim_end().to_owned(),
+        "CapPrm: 0000000000000000".to_owned(),
+        "CapEff: 0000000000000000".to_owned(),
+    ];
+    assert_eq!(jobenv, expected, "jobenv while its program runs");
+    assert_eq!(program, expected, "its program");
+    // What a root-run command creates there is the worker's: the drain mark, say.
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    let mark = std::fs::metadata(f.state_dir().join("draining")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((mark.uid(), mark.gid()), (WORKER_UID, gid));
+    as_root(&f, &["recover"]).expect_success().run();
+
+    // Positive control: on a state directory of root's, root stays root (and what it makes
+    // there is root's), so the lines above do tell who a process is.
+    let f = who_node();
+    let (jobenv, program) = who_runs(&f);
+    assert!(
+        jobenv[0].starts_with("Uid: 0 0 0 0") && program[0] == jobenv[0],
+        "{jobenv:?} {program:?}"
+    );
+    assert_ne!(jobenv[3], "CapPrm: 0000000000000000", "{jobenv:?}");
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    assert_eq!(std::fs::metadata(f.state_dir().join("draining")).unwrap().uid(), 0);
+}
+
+/// A root that cannot become the worker (no `CAP_SETUID` and `CAP_SETGID`: a unit that keeps
+/// them from root, a user namespace) does nothing in the worker's state directory: every command
+/// is refused, naming the user to run it as.
+#[test]
+fn root_that_cannot_become_the_owner_is_refused_and_touches_nothing() {
+    let without_setid = |mut run: JobRun| {
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            run.command().pre_exec(|| {
+                // CAP_SETGID and CAP_SETUID (linux/capability.h).
+                for cap in [6 as nix::libc::c_ulong, 7] {
+                    if nix::libc::prctl(nix::libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        run
+    };
+    let f = node();
+    let said = format!(
+        "jobenv runs as root, and the state directory {} belongs to nobody (uid {WORKER_UID}), whom it cannot become (Operation not permitted): run it as that user",
+        f.state_dir().display()
+    );
+    for args in [&["status"][..], &["drain", "--wait", "0"], &["recover"], &["prune"]] {
+        let done = without_setid(as_root(&f, args))
+            .expect_code(2)
+            .expect_stderr_contains(&said)
+            .run();
+        assert_eq!(done.stdout, "", "{args:?}: {done:?}");
+    }
+    without_setid(as_root(&f, &["run", "--verb", "apply", "--job-id", "refused"]).payload(&payload("ns")))
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert!(!f.state_dir().join("draining").exists(), "a refused drain drained");
+    assert!(!f.state_dir().join("jobs/refused.json").exists(), "a refused run ran");
+    assert_eq!(runs(&f), 1);
+    // Positive control: the same root, on a state directory of its own, goes on.
+    let own = Fixture::new();
+    let done = without_setid(own.jobenv(jobenv_bin!()).args(["status"]))
+        .expect_success()
+        .run();
+    assert_eq!(done.stdout, "[]\n");
 }

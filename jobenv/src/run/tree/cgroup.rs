@@ -7,9 +7,9 @@
 //!
 //! A cgroup is held by a descriptor of its directory, and its interface files are opened
 //! relative to it: a cgroup renamed or replaced after it was checked redirects nothing. It
-//! belongs to the state directory's owner ([`Cgroup::create`] gives it to that owner when root
-//! makes it): a record in the state directory names a cgroup by path, and only one of that
-//! owner's is a deploy of this state directory (see `record::orphans`).
+//! belongs to the state directory's owner, who made it (jobenv runs as that owner: root becomes
+//! it first, see `record::owner`): a record in the state directory names a cgroup by path, and
+//! only one of that owner's is a deploy of this state directory (see `record::orphans`).
 //!
 //! Dropping a [`Cgroup`] removes its directory (and any the program made below it) once it is
 //! empty; a populated one stays, for the next run of its namespace or `recover` to find.
@@ -18,11 +18,10 @@ use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::signal::Signal;
 use nix::sys::stat::Mode;
-use nix::unistd::{AccessFlags, Gid, Uid, UnlinkatFlags, access};
+use nix::unistd::{AccessFlags, UnlinkatFlags, access};
 
 use super::{Placement, Process, ProgramTree};
 use crate::process;
@@ -65,10 +64,10 @@ fn open_dir(at: Option<&OwnedFd>, path: &Path) -> nix::Result<OwnedFd> {
 }
 
 impl Cgroup {
-    /// A new cgroup at `dir` (under jobenv's own), for the program to be placed in, owned by
-    /// `owner` (the state directory's uid and gid: root gives it away, anyone else must be that
-    /// owner); otherwise why none can be made.
-    pub fn create(dir: &Path, owner: (u32, u32)) -> Result<Cgroup, String> {
+    /// A new cgroup at `dir` (under jobenv's own), for the program to be placed in, which must
+    /// be `owner`'s (the state directory's uid: jobenv makes it as that user); otherwise why none
+    /// can be made.
+    pub fn create(dir: &Path, owner: u32) -> Result<Cgroup, String> {
         let (dir, parent) = (dir.to_owned(), dir.parent().unwrap_or(dir).to_owned());
         nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o755))
             .map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
@@ -89,7 +88,7 @@ impl Cgroup {
             said_moved: false.into(),
         };
         cgroup.limit_nesting();
-        cgroup.give_to(owner)?;
+        cgroup.owned_by(owner)?;
         // Moving a process needs write access to the destination's `cgroup.procs` and to that of
         // the common ancestor, jobenv's own cgroup (what systemd's `Delegate=` grants a unit's
         // user): checked here, so that the child's write cannot fail where it is too late to
@@ -109,9 +108,7 @@ impl Cgroup {
 
     /// Bounds the cgroups a program may make below its own (`cgroup.max.depth`,
     /// `cgroup.max.descendants`): every one costs the kernel memory, and jobenv walks them when
-    /// it stops the tree. Best effort (a kernel without these files has no such limits); the
-    /// files stay jobenv's user's, so a cgroup root gives to the state directory's owner keeps
-    /// them.
+    /// it stops the tree. Best effort (a kernel without these files has no such limits).
     fn limit_nesting(&self) {
         for (name, limit) in [
             ("cgroup.max.depth", MAX_DEPTH),
@@ -123,35 +120,20 @@ impl Cgroup {
         }
     }
 
-    /// Makes `owner` the cgroup's owner, and of the file that stops it (`cgroup.kill`), as a
-    /// later jobenv of the state directory needs: as root, by giving them away; anyone else
-    /// made them their own, and must be that owner.
-    fn give_to(&self, (uid, gid): (u32, u32)) -> Result<(), String> {
+    /// Whether the cgroup (and so the file that stops it, `cgroup.kill`, made with it) is
+    /// `uid`'s, as a later jobenv of the state directory needs: a jobenv that is not the state
+    /// directory's owner (another user's, with write access to it) makes none.
+    fn owned_by(&self, uid: u32) -> Result<(), String> {
         let mine = self
             .owner()
             .map_err(|e| format!("cannot inspect the cgroup {}: {e}", self.dir.display()))?;
         if mine == uid {
             return Ok(());
         }
-        if !nix::unistd::geteuid().is_root() {
-            return Err(format!(
-                "the cgroup {} would belong to uid {mine}, not to the state directory's owner (uid {uid}): a later jobenv of the state directory would not take it for one of its deploys",
-                self.dir.display()
-            ));
-        }
-        let failed = |e: Errno| {
-            format!(
-                "cannot give the cgroup {} to the state directory's owner: {e}",
-                self.dir.display()
-            )
-        };
-        let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
-        nix::unistd::fchown(&self.fd, uid, gid).map_err(failed)?;
-        // Without `cgroup.kill` (before Linux 5.14) the processes are signalled one by one.
-        match nix::unistd::fchownat(&self.fd, "cgroup.kill", uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(()) | Err(Errno::ENOENT) => Ok(()),
-            Err(e) => Err(failed(e)),
-        }
+        Err(format!(
+            "the cgroup {} would belong to uid {mine}, not to the state directory's owner (uid {uid}): a later jobenv of the state directory would not take it for one of its deploys",
+            self.dir.display()
+        ))
     }
 
     /// The cgroup at `dir`, if it exists (an earlier deploy's, named by its record).
@@ -441,7 +423,7 @@ mod tests {
         let name = format!("jobenv-unit-{tag}-{}", std::process::id());
         let own = super::super::hierarchy::own_cgroup()
             .unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"));
-        Cgroup::create(&own.join(name), (0, 0))
+        Cgroup::create(&own.join(name), 0)
             .unwrap_or_else(|why| panic!("these tests need a writable cgroup v2 (run them as root): {why}"))
     }
 
@@ -584,23 +566,21 @@ mod tests {
         assert!(Cgroup::open(plain.path()).is_none());
     }
 
+    /// jobenv gives a cgroup to no one: one it would make for a state directory of another
+    /// user's is refused (and removed), as no later jobenv of that directory would take it.
     #[test]
-    fn root_gives_a_new_cgroup_and_its_kill_file_to_the_state_directorys_owner() {
-        use std::os::unix::fs::MetadataExt;
+    fn a_cgroup_is_made_only_for_a_state_directory_of_jobenvs_own_user() {
         let own = super::super::hierarchy::own_cgroup().expect("a writable cgroup v2");
-        let cgroup = Cgroup::create(
-            &own.join(format!("jobenv-unit-given-{}", std::process::id())),
-            (65534, 65534),
-        )
-        .unwrap();
-        assert_eq!(cgroup.owner().unwrap(), 65534);
-        for name in ["", "cgroup.kill"] {
-            let meta = std::fs::metadata(cgroup.dir().join(name)).unwrap();
-            assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name:?}");
-        }
-        // Positive control: what it is not given stays root's.
-        assert_eq!(std::fs::metadata(cgroup.dir().join("cgroup.procs")).unwrap().uid(), 0);
-        // Opened again by its path, it is the same cgroup, of the same owner.
-        assert_eq!(Cgroup::open(cgroup.dir()).unwrap().owner().unwrap(), 65534);
+        let dir = own.join(format!("jobenv-unit-foreign-{}", std::process::id()));
+        let error = Cgroup::create(&dir, 65534).err().expect("refused");
+        assert!(
+            error.contains("would belong to uid 0, not to the state directory's owner (uid 65534)"),
+            "{error}"
+        );
+        assert!(!dir.exists(), "the refused cgroup was left");
+        // Positive control: for root's own state directory, it is made, and root's.
+        let cgroup = Cgroup::create(&dir, 0).unwrap();
+        assert_eq!(cgroup.owner().unwrap(), 0);
+        assert_eq!(Cgroup::open(cgroup.dir()).unwrap().owner().unwrap(), 0);
     }
 }

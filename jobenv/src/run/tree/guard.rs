@@ -279,11 +279,8 @@ mod tests {
     /// run as root on a machine with cgroup v2).
     fn populated(tag: &str) -> (Cgroup, std::process::Child) {
         let own = crate::run::tree::hierarchy::own_cgroup().expect("a writable cgroup v2 (run the tests as root)");
-        let cgroup = Cgroup::create(
-            &own.join(format!("jobenv-unit-guard-{tag}-{}", std::process::id())),
-            (0, 0),
-        )
-        .expect("a writable cgroup v2 (run the tests as root)");
+        let cgroup = Cgroup::create(&own.join(format!("jobenv-unit-guard-{tag}-{}", std::process::id())), 0)
+            .expect("a writable cgroup v2 (run the tests as root)");
         let placement = cgroup.place();
         let mut command = std::process::Command::new("/bin/sleep");
         command.arg("30");

@@ -241,9 +241,9 @@ impl Site {
         self.cgroup.as_deref()
     }
 
-    /// Makes the tree; a cgroup, for `owner` (the state directory's uid and gid: see
+    /// Makes the tree; a cgroup, for `owner` (the state directory's uid: see
     /// [`Cgroup::create`]).
-    pub fn make(self, owner: (u32, u32)) -> Result<Tree, String> {
+    pub fn make(self, owner: u32) -> Result<Tree, String> {
         let Some(dir) = &self.cgroup else {
             return Ok(Tree::Proc(ProcTree::of_this_process()));
         };

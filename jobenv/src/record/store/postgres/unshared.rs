@@ -35,14 +35,11 @@ struct Kept {
 /// journal without it.
 pub(super) fn keep(journal: &Journal, entry: &Entry, epoch: i64) -> std::io::Result<()> {
     let dir = journal.state.subdir(DIR, Some(0o750))?.expect("created if missing");
-    if let Some(owner) = journal.owner {
-        dir.chown(owner)?;
-    }
     let kept = serde_json::to_vec(&Kept {
         epoch,
         attempt: entry.attempt,
     })?;
-    dir.write_atomically(&format!("{}.json", entry.job_id), &kept, journal.owner, true)
+    dir.write_atomically(&format!("{}.json", entry.job_id), &kept, true)
 }
 
 /// The cluster journal took the end of `job_id`: it is kept no more. One left (this jobenv died

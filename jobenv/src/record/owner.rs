@@ -1,0 +1,109 @@
+//! Root and the state directory: a jobenv started as root on a state directory that another
+//! user owns (an operator's `recover`, `drain`, `status`, `prune`, `env` or `run` by hand on a
+//! node whose worker runs as its own user) becomes that user before it touches anything there,
+//! as `sudo -u` would. Whatever that user (and so every deploy program) plants in the directory
+//! then meets a process with that user's rights and no more: no file of root's can be written,
+//! read or shown through it, and whatever jobenv creates there is already that user's. The
+//! guarantee holds by construction, not by a rule every file access must remember; the rules
+//! that defend against the same user (bounded reads, no FIFOs, no links: see [`super::dir`])
+//! stay.
+//!
+//! The owner is read by `fstat` of the directory as opened (not by a path looked at again
+//! later), and the switch is complete: groups first (while jobenv may still change them), then
+//! the real, effective and saved user ids, all three, so that nothing can take root back. The
+//! groups are the user's own (its primary group and the supplementary groups the group database
+//! gives it, as `sudo -u`, `runuser` and systemd's `User=` set them): the process is then what
+//! the worker's own processes are, able to read what a job of the worker can (a key file of
+//! `root:<worker's group> 0440`) and nothing of root's groups. A uid without a name has no
+//! group list: it gets the directory's group and no supplementary group.
+
+use std::ffi::CString;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::{Gid, Uid, User};
+
+use crate::error::Problem;
+
+/// Who this jobenv runs as, after [`become_owner`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// As it was started: not root, or root on a directory of root's (or none yet: root makes
+    /// it, its own).
+    Unchanged,
+    /// The directory's owner, `name` (or `uid <n>` when the uid has no name).
+    Became { uid: u32, gid: u32, name: String },
+}
+
+/// Makes this process the owner of `state_dir` when it runs as root and the directory is
+/// another user's; refused when the switch cannot be made (a root without `CAP_SETUID`, in a
+/// user namespace that maps no such uid): then nothing in the directory was touched.
+pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(Identity::Unchanged);
+    }
+    // As the journal opens it (`Dir::open`): the configured path lies in directories of root's,
+    // and its last part may be a link of root's (systemd's `StateDirectory=` with
+    // `DynamicUser=`). What is looked at is the directory the descriptor holds; `Dir::open`
+    // refuses root a directory of another user's, should the path lead elsewhere later.
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let dir = match nix::fcntl::open(state_dir, flags, Mode::empty()) {
+        Ok(dir) => dir,
+        // None yet (root makes it, its own), or nothing that can be the state directory: the
+        // command's own opening of it says so.
+        Err(_) => return Ok(Identity::Unchanged),
+    };
+    let stat = match nix::sys::stat::fstat(&dir) {
+        Ok(stat) if stat.st_uid != 0 => stat,
+        // Root's own (or, could it not be looked at, no directory to use: `Dir::open` refuses
+        // root one of another user's).
+        _ => return Ok(Identity::Unchanged),
+    };
+    drop(dir);
+    let uid = Uid::from_raw(stat.st_uid);
+    let user = User::from_uid(uid).ok().flatten();
+    let name = user.as_ref().map_or_else(|| format!("uid {uid}"), |u| u.name.clone());
+    let refused = |errno: Errno| Problem::CannotBecomeOwner {
+        path: state_dir.to_owned(),
+        user: match &user {
+            Some(user) => format!("{} (uid {uid})", user.name),
+            None => format!("uid {uid}"),
+        },
+        why: errno.desc().to_owned(),
+    };
+    let (gid, groups) = match &user {
+        Some(user) => {
+            let groups = CString::new(user.name.as_str())
+                .ok()
+                .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
+                .unwrap_or_else(|| vec![user.gid]);
+            (user.gid, groups)
+        }
+        None => (Gid::from_raw(stat.st_gid), Vec::new()),
+    };
+    let switched = nix::unistd::setresgid(gid, gid, gid)
+        .and_then(|()| nix::unistd::setgroups(&groups))
+        .and_then(|()| nix::unistd::setresuid(uid, uid, uid));
+    if let Err(errno) = switched {
+        return Err(refused(errno));
+    }
+    let (ruid, rgid) = (nix::unistd::getresuid(), nix::unistd::getresgid());
+    let whole = ruid.is_ok_and(|r| [r.real, r.effective, r.saved] == [uid; 3])
+        && rgid.is_ok_and(|r| [r.real, r.effective, r.saved] == [gid; 3]);
+    if !whole {
+        return Err(refused(Errno::EPERM));
+    }
+    // A change of credentials makes the process dumpable again where `fs.suid_dumpable` says
+    // so: sealed again, as `main` requires (its environment holds the node's secrets).
+    let _ = nix::sys::prctl::set_dumpable(false);
+    if !matches!(nix::sys::prctl::get_dumpable(), Ok(false)) {
+        return Err(refused(Errno::EPERM));
+    }
+    Ok(Identity::Became {
+        uid: uid.as_raw(),
+        gid: gid.as_raw(),
+        name,
+    })
+}
