@@ -798,32 +798,39 @@ fn a_long_line_is_cut_and_says_so() {
     assert!(!stdout[1].attributes.contains_key("jobenv.log.truncated"));
 }
 
+/// `args` of jobenv on node `f` with the payload, exporting to `endpoint` (a flush bound of
+/// 0.5 s) if there is one, once its program printed `started`.
+fn started(f: &Fixture, args: &[&str], endpoint: Option<&str>) -> std::process::Child {
+    use std::io::Write;
+    let mut cmd = f.command(jobenv_bin!(), args);
+    if let Some(endpoint) = endpoint {
+        cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .env("JOBENV_OTLP_FLUSH_TIMEOUT", "0.5");
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload().to_string().as_bytes())
+        .unwrap();
+    let mut stdout = fediversity_testkit::process::StreamWatch::new(child.stdout.take().unwrap());
+    assert!(stdout.wait_for(b"started", Duration::from_secs(30)));
+    child
+}
+
 #[test]
 fn a_cancel_is_a_stop_stage_and_a_black_hole_adds_at_most_the_flush_bound() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let f = node("apply", "echo started; exec sleep 60");
     let cancelled = |endpoint: Option<&str>| -> (Output, Duration) {
-        let mut cmd = f.command(jobenv_bin!(), &["run", "--verb", "apply", "--grace", "1"]);
-        if let Some(endpoint) = endpoint {
-            cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-                .env("JOBENV_OTLP_FLUSH_TIMEOUT", "0.5");
-        }
-        let mut child = cmd
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(payload().to_string().as_bytes())
-            .unwrap();
-        let mut stdout = fediversity_testkit::process::StreamWatch::new(child.stdout.take().unwrap());
-        assert!(stdout.wait_for(b"started", Duration::from_secs(30)));
+        let child = started(&f, &["run", "--verb", "apply", "--grace", "1"], endpoint);
         let start = Instant::now();
         kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
         let out = child.wait_with_output().unwrap();
@@ -855,29 +862,11 @@ fn a_drain_is_a_stop_stage_and_ends_as_fast_as_without_export() {
     // A node of its own per run: a drained node takes no new job.
     let drained = |endpoint: Option<&str>| -> (Output, Duration) {
         let f = node("apply", "echo started; exec sleep 60");
-        let mut cmd = f.command(
-            jobenv_bin!(),
+        let child = started(
+            &f,
             &["run", "--verb", "apply", "--job-id", "drained-1", "--grace", "1"],
+            endpoint,
         );
-        if let Some(endpoint) = endpoint {
-            cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-                .env("JOBENV_OTLP_FLUSH_TIMEOUT", "0.5");
-        }
-        let mut child = cmd
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(payload().to_string().as_bytes())
-            .unwrap();
-        let mut stdout = fediversity_testkit::process::StreamWatch::new(child.stdout.take().unwrap());
-        assert!(stdout.wait_for(b"started", Duration::from_secs(30)));
         let start = Instant::now();
         let drain = f.jobenv(jobenv_bin!()).args(["drain", "--wait", "0"]).run();
         assert_eq!(drain.code, Some(0), "{drain:?}");
