@@ -1,7 +1,7 @@
 //! One invocation of jobenv and what the test expects of it, in the spirit of
 //! cargo-test-support's `p.cargo("build").with_status(101).with_stderr_contains(..).run()`:
 //!
-//! ```ignore
+//! ```text
 //! f.jobenv(jobenv_bin!())
 //!     .verb("apply")
 //!     .payload(&json!({"ATTRIBUTE": "web", "NAMESPACE": "ns"}))
