@@ -15,8 +15,9 @@ use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState}
 /// participant must propagate.
 pub const MAX_TRACESTATE: usize = 512;
 
-/// A valid parent from a payload: its ids, and both values as they came (the program gets them
-/// unchanged when jobenv does not export).
+/// A valid parent from a payload: its ids, and both values (the program gets them when jobenv
+/// does not export): a version-00 `TRACEPARENT` as it came, a later version's as version 00 of
+/// its checked fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parent {
     pub trace_id: [u8; 16],
@@ -35,7 +36,7 @@ pub const TRACESTATE_RULE: &str = "must be a W3C tracestate of at most 32 key=va
 /// Checks `traceparent` (and `tracestate`, which is worthless without it). `Err` names the key
 /// that was dropped and the rule it broke; a bad `TRACESTATE` alone drops only itself.
 pub fn parse(traceparent: &str, tracestate: Option<&str>) -> (Option<Parent>, Option<(&'static str, &'static str)>) {
-    let Some((trace_id, span_id, sampled)) = parse_traceparent(traceparent) else {
+    let Some((trace_id, span_id, flags)) = parse_traceparent(traceparent) else {
         return (None, Some(("TRACEPARENT", TRACEPARENT_RULE)));
     };
     let (tracestate, problem) = match tracestate {
@@ -43,17 +44,20 @@ pub fn parse(traceparent: &str, tracestate: Option<&str>) -> (Option<Parent>, Op
         Some(state) if is_valid_tracestate(state) => (Some(state.to_owned()), None),
         Some(_) => (None, Some(("TRACESTATE", TRACESTATE_RULE))),
     };
+    // Passed on as version 00 of the checked fields alone: what a later version adds after
+    // them is not checked (its format is not known), so it never reaches a program.
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let parent = Parent {
         trace_id,
         span_id,
-        sampled,
-        traceparent: traceparent.to_owned(),
+        sampled: flags & 1 == 1,
+        traceparent: format!("00-{}-{}-{flags:02x}", hex(&trace_id), hex(&span_id)),
         tracestate,
     };
     (Some(parent), problem)
 }
 
-fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8], bool)> {
+fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8], u8)> {
     let bytes = value.as_bytes();
     if bytes.len() < 55 {
         return None;
@@ -74,7 +78,7 @@ fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8], bool)> {
     if trace_id == [0; 16] || span_id == [0; 8] {
         return None;
     }
-    Some((trace_id, span_id, flags & 1 == 1))
+    Some((trace_id, span_id, flags))
 }
 
 /// Exactly `N` bytes of lowercase hex.
@@ -210,6 +214,25 @@ mod tests {
                 .0
                 .is_some()
         );
+    }
+
+    /// What a later version adds is not checked, so it is not passed on: the program gets version
+    /// 00 of the checked fields (a newline and an escape, or 300 KB that exec could not pass,
+    /// never reach it). A version-00 value is passed on as it came (the positive control).
+    #[test]
+    fn a_later_versions_unchecked_tail_never_reaches_the_program() {
+        let ids = "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7";
+        for tail in [
+            "-\nINJECTED=1\u{1b}[31m".to_owned(),
+            format!("-{}", "x".repeat(300_000)),
+        ] {
+            let (parent, problem) = parse(&format!("01-{ids}-09{tail}"), None);
+            assert_eq!(problem, None);
+            let parent = parent.unwrap();
+            assert_eq!(parent.traceparent, format!("00-{ids}-09"));
+            assert!(parent.sampled);
+        }
+        assert_eq!(parse(GOOD, None).0.unwrap().traceparent, GOOD);
     }
 
     #[test]

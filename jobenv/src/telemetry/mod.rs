@@ -114,9 +114,12 @@ pub fn start(options: &Options, verb: &str, job_id: Option<&str>) {
     let Some(config) = &decision.config else { return warn() };
     let pipeline = match export::build(config) {
         Ok(pipeline) => pipeline,
-        Err(why) => {
+        Err(_) => {
             warn();
-            tracing::warn!("telemetry: cannot set up export ({why}); nothing is exported");
+            // Never the exporter's own words: they may quote the endpoint, credentials and all.
+            tracing::warn!(
+                "telemetry: cannot set up export (the exporter refused its configuration; the endpoint is not shown: it may carry credentials); nothing is exported"
+            );
             return;
         }
     };

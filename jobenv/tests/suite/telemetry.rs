@@ -967,3 +967,24 @@ fn the_operator_page_states_the_bounds_jobenv_has() {
         assert!(page.contains(&stated), "the page does not say: {stated}");
     }
 }
+
+/// An endpoint the exporter refuses (a space the URL parser trims, the HTTP client does not) is
+/// said in one line that never quotes it: it may carry credentials. The job runs as without
+/// export. The positive control: the same line comes, so the refusal did happen.
+#[test]
+fn an_endpoint_the_exporter_refuses_is_never_quoted() {
+    let f = node("apply", "echo ran");
+    for endpoint in [
+        " http://user:S3cretPW@127.0.0.1:9",
+        "http://user:S3cretPW@127.0.0.1:9/a b",
+    ] {
+        f.jobenv(jobenv_bin!())
+            .verb("apply")
+            .payload(&payload())
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .expect_success()
+            .expect_stderr_contains("telemetry: cannot set up export (the exporter refused its configuration")
+            .expect_nowhere("the endpoint's password", "S3cretPW")
+            .run();
+    }
+}
