@@ -436,22 +436,11 @@ impl Cache {
                 continue;
             }
             // Only if nobody holds either lock: a job that evaluates the key, or runs its entry.
-            let Ok(_evaluating) = self.lock(
-                &Self::eval_lock_name(&key),
-                Kind::Exclusive,
-                Some(Duration::ZERO),
-                None,
-                || {},
-            ) else {
+            let unheld = |name: &str| self.lock(name, Kind::Exclusive, Some(Duration::ZERO), None, || {});
+            let Ok(_evaluating) = unheld(&Self::eval_lock_name(&key)) else {
                 continue;
             };
-            let Ok(_used) = self.lock(
-                &Self::use_lock_name(&key),
-                Kind::Exclusive,
-                Some(Duration::ZERO),
-                None,
-                || {},
-            ) else {
+            let Ok(_used) = unheld(&Self::use_lock_name(&key)) else {
                 continue;
             };
             match self.remove(&key) {
