@@ -147,17 +147,24 @@ pub fn prepare(
         }
     };
     let expected = resolved.expected(&attr);
+    // The cache's entry for the key, if usable; why not, if it is there and unusable.
     let mut unusable = None;
-    match cache.usable(&expected) {
-        Ok(Some(entry)) => {
-            tracing::info!("the shell {attr} of this tree is cached: it is not evaluated");
-            return Ok(prepared(Stage::Hit {
-                drv: entry.drv,
-                _used: used,
-            }));
+    let mut look = || match cache.usable(&expected) {
+        Ok(entry) => entry,
+        Err(why) => {
+            unusable = Some(why);
+            None
         }
-        Ok(None) => {}
-        Err(why) => unusable = Some(why),
+    };
+    let hit = |entry: Entry, used| {
+        tracing::info!("the shell {attr} of this tree is cached: it is not evaluated");
+        Ok(prepared(Stage::Hit {
+            drv: entry.drv,
+            _used: used,
+        }))
+    };
+    if let Some(entry) = look() {
+        return hit(entry, used);
     }
     let waiting = || tracing::info!("another job is evaluating {attr}: waiting for it");
     let started = Instant::now();
@@ -179,16 +186,8 @@ pub fn prepare(
         }
     };
     // Again: the job that held the lock has cached the shell, unless it failed.
-    match cache.usable(&expected) {
-        Ok(Some(entry)) => {
-            tracing::info!("the shell {attr} of this tree is cached: it is not evaluated");
-            return Ok(prepared(Stage::Hit {
-                drv: entry.drv,
-                _used: used,
-            }));
-        }
-        Ok(None) => {}
-        Err(why) => unusable = Some(why),
+    if let Some(entry) = look() {
+        return hit(entry, used);
     }
     match unusable {
         Some(why) => tracing::info!("the cached shell {attr} cannot be used ({why}): evaluating it again"),
