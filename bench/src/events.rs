@@ -4,9 +4,7 @@
 //! Measured: the time to the last byte of jobenv's output (how long the program's output took
 //! to get through) and the time to jobenv's exit (which includes the bounded final wait).
 
-use std::io::Read;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fediversity_testkit::events_receiver::Receiver;
 use serde_json::json;
@@ -36,33 +34,12 @@ fn node(tools: &Tools, events_url: Option<&str>) -> anyhow::Result<Node> {
 }
 
 fn once(node: &Node, bytes: usize) -> anyhow::Result<(Duration, Duration)> {
-    let mut command =
-        node.jobenv_run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "BENCH_BYTES": bytes, "BENCH_LINE": 100}))?;
-    command.stdout(Stdio::piped()).stderr(Stdio::null());
-    let start = Instant::now();
-    let mut child = command.spawn()?;
-    let mut out = child.stdout.take().expect("piped");
-    let mut buf = vec![0u8; 1 << 20];
     // No secret occurs in this output, so jobenv passes exactly `bytes`: the last of them marks
     // the end of the program's output (the pipe itself closes only when jobenv exits, after its
     // bounded wait for the final status).
-    let mut got = 0usize;
-    let mut output_done = None;
-    loop {
-        match out.read(&mut buf)? {
-            0 => break,
-            n => got += n,
-        }
-        if got >= bytes && output_done.is_none() {
-            output_done = Some(start.elapsed());
-        }
-    }
-    let output_done = output_done.unwrap_or_else(|| start.elapsed());
-    let status = child.wait()?;
-    let exited = start.elapsed();
-    anyhow::ensure!(status.success(), "jobenv failed: {status}");
-    anyhow::ensure!(got == bytes, "jobenv passed {got} of {bytes} bytes");
-    Ok((output_done, exited))
+    let command =
+        node.jobenv_run(&json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "BENCH_BYTES": bytes, "BENCH_LINE": 100}))?;
+    crate::telemetry::timed(command, bytes)
 }
 
 pub fn run(tools: &Tools, bytes: usize, runs: usize) -> anyhow::Result<Table> {

@@ -52,7 +52,7 @@ const WAYS: [&str; 4] = [
 ];
 
 /// Runs `command` and times the last byte of its output (`bytes` of it) and its exit.
-fn timed(mut command: Command, bytes: usize) -> anyhow::Result<(Duration, Duration)> {
+pub fn timed(mut command: Command, bytes: usize) -> anyhow::Result<(Duration, Duration)> {
     command.stdout(Stdio::piped()).stderr(Stdio::null());
     let start = Instant::now();
     let mut child = command.spawn()?;
