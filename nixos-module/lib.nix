@@ -1430,7 +1430,8 @@ rec {
     concatStringsSep "\n" [
       "# Waits until every file the node declares has been rendered."
       "files=(${concatStringsSep " " (map shellQuote files)})"
-      "deadline=$((SECONDS + ${toString timeoutSeconds}))"
+      # SECONDS counts whole seconds of the clock: one more, so that the wait is never short.
+      "deadline=$((SECONDS + ${toString timeoutSeconds} + 1))"
       "said="
       "while :; do"
       "  missing=()"
