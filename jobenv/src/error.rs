@@ -6,6 +6,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::cancel::Cancelled;
+
 /// How many characters of a value from a job an error shows, unless it says otherwise.
 pub const SHOWN_CHARS: usize = 64;
 
@@ -31,11 +33,18 @@ pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit code when jobenv itself failed after validation (like GNU timeout's 125).
 pub const EXIT_INTERNAL: i32 = 125;
 
+/// Everything that ends a command or a job without its program's own status: what the command
+/// line, the node or the payload got wrong (all of it, at once), what refused the job at run
+/// time, and what failed in jobenv itself. [`Error::exit_code`] is the one table of their exit
+/// codes.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Validation found problems; nothing was started. One line per problem.
     #[error("{}", render_problems(.0))]
     Rejected(Vec<Problem>),
+    /// The job was refused at run time (a lock, the journal, the node): nothing was started.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error("cannot start {program}: {source}")]
     Spawn { program: PathBuf, source: io::Error },
     #[error("{context}: {source}")]
@@ -47,16 +56,9 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Rejected(problems)
-                if !problems.is_empty()
-                    && problems
-                        .iter()
-                        .all(|p| matches!(p, Problem::NodeNotReady(_) | Problem::NewerEntryFormat { .. })) =>
-            {
-                EXIT_NOT_READY
-            }
             Error::Rejected(_) => EXIT_REJECTED,
-            _ => EXIT_INTERNAL,
+            Error::Refused(refusal) => refusal.exit_code(),
+            Error::Spawn { .. } | Error::Io { .. } | Error::Sys { .. } => EXIT_INTERNAL,
         }
     }
 
@@ -82,15 +84,137 @@ impl Error {
     }
 }
 
+/// The problems of a job's inputs, as the job ends on them. A node that is not ready (a secret
+/// its agent has not rendered yet), and nothing else wrong, is a refusal a retry may get past
+/// (75); with anything else wrong too, one rejection lists it all (2: a person is needed anyway).
 impl From<Vec<Problem>> for Error {
     fn from(problems: Vec<Problem>) -> Self {
+        let not_ready: Vec<&str> = problems
+            .iter()
+            .filter_map(|p| match p {
+                Problem::NodeNotReady(why) => Some(why.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !problems.is_empty() && not_ready.len() == problems.len() {
+            // One line per reason, each said as the refusal says one.
+            return Refusal::NotReady(not_ready.join("\nnode not ready: ")).into();
+        }
         Error::Rejected(problems)
     }
 }
 
 impl From<Problem> for Error {
     fn from(problem: Problem) -> Self {
-        Error::Rejected(vec![problem])
+        vec![problem].into()
+    }
+}
+
+/// Why a job was refused at run time, before its program started, wherever that was found: a
+/// lock of the state directory, the journal, a store's claim or write (the node's own or the
+/// cluster's), the program tree. One type from where it is raised to its exit code
+/// ([`Refusal::exit_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The job id is held by a live run (in cluster mode, a live lease).
+    #[error("job {job_id} is already running ({holder})")]
+    JobRunning { job_id: String, holder: String },
+    /// The namespace is held by another deploy (or its processes are still there).
+    #[error("namespace {namespace} is locked by another deploy: {holder}")]
+    NamespaceLocked { namespace: String, holder: String },
+    /// The node cannot take the job now, and a retry later may succeed.
+    #[error("node not ready: {0}")]
+    NotReady(String),
+    /// The cluster journal cannot be reached now (refused, timed out, shut down): a node that
+    /// is not ready.
+    #[error("node not ready: the cluster journal cannot be reached: {0}")]
+    Unreachable(String),
+    /// A cancel signal came while waiting, or the worker that started jobenv died: the job ends
+    /// as one canceled before its start (`run::not_started` says it).
+    #[error("{}", cancelled_text(.0))]
+    Cancelled(Cancelled),
+    /// The node's journal (its state directory) cannot be read or written.
+    #[error("the journal in {} cannot be used: {source}", shown_path(path))]
+    Journal { path: PathBuf, source: io::Error },
+    /// The cluster journal answered, but not as jobenv needs (a right missing, a row it cannot
+    /// act on, a certificate that does not verify).
+    #[error("the cluster journal cannot be used: {0}")]
+    Cluster(String),
+    /// The program tree must be a cgroup of its own, and none can be made.
+    #[error("the program tree must be a cgroup of its own ({because}), and none can be made: {why}")]
+    NoCgroup { because: &'static str, why: String },
+}
+
+impl Refusal {
+    /// The exit code of a job refused so, one arm per refusal.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Refusal::JobRunning { .. } => EXIT_REJECTED,
+            Refusal::NamespaceLocked { .. } => EXIT_REJECTED,
+            // Not this job's fault, and not for good: try again later (sysexits' EX_TEMPFAIL).
+            Refusal::NotReady(_) | Refusal::Unreachable(_) => EXIT_NOT_READY,
+            // As the job's ending says it (`run::Outcome::exit_code`): by the signal, or as if
+            // hung up when the worker is gone.
+            Refusal::Cancelled(Cancelled::Signal(signal)) => 128 + *signal as i32,
+            Refusal::Cancelled(Cancelled::WorkerLost) => 128 + nix::sys::signal::Signal::SIGHUP as i32,
+            Refusal::Journal { .. } => EXIT_REJECTED,
+            Refusal::Cluster(_) => EXIT_REJECTED,
+            Refusal::NoCgroup { .. } => EXIT_REJECTED,
+        }
+    }
+}
+
+fn cancelled_text(cancelled: &Cancelled) -> String {
+    match cancelled {
+        Cancelled::Signal(signal) => format!(
+            "received {}: the job is canceled before its program started",
+            signal.as_str()
+        ),
+        Cancelled::WorkerLost => "the worker that started this job is gone: the program is not started".into(),
+    }
+}
+
+/// Why a journal entry (a file of the node's journal, or a row of the cluster's) cannot be
+/// acted on.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Not an entry as jobenv writes them; `why` is never more than serde's escaped message.
+    #[error("{shown} is corrupt: {why}")]
+    Corrupt { shown: String, why: String },
+    /// An entry written by a newer jobenv (before a rollback of the node, say). What it means
+    /// cannot be known here, so nothing acts on its job id: running the job could run it twice,
+    /// replaying it could report what it did not mean. The node is not ready for that job.
+    #[error(
+        "the journal entry of job {job_id} has format {format}, newer than this jobenv's {known}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)"
+    )]
+    Newer { job_id: String, format: u32, known: u32 },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl ReadError {
+    /// A run of the job id reads the entry: one of a newer format is a node not ready for that
+    /// job; anything else is a journal that cannot be used.
+    pub fn refusal(self, journal: &std::path::Path) -> Refusal {
+        match self {
+            ReadError::Newer { .. } => Refusal::NotReady(self.to_string()),
+            other => Refusal::Journal {
+                path: journal.to_owned(),
+                source: other.into(),
+            },
+        }
+    }
+}
+
+/// For what reports a journal's trouble as I/O (`recover`, `drain`, `status`): the text, no type
+/// to look for again.
+impl From<ReadError> for io::Error {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::Io(error) => error,
+            ReadError::Corrupt { .. } => io::Error::new(io::ErrorKind::InvalidData, error.to_string()),
+            ReadError::Newer { .. } => io::Error::new(io::ErrorKind::Unsupported, error.to_string()),
+        }
     }
 }
 
@@ -269,8 +393,6 @@ pub enum Problem {
     DeclaredControlKey { key: String },
     #[error("invalid job id {0:?}: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$")]
     InvalidJobId(String),
-    #[error("the journal in {} cannot be used: {source}", shown_path(path))]
-    Journal { path: PathBuf, source: io::Error },
     /// jobenv started as root on a state directory of another user's becomes that user before
     /// it touches the directory (`record::owner`); where it cannot, it does nothing there.
     #[error(
@@ -284,45 +406,67 @@ pub enum Problem {
         recorded: String,
         asked: String,
     },
+    /// A secret the node declares is not rendered yet: alone, a refusal a retry may get past
+    /// (see `From<Vec<Problem>> for Error`).
     #[error("node not ready: {0}")]
     NodeNotReady(String),
-    /// An entry written by a newer jobenv (before a rollback of the node, say). What it means
-    /// cannot be known here, so nothing acts on its job id: running the job could run it twice,
-    /// replaying it could report what it did not mean. The node is not ready for that job.
-    #[error(
-        "the journal entry of job {job_id} has format {format}, newer than this jobenv's {known}: nothing acts on the job until a jobenv that reads format {format} runs it (upgrade jobenv)"
-    )]
-    NewerEntryFormat { job_id: String, format: u32, known: u32 },
     #[error("the cluster DSN file {} {why}", path.display())]
     ClusterDsn { path: PathBuf, why: &'static str },
     #[error("the cluster CA file {} {why}", path.display())]
     ClusterCa { path: PathBuf, why: String },
     #[error("TLS to the cluster journal cannot be set up: {0}")]
     ClusterTls(String),
-    #[error("the cluster journal cannot be used: {0}")]
-    ClusterJournal(String),
-    #[error("the program tree must be a cgroup of its own ({because}), and none can be made: {why}")]
-    NoCgroup { because: &'static str, why: String },
-    #[error("job {job_id} is already running ({holder})")]
-    JobRunning { job_id: String, holder: String },
-    #[error("namespace {namespace} is locked by another deploy: {holder}")]
-    NamespaceLocked { namespace: String, holder: String },
-}
-
-impl Problem {
-    /// The [`Problem::NewerEntryFormat`] a journal's read error holds, if it is one (the
-    /// journal's reads are I/O: see `record::entry::parse`).
-    pub fn newer_entry_format(error: &io::Error) -> Option<&Problem> {
-        error
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<Problem>())
-            .filter(|p| matches!(p, Problem::NewerEntryFormat { .. }))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_whose_only_problems_are_secrets_not_rendered_is_refused_as_not_ready() {
+        let not_ready = |why: &str| Problem::NodeNotReady(why.into());
+        let alone = Error::from(vec![
+            not_ready("the secret A is missing"),
+            not_ready("the secret B is missing"),
+        ]);
+        assert_eq!(alone.exit_code(), EXIT_NOT_READY);
+        assert_eq!(
+            alone.to_string(),
+            "node not ready: the secret A is missing\nnode not ready: the secret B is missing"
+        );
+        // Beside any other problem, a person is needed anyway: one rejection lists it all.
+        let mixed = Error::from(vec![not_ready("the secret A is missing"), Problem::ConflictingNixpkgs]);
+        assert_eq!(mixed.exit_code(), EXIT_REJECTED);
+        assert_eq!(mixed.to_string().lines().count(), 2);
+    }
+
+    #[test]
+    fn an_entry_of_a_newer_format_is_a_node_not_ready_and_a_corrupt_one_a_journal_that_cannot_be_used() {
+        let journal = std::path::Path::new("/var/lib/jobenv");
+        let newer = ReadError::Newer {
+            job_id: "j1".into(),
+            format: 9,
+            known: 2,
+        };
+        let refusal = newer.refusal(journal);
+        assert_eq!(refusal.exit_code(), EXIT_NOT_READY);
+        assert!(
+            refusal
+                .to_string()
+                .starts_with("node not ready: the journal entry of job j1 has format 9"),
+            "{refusal}"
+        );
+        let corrupt = ReadError::Corrupt {
+            shown: "jobs/j1.json".into(),
+            why: "EOF".into(),
+        };
+        let refusal = corrupt.refusal(journal);
+        assert_eq!(refusal.exit_code(), EXIT_REJECTED);
+        assert_eq!(
+            refusal.to_string(),
+            "the journal in /var/lib/jobenv cannot be used: jobs/j1.json is corrupt: EOF"
+        );
+    }
 
     #[test]
     fn a_key_cannot_forge_a_log_line() {

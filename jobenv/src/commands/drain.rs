@@ -8,7 +8,7 @@ use crate::record::entry::Entry;
 use crate::record::upkeep;
 
 use super::output::JsonArray;
-use super::{Exit, as_owner, journal_problem, open_journal};
+use super::{Exit, as_owner, journal_refusal, open_journal};
 
 pub(crate) fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let dir = args.state.dir();
@@ -24,7 +24,7 @@ pub(crate) fn drain(args: DrainArgs) -> Result<Exit, Error> {
             }
             printed.push(entry)
         };
-        upkeep::drain(&journal, args.wait, each).map_err(|source| journal_problem(&dir, source))
+        upkeep::drain(&journal, args.wait, each).map_err(|source| journal_refusal(&dir, source))
     });
     if let Err(error) = drained {
         printed.finish();

@@ -14,7 +14,7 @@ pub(crate) fn env(args: EnvArgs) -> Result<Exit, Error> {
     let plan = crate::input::gather(&args.job.settings())
         .inputs
         .and_then(|inputs| crate::input::check(&inputs).and_then(|checked| crate::plan::plan(&inputs, checked)))
-        .map_err(Error::Rejected)?;
+        .map_err(Error::from)?;
     for warning in &plan.warnings {
         tracing::warn!("{warning}");
     }

@@ -9,6 +9,6 @@ use super::Exit;
 use super::output::print;
 
 pub(crate) fn keys(args: KeysArgs) -> Result<Exit, Error> {
-    let declared = read_keys(&args.keys).map_err(Error::Rejected)?;
+    let declared = read_keys(&args.keys).map_err(Error::from)?;
     Ok(print(show::keys(&declared, args.format).as_bytes()))
 }

@@ -161,12 +161,12 @@ fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
 
 /// The journal at `dir`, for the commands that change it.
 fn open_journal(dir: &std::path::Path) -> Result<crate::record::journal::Journal, Error> {
-    crate::record::journal::Journal::open(dir).map_err(|source| journal_problem(dir, source))
+    crate::record::journal::Journal::open(dir).map_err(|source| journal_refusal(dir, source))
 }
 
 /// The journal at `dir` could not be read or written.
-fn journal_problem(dir: &std::path::Path, source: std::io::Error) -> Error {
-    crate::error::Problem::Journal {
+fn journal_refusal(dir: &std::path::Path, source: std::io::Error) -> Error {
+    crate::error::Refusal::Journal {
         path: dir.to_owned(),
         source,
     }

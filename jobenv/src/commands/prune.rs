@@ -5,7 +5,7 @@ use crate::cli::PruneArgs;
 use crate::error::Error;
 
 use super::output::print;
-use super::{Exit, as_owner, journal_problem, open_journal, rejected_before_start};
+use super::{Exit, as_owner, journal_refusal, open_journal, rejected_before_start};
 
 pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
     let dsn_file = match args.cluster.dsn_file() {
@@ -26,7 +26,7 @@ pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
                 tracing::warn!("{problem}");
             }
         }
-        let pruned = crate::record::upkeep::prune(&journal, retain).map_err(|source| journal_problem(&dir, source))?;
+        let pruned = crate::record::upkeep::prune(&journal, retain).map_err(|source| journal_refusal(&dir, source))?;
         // The cached shells of trees no longer deployed (they hold garbage-collector roots). A
         // cache that cannot be pruned keeps what it holds: jobs still run.
         let shells = crate::evaluation::prune(&dir, &args.deploy_env).unwrap_or_else(|error| {
@@ -36,7 +36,7 @@ pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
         Ok((pruned, shells))
     });
     // Cluster mode: the shared journal's ended rows by the same retention.
-    let shared = dsn_file.map(|dsn| crate::record::store::postgres::prune(dsn, ca_file, retain).map_err(Error::from));
+    let shared = dsn_file.map(|dsn| crate::record::store::postgres::prune(dsn, ca_file, retain));
     let (pruned, shells) = pruned?;
     let counts = match shared.transpose()? {
         None => serde_json::json!({ "pruned": pruned, "shells_pruned": shells }),

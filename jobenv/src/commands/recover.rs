@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::record::upkeep;
 
 use super::output::JsonArray;
-use super::{Exit, as_owner, journal_problem, open_journal, rejected_before_start};
+use super::{Exit, as_owner, journal_refusal, open_journal, rejected_before_start};
 
 pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
     let dsn_file = match args.cluster.dsn_file() {
@@ -20,7 +20,7 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
     }
     // Programs may start from now on. First, and whatever becomes of the rest: a drain mark left
     // by a recover that failed would refuse every job of this boot.
-    let ended = upkeep::end_draining(&dir).map_err(|source| journal_problem(&dir, source));
+    let ended = upkeep::end_draining(&dir).map_err(|source| journal_refusal(&dir, source));
     let mut printed = JsonArray::new();
     let recovered = open_journal(&dir).and_then(|journal| {
         upkeep::recover(&journal, |entry| {
@@ -31,7 +31,7 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
             );
             printed.push(entry)
         })
-        .map_err(|source| journal_problem(&dir, source))?;
+        .map_err(|source| journal_refusal(&dir, source))?;
         // Cluster mode: the ends the shared journal did not take, and the ends whose shared row
         // still shows their attempt running. They stay kept if it does not answer now (and
         // their entries are not pruned): the node's next job or `prune` hands them on.

@@ -9,7 +9,7 @@ use super::output::print;
 
 pub(crate) fn schema(args: SchemaArgs) -> Result<Exit, Error> {
     let generated = match args.what {
-        SchemaName::Payload => schema::of_node(&args.node.settings()).map_err(Error::Rejected)?,
+        SchemaName::Payload => schema::of_node(&args.node.settings()).map_err(Error::from)?,
         SchemaName::Result => schema::result(),
         SchemaName::EventJobenv => schema::event_jobenv(),
         SchemaName::EventDd0012 => schema::event_dd0012(),

@@ -7,7 +7,7 @@ use crate::record::entry;
 use crate::record::journal::Journal;
 
 use super::output::{JsonArray, json_line, print};
-use super::{Exit, as_owner, journal_problem};
+use super::{Exit, as_owner, journal_refusal};
 
 pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     // A job id names a file in the journal: never a path that leaves it.
@@ -18,7 +18,7 @@ pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     if let Err(exit) = as_owner(&dir) {
         return Ok(exit);
     }
-    let journal = Journal::at(&dir).map_err(|source| journal_problem(&dir, source))?;
+    let journal = Journal::at(&dir).map_err(|source| journal_refusal(&dir, source))?;
     let Some(id) = &args.job_id else {
         let Some(journal) = journal else {
             return Ok(print(json_line(&Vec::<entry::Entry>::new()).as_bytes()));
@@ -27,12 +27,14 @@ pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
         let mut printed = JsonArray::new();
         let listed = journal.for_each_entry_by_start(|entry| printed.push(&entry));
         let printed = printed.finish();
-        listed.map_err(|source| journal_problem(&dir, source))?;
+        listed.map_err(|source| journal_refusal(&dir, source))?;
         return Ok(printed);
     };
     let entry = match journal {
         None => None,
-        Some(journal) => journal.read(id).map_err(|source| journal_problem(&dir, source))?,
+        Some(journal) => journal
+            .read(id)
+            .map_err(|source| journal_refusal(&dir, source.into()))?,
     };
     match entry {
         Some(entry) => Ok(print(json_line(&entry).as_bytes())),

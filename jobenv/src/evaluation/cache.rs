@@ -156,17 +156,18 @@ pub struct Lock {
     _held: safe_io::lock::Held,
 }
 
-/// Why a lock was not taken.
-pub enum Refused {
+/// Why a lock of the cache was not taken. Never a refusal of the job: without its lock, the job
+/// evaluates without the cache (or, its whole timeout gone waiting, ends as timed out).
+pub enum NotTaken {
     Cancelled(Cancelled),
     /// Its wait ended, or (waiting zero) someone holds it.
     Busy,
     Io(io::Error),
 }
 
-impl From<io::Error> for Refused {
+impl From<io::Error> for NotTaken {
     fn from(error: io::Error) -> Self {
-        Refused::Io(error)
+        NotTaken::Io(error)
     }
 }
 
@@ -225,7 +226,7 @@ impl Cache {
         wait: Option<Duration>,
         mut cancel: Option<&mut Cancel>,
         waiting: impl FnOnce(),
-    ) -> Result<Lock, Refused> {
+    ) -> Result<Lock, NotTaken> {
         let deadline = wait.map(|wait| Instant::now() + wait);
         let mut waiting = Some(waiting);
         let mut file = self.lock_file(name)?;
@@ -234,7 +235,7 @@ impl Cache {
                 Kind::Shared => file.try_shared(),
                 Kind::Exclusive => file.try_exclusive(),
             }
-            .map_err(|e| Refused::Io(io::Error::other(e)))?;
+            .map_err(|e| NotTaken::Io(io::Error::other(e)))?;
             if let Some(held) = taken {
                 if self.is_the_file(held.file(), name) {
                     return Ok(Lock { _held: held });
@@ -243,10 +244,10 @@ impl Cache {
                 continue;
             }
             if let Some(cancelled) = cancel.as_mut().and_then(|c| c.check()) {
-                return Err(Refused::Cancelled(cancelled));
+                return Err(NotTaken::Cancelled(cancelled));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Refused::Busy);
+                return Err(NotTaken::Busy);
             }
             if let Some(waiting) = waiting.take() {
                 waiting();

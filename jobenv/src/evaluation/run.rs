@@ -21,7 +21,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::cache::{self, Cache, Entry, Kind, Lock, Refused, TempRoot};
+use super::cache::{self, Cache, Entry, Kind, Lock, NotTaken, TempRoot};
 use super::{Evaluation, Resolved, drv, store};
 use crate::cancel::{Cancel, Cancelled};
 use crate::error::Error;
@@ -122,13 +122,13 @@ pub fn prepare(
         }
     };
     let key = resolved.key.clone();
-    let refused = |refused: Refused, what: &str| match refused {
-        Refused::Cancelled(cancelled) => Err(cancelled),
-        Refused::Busy => {
+    let not_taken = |not_taken: NotTaken, what: &str| match not_taken {
+        NotTaken::Cancelled(cancelled) => Err(cancelled),
+        NotTaken::Busy => {
             tracing::warn!("{what} was not free in time: evaluating {attr} without the cache");
             Ok(())
         }
-        Refused::Io(error) => {
+        NotTaken::Io(error) => {
             tracing::warn!("{what} cannot be taken ({error}): evaluating {attr} without the cache");
             Ok(())
         }
@@ -142,7 +142,7 @@ pub fn prepare(
     ) {
         Ok(lock) => lock,
         Err(error) => {
-            refused(error, "the cached shell's lock")?;
+            not_taken(error, "the cached shell's lock")?;
             return Ok(prepared(uncached(Some(&cache))));
         }
     };
@@ -179,9 +179,9 @@ pub fn prepare(
     let evaluating = match locked {
         Ok(lock) => lock,
         // The job's whole timeout went by waiting: it ends as timed out, having run nothing.
-        Err(Refused::Busy) => return Ok(prepared(Stage::Ended(Outcome::TimedOut))),
+        Err(NotTaken::Busy) => return Ok(prepared(Stage::Ended(Outcome::TimedOut))),
         Err(error) => {
-            refused(error, "the evaluation's lock")?;
+            not_taken(error, "the evaluation's lock")?;
             return Ok(prepared(uncached(Some(&cache))));
         }
     };

@@ -84,7 +84,7 @@ struct Sender<'a> {
 }
 
 /// The receiver refused jobenv for good: nothing more is sent.
-struct Refused;
+struct WrongSecret;
 
 impl Sender<'_> {
     /// Delivers until the final status is out (true) or cannot be (false).
@@ -117,13 +117,13 @@ impl Sender<'_> {
             match step {
                 Ok(false) => {}
                 Ok(true) => return true,
-                Err(Refused) => return false,
+                Err(WrongSecret) => return false,
             }
         }
     }
 
     /// Sends every line before the status, then the status; true once a terminal one is out.
-    async fn send_status(&mut self, status: Item, ended: Instant) -> Result<bool, Refused> {
+    async fn send_status(&mut self, status: Item, ended: Instant) -> Result<bool, WrongSecret> {
         let terminal = status.is_end();
         while !self.pending.is_empty() {
             if terminal && ended.elapsed() >= HURRY_AFTER {
@@ -140,7 +140,7 @@ impl Sender<'_> {
 
     /// The oldest lines, within the batch bounds and as many as the format puts in one event
     /// (at least one line).
-    async fn send_batch(&mut self) -> Result<(), Refused> {
+    async fn send_batch(&mut self) -> Result<(), WrongSecret> {
         let mut batch: Vec<Line> = Vec::new();
         let mut size = 0;
         while let Some((line, _)) = self.pending.front() {
@@ -173,7 +173,7 @@ impl Sender<'_> {
     /// Posts one event (numbered when first sent, the number kept across retries); whether it
     /// was delivered (an item the format has nothing to say about counts as delivered). `Err`
     /// when the receiver refused jobenv for good.
-    async fn send(&mut self, item: Item, is_status: bool) -> Result<bool, Refused> {
+    async fn send(&mut self, item: Item, is_status: bool) -> Result<bool, WrongSecret> {
         let dropped = lock(&self.shared.state).dropped;
         let Some(body) = wire::encode(
             self.wire,
@@ -212,7 +212,7 @@ impl Sender<'_> {
                 tracing::error!(
                     "progress events: the receiver refused jobenv's EVENTS_SECRET (HTTP {code}); no more events are sent for this job"
                 );
-                Err(Refused)
+                Err(WrongSecret)
             }
             Err(Failure(why, code)) => {
                 if let (Some(code), false) = (code, self.warned) {

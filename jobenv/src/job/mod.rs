@@ -35,7 +35,7 @@ use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use crate::cancel::{Cancel, Cancelled};
-use crate::error::{EXIT_INTERNAL, Error, Problem};
+use crate::error::{EXIT_INTERNAL, Error, Problem, Refusal};
 use crate::events::{Events, Ids};
 use crate::input::{self, Identity, json::Members};
 use crate::plan::Plan;
@@ -44,7 +44,7 @@ use crate::record::entry::{self, Attempt, Decision, Entry};
 use crate::record::journal::Journal;
 use crate::record::locks;
 use crate::record::result_file::{self, JobResult};
-use crate::record::store::{self, Refused, Store};
+use crate::record::store::{self, Store};
 use crate::record::upkeep::{self, StopRequest};
 use crate::record::{Ending, Status};
 use crate::run::tree::Tree;
@@ -91,6 +91,17 @@ impl From<Error> for Stop {
 impl From<Problem> for Stop {
     fn from(problem: Problem) -> Self {
         Stop::Rejected(problem.into())
+    }
+}
+
+/// A refusal wherever it was raised: a cancel while waiting is the job canceled before its start,
+/// anything else refuses it.
+impl From<Refusal> for Stop {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Cancelled(cancelled) => Stop::Cancelled(cancelled),
+            refusal => Stop::Rejected(refusal.into()),
+        }
     }
 }
 
@@ -175,34 +186,11 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// A refused lock, lease or write as the job's stop; `busy` names who holds it. A shared
-    /// journal that cannot be reached is a node that is not ready: nothing runs without it.
-    fn refused(&self, refused: impl Into<Refused>, busy: impl FnOnce(String) -> Problem) -> Stop {
-        match refused.into() {
-            Refused::Busy { holder } => busy(holder).into(),
-            Refused::Cancelled(cancelled) => Stop::Cancelled(cancelled),
-            Refused::Journal(source) => self.journal_problem(source).into(),
-            Refused::Unreachable(why) => {
-                Problem::NodeNotReady(format!("the cluster journal cannot be reached: {why}")).into()
-            }
-            // Not this job's fault: a jobenv that reads the entry can act on it.
-            Refused::NotReady(why) => Problem::NodeNotReady(why).into(),
-            Refused::Shared(why) => Problem::ClusterJournal(why).into(),
-        }
-    }
-
     /// The job's stop request, as the run asks it.
     fn stop_requested(&self) -> Option<&dyn run::StopRequested> {
         self.stop_request
             .as_ref()
             .map(|request| request as &dyn run::StopRequested)
-    }
-
-    fn journal_problem(&self, source: std::io::Error) -> Problem {
-        Problem::Journal {
-            path: self.settings.state_dir.clone(),
-            source,
-        }
     }
 
     /// Step 2: first, so that a replay does not depend on today's node files being valid.
@@ -212,13 +200,16 @@ impl<'a> Run<'a> {
     }
 
     fn journal(&mut self) -> Result<Journal, Stop> {
-        let journal = Journal::open(&self.settings.state_dir).map_err(|source| self.journal_problem(source))?;
+        let journal = Journal::open(&self.settings.state_dir).map_err(|source| Refusal::Journal {
+            path: self.settings.state_dir.clone(),
+            source,
+        })?;
         if let Some(id) = &self.settings.job_id {
             if !entry::is_valid_job_id(id) {
                 return Err(Problem::InvalidJobId(id.clone()).into());
             }
             self.holder = format!("job {id}, {}", self.holder);
-            self.stop_request = Some(StopRequest::of(&journal, id).map_err(|source| self.journal_problem(source))?);
+            self.stop_request = Some(StopRequest::of(&journal, id).map_err(|source| journal.refusal(source))?);
             self.job_id = Some(id.clone());
         }
         Ok(journal)
@@ -229,12 +220,7 @@ impl<'a> Run<'a> {
     /// node that stops.
     fn job_lock(&self, journal: &Journal, cancel: &mut Cancel) -> Result<Option<locks::Held>, Stop> {
         let Some(id) = &self.job_id else { return Ok(None) };
-        let held = journal.lock_job(id, &self.holder, cancel).map_err(|refused| {
-            self.refused(refused, |holder| Problem::JobRunning {
-                job_id: id.clone(),
-                holder,
-            })
-        })?;
+        let held = journal.lock_job(id, &self.holder, cancel)?;
         if let Some(request) = &self.stop_request {
             request.remove();
         }
@@ -259,12 +245,7 @@ impl<'a> Run<'a> {
         };
         // The request goes with the claim: a store with leases takes none for a run that is
         // refused as another request.
-        let known = store.claim_job(&id, &asked, cancel).map_err(|refused| {
-            self.refused(refused, |holder| Problem::JobRunning {
-                job_id: id.clone(),
-                holder,
-            })
-        })?;
+        let known = store.claim_job(&id, &asked, cancel)?;
         // Whatever became of it: a job id names one request.
         if let Some(error) = known.entry.as_ref().and_then(|e| e.another_request(&asked)) {
             self.identity = identity;
@@ -273,7 +254,7 @@ impl<'a> Run<'a> {
         let holder = known.live.clone();
         match entry::decide_known(known) {
             Decision::Replay(entry) => Err(Stop::Replayed(entry)),
-            Decision::Refuse => Err(Problem::JobRunning {
+            Decision::Refuse => Err(Refusal::JobRunning {
                 job_id: id.clone(),
                 holder: holder.unwrap_or_default(),
             }
@@ -311,7 +292,7 @@ impl<'a> Run<'a> {
         let plan = inputs
             .checked
             .and_then(|(inputs, checked)| crate::plan::plan(&inputs, checked))
-            .map_err(Error::Rejected);
+            .map_err(Error::from);
         let target = match &plan {
             Ok(plan) => plan.events.as_ref(),
             Err(_) => inputs.events.as_ref(),
@@ -347,12 +328,7 @@ impl<'a> Run<'a> {
             worker,
             self.settings.grace,
         );
-        store.write_running(&entry).map_err(|refused| {
-            self.refused(refused, |holder| Problem::JobRunning {
-                job_id: id.clone(),
-                holder,
-            })
-        })?;
+        store.write_running(&entry)?;
         // From here on the job's records name this attempt.
         self.attempt = attempt;
         Ok(Some(entry))

@@ -6,12 +6,12 @@ use std::os::fd::OwnedFd;
 
 use super::{Run, Stop};
 use crate::cancel::Cancel;
-use crate::error::{Error, Problem};
+use crate::error::{Error, Refusal};
 use crate::plan::Plan;
 use crate::process;
 use crate::record::entry::{self, Attempt};
 use crate::record::journal::Journal;
-use crate::record::locks;
+use crate::record::locks::{self, Lock};
 use crate::record::orphans::{self, Recorded, TreeRecord};
 use crate::record::store::{Claim, Store};
 use crate::run::tree::{self, Tree, guard, hierarchy};
@@ -62,21 +62,18 @@ impl Run<'_> {
         let (wait, namespace) = (self.settings.lock_timeout, &plan.namespace);
         let deadline = std::time::Instant::now() + wait;
         let journal = store.local();
-        let locked = |holder| Problem::NamespaceLocked {
-            namespace: namespace.clone(),
-            holder,
-        };
-        let own = journal
-            .acquire(&locks::namespace_name(namespace), wait, &self.holder, Some(cancel))
-            .map_err(|refused| self.refused(refused, locked))?;
+        let own = journal.acquire(Lock::Namespace(namespace), wait, &self.holder, Some(cancel))?;
         let left = orphans::stop_left(journal, namespace, &self.holder, self.job_id.as_deref())
-            .map_err(|e| self.journal_problem(e))?;
+            .map_err(|e| journal.refusal(e))?;
         if let Some(left) = left {
             if left.survived {
-                return Err(locked(format!(
-                    "{} process(es) of an earlier deploy, whose jobenv is gone, survived SIGKILL",
-                    left.orphans.killed
-                ))
+                return Err(Refusal::NamespaceLocked {
+                    namespace: namespace.clone(),
+                    holder: format!(
+                        "{} process(es) of an earlier deploy, whose jobenv is gone, survived SIGKILL",
+                        left.orphans.killed
+                    ),
+                }
                 .into());
             }
             // An earlier attempt of this very job: its entry is this run's to write (step 8).
@@ -86,13 +83,7 @@ impl Run<'_> {
                 }
             }
         }
-        let tree = journal
-            .acquire(&locks::tree_name(namespace), wait, &self.holder, Some(cancel))
-            .map_err(|refused| {
-                self.refused(refused, |_| {
-                    locked("the program tree of an earlier deploy, whose jobenv is gone, still runs".into())
-                })
-            })?;
+        let tree = journal.acquire(Lock::Tree(namespace), wait, &self.holder, Some(cancel))?;
         let for_tree = tree
             .file()
             .try_clone()
@@ -104,9 +95,7 @@ impl Run<'_> {
             .cluster
             .is_some()
             .then(|| crate::telemetry::enter(crate::telemetry::Stage::Lease));
-        let shared = store
-            .claim_namespace(namespace, self.job_id.as_deref(), left, cancel)
-            .map_err(|refused| self.refused(refused, locked))?;
+        let shared = store.claim_namespace(namespace, self.job_id.as_deref(), left, cancel)?;
         if let Some(lease) = lease {
             lease.done();
         }
@@ -120,7 +109,7 @@ impl Run<'_> {
                     Some(guard) => Some(guard),
                     None => {
                         let why = "the kernel has no cgroup.kill (Linux 5.14 and later), which the program tree's guard needs".into();
-                        return Err(Problem::NoCgroup {
+                        return Err(Refusal::NoCgroup {
                             because: "cluster mode",
                             why,
                         }
@@ -157,7 +146,7 @@ impl Run<'_> {
         } else {
             "JOBENV_CONTAINMENT=cgroup"
         };
-        let no_cgroup = |why| Problem::NoCgroup { because, why };
+        let no_cgroup = |why| Refusal::NoCgroup { because, why };
         let site = tree::site(self.settings.containment, &name).map_err(no_cgroup)?;
         let recorded = match site.location() {
             Some(dir) => {
@@ -167,13 +156,13 @@ impl Run<'_> {
                     attempt,
                     jobenv_pid: me,
                     grace_ms: self.settings.grace.as_millis() as u64,
-                    state_dir: Some(journal.state_dir_id().map_err(|source| self.journal_problem(source))?),
+                    state_dir: Some(journal.state_dir_id().map_err(|source| journal.refusal(source))?),
                 };
-                Some(Recorded::write(journal, namespace, &record).map_err(|source| self.journal_problem(source))?)
+                Some(Recorded::write(journal, namespace, &record).map_err(|source| journal.refusal(source))?)
             }
             None => None,
         };
-        let owner = journal.owner_uid().map_err(|source| self.journal_problem(source))?;
+        let owner = journal.owner_uid().map_err(|source| journal.refusal(source))?;
         Ok((site.make(owner).map_err(no_cgroup)?, recorded))
     }
 }

@@ -21,7 +21,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::ending::{Ending, InterruptedBy, Reason, Status};
-use crate::error::{EXIT_INTERNAL, Problem};
+use crate::error::{EXIT_INTERNAL, Problem, ReadError};
 use crate::process;
 
 /// How long a stopping attempt is given beyond its grace.
@@ -366,11 +366,12 @@ fn first_format() -> u32 {
 }
 
 /// Parses the entry read from the file of `job_id` (`shown`: its path as messages show it): its
-/// `job_id` must be a valid id and its file's name, and its format one this jobenv reads (else
-/// the error holds a [`Problem::NewerEntryFormat`], see [`Problem::newer_entry_format`]).
-pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<Entry> {
-    let corrupt =
-        |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is corrupt: {why}"));
+/// `job_id` must be a valid id and its file's name, and its format one this jobenv reads.
+pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> Result<Entry, ReadError> {
+    let corrupt = |why: String| ReadError::Corrupt {
+        shown: shown.to_owned(),
+        why,
+    };
     // The format first: a newer entry is not parsed as this one, whatever its fields say.
     #[derive(serde::Deserialize)]
     struct Format {
@@ -383,14 +384,11 @@ pub(crate) fn parse(job_id: &str, shown: &str, bytes: &[u8]) -> std::io::Result<
                 .filter(|id| is_valid_job_id(id))
                 .unwrap_or("(unnamed)")
                 .to_owned();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                Problem::NewerEntryFormat {
-                    job_id,
-                    format,
-                    known: FORMAT,
-                },
-            ));
+            return Err(ReadError::Newer {
+                job_id,
+                format,
+                known: FORMAT,
+            });
         }
     }
     // serde's message may quote the file's text: escaped, it cannot start a line of its own.

@@ -16,9 +16,9 @@ use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
 use super::entry::{Entry, is_valid_job_id};
-use super::locks;
+use super::locks::{self, Lock};
 use crate::cancel::Cancel;
-use crate::error::EXIT_INTERNAL;
+use crate::error::{EXIT_INTERNAL, ReadError, Refusal};
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.
@@ -80,25 +80,25 @@ impl Journal {
         Ok(Some(Journal { state, jobs, locks }))
     }
 
-    /// A lock of this state directory (`name` in `locks/`, [`locks::acquire`]).
+    /// A lock of this state directory ([`locks::acquire`]).
     pub fn acquire(
         &self,
-        name: &str,
+        lock: Lock<'_>,
         wait: Duration,
         holder: &str,
         cancel: Option<&mut Cancel>,
-    ) -> Result<locks::Held, locks::Refused> {
-        locks::acquire(&self.locks, name, wait, holder, cancel)
+    ) -> Result<locks::Held, Refusal> {
+        locks::acquire(&self.locks, self.state.path(), lock, wait, holder, cancel)
     }
 
     /// The job's lock. A run of the same job id holds it until it exits; if that run is an
     /// attempt whose worker died (Windmill re-runs such a job with the same id, maybe before the
     /// old attempt has stopped), it is waited for up to its grace plus a margin, then this run goes
     /// on as the next attempt.
-    pub fn lock_job(&self, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, locks::Refused> {
-        let name = locks::job_name(id);
-        match self.acquire(&name, Duration::ZERO, holder, Some(cancel)) {
-            Err(locks::Refused::Busy { .. }) => match self.read(id) {
+    pub fn lock_job(&self, id: &str, holder: &str, cancel: &mut Cancel) -> Result<locks::Held, Refusal> {
+        let lock = Lock::Job(id);
+        match self.acquire(lock, Duration::ZERO, holder, Some(cancel)) {
+            Err(Refusal::JobRunning { .. }) => match self.read(id) {
                 Ok(Some(entry)) if entry.is_stopping() => {
                     let wait = entry.stop_wait();
                     tracing::warn!(
@@ -106,24 +106,37 @@ impl Journal {
                         entry.attempt,
                         entry.pid
                     );
-                    self.acquire(&name, wait, holder, Some(cancel))
+                    self.acquire(lock, wait, holder, Some(cancel))
                 }
-                _ => self.acquire(&name, JOB_LOCK_WAIT, holder, Some(cancel)),
+                _ => self.acquire(lock, JOB_LOCK_WAIT, holder, Some(cancel)),
             },
             other => other,
         }
     }
 
-    /// The lock `name`, if nobody holds it; a lock file that cannot be used (a link planted in
+    /// The lock `lock`, if nobody holds it; a lock file that cannot be used (a link planted in
     /// its place) is left as it is, with a warning.
-    pub fn try_lock(&self, name: &str, holder: &str) -> Option<locks::Held> {
-        match self.acquire(name, Duration::ZERO, holder, None) {
+    pub fn try_lock(&self, lock: Lock<'_>, holder: &str) -> Option<locks::Held> {
+        match self.acquire(lock, Duration::ZERO, holder, None) {
             Ok(held) => Some(held),
-            Err(locks::Refused::Io(error)) => {
-                tracing::warn!("{error}: left as it is");
+            Err(Refusal::Journal { source, .. }) => {
+                tracing::warn!("{source}: left as it is");
                 None
             }
-            Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => None,
+            Err(_) => None,
+        }
+    }
+
+    /// The state directory, as it was given.
+    pub fn path(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// The journal's trouble `source`, as a run is refused on it.
+    pub fn refusal(&self, source: std::io::Error) -> Refusal {
+        Refusal::Journal {
+            path: self.state.path().to_owned(),
+            source,
         }
     }
 
@@ -154,7 +167,7 @@ impl Journal {
 
     /// The entry of `job_id`, if there is one; a corrupt one (or one that is no regular file of
     /// its own, or too large) is an error naming its file.
-    pub fn read(&self, job_id: &str) -> std::io::Result<Option<Entry>> {
+    pub fn read(&self, job_id: &str) -> Result<Option<Entry>, ReadError> {
         let name = Self::entry_name(job_id);
         match self.jobs.read(&name)? {
             Some(bytes) => parse(job_id, &self.jobs.shown(name.as_ref()), &bytes).map(Some),

@@ -7,12 +7,14 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use safe_io::lock::LockFile;
 
 use super::dir::Dir;
-use crate::cancel::{Cancel, Cancelled};
+use crate::cancel::Cancel;
+use crate::error::Refusal;
 
 /// A held lock; dropping it releases the lock.
 pub struct Held {
@@ -27,36 +29,74 @@ impl Held {
     }
 }
 
-/// Why a lock could not be taken.
-pub enum Refused {
-    /// Another process holds it; `holder` is what that process wrote into the lock file.
-    Busy {
-        holder: String,
-    },
-    /// A cancel signal came while waiting, or the worker that started jobenv died.
-    Cancelled(Cancelled),
-    Io(std::io::Error),
+/// What a lock of the state directory guards: its file's name, and what a run that finds it
+/// held is refused with.
+#[derive(Debug, Clone, Copy)]
+pub enum Lock<'a> {
+    /// One run per job id.
+    Job(&'a str),
+    /// One deploy per namespace: jobenv's own lock of it.
+    Namespace(&'a str),
+    /// The lock a namespace's program tree holds (see `run::spawn::Passed::lock`).
+    Tree(&'a str),
 }
 
-/// Takes the exclusive lock on `name` in `dir`, waiting up to `wait` (zero: try once). On
-/// success, records `holder` in the file so that a refused job can say who holds it.
+impl Lock<'_> {
+    /// Its file, in `locks/`.
+    pub fn file_name(self) -> String {
+        match self {
+            Lock::Job(id) => job_name(id),
+            Lock::Namespace(namespace) => namespace_name(namespace),
+            Lock::Tree(namespace) => tree_name(namespace),
+        }
+    }
+
+    /// The refusal of a run that finds it held by `holder` (what the holder wrote in the file).
+    fn busy(self, holder: String) -> Refusal {
+        match self {
+            Lock::Job(id) => Refusal::JobRunning {
+                job_id: id.to_owned(),
+                holder,
+            },
+            Lock::Namespace(namespace) => Refusal::NamespaceLocked {
+                namespace: namespace.to_owned(),
+                holder,
+            },
+            // Held by nothing but a tree: its jobenv, which wrote the holder text, is gone.
+            Lock::Tree(namespace) => Refusal::NamespaceLocked {
+                namespace: namespace.to_owned(),
+                holder: "the program tree of an earlier deploy, whose jobenv is gone, still runs".into(),
+            },
+        }
+    }
+}
+
+/// Takes the exclusive lock `lock` in `dir` (the `locks/` of the journal at `journal`), waiting
+/// up to `wait` (zero: try once). On success, records `holder` in the file so that a refused job
+/// can say who holds it.
 pub fn acquire(
     dir: &Dir,
-    name: &str,
+    journal: &Path,
+    lock: Lock<'_>,
     wait: Duration,
     holder: &str,
     mut cancel: Option<&mut Cancel>,
-) -> Result<Held, Refused> {
+) -> Result<Held, Refusal> {
     let deadline = Instant::now() + wait;
-    let io = |error: safe_io::Error| Refused::Io(std::io::Error::other(error));
-    let mut file = open(dir, name)?;
+    let name = lock.file_name();
+    let unusable = |source: std::io::Error| Refusal::Journal {
+        path: journal.to_owned(),
+        source,
+    };
+    let io = |error: safe_io::Error| unusable(std::io::Error::other(error));
+    let mut file = open(dir, &name).map_err(unusable)?;
     let mut said_waiting = false;
     loop {
         if let Some(held) = file.try_exclusive().map_err(io)? {
             // A lock file pruned and made again while we waited is not this name's lock any
             // more: take the one the name is now.
-            if !same_file(held.file(), dir, name) {
-                file = open(dir, name)?;
+            if !same_file(held.file(), dir, &name) {
+                file = open(dir, &name).map_err(unusable)?;
                 continue;
             }
             // Best effort: the holder text only makes error messages better. A fixed-size record
@@ -65,7 +105,7 @@ pub fn acquire(
             return Ok(Held { held });
         }
         if let Some(cancelled) = cancel.as_mut().and_then(|c| c.check()) {
-            return Err(Refused::Cancelled(cancelled));
+            return Err(Refusal::Cancelled(cancelled));
         }
         if !said_waiting && Instant::now() < deadline {
             tracing::info!(
@@ -76,20 +116,15 @@ pub fn acquire(
             said_waiting = true;
         }
         if Instant::now() >= deadline {
-            return Err(Refused::Busy {
-                holder: holder_of(file.file()),
-            });
+            return Err(lock.busy(holder_of(file.file())));
         }
         std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())));
     }
 }
 
 /// The lock file `name`, created if missing.
-fn open(dir: &Dir, name: &str) -> Result<LockFile, Refused> {
-    let file = dir
-        .open_rw(name, true)
-        .map_err(Refused::Io)?
-        .expect("created if missing");
+fn open(dir: &Dir, name: &str) -> std::io::Result<LockFile> {
+    let file = dir.open_rw(name, true)?.expect("created if missing");
     Ok(LockFile::from_file(file, dir.path().join(name)))
 }
 
@@ -173,7 +208,7 @@ mod tests {
     #[test]
     fn a_holder_text_cannot_start_a_line_of_its_own() {
         let (temp, dir) = locks();
-        let path = temp.path().join("l.lock");
+        let path = temp.path().join("job-l.lock");
         // What any process of the worker's user could write into a lock file of the node.
         std::fs::write(&path, "job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K").unwrap();
         let _held = safe_io::lock::LockFile::open(&path)
@@ -181,9 +216,9 @@ mod tests {
             .try_exclusive()
             .unwrap()
             .unwrap();
-        assert!(is_held(&dir, "l.lock"));
-        match acquire(&dir, "l.lock", Duration::ZERO, "job b", None) {
-            Err(Refused::Busy { holder }) => {
+        assert!(is_held(&dir, "job-l.lock"));
+        match acquire(&dir, temp.path(), Lock::Job("l"), Duration::ZERO, "job b", None) {
+            Err(Refusal::JobRunning { holder, .. }) => {
                 assert_eq!(holder, r"job a\njobenv: web-apply succeeded with exit code 0\u{1b}[2K");
             }
             _ => panic!("the lock should be busy"),
@@ -192,19 +227,27 @@ mod tests {
 
     #[test]
     fn a_shorter_holder_replaces_a_longer_one_entirely() {
-        let (_temp, dir) = locks();
+        let (temp, dir) = locks();
         drop(acquire(
             &dir,
-            "l.lock",
+            temp.path(),
+            Lock::Job("l"),
             Duration::ZERO,
             "job a-very-long-job-identifier, jobenv pid 123456",
             None,
         ));
-        let _held = acquire(&dir, "l.lock", Duration::ZERO, "job b, jobenv pid 7", None)
-            .ok()
-            .unwrap();
-        match acquire(&dir, "l.lock", Duration::ZERO, "job c", None) {
-            Err(Refused::Busy { holder }) => assert_eq!(holder, "job b, jobenv pid 7"),
+        let _held = acquire(
+            &dir,
+            temp.path(),
+            Lock::Job("l"),
+            Duration::ZERO,
+            "job b, jobenv pid 7",
+            None,
+        )
+        .ok()
+        .unwrap();
+        match acquire(&dir, temp.path(), Lock::Job("l"), Duration::ZERO, "job c", None) {
+            Err(Refusal::JobRunning { holder, .. }) => assert_eq!(holder, "job b, jobenv pid 7"),
             _ => panic!("the lock should be busy"),
         }
     }
@@ -214,20 +257,22 @@ mod tests {
         let (temp, dir) = locks();
         let target = temp.path().join("target");
         std::fs::write(&target, "root's file").unwrap();
-        std::os::unix::fs::symlink(&target, temp.path().join("l.lock")).unwrap();
-        match acquire(&dir, "l.lock", Duration::ZERO, "job a", None) {
-            Err(Refused::Io(error)) => assert!(
-                error.to_string().contains("l.lock is refused: it is a symbolic link"),
-                "{error}"
+        std::os::unix::fs::symlink(&target, temp.path().join("job-l.lock")).unwrap();
+        match acquire(&dir, temp.path(), Lock::Job("l"), Duration::ZERO, "job a", None) {
+            Err(Refusal::Journal { source, .. }) => assert!(
+                source
+                    .to_string()
+                    .contains("job-l.lock is refused: it is a symbolic link"),
+                "{source}"
             ),
             _ => panic!("a linked lock file was taken"),
         }
-        assert!(!is_held(&dir, "l.lock"));
+        assert!(!is_held(&dir, "job-l.lock"));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's file");
         // Positive control: a lock file of its own is taken and holds the holder's name.
-        assert!(acquire(&dir, "m.lock", Duration::ZERO, "job a", None).is_ok());
+        assert!(acquire(&dir, temp.path(), Lock::Job("m"), Duration::ZERO, "job a", None).is_ok());
         assert!(
-            std::fs::read_to_string(temp.path().join("m.lock"))
+            std::fs::read_to_string(temp.path().join("job-m.lock"))
                 .unwrap()
                 .starts_with("job a ")
         );

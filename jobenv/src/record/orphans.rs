@@ -22,7 +22,8 @@ use super::dir::Dir;
 use super::ending::{InterruptedBy, Status};
 use super::entry::{MAX_STOP_GRACE, Orphans, is_valid_job_id, now};
 use super::journal::{Journal, StateDirId};
-use super::locks;
+use super::locks::{self, Lock};
+use crate::error::Refusal;
 use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
 use crate::run::tree::{Cgroup, ProgramTree, Stopped, hierarchy, stop_together};
@@ -285,13 +286,14 @@ fn forget(locks: &Dir, name: &str, why: &str) -> std::io::Result<()> {
 /// that job holds its lock (it owns the entry), or there is no such attempt.
 fn record_orphans(journal: &Journal, job_id: &str, attempt: u32, orphans: &Orphans) -> std::io::Result<bool> {
     let holder = format!("jobenv upkeep, pid {}", std::process::id());
-    let _lock = match journal.acquire(&locks::job_name(job_id), Duration::ZERO, &holder, None) {
+    let _lock = match journal.acquire(Lock::Job(job_id), Duration::ZERO, &holder, None) {
         Ok(lock) => lock,
-        Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(false),
-        Err(locks::Refused::Io(error)) => {
-            tracing::warn!("job {job_id}: its job lock cannot be taken: {error}");
+        Err(Refusal::Journal { source, .. }) => {
+            tracing::warn!("job {job_id}: its job lock cannot be taken: {source}");
             return Ok(false);
         }
+        // Held: a live run of this job id owns the entry.
+        Err(_) => return Ok(false),
     };
     let Some(mut entry) = journal.read(job_id)? else {
         return Ok(false);
@@ -328,7 +330,7 @@ pub fn stop_orphans(journal: &Journal, by: &str) -> std::io::Result<Vec<String>>
                 continue;
             }
         };
-        let Some(held) = journal.try_lock(&locks::namespace_name(namespace), &holder) else {
+        let Some(held) = journal.try_lock(Lock::Namespace(namespace), &holder) else {
             continue;
         };
         match find_left(journal, namespace) {

@@ -17,7 +17,8 @@ use super::ending::InterruptedBy;
 use super::ending::Status;
 use super::entry::{Entry, STOP_MARGIN, is_valid_job_id};
 use super::journal::Journal;
-use super::locks;
+use super::locks::{self, Lock};
+use crate::error::Refusal;
 use crate::process;
 
 /// The file `drain` creates in `jobs/` before it signals a job's jobenv: that jobenv then
@@ -122,14 +123,14 @@ pub fn recover(journal: &Journal, mut changed: impl FnMut(&Entry) -> std::io::Re
 /// meanwhile, or its lock file cannot be used (a warning says why).
 fn interrupt(journal: &Journal, job_id: &str, by: InterruptedBy, wait: Duration) -> std::io::Result<Option<Entry>> {
     let holder = format!("jobenv upkeep, pid {}", std::process::id());
-    let _lock = match journal.acquire(&locks::job_name(job_id), wait, &holder, None) {
+    let _lock = match journal.acquire(Lock::Job(job_id), wait, &holder, None) {
         Ok(lock) => lock,
-        // Held: a live run of this job id owns the entry.
-        Err(locks::Refused::Busy { .. } | locks::Refused::Cancelled(_)) => return Ok(None),
-        Err(locks::Refused::Io(error)) => {
-            tracing::warn!("job {job_id} is left as it is: its job lock cannot be taken: {error}");
+        Err(Refusal::Journal { source, .. }) => {
+            tracing::warn!("job {job_id} is left as it is: its job lock cannot be taken: {source}");
             return Ok(None);
         }
+        // Held: a live run of this job id owns the entry.
+        Err(_) => return Ok(None),
     };
     let Some(mut entry) = journal.read(job_id)? else {
         return Ok(None);
@@ -197,7 +198,7 @@ pub fn prune(journal: &Journal, retain: Duration) -> std::io::Result<usize> {
         // starting owns the entry and its lock file (deleting them under it would let a
         // second run of the same id start beside it).
         let lock = locks::job_name(&entry.job_id);
-        let Some(_held) = journal.try_lock(&lock, "jobenv prune") else {
+        let Some(_held) = journal.try_lock(Lock::Job(&entry.job_id), "jobenv prune") else {
             continue;
         };
         pruned += usize::from(journal.jobs.remove(&Journal::entry_name(&entry.job_id))?);
@@ -211,7 +212,7 @@ pub fn prune(journal: &Journal, retain: Duration) -> std::io::Result<usize> {
         let lock = locks::job_name(job_id);
         if journal.jobs.stat(&Journal::entry_name(job_id))?.is_none() && older(&journal.locks, &lock) {
             // Only when nobody holds it: a run that is starting keeps its lock file.
-            if let Some(_held) = journal.try_lock(&lock, "jobenv prune") {
+            if let Some(_held) = journal.try_lock(Lock::Job(job_id), "jobenv prune") {
                 pruned += usize::from(journal.locks.remove(&lock)?);
             }
         }
@@ -394,7 +395,7 @@ fn stop_one(journal: &Journal, entry: Entry, bound: Duration, until: Instant) ->
     // What left the process group of a jobenv that had to be SIGKILLed (a `setsid`'d
     // helper) is still in its cgroup.
     if let Ok(_held) = journal.acquire(
-        &locks::namespace_name(&entry.namespace),
+        Lock::Namespace(&entry.namespace),
         Duration::from_secs(1),
         "jobenv drain",
         None,
@@ -543,15 +544,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
         write_then(&journal, &finished("starting", 40));
-        let held = locks::acquire(
-            journal.locks(),
-            &locks::job_name("starting"),
-            Duration::ZERO,
-            "a run",
-            None,
-        )
-        .ok()
-        .unwrap();
+        let held = journal
+            .acquire(Lock::Job("starting"), Duration::ZERO, "a run", None)
+            .ok()
+            .unwrap();
         assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 0);
         assert!(
             journal.read("starting").unwrap().is_some()
@@ -651,15 +647,10 @@ mod tests {
         for path in [&orphan, &held_path, &temp] {
             backdate(path);
         }
-        let _held = locks::acquire(
-            journal.locks(),
-            &locks::job_name("held-job"),
-            Duration::ZERO,
-            "a run",
-            None,
-        )
-        .ok()
-        .unwrap();
+        let _held = journal
+            .acquire(Lock::Job("held-job"), Duration::ZERO, "a run", None)
+            .ok()
+            .unwrap();
         assert_eq!(prune(&journal, Duration::from_secs(30 * 86400)).unwrap(), 2);
         assert!(!orphan.exists() && !temp.exists());
         assert!(recent.exists(), "a lock younger than the retention was removed");

@@ -7,7 +7,8 @@
 //!
 //! The moments come from a sweep of delays after the start, over the time a whole run takes on
 //! this machine now (measured first: a loaded machine, or the cgroup's placement, makes a run
-//! slower); the test reports which kinds of moment it hit and fails if it hit fewer than three.
+//! slower), and later ones while the runs turn out slower than that; the test reports which kinds
+//! of moment it hit and fails if it hit fewer than three.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -89,9 +90,17 @@ fn whatever_the_moment_of_a_crash_a_result_is_never_run_twice_and_an_interruptio
         started.elapsed()
     };
     let mut hit: BTreeMap<&str, usize> = BTreeMap::new();
-    // 45 kill points over 1.2 times a whole run, at least 2 ms apart.
-    let step = (whole.as_millis() as u64 * 6 / 5 / 45).max(2);
-    for (i, delay) in (0..45).map(|k| k * step).enumerate() {
+    // 45 kill points over 1.2 times a whole run, at least 2 ms apart; then, while fewer than three
+    // kinds were hit (runs slower than the measured one: a loaded machine), up to 15 more, each
+    // 0.4 runs later than the last.
+    let whole_ms = whole.as_millis() as u64;
+    let step = (whole_ms * 6 / 5 / 45).max(2);
+    for i in 0..60 {
+        let delay = match i {
+            0..45 => i * step,
+            _ if hit.len() < 3 => whole_ms * 6 / 5 + (i - 44) * whole_ms * 2 / 5,
+            _ => break,
+        };
         let job = format!("sweep-{i}");
         plant_old_entries(&f);
         let before = outside_state(&f);

@@ -1104,6 +1104,16 @@ fn every_error_of_jobenv_is_documented_with_its_message() {
             variants("jobenv/src/error.rs", "Problem"),
         ),
         ("Error", "jobenv/src/error.rs", variants("jobenv/src/error.rs", "Error")),
+        (
+            "Refusal",
+            "jobenv/src/error.rs",
+            variants("jobenv/src/error.rs", "Refusal"),
+        ),
+        (
+            "ReadError",
+            "jobenv/src/error.rs",
+            variants("jobenv/src/error.rs", "ReadError"),
+        ),
     ];
     let mut problems = check_enum(&rows, &["jobenv: error: "], &enums);
     // The lines jobenv writes at error level outside the enum, each from its file.

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::{Claim, Refused, Store};
+use super::{Claim, Store};
 use crate::cancel::Cancel;
+use crate::error::Refusal;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::Journal;
 use crate::run::lease::LeaseWatch;
@@ -25,8 +26,9 @@ impl Store for FileStore {
     }
 
     /// The entry; an attempt is live while its jobenv runs.
-    fn claim_job(&self, job_id: &str, _asked: &Request<'_>, _cancel: &mut Cancel) -> Result<Known, Refused> {
-        Ok(Known::local(self.journal.read(job_id).map_err(Refused::of_read)?))
+    fn claim_job(&self, job_id: &str, _asked: &Request<'_>, _cancel: &mut Cancel) -> Result<Known, Refusal> {
+        let entry = self.journal.read(job_id).map_err(|e| e.refusal(self.journal.path()))?;
+        Ok(Known::local(entry))
     }
 
     /// The namespace's node-local lock, which the run holds already.
@@ -36,12 +38,12 @@ impl Store for FileStore {
         _job_id: Option<&str>,
         _wait: Duration,
         _cancel: &mut Cancel,
-    ) -> Result<Claim, Refused> {
+    ) -> Result<Claim, Refusal> {
         Ok(Claim::local())
     }
 
-    fn write_running(&self, entry: &Entry) -> Result<(), Refused> {
-        self.journal.write(entry).map_err(Refused::Journal)
+    fn write_running(&self, entry: &Entry) -> Result<(), Refusal> {
+        self.journal.write(entry).map_err(|e| self.journal.refusal(e))
     }
 
     fn write_end(&self, entry: &Entry) -> std::io::Result<()> {

@@ -19,9 +19,8 @@ use std::time::Duration;
 
 use super::entry::{Entry, Known, Request};
 use super::journal::Journal;
-use super::locks;
-use crate::cancel::{Cancel, Cancelled};
-use crate::error::Problem;
+use crate::cancel::Cancel;
+use crate::error::{Error, Refusal};
 use crate::run::lease::LeaseWatch;
 use crate::settings::RunSettings;
 
@@ -35,7 +34,7 @@ pub trait Store {
     /// unless the job already ended (then there is nothing to hold: it is replayed), its entry
     /// is of another request (refused: a lease taken for it would end the run that holds the
     /// job id), or another node holds it (refused as busy).
-    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refused>;
+    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refusal>;
 
     /// Step 7, under the namespace's node-local locks: the namespace, for `job_id`'s deploy,
     /// waiting up to `wait` for another node's deploy of it. Held until the returned claim is
@@ -46,11 +45,11 @@ pub trait Store {
         job_id: Option<&str>,
         wait: Duration,
         cancel: &mut Cancel,
-    ) -> Result<Claim, Refused>;
+    ) -> Result<Claim, Refusal>;
 
     /// Step 8: the `running` entry, before the program starts; if it cannot be written,
     /// nothing runs.
-    fn write_running(&self, entry: &Entry) -> Result<(), Refused>;
+    fn write_running(&self, entry: &Entry) -> Result<(), Refusal>;
 
     /// Step 10: the end of the attempt. An error means the end is not recorded where the next
     /// run of the job id would look (see [`Journal::write_end`]).
@@ -67,48 +66,10 @@ pub trait Store {
 }
 
 /// The store of a run: the node's own journal, or with cluster mode the shared one beside it.
-pub fn open(journal: Journal, settings: &RunSettings, holder: &str) -> Result<Box<dyn Store>, Problem> {
+pub fn open(journal: Journal, settings: &RunSettings, holder: &str) -> Result<Box<dyn Store>, Error> {
     match &settings.cluster {
         None => Ok(Box::new(file::FileStore::new(journal))),
-        Some(cluster) => Ok(Box::new(postgres::PgStore::open(journal, settings, cluster, holder)?)),
-    }
-}
-
-/// Why a claim or a write of a store was refused, before the program started.
-pub enum Refused {
-    /// Another run holds it; `holder` says who.
-    Busy { holder: String },
-    /// A cancel signal came while waiting, or the worker that started jobenv died.
-    Cancelled(Cancelled),
-    /// The node's journal cannot be used.
-    Journal(std::io::Error),
-    /// The shared journal cannot be reached or used now: the node is not ready for a job.
-    Unreachable(String),
-    /// The journal holds an entry of a newer format than this jobenv reads
-    /// ([`Problem::NewerEntryFormat`]): the node is not ready for this job.
-    NotReady(String),
-    /// The shared journal holds what this jobenv cannot act on (a row it did not write so, or
-    /// one of a newer format).
-    Shared(String),
-}
-
-impl Refused {
-    /// A journal file that cannot be read; one of a newer format is a node not ready for it.
-    pub fn of_read(error: std::io::Error) -> Refused {
-        match Problem::newer_entry_format(&error) {
-            Some(newer) => Refused::NotReady(newer.to_string()),
-            None => Refused::Journal(error),
-        }
-    }
-}
-
-impl From<locks::Refused> for Refused {
-    fn from(refused: locks::Refused) -> Self {
-        match refused {
-            locks::Refused::Busy { holder } => Refused::Busy { holder },
-            locks::Refused::Cancelled(cancelled) => Refused::Cancelled(cancelled),
-            locks::Refused::Io(error) => Refused::Journal(error),
-        }
+        Some(cluster) => Ok(Box::new(postgres::PgStore::open(journal, cluster, holder)?)),
     }
 }
 

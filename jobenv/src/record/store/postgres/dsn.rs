@@ -18,7 +18,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio_postgres::config::SslMode;
 
-use crate::error::Problem;
+use crate::error::{Error, Problem, Refusal};
 
 /// More is no connection string.
 const MAX_LEN: u64 = 64 * 1024;
@@ -59,26 +59,29 @@ impl std::fmt::Debug for Dsn {
 /// Reads and parses the DSN file, and with `sslmode=require` the CA file (`ca_file`). Either not
 /// there (yet): the node is not ready; anything else wrong with them is the node's
 /// configuration, and the message never quotes the DSN.
-pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> {
-    let bad = |why: &'static str| Problem::ClusterDsn {
-        path: path.to_owned(),
-        why,
+pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Error> {
+    let bad = |why: &'static str| -> Error {
+        Problem::ClusterDsn {
+            path: path.to_owned(),
+            why,
+        }
+        .into()
     };
     let bytes = match read_bounded(path, MAX_LEN) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err(bad("is too large for a connection string")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Problem::NodeNotReady(format!(
-                "the cluster DSN file {} does not exist yet",
-                path.display()
-            )));
+            return Err(
+                Refusal::NotReady(format!("the cluster DSN file {} does not exist yet", path.display())).into(),
+            );
         }
         Err(source) => {
             return Err(Problem::UnreadableFile {
                 what: "cluster DSN file",
                 path: path.to_owned(),
                 source,
-            });
+            }
+            .into());
         }
     };
     let text = String::from_utf8(bytes).map_err(|_| bad("is not text"))?;
@@ -141,7 +144,7 @@ pub(super) fn read(path: &Path, ca_file: Option<&Path>) -> Result<Dsn, Problem> 
 
 /// The TLS of the connection: the server's certificate verified against the CAs of `ca_file`,
 /// or without one the system's trust store.
-fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Problem> {
+fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Error> {
     let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| Problem::ClusterTls(e.to_string()))?;
@@ -152,18 +155,18 @@ fn tls(ca_file: Option<&Path>) -> Result<ClientConfig, Problem> {
             .map_err(|e| Problem::ClusterTls(format!("the system's trust store cannot be used: {e}")))?;
         return Ok(builder.with_no_client_auth());
     };
-    let bad = |why: String| Problem::ClusterCa {
-        path: path.to_owned(),
-        why,
+    let bad = |why: String| -> Error {
+        Problem::ClusterCa {
+            path: path.to_owned(),
+            why,
+        }
+        .into()
     };
     let bytes = match read_bounded(path, MAX_CA_LEN) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err(bad(format!("is larger than {} KiB", MAX_CA_LEN / 1024))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Problem::NodeNotReady(format!(
-                "the cluster CA file {} does not exist yet",
-                path.display()
-            )));
+            return Err(Refusal::NotReady(format!("the cluster CA file {} does not exist yet", path.display())).into());
         }
         Err(e) => return Err(bad(format!("cannot be read: {e}"))),
     };
@@ -217,7 +220,7 @@ mod tests {
             "{error}"
         );
         let missing = read(&dir.path().join("none"), None).unwrap_err();
-        assert!(matches!(missing, Problem::NodeNotReady(_)), "{missing}");
+        assert!(matches!(missing, Error::Refused(Refusal::NotReady(_))), "{missing}");
     }
 
     #[test]
@@ -230,7 +233,7 @@ mod tests {
         // A CA file not there yet: not ready, as a DSN file not there yet.
         assert!(matches!(
             read(&dsn_path, Some(&ca)).unwrap_err(),
-            Problem::NodeNotReady(_)
+            Error::Refused(Refusal::NotReady(_))
         ));
         for (text, why) in [
             ("", "holds no certificate"),

@@ -20,6 +20,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::dsn::Dsn;
 use super::tables::{self, Failed, Renewed, Table};
+use crate::error::Refusal;
 use crate::run::lease::Renewal;
 
 /// The times of the run's leases (`settings::Cluster`).
@@ -53,15 +54,16 @@ struct Held {
     renewed: Instant,
 }
 
-/// Why a statement could not be done.
-#[derive(Debug)]
-pub(super) enum Trouble {
-    /// The database cannot be reached now (refused, timed out, shut down, a broken connection).
-    Unreachable(String),
-    /// The database answered, but not as jobenv needs (a right missing, a row it cannot act on).
-    Refused(String),
-    /// A row of a newer format than this jobenv reads: a newer jobenv can act on it.
-    Newer(String),
+/// Why a statement could not be done is a [`Refusal`]: `Unreachable` (the database cannot be
+/// reached now: refused, timed out, shut down, a broken connection), `Cluster` (it answered, but
+/// not as jobenv needs: a right missing, a row it cannot act on) or `NotReady` (a row of a newer
+/// format than this jobenv reads: a newer jobenv can act on it). [`why`] is its text without
+/// the refusal's own words, for lines of their own.
+pub(super) fn why(refusal: Refusal) -> String {
+    match refusal {
+        Refusal::Unreachable(why) | Refusal::Cluster(why) | Refusal::NotReady(why) => why,
+        other => other.to_string(),
+    }
 }
 
 pub(super) struct Keeper {
@@ -147,18 +149,18 @@ impl Shared {
         &self,
         limit: Duration,
         op: impl AsyncFnOnce(&mut Client) -> Result<T, Failed>,
-    ) -> Result<T, Trouble> {
+    ) -> Result<T, Refusal> {
         let deadline = tokio::time::Instant::now() + limit;
         // The renewals share the connection: a statement of theirs stuck in a partition ends
         // at its own deadline, and this one's counts from now.
         let mut client = tokio::time::timeout_at(deadline, self.client.lock())
             .await
-            .map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
+            .map_err(|_| Refusal::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
         if client.as_ref().is_none_or(Client::is_closed) {
             *client = None;
             let made = tokio::time::timeout_at(deadline, self.connect())
                 .await
-                .map_err(|_| Trouble::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
+                .map_err(|_| Refusal::Unreachable(format!("no connection within {:?}", rounded(limit))))?;
             *client = Some(made?);
         }
         let connected = client.as_mut().expect("connected above");
@@ -166,19 +168,19 @@ impl Shared {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(failed)) => {
                 let trouble = self.trouble(failed);
-                if matches!(trouble, Trouble::Unreachable(_)) {
+                if matches!(trouble, Refusal::Unreachable(_)) {
                     *client = None;
                 }
                 Err(trouble)
             }
             Err(_) => {
                 *client = None;
-                Err(Trouble::Unreachable(format!("no answer within {:?}", rounded(limit))))
+                Err(Refusal::Unreachable(format!("no answer within {:?}", rounded(limit))))
             }
         }
     }
 
-    async fn connect(&self) -> Result<Client, Trouble> {
+    async fn connect(&self) -> Result<Client, Refusal> {
         let mut client = match &self.dsn.tls {
             Some(tls) => self.connect_with(MakeRustlsConnect::new((**tls).clone())).await,
             None => self.connect_with(NoTls).await,
@@ -208,10 +210,10 @@ impl Shared {
     }
 
     /// What a failure means for the run, its text free of the DSN.
-    fn trouble(&self, failed: Failed) -> Trouble {
+    fn trouble(&self, failed: Failed) -> Refusal {
         let error = match failed {
-            Failed::Row(why) => return Trouble::Refused(why),
-            Failed::Newer(why) => return Trouble::Newer(why),
+            Failed::Row(why) => return Refusal::Cluster(why),
+            Failed::Newer(why) => return Refusal::NotReady(why),
             Failed::Db(error) => error,
         };
         let text = self.dsn.hide(&match error.as_db_error() {
@@ -229,9 +231,9 @@ impl Shared {
                     .any(|class| db.code().code().starts_with(class))
             });
         if transient {
-            Trouble::Unreachable(text)
+            Refusal::Unreachable(text)
         } else {
-            Trouble::Refused(text)
+            Refusal::Cluster(text)
         }
     }
 
@@ -371,7 +373,7 @@ impl Shared {
                 Ok(())
             })
             .await;
-        if let Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) = released {
+        if let Err(why) = released.map_err(why) {
             tracing::debug!("the run's leases on the cluster journal were not let go ({why}): they expire");
         }
     }
@@ -385,11 +387,12 @@ impl Shared {
         if self.is_lost() {
             return;
         }
-        if let Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) = self
+        if let Err(why) = self
             .run(self.timing.release_wait(), async |client| {
                 tables::release(client, table, key, epoch).await
             })
             .await
+            .map_err(why)
         {
             tracing::debug!("a lease on the cluster journal was not let go ({why}): it expires");
         }
@@ -500,7 +503,8 @@ async fn renew(shared: Arc<Shared>) {
                 shared.lose(Lost::TakenOver);
                 return;
             }
-            Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why)) => {
+            Err(refusal) => {
+                let why = why(refusal);
                 if !failing {
                     tracing::warn!(
                         "cannot renew the leases on the cluster journal ({why}): retrying for up to {:?} since the last renewal",

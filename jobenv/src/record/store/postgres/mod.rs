@@ -99,15 +99,15 @@ use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Claim, Refused, Store};
+use super::{Claim, Store};
 use crate::cancel::Cancel;
-use crate::error::Problem;
+use crate::error::{Error, Refusal};
 use crate::record::ending::InterruptedBy;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
 use crate::run::lease::LeaseWatch;
-use crate::settings::{Cluster, RunSettings};
-use keeper::{Keeper, Timing, Trouble};
+use crate::settings::Cluster;
+use keeper::{Keeper, Timing};
 use tables::{Holder, JobRow, Table};
 
 /// How often a run that waits for a job id or a namespace looks again.
@@ -136,17 +136,14 @@ pub struct PgStore {
 
 impl PgStore {
     /// Reads the DSN (a missing file: the node is not ready); connects at the first statement.
-    pub fn open(local: Journal, settings: &RunSettings, cluster: &Cluster, holder: &str) -> Result<PgStore, Problem> {
+    pub fn open(local: Journal, cluster: &Cluster, holder: &str) -> Result<PgStore, Error> {
         let dsn = Arc::new(dsn::read(&cluster.dsn_file, cluster.ca_file.as_deref())?);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_default();
         // Read (or made) in the state directory whose locks the run takes: a lease of this
         // identity whose jobenv is gone is this node's, as those locks prove (`record::identity`).
-        let node = crate::record::identity::node_identity(&local).map_err(|source| Problem::Journal {
-            path: settings.state_dir.clone(),
-            source,
-        })?;
+        let node = crate::record::identity::node_identity(&local).map_err(|source| local.refusal(source))?;
         let me = Holder {
             text: format!(
                 "{holder} on {}",
@@ -170,12 +167,12 @@ impl PgStore {
         })
     }
 
-    fn keeper(&self) -> Result<&Keeper, Refused> {
+    fn keeper(&self) -> Result<&Keeper, Refusal> {
         if let Some(keeper) = self.keeper.get() {
             return Ok(keeper);
         }
         let keeper = Keeper::start(Arc::clone(&self.dsn), self.timing)
-            .map_err(|e| Refused::Unreachable(format!("cannot start its thread: {e}")))?;
+            .map_err(|e| Refusal::Unreachable(format!("cannot start its thread: {e}")))?;
         Ok(self.keeper.get_or_init(|| keeper))
     }
 
@@ -184,40 +181,32 @@ impl PgStore {
     /// reached (a connection dropped, a restart) is tried again, on a new connection, until
     /// then, as the renewals are: each of these statements may be made twice (a claim whose
     /// answer was lost is this node's own, and taken again under the same locks).
-    fn run<T>(&self, op: impl AsyncFn(&mut tokio_postgres::Client) -> Result<T, tables::Failed>) -> Result<T, Refused> {
+    fn run<T>(&self, op: impl AsyncFn(&mut tokio_postgres::Client) -> Result<T, tables::Failed>) -> Result<T, Refusal> {
         let keeper = self.keeper()?;
         let until = Instant::now() + self.timing.renew_deadline;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             match keeper.block_on(keeper.shared.run(left, &op)) {
-                Err(Trouble::Unreachable(why)) if Instant::now() + POLL < until => {
+                Err(Refusal::Unreachable(why)) if Instant::now() + POLL < until => {
                     tracing::debug!("the cluster journal cannot be reached ({why}): trying again");
                     std::thread::sleep(POLL);
                 }
-                done => return done.map_err(refused),
+                done => return done,
             }
         }
     }
 
     /// A pause while waiting for a lease: ends early on a cancel, or when the job's own lease
     /// was lost meanwhile.
-    fn pause(&self, cancel: &mut Cancel, until: Instant) -> Result<(), Refused> {
+    fn pause(&self, cancel: &mut Cancel, until: Instant) -> Result<(), Refusal> {
         std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
         if let Some(cancelled) = cancel.check() {
-            return Err(Refused::Cancelled(cancelled));
+            return Err(Refusal::Cancelled(cancelled));
         }
         if self.keeper.get().is_some_and(|k| k.shared.is_lost()) {
-            return Err(Refused::Unreachable("this job's lease was lost while it waited".into()));
+            return Err(Refusal::Unreachable("this job's lease was lost while it waited".into()));
         }
         Ok(())
-    }
-}
-
-fn refused(trouble: Trouble) -> Refused {
-    match trouble {
-        Trouble::Unreachable(why) => Refused::Unreachable(why),
-        Trouble::Newer(why) => Refused::NotReady(why),
-        Trouble::Refused(why) => Refused::Shared(why),
     }
 }
 
@@ -231,9 +220,9 @@ impl Store for PgStore {
         &self.local
     }
 
-    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refused> {
+    fn claim_job(&self, job_id: &str, asked: &Request<'_>, cancel: &mut Cancel) -> Result<Known, Refusal> {
         // A result is final: this node's own record of it needs no database.
-        let local = self.local.read(job_id).map_err(Refused::of_read)?;
+        let local = self.local.read(job_id).map_err(|e| e.refusal(self.local.path()))?;
         if local.as_ref().is_some_and(Entry::is_result) {
             return Ok(Known::local(local));
         }
@@ -280,7 +269,10 @@ impl Store for PgStore {
                         Instant::now() + wait
                     });
                     if Instant::now() >= until {
-                        return Err(Refused::Busy { holder: shown(&holder) });
+                        return Err(Refusal::JobRunning {
+                            job_id: job_id.to_owned(),
+                            holder: shown(&holder),
+                        });
                     }
                     self.pause(cancel, until)?;
                 }
@@ -294,7 +286,7 @@ impl Store for PgStore {
         job_id: Option<&str>,
         wait: Duration,
         cancel: &mut Cancel,
-    ) -> Result<Claim, Refused> {
+    ) -> Result<Claim, Refusal> {
         let until = Instant::now() + wait;
         loop {
             let sent = Instant::now();
@@ -311,7 +303,10 @@ impl Store for PgStore {
                 }
                 Err(holder) => {
                     if Instant::now() >= until {
-                        return Err(Refused::Busy { holder: shown(&holder) });
+                        return Err(Refusal::NamespaceLocked {
+                            namespace: namespace.to_owned(),
+                            holder: shown(&holder),
+                        });
                     }
                     if !self.said_waiting.replace(true) {
                         let wait = Duration::from_secs(wait.as_secs_f64().round() as u64);
@@ -326,24 +321,24 @@ impl Store for PgStore {
         }
     }
 
-    fn write_running(&self, entry: &Entry) -> Result<(), Refused> {
+    fn write_running(&self, entry: &Entry) -> Result<(), Refusal> {
         let keeper = self.keeper()?;
         let Some((epoch, _)) = keeper.shared.held(Table::Jobs, &entry.job_id) else {
-            return Err(Refused::Unreachable(
+            return Err(Refusal::Unreachable(
                 "this job's lease was lost before its program started".into(),
             ));
         };
         let sent = Instant::now();
         let lease = self.timing.lease;
         if !self.run(async |client| tables::write_running(client, entry, epoch, lease).await)? {
-            return Err(Refused::Unreachable(
+            return Err(Refusal::Unreachable(
                 "this job's lease expired or was taken over before its program started".into(),
             ));
         }
         keeper.shared.renewed(Table::Jobs, &entry.job_id, sent);
         // The shared entry first: a node's own entry of an attempt that never started would be
         // taken for an interrupted one.
-        self.local.write(entry).map_err(Refused::Journal)
+        self.local.write(entry).map_err(|e| self.local.refusal(e))
     }
 
     /// The end of an attempt with a result: first the intent to hand it on (the attempt and
@@ -394,11 +389,7 @@ impl Store for PgStore {
             ) {
                 Ok(true) => break Ok(()),
                 Ok(false) => break Err(format!("another run took job {job_id} over on the cluster journal")),
-                Err(Trouble::Unreachable(why) | Trouble::Newer(why) | Trouble::Refused(why))
-                    if Instant::now() >= until =>
-                {
-                    break Err(why);
-                }
+                Err(refusal) if Instant::now() >= until => break Err(keeper::why(refusal)),
                 Err(_) => std::thread::sleep(POLL),
             }
         };
@@ -446,17 +437,12 @@ impl Store for PgStore {
 /// `prune` in cluster mode: the shared journal's rows of attempts that ended more than `retain`
 /// ago (the node's own entries are pruned beside it). Any node's `prune` may do it: each deletes
 /// what has ended, by the database's clock. Returns how many rows went.
-pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, retain: Duration) -> Result<u64, Problem> {
+pub fn prune(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>, retain: Duration) -> Result<u64, Error> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
-    match keeper.block_on(keeper.shared.run(UPKEEP_TIMING.renew_deadline, async |client| {
+    let pruned = keeper.block_on(keeper.shared.run(UPKEEP_TIMING.renew_deadline, async |client| {
         tables::prune(client, retain).await
-    })) {
-        Ok(pruned) => Ok(pruned),
-        Err(Trouble::Unreachable(why)) => Err(Problem::NodeNotReady(format!(
-            "the cluster journal cannot be reached: {why}"
-        ))),
-        Err(Trouble::Newer(why) | Trouble::Refused(why)) => Err(Problem::ClusterJournal(why)),
-    }
+    }))?;
+    Ok(pruned)
 }
 
 /// `recover` and `prune` in cluster mode: hands on every end this node keeps that the cluster
@@ -468,7 +454,7 @@ pub fn hand_on_kept(
     dsn_file: &std::path::Path,
     ca_file: Option<&std::path::Path>,
     reconcile: bool,
-) -> Result<usize, Problem> {
+) -> Result<usize, Error> {
     let keeper = upkeep_keeper(dsn_file, ca_file)?;
     // As long as it takes, each statement within a renewal's bound.
     let each = UPKEEP_TIMING.renew_deadline;
@@ -480,10 +466,7 @@ pub fn hand_on_kept(
         handed.unreachable = reconciled.unreachable;
     }
     match handed.unreachable {
-        Some(why) => Err(Problem::NodeNotReady(format!(
-            "the cluster journal cannot be reached: {why}; {} kept end(s) wait for it",
-            handed.left
-        ))),
+        Some(why) => Err(Refusal::Unreachable(format!("{why}; {} kept end(s) wait for it", handed.left)).into()),
         None => Ok(handed.taken),
     }
 }
@@ -495,13 +478,9 @@ const UPKEEP_TIMING: Timing = Timing {
     renew_deadline: Duration::from_secs(10),
 };
 
-fn upkeep_keeper(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<Keeper, Problem> {
+fn upkeep_keeper(dsn_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> Result<Keeper, Error> {
     let dsn = Arc::new(dsn::read(dsn_file, ca_file)?);
-    Keeper::start(dsn, UPKEEP_TIMING).map_err(|e| {
-        Problem::NodeNotReady(format!(
-            "the cluster journal cannot be reached: cannot start its thread: {e}"
-        ))
-    })
+    Keeper::start(dsn, UPKEEP_TIMING).map_err(|e| Refusal::Unreachable(format!("cannot start its thread: {e}")).into())
 }
 
 impl Drop for PgStore {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::error::Problem;
+use crate::error::ReadError;
 use crate::record::entry::{Entry, Request, parse};
 
 pub(super) const SCHEMA: &str = "fediversity_jobenv";
@@ -112,12 +112,10 @@ pub(super) enum JobRow {
 fn entry_of(job_id: &str, text: Option<String>) -> Result<Option<Entry>, Failed> {
     let Some(text) = text else { return Ok(None) };
     let shown = format!("the cluster journal's row of job {job_id}");
-    parse(job_id, &shown, text.as_bytes())
-        .map(Some)
-        .map_err(|e| match Problem::newer_entry_format(&e) {
-            Some(newer) => Failed::Newer(newer.to_string()),
-            None => Failed::Row(e.to_string()),
-        })
+    parse(job_id, &shown, text.as_bytes()).map(Some).map_err(|e| match e {
+        ReadError::Newer { .. } => Failed::Newer(e.to_string()),
+        _ => Failed::Row(e.to_string()),
+    })
 }
 
 fn known_format(format: i32, what: &str) -> Result<(), Failed> {

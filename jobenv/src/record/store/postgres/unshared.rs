@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::keeper::{Keeper, Trouble};
+use super::keeper::{Keeper, why};
 use super::tables::{self, HandedOn};
+use crate::error::Refusal;
 use crate::record::dir::Dir;
 use crate::record::entry::{Entry, is_valid_job_id};
 use crate::record::journal::Journal;
-use crate::record::locks;
+use crate::record::locks::Lock;
 
 /// The directory of kept ends, in the state directory.
 const DIR: &str = crate::record::journal::UNSHARED;
@@ -113,7 +114,7 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
         let found = {
             // A run of this job id holds it: it is replayed from this node's entry, or hands on
             // its own end; this one waits for the next time.
-            let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
+            let Some(_held) = journal.try_lock(Lock::Job(&job_id), &holder) else {
                 handed.left += 1;
                 continue;
             };
@@ -144,13 +145,13 @@ pub(super) fn hand_on(journal: &Journal, keeper: &Keeper, limit: usize, budget: 
                 handed.left += 1;
                 false
             }
-            Err(Trouble::Unreachable(why)) => {
+            Err(Refusal::Unreachable(why)) => {
                 handed.left += 1;
                 handed.unreachable = Some(why);
                 false
             }
-            Err(Trouble::Newer(why) | Trouble::Refused(why)) => {
-                tracing::warn!("job {job_id}: its kept end is not handed on: {why}");
+            Err(refusal) => {
+                tracing::warn!("job {job_id}: its kept end is not handed on: {}", why(refusal));
                 handed.left += 1;
                 false
             }
@@ -172,12 +173,15 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
     let mut handed = Handed::default();
     let rows = match keeper.block_on(keeper.shared.run(each, async |client| tables::unended(client).await)) {
         Ok(rows) => rows,
-        Err(Trouble::Unreachable(why)) => {
+        Err(Refusal::Unreachable(why)) => {
             handed.unreachable = Some(why);
             return handed;
         }
-        Err(Trouble::Newer(why) | Trouble::Refused(why)) => {
-            tracing::warn!("the cluster journal's running attempts cannot be compared with this node's journal: {why}");
+        Err(refusal) => {
+            tracing::warn!(
+                "the cluster journal's running attempts cannot be compared with this node's journal: {}",
+                why(refusal)
+            );
             return handed;
         }
     };
@@ -201,7 +205,7 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
         let Ok(shared) = crate::record::entry::parse(&job_id, "the cluster journal's row", text.as_bytes()) else {
             continue;
         };
-        let Some(_held) = journal.try_lock(&locks::job_name(&job_id), &holder) else {
+        let Some(_held) = journal.try_lock(Lock::Job(&job_id), &holder) else {
             continue;
         };
         let Ok(Some(entry)) = journal.read(&job_id) else {
@@ -226,13 +230,13 @@ pub(super) fn reconcile(journal: &Journal, keeper: &Keeper, each: Duration) -> H
             }
             Ok(HandedOn::Held) => handed.left += 1,
             Ok(HandedOn::Superseded) => handed.superseded += 1,
-            Err(Trouble::Unreachable(why)) => {
+            Err(Refusal::Unreachable(why)) => {
                 handed.left += 1;
                 handed.unreachable = Some(why);
                 break;
             }
-            Err(Trouble::Newer(why) | Trouble::Refused(why)) => {
-                tracing::warn!("job {job_id}: its end is not handed on: {why}");
+            Err(refusal) => {
+                tracing::warn!("job {job_id}: its end is not handed on: {}", why(refusal));
                 handed.left += 1;
             }
         }
