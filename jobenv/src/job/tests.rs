@@ -136,6 +136,7 @@ impl Program for Fake {
 /// directory in a temporary directory, a memory store and a fake program.
 struct Node {
     dir: tempfile::TempDir,
+    verb: Cell<&'static str>,
     store: Rc<Mem>,
     program: Fake,
 }
@@ -172,6 +173,7 @@ impl Node {
         }
         let node = Node {
             dir,
+            verb: Cell::new("apply"),
             store: Rc::default(),
             program: Fake::default(),
         };
@@ -194,10 +196,17 @@ impl Node {
         Journal::open(&self.path("state")).expect("the journal")
     }
 
+    /// The namespace's node-local lock, held as another deploy of this node holds it.
+    fn hold_namespace(&self, namespace: &str, holder: &str) -> locks::Held {
+        let name = locks::namespace_name(namespace);
+        let held = self.journal().acquire(&name, Duration::ZERO, holder, None);
+        held.ok().expect("the namespace is free")
+    }
+
     fn settings(&self, job_id: &str) -> RunSettings {
         RunSettings {
             job: JobSettings {
-                verb: "apply".into(),
+                verb: self.verb.get().into(),
                 payload: self.path("payload.json"),
                 node: NodeFiles {
                     deploy_env: self.path("deploy-env.json"),
@@ -249,9 +258,13 @@ impl Node {
 }
 
 impl Done {
-    /// Whether one of its error lines says `text`.
-    fn says(&self, text: &str) -> bool {
-        self.ending.errors.iter().any(|line| line.contains(text))
+    /// One of its error lines says `text`.
+    fn says(&self, text: &str) {
+        let errors = &self.ending.errors;
+        assert!(
+            errors.iter().any(|line| line.contains(text)),
+            "{text:?} not in {errors:?}"
+        );
     }
 }
 
@@ -276,11 +289,8 @@ fn a_finished_job_is_replayed_and_its_program_not_run_again() {
     node.program.ends.set(Some(Outcome::Exited(0)));
     let again = node.run("j");
     assert!(again.replayed);
-    assert_eq!(
-        (again.code, node.runs()),
-        (3, 1),
-        "the recorded result, the program not run again"
-    );
+    // The recorded result, and the program not run again.
+    assert_eq!((again.code, node.runs()), (3, 1));
 }
 
 #[test]
@@ -293,8 +303,30 @@ fn a_job_id_asked_for_another_request_is_refused_and_its_program_not_run() {
         (other.code, other.ending.status, node.runs()),
         (EXIT_REJECTED, Status::Rejected, 1)
     );
-    assert!(other.says("a job id names one request"), "{:?}", other.ending.errors);
-    assert!(!other.replayed);
+    let asked = "job j was already run for apply of web in namespace ns1; this run asks for";
+    other.says(&format!(
+        "{asked} apply of web in namespace ns2: a job id names one request"
+    ));
+    node.payload("ns1");
+    node.verb.set("destroy");
+    node.run("j").says(&format!("{asked} destroy of web in namespace ns1"));
+    // Positive control: the same request is replayed.
+    node.verb.set("apply");
+    assert!(node.run("j").replayed);
+    assert_eq!(node.runs(), 1);
+}
+
+#[test]
+fn an_interrupted_job_id_is_not_reused_for_another_request() {
+    let node = Node::new();
+    node.store.end_fails.set(true);
+    node.run("j");
+    node.store.end_fails.set(false);
+    node.payload("ns2");
+    assert_eq!((node.run("j").code, node.runs()), (EXIT_REJECTED, 1));
+    // Positive control: the same request runs again, as the next attempt.
+    node.payload("ns1");
+    assert_eq!((node.run("j").code, node.runs(), node.entry("j").attempt), (0, 2, 2));
 }
 
 #[test]
@@ -307,11 +339,7 @@ fn a_job_running_under_a_live_holder_is_refused_naming_it() {
     *node.store.job_holder.borrow_mut() = Some("jobenv pid 4242 on node b".into());
     let refused = node.run("j");
     assert_eq!((refused.code, node.runs()), (EXIT_REJECTED, 1));
-    assert!(
-        refused.says("job j is already running (jobenv pid 4242 on node b)"),
-        "{:?}",
-        refused.ending.errors
-    );
+    refused.says("job j is already running (jobenv pid 4242 on node b)");
 }
 
 #[test]
@@ -333,20 +361,16 @@ fn on_a_draining_node_the_program_is_not_started_and_the_job_is_interrupted_by_t
     upkeep::drain(&node.journal(), Duration::ZERO, |_| Ok(())).unwrap();
     let drained = node.run("j");
     assert_eq!(
-        (drained.ending.interrupted_by, node.runs()),
-        (Some(InterruptedBy::NodeStopped), 0)
-    );
-    assert_eq!(drained.code, 128 + 15);
-    assert!(
-        drained.says("the node stopped: the program was not started"),
-        "{:?}",
-        drained.ending.errors
+        (drained.code, drained.ending.interrupted_by),
+        (143, Some(InterruptedBy::NodeStopped))
     );
     assert_eq!(
-        node.entry("j").reason,
-        Some(Reason::Interrupted),
-        "recorded: a retry is safe"
+        drained.ending.errors,
+        ["the node stopped: the program was not started; a retry is safe"]
     );
+    assert_eq!(node.runs(), 0);
+    // Recorded as interrupted: a retry is safe.
+    assert_eq!(node.entry("j").reason, Some(Reason::Interrupted));
 }
 
 #[test]
@@ -378,12 +402,8 @@ fn an_end_that_cannot_be_written_is_jobenvs_failure_and_the_result_is_unknown() 
         (done.code, done.ending.status, node.runs()),
         (EXIT_INTERNAL, Status::Failed, 1)
     );
-    assert!(
-        done.says("could not be recorded in the journal"),
-        "{:?}",
-        done.ending.errors
-    );
-    assert!(done.says("the program ended succeeded with exit code 0; the result is unknown"));
+    done.says("the end of job j could not be recorded in the journal (no space left in the memory store)");
+    done.says("the program ended succeeded with exit code 0; the result is unknown");
 }
 
 #[test]
@@ -392,11 +412,7 @@ fn a_running_entry_that_cannot_be_written_runs_nothing() {
     node.store.unreachable.set(true);
     let refused = node.run("j");
     assert_eq!((refused.code, node.runs()), (EXIT_NOT_READY, 0));
-    assert!(
-        refused.says("node not ready: the cluster journal cannot be reached"),
-        "{:?}",
-        refused.ending.errors
-    );
+    refused.says("node not ready: the cluster journal cannot be reached: the memory store is switched off");
 }
 
 #[test]
@@ -405,31 +421,16 @@ fn a_namespace_another_node_holds_is_refused_naming_the_holder() {
     *node.store.namespace_holder.borrow_mut() = Some("job k on node b".into());
     let refused = node.run("j");
     assert_eq!((refused.code, node.runs()), (EXIT_REJECTED, 0));
-    assert!(
-        refused.says("namespace ns1 is locked by another deploy: job k on node b"),
-        "{:?}",
-        refused.ending.errors
-    );
+    refused.says("namespace ns1 is locked by another deploy: job k on node b");
 }
 
 #[test]
 fn a_namespace_a_deploy_of_this_node_holds_is_refused_naming_the_holder_and_another_runs() {
     let node = Node::new();
-    let journal = node.journal();
-    let held = journal.acquire(
-        &locks::namespace_name("ns1"),
-        Duration::ZERO,
-        "job k, jobenv pid 4242",
-        None,
-    );
-    assert!(held.is_ok());
+    let _held = node.hold_namespace("ns1", "job k, jobenv pid 42");
     let refused = node.run("j");
     assert_eq!((refused.code, node.runs()), (EXIT_REJECTED, 0));
-    assert!(
-        refused.says("namespace ns1 is locked by another deploy: job k, jobenv pid 4242"),
-        "{:?}",
-        refused.ending.errors
-    );
+    refused.says("namespace ns1 is locked by another deploy: job k, jobenv pid 42");
     // Positive control: another namespace is free.
     node.payload("ns2");
     assert_eq!((node.run("k").code, node.runs()), (0, 1));
