@@ -33,6 +33,17 @@ impl Cancel {
         })
     }
 
+    /// One that no signal reaches, for tests in one process: [`Cancel::install`] catches the
+    /// three for the whole process, and from then on they never end it (signal-hook keeps its
+    /// handler when the last `Signals` goes), nor a hung test run.
+    #[cfg(test)]
+    pub fn unsignalled() -> Self {
+        Cancel {
+            signals: Signals::new(std::iter::empty::<i32>()).expect("a Signals without signals"),
+            worker: None,
+        }
+    }
+
     pub fn worker(&self) -> Option<Pid> {
         self.worker
     }

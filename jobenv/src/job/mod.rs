@@ -30,6 +30,10 @@
 //! 10. **terminal entry** in the journal (or `result_unknown` in place); never a pass over the
 //!     journal (pruning is `recover`'s and `prune`'s, [`crate::record::upkeep`]).
 //! 11. **report**: `result.json` for Windmill, then the final progress event.
+//!
+//! Where a run meets the world it is given [`Parts`]: the store of step 2 ([`Store`]) and the
+//! runner of step 9 ([`program::Program`]) are seams, so that the unit tests (`tests`) drive the
+//! spine in-process with a memory store and a fake program.
 
 use std::os::fd::OwnedFd;
 use std::time::Instant;
@@ -50,20 +54,42 @@ use crate::record::{Ending, Status};
 use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
+use program::{Program, Ran};
 
 mod namespace;
+mod program;
+#[cfg(test)]
+mod tests;
 
 /// Runs the job and returns jobenv's exit code.
 pub fn run(settings: &RunSettings) -> i32 {
     // Export of the job's trace and log, when the node names a collector (nothing otherwise).
     crate::telemetry::start(&settings.telemetry, &settings.job.verb, settings.job_id.as_deref());
-    let mut run = Run::new(settings);
-    let ending = match run.steps() {
-        Ok(ending) => ending,
-        Err(stop) => run.stopped(stop),
+    let program = program::Supervised {
+        state_dir: &settings.state_dir,
     };
+    let parts = Parts {
+        cancel: None,
+        store: Box::new(store::open),
+        program: &program,
+    };
+    let mut run = Run::with(settings, parts);
+    let ending = run.end();
     run.conclude(ending)
 }
+
+/// Where a run meets the world beyond its settings: the cancel signals (step 1), the store of
+/// its record (step 2) and the runner of its program (step 9). [`run`] gives the real ones; the
+/// spine's unit tests give their own, in-process.
+struct Parts<'a> {
+    /// The cancel signals, already caught; `None`: step 1 catches them.
+    cancel: Option<Cancel>,
+    store: OpenStore<'a>,
+    program: &'a dyn Program,
+}
+
+/// Step 2's store, made of the node's journal: [`store::open`], or a test's.
+type OpenStore<'a> = Box<dyn FnOnce(Journal, &RunSettings, &str) -> Result<Box<dyn Store>, Error> + 'a>;
 
 /// What step 5 hands to step 6: the inputs and the check's product, or every problem found;
 /// and where progress events go even for a job that is rejected.
@@ -108,6 +134,10 @@ impl From<Refusal> for Stop {
 /// One run of a job: what every step may need, and what the last step reports.
 struct Run<'a> {
     settings: &'a RunSettings,
+    /// Taken by the steps that use them.
+    cancel: Option<Cancel>,
+    open_store: Option<OpenStore<'a>>,
+    program: &'a dyn Program,
     started: Instant,
     /// The journal's job id, once step 2 found it valid.
     job_id: Option<String>,
@@ -124,9 +154,12 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    fn new(settings: &'a RunSettings) -> Self {
+    fn with(settings: &'a RunSettings, parts: Parts<'a>) -> Self {
         Run {
             settings,
+            cancel: parts.cancel,
+            open_store: Some(parts.store),
+            program: parts.program,
             started: Instant::now(),
             job_id: None,
             holder: format!("jobenv pid {}", std::process::id()),
@@ -138,9 +171,20 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Steps 1 to 10, and the job's ending however they end.
+    fn end(&mut self) -> Ending {
+        match self.steps() {
+            Ok(ending) => ending,
+            Err(stop) => self.stopped(stop),
+        }
+    }
+
     /// Steps 1 to 10: the ending of a job whose program ran.
     fn steps(&mut self) -> Result<Ending, Stop> {
-        let mut cancel = catch_cancels(&self.settings.runner)?;
+        let mut cancel = match self.cancel.take() {
+            Some(cancel) => cancel,
+            None => catch_cancels(&self.settings.runner)?,
+        };
         let store = self.store()?;
         // The payload is read once, now: the decision compares what it asks for with the journal.
         // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
@@ -151,7 +195,8 @@ impl<'a> Run<'a> {
         let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
         let checked = self.inputs(payload);
         let mut plan = self.plan(checked)?;
-        redact_store_secrets(&mut plan, &*store);
+        // The store's own secrets join the node's in the redactor.
+        plan.secrets.0.extend(store.redactions());
         crate::telemetry::secrets(&mut plan.secrets.0);
         crate::telemetry::identify(crate::telemetry::Identity {
             system: Some(&plan.system),
@@ -162,13 +207,19 @@ impl<'a> Run<'a> {
         let namespace = self.namespace_locks(&*store, &plan, attempt, &mut earlier, &mut cancel)?;
         let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
         // The tree goes to the program (and is gone when it returns), the locks stay held.
-        let leases = store.leases();
-        let ending = match (upkeep::draining(store.local()), &leases) {
-            (Some(since), _) => not_started_on_a_draining_node(&since),
-            (None, Some(lease)) if lease.is_lost() => not_started_without_its_lease(),
-            (None, _) => {
+        let ending = match upkeep::draining(store.local()) {
+            Some(since) => not_started_on_a_draining_node(&since),
+            None if store.claims_lost() => not_started_without_its_lease(),
+            None => {
                 let guard = namespace.guard_deadline();
-                self.program(&mut plan, namespace.for_tree, namespace.tree, cancel, leases, guard)
+                self.program(
+                    &mut plan,
+                    namespace.for_tree,
+                    namespace.tree,
+                    cancel,
+                    store.leases(),
+                    guard,
+                )
             }
         };
         Ok(self.terminal_entry(&*store, entry, ending))
@@ -196,7 +247,8 @@ impl<'a> Run<'a> {
     /// Step 2: first, so that a replay does not depend on today's node files being valid.
     fn store(&mut self) -> Result<Box<dyn Store>, Stop> {
         let journal = self.journal()?;
-        Ok(store::open(journal, self.settings, &self.holder)?)
+        let open = self.open_store.take().expect("step 2 runs once");
+        Ok(open(journal, self.settings, &self.holder)?)
     }
 
     fn journal(&mut self) -> Result<Journal, Stop> {
@@ -334,8 +386,7 @@ impl<'a> Run<'a> {
         Ok(Some(entry))
     }
 
-    /// Step 9: the shell's evaluation (cached, or waited for while another job of the same key
-    /// evaluates it: [`crate::evaluation`]), then the program.
+    /// Step 9: the shell's evaluation, then the program ([`Program`]).
     fn program(
         &self,
         plan: &mut Plan,
@@ -363,7 +414,7 @@ impl<'a> Run<'a> {
         plan: &Plan,
         tree_lock: OwnedFd,
         tree: Tree,
-        mut cancel: Cancel,
+        cancel: Cancel,
         lease: Option<crate::run::lease::LeaseWatch>,
         guard: Option<crate::run::tree::guard::Deadline>,
     ) -> Ending {
@@ -374,14 +425,6 @@ impl<'a> Run<'a> {
             plan.system,
             plan.verb
         );
-        // The shell's evaluation is a stage of its own in the trace, inside the program's.
-        let evaluating = crate::telemetry::enter(crate::telemetry::Stage::Evaluation);
-        let shell =
-            match crate::evaluation::run::prepare(plan, &self.settings.state_dir, self.settings.timeout, &mut cancel) {
-                Ok(shell) => shell,
-                Err(cancelled) => return Ending::not_started(run::not_started(cancelled, self.stop_requested())),
-            };
-        let mut shell = Evaluating::new(shell, evaluating);
         let options = RunOptions {
             grace: self.settings.grace,
             timeout: self.settings.timeout,
@@ -390,10 +433,11 @@ impl<'a> Run<'a> {
             tree_lock: Some(tree_lock),
             lease,
             guard,
-            before: Some(&mut shell),
+            before: None,
         };
-        match run::run(plan, options, cancel, tree) {
-            Ok(outcome) => {
+        match self.program.run(plan, options, cancel, tree) {
+            Ok(Ran::NotStarted(cancelled)) => Ending::not_started(run::not_started(cancelled, self.stop_requested())),
+            Ok(Ran::Ended(outcome)) => {
                 let ending = Ending::from(outcome);
                 let took = self.started.elapsed().as_secs_f64();
                 tracing::info!(
@@ -533,18 +577,6 @@ fn not_started_without_its_lease() -> Ending {
     ending
 }
 
-/// The store's own secrets join the node's in the redactor (see [`Store::secrets`]).
-fn redact_store_secrets(plan: &mut Plan, store: &dyn Store) {
-    let secrets = store.secrets();
-    if secrets.is_empty() {
-        return;
-    }
-    let mut warnings = Vec::new();
-    let needles =
-        crate::run::redact::redaction_needles(secrets.iter().map(|s| ("the cluster DSN", s.as_str())), &mut warnings);
-    plan.secrets.0.extend(needles);
-}
-
 /// Step 1. Under a job runner the worker that started jobenv is watched too: its death from now
 /// on ends the job like a cancel.
 fn catch_cancels(runner: &Runner) -> Result<Cancel, Stop> {
@@ -580,39 +612,4 @@ fn start_events(
             verb: verb.to_owned(),
         },
     )
-}
-
-/// What runs before the program (the shell's evaluation), as a stage of the job's trace
-/// ([`crate::telemetry`]): here, where the run and the trace meet, so that neither names the
-/// other. The stage ends when the program
-/// is next: done; or failed when the job ends there, the error that follows saying why.
-pub struct Evaluating<B> {
-    inner: B,
-    stage: Option<crate::telemetry::Guard>,
-}
-
-impl<B: crate::run::Before> Evaluating<B> {
-    pub fn new(inner: B, stage: crate::telemetry::Guard) -> Self {
-        Evaluating {
-            inner,
-            stage: Some(stage),
-        }
-    }
-}
-
-impl<B: crate::run::Before> crate::run::Before for Evaluating<B> {
-    fn next(&mut self, last: Option<crate::run::StepEnd>) -> Result<crate::run::Next, crate::error::Error> {
-        let next = self.inner.next(last);
-        match &next {
-            Ok(crate::run::Next::Step(_)) => {}
-            Ok(crate::run::Next::Program(_)) => self.stage.take().into_iter().for_each(crate::telemetry::Guard::done),
-            // Left unsaid: open for the lines that say why (see [`crate::telemetry::Guard`]'s drop).
-            Ok(crate::run::Next::End(_)) | Err(_) => drop(self.stage.take()),
-        }
-        next
-    }
-
-    fn waited(&self) -> std::time::Duration {
-        self.inner.waited()
-    }
 }

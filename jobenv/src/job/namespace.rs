@@ -90,35 +90,9 @@ impl Run<'_> {
             .map_err(|e| Error::io("cannot pass the namespace lock on", e))?;
         // Other nodes' deploys of the namespace: this node's are behind the locks above.
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let lease = self
-            .settings
-            .cluster
-            .is_some()
-            .then(|| crate::telemetry::enter(crate::telemetry::Stage::Lease));
         let shared = store.claim_namespace(namespace, self.job_id.as_deref(), left, cancel)?;
-        if let Some(lease) = lease {
-            lease.done();
-        }
         let (program_tree, recorded) = self.program_tree(journal, namespace, attempt)?;
-        // A lease that a dead jobenv no longer renews must not be outlived by its tree.
-        let guard = match (&program_tree, store.leases()) {
-            (Tree::Cgroup(cgroup), Some(_)) => {
-                match guard::start(cgroup.dir())
-                    .map_err(|e| Error::io("cannot start the guard of the program tree", e))?
-                {
-                    Some(guard) => Some(guard),
-                    None => {
-                        let why = "the kernel has no cgroup.kill (Linux 5.14 and later), which the program tree's guard needs".into();
-                        return Err(Refusal::NoCgroup {
-                            because: "cluster mode",
-                            why,
-                        }
-                        .into());
-                    }
-                }
-            }
-            _ => None,
-        };
+        let guard = store.guard(&program_tree)?;
         stage.done();
         Ok(NamespaceLocks {
             tree: program_tree,

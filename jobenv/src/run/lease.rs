@@ -6,7 +6,8 @@
 //!
 //! The deadline is judged here, by jobenv's own monotonic clock from the moment each renewal was
 //! *sent*, not by the thread that talks to the database: a renewal stuck in a partitioned
-//! connection cannot delay the stop.
+//! connection cannot delay the stop. That clock is read through tokio's ([`now`]), which is the
+//! same one unless a test pauses it.
 
 use std::time::{Duration, Instant};
 
@@ -41,7 +42,7 @@ impl LeaseWatch {
     pub fn is_lost(&self) -> bool {
         match *self.renewals.borrow() {
             Renewal::None => false,
-            Renewal::At(at) => at.elapsed() >= self.renew_deadline,
+            Renewal::At(at) => now().saturating_duration_since(at) >= self.renew_deadline,
             Renewal::Lost => true,
         }
     }
@@ -55,7 +56,7 @@ impl LeaseWatch {
         match *self.renewals.borrow() {
             Renewal::None => None,
             Renewal::At(at) => Some(at + self.lease.saturating_sub(LEASE_STOP_MARGIN)),
-            Renewal::Lost => Some(Instant::now()),
+            Renewal::Lost => Some(now()),
         }
     }
 
@@ -92,6 +93,12 @@ impl LeaseWatch {
     }
 }
 
+/// Now, by the monotonic clock that renewals are sent by ([`Instant::now`]), as tokio reads it:
+/// a test may pause it and move it on by hand (`tokio::time::pause`); nothing else does.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,13 +115,15 @@ mod tests {
         )
     }
 
-    #[tokio::test(flavor = "current_thread")]
+    // On tokio's paused clock: it moves on only when every task waits, straight to the next
+    // timer (the timer wheel counts whole milliseconds), so what a test measures is exact.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_lease_renewed_in_time_is_never_lost_and_one_that_is_not_is_lost_at_its_deadline() {
-        let (tx, mut lease) = watch(Renewal::At(Instant::now()));
+        let (tx, mut lease) = watch(Renewal::At(now()));
         let renewing = async {
-            for _ in 0..6 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                tx.send_replace(Renewal::At(Instant::now()));
+            for _ in 0..20 {
+                tokio::time::sleep(Duration::from_millis(190)).await;
+                tx.send_replace(Renewal::At(now()));
             }
         };
         tokio::select! {
@@ -123,33 +132,35 @@ mod tests {
         }
         assert!(!lease.is_lost());
         // Positive control: without renewals, it is lost at the deadline, not before.
-        let last = Instant::now();
+        let last = now();
         tx.send_replace(Renewal::At(last));
         lease.lost().await;
+        let took = now() - last;
         assert!(
-            last.elapsed() >= Duration::from_millis(200) && last.elapsed() < Duration::from_millis(400),
-            "{:?}",
-            last.elapsed()
+            took >= Duration::from_millis(200) && took <= Duration::from_millis(201),
+            "{took:?}"
         );
         assert!(lease.is_lost());
     }
 
-    #[tokio::test(flavor = "current_thread")]
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_lease_taken_over_is_lost_at_once_and_no_lease_is_never_lost() {
         let (tx, mut lease) = watch(Renewal::None);
-        let none = tokio::time::timeout(Duration::from_millis(300), lease.lost()).await;
+        let none = tokio::time::timeout(Duration::from_secs(24 * 3600), lease.lost()).await;
         assert!(none.is_err(), "no lease held, yet lost");
-        let started = Instant::now();
+        assert!(!lease.is_lost());
+        let started = now();
         tx.send_replace(Renewal::Lost);
         lease.lost().await;
-        assert!(started.elapsed() < Duration::from_millis(100));
+        assert_eq!(now(), started, "at once");
+        assert!(lease.is_lost());
     }
 
     #[test]
     fn a_stop_must_end_by_the_last_renewal_plus_the_lease_less_the_margin_and_at_once_when_lost() {
         let (tx, lease) = watch(Renewal::None);
         assert_eq!(lease.kill_by(), None, "no lease, no bound");
-        let renewed = Instant::now();
+        let renewed = now();
         tx.send_replace(Renewal::At(renewed));
         assert_eq!(lease.kill_by(), Some(renewed + Duration::from_millis(300)));
         // A later renewal moves it on.
@@ -157,6 +168,6 @@ mod tests {
         tx.send_replace(Renewal::At(later));
         assert_eq!(lease.kill_by(), Some(later + Duration::from_millis(300)));
         tx.send_replace(Renewal::Lost);
-        assert!(lease.kill_by().unwrap() <= Instant::now());
+        assert!(lease.kill_by().unwrap() <= now());
     }
 }

@@ -1,6 +1,6 @@
 //! Where a job's record lives, and who may act on a job id and on a namespace: the seam between
 //! one node and a cluster of them, chosen once per run ([`open`], step 2 of the spine:
-//! [`crate::job`]), and acted on at steps 4, 7, 8 and 10.
+//! [`crate::job`]), and acted on at steps 4 and 6 to 10.
 //!
 //! - [`file::FileStore`]: the node's own journal in the state directory; the node-local locks
 //!   (`flock`s, taken by the run itself) are all there is to one deploy per namespace and one
@@ -22,6 +22,7 @@ use super::journal::Journal;
 use crate::cancel::Cancel;
 use crate::error::{Error, Refusal};
 use crate::run::lease::LeaseWatch;
+use crate::run::tree::{Tree, guard};
 use crate::settings::RunSettings;
 
 /// A run's journal and its claims.
@@ -58,9 +59,22 @@ pub trait Store {
     /// The leases the program's supervisor must watch, when the store has any.
     fn leases(&self) -> Option<LeaseWatch>;
 
-    /// Secrets of the store itself (the shared journal's DSN), redacted from the program's
-    /// output like the node's: the program runs as the user that can read them.
-    fn secrets(&self) -> Vec<String> {
+    /// Step 9, before the program starts: the run's claims lapsed while it waited (leases not
+    /// renewed in time): the program is not started.
+    fn claims_lost(&self) -> bool {
+        self.leases().is_some_and(|lease| lease.is_lost())
+    }
+
+    /// Step 7, once the program tree is made: what must kill the tree by itself when this
+    /// jobenv cannot (see `run::tree::guard`), when the store's claims can expire.
+    fn guard(&self, _tree: &Tree) -> Result<Option<guard::Guard>, Error> {
+        Ok(None)
+    }
+
+    /// Secrets of the store itself (the shared journal's DSN), as the redactor's needles: they
+    /// are redacted from the program's output like the node's, as the program runs as the user
+    /// that can read them.
+    fn redactions(&self) -> Vec<Vec<u8>> {
         Vec::new()
     }
 }

@@ -106,6 +106,7 @@ use crate::record::ending::InterruptedBy;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
 use crate::run::lease::LeaseWatch;
+use crate::run::tree::{Tree, guard};
 use crate::settings::Cluster;
 use keeper::{Keeper, Timing};
 use tables::{Holder, JobRow, Table};
@@ -287,6 +288,8 @@ impl Store for PgStore {
         wait: Duration,
         cancel: &mut Cancel,
     ) -> Result<Claim, Refusal> {
+        // A stage of the job's trace; a refusal ends it as failed.
+        let stage = crate::telemetry::enter(crate::telemetry::Stage::Lease);
         let until = Instant::now() + wait;
         loop {
             let sent = Instant::now();
@@ -297,6 +300,7 @@ impl Store for PgStore {
                     keeper.shared.hold(Table::Namespaces, namespace, epoch, sent);
                     let (shared, handle, namespace) =
                         (Arc::clone(&keeper.shared), keeper.handle(), namespace.to_owned());
+                    stage.done();
                     return Ok(Claim::releasing(move || {
                         handle.block_on(shared.release(Table::Namespaces, &namespace))
                     }));
@@ -420,8 +424,29 @@ impl Store for PgStore {
         }
     }
 
-    fn secrets(&self) -> Vec<String> {
-        self.dsn.secrets().map(str::to_owned).collect()
+    /// A lease that a dead jobenv no longer renews must not be outlived by its tree: a cgroup
+    /// gets a guard (the /proc walk has none, and cluster mode refuses it).
+    fn guard(&self, tree: &Tree) -> Result<Option<guard::Guard>, Error> {
+        let (Tree::Cgroup(cgroup), Some(_)) = (tree, self.leases()) else {
+            return Ok(None);
+        };
+        match guard::start(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))? {
+            Some(guard) => Ok(Some(guard)),
+            None => {
+                let why =
+                    "the kernel has no cgroup.kill (Linux 5.14 and later), which the program tree's guard needs".into();
+                Err(Refusal::NoCgroup {
+                    because: "cluster mode",
+                    why,
+                }
+                .into())
+            }
+        }
+    }
+
+    fn redactions(&self) -> Vec<Vec<u8>> {
+        let mut warnings = Vec::new();
+        crate::run::redact::redaction_needles(self.dsn.secrets().map(|s| ("the cluster DSN", s)), &mut warnings)
     }
 
     fn leases(&self) -> Option<LeaseWatch> {
