@@ -54,33 +54,6 @@ fn status(f: &Fixture, job_id: &str) -> Value {
 }
 
 #[test]
-fn a_finished_job_is_replayed_and_never_run_again() {
-    let f = counting_job();
-    std::fs::write(f.path().join("go"), "").unwrap();
-    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("WM_JOB_ID", "job-1");
-    let first = run_with_payload(command, &serde_json::from_str(PAYLOAD).unwrap());
-    assert_eq!(first.status.code(), Some(3));
-    assert_eq!(runs(&f), 1);
-
-    let mut command = f.command(jobenv_bin!(), &["run", "--verb", "apply"]);
-    command.env("WM_JOB_ID", "job-1");
-    let again = run_with_payload(command, &serde_json::from_str(PAYLOAD).unwrap());
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert_eq!(again.status.code(), Some(3), "the recorded exit code: {stderr}");
-    assert_eq!(runs(&f), 1, "the program ran again");
-    assert_eq!(stderr.lines().count(), 1, "one line says so: {stderr}");
-    assert!(
-        stderr.starts_with("jobenv: job job-1 already ended (failed, exit code 3, attempt 1, at "),
-        "{stderr}"
-    );
-    let result = f.result_json();
-    assert_eq!(result["status"], "failed");
-    assert_eq!(result["exit_code"], 3);
-    assert_eq!(result["replayed"], true);
-}
-
-#[test]
 fn a_job_killed_mid_run_is_recorded_interrupted_and_runs_again_as_attempt_2() {
     let f = counting_job();
     let mut jobenv = start(&f, "job-2");
@@ -581,32 +554,6 @@ fn runs_in(f: &Fixture) -> usize {
         .unwrap_or_default()
         .lines()
         .count()
-}
-
-#[test]
-fn an_interrupted_job_id_is_not_reused_for_another_request() {
-    let f = counting_job();
-    let mut jobenv = start(&f, "reused");
-    read_pids(&f.path().join("program.pid"), 1, Duration::from_secs(20));
-    kill(Pid::from_raw(jobenv.id() as i32), Signal::SIGKILL).unwrap();
-    jobenv.wait().unwrap();
-    std::fs::write(f.path().join("go"), "").unwrap();
-    f.jobenv(jobenv_bin!())
-        .verb("destroy")
-        .args(["--job-id", "reused", "--lock-timeout", "5"])
-        .stdin(r#"{"ATTRIBUTE": "web", "NAMESPACE": "other"}"#)
-        .expect_code(2)
-        .expect_stderr_contains("job reused was already run for apply of web in namespace ns; this run asks for destroy of web in namespace other")
-        .run();
-    assert_eq!(runs(&f), 1);
-    // Positive control: the same request runs again as the next attempt.
-    f.jobenv(jobenv_bin!())
-        .verb("apply")
-        .args(["--job-id", "reused", "--lock-timeout", "5"])
-        .stdin(PAYLOAD)
-        .expect_code(3)
-        .run();
-    assert_eq!(runs(&f), 2);
 }
 
 /// Operators run jobenv by hand as root on a node whose worker runs as its own user: nothing

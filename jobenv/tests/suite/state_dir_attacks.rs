@@ -532,28 +532,6 @@ fn a_recover_that_fails_still_ends_the_drain() {
     assert_eq!(runs(&f), 2);
 }
 
-/// Not an attack, but what a refused job says: its program never started, so no program tree
-/// was stopped.
-#[test]
-fn a_job_refused_on_a_draining_node_says_that_its_program_never_started() {
-    let f = node();
-    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
-    let done = as_root(&f, &["run", "--verb", "apply"])
-        .env("WM_JOB_ID", "drained")
-        .payload(&payload("ns"))
-        .expect_code(143)
-        .expect_stderr_contains("jobenv: warning: the node stopped: the program was not started; a retry is safe")
-        .run();
-    assert!(!done.stderr.contains("program tree was stopped"), "{done:?}");
-    assert_eq!(runs(&f), 1, "a program started on a draining node");
-    let result = f.result_json();
-    assert_eq!(
-        result["errors"],
-        json!(["the node stopped: the program was not started; a retry is safe"]),
-        "{result}"
-    );
-}
-
 #[test]
 fn status_through_an_entry_linked_to_a_file_of_roots_never_shows_it() {
     let f = node();
