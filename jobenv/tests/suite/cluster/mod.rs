@@ -735,6 +735,87 @@ fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_
     );
 }
 
+/// The case the test above cannot show: node a's program ends right after the takeover, before
+/// a renewal of a's tells it the lease is gone. a still holds the job's epoch in memory and writes
+/// its end; the database's fence (the row's epoch) refuses it, so node b's attempt runs as if a's
+/// write never came.
+#[test]
+fn an_end_written_after_a_takeover_the_holder_did_not_see_yet_is_fenced_off_by_its_epoch() {
+    let db = postgres::cluster().jobenv_database();
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path().display();
+    let body = format!(
+        "echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done"
+    );
+    let (a, b) = (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    );
+    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    // Node a renews rarely: its next renewal comes long after its end.
+    let rare = Timing {
+        lease: Duration::from_secs(30),
+        renew_every: Duration::from_secs(10),
+        renew_deadline: Duration::from_secs(15),
+        grace: Duration::from_secs(1),
+    };
+    let held = a.job_timed("fenced-1", "ns", rare).spawn();
+    read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
+    let epoch = || -> i64 {
+        db.client()
+            .query_one(
+                "SELECT epoch FROM fediversity_jobenv.jobs WHERE job_id = 'fenced-1'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let a_epoch = epoch();
+    db.client()
+        .execute(
+            "UPDATE fediversity_jobenv.jobs SET expires_at = now() - interval '1 second' WHERE job_id = 'fenced-1'",
+            &[],
+        )
+        .unwrap();
+    let rerun = b.job("fenced-1", "ns").args(["--lock-timeout", "20"]).spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || epoch() != a_epoch),
+        "node b took the job over"
+    );
+    // Now node a's program ends: a has not renewed since, and writes its end under its old epoch.
+    std::fs::write(shared.path().join("go-a"), "").unwrap();
+    let a_done = finish(held);
+    assert!(
+        a_done
+            .stderr
+            .contains("another run took job fenced-1 over on the cluster journal"),
+        "{a_done:?}"
+    );
+    let done = finish(rerun);
+    assert!(
+        done.success()
+            && done
+                .stderr
+                .contains("attempt 1 was interrupted; running it again as attempt 2"),
+        "node a's late end changed the row node b holds: {done:?}"
+    );
+    assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
+    let row: String = db
+        .client()
+        .query_one(
+            "SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = 'fenced-1'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let row: Value = serde_json::from_str(&row).unwrap();
+    assert_eq!(
+        (row["attempt"].as_u64(), row["status"].as_str()),
+        (Some(2), Some("succeeded")),
+        "{row}"
+    );
+}
+
 #[test]
 fn prune_deletes_the_shared_rows_that_ended_before_the_retention_and_nothing_else() {
     let db = postgres::cluster().jobenv_database();
