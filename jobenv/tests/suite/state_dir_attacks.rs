@@ -905,3 +905,95 @@ fn root_that_cannot_become_the_owner_is_refused_and_touches_nothing() {
         .run();
     assert_eq!(done.stdout, "[]\n");
 }
+
+/// A new pseudo-terminal: its master (what a terminal emulator reads) and its slave (a shell's
+/// terminal), both close-on-exec.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use nix::libc;
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system calls; each descriptor is checked and owned once.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(master >= 0, "posix_openpt");
+        assert!(libc::grantpt(master) == 0 && libc::unlockpt(master) == 0);
+        let mut name = [0 as libc::c_char; 64];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(slave >= 0, "open the pty's slave");
+        (
+            std::os::fd::OwnedFd::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    }
+}
+
+/// `command` starts in a session of its own whose controlling terminal is `slave`: as a command
+/// typed in an operator's root shell does.
+fn in_terminal(command: &mut std::process::Command, slave: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let slave = slave.as_raw_fd();
+    // SAFETY: only system calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if nix::libc::setsid() < 0 || nix::libc::ioctl(slave, nix::libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// What the terminal shows so far (the master's pending output), without waiting.
+fn shown(master: &std::os::fd::OwnedFd) -> String {
+    use std::io::Read;
+    let file = std::fs::File::from(master.try_clone().unwrap());
+    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+    let mut bytes = Vec::new();
+    let _ = (&file).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A job run by hand in a root shell runs its program as the worker's user: that program must
+/// not reach the root shell's terminal, which a process of the worker's (the program itself, or
+/// one that attaches to it: it is the worker's) could read keystrokes from, write to, or, where
+/// `TIOCSTI` is allowed, type commands into for root's shell to run once jobenv exits.
+#[test]
+fn a_program_run_by_hand_as_the_worker_never_reaches_roots_terminal() {
+    let mut f = Fixture::new();
+    let job = f.job_dir();
+    f.program(
+        "tty",
+        "apply",
+        &format!(
+            "if (echo HIJACKED > /dev/tty) 2>/dev/null; then echo opened > {0}/tty; else echo refused > {0}/tty; fi",
+            job.display()
+        ),
+    );
+    f.write();
+    f.hand_to(WORKER_UID);
+    let (master, slave) = pty();
+    let mut run = as_root(&f, &["run", "--verb", "apply", "--job-id", "tty"])
+        .payload(&json!({"ATTRIBUTE": "tty", "NAMESPACE": "tty"}))
+        .expect_success();
+    in_terminal(run.command(), &slave);
+    run.run();
+    let tty = std::fs::read_to_string(job.join("tty")).expect("the program ran");
+    assert_eq!(tty, "refused\n", "the worker's program opened root's terminal");
+    assert!(
+        !shown(&master).contains("HIJACKED"),
+        "the worker's program wrote on root's terminal"
+    );
+
+    // Positive control: a process of the worker's in a session of that terminal does reach it.
+    let mut control = std::process::Command::new("/bin/sh");
+    control
+        .args(["-c", "echo HIJACKED > /dev/tty"])
+        .uid(WORKER_UID)
+        .gid(WORKER_UID);
+    in_terminal(&mut control, &slave);
+    assert!(control.status().unwrap().success());
+    assert!(
+        shown(&master).contains("HIJACKED"),
+        "the control did not reach the terminal"
+    );
+}
