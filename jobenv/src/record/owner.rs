@@ -10,7 +10,8 @@
 //!
 //! The owner is read by `fstat` of the directory as opened (not by a path looked at again
 //! later), and the switch is complete: groups first (while jobenv may still change them), then
-//! the real, effective and saved user ids, all three, so that nothing can take root back. The
+//! the real, effective and saved user ids, all three, and no capability left (whatever
+//! securebits would keep: [`drop_capabilities`]), so that nothing can take root back. The
 //! groups are the user's own (its primary group and the supplementary groups the group database
 //! gives it, as `sudo -u`, `runuser` and systemd's `User=` set them): the process is then what
 //! the worker's own processes are, able to read what a job of the worker can (a key file of
@@ -92,7 +93,7 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     let (ruid, rgid) = (nix::unistd::getresuid(), nix::unistd::getresgid());
     let whole = ruid.is_ok_and(|r| [r.real, r.effective, r.saved] == [uid; 3])
         && rgid.is_ok_and(|r| [r.real, r.effective, r.saved] == [gid; 3]);
-    if !whole {
+    if !whole || !drop_capabilities() {
         return Err(refused(Errno::EPERM));
     }
     // A change of credentials makes the process dumpable again where `fs.suid_dumpable` says
@@ -106,4 +107,51 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
         gid: gid.as_raw(),
         name,
     })
+}
+
+/// Leaves this process no capability: permitted, effective, inheritable and ambient all empty,
+/// as checked afterwards. The kernel clears them itself when the user ids leave root, unless
+/// the securebits `no-setuid-fixup` or `keep-caps` (a unit's `SecureBits=`, a container's
+/// runtime) keep them: then jobenv would be the worker with root's rights (`CAP_DAC_OVERRIDE`,
+/// `CAP_KILL`, ...), and what the worker plants would steer them again. Dropping is always
+/// allowed; with nothing permitted, nothing can be raised again.
+fn drop_capabilities() -> bool {
+    use nix::libc;
+    // linux/capability.h: version 3 takes two of these (64 capabilities).
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default, PartialEq)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let none = [Data::default(); 2];
+    let mut now = [Data {
+        effective: u32::MAX,
+        permitted: u32::MAX,
+        inheritable: u32::MAX,
+    }; 2];
+    // SAFETY: capset and capget with a version 3 header and two data structs, as the kernel
+    // reads and writes them; prctl with plain integers.
+    unsafe {
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::syscall(libc::SYS_capset, &raw mut header, none.as_ptr());
+        header.pid = 0;
+        if libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) != 0 {
+            return false;
+        }
+    }
+    // The ambient set is no part of capget's answer: it is empty when nothing is permitted
+    // (the kernel keeps it a subset of the permitted and inheritable sets).
+    now == none
 }

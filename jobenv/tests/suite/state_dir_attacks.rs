@@ -762,7 +762,7 @@ fn identity(status: &str) -> Vec<String> {
     status
         .lines()
         .filter(|l| {
-            ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:"]
+            ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:", "CapAmb:"]
                 .iter()
                 .any(|k| l.starts_with(k))
         })
@@ -774,9 +774,15 @@ fn identity(status: &str) -> Vec<String> {
 /// jobenv itself is while it waits (and whether its `/proc` entry is still sealed: its
 /// `environ` root's, as for a process that is not dumpable), and who its program was.
 fn who_runs(f: &Fixture) -> (Vec<String>, Vec<String>) {
-    let mut running = as_root(f, &["run", "--verb", "apply", "--job-id", "who"])
-        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}))
-        .spawn();
+    who_runs_started(f, |_| {})
+}
+
+/// [`who_runs`], with jobenv's command prepared by `prepare` first.
+fn who_runs_started(f: &Fixture, prepare: impl FnOnce(&mut JobRun)) -> (Vec<String>, Vec<String>) {
+    let mut run = as_root(f, &["run", "--verb", "apply", "--job-id", "who"])
+        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}));
+    prepare(&mut run);
+    let mut running = run.spawn();
     let (ids, go) = (f.job_dir().join("ids"), f.job_dir().join("go"));
     let recorded = fediversity_testkit::process::wait_until(Duration::from_secs(20), || {
         std::fs::read_to_string(&ids).is_ok_and(|t| t.ends_with("end\n"))
@@ -836,6 +842,7 @@ fn jobenv_started_as_root_on_the_workers_state_directory_is_the_worker() {
         format!("Groups: {}", groups.join(" ")).trim_end().to_owned(),
         "CapPrm: 0000000000000000".to_owned(),
         "CapEff: 0000000000000000".to_owned(),
+        "CapAmb: 0000000000000000".to_owned(),
     ];
     assert_eq!(jobenv, expected, "jobenv while its program runs");
     assert_eq!(program, expected, "its program");
@@ -996,4 +1003,69 @@ fn a_program_run_by_hand_as_the_worker_never_reaches_roots_terminal() {
         shown(&master).contains("HIJACKED"),
         "the control did not reach the terminal"
     );
+}
+
+/// A root whose change of user keeps its capabilities (the securebits `no-setuid-fixup` and
+/// `keep-caps`, which a unit's `SecureBits=` or a container's runtime may set) still becomes the
+/// worker with none: with `CAP_DAC_OVERRIDE` and the like, what the worker plants in the state
+/// directory would steer root's rights again, in a process of the worker's.
+#[test]
+fn root_whose_change_of_user_keeps_its_capabilities_still_becomes_the_worker_without_any() {
+    let f = who_node();
+    f.hand_to(WORKER_UID);
+    let keeping = |run: &mut JobRun| {
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            run.command().pre_exec(|| {
+                let bits = nix::libc::SECBIT_NO_SETUID_FIXUP | nix::libc::SECBIT_KEEP_CAPS;
+                if nix::libc::prctl(nix::libc::PR_SET_SECUREBITS, bits as nix::libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let (jobenv, program) = who_runs_started(&f, keeping);
+    let none = |ids: &[String]| {
+        ids.iter()
+            .filter(|l| l.starts_with("Cap"))
+            .all(|l| l.ends_with(" 0000000000000000"))
+    };
+    assert!(jobenv[0].starts_with(&format!("Uid: {WORKER_UID} ")), "{jobenv:?}");
+    assert!(none(&jobenv), "jobenv kept capabilities as the worker: {jobenv:?}");
+    assert!(none(&program), "its program has capabilities: {program:?}");
+
+    // Positive control: with these securebits, a change of user as jobenv makes it (all three
+    // ids) does keep root's capabilities: what the child says of itself right after it.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&write);
+    let mut control = std::process::Command::new("/bin/true");
+    // SAFETY: only system calls between fork and exec, on a buffer of the child's stack.
+    unsafe {
+        control.pre_exec(move || {
+            use nix::libc;
+            let bits = libc::SECBIT_NO_SETUID_FIXUP | libc::SECBIT_KEEP_CAPS;
+            let id = WORKER_UID;
+            if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0
+                || libc::setresgid(id, id, id) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresuid(id, id, id) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let status = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY);
+            let mut buffer = [0u8; 4096];
+            let n = libc::read(status, buffer.as_mut_ptr().cast(), buffer.len());
+            if n > 0 {
+                libc::write(fd, buffer.as_ptr().cast(), n as usize);
+            }
+            Ok(())
+        });
+    }
+    assert!(control.status().unwrap().success());
+    drop(write);
+    let said = std::io::read_to_string(std::fs::File::from(read)).unwrap();
+    let control = identity(&said);
+    assert!(control[0].starts_with(&format!("Uid: {WORKER_UID} ")), "{control:?}");
+    assert!(!none(&control), "the securebits kept no capability: {control:?}");
 }
