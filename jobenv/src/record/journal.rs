@@ -52,11 +52,18 @@ impl Journal {
     /// needs to read them).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(state_dir)?;
-        let state = Dir::open(state_dir)?;
+        // Opened first: the directory may be one root opened for its owner ([`Dir::open`]), at a
+        // path that owner cannot follow to make it.
+        let state = match Dir::open(state_dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o750)
+                    .create(state_dir)?;
+                Dir::open(state_dir)?
+            }
+            other => other?,
+        };
         let [jobs, locks] = ["jobs", "locks"]
             .map(|name| -> std::io::Result<Dir> { Ok(state.subdir(name, Some(0o750))?.expect("created if missing")) });
         Ok(Journal {

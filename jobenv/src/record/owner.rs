@@ -47,8 +47,10 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     }
     // As the journal opens it (`Dir::open`): the configured path lies in directories of root's,
     // and its last part may be a link of root's (systemd's `StateDirectory=` with
-    // `DynamicUser=`). What is looked at is the directory the descriptor holds; `Dir::open`
-    // refuses root a directory of another user's, should the path lead elsewhere later.
+    // `DynamicUser=`). What is looked at is the directory the descriptor holds, and once this
+    // process is its owner, that descriptor is what `Dir::open` gives for the path (so the
+    // directory used is the one looked at); `Dir::open` refuses root a directory of another
+    // user's, should the path of root's own lead elsewhere later.
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let dir = match nix::fcntl::open(state_dir, flags, Mode::empty()) {
         Ok(dir) => dir,
@@ -62,7 +64,6 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
         // root one of another user's).
         _ => return Ok(Identity::Unchanged),
     };
-    drop(dir);
     let uid = Uid::from_raw(stat.st_uid);
     let user = User::from_uid(uid).ok().flatten();
     let name = user.as_ref().map_or_else(|| format!("uid {uid}"), |u| u.name.clone());
@@ -102,6 +103,9 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     if !matches!(nix::sys::prctl::get_dumpable(), Ok(false)) {
         return Err(refused(Errno::EPERM));
     }
+    // The directory whose owner this process became is the one it uses, by this descriptor:
+    // the path may lead elsewhere by now, or through a directory the owner may not pass.
+    super::dir::pin(state_dir, dir);
     Ok(Identity::Became {
         uid: uid.as_raw(),
         gid: gid.as_raw(),

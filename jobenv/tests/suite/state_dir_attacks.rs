@@ -1069,3 +1069,43 @@ fn root_whose_change_of_user_keeps_its_capabilities_still_becomes_the_worker_wit
     assert!(control[0].starts_with(&format!("Uid: {WORKER_UID} ")), "{control:?}");
     assert!(!none(&control), "the securebits kept no capability: {control:?}");
 }
+
+/// systemd's `StateDirectory=` with `DynamicUser=` keeps the state directory in
+/// `/var/lib/private/` (root's alone, mode 0700) and links it from `/var/lib/`: the worker's user
+/// never passes through `private/` (its unit sees the directory mounted in place). Root's
+/// `status`, `recover`, `drain` and `prune` by hand become that user all the same, and use the
+/// directory root opened before it switched, rather than a path the worker cannot follow.
+#[test]
+fn root_by_hand_on_a_state_directory_behind_a_directory_of_roots_alone_still_works() {
+    let f = node();
+    let private = f.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::rename(f.state_dir(), private.join("state")).unwrap();
+    let linked = f.path().join("linked");
+    std::os::unix::fs::symlink("private/state", &linked).unwrap();
+    let state = linked.to_str().unwrap();
+    let done = as_root(&f, &["status", "--state-dir", state]).expect_success().run();
+    let listed: Vec<Value> = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(listed.len(), 1, "{done:?}");
+    assert_eq!(listed[0]["job_id"], "first");
+    as_root(&f, &["drain", "--wait", "0", "--state-dir", state])
+        .expect_success()
+        .run();
+    use std::os::unix::fs::MetadataExt;
+    let mark = std::fs::metadata(linked.join("draining")).expect("drain made its mark");
+    assert_eq!(mark.uid(), WORKER_UID, "the mark is the worker's");
+    as_root(&f, &["recover", "--state-dir", state]).expect_success().run();
+    assert!(!linked.join("draining").exists(), "recover ended the drain");
+    as_root(&f, &["prune", "--state-dir", state]).expect_success().run();
+
+    // Positive control: the worker's user itself cannot follow that path.
+    let status = std::process::Command::new("/bin/ls")
+        .arg(&linked)
+        .uid(WORKER_UID)
+        .gid(WORKER_UID)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the worker's user passes through private/");
+}
