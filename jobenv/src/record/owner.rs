@@ -16,7 +16,8 @@
 //! gives it, as `sudo -u`, `runuser` and systemd's `User=` set them): the process is then what
 //! the worker's own processes are, able to read what a job of the worker can (a key file of
 //! `root:<worker's group> 0440`) and nothing of root's groups. A uid without a name has no
-//! group list: it gets the directory's group and no supplementary group.
+//! group list: it gets the directory's group and no supplementary group (refused when that group
+//! is root's).
 
 use std::ffi::CString;
 use std::path::Path;
@@ -67,14 +68,15 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     let uid = Uid::from_raw(stat.st_uid);
     let user = User::from_uid(uid).ok().flatten();
     let name = user.as_ref().map_or_else(|| format!("uid {uid}"), |u| u.name.clone());
-    let refused = |errno: Errno| Problem::CannotBecomeOwner {
+    let refused_for = |why: String| Problem::CannotBecomeOwner {
         path: state_dir.to_owned(),
         user: match &user {
             Some(user) => format!("{} (uid {uid})", user.name),
             None => format!("uid {uid}"),
         },
-        why: errno.desc().to_owned(),
+        why,
     };
+    let refused = |errno: Errno| refused_for(errno.desc().to_owned());
     let (gid, groups) = match &user {
         Some(user) => {
             let groups = CString::new(user.name.as_str())
@@ -82,6 +84,13 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
                 .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
                 .unwrap_or_else(|| vec![user.gid]);
             (user.gid, groups)
+        }
+        // Never root's group: a directory of root's made and then given to a uid alone
+        // (`chown <uid>`) keeps it, and the process would be that user with root's group.
+        None if stat.st_gid == 0 => {
+            return Err(refused_for(
+                "it has no name, so no group of its own, and the directory's group is root's: give the directory that user's group".to_owned(),
+            ));
         }
         None => (Gid::from_raw(stat.st_gid), Vec::new()),
     };

@@ -1109,3 +1109,43 @@ fn root_by_hand_on_a_state_directory_behind_a_directory_of_roots_alone_still_wor
         .unwrap();
     assert!(!status.success(), "the worker's user passes through private/");
 }
+
+/// A uid without a name (no entry in the user database: a container's, a `DynamicUser=` unit's
+/// that is stopped) has no group of its own, and takes the state directory's group. A directory
+/// root made and gave to that uid alone (`chown 4242 dir`) is still of root's group: jobenv
+/// never becomes that uid with root's group, and says so.
+#[test]
+fn root_never_becomes_a_nameless_owner_with_roots_group() {
+    const NAMELESS: u32 = 4242;
+    let nobody = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(NAMELESS)).unwrap();
+    assert!(nobody.is_none(), "uid {NAMELESS} has a name here");
+    let f = who_node();
+    f.hand_to(NAMELESS);
+    std::os::unix::fs::chown(f.state_dir(), None, Some(0)).unwrap();
+    let said = format!(
+        "jobenv runs as root, and the state directory {} belongs to uid {NAMELESS}, whom it cannot become (it has no name, so no group of its own, and the directory's group is root's: give the directory that user's group): run it as that user",
+        f.state_dir().display()
+    );
+    as_root(&f, &["status"])
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "who"])
+        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}))
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert!(!f.job_dir().join("ids").exists(), "the program ran");
+
+    // Positive control: the directory of that uid's group, jobenv and its program are that uid
+    // and group, with no other group.
+    std::os::unix::fs::chown(f.state_dir(), None, Some(NAMELESS)).unwrap();
+    let (jobenv, program) = who_runs(&f);
+    let expected = [
+        format!("Uid: {NAMELESS} {NAMELESS} {NAMELESS} {NAMELESS}"),
+        format!("Gid: {NAMELESS} {NAMELESS} {NAMELESS} {NAMELESS}"),
+        "Groups:".to_owned(),
+    ];
+    assert_eq!(jobenv[..3], expected, "{jobenv:?}");
+    assert_eq!(program[..3], expected, "{program:?}");
+}
