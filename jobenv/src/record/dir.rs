@@ -72,7 +72,24 @@ impl Dir {
         // (`record::owner`). A path that leads to one only now (swapped since) is refused, so
         // that what that user plants there never meets root.
         let stat = nix::sys::stat::fstat(&fd).map_err(|errno| failed("inspect", path, errno))?;
-        if stat.st_uid != 0 && nix::unistd::geteuid().is_root() {
+        let root = nix::unistd::geteuid().is_root();
+        // Nor is root in one of its own that another user can change (rename, plant, link in):
+        // that user would meet root again there.
+        let writers = match stat.st_mode {
+            mode if mode & 0o002 != 0 => Some("everyone may".to_owned()),
+            mode if mode & 0o020 != 0 && stat.st_gid != 0 => Some(format!("group {} may", stat.st_gid)),
+            _ => None,
+        };
+        if let Some(writers) = writers.filter(|_| root && stat.st_uid == 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to root, and {writers} write it: jobenv as root uses a state directory of root's only if no one else can change it (give it to the worker's user, whom jobenv then becomes, or take that write permission away)",
+                    shown_path(path)
+                ),
+            ));
+        }
+        if stat.st_uid != 0 && root {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(

@@ -1149,3 +1149,58 @@ fn root_never_becomes_a_nameless_owner_with_roots_group() {
     assert_eq!(jobenv[..3], expected, "{jobenv:?}");
     assert_eq!(program[..3], expected, "{program:?}");
 }
+
+/// A state directory of root's that another user can change is not root's alone: jobenv stays
+/// root there (it becomes no one), so whatever that user renames, plants or links in it would
+/// meet root again. Refused: one that a group other than root's, or everyone, may write, and one
+/// whose `jobs/` or `locks/` belongs to another user.
+#[test]
+fn root_refuses_a_state_directory_of_roots_that_another_user_can_change() {
+    use std::os::unix::fs::chown;
+    let f = node();
+    let state = f.state_dir();
+    chown(&state, Some(0), Some(WORKER_UID)).unwrap();
+    let commands: [&[&str]; 4] = [&["status"], &["recover"], &["drain", "--wait", "0"], &["prune"]];
+    for (mode, who) in [
+        (0o770, format!("group {WORKER_UID} may")),
+        (0o757, "everyone may".to_owned()),
+    ] {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+        let said = format!("{} belongs to root, and {who} write it", state.display());
+        for args in commands {
+            let done = as_root(&f, args).expect_code(2).expect_stderr_contains(&said).run();
+            assert!(!done.stdout.contains("first"), "{args:?}: {done:?}");
+        }
+        as_root(&f, &["run", "--verb", "apply", "--job-id", "refused"])
+            .payload(&payload("ns"))
+            .expect_code(2)
+            .expect_stderr_contains(&said)
+            .run();
+    }
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let said = format!(
+        "{}/jobs belongs to uid {WORKER_UID}, not to the state directory's owner (uid 0)",
+        state.display()
+    );
+    as_root(&f, &["status"])
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    as_root(&f, &["recover"])
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert!(!state.join("draining").exists() && !state.join("jobs/refused.json").exists());
+    assert_eq!(runs(&f), 1);
+
+    // Positive control: the same directory, root's alone (its journal too), is root's to use.
+    for dir in [state.join("jobs"), state.join("locks")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            chown(entry.unwrap().path(), Some(0), Some(0)).unwrap();
+        }
+        chown(&dir, Some(0), Some(0)).unwrap();
+    }
+    let done = as_root(&f, &["status"]).expect_success().run();
+    assert!(done.stdout.contains("\"first\""), "{done:?}");
+    as_root(&f, &["recover"]).expect_success().run();
+}
