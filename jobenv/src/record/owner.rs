@@ -8,7 +8,9 @@
 //! that defend against the same user (bounded reads, no FIFOs, no links: see [`super::dir`])
 //! stay.
 //!
-//! The owner is read by `fstat` of the directory as opened (not by a path looked at again
+//! Root takes a state directory only at a path no other user can change
+//! ([`path_of_roots_alone`]): what the path leads to is then what the node's configuration
+//! says, not what another user swapped in. The owner is read by `fstat` of the directory as opened (not by a path looked at again
 //! later), and the switch is complete: groups first (while jobenv may still change them), then
 //! the real, effective and saved user ids, all three, and no capability left (whatever
 //! securebits would keep: [`drop_capabilities`]), so that nothing can take root back. The
@@ -20,11 +22,11 @@
 //! is root's).
 
 use std::ffi::CString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::{Gid, Uid, User};
 
 use crate::error::Problem;
@@ -45,6 +47,13 @@ pub enum Identity {
 pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(Identity::Unchanged);
+    }
+    if let Err((through, why)) = path_of_roots_alone(state_dir) {
+        return Err(Problem::UnsafeStateDirPath {
+            path: state_dir.to_owned(),
+            through,
+            why,
+        });
     }
     // As the journal opens it (`Dir::open`): the configured path lies in directories of root's,
     // and its last part may be a link of root's (systemd's `StateDirectory=` with
@@ -167,4 +176,78 @@ fn drop_capabilities() -> bool {
     // The ambient set is no part of capget's answer: it is empty when nothing is permitted
     // (the kernel keeps it a subset of the permitted and inheritable sets).
     now == none
+}
+
+/// Whether root may take `state_dir` at this path: every directory on the way (as given, and as
+/// its links resolve) root's and written by no one else, and every link on the way root's; else
+/// the first part of the path that is not, and why. Another user who can change a part of the
+/// path could swap what follows for a link, between two commands or within one: root would then
+/// work in a directory of root's it was never given, or become whoever owns the one linked. A
+/// sticky directory (`/tmp`) is passed through, but is never the state directory's own parent:
+/// there, another user could make the name first. A part that does not exist yet ends the walk:
+/// what root makes from there is its own.
+fn path_of_roots_alone(state_dir: &Path) -> Result<(), (PathBuf, String)> {
+    let Ok(path) = std::path::absolute(state_dir) else {
+        return Ok(());
+    };
+    let Some(parent) = path.parent() else {
+        return Ok(());
+    };
+    walk(parent)?;
+    if let Ok(resolved) = std::fs::canonicalize(parent) {
+        walk(&resolved)?;
+    }
+    // The state directory itself may be a link of root's (systemd's `StateDirectory=` with
+    // `DynamicUser=`): then the directory it leads to must lie on such a path too.
+    let stat = match nix::sys::stat::lstat(&path) {
+        Ok(stat) => stat,
+        Err(_) => return Ok(()),
+    };
+    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK {
+        if stat.st_uid != 0 {
+            return Err((path, format!("is a symbolic link of uid {}'s", stat.st_uid)));
+        }
+        if let Some(parent) = std::fs::canonicalize(&path).ok().as_deref().and_then(Path::parent) {
+            walk(parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`path_of_roots_alone`] for each part of `dir` from `/`, `dir` itself the state directory's
+/// parent (never a sticky directory another user may write).
+fn walk(dir: &Path) -> Result<(), (PathBuf, String)> {
+    let mut part = PathBuf::new();
+    let parts: Vec<_> = dir.components().collect();
+    for (i, component) in parts.iter().enumerate() {
+        part.push(component);
+        let Ok(stat) = nix::sys::stat::lstat(&part) else {
+            return Ok(());
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFLNK {
+            if stat.st_uid != 0 {
+                return Err((part, format!("is a symbolic link of uid {}'s", stat.st_uid)));
+            }
+            continue;
+        }
+        if kind != SFlag::S_IFDIR {
+            // Nothing can be a state directory there: opening it says so.
+            return Ok(());
+        }
+        if stat.st_uid != 0 {
+            return Err((part, format!("belongs to uid {}", stat.st_uid)));
+        }
+        let sticky = stat.st_mode & 0o1000 != 0 && i + 1 < parts.len();
+        let writers = match stat.st_mode {
+            _ if sticky => None,
+            mode if mode & 0o002 != 0 => Some("everyone".to_owned()),
+            mode if mode & 0o020 != 0 && stat.st_gid != 0 => Some(format!("group {}", stat.st_gid)),
+            _ => None,
+        };
+        if let Some(writers) = writers {
+            return Err((part, format!("{writers} may write")));
+        }
+    }
+    Ok(())
 }

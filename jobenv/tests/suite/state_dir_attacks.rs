@@ -1204,3 +1204,81 @@ fn root_refuses_a_state_directory_of_roots_that_another_user_can_change() {
     assert!(done.stdout.contains("\"first\""), "{done:?}");
     as_root(&f, &["recover"]).expect_success().run();
 }
+
+/// Runs `script` with `sh` in `dir` as the worker's user.
+fn as_worker_in(dir: &Path, script: &str) {
+    let status = std::process::Command::new("/bin/sh")
+        .args(["-c", &format!("set -e\n{script}")])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .uid(WORKER_UID)
+        .gid(WORKER_UID)
+        .status()
+        .unwrap();
+    assert!(status.success(), "failed as the worker: {script}");
+}
+
+/// A state directory at a path another user can change (a directory of the worker's on the way:
+/// its home, Windmill's own state directory) can be swapped by that user, between two commands
+/// or within one, for a link to any directory: root would then work in a directory of root's it
+/// was never given (its `draining`, `jobs/` and `locks/` made there), or become whoever owns the
+/// directory linked. jobenv as root takes a state directory only at a path of root's alone, and
+/// says which part of the path is not.
+#[test]
+fn root_refuses_a_state_directory_at_a_path_another_user_can_change() {
+    use std::os::unix::fs::chown;
+    let f = node();
+    let home = f.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    chown(&home, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+    std::fs::rename(f.state_dir(), home.join("state")).unwrap();
+    let roots = f.path().join("roots");
+    std::fs::create_dir(&roots).unwrap();
+    let state = home.join("state");
+    let said = format!(
+        "jobenv runs as root, and the state directory {} is reached through {}, which belongs to uid {WORKER_UID}: as root, jobenv uses a state directory only at a path no other user can change (keep it in directories of root's, or run the command as that user)",
+        state.display(),
+        home.display()
+    );
+    let commands: [&[&str]; 4] = [&["status"], &["drain", "--wait", "0"], &["recover"], &["prune"]];
+    let with_state = |args: &[&str]| {
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(["--state-dir", state.to_str().unwrap()]);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    // The worker's own directory there: refused as it is, since it could be swapped...
+    for args in commands {
+        let args = with_state(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let done = as_root(&f, &args).expect_code(2).expect_stderr_contains(&said).run();
+        assert!(!done.stdout.contains("first"), "{done:?}");
+    }
+    // ...for a link to a directory of root's, say.
+    as_worker_in(&home, &format!("mv state real\nln -s {} state", roots.display()));
+    for args in commands {
+        let args = with_state(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        as_root(&f, &args).expect_code(2).expect_stderr_contains(&said).run();
+    }
+    let args = with_state(&["run", "--verb", "apply", "--job-id", "swapped"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    as_root(&f, &args)
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert_eq!(
+        names(&roots),
+        Vec::<String>::new(),
+        "root worked in a directory it was never given"
+    );
+    assert_eq!(runs(&f), 1);
+
+    // Positive control: the same directory at a path of root's is the worker's, and used.
+    std::fs::rename(home.join("real"), f.state_dir()).unwrap();
+    let done = as_root(&f, &["status"]).expect_success().run();
+    assert!(done.stdout.contains("\"first\""), "{done:?}");
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    as_root(&f, &["recover"]).expect_success().run();
+}
