@@ -400,6 +400,18 @@ pub enum Problem {
         shown_path(path)
     )]
     CannotBecomeOwner { path: PathBuf, user: String, why: String },
+    /// jobenv started as root takes a state directory only at a path no other user can change
+    /// (`record::owner`): another could swap it for a link to a directory of its choosing.
+    #[error(
+        "jobenv runs as root, and the state directory {} is reached through {}, which {why}: as root, jobenv uses a state directory only at a path no other user can change (keep it in directories of root's, or run the command as that user)",
+        shown_path(path),
+        shown_path(through)
+    )]
+    UnsafeStateDirPath {
+        path: PathBuf,
+        through: PathBuf,
+        why: String,
+    },
     #[error("job {job_id} was already run for {recorded}; this run asks for {asked}: a job id names one request")]
     AnotherRequest {
         job_id: String,

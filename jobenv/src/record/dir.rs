@@ -56,6 +56,12 @@ impl Dir {
     /// worker's user's (it lies in a directory of root's), and it may be a link: systemd's
     /// `StateDirectory=` with `DynamicUser=` makes it one.
     pub fn open(path: &Path) -> io::Result<Dir> {
+        if let Some(fd) = pinned(path) {
+            return Ok(Dir {
+                fd: fd.map_err(|e| failed_io("open", path, e))?,
+                path: path.to_owned(),
+            });
+        }
         let fd = nix::fcntl::open(
             path,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -66,7 +72,24 @@ impl Dir {
         // (`record::owner`). A path that leads to one only now (swapped since) is refused, so
         // that what that user plants there never meets root.
         let stat = nix::sys::stat::fstat(&fd).map_err(|errno| failed("inspect", path, errno))?;
-        if stat.st_uid != 0 && nix::unistd::geteuid().is_root() {
+        let root = nix::unistd::geteuid().is_root();
+        // Nor is root in one of its own that another user can change (rename, plant, link in):
+        // that user would meet root again there.
+        let writers = match stat.st_mode {
+            mode if mode & 0o002 != 0 => Some("everyone may".to_owned()),
+            mode if mode & 0o020 != 0 && stat.st_gid != 0 => Some(format!("group {} may", stat.st_gid)),
+            _ => None,
+        };
+        if let Some(writers) = writers.filter(|_| root && stat.st_uid == 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to root, and {writers} write it: jobenv as root uses a state directory of root's only if no one else can change it (give it to the worker's user, whom jobenv then becomes, or take that write permission away)",
+                    shown_path(path)
+                ),
+            ));
+        }
+        if stat.st_uid != 0 && root {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(
@@ -326,6 +349,24 @@ impl Dir {
     pub fn shown(&self, name: &OsStr) -> String {
         shown_path(&self.path.join(name))
     }
+}
+
+/// The state directory as root opened it before it became the directory's owner
+/// ([`super::owner`]), by the path it was given.
+static PINNED: std::sync::OnceLock<(PathBuf, OwnedFd)> = std::sync::OnceLock::new();
+
+/// From now on, [`Dir::open`] of `path` is `fd`'s directory: the one whose owner this process
+/// became, whatever `path` leads to later, and also where the owner cannot follow `path` (a
+/// directory of root's alone on the way: systemd's `/var/lib/private/` for `DynamicUser=`). A
+/// descriptor of a directory lets its holder do nothing its own rights do not: each name looked
+/// up through it is checked against them. Once per process.
+pub fn pin(path: &Path, fd: OwnedFd) {
+    let _ = PINNED.set((path.to_owned(), fd));
+}
+
+fn pinned(path: &Path) -> Option<io::Result<OwnedFd>> {
+    let (pinned, fd) = PINNED.get()?;
+    (pinned == path).then(|| fd.try_clone())
 }
 
 impl AsFd for Dir {

@@ -47,18 +47,49 @@ pub struct StateDirId {
     pub ino: u64,
 }
 
+/// `sub`, a directory of the state directory's, unless jobenv runs as root and it belongs to
+/// another user than the state directory does (a state directory of root's, given back to root
+/// after its owner made its journal, say): that user could change it under root. As the cache
+/// refuses a `shells/` of someone else's (`evaluation::cache`).
+fn owned_alike(state: &Dir, sub: Dir) -> std::io::Result<Dir> {
+    let owner = |dir: &Dir| {
+        nix::sys::stat::fstat(dir)
+            .map(|stat| stat.st_uid)
+            .map_err(std::io::Error::from)
+    };
+    let (state_owner, sub_owner) = (owner(state)?, owner(&sub)?);
+    if state_owner != sub_owner && nix::unistd::geteuid().is_root() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to uid {sub_owner}, not to the state directory's owner (uid {state_owner})",
+                crate::error::shown_path(sub.path())
+            ),
+        ));
+    }
+    Ok(sub)
+}
+
 impl Journal {
     /// Creates the directories if needed (mode 0750: entries hold no secret, but no one else
     /// needs to read them).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(state_dir)?;
-        let state = Dir::open(state_dir)?;
-        let [jobs, locks] = ["jobs", "locks"]
-            .map(|name| -> std::io::Result<Dir> { Ok(state.subdir(name, Some(0o750))?.expect("created if missing")) });
+        // Opened first: the directory may be one root opened for its owner ([`Dir::open`]), at a
+        // path that owner cannot follow to make it.
+        let state = match Dir::open(state_dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o750)
+                    .create(state_dir)?;
+                Dir::open(state_dir)?
+            }
+            other => other?,
+        };
+        let [jobs, locks] = ["jobs", "locks"].map(|name| -> std::io::Result<Dir> {
+            owned_alike(&state, state.subdir(name, Some(0o750))?.expect("created if missing"))
+        });
         Ok(Journal {
             state,
             jobs: jobs?,
@@ -77,6 +108,7 @@ impl Journal {
         let (Some(jobs), Some(locks)) = (state.subdir("jobs", None)?, state.subdir("locks", None)?) else {
             return Ok(None);
         };
+        let (jobs, locks) = (owned_alike(&state, jobs)?, owned_alike(&state, locks)?);
         Ok(Some(Journal { state, jobs, locks }))
     }
 

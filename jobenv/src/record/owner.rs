@@ -8,21 +8,25 @@
 //! that defend against the same user (bounded reads, no FIFOs, no links: see [`super::dir`])
 //! stay.
 //!
-//! The owner is read by `fstat` of the directory as opened (not by a path looked at again
+//! Root takes a state directory only at a path no other user can change
+//! ([`path_of_roots_alone`]): what the path leads to is then what the node's configuration
+//! says, not what another user swapped in. The owner is read by `fstat` of the directory as opened (not by a path looked at again
 //! later), and the switch is complete: groups first (while jobenv may still change them), then
-//! the real, effective and saved user ids, all three, so that nothing can take root back. The
+//! the real, effective and saved user ids, all three, and no capability left (whatever
+//! securebits would keep: [`drop_capabilities`]), so that nothing can take root back. The
 //! groups are the user's own (its primary group and the supplementary groups the group database
 //! gives it, as `sudo -u`, `runuser` and systemd's `User=` set them): the process is then what
 //! the worker's own processes are, able to read what a job of the worker can (a key file of
 //! `root:<worker's group> 0440`) and nothing of root's groups. A uid without a name has no
-//! group list: it gets the directory's group and no supplementary group.
+//! group list: it gets the directory's group and no supplementary group (refused when that group
+//! is root's).
 
 use std::ffi::CString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::{Gid, Uid, User};
 
 use crate::error::Problem;
@@ -44,10 +48,19 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(Identity::Unchanged);
     }
+    if let Err((through, why)) = path_of_roots_alone(state_dir) {
+        return Err(Problem::UnsafeStateDirPath {
+            path: state_dir.to_owned(),
+            through,
+            why,
+        });
+    }
     // As the journal opens it (`Dir::open`): the configured path lies in directories of root's,
     // and its last part may be a link of root's (systemd's `StateDirectory=` with
-    // `DynamicUser=`). What is looked at is the directory the descriptor holds; `Dir::open`
-    // refuses root a directory of another user's, should the path lead elsewhere later.
+    // `DynamicUser=`). What is looked at is the directory the descriptor holds, and once this
+    // process is its owner, that descriptor is what `Dir::open` gives for the path (so the
+    // directory used is the one looked at); `Dir::open` refuses root a directory of another
+    // user's, should the path of root's own lead elsewhere later.
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let dir = match nix::fcntl::open(state_dir, flags, Mode::empty()) {
         Ok(dir) => dir,
@@ -61,18 +74,18 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
         // root one of another user's).
         _ => return Ok(Identity::Unchanged),
     };
-    drop(dir);
     let uid = Uid::from_raw(stat.st_uid);
     let user = User::from_uid(uid).ok().flatten();
     let name = user.as_ref().map_or_else(|| format!("uid {uid}"), |u| u.name.clone());
-    let refused = |errno: Errno| Problem::CannotBecomeOwner {
+    let refused_for = |why: String| Problem::CannotBecomeOwner {
         path: state_dir.to_owned(),
         user: match &user {
             Some(user) => format!("{} (uid {uid})", user.name),
             None => format!("uid {uid}"),
         },
-        why: errno.desc().to_owned(),
+        why,
     };
+    let refused = |errno: Errno| refused_for(errno.desc().to_owned());
     let (gid, groups) = match &user {
         Some(user) => {
             let groups = CString::new(user.name.as_str())
@@ -80,6 +93,13 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
                 .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
                 .unwrap_or_else(|| vec![user.gid]);
             (user.gid, groups)
+        }
+        // Never root's group: a directory of root's made and then given to a uid alone
+        // (`chown <uid>`) keeps it, and the process would be that user with root's group.
+        None if stat.st_gid == 0 => {
+            return Err(refused_for(
+                "it has no name, so no group of its own, and the directory's group is root's: give the directory that user's group".to_owned(),
+            ));
         }
         None => (Gid::from_raw(stat.st_gid), Vec::new()),
     };
@@ -92,7 +112,7 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     let (ruid, rgid) = (nix::unistd::getresuid(), nix::unistd::getresgid());
     let whole = ruid.is_ok_and(|r| [r.real, r.effective, r.saved] == [uid; 3])
         && rgid.is_ok_and(|r| [r.real, r.effective, r.saved] == [gid; 3]);
-    if !whole {
+    if !whole || !drop_capabilities() {
         return Err(refused(Errno::EPERM));
     }
     // A change of credentials makes the process dumpable again where `fs.suid_dumpable` says
@@ -101,9 +121,133 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     if !matches!(nix::sys::prctl::get_dumpable(), Ok(false)) {
         return Err(refused(Errno::EPERM));
     }
+    // The directory whose owner this process became is the one it uses, by this descriptor:
+    // the path may lead elsewhere by now, or through a directory the owner may not pass.
+    super::dir::pin(state_dir, dir);
     Ok(Identity::Became {
         uid: uid.as_raw(),
         gid: gid.as_raw(),
         name,
     })
+}
+
+/// Leaves this process no capability: permitted, effective, inheritable and ambient all empty,
+/// as checked afterwards. The kernel clears them itself when the user ids leave root, unless
+/// the securebits `no-setuid-fixup` or `keep-caps` (a unit's `SecureBits=`, a container's
+/// runtime) keep them: then jobenv would be the worker with root's rights (`CAP_DAC_OVERRIDE`,
+/// `CAP_KILL`, ...), and what the worker plants would steer them again. Dropping is always
+/// allowed; with nothing permitted, nothing can be raised again.
+fn drop_capabilities() -> bool {
+    use nix::libc;
+    // linux/capability.h: version 3 takes two of these (64 capabilities).
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default, PartialEq)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let none = [Data::default(); 2];
+    let mut now = [Data {
+        effective: u32::MAX,
+        permitted: u32::MAX,
+        inheritable: u32::MAX,
+    }; 2];
+    // SAFETY: capset and capget with a version 3 header and two data structs, as the kernel
+    // reads and writes them; prctl with plain integers.
+    unsafe {
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::syscall(libc::SYS_capset, &raw mut header, none.as_ptr());
+        header.pid = 0;
+        if libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) != 0 {
+            return false;
+        }
+    }
+    // The ambient set is no part of capget's answer: it is empty when nothing is permitted
+    // (the kernel keeps it a subset of the permitted and inheritable sets).
+    now == none
+}
+
+/// Whether root may take `state_dir` at this path: every directory on the way (as given, and as
+/// its links resolve) root's and written by no one else, and every link on the way root's; else
+/// the first part of the path that is not, and why. Another user who can change a part of the
+/// path could swap what follows for a link, between two commands or within one: root would then
+/// work in a directory of root's it was never given, or become whoever owns the one linked. A
+/// sticky directory (`/tmp`) is passed through, but is never the state directory's own parent:
+/// there, another user could make the name first. A part that does not exist yet ends the walk:
+/// what root makes from there is its own.
+fn path_of_roots_alone(state_dir: &Path) -> Result<(), (PathBuf, String)> {
+    let Ok(path) = std::path::absolute(state_dir) else {
+        return Ok(());
+    };
+    let Some(parent) = path.parent() else {
+        return Ok(());
+    };
+    walk(parent)?;
+    if let Ok(resolved) = std::fs::canonicalize(parent) {
+        walk(&resolved)?;
+    }
+    // The state directory itself may be a link of root's (systemd's `StateDirectory=` with
+    // `DynamicUser=`): then the directory it leads to must lie on such a path too.
+    let stat = match nix::sys::stat::lstat(&path) {
+        Ok(stat) => stat,
+        Err(_) => return Ok(()),
+    };
+    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK {
+        if stat.st_uid != 0 {
+            return Err((path, format!("is a symbolic link of uid {}'s", stat.st_uid)));
+        }
+        if let Some(parent) = std::fs::canonicalize(&path).ok().as_deref().and_then(Path::parent) {
+            walk(parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`path_of_roots_alone`] for each part of `dir` from `/`, `dir` itself the state directory's
+/// parent (never a sticky directory another user may write).
+fn walk(dir: &Path) -> Result<(), (PathBuf, String)> {
+    let mut part = PathBuf::new();
+    let parts: Vec<_> = dir.components().collect();
+    for (i, component) in parts.iter().enumerate() {
+        part.push(component);
+        let Ok(stat) = nix::sys::stat::lstat(&part) else {
+            return Ok(());
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFLNK {
+            if stat.st_uid != 0 {
+                return Err((part, format!("is a symbolic link of uid {}'s", stat.st_uid)));
+            }
+            continue;
+        }
+        if kind != SFlag::S_IFDIR {
+            // Nothing can be a state directory there: opening it says so.
+            return Ok(());
+        }
+        if stat.st_uid != 0 {
+            return Err((part, format!("belongs to uid {}", stat.st_uid)));
+        }
+        let sticky = stat.st_mode & 0o1000 != 0 && i + 1 < parts.len();
+        let writers = match stat.st_mode {
+            _ if sticky => None,
+            mode if mode & 0o002 != 0 => Some("everyone".to_owned()),
+            mode if mode & 0o020 != 0 && stat.st_gid != 0 => Some(format!("group {}", stat.st_gid)),
+            _ => None,
+        };
+        if let Some(writers) = writers {
+            return Err((part, format!("{writers} may write")));
+        }
+    }
+    Ok(())
 }

@@ -9,7 +9,8 @@
 //!   jobenv exits), and the check that jobenv is still its parent (if jobenv died before the
 //!   prctl, that signal would never come);
 //! - every descriptor but 0, 1, 2 close-on-exec (descriptors jobenv inherited must not reach the
-//!   program), except the ones passed on by [`Passed`].
+//!   program), except the ones passed on by [`Passed`];
+//! - no controlling terminal: a shell's, when jobenv runs in one ([`leave_the_terminal`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -137,6 +138,7 @@ fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED], placement: Pl
     }
     // Before anything of the program runs: a child that cannot enter its cgroup never execs.
     placement.enter()?;
+    leave_the_terminal()?;
     // SAFETY: plain system calls on signal and descriptor numbers (a default disposition
     // installs no handler code); errors are reported, nothing else.
     unsafe {
@@ -174,6 +176,42 @@ fn prepare_child(parent: Pid, moves: [(RawFd, RawFd); MAX_PASSED], placement: Pl
             if libc::dup2(from, to) < 0 {
                 return Err(io::Error::last_os_error());
             }
+        }
+    }
+    Ok(())
+}
+
+/// The child gives up jobenv's controlling terminal, if jobenv has one (a run by hand in a
+/// shell): the program never reads nor needs it (its stdin is /dev/null), and a job started as
+/// root on the worker's state directory runs its program as the worker (`record::owner`), whose
+/// processes could otherwise open `/dev/tty` (which no file permission guards) and read the
+/// root shell's keystrokes, write on its screen, or type a command into it (`TIOCSTI`) for
+/// root's shell to run once jobenv exits. `TIOCNOTTY` drops the terminal for this process alone
+/// (it leads no session: jobenv's process group, and so Windmill's group kill, stay as they
+/// are), and nothing it starts can take one back: only a session leader acquires a terminal,
+/// and the terminal's own device is not the worker's to open. Between fork and exec: only
+/// async-signal-safe system calls.
+fn leave_the_terminal() -> io::Result<()> {
+    // SAFETY: open, ioctl and close on a descriptor of this process alone.
+    unsafe {
+        let tty = libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        );
+        if tty < 0 {
+            // No controlling terminal (Windmill, a unit), no /dev/tty (a container), or one
+            // that hung up: nothing the program could open either.
+            let error = io::Error::last_os_error();
+            return match error.raw_os_error() {
+                Some(libc::ENXIO | libc::ENOENT | libc::EIO) => Ok(()),
+                _ => Err(error),
+            };
+        }
+        let left = libc::ioctl(tty, libc::TIOCNOTTY);
+        let error = io::Error::last_os_error();
+        libc::close(tty);
+        if left != 0 {
+            return Err(error);
         }
     }
     Ok(())

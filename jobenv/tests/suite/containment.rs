@@ -38,7 +38,11 @@ struct Deploy {
 impl Deploy {
     fn new(containment: &'static str) -> Self {
         let mut f = Fixture::with_containment(containment);
-        let dir = f.path().to_owned();
+        // The programs' files, in a directory of their own: a test that lets the worker's user
+        // write them must not let it change the state directory's path (jobenv as root refuses
+        // a state directory at such a path).
+        let dir = f.path().join("files");
+        std::fs::create_dir(&dir).unwrap();
         let d = dir.display();
         // Runs until SIGTERM; its pid goes to <name>.pid. Its output goes nowhere: once its
         // jobenv is gone, a write to the job's output would end it by SIGPIPE instead.

@@ -491,7 +491,9 @@ fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unkn
     let (state, dir) = (f.state_dir().display().to_string(), f.path().display().to_string());
     // The program fills the state directory's filesystem, then exits 0: jobenv's end cannot be
     // written as a new file. Both runs happen in one private mount namespace whose state
-    // directory is a small tmpfs; the entry and the first result are copied out for the test.
+    // directory is a small tmpfs (root's alone: a tmpfs is everyone's to write, mode 1777, unless
+    // mounted with a mode, and jobenv as root refuses that); the entry and the first result are
+    // copied out for the test.
     f.program(
         "web",
         "apply",
@@ -500,7 +502,7 @@ fn an_end_that_cannot_be_recorded_is_jobenvs_failure_and_a_rerun_reports_it_unkn
     std::fs::write(f.path().join("payload.json"), PAYLOAD).unwrap();
     let run = format!("\"$0\" run --verb apply --job-id full-disk --payload {dir}/payload.json");
     let script = format!(
-        "mount -t tmpfs -o size=256k tmpfs {state} || exit 99; {run}; echo first=$? >&2; cp result.json {dir}/first-result.json; \
+        "mount -t tmpfs -o size=256k,mode=0755 tmpfs {state} || exit 99; {run}; echo first=$? >&2; cp result.json {dir}/first-result.json; \
          rm -f {state}/fill; cp {state}/jobs/full-disk.json {dir}/entry.json; {run}; echo second=$? >&2"
     );
     let mut command = f.command(

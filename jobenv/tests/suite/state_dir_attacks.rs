@@ -740,7 +740,7 @@ fn identity(status: &str) -> Vec<String> {
     status
         .lines()
         .filter(|l| {
-            ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:"]
+            ["Uid:", "Gid:", "Groups:", "CapPrm:", "CapEff:", "CapAmb:"]
                 .iter()
                 .any(|k| l.starts_with(k))
         })
@@ -752,9 +752,15 @@ fn identity(status: &str) -> Vec<String> {
 /// jobenv itself is while it waits (and whether its `/proc` entry is still sealed: its
 /// `environ` root's, as for a process that is not dumpable), and who its program was.
 fn who_runs(f: &Fixture) -> (Vec<String>, Vec<String>) {
-    let mut running = as_root(f, &["run", "--verb", "apply", "--job-id", "who"])
-        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}))
-        .spawn();
+    who_runs_started(f, |_| {})
+}
+
+/// [`who_runs`], with jobenv's command prepared by `prepare` first.
+fn who_runs_started(f: &Fixture, prepare: impl FnOnce(&mut JobRun)) -> (Vec<String>, Vec<String>) {
+    let mut run = as_root(f, &["run", "--verb", "apply", "--job-id", "who"])
+        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}));
+    prepare(&mut run);
+    let mut running = run.spawn();
     let (ids, go) = (f.job_dir().join("ids"), f.job_dir().join("go"));
     let recorded = fediversity_testkit::process::wait_until(Duration::from_secs(20), || {
         std::fs::read_to_string(&ids).is_ok_and(|t| t.ends_with("end\n"))
@@ -814,6 +820,7 @@ fn jobenv_started_as_root_on_the_workers_state_directory_is_the_worker() {
         format!("Groups: {}", groups.join(" ")).trim_end().to_owned(),
         "CapPrm: 0000000000000000".to_owned(),
         "CapEff: 0000000000000000".to_owned(),
+        "CapAmb: 0000000000000000".to_owned(),
     ];
     assert_eq!(jobenv, expected, "jobenv while its program runs");
     assert_eq!(program, expected, "its program");
@@ -882,4 +889,374 @@ fn root_that_cannot_become_the_owner_is_refused_and_touches_nothing() {
         .expect_success()
         .run();
     assert_eq!(done.stdout, "[]\n");
+}
+
+/// A new pseudo-terminal: its master (what a terminal emulator reads) and its slave (a shell's
+/// terminal), both close-on-exec.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use nix::libc;
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system calls; each descriptor is checked and owned once.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(master >= 0, "posix_openpt");
+        assert!(libc::grantpt(master) == 0 && libc::unlockpt(master) == 0);
+        let mut name = [0 as libc::c_char; 64];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(slave >= 0, "open the pty's slave");
+        (
+            std::os::fd::OwnedFd::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    }
+}
+
+/// `command` starts in a session of its own whose controlling terminal is `slave`: as a command
+/// typed in an operator's root shell does.
+fn in_terminal(command: &mut std::process::Command, slave: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let slave = slave.as_raw_fd();
+    // SAFETY: only system calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if nix::libc::setsid() < 0 || nix::libc::ioctl(slave, nix::libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// What the terminal shows so far (the master's pending output), without waiting.
+fn shown(master: &std::os::fd::OwnedFd) -> String {
+    use std::io::Read;
+    let file = std::fs::File::from(master.try_clone().unwrap());
+    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+    let mut bytes = Vec::new();
+    let _ = (&file).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A job run by hand in a root shell runs its program as the worker's user: that program must
+/// not reach the root shell's terminal, which a process of the worker's (the program itself, or
+/// one that attaches to it: it is the worker's) could read keystrokes from, write to, or, where
+/// `TIOCSTI` is allowed, type commands into for root's shell to run once jobenv exits.
+#[test]
+fn a_program_run_by_hand_as_the_worker_never_reaches_roots_terminal() {
+    let mut f = Fixture::new();
+    let job = f.job_dir();
+    f.program(
+        "tty",
+        "apply",
+        &format!(
+            "if (echo HIJACKED > /dev/tty) 2>/dev/null; then echo opened > {0}/tty; else echo refused > {0}/tty; fi",
+            job.display()
+        ),
+    );
+    f.write();
+    f.hand_to(WORKER_UID);
+    let (master, slave) = pty();
+    let mut run = as_root(&f, &["run", "--verb", "apply", "--job-id", "tty"])
+        .payload(&json!({"ATTRIBUTE": "tty", "NAMESPACE": "tty"}))
+        .expect_success();
+    in_terminal(run.command(), &slave);
+    run.run();
+    let tty = std::fs::read_to_string(job.join("tty")).expect("the program ran");
+    assert_eq!(tty, "refused\n", "the worker's program opened root's terminal");
+    assert!(
+        !shown(&master).contains("HIJACKED"),
+        "the worker's program wrote on root's terminal"
+    );
+
+    // Positive control: a process of the worker's in a session of that terminal does reach it.
+    let mut control = std::process::Command::new("/bin/sh");
+    control
+        .args(["-c", "echo HIJACKED > /dev/tty"])
+        .uid(WORKER_UID)
+        .gid(WORKER_UID);
+    in_terminal(&mut control, &slave);
+    assert!(control.status().unwrap().success());
+    assert!(
+        shown(&master).contains("HIJACKED"),
+        "the control did not reach the terminal"
+    );
+}
+
+/// A root whose change of user keeps its capabilities (the securebits `no-setuid-fixup` and
+/// `keep-caps`, which a unit's `SecureBits=` or a container's runtime may set) still becomes the
+/// worker with none: with `CAP_DAC_OVERRIDE` and the like, what the worker plants in the state
+/// directory would steer root's rights again, in a process of the worker's.
+#[test]
+fn root_whose_change_of_user_keeps_its_capabilities_still_becomes_the_worker_without_any() {
+    let f = who_node();
+    f.hand_to(WORKER_UID);
+    let keeping = |run: &mut JobRun| {
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            run.command().pre_exec(|| {
+                let bits = nix::libc::SECBIT_NO_SETUID_FIXUP | nix::libc::SECBIT_KEEP_CAPS;
+                if nix::libc::prctl(nix::libc::PR_SET_SECUREBITS, bits as nix::libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let (jobenv, program) = who_runs_started(&f, keeping);
+    let none = |ids: &[String]| {
+        ids.iter()
+            .filter(|l| l.starts_with("Cap"))
+            .all(|l| l.ends_with(" 0000000000000000"))
+    };
+    assert!(jobenv[0].starts_with(&format!("Uid: {WORKER_UID} ")), "{jobenv:?}");
+    assert!(none(&jobenv), "jobenv kept capabilities as the worker: {jobenv:?}");
+    assert!(none(&program), "its program has capabilities: {program:?}");
+
+    // Positive control: with these securebits, a change of user as jobenv makes it (all three
+    // ids) does keep root's capabilities: what the child says of itself right after it.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&write);
+    let mut control = std::process::Command::new("/bin/true");
+    // SAFETY: only system calls between fork and exec, on a buffer of the child's stack.
+    unsafe {
+        control.pre_exec(move || {
+            use nix::libc;
+            let bits = libc::SECBIT_NO_SETUID_FIXUP | libc::SECBIT_KEEP_CAPS;
+            let id = WORKER_UID;
+            if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0
+                || libc::setresgid(id, id, id) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresuid(id, id, id) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let status = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY);
+            let mut buffer = [0u8; 4096];
+            let n = libc::read(status, buffer.as_mut_ptr().cast(), buffer.len());
+            if n > 0 {
+                libc::write(fd, buffer.as_ptr().cast(), n as usize);
+            }
+            Ok(())
+        });
+    }
+    assert!(control.status().unwrap().success());
+    drop(write);
+    let said = std::io::read_to_string(std::fs::File::from(read)).unwrap();
+    let control = identity(&said);
+    assert!(control[0].starts_with(&format!("Uid: {WORKER_UID} ")), "{control:?}");
+    assert!(!none(&control), "the securebits kept no capability: {control:?}");
+}
+
+/// systemd's `StateDirectory=` with `DynamicUser=` keeps the state directory in
+/// `/var/lib/private/` (root's alone, mode 0700) and links it from `/var/lib/`: the worker's user
+/// never passes through `private/` (its unit sees the directory mounted in place). Root's
+/// `status`, `recover`, `drain` and `prune` by hand become that user all the same, and use the
+/// directory root opened before it switched, rather than a path the worker cannot follow.
+#[test]
+fn root_by_hand_on_a_state_directory_behind_a_directory_of_roots_alone_still_works() {
+    let f = node();
+    let private = f.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::rename(f.state_dir(), private.join("state")).unwrap();
+    let linked = f.path().join("linked");
+    std::os::unix::fs::symlink("private/state", &linked).unwrap();
+    let state = linked.to_str().unwrap();
+    let done = as_root(&f, &["status", "--state-dir", state]).expect_success().run();
+    let listed: Vec<Value> = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(listed.len(), 1, "{done:?}");
+    assert_eq!(listed[0]["job_id"], "first");
+    as_root(&f, &["drain", "--wait", "0", "--state-dir", state])
+        .expect_success()
+        .run();
+    use std::os::unix::fs::MetadataExt;
+    let mark = std::fs::metadata(linked.join("draining")).expect("drain made its mark");
+    assert_eq!(mark.uid(), WORKER_UID, "the mark is the worker's");
+    as_root(&f, &["recover", "--state-dir", state]).expect_success().run();
+    assert!(!linked.join("draining").exists(), "recover ended the drain");
+    as_root(&f, &["prune", "--state-dir", state]).expect_success().run();
+
+    // Positive control: the worker's user itself cannot follow that path.
+    let status = std::process::Command::new("/bin/ls")
+        .arg(&linked)
+        .uid(WORKER_UID)
+        .gid(WORKER_UID)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the worker's user passes through private/");
+}
+
+/// A uid without a name (no entry in the user database: a container's, a `DynamicUser=` unit's
+/// that is stopped) has no group of its own, and takes the state directory's group. A directory
+/// root made and gave to that uid alone (`chown 4242 dir`) is still of root's group: jobenv
+/// never becomes that uid with root's group, and says so.
+#[test]
+fn root_never_becomes_a_nameless_owner_with_roots_group() {
+    const NAMELESS: u32 = 4242;
+    let nobody = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(NAMELESS)).unwrap();
+    assert!(nobody.is_none(), "uid {NAMELESS} has a name here");
+    let f = who_node();
+    f.hand_to(NAMELESS);
+    std::os::unix::fs::chown(f.state_dir(), None, Some(0)).unwrap();
+    let said = format!(
+        "jobenv runs as root, and the state directory {} belongs to uid {NAMELESS}, whom it cannot become (it has no name, so no group of its own, and the directory's group is root's: give the directory that user's group): run it as that user",
+        f.state_dir().display()
+    );
+    as_root(&f, &["status"])
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    as_root(&f, &["run", "--verb", "apply", "--job-id", "who"])
+        .payload(&json!({"ATTRIBUTE": "who", "NAMESPACE": "who"}))
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert!(!f.job_dir().join("ids").exists(), "the program ran");
+
+    // Positive control: the directory of that uid's group, jobenv and its program are that uid
+    // and group, with no other group.
+    std::os::unix::fs::chown(f.state_dir(), None, Some(NAMELESS)).unwrap();
+    let (jobenv, program) = who_runs(&f);
+    let expected = [
+        format!("Uid: {NAMELESS} {NAMELESS} {NAMELESS} {NAMELESS}"),
+        format!("Gid: {NAMELESS} {NAMELESS} {NAMELESS} {NAMELESS}"),
+        "Groups:".to_owned(),
+    ];
+    assert_eq!(jobenv[..3], expected, "{jobenv:?}");
+    assert_eq!(program[..3], expected, "{program:?}");
+}
+
+/// A state directory of root's that another user can change is not root's alone: jobenv stays
+/// root there (it becomes no one), so whatever that user renames, plants or links in it would
+/// meet root again. Refused: one that a group other than root's, or everyone, may write, and one
+/// whose `jobs/` or `locks/` belongs to another user.
+#[test]
+fn root_refuses_a_state_directory_of_roots_that_another_user_can_change() {
+    use std::os::unix::fs::chown;
+    let f = node();
+    let state = f.state_dir();
+    chown(&state, Some(0), Some(WORKER_UID)).unwrap();
+    let commands: [&[&str]; 4] = [&["status"], &["recover"], &["drain", "--wait", "0"], &["prune"]];
+    for (mode, who) in [
+        (0o770, format!("group {WORKER_UID} may")),
+        (0o757, "everyone may".to_owned()),
+    ] {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+        let said = format!("{} belongs to root, and {who} write it", state.display());
+        for args in commands {
+            let done = as_root(&f, args).expect_code(2).expect_stderr_contains(&said).run();
+            assert!(!done.stdout.contains("first"), "{args:?}: {done:?}");
+        }
+        as_root(&f, &["run", "--verb", "apply", "--job-id", "refused"])
+            .payload(&payload("ns"))
+            .expect_code(2)
+            .expect_stderr_contains(&said)
+            .run();
+    }
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let said = format!(
+        "{}/jobs belongs to uid {WORKER_UID}, not to the state directory's owner (uid 0)",
+        state.display()
+    );
+    as_root(&f, &["status"])
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    as_root(&f, &["recover"])
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert!(!state.join("draining").exists() && !state.join("jobs/refused.json").exists());
+    assert_eq!(runs(&f), 1);
+
+    // Positive control: the same directory, root's alone (its journal too), is root's to use.
+    for dir in [state.join("jobs"), state.join("locks")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            chown(entry.unwrap().path(), Some(0), Some(0)).unwrap();
+        }
+        chown(&dir, Some(0), Some(0)).unwrap();
+    }
+    let done = as_root(&f, &["status"]).expect_success().run();
+    assert!(done.stdout.contains("\"first\""), "{done:?}");
+    as_root(&f, &["recover"]).expect_success().run();
+}
+
+/// Runs `script` with `sh` in `dir` as the worker's user.
+fn as_worker_in(dir: &Path, script: &str) {
+    let status = std::process::Command::new("/bin/sh")
+        .args(["-c", &format!("set -e\n{script}")])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .uid(WORKER_UID)
+        .gid(WORKER_UID)
+        .status()
+        .unwrap();
+    assert!(status.success(), "failed as the worker: {script}");
+}
+
+/// A state directory at a path another user can change (a directory of the worker's on the way:
+/// its home, Windmill's own state directory) can be swapped by that user, between two commands
+/// or within one, for a link to any directory: root would then work in a directory of root's it
+/// was never given (its `draining`, `jobs/` and `locks/` made there), or become whoever owns the
+/// directory linked. jobenv as root takes a state directory only at a path of root's alone, and
+/// says which part of the path is not.
+#[test]
+fn root_refuses_a_state_directory_at_a_path_another_user_can_change() {
+    use std::os::unix::fs::chown;
+    let f = node();
+    let home = f.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    chown(&home, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
+    std::fs::rename(f.state_dir(), home.join("state")).unwrap();
+    let roots = f.path().join("roots");
+    std::fs::create_dir(&roots).unwrap();
+    let state = home.join("state");
+    let said = format!(
+        "jobenv runs as root, and the state directory {} is reached through {}, which belongs to uid {WORKER_UID}: as root, jobenv uses a state directory only at a path no other user can change (keep it in directories of root's, or run the command as that user)",
+        state.display(),
+        home.display()
+    );
+    let commands: [&[&str]; 4] = [&["status"], &["drain", "--wait", "0"], &["recover"], &["prune"]];
+    let with_state = |args: &[&str]| {
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(["--state-dir", state.to_str().unwrap()]);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    // The worker's own directory there: refused as it is, since it could be swapped...
+    for args in commands {
+        let args = with_state(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let done = as_root(&f, &args).expect_code(2).expect_stderr_contains(&said).run();
+        assert!(!done.stdout.contains("first"), "{done:?}");
+    }
+    // ...for a link to a directory of root's, say.
+    as_worker_in(&home, &format!("mv state real\nln -s {} state", roots.display()));
+    for args in commands {
+        let args = with_state(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        as_root(&f, &args).expect_code(2).expect_stderr_contains(&said).run();
+    }
+    let args = with_state(&["run", "--verb", "apply", "--job-id", "swapped"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    as_root(&f, &args)
+        .payload(&payload("ns"))
+        .expect_code(2)
+        .expect_stderr_contains(&said)
+        .run();
+    assert_eq!(
+        names(&roots),
+        Vec::<String>::new(),
+        "root worked in a directory it was never given"
+    );
+    assert_eq!(runs(&f), 1);
+
+    // Positive control: the same directory at a path of root's is the worker's, and used.
+    std::fs::rename(home.join("real"), f.state_dir()).unwrap();
+    let done = as_root(&f, &["status"]).expect_success().run();
+    assert!(done.stdout.contains("\"first\""), "{done:?}");
+    as_root(&f, &["drain", "--wait", "0"]).expect_success().run();
+    as_root(&f, &["recover"]).expect_success().run();
 }
