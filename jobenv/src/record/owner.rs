@@ -103,6 +103,16 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
         }
         None => (Gid::from_raw(stat.st_gid), Vec::new()),
     };
+    // With `fs.suid_dumpable` 1 the kernel makes the process dumpable at the change of user,
+    // before it can seal itself again: for that moment a process of the owner's could trace it
+    // and read the node's secrets from its environment. Such a node (a debugging setting) is
+    // refused the switch, before anything changed.
+    if std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|v| v.trim() == "1") {
+        return Err(refused_for(
+            "fs.suid_dumpable is 1, which would let that user trace jobenv while it changes to them: set it to 0 or 2"
+                .to_owned(),
+        ));
+    }
     let switched = nix::unistd::setresgid(gid, gid, gid)
         .and_then(|()| nix::unistd::setgroups(&groups))
         .and_then(|()| nix::unistd::setresuid(uid, uid, uid));
