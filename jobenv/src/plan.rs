@@ -908,6 +908,29 @@ mod tests {
                 plan.warnings,
                 ["payload TRACESTATE dropped: it goes with a TRACEPARENT, and there is none"]
             );
+            // A NUL, which no environment can hold, is one more way to be bad: dropped, never
+            // the job's refusal (as it is for any other key: the positive control).
+            let with_nul = format!("{GOOD}\0");
+            let plan = planned(&[("TRACEPARENT", with_nul.as_str()), ("TRACESTATE", "fe=1")]);
+            assert_eq!(
+                plan.warnings,
+                [format!(
+                    "payload TRACEPARENT \"{GOOD}\\0\" dropped (and TRACESTATE with it): {}",
+                    crate::telemetry::context::TRACEPARENT_RULE
+                )]
+            );
+            assert!(!plan.env.contains_key("TRACEPARENT"));
+            let plan = planned(&[("TRACEPARENT", GOOD), ("TRACESTATE", "fe=1\0")]);
+            assert_eq!(
+                plan.warnings,
+                [format!(
+                    "payload TRACESTATE \"fe=1\\0\" dropped: {}",
+                    crate::telemetry::context::TRACESTATE_RULE
+                )]
+            );
+            let mut i = inputs();
+            i.set_payload("ATTRIBUTE", json!("web\0"));
+            assert!(super::planned(&i).is_err(), "a NUL in another key is a problem");
             // A node cannot set them: they are a job's.
             let mut i = inputs();
             i.node.extend(node(&[("TRACEPARENT", GOOD, false)]));

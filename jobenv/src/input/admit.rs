@@ -127,7 +127,9 @@ pub fn payload(inputs: &Inputs, problems: &mut Vec<Problem>, warnings: &mut Vec<
             KeyClass::PayloadControl { .. } | KeyClass::Derived { .. } | KeyClass::NodeControl => true,
             KeyClass::StateCredential { .. } | KeyClass::Declared(_) => false,
         };
-        if text.contains('\0') {
+        // A bad trace context never refuses a job (`controls::trace_context` drops it, saying
+        // why); a NUL in it is one more way to be bad.
+        if text.contains('\0') && !matches!(key.as_str(), "TRACEPARENT" | "TRACESTATE") {
             problems.push(Problem::NulInValue {
                 key: key.clone(),
                 origin: "payload".into(),
