@@ -169,7 +169,14 @@ pub fn decide(var: &dyn Fn(&str) -> Option<String>, options: &Options) -> Decisi
         },
     };
     let mut secrets: Vec<String> = Vec::new();
+    let mut short = false;
     let mut add_secret = |value: &str| {
+        // As for the node's secrets: a value this short is in too much else (`ops` in `stops`)
+        // to be cut out of every exported line, and too short to be worth it.
+        if value.len() < crate::run::redact::MIN_SECRET_LEN {
+            short |= !value.is_empty();
+            return;
+        }
         secrets.push(value.to_owned());
         secrets.extend(
             value
@@ -193,6 +200,12 @@ pub fn decide(var: &dyn Fn(&str) -> Option<String>, options: &Options) -> Decisi
                 add_secret(&value);
             }
         }
+    }
+    if short {
+        warnings.push(format!(
+            "telemetry: a header value is shorter than {} bytes: it is not redacted from the program's output or the exported lines",
+            crate::run::redact::MIN_SECRET_LEN
+        ));
     }
     let (mut service_name, resource) = match var("OTEL_RESOURCE_ATTRIBUTES").map(|raw| parse_list(&raw)) {
         None => (None, Vec::new()),
@@ -465,11 +478,24 @@ mod tests {
             "Authorization=Bearer%20tok-0123456789,x-team=ops",
             "Bearer tok-0123456789",
             "tok-0123456789",
-            "ops",
         ] {
             assert!(secrets.iter().any(|s| s == needle), "{needle}: {secrets:?}");
         }
         assert!(!secrets.iter().any(|s| s == "Bearer"), "{secrets:?}");
+        // A value under 4 bytes is no needle (it would cut `ops` out of `stops` in every exported
+        // line), and a warning says so without quoting it.
+        assert!(!secrets.iter().any(|s| s == "ops"), "{secrets:?}");
+        let d = decided(
+            &[ENDPOINT, ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=ops")],
+            &Options::default(),
+        );
+        assert_eq!(
+            d.warnings,
+            [
+                "telemetry: a header value is shorter than 4 bytes: it is not redacted from the program's output or the exported lines"
+            ]
+        );
+        assert!(d.config.unwrap().secrets.0.iter().all(|s| s != "ops"));
         assert!(!format!("{c:?}").contains("tok-0123456789"), "{c:?}");
     }
 
