@@ -670,19 +670,38 @@ fn what_a_sigkilled_jobenv_left_outside_its_process_group_does_not_outlive_it() 
     );
 }
 
+/// Nodes a and b on `db`, whose program records its node in `shared/runs` and its pid, then
+/// waits for `shared/go-<node>`; node b's may go at once.
+fn waiting_pair(db: &postgres::JobenvDb<'_>, shared: &Path) -> (Node, Node) {
+    let dir = shared.display();
+    let body = format!(
+        "echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done"
+    );
+    std::fs::write(shared.join("go-b"), "").unwrap();
+    (
+        Node::new("a", Some(&db.dsn()), &body),
+        Node::new("b", Some(&db.dsn()), &body),
+    )
+}
+
+/// The entry the shared journal's row of `job_id` holds.
+fn shared_entry(db: &postgres::JobenvDb<'_>, job_id: &str) -> Value {
+    let row: String = db
+        .client()
+        .query_one(
+            "SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = $1",
+            &[&job_id],
+        )
+        .unwrap()
+        .get(0);
+    serde_json::from_str(&row).unwrap()
+}
+
 #[test]
 fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_nothing() {
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
-    let dir = shared.path().display();
-    let body = format!(
-        "echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done"
-    );
-    let (a, b) = (
-        Node::new("a", Some(&db.dsn()), &body),
-        Node::new("b", Some(&db.dsn()), &body),
-    );
-    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    let (a, b) = waiting_pair(&db, shared.path());
     let mut held = a.job("taken-1", "ns").spawn();
     read_pids(&shared.path().join("program-a.pid"), 1, Duration::from_secs(20));
     // The job's lease runs out under node a (as if node a had been frozen past it), and Windmill's
@@ -713,15 +732,7 @@ fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_
     );
     assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
     // Node a's end came after node b took the job over: fenced by its epoch, it changed nothing.
-    let row: String = db
-        .client()
-        .query_one(
-            "SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = 'taken-1'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    let row: Value = serde_json::from_str(&row).unwrap();
+    let row = shared_entry(&db, "taken-1");
     assert_eq!(
         (row["attempt"].as_u64(), row["status"].as_str()),
         (Some(2), Some("succeeded")),
@@ -743,15 +754,7 @@ fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_
 fn an_end_written_after_a_takeover_the_holder_did_not_see_yet_is_fenced_off_by_its_epoch() {
     let db = postgres::cluster().jobenv_database();
     let shared = tempfile::tempdir().unwrap();
-    let dir = shared.path().display();
-    let body = format!(
-        "echo \"$NODE\" >> {dir}/runs; echo $$ > {dir}/program-$NODE.pid; while [ ! -e {dir}/go-$NODE ]; do sleep 0.02; done"
-    );
-    let (a, b) = (
-        Node::new("a", Some(&db.dsn()), &body),
-        Node::new("b", Some(&db.dsn()), &body),
-    );
-    std::fs::write(shared.path().join("go-b"), "").unwrap();
+    let (a, b) = waiting_pair(&db, shared.path());
     // Node a renews rarely: its next renewal comes long after its end.
     let rare = Timing {
         lease: Duration::from_secs(30),
@@ -800,15 +803,7 @@ fn an_end_written_after_a_takeover_the_holder_did_not_see_yet_is_fenced_off_by_i
         "node a's late end changed the row node b holds: {done:?}"
     );
     assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
-    let row: String = db
-        .client()
-        .query_one(
-            "SELECT entry::text FROM fediversity_jobenv.jobs WHERE job_id = 'fenced-1'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    let row: Value = serde_json::from_str(&row).unwrap();
+    let row = shared_entry(&db, "fenced-1");
     assert_eq!(
         (row["attempt"].as_u64(), row["status"].as_str()),
         (Some(2), Some("succeeded")),
