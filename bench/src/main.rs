@@ -17,7 +17,8 @@ mod startup;
 mod stats;
 mod telemetry;
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, ValueEnum};
 
@@ -55,12 +56,34 @@ struct Cli {
     /// The bootstrap binary (default: next to this one)
     #[arg(long, value_name = "PATH")]
     bootstrap: Option<PathBuf>,
+    /// An earlier build of jobenv that the start-up benchmark measures beside this one, in the
+    /// same rotation (its overhead against this build's, per containment)
+    #[arg(long, value_name = "PATH")]
+    baseline_jobenv: Option<PathBuf>,
+    /// How the report names the baseline build, e.g. the commit it was built from (default: its path)
+    #[arg(long, value_name = "TEXT", requires = "baseline_jobenv")]
+    baseline_label: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let tools = node::Tools::find(cli.jobenv, cli.bootstrap)?;
-    let benches = if cli.benches.is_empty() {
+    let baseline = match cli.baseline_jobenv {
+        Some(jobenv) => {
+            anyhow::ensure!(
+                jobenv.exists(),
+                "--baseline-jobenv: {} does not exist",
+                jobenv.display()
+            );
+            Some(startup::Baseline {
+                label: cli.baseline_label.unwrap_or_else(|| jobenv.display().to_string()),
+                jobenv,
+            })
+        }
+        None => None,
+    };
+    let all = cli.benches.is_empty();
+    let benches = if all {
         vec![
             Bench::Startup,
             Bench::Redaction,
@@ -79,7 +102,7 @@ fn main() -> anyhow::Result<()> {
     for bench in benches {
         eprintln!("fediversity-bench: running {bench:?}");
         tables.push(match bench {
-            Bench::Startup => startup::run(&tools, if cli.quick { 3 } else { 300 })?,
+            Bench::Startup => startup::run(&tools, if cli.quick { 3 } else { 300 }, baseline.as_ref())?,
             Bench::Redaction => redaction::run(
                 &tools,
                 if cli.quick { 4 << 20 } else { 1 << 30 },
@@ -119,15 +142,30 @@ fn main() -> anyhow::Result<()> {
             )?,
         });
     }
-    let when = humantime_date();
-    let text = report::generated(&machine::describe(), &when, &tables);
+    let (machine, when) = (machine::describe(), humantime_date());
     match cli.out {
         Some(path) => {
             let existing = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n".into());
-            std::fs::write(&path, report::splice(&existing, &text))?;
+            let text = if all {
+                report::splice(&existing, &report::generated(&machine, &when, &tables))
+            } else {
+                // Some of the benchmarks: their tables replace theirs, the others' stay.
+                report::splice_tables(&existing, &machine, &when, &tables)
+            };
+            // Whole or not at all: the notes around the tables are written by hand.
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let mut temporary = tempfile::NamedTempFile::new_in(dir)?;
+            if let Ok(meta) = std::fs::metadata(&path) {
+                temporary.as_file().set_permissions(meta.permissions())?;
+            }
+            temporary.write_all(text.as_bytes())?;
+            temporary.persist(&path)?;
             eprintln!("fediversity-bench: wrote {}", path.display());
         }
-        None => println!("{text}"),
+        None => println!("{}", report::generated(&machine, &when, &tables)),
     }
     Ok(())
 }

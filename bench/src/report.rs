@@ -21,7 +21,12 @@ pub struct Target {
 
 impl Table {
     pub fn render(&self) -> String {
-        let mut out = format!("### {}\n\n{}\n\n", self.title, self.method);
+        self.render_noted("")
+    }
+
+    /// The table with `note` after its method.
+    fn render_noted(&self, note: &str) -> String {
+        let mut out = format!("### {}\n\n{}{note}\n\n", self.title, self.method);
         out.push_str(&format!("| {} |\n", self.header.join(" | ")));
         out.push_str(&format!("|{}\n", "---|".repeat(self.header.len())));
         for row in &self.rows {
@@ -61,6 +66,35 @@ pub fn splice(existing: &str, generated: &str) -> String {
     }
 }
 
+/// Replaces, in the generated part of `existing`, the tables of a run of some of the benchmarks
+/// and leaves the others'. Each says where and when it was measured, since the line at the top
+/// names the run of them all. A table not there yet goes at the end of the generated part;
+/// without the markers, the generated part is made of these tables.
+pub fn splice_tables(existing: &str, machine: &str, when: &str, tables: &[Table]) -> String {
+    let (Some(start), Some(end)) = (existing.find(START), existing.find(END)) else {
+        return splice(existing, &generated(machine, when, tables));
+    };
+    if start > end {
+        return splice(existing, &generated(machine, when, tables));
+    }
+    let note = format!(" (Measured in a run of its own, on {machine}, {when}.)");
+    let mut section = existing[start..end].to_owned();
+    for table in tables {
+        let rendered = table.render_noted(&note);
+        let heading = format!("\n### {}\n", table.title);
+        match section.find(&heading) {
+            Some(at) => {
+                let body = at + heading.len();
+                // Up to the next table's heading, or the end of the generated part.
+                let stop = section[body..].find("\n### ").map_or(section.len(), |i| body + i + 1);
+                section.replace_range(at + 1..stop, &rendered);
+            }
+            None => section.push_str(&rendered),
+        }
+    }
+    format!("{}{section}{}", &existing[..start], &existing[end..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +106,62 @@ mod tests {
         let second = splice(&with_after, &format!("{START}\nnew\n{END}"));
         assert!(second.contains("notes before") && second.contains("notes after"));
         assert!(second.contains("new") && !second.contains("old"));
+    }
+
+    fn table(title: &str, figure: &str) -> Table {
+        Table {
+            title: title.into(),
+            method: format!("method of {title}"),
+            header: vec!["what".into()],
+            rows: vec![vec![figure.into()]],
+            targets: vec![],
+        }
+    }
+
+    #[test]
+    fn a_run_of_some_benchmarks_replaces_only_their_tables() {
+        let all = [
+            table("1. One", "old one"),
+            table("2. Two", "old two"),
+            table("3. Three", "old three"),
+        ];
+        let first = splice("# Benchmarks\n\nnotes", &generated("machine A", "day 1", &all));
+        let second = splice_tables(
+            &format!("{first}\nnotes after\n"),
+            "machine B",
+            "day 2",
+            &[table("2. Two", "new two")],
+        );
+        assert!(second.contains("old one") && second.contains("old three"), "{second}");
+        assert!(second.contains("new two") && !second.contains("old two"), "{second}");
+        assert!(second.contains("Measured on machine A, day 1"), "{second}");
+        assert!(
+            second.contains("method of 2. Two (Measured in a run of its own, on machine B, day 2.)"),
+            "{second}"
+        );
+        assert!(!second.contains("method of 1. One (Measured"), "{second}");
+        assert!(second.contains("notes after"), "{second}");
+        // The order of the tables stays, and the last one still ends before the end marker.
+        let (one, two, three) = (
+            second.find("### 1.").unwrap(),
+            second.find("### 2.").unwrap(),
+            second.find("### 3.").unwrap(),
+        );
+        assert!(
+            one < two && two < three && three < second.find(END).unwrap(),
+            "{second}"
+        );
+        let third = splice_tables(
+            &second,
+            "machine C",
+            "day 3",
+            &[table("3. Three", "new three"), table("4. Four", "four")],
+        );
+        assert!(
+            third.contains("new two") && third.contains("new three") && !third.contains("old three"),
+            "{third}"
+        );
+        assert!(third.find("### 4.").unwrap() < third.find(END).unwrap(), "{third}");
+        assert!(third.find("### 3.").unwrap() < third.find("### 4.").unwrap(), "{third}");
     }
 }

@@ -6,6 +6,8 @@
 //! the runner it replaces would. jobenv runs twice over: with its program tree in a cgroup of
 //! the deploy's own (what a node with a writable cgroup v2 does) and with the /proc walk (the
 //! fallback, and jobenv before the cgroup), so the cgroup's own cost shows as a ratio too.
+//! With `--baseline-jobenv`, an earlier build runs the same two ways in the same rotation, so a
+//! change's cost to start-up shows as a ratio of two builds measured side by side.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,12 +26,34 @@ const FACTOR_TARGET: f64 = 10.0;
 /// The cgroup (make it, record it, place the program, read `cgroup.events`, remove it) may cost
 /// at most this share of jobenv's overhead with the /proc walk on top of it.
 const CGROUP_TARGET: f64 = 1.25;
+/// This build's overhead may be at most this times the baseline build's (a restructuring must
+/// not slow start-up beyond the noise of one run).
+const BASELINE_TARGET: f64 = 1.05;
 
-pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
+/// An earlier build of jobenv to measure beside this one (`--baseline-jobenv`).
+pub struct Baseline {
+    pub jobenv: PathBuf,
+    /// How the report names it, e.g. the commit it was built from.
+    pub label: String,
+}
+
+pub fn run(tools: &Tools, rounds: usize, baseline: Option<&Baseline>) -> anyhow::Result<Table> {
     let secrets = node_secrets(100);
-    let node = Node::new(tools, Path::new("/bin/true"), &secrets, &["DOMAIN", "HOSTS"])?;
+    let declared = ["DOMAIN", "HOSTS"];
+    let node = Node::new(tools, Path::new("/bin/true"), &secrets, &declared)?;
     let payload = json!({"ATTRIBUTE": "web", "NAMESPACE": "bench", "DOMAIN": "example.org", "HOSTS": ["a", "b"]});
     node.write_payload(&payload)?;
+    // The baseline build gets a node of its own, made alike: two builds never share a state
+    // directory (an older build need not read what a newer one records there).
+    let baseline_node = baseline
+        .map(|b| {
+            let tools = Tools {
+                jobenv: b.jobenv.clone(),
+                ..tools.clone()
+            };
+            Node::new(&tools, Path::new("/bin/true"), &secrets, &declared)
+        })
+        .transpose()?;
     let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("reference_runner.py");
     let python = Python::find()?;
 
@@ -48,7 +72,7 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
             .args(["--run", "exec web-apply"]);
         c
     };
-    let jobenv = |containment: &str| -> anyhow::Result<Command> {
+    let jobenv = |node: &Node, containment: &str| -> anyhow::Result<Command> {
         let mut c = node.jobenv_run_on_stdin(&payload)?;
         c.env("JOBENV_CONTAINMENT", containment);
         Ok(c)
@@ -61,23 +85,37 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
         Ok(c)
     };
 
-    let mut samples = [
-        Samples::default(),
-        Samples::default(),
-        Samples::default(),
-        Samples::default(),
-        Samples::default(),
+    let mut commands = vec![
+        Which::Direct,
+        Which::StandIn,
+        Which::Jobenv(&node, "cgroup"),
+        Which::Jobenv(&node, "proc"),
+        Which::Python,
     ];
+    if let Some(base) = &baseline_node {
+        commands.extend([Which::Jobenv(base, "cgroup"), Which::Jobenv(base, "proc")]);
+    }
+    let n = commands.len();
+    let mut samples = vec![Samples::default(); n];
     for round in 0..rounds + WARM_UP {
-        // Rotate the order each round so drift on a busy machine hits all five alike.
-        for k in 0..5 {
-            let which = (round + k) % 5;
-            let command = match which {
-                0 => direct(),
-                1 => stand_in(),
-                2 => jobenv("cgroup")?,
-                3 => jobenv("proc")?,
-                _ => python_runner()?,
+        // Rotate the order each round so drift on a busy machine hits all commands alike.
+        for k in 0..n {
+            let mut which = (round + k) % n;
+            // And the two builds trade places every other round: a cgroup's placement costs more
+            // the longer since the last one (the notes on the cgroup), so neither build may
+            // always come a fixed number of commands after the other's.
+            if round % 2 == 1 && n == 7 {
+                which = match which {
+                    2 | 3 => which + 3,
+                    5 | 6 => which - 3,
+                    _ => which,
+                };
+            }
+            let command = match commands[which] {
+                Which::Direct => direct(),
+                Which::StandIn => stand_in(),
+                Which::Jobenv(node, containment) => jobenv(node, containment)?,
+                Which::Python => python_runner()?,
             };
             let took = time(command)?;
             if round >= WARM_UP {
@@ -85,24 +123,102 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
             }
         }
     }
-    let [direct, stand_in, jobenv, walk, python_samples] = samples;
-    let base = direct.median();
+    let base = samples[0].median();
     let over = |s: &Samples| s.median().saturating_sub(base);
+    let (direct, stand_in, jobenv, walk, python_samples) =
+        (&samples[0], &samples[1], &samples[2], &samples[3], &samples[4]);
     let (jobenv_over, walk_over, python_over, stand_in_over) =
-        (over(&jobenv), over(&walk), over(&python_samples), over(&stand_in));
+        (over(jobenv), over(walk), over(python_samples), over(stand_in));
     let jobenv_own = jobenv.median().saturating_sub(stand_in.median());
     let factor = python_over.as_secs_f64() / jobenv_over.as_secs_f64().max(1e-6);
     let cgroup_factor = jobenv_over.as_secs_f64() / walk_over.as_secs_f64().max(1e-6);
+    let ratio = |this: Duration, baseline: &Samples| this.as_secs_f64() / over(baseline).as_secs_f64().max(1e-6);
     let row = |name: &str, s: &Samples, overhead: String| {
         vec![name.to_owned(), ms(s.median()), ms(s.min()), ms(s.max()), overhead]
     };
+    let method = format!(
+        "Wall time of each command from spawn to exit, {rounds} rounds after {WARM_UP} warm-up rounds, the {n} commands in a rotating order; a command's overhead is its median minus the direct exec's median. The program is `/bin/true`. The node has deploy-env.json, keys.json ({declared} declared keys), attributes.json and a secrets directory of 100 files, as a node has (`bench/src/secrets.rs`); the payload (4 keys) comes on stdin. jobenv (`run --verb apply --payload -`, without a job id, so nothing is journaled) reads and validates all of them, merges, builds its redaction needles from the 100 secrets, takes the namespace lock, runs the evaluation of the shell through the nix-instantiate beside its nix-shell (the node's tree is not in the store, so it is evaluated for every job, as before the cache of shells; here the same stand-in, which evaluates nothing and names a derivation) and the program through `--nix-shell` = a stand-in (`bench/src/bin/nix_shell_stand_in.rs`) that execs it as `nix-shell --run \"exec PROG\"` would, without nix's evaluation; jobenv supervises the program and redacts its output. It runs twice over: with `JOBENV_CONTAINMENT=cgroup`, the program tree in a cgroup of its own (made below the benchmark's cgroup, recorded in the state directory, the program placed in it before it execs, its emptiness read from `cgroup.events`, removed at the end), and with `JOBENV_CONTAINMENT=proc`, the /proc walk of jobenv's descendants (the fallback, and how jobenv kept the tree before). The Python runner (`bench/reference_runner.py`, {version}, started with `-S`: it needs only the standard library, and this machine's site hooks are no runner's cost) parses the payload from stdin, reads the same node files and 100 secrets, merges (node over payload over environment, declared keys only) and `subprocess.run`s the same stand-in with the same argv; it does not redact, lock or supervise.{baseline}",
+        declared = secrets.len() + 2,
+        version = python.version,
+        baseline = match baseline {
+            Some(b) => format!(
+                " The baseline build ({}, `--baseline-jobenv`) runs the same two ways with the same command line (doing what jobenv did at that commit), on a node of its own made alike (two builds never share a state directory), in the same rotation; the two builds trade places every other round.",
+                b.label
+            ),
+            None => String::new(),
+        },
+    );
+    let mut rows = vec![
+        row("`env -i PROG` (baseline)", direct, "—".into()),
+        row(
+            "`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)",
+            stand_in,
+            format!("+{}", ms(stand_in_over)),
+        ),
+        row(
+            "`fediversity-jobenv run`, the program in a cgroup",
+            jobenv,
+            format!("+{}", ms(jobenv_over)),
+        ),
+        row(
+            "`fediversity-jobenv run`, the /proc walk (`JOBENV_CONTAINMENT=proc`)",
+            walk,
+            format!("+{}", ms(walk_over)),
+        ),
+        row(
+            "Python runner (`bench/reference_runner.py`)",
+            python_samples,
+            format!("+{}", ms(python_over)),
+        ),
+    ];
+    let mut targets = vec![
+        Target {
+            text: format!(
+                "Python runner's overhead / jobenv's overhead (with its cgroup): {factor:.1}× (target ≥ {FACTOR_TARGET:.0}×); jobenv's overhead {}, of which the stand-in's exec {} and jobenv's own {}",
+                ms(jobenv_over),
+                ms(stand_in_over),
+                ms(jobenv_own)
+            ),
+            met: factor >= FACTOR_TARGET,
+        },
+        Target {
+            text: format!(
+                "jobenv's overhead with its cgroup / with the /proc walk: {cgroup_factor:.2}× (target ≤ {CGROUP_TARGET:.2}×): {} against {}",
+                ms(jobenv_over),
+                ms(walk_over)
+            ),
+            met: cgroup_factor <= CGROUP_TARGET,
+        },
+    ];
+    if let Some(b) = baseline {
+        for (way, this, theirs) in [
+            ("cgroup", jobenv_over, &samples[5]),
+            ("/proc walk", walk_over, &samples[6]),
+        ] {
+            // Beside this build's rows, before the Python runner's.
+            rows.insert(
+                rows.len() - 1,
+                row(
+                    &format!("`fediversity-jobenv run` (baseline build {}), {way}", b.label),
+                    theirs,
+                    format!("+{}", ms(over(theirs))),
+                ),
+            );
+            let ratio = ratio(this, theirs);
+            targets.push(Target {
+                text: format!(
+                    "{way}: this build's overhead / the baseline build's ({}): {ratio:.2}× (target ≤ {BASELINE_TARGET:.2}×): {} against {}",
+                    b.label,
+                    ms(this),
+                    ms(over(theirs))
+                ),
+                met: ratio <= BASELINE_TARGET,
+            });
+        }
+    }
     Ok(Table {
         title: "1. Start-up overhead of jobenv".into(),
-        method: format!(
-            "Wall time of each command from spawn to exit, {rounds} rounds after {WARM_UP} warm-up rounds, the five commands in a rotating order; a command's overhead is its median minus the direct exec's median. The program is `/bin/true`. The node has deploy-env.json, keys.json ({declared} declared keys), attributes.json and a secrets directory of 100 files, as a node has (`bench/src/secrets.rs`); the payload (4 keys) comes on stdin. jobenv (`run --verb apply --payload -`, without a job id, so nothing is journaled) reads and validates all of them, merges, builds its redaction needles from the 100 secrets, takes the namespace lock, runs the evaluation of the shell through the nix-instantiate beside its nix-shell (the node's tree is not in the store, so it is evaluated for every job, as before the cache of shells; here the same stand-in, which evaluates nothing and names a derivation) and the program through `--nix-shell` = a stand-in (`bench/src/bin/nix_shell_stand_in.rs`) that execs it as `nix-shell --run \"exec PROG\"` would, without nix's evaluation; jobenv supervises the program and redacts its output. It runs twice over: with `JOBENV_CONTAINMENT=cgroup`, the program tree in a cgroup of its own (made below the benchmark's cgroup, recorded in the state directory, the program placed in it before it execs, its emptiness read from `cgroup.events`, removed at the end), and with `JOBENV_CONTAINMENT=proc`, the /proc walk of jobenv's descendants (the fallback, and how jobenv kept the tree before). The Python runner (`bench/reference_runner.py`, {version}, started with `-S`: it needs only the standard library, and this machine's site hooks are no runner's cost) parses the payload from stdin, reads the same node files and 100 secrets, merges (node over payload over environment, declared keys only) and `subprocess.run`s the same stand-in with the same argv; it does not redact, lock or supervise.",
-            declared = secrets.len() + 2,
-            version = python.version,
-        ),
+        method,
         header: [
             "command",
             "median",
@@ -112,48 +228,8 @@ pub fn run(tools: &Tools, rounds: usize) -> anyhow::Result<Table> {
         ]
         .map(String::from)
         .to_vec(),
-        rows: vec![
-            row("`env -i PROG` (baseline)", &direct, "—".into()),
-            row(
-                "`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)",
-                &stand_in,
-                format!("+{}", ms(stand_in_over)),
-            ),
-            row(
-                "`fediversity-jobenv run`, the program in a cgroup",
-                &jobenv,
-                format!("+{}", ms(jobenv_over)),
-            ),
-            row(
-                "`fediversity-jobenv run`, the /proc walk (`JOBENV_CONTAINMENT=proc`)",
-                &walk,
-                format!("+{}", ms(walk_over)),
-            ),
-            row(
-                "Python runner (`bench/reference_runner.py`)",
-                &python_samples,
-                format!("+{}", ms(python_over)),
-            ),
-        ],
-        targets: vec![
-            Target {
-                text: format!(
-                    "Python runner's overhead / jobenv's overhead (with its cgroup): {factor:.1}× (target ≥ {FACTOR_TARGET:.0}×); jobenv's overhead {}, of which the stand-in's exec {} and jobenv's own {}",
-                    ms(jobenv_over),
-                    ms(stand_in_over),
-                    ms(jobenv_own)
-                ),
-                met: factor >= FACTOR_TARGET,
-            },
-            Target {
-                text: format!(
-                    "jobenv's overhead with its cgroup / with the /proc walk: {cgroup_factor:.2}× (target ≤ {CGROUP_TARGET:.2}×): {} against {}",
-                    ms(jobenv_over),
-                    ms(walk_over)
-                ),
-                met: cgroup_factor <= CGROUP_TARGET,
-            },
-        ],
+        rows,
+        targets,
     })
 }
 
@@ -199,4 +275,14 @@ impl Python {
             version: format!("Python {version}"),
         })
     }
+}
+
+/// One of the commands the rotation runs.
+#[derive(Clone, Copy)]
+enum Which<'a> {
+    Direct,
+    StandIn,
+    /// jobenv on this node (this build's or the baseline's), with this containment.
+    Jobenv(&'a Node, &'static str),
+    Python,
 }
