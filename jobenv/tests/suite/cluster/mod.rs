@@ -684,6 +684,26 @@ fn waiting_pair(db: &postgres::JobenvDb<'_>, shared: &Path) -> (Node, Node) {
     )
 }
 
+/// Node b's re-run of `job_id`, taken over from node a: it ran the program as attempt 2, which the
+/// shared row records as succeeded (returned). Each node's program ran once.
+fn ran_again_on_b(done: Done, db: &postgres::JobenvDb<'_>, shared: &Path, job_id: &str) -> Value {
+    assert!(
+        done.success()
+            && done
+                .stderr
+                .contains("attempt 1 was interrupted; running it again as attempt 2"),
+        "{done:?}"
+    );
+    assert_eq!(std::fs::read_to_string(shared.join("runs")).unwrap(), "a\nb\n");
+    let row = shared_entry(db, job_id);
+    assert_eq!(
+        (row["attempt"].as_u64(), row["status"].as_str()),
+        (Some(2), Some("succeeded")),
+        "{row}"
+    );
+    row
+}
+
 /// The entry the shared journal's row of `job_id` holds.
 fn shared_entry(db: &postgres::JobenvDb<'_>, job_id: &str) -> Value {
     let row: String = db
@@ -722,22 +742,8 @@ fn a_holder_whose_lease_was_taken_over_stops_at_once_and_its_late_write_changes_
         ),
         "{stderr}"
     );
-    let done = finish(rerun);
-    assert!(
-        done.success()
-            && done
-                .stderr
-                .contains("attempt 1 was interrupted; running it again as attempt 2"),
-        "{done:?}"
-    );
-    assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
     // Node a's end came after node b took the job over: fenced by its epoch, it changed nothing.
-    let row = shared_entry(&db, "taken-1");
-    assert_eq!(
-        (row["attempt"].as_u64(), row["status"].as_str()),
-        (Some(2), Some("succeeded")),
-        "{row}"
-    );
+    let row = ran_again_on_b(finish(rerun), &db, shared.path(), "taken-1");
     assert_eq!(row["earlier"][0]["interrupted_by"], "lease_lost", "{row}");
     // Its own journal keeps its own record.
     assert_eq!(
@@ -794,21 +800,9 @@ fn an_end_written_after_a_takeover_the_holder_did_not_see_yet_is_fenced_off_by_i
             .contains("another run took job fenced-1 over on the cluster journal"),
         "{a_done:?}"
     );
-    let done = finish(rerun);
-    assert!(
-        done.success()
-            && done
-                .stderr
-                .contains("attempt 1 was interrupted; running it again as attempt 2"),
-        "node a's late end changed the row node b holds: {done:?}"
-    );
-    assert_eq!(std::fs::read_to_string(shared.path().join("runs")).unwrap(), "a\nb\n");
-    let row = shared_entry(&db, "fenced-1");
-    assert_eq!(
-        (row["attempt"].as_u64(), row["status"].as_str()),
-        (Some(2), Some("succeeded")),
-        "{row}"
-    );
+    // Without the fence, node a's end would have ended the row node b holds: b's running entry
+    // would then be refused.
+    ran_again_on_b(finish(rerun), &db, shared.path(), "fenced-1");
 }
 
 #[test]
