@@ -516,15 +516,14 @@ fn without_a_cgroup_a_step_that_closed_its_descriptors_does_not_hold_the_namespa
     );
 }
 
-/// As under systemd with `Delegate=yes` and `User=`: jobenv runs as the worker's user in a
-/// cgroup that user owns (the unit's), and makes the deploy's cgroup below it.
-#[test]
-fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
-    let d = Deploy::new("cgroup");
+/// A cgroup `<name>-<pid>` below this test's, delegated to the worker's user as systemd hands a
+/// unit's user one (`Delegate=yes`): the directory and the files that move processes are that
+/// user's. Returns it and its `cgroup.procs`, open for writing (a child writes itself into it
+/// before it execs).
+fn delegated_cgroup(name: &str) -> (PathBuf, std::fs::File) {
     let own = fediversity_testkit::cgroup::dir_of(std::process::id() as i32).expect("this test's cgroup");
-    let unit = own.join(format!("delegated-{}", std::process::id()));
+    let unit = own.join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir(&unit).unwrap();
-    // What systemd hands the unit's user: the directory and the files that move processes.
     for path in [
         unit.clone(),
         unit.join("cgroup.procs"),
@@ -537,6 +536,15 @@ fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
         .write(true)
         .open(unit.join("cgroup.procs"))
         .unwrap();
+    (unit, procs)
+}
+
+/// As under systemd with `Delegate=yes` and `User=`: jobenv runs as the worker's user in a
+/// cgroup that user owns (the unit's), and makes the deploy's cgroup below it.
+#[test]
+fn an_unprivileged_jobenv_in_a_delegated_cgroup_contains_its_program() {
+    let d = Deploy::new("cgroup");
+    let (unit, procs) = delegated_cgroup("delegated");
     let stand_in = d.f.nix_shell_stand_in();
     d.f.hand_to(WORKER_UID);
     // The program's pid files and log, written as the worker's user.
@@ -658,21 +666,7 @@ fn a_deploy_run_as_root_in_the_workers_state_directory_is_the_workers_and_so_is_
     assert!(!d.dir.join("program.pid").exists(), "a program ran without its cgroup");
     // In a cgroup delegated to the worker's user (`systemd-run --uid=<worker> -p Delegate=yes`
     // gives one), started as root.
-    let own = fediversity_testkit::cgroup::dir_of(std::process::id() as i32).expect("this test's cgroup");
-    let unit = own.join(format!("by-hand-{}", std::process::id()));
-    std::fs::create_dir(&unit).unwrap();
-    for path in [
-        unit.clone(),
-        unit.join("cgroup.procs"),
-        unit.join("cgroup.threads"),
-        unit.join("cgroup.subtree_control"),
-    ] {
-        std::os::unix::fs::chown(&path, Some(WORKER_UID), Some(WORKER_UID)).unwrap();
-    }
-    let procs = std::fs::OpenOptions::new()
-        .write(true)
-        .open(unit.join("cgroup.procs"))
-        .unwrap();
+    let (unit, procs) = delegated_cgroup("by-hand");
     let procs_fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
     let mut run = d.f.jobenv(jobenv_bin!()).verb("apply").args(args);
     // SAFETY: one write(2) between fork and exec, on a descriptor opened before the fork.

@@ -128,19 +128,21 @@ fn the_second_job_of_a_tree_runs_its_shell_without_evaluating_it() {
     assert_eq!(entries(&f), keys);
 }
 
+/// `env --format json` of an apply in namespace `ns` on node `f`.
+fn env(f: &Fixture) -> Value {
+    let done = f
+        .jobenv(jobenv_bin!())
+        .args(["env", "--verb", "apply", "--format", "json"])
+        .payload(&payload("ns"))
+        .expect_success()
+        .run();
+    serde_json::from_str(&done.stdout).unwrap()
+}
+
 #[test]
 fn env_says_whether_the_shell_is_cached_and_shows_both_steps() {
     let mut f = node();
     let tree = f.store_tree("tree", &tree_text(&f, "env", 0, 0, None));
-    let env = |f: &Fixture| -> Value {
-        let done = f
-            .jobenv(jobenv_bin!())
-            .args(["env", "--verb", "apply", "--format", "json"])
-            .payload(&payload("ns"))
-            .expect_success()
-            .run();
-        serde_json::from_str(&done.stdout).unwrap()
-    };
     let before = env(&f);
     assert_eq!(before["evaluation"]["cache"], "miss");
     assert_eq!(before["evaluation"]["argv"][1], tree);
@@ -668,15 +670,6 @@ fn root_in_another_users_state_directory_uses_the_cache_as_that_user() {
     run_ok(&f, "ns");
     let before = entries(&f);
     assert_eq!(before.len(), 1);
-    let env = |f: &Fixture| -> Value {
-        let done = f
-            .jobenv(jobenv_bin!())
-            .args(["env", "--verb", "apply", "--format", "json"])
-            .payload(&payload("ns"))
-            .expect_success()
-            .run();
-        serde_json::from_str(&done.stdout).unwrap()
-    };
     // Positive control: root's own state directory, root's own cache.
     assert_eq!(env(&f)["evaluation"]["cache"], "hit");
     // The worker's, as a program of the worker's could have left it: root looks it up as the

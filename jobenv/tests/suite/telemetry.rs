@@ -417,14 +417,11 @@ fn a_collector_that_answers_in_time_costs_no_line() {
     assert_eq!(bodies(&recorded.records, "stdout", None), ["one", "two"]);
 }
 
-/// jobenv's threads (their names), read from /proc while its program runs: the program writes a
-/// file once it started, and waits for the test to remove it.
-fn threads_while_running(mut cmd: Command, f: &Fixture) -> Vec<String> {
+/// `cmd` spawned with its stderr piped and the payload written to its stdin.
+fn spawned_with_payload(cmd: &mut Command) -> std::process::Child {
     use std::io::Write;
-    let started = f.path().join("started");
     let mut child = cmd
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -434,6 +431,14 @@ fn threads_while_running(mut cmd: Command, f: &Fixture) -> Vec<String> {
         .unwrap()
         .write_all(payload().to_string().as_bytes())
         .unwrap();
+    child
+}
+
+/// jobenv's threads (their names), read from /proc while its program runs: the program writes a
+/// file once it started, and waits for the test to remove it.
+fn threads_while_running(mut cmd: Command, f: &Fixture) -> Vec<String> {
+    let started = f.path().join("started");
+    let child = spawned_with_payload(cmd.stdout(std::process::Stdio::null()));
     assert!(
         fediversity_testkit::process::wait_until(Duration::from_secs(30), || started.exists()),
         "the program did not start"
@@ -801,24 +806,12 @@ fn a_long_line_is_cut_and_says_so() {
 /// `args` of jobenv on node `f` with the payload, exporting to `endpoint` (a flush bound of
 /// 0.5 s) if there is one, once its program printed `started`.
 fn started(f: &Fixture, args: &[&str], endpoint: Option<&str>) -> std::process::Child {
-    use std::io::Write;
     let mut cmd = f.command(jobenv_bin!(), args);
     if let Some(endpoint) = endpoint {
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
             .env("JOBENV_OTLP_FLUSH_TIMEOUT", "0.5");
     }
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload().to_string().as_bytes())
-        .unwrap();
+    let mut child = spawned_with_payload(cmd.stdout(std::process::Stdio::piped()));
     let mut stdout = fediversity_testkit::process::StreamWatch::new(child.stdout.take().unwrap());
     assert!(stdout.wait_for(b"started", Duration::from_secs(30)));
     child
