@@ -130,7 +130,7 @@ pub enum Refusal {
     #[error("node not ready: the cluster journal cannot be reached: {0}")]
     Unreachable(String),
     /// A cancel signal came while waiting, or the worker that started jobenv died: the job ends
-    /// as one canceled before its start (`run::not_started` says it).
+    /// as one canceled before its start (`run::not_started` says it, in these words).
     #[error("{}", cancelled_text(.0))]
     Cancelled(Cancelled),
     /// The node's journal (its state directory) cannot be read or written.

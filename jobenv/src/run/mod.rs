@@ -549,17 +549,9 @@ fn signalled(signal: Signal, stop_request: Option<&dyn StopRequested>) -> Outcom
 /// The job ends before its program started (nothing ran), wherever jobenv finds out: while it
 /// validates, waits for a lock, or is about to spawn. One line says why.
 pub fn not_started(cancelled: Cancelled, stop_request: Option<&dyn StopRequested>) -> Outcome {
+    tracing::warn!("{}", crate::error::Refusal::Cancelled(cancelled));
     match cancelled {
-        Cancelled::Signal(signal) => {
-            tracing::warn!(
-                "received {}: the job is canceled before its program started",
-                signal.as_str()
-            );
-            signalled(signal, stop_request)
-        }
-        Cancelled::WorkerLost => {
-            tracing::warn!("the worker that started this job is gone: the program is not started");
-            Outcome::WorkerLost
-        }
+        Cancelled::Signal(signal) => signalled(signal, stop_request),
+        Cancelled::WorkerLost => Outcome::WorkerLost,
     }
 }
