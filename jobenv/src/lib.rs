@@ -56,7 +56,7 @@ mod show;
 mod telemetry;
 
 pub use commands::main;
-pub use record::entry::Entry as JournalEntry;
+pub use record::Entry as JournalEntry;
 pub use show::module_names;
 
 /// The bounds of OTLP export, which the operators' telemetry page states (the suite checks it).

@@ -17,8 +17,7 @@ use crate::input::NodeValues;
 use crate::input::names::DeclaredKey;
 use crate::input::names::{self, KeyClass};
 use crate::input::node::takes_row_secrets;
-use crate::record::entry::Entry;
-use crate::record::result_file::JobResult;
+use crate::record::{Entry, JobResult};
 
 /// What makes one schema.
 pub type Generate = fn() -> Value;
@@ -264,7 +263,7 @@ pub fn node_payload(declared: &BTreeMap<String, DeclaredKey>, attributes: &[Stri
 mod tests {
     use super::*;
     use crate::input::test_support::{inputs, node};
-    use crate::record::ending::Status;
+    use crate::record::Status;
 
     fn validator(schema: &Value) -> jsonschema::Validator {
         jsonschema::draft202012::new(schema).expect("a valid draft 2020-12 schema")

@@ -3,9 +3,7 @@
 
 use crate::cli::DrainArgs;
 use crate::error::Error;
-use crate::record::Status;
-use crate::record::entry::Entry;
-use crate::record::upkeep;
+use crate::record::{self, Entry, Status};
 
 use super::output::JsonArray;
 use super::{Exit, as_owner, journal_refusal, open_journal};
@@ -24,7 +22,7 @@ pub(crate) fn drain(args: DrainArgs) -> Result<Exit, Error> {
             }
             printed.push(entry)
         };
-        upkeep::drain(&journal, args.wait, each).map_err(|source| journal_refusal(&dir, source))
+        record::drain(&journal, args.wait, each).map_err(|source| journal_refusal(&dir, source))
     });
     if let Err(error) = drained {
         printed.finish();

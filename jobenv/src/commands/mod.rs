@@ -137,7 +137,7 @@ pub(crate) fn rejected_before_start(errors: &[String]) -> Exit {
         .skip_while(|arg| arg != "--verb")
         .nth(1)
         .unwrap_or_default();
-    crate::record::result_file::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
+    crate::record::record_rejected_before_start(&Runner::from_environment(), &verb, errors);
     Exit::RejectedBeforeStart
 }
 
@@ -145,10 +145,10 @@ pub(crate) fn rejected_before_start(errors: &[String]) -> Exit {
 /// (see `crate::record::owner`): every command that takes `--state-dir` calls this first. The
 /// error is its refusal, said.
 fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
-    use crate::record::owner::{Identity, become_owner};
+    use crate::record::{Owner, become_owner};
     match become_owner(state_dir) {
-        Ok(Identity::Unchanged) => Ok(()),
-        Ok(Identity::Became { uid, gid, name }) => {
+        Ok(Owner::Unchanged) => Ok(()),
+        Ok(Owner::Became { uid, gid, name }) => {
             tracing::debug!(
                 "the state directory {} is {name}'s: jobenv runs as that user (uid {uid}, gid {gid}), not as root",
                 crate::error::shown_path(state_dir)
@@ -160,8 +160,8 @@ fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
 }
 
 /// The journal at `dir`, for the commands that change it.
-fn open_journal(dir: &std::path::Path) -> Result<crate::record::journal::Journal, Error> {
-    crate::record::journal::Journal::open(dir).map_err(|source| journal_refusal(dir, source))
+fn open_journal(dir: &std::path::Path) -> Result<crate::record::Journal, Error> {
+    crate::record::Journal::open(dir).map_err(|source| journal_refusal(dir, source))
 }
 
 /// The journal at `dir` could not be read or written.

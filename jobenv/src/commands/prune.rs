@@ -26,7 +26,7 @@ pub(crate) fn prune(args: PruneArgs) -> Result<Exit, Error> {
                 tracing::warn!("{problem}");
             }
         }
-        let pruned = crate::record::upkeep::prune(&journal, retain).map_err(|source| journal_refusal(&dir, source))?;
+        let pruned = crate::record::prune(&journal, retain).map_err(|source| journal_refusal(&dir, source))?;
         // The cached shells of trees no longer deployed (they hold garbage-collector roots). A
         // cache that cannot be pruned keeps what it holds: jobs still run.
         let shells = crate::evaluation::prune(&dir, &args.deploy_env).unwrap_or_else(|error| {

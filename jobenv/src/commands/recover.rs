@@ -4,7 +4,7 @@
 
 use crate::cli::RecoverArgs;
 use crate::error::Error;
-use crate::record::upkeep;
+use crate::record;
 
 use super::output::JsonArray;
 use super::{Exit, as_owner, journal_refusal, open_journal, rejected_before_start};
@@ -20,10 +20,10 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
     }
     // Programs may start from now on. First, and whatever becomes of the rest: a drain mark left
     // by a recover that failed would refuse every job of this boot.
-    let ended = upkeep::end_draining(&dir).map_err(|source| journal_refusal(&dir, source));
+    let ended = record::end_draining(&dir).map_err(|source| journal_refusal(&dir, source));
     let mut printed = JsonArray::new();
     let recovered = open_journal(&dir).and_then(|journal| {
-        upkeep::recover(&journal, |entry| {
+        record::recover(&journal, |entry| {
             tracing::warn!(
                 "job {} (attempt {}) was interrupted: its jobenv is gone; marked failed",
                 entry.job_id,
@@ -42,7 +42,7 @@ pub(crate) fn recover(args: RecoverArgs) -> Result<Exit, Error> {
                 tracing::warn!("{problem}");
             }
         }
-        if let Err(error) = upkeep::prune(&journal, args.retain.retention()) {
+        if let Err(error) = record::prune(&journal, args.retain.retention()) {
             tracing::warn!("cannot prune the journal: {error}");
         }
         Ok(())

@@ -3,15 +3,14 @@
 
 use crate::cli::StatusArgs;
 use crate::error::{Error, Problem};
-use crate::record::entry;
-use crate::record::journal::Journal;
+use crate::record::{self, Journal};
 
 use super::output::{JsonArray, json_line, print};
 use super::{Exit, as_owner, journal_refusal};
 
 pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     // A job id names a file in the journal: never a path that leaves it.
-    if let Some(id) = args.job_id.as_ref().filter(|id| !entry::is_valid_job_id(id)) {
+    if let Some(id) = args.job_id.as_ref().filter(|id| !record::is_valid_job_id(id)) {
         return Err(Problem::InvalidJobId(id.clone()).into());
     }
     let dir = args.state.dir();
@@ -21,7 +20,7 @@ pub(crate) fn status(args: StatusArgs) -> Result<Exit, Error> {
     let journal = Journal::at(&dir).map_err(|source| journal_refusal(&dir, source))?;
     let Some(id) = &args.job_id else {
         let Some(journal) = journal else {
-            return Ok(print(json_line(&Vec::<entry::Entry>::new()).as_bytes()));
+            return Ok(print(json_line(&Vec::<record::Entry>::new()).as_bytes()));
         };
         // Every entry, printed as it is read: the journal may hold more than fits in memory.
         let mut printed = JsonArray::new();

@@ -27,11 +27,14 @@
 //!   evaluation in the program tree, its roots, the entry;
 //! - [`prune`] (`prune`): entries of trees no longer deployed.
 
-pub mod cache;
-pub mod drv;
-pub mod key;
-pub mod run;
-pub mod store;
+mod cache;
+mod drv;
+mod key;
+mod run;
+mod store;
+
+// Step 9's entry: the evaluation decided and its steps prepared for the program tree.
+pub(crate) use run::prepare;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -37,6 +37,12 @@ use names::DeclaredKey;
 use node::NodeValue;
 use safe_io::secret::{Hidden, Text};
 
+// What the spine reads through the inputs' face besides gathering and checking them: the
+// payload (step 2 reads it once, for the decision) and a namespace's name.
+pub(crate) use json::Members;
+pub(crate) use names::is_valid_namespace;
+pub(crate) use payload::read_until as read_payload_until;
+
 /// Every value the node sets, by key.
 pub type NodeValues = BTreeMap<String, NodeValue>;
 

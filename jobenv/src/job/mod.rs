@@ -41,16 +41,11 @@ use std::time::Instant;
 use crate::cancel::{Cancel, Cancelled};
 use crate::error::{EXIT_INTERNAL, Error, Problem, Refusal};
 use crate::events::{Events, Ids};
-use crate::input::{self, Identity, json::Members};
+use crate::input::{self, Identity, Members};
 use crate::plan::Plan;
 use crate::process;
-use crate::record::entry::{self, Attempt, Decision, Entry};
-use crate::record::journal::Journal;
-use crate::record::locks;
-use crate::record::result_file::{self, JobResult};
 use crate::record::store::{self, Store};
-use crate::record::upkeep::{self, StopRequest};
-use crate::record::{Ending, Status};
+use crate::record::{self, Attempt, Decision, Ending, Entry, JobResult, Journal, Status, StopRequest};
 use crate::run::tree::Tree;
 use crate::run::{self, RunOptions};
 use crate::settings::{RunSettings, Runner};
@@ -189,7 +184,7 @@ impl<'a> Run<'a> {
         // The payload is read once, now: the decision compares what it asks for with the journal.
         // A cancel while a front-end's pipe stalls ends the job like any cancel before its start.
         let payload =
-            input::payload::read_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
+            input::read_payload_until(&self.settings.job.payload, || cancel.check()).map_err(Stop::Cancelled)?;
         crate::telemetry::payload(payload.as_ref().ok());
         let _job_lock = self.job_lock(store.local(), &mut cancel)?;
         let (attempt, mut earlier) = self.decide(&*store, &payload, &mut cancel)?;
@@ -207,7 +202,7 @@ impl<'a> Run<'a> {
         let namespace = self.namespace_locks(&*store, &plan, attempt, &mut earlier, &mut cancel)?;
         let entry = self.running_entry(&*store, &plan, attempt, earlier, &cancel)?;
         // The tree goes to the program (and is gone when it returns), the locks stay held.
-        let ending = match upkeep::draining(store.local()) {
+        let ending = match record::draining(store.local()) {
             Some(since) => not_started_on_a_draining_node(&since),
             None if store.claims_lost() => not_started_without_its_lease(),
             None => {
@@ -257,7 +252,7 @@ impl<'a> Run<'a> {
             source,
         })?;
         if let Some(id) = &self.settings.job_id {
-            if !entry::is_valid_job_id(id) {
+            if !record::is_valid_job_id(id) {
                 return Err(Problem::InvalidJobId(id.clone()).into());
             }
             self.holder = format!("job {id}, {}", self.holder);
@@ -270,7 +265,7 @@ impl<'a> Run<'a> {
     /// Step 3: held until jobenv exits, so a second jobenv with the same job id waits. A stop
     /// request `drain` left for an earlier attempt must not make this one's cancel look like a
     /// node that stops.
-    fn job_lock(&self, journal: &Journal, cancel: &mut Cancel) -> Result<Option<locks::Held>, Stop> {
+    fn job_lock(&self, journal: &Journal, cancel: &mut Cancel) -> Result<Option<record::Held>, Stop> {
         let Some(id) = &self.job_id else { return Ok(None) };
         let held = journal.lock_job(id, &self.holder, cancel)?;
         if let Some(request) = &self.stop_request {
@@ -290,7 +285,7 @@ impl<'a> Run<'a> {
             return Ok((None, Vec::new()));
         };
         let identity = payload.as_ref().map(input::identity_of).unwrap_or_default();
-        let asked = entry::Request {
+        let asked = record::Request {
             verb: &self.settings.job.verb,
             attribute: identity.attribute.as_deref(),
             namespace: identity.namespace.as_deref(),
@@ -304,7 +299,7 @@ impl<'a> Run<'a> {
             return Err(error.into());
         }
         let holder = known.live.clone();
-        match entry::decide_known(known) {
+        match record::decide_known(known) {
             Decision::Replay(entry) => Err(Stop::Replayed(entry)),
             Decision::Refuse => Err(Refusal::JobRunning {
                 job_id: id.clone(),
@@ -393,8 +388,8 @@ impl<'a> Run<'a> {
         tree_lock: OwnedFd,
         tree: Tree,
         cancel: Cancel,
-        lease: Option<crate::run::lease::LeaseWatch>,
-        guard: Option<crate::run::tree::guard::Deadline>,
+        lease: Option<run::LeaseWatch>,
+        guard: Option<run::tree::Deadline>,
     ) -> Ending {
         // The program runs in a span of its own, and continues the trace from it.
         let stage = crate::telemetry::enter(crate::telemetry::Stage::Program);
@@ -415,8 +410,8 @@ impl<'a> Run<'a> {
         tree_lock: OwnedFd,
         tree: Tree,
         cancel: Cancel,
-        lease: Option<crate::run::lease::LeaseWatch>,
-        guard: Option<crate::run::tree::guard::Deadline>,
+        lease: Option<run::LeaseWatch>,
+        guard: Option<run::tree::Deadline>,
     ) -> Ending {
         tracing::info!(
             "running {} in namespace {} (system {}, verb {})",
@@ -526,7 +521,7 @@ impl<'a> Run<'a> {
                 ..JobResult::of(&ending)
             };
             // Without the file Windmill would fail the job anyway, with a worse message.
-            if !result_file::write_here(&result) && code == 0 {
+            if !record::write_result_here(&result) && code == 0 {
                 code = EXIT_INTERNAL;
             }
         }
@@ -596,7 +591,7 @@ fn start_events(
     let Some(deployment) = identity
         .namespace
         .clone()
-        .filter(|ns| input::names::is_valid_namespace(ns))
+        .filter(|ns| input::is_valid_namespace(ns))
         .or(dd0012.then(String::new))
     else {
         tracing::debug!("progress events are not sent: the job names no valid NAMESPACE");

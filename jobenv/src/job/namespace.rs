@@ -9,37 +9,34 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Refusal};
 use crate::plan::Plan;
 use crate::process;
-use crate::record::entry::{self, Attempt};
-use crate::record::journal::Journal;
-use crate::record::locks::{self, Lock};
-use crate::record::orphans::{self, Recorded, TreeRecord};
 use crate::record::store::{Claim, Store};
-use crate::run::tree::{self, Tree, guard, hierarchy};
+use crate::record::{self, Attempt, Journal, Lock, Recorded, TreeRecord};
+use crate::run::tree::{self, Tree};
 
 /// What a deploy holds of its namespace (step 7): the program tree it runs in and the record of
 /// where that is; the two namespace locks, jobenv's own and the program tree's, with the
 /// descriptor of the latter the program tree gets. The locks are held until jobenv exits
-/// (dropping a [`locks::Held`] unlocks the file for every descriptor of it); the record goes
+/// (dropping a [`record::Held`] unlocks the file for every descriptor of it); the record goes
 /// before them, once the tree's cgroup is gone (fields drop in this order).
 pub(super) struct NamespaceLocks {
     pub(super) tree: Tree,
     /// Cluster mode: kills the tree's cgroup if jobenv dies before it is done (see
     /// `run::tree::guard`) or cannot kill it by the time its leases run out; told it is done
     /// once the tree is gone.
-    guard: Option<guard::Guard>,
+    guard: Option<tree::Guard>,
     _recorded: Option<Recorded>,
     /// The store's claim (a lease, in cluster mode), let go after the tree is gone and before
     /// the node-local locks.
     _shared: Claim,
-    _own: locks::Held,
-    _tree: locks::Held,
+    _own: record::Held,
+    _tree: record::Held,
     pub(super) for_tree: OwnedFd,
 }
 
 impl NamespaceLocks {
     /// The guard's deadline, which the supervisor moves on with the leases' renewals.
-    pub(super) fn guard_deadline(&self) -> Option<guard::Deadline> {
-        self.guard.as_ref().map(guard::Guard::deadline)
+    pub(super) fn guard_deadline(&self) -> Option<tree::Deadline> {
+        self.guard.as_ref().map(tree::Guard::deadline)
     }
 }
 
@@ -63,7 +60,7 @@ impl Run<'_> {
         let deadline = std::time::Instant::now() + wait;
         let journal = store.local();
         let own = journal.acquire(Lock::Namespace(namespace), wait, &self.holder, Some(cancel))?;
-        let left = orphans::stop_left(journal, namespace, &self.holder, self.job_id.as_deref())
+        let left = record::stop_left(journal, namespace, &self.holder, self.job_id.as_deref())
             .map_err(|e| journal.refusal(e))?;
         if let Some(left) = left {
             if left.survived {
@@ -79,7 +76,7 @@ impl Run<'_> {
             // An earlier attempt of this very job: its entry is this run's to write (step 8).
             if let (Some(id), Some(number)) = (&left.job_id, left.attempt) {
                 if self.job_id.as_ref() == Some(id) {
-                    entry::note_orphans(earlier, number, left.orphans);
+                    record::note_orphans(earlier, number, left.orphans);
                 }
             }
         }
@@ -114,7 +111,7 @@ impl Run<'_> {
         attempt: Option<u32>,
     ) -> Result<(Tree, Option<Recorded>), Stop> {
         let me = std::process::id() as i32;
-        let name = hierarchy::deploy_name(namespace, me, process::start_time(me).unwrap_or_default());
+        let name = tree::deploy_name(namespace, me, process::start_time(me).unwrap_or_default());
         let because = if self.settings.cluster.is_some() {
             "cluster mode"
         } else {

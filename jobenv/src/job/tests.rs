@@ -16,14 +16,10 @@ use super::{Parts, Run};
 use crate::cancel::Cancel;
 use crate::error::{EXIT_INTERNAL, EXIT_NOT_READY, EXIT_REJECTED, Error, Refusal};
 use crate::plan::Plan;
-use crate::record::ending::{InterruptedBy, Reason};
-use crate::record::entry::{Entry, Known, Request};
-use crate::record::journal::Journal;
-use crate::record::locks::{self, Lock};
 use crate::record::store::{Claim, Store};
-use crate::record::{Ending, Status, upkeep};
-use crate::run::lease::{LeaseWatch, Renewal};
+use crate::record::{self, Ending, Entry, InterruptedBy, Journal, Known, Lock, Reason, Request, Status};
 use crate::run::tree::Tree;
+use crate::run::{LeaseWatch, Renewal};
 use crate::run::{Outcome, RunOptions};
 use crate::settings::{Containment, JobSettings, NodeFiles, RunSettings, Runner};
 
@@ -201,7 +197,7 @@ impl Node {
     }
 
     /// The namespace's node-local lock, held as another deploy of this node holds it.
-    fn hold_namespace(&self, namespace: &str, holder: &str) -> locks::Held {
+    fn hold_namespace(&self, namespace: &str, holder: &str) -> record::Held {
         let held = self
             .journal()
             .acquire(Lock::Namespace(namespace), Duration::ZERO, holder, None);
@@ -366,7 +362,7 @@ fn an_interrupted_attempt_runs_again_as_the_next_one() {
 #[test]
 fn on_a_draining_node_the_program_is_not_started_and_the_job_is_interrupted_by_the_node() {
     let node = Node::new();
-    upkeep::drain(&node.journal(), Duration::ZERO, |_| Ok(())).unwrap();
+    record::drain(&node.journal(), Duration::ZERO, |_| Ok(())).unwrap();
     let drained = node.run("j");
     assert_eq!(
         (drained.code, drained.ending.interrupted_by),

@@ -23,21 +23,38 @@
 //!   leases;
 //! - [`upkeep`]: `recover`, `prune` and `drain`, which keep the journal true between runs.
 
-pub mod dir;
-pub mod ending;
-pub mod entry;
-pub mod identity;
-pub mod journal;
-pub mod locks;
-pub mod orphans;
-pub mod owner;
-pub mod result_file;
+mod dir;
+mod ending;
+mod entry;
+mod identity;
+mod journal;
+mod locks;
+mod orphans;
+mod owner;
+mod result_file;
 pub mod store;
-pub mod upkeep;
+mod upkeep;
 
 use std::path::Path;
 
+// The record's face: what the spine and the commands use of it, so that a job's path enters the
+// record here (and at its seam, [`store`]) rather than through each of its parts.
+pub(crate) use dir::{Dir, modified};
 pub use ending::{Ending, Status};
+pub use entry::Entry;
+pub(crate) use entry::{Attempt, Decision, Request, decide_known, is_valid_job_id, note_orphans};
+pub(crate) use journal::Journal;
+pub(crate) use locks::{Held, Lock};
+pub(crate) use orphans::{Recorded, TreeRecord, stop_left};
+pub(crate) use owner::{Identity as Owner, become_owner};
+pub(crate) use result_file::{JobResult, record_rejected_before_start, write_here as write_result_here};
+pub(crate) use upkeep::{StopRequest, drain, draining, end_draining, prune, recover};
+// What the spine's unit tests build their memory store's answers from.
+#[cfg(test)]
+pub(crate) use {
+    ending::{InterruptedBy, Reason},
+    entry::Known,
+};
 
 /// Replaces `dir/name` with `bytes` atomically (see [`safe_io::atomic`]): a crash leaves the old
 /// file or the new one, never a torn one.

@@ -26,7 +26,7 @@ use super::locks::{self, Lock};
 use crate::error::Refusal;
 use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
-use crate::run::tree::{Cgroup, ProgramTree, Stopped, hierarchy, stop_together};
+use crate::run::tree::{Cgroup, ProgramTree, Stopped, is_deploy_cgroup, stop_together};
 
 /// How many namespaces `recover` stops together: each holds a lock and a cgroup's descriptor
 /// until it is recorded, and a node has 1,024 descriptors to share.
@@ -163,7 +163,7 @@ fn find_left(journal: &Journal, namespace: &str) -> std::io::Result<Option<Found
         Ok(None) => return Ok(None),
         Err(error) => return forget(&error.to_string()),
     };
-    if !hierarchy::is_deploy_cgroup(&record.cgroup, namespace) {
+    if !is_deploy_cgroup(&record.cgroup, namespace) {
         return forget(&format!(
             "{} is not the cgroup of a deploy of namespace {namespace}",
             shown_path(&record.cgroup)

@@ -20,12 +20,15 @@
 //! 4. When jobenv does not lead its process group (a front-end runs it as a subprocess), the
 //!    program gets a group of its own, and jobenv never signals a group at all.
 
-pub mod lease;
-pub mod pump;
-pub mod reaper;
+mod lease;
+mod pump;
+mod reaper;
 pub mod redact;
-pub mod spawn;
+mod spawn;
 pub mod tree;
+
+// What the record's stores make of a lease, for the run to watch.
+pub(crate) use lease::{LeaseWatch, Renewal};
 
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, mpsc};
@@ -44,7 +47,7 @@ use redact::Redactor;
 use tree::{ProgramTree, Tree};
 
 /// What tells a cancel signal from a node that stops: `drain` leaves a request for the job
-/// before it signals the job's jobenv (`record::upkeep::StopRequest`). A trait, so that the run
+/// before it signals the job's jobenv (`record::StopRequest`). A trait, so that the run
 /// knows nothing of the journal that keeps the request.
 pub trait StopRequested {
     /// Whether `drain` asked for this job's stop.
@@ -67,7 +70,7 @@ pub struct RunOptions<'a> {
     /// every stop of it ends.
     pub lease: Option<lease::LeaseWatch>,
     /// Cluster mode: the deadline of the program tree's guard, moved on with the leases.
-    pub guard: Option<tree::guard::Deadline>,
+    pub guard: Option<tree::Deadline>,
     /// What runs before the program, in its tree and under the same supervision (the
     /// evaluation of its shell: [`crate::evaluation`]); it also gives the program's argv.
     /// `None`: the plan's argv runs at once.
@@ -275,9 +278,7 @@ async fn supervise<T: ProgramTree>(
     // Each process of the job (the steps before the program, the program) looks at the guard's
     // deadline once in the tree: a jobenv frozen since its last look at the leases starts
     // nothing after they ran out.
-    let placement = tree
-        .place()
-        .guarded(options.guard.as_ref().map(tree::guard::Deadline::gate));
+    let placement = tree.place().guarded(options.guard.as_ref().map(tree::Deadline::gate));
     let program = Box::pin(async {
         let output = |fd: &OwnedFd| fd.try_clone().map(std::process::Stdio::from);
         let mut last = None;

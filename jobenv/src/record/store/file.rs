@@ -8,7 +8,7 @@ use crate::cancel::Cancel;
 use crate::error::Refusal;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::Journal;
-use crate::run::lease::LeaseWatch;
+use crate::run::LeaseWatch;
 
 pub struct FileStore {
     journal: Journal,

@@ -21,8 +21,8 @@ use super::entry::{Entry, Known, Request};
 use super::journal::Journal;
 use crate::cancel::Cancel;
 use crate::error::{Error, Refusal};
-use crate::run::lease::LeaseWatch;
-use crate::run::tree::{Tree, guard};
+use crate::run::LeaseWatch;
+use crate::run::tree::{self, Tree};
 use crate::settings::RunSettings;
 
 /// A run's journal and its claims.
@@ -67,7 +67,7 @@ pub trait Store {
 
     /// Step 7, once the program tree is made: what must kill the tree by itself when this
     /// jobenv cannot (see `run::tree::guard`), when the store's claims can expire.
-    fn guard(&self, _tree: &Tree) -> Result<Option<guard::Guard>, Error> {
+    fn guard(&self, _tree: &Tree) -> Result<Option<tree::Guard>, Error> {
         Ok(None)
     }
 

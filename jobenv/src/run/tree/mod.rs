@@ -16,10 +16,10 @@
 //! the tree, the grace, then SIGKILL until none is left. jobenv never signals a process group:
 //! its parent's, or a sibling's in a pipeline, must never be hit.
 
-pub mod cgroup;
-pub mod guard;
-pub mod hierarchy;
-pub mod proc_walk;
+mod cgroup;
+mod guard;
+mod hierarchy;
+mod proc_walk;
 
 use std::collections::HashSet;
 use std::io;
@@ -31,7 +31,10 @@ use nix::sys::signal::Signal;
 
 pub use crate::process::Process;
 use crate::settings::Containment;
+// The program tree's face: what the spine, the run and the record use of its parts.
 pub use cgroup::Cgroup;
+pub(crate) use guard::{Deadline, Guard, start as start_guard};
+pub(crate) use hierarchy::{deploy_name, is_deploy_cgroup};
 pub use proc_walk::ProcTree;
 
 /// How often a stop looks again whether the tree is gone.

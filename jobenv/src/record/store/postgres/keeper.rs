@@ -21,7 +21,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::dsn::Dsn;
 use super::tables::{self, Failed, Renewed, Table};
 use crate::error::Refusal;
-use crate::run::lease::Renewal;
+use crate::run::Renewal;
 
 /// The times of the run's leases (`settings::Cluster`).
 #[derive(Debug, Clone, Copy)]

@@ -105,8 +105,8 @@ use crate::error::{Error, Refusal};
 use crate::record::ending::InterruptedBy;
 use crate::record::entry::{Entry, Known, Request};
 use crate::record::journal::{JOB_LOCK_WAIT, Journal};
-use crate::run::lease::LeaseWatch;
-use crate::run::tree::{Tree, guard};
+use crate::run::LeaseWatch;
+use crate::run::tree::{self, Tree};
 use crate::settings::Cluster;
 use keeper::{Keeper, Timing};
 use tables::{Holder, JobRow, Table};
@@ -426,11 +426,11 @@ impl Store for PgStore {
 
     /// A lease that a dead jobenv no longer renews must not be outlived by its tree: a cgroup
     /// gets a guard (the /proc walk has none, and cluster mode refuses it).
-    fn guard(&self, tree: &Tree) -> Result<Option<guard::Guard>, Error> {
+    fn guard(&self, tree: &Tree) -> Result<Option<tree::Guard>, Error> {
         let (Tree::Cgroup(cgroup), Some(_)) = (tree, self.leases()) else {
             return Ok(None);
         };
-        match guard::start(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))? {
+        match tree::start_guard(cgroup.dir()).map_err(|e| Error::io("cannot start the guard of the program tree", e))? {
             Some(guard) => Ok(Some(guard)),
             None => {
                 let why =
