@@ -53,6 +53,7 @@ mod run;
 pub mod schema;
 mod settings;
 mod show;
+mod state_dir;
 mod telemetry;
 
 pub use commands::main;

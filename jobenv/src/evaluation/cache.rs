@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::key::is_key;
 use super::store::{is_drv_path, store_path_of};
 use crate::cancel::{Cancel, Cancelled};
-use crate::record::Dir;
+use crate::state_dir::Dir;
 
 /// The cache's directory in the state directory.
 pub const SHELLS: &str = "shells";
@@ -456,7 +456,7 @@ impl Cache {
     /// an hour.
     fn remove_old_temporary(&self, name: &str) {
         let old = self.shells.stat(name).ok().flatten().is_some_and(|stat| {
-            crate::record::modified(&stat)
+            crate::state_dir::modified(&stat)
                 .elapsed()
                 .is_ok_and(|age| age > Duration::from_secs(3600))
         });

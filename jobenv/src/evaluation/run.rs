@@ -25,7 +25,6 @@ use super::cache::{self, Cache, Entry, Kind, Lock, NotTaken, TempRoot};
 use super::{Evaluation, Resolved, drv, store};
 use crate::cancel::{Cancel, Cancelled};
 use crate::error::Error;
-use crate::plan::Plan;
 use crate::run::{Before, Next, Outcome, Step, StepEnd};
 
 /// The largest `.drv` jobenv reads for its inputs.
@@ -80,17 +79,18 @@ enum MissStep {
 /// cannot be taken) makes the job evaluate as if it were not cached, with a warning. Only a
 /// cancel while it waits ends the job (not started).
 pub fn prepare(
-    plan: &Plan,
+    eval: &Evaluation,
+    program: &[String],
     state_dir: &Path,
     wait: Option<Duration>,
     cancel: &mut Cancel,
 ) -> Result<Prepared, Cancelled> {
-    let eval = plan.evaluation.clone();
+    let eval = eval.clone();
     let waited = std::cell::Cell::new(Duration::ZERO);
     let attr = eval.attr_path.clone();
     let prepared = |stage| Prepared {
         eval: eval.clone(),
-        program: plan.argv.clone(),
+        program: program.to_vec(),
         stage,
         waited: waited.get(),
     };

@@ -40,7 +40,13 @@ impl Program for Supervised<'_> {
     fn run(&self, plan: &Plan, options: RunOptions<'_>, mut cancel: Cancel, tree: Tree) -> Result<Ran, Error> {
         // The shell's evaluation is a stage of its own in the trace, inside the program's.
         let evaluating = crate::telemetry::enter(crate::telemetry::Stage::Evaluation);
-        let shell = match crate::evaluation::prepare(plan, self.state_dir, options.timeout, &mut cancel) {
+        let shell = match crate::evaluation::prepare(
+            &plan.evaluation,
+            &plan.argv,
+            self.state_dir,
+            options.timeout,
+            &mut cancel,
+        ) {
             Ok(shell) => shell,
             Err(cancelled) => return Ok(Ran::NotStarted(cancelled)),
         };
@@ -55,7 +61,12 @@ impl Program for Supervised<'_> {
             guard: options.guard,
             before: Some(&mut shell),
         };
-        run::run(plan, options, cancel, tree).map(Ran::Ended)
+        let launch = run::Launch {
+            argv: &plan.argv,
+            env: &plan.env,
+            secrets: &plan.secrets,
+        };
+        run::run(launch, options, cancel, tree).map(Ran::Ended)
     }
 }
 

@@ -12,13 +12,13 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::Duration;
 
-use super::dir::Dir;
 use super::ending::{Reason, Status};
 use super::entry::parse;
 use super::entry::{Entry, is_valid_job_id};
 use super::locks::{self, Lock};
 use crate::cancel::Cancel;
 use crate::error::{EXIT_INTERNAL, ReadError, Refusal};
+use crate::state_dir::Dir;
 
 /// How long a run waits for its job id's lock: `recover` takes it for a moment when it checks
 /// whether a job is still running.

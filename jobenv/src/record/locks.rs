@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use safe_io::lock::LockFile;
 
-use super::dir::Dir;
 use crate::cancel::Cancel;
 use crate::error::Refusal;
+use crate::state_dir::Dir;
 
 /// A held lock; dropping it releases the lock.
 pub struct Held {
@@ -202,8 +202,8 @@ pub fn job_of(name: &std::ffi::OsStr) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::dir::tests::dir as locks;
     use super::*;
+    use crate::state_dir::tests::dir as locks;
 
     #[test]
     fn a_holder_text_cannot_start_a_line_of_its_own() {

@@ -4,8 +4,6 @@
 //! ([`crate::job`]), and the commands that keep the journal true between runs (`recover`,
 //! `drain`, `prune`, `status`).
 //!
-//! - [`dir`]: a directory of the state directory, held by its descriptor: nothing there is
-//!   reached through a link, and only regular files of a bounded size are read;
 //! - [`ending`]: how a job ended (one [`Status`], one [`Ending`], the typed [`Reason`] and
 //!   [`InterruptedBy`]), and the table from the run's outcome to each record of it;
 //! - [`entry`]: a job id's journal entry, and what a second run of the same job id does;
@@ -22,8 +20,10 @@
 //!   node's own journal, or in cluster mode a PostgreSQL database shared by the nodes, with
 //!   leases;
 //! - [`upkeep`]: `recover`, `prune` and `drain`, which keep the journal true between runs.
+//!
+//! Every file of it is reached through a directory held by its descriptor
+//! ([`crate::state_dir`]).
 
-mod dir;
 mod ending;
 mod entry;
 mod identity;
@@ -39,7 +39,6 @@ use std::path::Path;
 
 // The record's face: what the spine and the commands use of it, so that a job's path enters the
 // record here (and at its seam, [`store`]) rather than through each of its parts.
-pub(crate) use dir::{Dir, modified};
 pub use ending::{Ending, Status};
 pub use entry::Entry;
 pub(crate) use entry::{Attempt, Decision, Request, decide_known, is_valid_job_id, note_orphans};

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::dir::Dir;
 use super::ending::{InterruptedBy, Status};
 use super::entry::{MAX_STOP_GRACE, Orphans, is_valid_job_id, now};
 use super::journal::{Journal, StateDirId};
@@ -27,6 +26,7 @@ use crate::error::Refusal;
 use crate::error::shown_path;
 use crate::input::names::is_valid_namespace;
 use crate::run::tree::{Cgroup, ProgramTree, Stopped, is_deploy_cgroup, stop_together};
+use crate::state_dir::Dir;
 
 /// How many namespaces `recover` stops together: each holds a lock and a cgroup's descriptor
 /// until it is recorded, and a node has 1,024 descriptors to share.

@@ -5,7 +5,7 @@
 //! then meets a process with that user's rights and no more: no file of root's can be written,
 //! read or shown through it, and whatever jobenv creates there is already that user's. The
 //! guarantee holds by construction, not by a rule every file access must remember; the rules
-//! that defend against the same user (bounded reads, no FIFOs, no links: see [`super::dir`])
+//! that defend against the same user (bounded reads, no FIFOs, no links: see [`crate::state_dir`])
 //! stay.
 //!
 //! Root takes a state directory only at a path no other user can change
@@ -133,7 +133,7 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
     }
     // The directory whose owner this process became is the one it uses, by this descriptor:
     // the path may lead elsewhere by now, or through a directory the owner may not pass.
-    super::dir::pin(state_dir, dir);
+    crate::state_dir::pin(state_dir, dir);
     Ok(Identity::Became {
         uid: uid.as_raw(),
         gid: gid.as_raw(),

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::dir::{self, Dir};
 use super::ending::InterruptedBy;
 use super::ending::Status;
 use super::entry::{Entry, STOP_MARGIN, is_valid_job_id};
@@ -20,6 +19,7 @@ use super::journal::Journal;
 use super::locks::{self, Lock};
 use crate::error::Refusal;
 use crate::process;
+use crate::state_dir::{self, Dir};
 
 /// The file `drain` creates in `jobs/` before it signals a job's jobenv: that jobenv then
 /// records the attempt as stopped by the node, not as canceled.
@@ -159,7 +159,7 @@ pub fn prune(journal: &Journal, retain: Duration) -> std::io::Result<usize> {
         dir.stat(name)
             .ok()
             .flatten()
-            .is_some_and(|stat| dir::modified(&stat) < cutoff)
+            .is_some_and(|stat| state_dir::modified(&stat) < cutoff)
     };
     let mut pruned = 0;
     // An entry whose end the shared journal did not take yet is kept with it, however old.

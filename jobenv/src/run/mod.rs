@@ -30,6 +30,7 @@ pub mod tree;
 // What the record's stores make of a lease, for the run to watch.
 pub(crate) use lease::{LeaseWatch, Renewal};
 
+use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -42,8 +43,9 @@ use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use crate::cancel::{Cancel, Cancelled};
 use crate::error::{EXIT_TIMEOUT, Error};
 use crate::events::{Events, Level};
-use crate::plan::Plan;
+use crate::input::Var;
 use redact::Redactor;
+use safe_io::secret::Hidden;
 use tree::{ProgramTree, Tree};
 
 /// What tells a cancel signal from a node that stops: `drain` leaves a request for the job
@@ -166,9 +168,18 @@ impl Outcome {
     }
 }
 
-/// Runs the plan to its end in `tree` and reports how it ended. Output goes to jobenv's
+/// What a run spawns, from the plan: the program's argv and exact environment, and the secrets
+/// its output is redacted of. The run is told these, not the plan, so that the evaluation's
+/// steps (which the plan describes) can run in the program tree without a circle back.
+pub struct Launch<'a> {
+    pub argv: &'a [String],
+    pub env: &'a BTreeMap<String, Var>,
+    pub secrets: &'a Hidden<Vec<Vec<u8>>>,
+}
+
+/// Runs the program to its end in `tree` and reports how it ended. Output goes to jobenv's
 /// stdout/stderr.
-pub fn run(plan: &Plan, options: RunOptions<'_>, cancel: Cancel, tree: Tree) -> Result<Outcome, Error> {
+pub fn run(plan: Launch<'_>, options: RunOptions<'_>, cancel: Cancel, tree: Tree) -> Result<Outcome, Error> {
     // One thread drives everything async: the program is spawned from this thread, and its
     // parent-death signal is tied to the spawning thread, not to the process.
     // The redactor (about a millisecond to build with a hundred secrets in all their forms) is
@@ -183,13 +194,13 @@ pub fn run(plan: &Plan, options: RunOptions<'_>, cancel: Cancel, tree: Tree) -> 
         .map_err(|e| Error::io("cannot start the runtime", e))?;
     // The one place that knows which kind of tree this is.
     match tree {
-        Tree::Cgroup(cgroup) => runtime.block_on(supervise(plan, options, cancel, redactor, Arc::new(cgroup))),
-        Tree::Proc(walk) => runtime.block_on(supervise(plan, options, cancel, redactor, Arc::new(walk))),
+        Tree::Cgroup(cgroup) => runtime.block_on(supervise(&plan, options, cancel, redactor, Arc::new(cgroup))),
+        Tree::Proc(walk) => runtime.block_on(supervise(&plan, options, cancel, redactor, Arc::new(walk))),
     }
 }
 
 async fn supervise<T: ProgramTree>(
-    plan: &Plan,
+    plan: &Launch<'_>,
     mut options: RunOptions<'_>,
     mut cancel: Cancel,
     redactor: std::io::Result<std::thread::JoinHandle<Redactor>>,
@@ -249,7 +260,7 @@ async fn supervise<T: ProgramTree>(
 
     let redactor = match redactor {
         Ok(building) => building.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-        Err(_) => Redactor::new(&plan.secrets),
+        Err(_) => Redactor::new(plan.secrets),
     };
     let (done_tx, done_rx) = mpsc::channel();
     let stdout = pump::own_stream(std::io::stdout()).map_err(|e| Error::io("cannot duplicate stdout", e))?;
@@ -285,7 +296,7 @@ async fn supervise<T: ProgramTree>(
         let argv = loop {
             let next = match before.as_mut() {
                 Some(before) => before.next(last.take())?,
-                None => Next::Program(plan.argv.clone()),
+                None => Next::Program(plan.argv.to_vec()),
             };
             let step = match next {
                 Next::Step(step) => step,

@@ -725,3 +725,90 @@ fn a_module_and_its_parts_may_use_each_other_but_not_through_a_side_door() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("record/mod.rs -> run/mod.rs"), "{}", found[0]);
 }
+
+// ---- a job's path --------------------------------------------------------------------------
+
+/// The files of a job's own path: the command's file and the spine (its unit tests aside).
+const PATH: &[&str] = &["commands/run.rs", "job/mod.rs", "job/namespace.rs", "job/program.rs"];
+
+/// The modules a job's path enters: every file that the path's own files import.
+fn entered(graph: &Graph) -> BTreeSet<String> {
+    PATH.iter()
+        .flat_map(|file| graph[*file].keys())
+        .filter(|to| !PATH.contains(&to.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// A module's face: a file of its own at the crate's top, or a folder's `mod.rs`. A folder's
+/// other files are its parts.
+fn is_face(file: &str) -> bool {
+    !file.contains('/') || file.ends_with("/mod.rs")
+}
+
+/// The faces that the architecture page's table of the modules a job's path enters names.
+fn faces_on_the_page() -> (String, BTreeSet<String>) {
+    let page = std::fs::read_to_string(repo().join("docs/maintainers/architecture.md")).unwrap();
+    let table = page
+        .split("| module | its face |")
+        .nth(1)
+        .expect("the architecture page has the table of the modules a job's path enters");
+    let faces = table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let face = line.split('|').nth(2).unwrap().trim().trim_matches('`');
+            face.strip_prefix("jobenv/src/")
+                .expect("a face in jobenv/src/")
+                .to_string()
+        })
+        .collect();
+    (page, faces)
+}
+
+#[test]
+fn a_jobs_path_enters_each_module_once_through_its_face_as_the_architecture_page_lists() {
+    let entered = entered(&graph(&sources("jobenv/src")));
+    let parts: Vec<_> = entered.iter().filter(|f| !is_face(f)).collect();
+    assert!(
+        parts.is_empty(),
+        "a job's path reaches into a folder's parts instead of its face (re-export what it needs from the folder's mod.rs): {parts:?}"
+    );
+    let (page, faces) = faces_on_the_page();
+    assert_eq!(
+        faces, entered,
+        "the architecture page's modules of a job's path, against the code's"
+    );
+    let said = format!("A job's path crosses {} module boundaries", entered.len());
+    assert!(page.contains(&said), "the architecture page does not say: {said}");
+    // The issue that reshaped the path counted 26 crossings; it must not grow back.
+    assert!(entered.len() < 26, "{} modules: {entered:?}", entered.len());
+}
+
+#[test]
+fn a_path_that_reaches_into_a_folders_part_is_told_from_one_that_enters_its_face() {
+    let graph = graph(&files(&[
+        ("lib.rs", "mod commands;\nmod job;\nmod record;\n"),
+        ("commands/mod.rs", "mod run;\n"),
+        ("commands/run.rs", "fn f() { crate::job::run() }\n"),
+        (
+            "job/mod.rs",
+            "mod namespace;\nmod program;\nuse crate::record::Journal;\n",
+        ),
+        ("job/namespace.rs", "use crate::record::locks::Held;\n"),
+        ("job/program.rs", "use super::Run;\n"),
+        (
+            "record/mod.rs",
+            "mod locks;\npub use locks::Held;\npub struct Journal;\n",
+        ),
+        ("record/locks.rs", "pub struct Held;\n"),
+    ]));
+    let entered = entered(&graph);
+    assert_eq!(
+        entered,
+        BTreeSet::from(["record/locks.rs".to_string(), "record/mod.rs".to_string()])
+    );
+    let parts: Vec<_> = entered.iter().filter(|f| !is_face(f)).collect();
+    assert_eq!(parts, ["record/locks.rs"]);
+}

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 use super::keeper::{Keeper, why};
 use super::tables::{self, HandedOn};
 use crate::error::Refusal;
-use crate::record::dir::Dir;
 use crate::record::entry::{Entry, is_valid_job_id};
 use crate::record::journal::Journal;
 use crate::record::locks::Lock;
+use crate::state_dir::Dir;
 
 /// The directory of kept ends, in the state directory.
 const DIR: &str = crate::record::journal::UNSHARED;

@@ -1,10 +1,11 @@
-//! A directory of the state directory, held by its descriptor: every file jobenv opens, writes,
+//! A directory of the state directory, held by its descriptor (the journal's, `record`, and the
+//! shell cache's, `evaluation`): every file jobenv opens, writes,
 //! renames or deletes there is named relative to that descriptor, and never reached through a
 //! link.
 //!
 //! Why: the state directory belongs to the worker's user, and so to every deploy program, while
 //! jobenv keeps its journal there. jobenv itself runs there as that user (root becomes it first:
-//! see [`super::owner`]), so a program can never steer it to a file of root's; but it can to
+//! see `record`'s `owner`), so a program can never steer it to a file of root's; but it can to
 //! the worker's own files (`locks/job-x.lock -> ~/.ssh/id_ed25519`), or hang or flood the
 //! jobenv that reads what it planted. A path is resolved anew at each call, through whatever
 //! that user put there meanwhile; a descriptor names the one directory that was checked.
