@@ -8,7 +8,7 @@
 //! `canceled` ending: the job checks [`Cancel::pending`] before it starts the program. Once the
 //! program runs, the supervisor gets each signal from [`Cancel::into_stream`] and stops the
 //! program tree (grace, then SIGKILL: [`crate::run::tree::ProgramTree::stop`]). The child resets the three to
-//! their defaults before it execs (see [`crate::run::spawn`]).
+//! their defaults before it execs (see `run/spawn.rs`).
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;

@@ -142,7 +142,7 @@ pub(crate) fn rejected_before_start(errors: &[String]) -> Exit {
 }
 
 /// Root on a state directory of another user's becomes that user before anything touches it
-/// (see `crate::record::owner`): every command that takes `--state-dir` calls this first. The
+/// (see `record/owner.rs`): every command that takes `--state-dir` calls this first. The
 /// error is its refusal, said.
 fn as_owner(state_dir: &std::path::Path) -> Result<(), Exit> {
     use crate::record::{Owner, become_owner};

@@ -20,7 +20,7 @@
 //!    the kernel must be able to pass ([`crate::plan`]); from here front-ends see the job
 //!    (`preparing`), also when step 5 or 6 rejected it.
 //! 7. **namespace lock**: one deploy per namespace: what an earlier deploy of it left running
-//!    without its jobenv is stopped first ([`crate::record::orphans`]); the program tree (a
+//!    without its jobenv is stopped first ([`crate::record::stop_left`]); the program tree (a
 //!    cgroup of its own, recorded, or jobenv's descendants) is made, and holds a lock too; in
 //!    cluster mode the namespace's lease is taken too.
 //! 8. **running entry** in the journal; if it cannot be written, nothing runs.
@@ -28,7 +28,7 @@
 //!    and supervised in its tree ([`crate::run`]); in cluster mode, stopped when its leases
 //!    cannot be renewed in time.
 //! 10. **terminal entry** in the journal (or `result_unknown` in place); never a pass over the
-//!     journal (pruning is `recover`'s and `prune`'s, [`crate::record::upkeep`]).
+//!     journal (pruning is `recover`'s and `prune`'s, [`crate::record::recover`]).
 //! 11. **report**: `result.json` for Windmill, then the final progress event.
 //!
 //! Where a run meets the world it is given [`Parts`]: the store of step 2 ([`Store`]) and the
