@@ -266,7 +266,7 @@ impl Running {
 /// The stderr without Nix's own notice that it retries a busy store database: tests run many
 /// nix-shells on one store at once, which a node does not, and the notice is Nix's, not
 /// jobenv's (`warning: error: SQLite database '/nix/var/nix/db/db.sqlite' is busy`).
-fn without_nix_retry_notices(stderr: &str) -> String {
+pub fn without_nix_retry_notices(stderr: &str) -> String {
     stderr
         .split_inclusive('\n')
         .filter(|line| {
