@@ -136,6 +136,8 @@ pub fn run(tools: &Tools, rounds: usize, baseline: Option<&Baseline>) -> anyhow:
     let row = |name: &str, s: &Samples, overhead: String| {
         vec![name.to_owned(), ms(s.median()), ms(s.min()), ms(s.max()), overhead]
     };
+    // Every command's row but the direct exec's, which is the baseline of the others.
+    let over_row = |name: &str, s: &Samples| row(name, s, format!("+{}", ms(over(s))));
     let method = format!(
         "Wall time of each command from spawn to exit, {rounds} rounds after {WARM_UP} warm-up rounds, the {n} commands in a rotating order; a command's overhead is its median minus the direct exec's median. The program is `/bin/true`. The node has deploy-env.json, keys.json ({declared} declared keys), attributes.json and a secrets directory of 100 files, as a node has (`bench/src/secrets.rs`); the payload (4 keys) comes on stdin. jobenv (`run --verb apply --payload -`, without a job id, so nothing is journaled) reads and validates all of them, merges, builds its redaction needles from the 100 secrets, takes the namespace lock, runs the evaluation of the shell through the nix-instantiate beside its nix-shell (the node's tree is not in the store, so it is evaluated for every job, as before the cache of shells; here the same stand-in, which evaluates nothing and names a derivation) and the program through `--nix-shell` = a stand-in (`bench/src/bin/nix_shell_stand_in.rs`) that execs it as `nix-shell --run \"exec PROG\"` would, without nix's evaluation; jobenv supervises the program and redacts its output. It runs twice over: with `JOBENV_CONTAINMENT=cgroup`, the program tree in a cgroup of its own (made below the benchmark's cgroup, recorded in the state directory, the program placed in it before it execs, its emptiness read from `cgroup.events`, removed at the end), and with `JOBENV_CONTAINMENT=proc`, the /proc walk of jobenv's descendants (the fallback, and how jobenv kept the tree before). The Python runner (`bench/reference_runner.py`, {version}, started with `-S`: it needs only the standard library, and this machine's site hooks are no runner's cost) parses the payload from stdin, reads the same node files and 100 secrets, merges (node over payload over environment, declared keys only) and `subprocess.run`s the same stand-in with the same argv; it does not redact, lock or supervise.{baseline}",
         declared = secrets.len() + 2,
@@ -150,26 +152,13 @@ pub fn run(tools: &Tools, rounds: usize, baseline: Option<&Baseline>) -> anyhow:
     );
     let mut rows = vec![
         row("`env -i PROG` (baseline)", direct, "—".into()),
-        row(
-            "`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)",
-            stand_in,
-            format!("+{}", ms(stand_in_over)),
-        ),
-        row(
-            "`fediversity-jobenv run`, the program in a cgroup",
-            jobenv,
-            format!("+{}", ms(jobenv_over)),
-        ),
-        row(
+        over_row("`env -i STAND-IN --run \"exec PROG\"` (the stand-in alone)", stand_in),
+        over_row("`fediversity-jobenv run`, the program in a cgroup", jobenv),
+        over_row(
             "`fediversity-jobenv run`, the /proc walk (`JOBENV_CONTAINMENT=proc`)",
             walk,
-            format!("+{}", ms(walk_over)),
         ),
-        row(
-            "Python runner (`bench/reference_runner.py`)",
-            python_samples,
-            format!("+{}", ms(python_over)),
-        ),
+        over_row("Python runner (`bench/reference_runner.py`)", python_samples),
     ];
     let mut targets = vec![
         Target {
@@ -198,10 +187,9 @@ pub fn run(tools: &Tools, rounds: usize, baseline: Option<&Baseline>) -> anyhow:
             // Beside this build's rows, before the Python runner's.
             rows.insert(
                 rows.len() - 1,
-                row(
+                over_row(
                     &format!("`fediversity-jobenv run` (baseline build {}), {way}", b.label),
                     theirs,
-                    format!("+{}", ms(over(theirs))),
                 ),
             );
             let ratio = ratio(this, theirs);

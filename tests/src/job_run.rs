@@ -269,10 +269,13 @@ impl Running {
 pub fn without_nix_retry_notices(stderr: &str) -> String {
     stderr
         .split_inclusive('\n')
-        .filter(|line| {
-            !(line.starts_with("warning: error: SQLite database '") && line.trim_end().ends_with("' is busy"))
-        })
+        .filter(|line| !is_nix_retry_notice(line))
         .collect()
+}
+
+/// Whether one line of output is that notice of Nix's.
+pub fn is_nix_retry_notice(line: &str) -> bool {
+    line.starts_with("warning: error: SQLite database '") && line.trim_end().ends_with("' is busy")
 }
 
 #[cfg(test)]

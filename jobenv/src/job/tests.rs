@@ -234,6 +234,14 @@ impl Node {
         }
     }
 
+    /// Job `job_id` run once without its end written: its entry stays `running`, as a jobenv
+    /// that died under its program leaves it.
+    fn interrupted(&self, job_id: &str) {
+        self.store.end_fails.set(true);
+        self.run(job_id);
+        self.store.end_fails.set(false);
+    }
+
     /// Job `job_id`, from step 1 to step 11, as [`super::run`] runs it.
     fn run(&self, job_id: &str) -> Done {
         let settings = self.settings(job_id);
@@ -323,9 +331,7 @@ fn a_job_id_asked_for_another_request_is_refused_and_its_program_not_run() {
 #[test]
 fn an_interrupted_job_id_is_not_reused_for_another_request() {
     let node = Node::new();
-    node.store.end_fails.set(true);
-    node.run("j");
-    node.store.end_fails.set(false);
+    node.interrupted("j");
     node.payload("ns2");
     assert_eq!((node.run("j").code, node.runs()), (EXIT_REJECTED, 1));
     // Positive control: the same request runs again, as the next attempt.
@@ -336,10 +342,8 @@ fn an_interrupted_job_id_is_not_reused_for_another_request() {
 #[test]
 fn a_job_running_under_a_live_holder_is_refused_naming_it() {
     let node = Node::new();
-    node.store.end_fails.set(true);
-    node.run("j");
-    // Its entry stays `running`; its holder is alive.
-    node.store.end_fails.set(false);
+    node.interrupted("j");
+    // Its holder is alive.
     *node.store.job_holder.borrow_mut() = Some("jobenv pid 4242 on node b".into());
     let refused = node.run("j");
     assert_eq!((refused.code, node.runs()), (EXIT_REJECTED, 1));
@@ -349,10 +353,8 @@ fn a_job_running_under_a_live_holder_is_refused_naming_it() {
 #[test]
 fn an_interrupted_attempt_runs_again_as_the_next_one() {
     let node = Node::new();
-    node.store.end_fails.set(true);
-    node.run("j");
-    // Its entry stays `running`, and no one holds it any more.
-    node.store.end_fails.set(false);
+    node.interrupted("j");
+    // No one holds it any more.
     assert_eq!(node.run("j").code, 0);
     let entry = node.entry("j");
     assert_eq!((entry.attempt, entry.status, node.runs()), (2, Status::Succeeded, 2));

@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use fediversity_testkit::events_receiver::{Receiver, dead_url};
+use fediversity_testkit::job_run::is_nix_retry_notice;
 use fediversity_testkit::jobenv_bin;
 use fediversity_testkit::nix_fixture::{Fixture, run_with_payload};
 use fediversity_testkit::process::{Running, StreamWatch};
@@ -82,7 +83,7 @@ fn program_lines(events: &[Value]) -> Vec<String> {
         .filter(|l| l.split(' ').nth(1) == Some("running:"))
         // Nix's notice that it retries its store database, busy with the suite's other
         // nix-shells: written before the program starts, it can be read after the ready byte.
-        .filter(|l| !(l.contains("warning: error: SQLite database '") && l.ends_with("' is busy")))
+        .filter(|l| !l.split_once(": ").is_some_and(|(_, line)| is_nix_retry_notice(line)))
         .collect()
 }
 

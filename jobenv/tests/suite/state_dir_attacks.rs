@@ -28,9 +28,7 @@ fn payload(namespace: &str) -> Value {
 /// A node handed to the worker's user, whose journal that user's first job made (`jobs/` and
 /// `locks/` its own), and whose program counts its runs (in the job directory, the worker's).
 fn node() -> Fixture {
-    let mut f = Fixture::new();
-    f.program("web", "apply", &format!("echo run >> {}/runs", f.job_dir().display()));
-    f.write();
+    let f = node_running("web", |job| format!("echo run >> {}/runs", job.display()));
     f.hand_to(WORKER_UID);
     let stand_in = f.nix_shell_stand_in();
     let mut first = f
@@ -781,16 +779,19 @@ fn who_runs_started(f: &Fixture, prepare: impl FnOnce(&mut JobRun)) -> (Vec<Stri
 /// A node whose program `who` writes its own identity to `ids` in the job directory, then waits
 /// for `go` there.
 fn who_node() -> Fixture {
-    let mut f = Fixture::new();
-    let job = f.job_dir();
-    f.program(
-        "who",
-        "apply",
-        &format!(
+    node_running("who", |job| {
+        format!(
             "cat /proc/self/status > {0}/ids.new; echo end >> {0}/ids.new; mv {0}/ids.new {0}/ids\nwhile [ ! -e {0}/go ]; do sleep 0.05; done",
             job.display()
-        ),
-    );
+        )
+    })
+}
+
+/// A node whose one attribute's `apply` runs `script` (given the job directory), written out.
+fn node_running(attribute: &str, script: impl FnOnce(&Path) -> String) -> Fixture {
+    let mut f = Fixture::new();
+    let script = script(&f.job_dir());
+    f.program(attribute, "apply", &script);
     f.write();
     f
 }
@@ -944,17 +945,13 @@ fn shown(master: &std::os::fd::OwnedFd) -> String {
 /// `TIOCSTI` is allowed, type commands into for root's shell to run once jobenv exits.
 #[test]
 fn a_program_run_by_hand_as_the_worker_never_reaches_roots_terminal() {
-    let mut f = Fixture::new();
-    let job = f.job_dir();
-    f.program(
-        "tty",
-        "apply",
-        &format!(
+    let f = node_running("tty", |job| {
+        format!(
             "if (echo HIJACKED > /dev/tty) 2>/dev/null; then echo opened > {0}/tty; else echo refused > {0}/tty; fi",
             job.display()
-        ),
-    );
-    f.write();
+        )
+    });
+    let job = f.job_dir();
     f.hand_to(WORKER_UID);
     let (master, slave) = pty();
     let mut run = as_root(&f, &["run", "--verb", "apply", "--job-id", "tty"])
