@@ -144,6 +144,27 @@ impl Dir {
         })
     }
 
+    /// Its owner (uid).
+    pub fn owner(&self) -> io::Result<u32> {
+        Ok(nix::sys::stat::fstat(self).map_err(io::Error::from)?.st_uid)
+    }
+
+    /// `sub`, a directory of this one's, if it belongs to this one's owner: another user could
+    /// change what is in it under the owner's jobenv.
+    pub fn owned_alike(&self, sub: Dir) -> io::Result<Dir> {
+        let (owner, sub_owner) = (self.owner()?, sub.owner()?);
+        if sub_owner != owner {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to uid {sub_owner}, not to the state directory's owner (uid {owner})",
+                    shown_path(sub.path())
+                ),
+            ));
+        }
+        Ok(sub)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

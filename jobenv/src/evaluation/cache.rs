@@ -180,20 +180,11 @@ impl Cache {
             Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return Ok(None),
             other => other?,
         };
-        let owner = nix::sys::stat::fstat(&state).map_err(io::Error::from)?.st_uid;
+        let owner = state.owner()?;
         let Some(shells) = state.subdir(SHELLS, create.then_some(0o750))? else {
             return Ok(None);
         };
-        let shells_owner = nix::sys::stat::fstat(&shells).map_err(io::Error::from)?.st_uid;
-        if shells_owner != owner {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "{} belongs to uid {shells_owner}, not to the state directory's owner (uid {owner})",
-                    crate::error::shown_path(shells.path())
-                ),
-            ));
-        }
+        let shells = state.owned_alike(shells)?;
         let path = std::path::absolute(state_dir)?.join(SHELLS);
         Ok(Some(Cache { shells, path, owner }))
     }
