@@ -148,44 +148,17 @@ pub fn become_owner(state_dir: &Path) -> Result<Identity, Problem> {
 /// `CAP_KILL`, ...), and what the worker plants would steer them again. Dropping is always
 /// allowed; with nothing permitted, nothing can be raised again.
 fn drop_capabilities() -> bool {
-    use nix::libc;
-    // linux/capability.h: version 3 takes two of these (64 capabilities).
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
+    use caps::CapSet;
+    // What a clear cannot do shows in what is left: the check after is the answer. Clearing the
+    // permitted set clears the effective one with it.
+    for set in [CapSet::Ambient, CapSet::Permitted, CapSet::Inheritable] {
+        let _ = caps::clear(None, set);
     }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default, PartialEq)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let none = [Data::default(); 2];
-    let mut now = [Data {
-        effective: u32::MAX,
-        permitted: u32::MAX,
-        inheritable: u32::MAX,
-    }; 2];
-    // SAFETY: capset and capget with a version 3 header and two data structs, as the kernel
-    // reads and writes them; prctl with plain integers.
-    unsafe {
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-        libc::syscall(libc::SYS_capset, &raw mut header, none.as_ptr());
-        header.pid = 0;
-        if libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) != 0 {
-            return false;
-        }
-    }
-    // The ambient set is no part of capget's answer: it is empty when nothing is permitted
-    // (the kernel keeps it a subset of the permitted and inheritable sets).
-    now == none
+    // The ambient set is empty when nothing is permitted (the kernel keeps it a subset of the
+    // permitted and inheritable sets).
+    [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable]
+        .into_iter()
+        .all(|set| caps::read(None, set).is_ok_and(|left| left.is_empty()))
 }
 
 /// Whether root may take `state_dir` at this path: every directory on the way (as given, and as
