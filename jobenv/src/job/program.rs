@@ -52,14 +52,8 @@ impl Program for Supervised<'_> {
         };
         let mut shell = Evaluating::new(shell, evaluating);
         let options = RunOptions {
-            grace: options.grace,
-            timeout: options.timeout,
-            events: options.events,
-            stop_request: options.stop_request,
-            tree_lock: options.tree_lock,
-            lease: options.lease,
-            guard: options.guard,
             before: Some(&mut shell),
+            ..options
         };
         let launch = run::Launch {
             argv: &plan.argv,
