@@ -71,6 +71,14 @@ fn roots_file(f: &Fixture, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// A directory of root's that the worker's user cannot enter, outside the state directory.
+fn roots_dir(f: &Fixture, name: &str) -> PathBuf {
+    let path = f.path().join(name);
+    std::fs::create_dir(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    path
+}
+
 /// jobenv as root against the node. A `run` gets the stand-in nix-shell: jobenv runs it as the
 /// worker's user, and nix-shell cannot build as that user on the test machine's single-user
 /// Nix store.
@@ -226,9 +234,7 @@ ln {0} locks/job-own.lock",
 #[test]
 fn a_jobs_or_locks_directory_that_is_a_link_or_a_file_is_refused() {
     let f = node();
-    let elsewhere = f.path().join("roots-dir");
-    std::fs::create_dir(&elsewhere).unwrap();
-    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let elsewhere = roots_dir(&f, "roots-dir");
     std::fs::write(elsewhere.join("old.json"), old_entry("old")).unwrap();
     // As old as its end, as the file of an entry that ended then is: pruning would read it.
     let ended = humantime::parse_rfc3339("2020-01-01T00:00:01Z").unwrap();
@@ -1053,9 +1059,7 @@ fn root_whose_change_of_user_keeps_its_capabilities_still_becomes_the_worker_wit
 #[test]
 fn root_by_hand_on_a_state_directory_behind_a_directory_of_roots_alone_still_works() {
     let f = node();
-    let private = f.path().join("private");
-    std::fs::create_dir(&private).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let private = roots_dir(&f, "private");
     std::fs::rename(f.state_dir(), private.join("state")).unwrap();
     let linked = f.path().join("linked");
     std::os::unix::fs::symlink("private/state", &linked).unwrap();
